@@ -1,0 +1,313 @@
+// Package protocol holds the wire types spoken between simpletuner-orchestratord
+// and its workers. See shared PROTOCOL.md: protocol 1 is SimpleTuner's own Python
+// agent, protocol 2 is simpletuner-workerd (a superset). Fields marked ext are
+// only sent to, or expected from, protocol-2 peers.
+package protocol
+
+import (
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"strings"
+	"time"
+)
+
+// Version is the protocol number simpletuner-workerd announces at registration.
+const Version = 2
+
+// WorkerStatus is the orchestrator's view of a worker.
+type WorkerStatus string
+
+const (
+	WorkerConnecting WorkerStatus = "connecting"
+	WorkerIdle       WorkerStatus = "idle"
+	WorkerBusy       WorkerStatus = "busy"
+	WorkerDraining   WorkerStatus = "draining"
+	WorkerOffline    WorkerStatus = "offline"
+)
+
+// Valid reports whether s is one of the known worker statuses.
+func (s WorkerStatus) Valid() bool {
+	switch s {
+	case WorkerConnecting, WorkerIdle, WorkerBusy, WorkerDraining, WorkerOffline:
+		return true
+	}
+	return false
+}
+
+// WorkerType decides what happens to a worker between jobs.
+type WorkerType string
+
+const (
+	Persistent WorkerType = "persistent"
+	Ephemeral  WorkerType = "ephemeral"
+)
+
+// Valid reports whether t is persistent or ephemeral.
+func (t WorkerType) Valid() bool { return t == Persistent || t == Ephemeral }
+
+// JobStatus is the state of a job in the queue.
+type JobStatus string
+
+const (
+	JobQueued     JobStatus = "queued"
+	JobDispatched JobStatus = "dispatched"
+	JobRunning    JobStatus = "running"
+	JobCanceling  JobStatus = "canceling"
+	JobCompleted  JobStatus = "completed"
+	JobFailed     JobStatus = "failed"
+	JobCancelled  JobStatus = "cancelled"
+)
+
+// Terminal reports whether a job in this state can never change again.
+func (s JobStatus) Terminal() bool {
+	return s == JobCompleted || s == JobFailed || s == JobCancelled
+}
+
+// Active reports whether an attempt of the job is assigned to a worker.
+func (s JobStatus) Active() bool {
+	return s == JobDispatched || s == JobRunning || s == JobCanceling
+}
+
+// Valid reports whether s is a known job status.
+func (s JobStatus) Valid() bool {
+	return s == JobQueued || s.Active() || s.Terminal()
+}
+
+// AttemptOutcome records how one dispatch of a job ended.
+type AttemptOutcome string
+
+const (
+	OutcomeCompleted  AttemptOutcome = "completed"
+	OutcomeFailed     AttemptOutcome = "failed"
+	OutcomeWorkerLost AttemptOutcome = "worker_lost"
+	OutcomeCancelled  AttemptOutcome = "cancelled"
+	OutcomeWithdrawn  AttemptOutcome = "withdrawn"
+	OutcomeTimeout    AttemptOutcome = "timeout"
+)
+
+// Statuses a worker may report on POST /api/workers/job/{id}/status.
+const (
+	ReportStarting  = "starting"
+	ReportTraining  = "training"
+	ReportRunning   = "running"
+	ReportCompleted = "completed"
+	ReportFailed    = "failed"
+	ReportCancelled = "cancelled"
+)
+
+// Target selects which workers may run a job.
+type Target string
+
+const (
+	TargetWorker Target = "worker"
+	TargetLocal  Target = "local"
+	TargetAuto   Target = "auto"
+)
+
+// Valid reports whether t is worker, local or auto.
+func (t Target) Valid() bool { return t == TargetWorker || t == TargetLocal || t == TargetAuto }
+
+// GPUInfo is what a worker reports about its accelerators. Upstream's agent sends
+// name/vram_gb/count/accelerator; the documentation names gpu_name/gpu_vram_gb/
+// gpu_count/accelerator_type. Both spellings are accepted and the documentation's
+// are derived for responses.
+type GPUInfo struct {
+	Name        string      `json:"name,omitempty"`
+	VRAMGB      *float64    `json:"vram_gb"`
+	Count       int         `json:"count"`
+	Driver      string      `json:"driver,omitempty"`
+	Accelerator string      `json:"accelerator,omitempty"`
+	CUDAVersion string      `json:"cuda_version,omitempty"`
+	Devices     []GPUDevice `json:"devices,omitempty"`
+}
+
+// GPUDevice describes one GPU (protocol 2).
+type GPUDevice struct {
+	Index     int    `json:"index"`
+	UUID      string `json:"uuid"`
+	Name      string `json:"name"`
+	MemoryMiB uint64 `json:"memory_mib"`
+}
+
+// RunningAttempt names an attempt a protocol-2 worker is executing.
+type RunningAttempt struct {
+	JobID   string `json:"job_id"`
+	Attempt int    `json:"attempt"`
+}
+
+// RegisterRequest is the body of POST /api/workers/register.
+type RegisterRequest struct {
+	Name         string            `json:"name"`
+	GPUInfo      json.RawMessage   `json:"gpu_info,omitempty"`
+	Persistent   bool              `json:"persistent"`
+	Provider     *string           `json:"provider,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	CurrentJobID *string           `json:"current_job_id,omitempty"`
+	// ext
+	Protocol int              `json:"protocol,omitempty"`
+	Version  string           `json:"version,omitempty"`
+	Running  []RunningAttempt `json:"running,omitempty"`
+}
+
+// ResumeJob tells a protocol-1 agent to keep the job it reported.
+type ResumeJob struct {
+	JobID      string `json:"job_id"`
+	ConfigName string `json:"config_name"`
+	Status     string `json:"status"`
+	Attempt    int    `json:"attempt,omitempty"`
+}
+
+// RegisterResponse answers POST /api/workers/register.
+type RegisterResponse struct {
+	WorkerID   string     `json:"worker_id"`
+	SSEURL     string     `json:"sse_url"`
+	ResumeJob  *ResumeJob `json:"resume_job"`
+	AbandonJob *string    `json:"abandon_job"`
+	// ext (omitted for protocol 1)
+	Protocol                 int              `json:"protocol,omitempty"`
+	HeartbeatIntervalSeconds float64          `json:"heartbeat_interval_seconds,omitempty"`
+	HeartbeatTimeoutSeconds  float64          `json:"heartbeat_timeout_seconds,omitempty"`
+	Resume                   []RunningAttempt `json:"resume,omitempty"`
+	Abandon                  []RunningAttempt `json:"abandon,omitempty"`
+}
+
+// GPUTelemetry is one GPU's live numbers in a protocol-2 heartbeat.
+type GPUTelemetry struct {
+	UUID           string  `json:"uuid"`
+	UtilizationPct float64 `json:"utilization_pct"`
+	MemoryUsedMiB  uint64  `json:"memory_used_mib"`
+	TemperatureC   float64 `json:"temperature_c"`
+}
+
+// HeartbeatRequest is the body of POST /api/workers/heartbeat.
+type HeartbeatRequest struct {
+	WorkerID     string  `json:"worker_id"`
+	Status       string  `json:"status"`
+	CurrentJobID *string `json:"current_job_id,omitempty"`
+	// ext
+	GPUs    []GPUTelemetry   `json:"gpus,omitempty"`
+	Running []RunningAttempt `json:"running,omitempty"`
+}
+
+// HeartbeatResponse answers a heartbeat; Cancel and Drain repeat what the stream
+// said so that a missed SSE event still arrives.
+type HeartbeatResponse struct {
+	Success bool     `json:"success"`
+	Cancel  []string `json:"cancel,omitempty"`
+	Drain   bool     `json:"drain,omitempty"`
+}
+
+// StatusReport is the body of POST /api/workers/job/{job_id}/status.
+type StatusReport struct {
+	Status   string          `json:"status"`
+	Error    *string         `json:"error,omitempty"`
+	Progress json.RawMessage `json:"progress,omitempty"`
+	Attempt  *int            `json:"attempt,omitempty"` // ext
+}
+
+// DisconnectRequest is the body of POST /api/workers/disconnect.
+type DisconnectRequest struct {
+	WorkerID string `json:"worker_id"`
+}
+
+// QueueCheckResponse answers GET /api/workers/queue.
+type QueueCheckResponse struct {
+	HasJobs bool `json:"has_jobs"`
+}
+
+// SSE event types.
+const (
+	EventJobSubmit = "job_submit"
+	EventJobCancel = "job_cancel"
+	EventDrain     = "drain"
+	EventShutdown  = "shutdown"
+	EventPing      = "ping"
+)
+
+// JobSubmitEvent is sent on a worker's stream to start an attempt.
+type JobSubmitEvent struct {
+	Type           string          `json:"type"`
+	JobID          string          `json:"job_id"`
+	Config         json.RawMessage `json:"config"`
+	Dataloader     json.RawMessage `json:"dataloader,omitempty"`
+	Provider       string          `json:"provider"`
+	UploadEndpoint string          `json:"upload_endpoint"`
+	UploadToken    string          `json:"upload_token"`
+	HFToken        string          `json:"hf_token,omitempty"`
+	// ext
+	Attempt            int     `json:"attempt"`
+	ConfigName         string  `json:"config_name,omitempty"`
+	TimeoutSeconds     float64 `json:"timeout_seconds,omitempty"`
+	CancelGraceSeconds float64 `json:"cancel_grace_seconds,omitempty"`
+	LogEndpoint        string  `json:"log_endpoint,omitempty"`
+}
+
+// JobCancelEvent asks the worker to stop an attempt.
+type JobCancelEvent struct {
+	Type         string  `json:"type"`
+	JobID        string  `json:"job_id"`
+	Attempt      int     `json:"attempt,omitempty"`
+	GraceSeconds float64 `json:"grace_seconds,omitempty"`
+}
+
+// DrainEvent tells the worker to finish its job and take no new one.
+type DrainEvent struct {
+	Type   string `json:"type"`
+	Reason string `json:"reason"`
+}
+
+// ShutdownEvent tells the worker to exit. Reason is repeated under data because
+// upstream nests it there while the agent reads the top level.
+type ShutdownEvent struct {
+	Type   string            `json:"type"`
+	Reason string            `json:"reason"`
+	Data   map[string]string `json:"data"`
+}
+
+// NewShutdownEvent builds a shutdown event with the reason in both places.
+func NewShutdownEvent(reason string) ShutdownEvent {
+	return ShutdownEvent{Type: EventShutdown, Reason: reason, Data: map[string]string{"reason": reason}}
+}
+
+// ErrorBody is the JSON body of every error response.
+type ErrorBody struct {
+	Detail string `json:"detail"`
+	Error  string `json:"error"`
+	Action string `json:"action,omitempty"`
+}
+
+// Error codes used in ErrorBody.Error.
+const (
+	CodeInvalidJSON    = "invalid_json"
+	CodeInvalidRequest = "invalid_request"
+	CodeTooLarge       = "request_too_large"
+	CodeNotFound       = "not_found"
+	CodeConflict       = "conflict"
+	CodeStaleAttempt   = "stale_attempt"
+	CodeInvalidToken   = "invalid_token"
+	CodeUnauthorized   = "unauthorized"
+	CodeForbidden      = "forbidden"
+	CodeRateLimited    = "rate_limited"
+	CodeUnavailable    = "unavailable"
+	CodeInternal       = "internal"
+)
+
+var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+func newID(prefix string) string {
+	b := make([]byte, 8) // 64 bits → 13 base32 chars; we keep 12 (60 bits)
+	if _, err := rand.Read(b); err != nil {
+		panic("crypto/rand failed: " + err.Error())
+	}
+	return prefix + strings.ToLower(idEncoding.EncodeToString(b))[:12]
+}
+
+// NewWorkerID returns "w_" followed by 12 lowercase base32 characters.
+func NewWorkerID() string { return newID("w_") }
+
+// NewJobID returns "j_" followed by 12 lowercase base32 characters.
+func NewJobID() string { return newID("j_") }
+
+// Time formats t as RFC 3339 in UTC, the way every timestamp goes on the wire.
+func Time(t time.Time) string { return t.UTC().Format(time.RFC3339) }

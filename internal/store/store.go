@@ -1,0 +1,240 @@
+// Package store defines the persistence contract of simpletuner-orchestratord.
+// Two backends implement it (store/postgres, store/sqlite) and both must pass the
+// conformance suite in store/storetest. The store knows nothing of HTTP; the
+// orchestrator knows nothing of SQL.
+//
+// Every change to a job goes through TransitionJob, a compare-and-set on
+// (job, attempt, state): callers read, decide, and write only if nothing moved
+// in between. A terminal job is never changed again.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+)
+
+// Errors returned by every backend. Callers test them with errors.Is.
+var (
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: a compare-and-set found another state, attempt or worker than expected.
+	ErrConflict = errors.New("state changed concurrently")
+	// ErrNoJob: ClaimJob found no queued job the worker may run.
+	ErrNoJob = errors.New("no matching queued job")
+	// ErrDuplicate: an insert collided with an existing id or token hash.
+	ErrDuplicate = errors.New("already exists")
+	// ErrSchemaTooNew: the database was migrated by a newer binary.
+	ErrSchemaTooNew = errors.New("database schema is newer than this binary")
+)
+
+// Worker is a registered (or admin-created) worker.
+type Worker struct {
+	ID          string
+	Name        string
+	Type        protocol.WorkerType
+	Status      protocol.WorkerStatus
+	GPUInfo     json.RawMessage // as reported, JSON object; "{}" when unknown
+	Provider    string
+	Labels      map[string]string // effective labels (admin's win over reported)
+	AdminLabels map[string]string // keys an admin set; reported labels never override these
+	Persistent  bool              // what the agent last reported (fact, not policy)
+	// Local is true for workers attached through the admin unix socket (target "local").
+	Local          bool
+	CurrentJobID   string // "" when none
+	Protocol       int
+	AgentVersion   string
+	LastHeartbeat  *time.Time
+	ConnectedAt    *time.Time // when the current stream opened
+	StreamInstance string     // orchestrator instance holding the stream; "" when none
+	CreatedAt      time.Time
+	CreatedBy      string
+}
+
+// WorkerFilter narrows ListWorkers. Zero values mean "any"/"no limit".
+type WorkerFilter struct {
+	Status protocol.WorkerStatus
+	Limit  int
+	Offset int
+}
+
+// Job is one queued training job and the state of its current attempt.
+type Job struct {
+	ID             string
+	ConfigName     string
+	Config         json.RawMessage // JSON object sent to the worker
+	Dataloader     json.RawMessage // optional, nil when absent
+	HFToken        string          // secret: never in API responses
+	Target         protocol.Target
+	WorkerLabels   map[string]string // key → glob
+	GPUCount       int
+	MinVRAMGB      float64
+	Priority       int
+	MaxRetries     int
+	RetriesUsed    int // attempts that ended worker_lost/timeout (withdrawn ones don't count)
+	TimeoutSeconds int // 0 = none
+	Status         protocol.JobStatus
+	Attempt        int    // number of the current (or last) attempt; 0 before the first claim
+	WorkerID       string // worker of the current attempt, "" when queued
+	Error          string
+	Progress       json.RawMessage
+	Seq            int64 // submission order, assigned by the store
+	SubmittedBy    string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	StartedAt      *time.Time // current attempt acknowledged
+	EndedAt        *time.Time // terminal
+	AckDeadline    *time.Time // dispatched: withdraw if no ack by then
+	CancelDeadline *time.Time // canceling: force cancelled by then
+}
+
+// Attempt is one dispatch of a job to a worker.
+type Attempt struct {
+	JobID           string
+	Number          int
+	WorkerID        string
+	UploadTokenHash string
+	DispatchedAt    time.Time
+	AckedAt         *time.Time
+	EndedAt         *time.Time
+	Outcome         protocol.AttemptOutcome // "" while running
+	Error           string
+}
+
+// JobFilter narrows ListJobs. Zero values mean "any"/"no limit". Results are in
+// submission order (Seq ascending).
+type JobFilter struct {
+	Statuses []protocol.JobStatus
+	WorkerID string // current attempt's worker
+	Limit    int
+	Offset   int
+}
+
+// ClaimRequest asks for the best queued job a worker may run.
+type ClaimRequest struct {
+	WorkerID string
+	// Match decides whether the worker can run the job (GPU count, VRAM, labels,
+	// target). It runs inside the claim transaction and must not block.
+	Match func(Job) bool
+	// UploadTokenHash is stored on the new attempt.
+	UploadTokenHash string
+	AckDeadline     time.Time
+	Now             time.Time
+	Audit           *audit.Record // appended in the same transaction
+}
+
+// Claim limits how many queued jobs one claim examines (priority order).
+const ClaimScanLimit = 500
+
+// JobTransition is a compare-and-set on a job. It applies only when the job is in
+// one of FromStates with current attempt ExpectAttempt (and, when ExpectWorker is
+// set, that attempt belongs to that worker); otherwise ErrConflict and nothing
+// changes. A job in a terminal state never matches.
+type JobTransition struct {
+	JobID         string
+	ExpectAttempt int
+	ExpectWorker  string
+	FromStates    []protocol.JobStatus
+	To            protocol.JobStatus
+	Now           time.Time
+
+	// EndAttempt, when set, closes the current attempt with this outcome and
+	// frees its worker (current job cleared; busy → idle, draining stays).
+	EndAttempt protocol.AttemptOutcome
+	// SpendRetry increments RetriesUsed.
+	SpendRetry bool
+	// Ack marks the current attempt acknowledged (StartedAt, AckedAt = Now).
+	Ack            bool
+	Error          *string
+	Progress       json.RawMessage
+	CancelDeadline *time.Time
+	Audit          *audit.Record
+}
+
+// LogChunk is a piece of a job's log.
+type LogChunk struct {
+	Attempt int
+	Offset  int64 // byte offset within the attempt's output
+	Data    []byte
+}
+
+// LogCursor marks a position in a job's log: everything before (Attempt, Offset).
+type LogCursor struct {
+	Attempt int
+	Offset  int64
+}
+
+// AdminToken is an API credential with scopes. Only the hash is stored.
+type AdminToken struct {
+	ID        string
+	Name      string
+	Scopes    []string
+	Hash      string // hex SHA-256 of the token
+	CreatedAt time.Time
+	RevokedAt *time.Time
+}
+
+// Notification wakes other orchestrator instances sharing the database.
+type Notification struct {
+	Kind     string `json:"kind"` // "wake", "worker_event"
+	WorkerID string `json:"worker_id,omitempty"`
+	Payload  string `json:"payload,omitempty"`
+	Origin   string `json:"origin,omitempty"` // sending instance
+}
+
+// Store is implemented by every backend. All methods are safe for concurrent use.
+type Store interface {
+	// Ping reports whether the database answers.
+	Ping(ctx context.Context) error
+	Close() error
+
+	// Workers.
+	CreateWorker(ctx context.Context, w Worker, tokenHash string, rec *audit.Record) error
+	GetWorker(ctx context.Context, id string) (Worker, error)
+	GetWorkerByTokenHash(ctx context.Context, hash string) (Worker, error)
+	ListWorkers(ctx context.Context, f WorkerFilter) (workers []Worker, total int, err error)
+	// UpdateWorker reads the worker, lets fn change it, and writes it back in one
+	// transaction. fn may return an audit record to append in the same transaction;
+	// an error from fn aborts without changes.
+	UpdateWorker(ctx context.Context, id string, fn func(*Worker) (*audit.Record, error)) (Worker, error)
+	SetWorkerTokenHash(ctx context.Context, id, hash string, rec *audit.Record) error
+	DeleteWorker(ctx context.Context, id string, rec *audit.Record) error
+	// Jobs.
+	InsertJob(ctx context.Context, j Job, rec *audit.Record) (Job, error)
+	GetJob(ctx context.Context, id string) (Job, error)
+	ListJobs(ctx context.Context, f JobFilter) (jobs []Job, total int, err error)
+	CountJobs(ctx context.Context) (map[protocol.JobStatus]int, error)
+	ListAttempts(ctx context.Context, jobID string) ([]Attempt, error)
+	// ClaimJob atomically picks the queued job with the highest priority (then
+	// lowest Seq) that Match accepts, moves it to dispatched with attempt+1,
+	// records the attempt, and sets the worker busy with that job. The worker must
+	// be idle and have no current job, else ErrConflict. No candidate → ErrNoJob.
+	ClaimJob(ctx context.Context, req ClaimRequest) (Job, Attempt, error)
+	TransitionJob(ctx context.Context, t JobTransition) (Job, error)
+
+	// Logs. AppendLog stores data at offset of (job, attempt) idempotently: bytes
+	// already stored are skipped, a gap (offset beyond what is stored) is
+	// ErrConflict. The whole job's log is capped at limit bytes; the first chunk
+	// over the cap is cut and a marker line appended, later ones are dropped.
+	// It returns the attempt's stored size after the call.
+	AppendLog(ctx context.Context, jobID string, attempt int, offset int64, data []byte, limit int64) (size int64, truncated bool, err error)
+	// ReadLog returns chunks after cursor in order, at most maxBytes in total (≥ one chunk).
+	ReadLog(ctx context.Context, jobID string, after LogCursor, maxBytes int) ([]LogChunk, error)
+
+	// Audit. Records are sealed (Seq, PrevHash, Hash) by the store.
+	AppendAudit(ctx context.Context, rec audit.Record) error
+	ListAudit(ctx context.Context, sinceSeq int64, limit int) ([]audit.Record, error)
+
+	// Admin tokens.
+	CreateAdminToken(ctx context.Context, t AdminToken, rec *audit.Record) error
+	GetAdminTokenByHash(ctx context.Context, hash string) (AdminToken, error)
+	ListAdminTokens(ctx context.Context) ([]AdminToken, error)
+	RevokeAdminToken(ctx context.Context, id string, rec *audit.Record) error
+
+	// Notifications between instances. SQLite delivers within the process only.
+	Publish(ctx context.Context, n Notification) error
+	Subscribe(ctx context.Context) (<-chan Notification, error)
+}
