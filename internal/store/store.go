@@ -52,6 +52,9 @@ type Worker struct {
 	StreamInstance string     // orchestrator instance holding the stream; "" when none
 	CreatedAt      time.Time
 	CreatedBy      string
+	// TokenHash is filled on read (hex SHA-256); UpdateWorker ignores changes to
+	// it: only CreateWorker and SetWorkerTokenHash write it.
+	TokenHash string
 }
 
 // WorkerFilter narrows ListWorkers. Zero values mean "any"/"no limit".

@@ -1,0 +1,307 @@
+// Package config loads the two daemons' configuration: built-in defaults, then
+// the TOML file, then SIMPLETUNER_* environment variables, then command-line
+// flags. Everything is validated once and every problem is reported together,
+// each naming where the bad value came from (file:line, variable or flag).
+package config
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Default file locations; a missing default file means built-in defaults.
+const (
+	DefaultOrchestratorPath = "/etc/simpletuner/orchestratord.toml"
+	DefaultWorkerPath       = "/etc/simpletuner/workerd.toml"
+)
+
+// Duration is a time.Duration written as a Go duration string ("30s").
+type Duration struct{ time.Duration }
+
+// D is shorthand for building a Duration in code and tests.
+func D(d time.Duration) Duration { return Duration{d} }
+
+// UnmarshalText parses a Go duration string; negative durations are refused.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("invalid duration %q (want e.g. \"30s\", \"5m\")", b)
+	}
+	if v < 0 {
+		return fmt.Errorf("duration %q is negative", b)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText writes the shortest natural form: "2m" rather than "2m0s".
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+func (d Duration) String() string {
+	s := d.Duration.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+// Secret is a string that never prints: String, MarshalText and every fmt verb
+// show "<redacted>" (or "" when empty). Value returns the real thing.
+type Secret string
+
+const redacted = "<redacted>"
+
+// Value returns the secret itself; call it only where the secret is used.
+func (s Secret) Value() string { return string(s) }
+
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return redacted
+}
+
+// GoString keeps %#v from printing the value.
+func (s Secret) GoString() string { return fmt.Sprintf("config.Secret(%q)", s.String()) }
+
+// MarshalText redacts, so encoding a config (e.g. --check-config) never leaks.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Format applies to every verb, including %v, %s, %q, %x and %#v.
+func (s Secret) Format(f fmt.State, verb rune) {
+	switch verb {
+	case 'q':
+		fmt.Fprintf(f, "%q", s.String())
+	case 'v':
+		if f.Flag('#') {
+			fmt.Fprint(f, s.GoString())
+			return
+		}
+		fmt.Fprint(f, s.String())
+	default:
+		fmt.Fprint(f, s.String())
+	}
+}
+
+// Orchestrator is simpletuner-orchestratord's configuration.
+type Orchestrator struct {
+	Server   ServerConfig   `toml:"server"`
+	TLS      TLSConfig      `toml:"tls"`
+	Database DatabaseConfig `toml:"database"`
+	Paths    PathsConfig    `toml:"paths"`
+	Workers  WorkersConfig  `toml:"workers"`
+	Jobs     JobsConfig     `toml:"jobs"`
+	Auth     AuthConfig     `toml:"auth"`
+	Log      LogConfig      `toml:"log"`
+	Metrics  MetricsConfig  `toml:"metrics"`
+}
+
+// ServerConfig is [server].
+type ServerConfig struct {
+	Listen       []string `toml:"listen"`
+	AdminSocket  string   `toml:"admin_socket"`
+	AdminGroup   string   `toml:"admin_group"`
+	MaxBodyBytes int64    `toml:"max_body_bytes"`
+	InstanceID   string   `toml:"instance_id"` // "" → hostname+pid, chosen at run time
+}
+
+// TLSConfig is [tls]; cert and key both set → HTTPS.
+type TLSConfig struct {
+	CertFile     string `toml:"cert_file"`
+	KeyFile      string `toml:"key_file"`
+	ClientCAFile string `toml:"client_ca_file"`
+}
+
+// Enabled reports whether the TCP listeners serve HTTPS.
+func (t TLSConfig) Enabled() bool { return t.CertFile != "" && t.KeyFile != "" }
+
+// DatabaseConfig is [database]; after loading, URL holds the secret whatever
+// its source (url, url_file or the "database-url" credential).
+type DatabaseConfig struct {
+	URL     Secret `toml:"url"`
+	URLFile string `toml:"url_file"`
+}
+
+// PathsConfig is [paths].
+type PathsConfig struct {
+	StateDir   string `toml:"state_dir"`
+	ConfigsDir string `toml:"configs_dir"`
+}
+
+// WorkersConfig is [workers].
+type WorkersConfig struct {
+	HeartbeatInterval     Duration `toml:"heartbeat_interval"`
+	HeartbeatTimeout      Duration `toml:"heartbeat_timeout"`
+	HealthCheckInterval   Duration `toml:"health_check_interval"`
+	StartupGrace          Duration `toml:"startup_grace"`
+	AckTimeout            Duration `toml:"ack_timeout"`
+	EphemeralCleanupAfter Duration `toml:"ephemeral_cleanup_after"`
+	PingInterval          Duration `toml:"ping_interval"`
+}
+
+// JobsConfig is [jobs].
+type JobsConfig struct {
+	MaxRetries          int      `toml:"max_retries"`
+	CancelGrace         Duration `toml:"cancel_grace"`
+	CancelReportTimeout Duration `toml:"cancel_report_timeout"` // after the grace, before forcing "cancelled"
+	LogLimitBytes       int64    `toml:"log_limit_bytes"`
+	SchedulerInterval   Duration `toml:"scheduler_interval"` // periodic scheduler tick
+}
+
+// AuthConfig is [auth].
+type AuthConfig struct {
+	FailuresPerMinute int `toml:"failures_per_minute"`
+}
+
+// LogConfig is [log] in both daemons.
+type LogConfig struct {
+	Level  string `toml:"level"`  // debug|info|warn|error
+	Format string `toml:"format"` // auto|text|json
+}
+
+// MetricsConfig is [metrics].
+type MetricsConfig struct {
+	Listen string `toml:"listen"`
+}
+
+// Worker is simpletuner-workerd's configuration.
+type Worker struct {
+	Orchestrator ConnectionConfig `toml:"orchestrator"`
+	Worker       WorkerConfig     `toml:"worker"`
+	Job          JobConfig        `toml:"job"`
+	GPU          GPUConfig        `toml:"gpu"`
+	Log          LogConfig        `toml:"log"`
+}
+
+// ConnectionConfig is the worker's [orchestrator]; after loading, Token holds
+// the secret whatever its source (token, token_file or "worker-token" credential).
+type ConnectionConfig struct {
+	URL                string `toml:"url"`
+	Token              Secret `toml:"token"`
+	TokenFile          string `toml:"token_file"`
+	CAFile             string `toml:"ca_file"`
+	InsecureSkipVerify bool   `toml:"insecure_skip_verify"`
+}
+
+// WorkerConfig is the worker's [worker].
+type WorkerConfig struct {
+	Name           string            `toml:"name"` // "" → hostname
+	Persistent     bool              `toml:"persistent"`
+	Labels         map[string]string `toml:"labels"`
+	StateDir       string            `toml:"state_dir"`
+	SelfFenceAfter Duration          `toml:"self_fence_after"`
+	ReconnectMax   Duration          `toml:"reconnect_max"`
+}
+
+// JobConfig is the worker's [job].
+type JobConfig struct {
+	Command       []string          `toml:"command"`
+	WorkDir       string            `toml:"work_dir"` // "" → <state_dir>/jobs
+	CancelGrace   Duration          `toml:"cancel_grace"`
+	Env           map[string]string `toml:"env"`
+	LogLimitBytes int64             `toml:"log_limit_bytes"`
+}
+
+// GPUConfig is the worker's [gpu].
+type GPUConfig struct {
+	Backend string `toml:"backend"` // nvml|none
+}
+
+// DefaultOrchestrator returns the built-in defaults (CONFIG.md).
+func DefaultOrchestrator() *Orchestrator {
+	return &Orchestrator{
+		Server: ServerConfig{
+			Listen:       []string{"0.0.0.0:8001"},
+			AdminSocket:  "/run/simpletuner/orchestratord.sock",
+			AdminGroup:   "simpletuner-admin",
+			MaxBodyBytes: 1 << 20,
+		},
+		Paths: PathsConfig{StateDir: "/var/lib/simpletuner", ConfigsDir: "/etc/simpletuner/configs"},
+		Workers: WorkersConfig{
+			HeartbeatInterval:     D(30 * time.Second),
+			HeartbeatTimeout:      D(120 * time.Second),
+			HealthCheckInterval:   D(60 * time.Second),
+			StartupGrace:          D(120 * time.Second),
+			AckTimeout:            D(60 * time.Second),
+			EphemeralCleanupAfter: D(time.Hour),
+			PingInterval:          D(15 * time.Second),
+		},
+		Jobs: JobsConfig{
+			MaxRetries:          3,
+			CancelGrace:         D(30 * time.Second),
+			CancelReportTimeout: D(30 * time.Second),
+			LogLimitBytes:       256 << 20,
+			SchedulerInterval:   D(5 * time.Second),
+		},
+		Auth:    AuthConfig{FailuresPerMinute: 10},
+		Log:     LogConfig{Level: "info", Format: "auto"},
+		Metrics: MetricsConfig{Listen: "127.0.0.1:9101"},
+	}
+}
+
+// DefaultWorker returns the built-in defaults (CONFIG.md); note persistent is
+// false here while the packaged workerd.toml sets it to true.
+func DefaultWorker() *Worker {
+	return &Worker{
+		Worker: WorkerConfig{
+			Labels:         map[string]string{},
+			StateDir:       "/var/lib/simpletuner-worker",
+			SelfFenceAfter: D(90 * time.Second),
+			ReconnectMax:   D(60 * time.Second),
+		},
+		Job: JobConfig{
+			Command:       []string{"python3", "-m", "simpletuner.train"},
+			CancelGrace:   D(30 * time.Second),
+			Env:           map[string]string{},
+			LogLimitBytes: 256 << 20,
+		},
+		GPU: GPUConfig{Backend: "nvml"},
+		Log: LogConfig{Level: "info", Format: "auto"},
+	}
+}
+
+// Error is one configuration problem. Where is "file.toml:LINE", an
+// environment variable, a flag ("--port"), or "" for built-in defaults.
+type Error struct {
+	Where string
+	Key   string
+	Msg   string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.Where != "" {
+		b.WriteString(e.Where + ": ")
+	}
+	if e.Key != "" {
+		b.WriteString("key " + e.Key + ": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Errors is every problem found, printed one per line.
+type Errors []error
+
+func (es Errors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Unwrap lets errors.Is/As look at each problem.
+func (es Errors) Unwrap() []error { return es }
+
+// asErrors turns a problem list into an error, nil when empty.
+func asErrors(es []error) error {
+	if len(es) == 0 {
+		return nil
+	}
+	return Errors(es)
+}

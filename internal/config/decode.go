@@ -1,0 +1,351 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Layers, lowest precedence first; a value remembers the layer that set it.
+const (
+	layerDefault = iota
+	layerFile
+	layerEnv
+	layerFlag
+)
+
+type origin struct {
+	where string // "file.toml:12", "SIMPLETUNER_X", "--port"
+	layer int
+}
+
+// loader fills one config struct and collects every problem on the way.
+type loader struct {
+	fields map[string]reflect.Value // dotted key → settable leaf field
+	tables map[string]bool          // dotted table names ("server")
+	src    map[string]origin
+	errs   []error
+}
+
+var (
+	durationType = reflect.TypeFor[Duration]()
+	secretType   = reflect.TypeFor[Secret]()
+)
+
+func newLoader(cfg any) *loader {
+	l := &loader{fields: map[string]reflect.Value{}, tables: map[string]bool{}, src: map[string]origin{}}
+	walk(reflect.ValueOf(cfg).Elem(), "", func(key string, v reflect.Value, leaf bool) {
+		if leaf {
+			l.fields[key] = v
+		} else {
+			l.tables[key] = true
+		}
+	})
+	return l
+}
+
+// walk visits every toml-tagged field; structs other than Duration are tables.
+func walk(v reflect.Value, prefix string, visit func(key string, v reflect.Value, leaf bool)) {
+	t := v.Type()
+	for i := range t.NumField() {
+		tag := t.Field(i).Tag.Get("toml")
+		if tag == "" || tag == "-" {
+			continue
+		}
+		key := prefix + tag
+		f := v.Field(i)
+		if f.Kind() == reflect.Struct && f.Type() != durationType {
+			visit(key, f, false)
+			walk(f, key+".", visit)
+			continue
+		}
+		visit(key, f, true)
+	}
+}
+
+// keysOf lists the dotted leaf keys of a config type, in declaration order.
+func keysOf(cfg any) []string {
+	var keys []string
+	walk(reflect.ValueOf(cfg).Elem(), "", func(key string, _ reflect.Value, leaf bool) {
+		if leaf {
+			keys = append(keys, key)
+		}
+	})
+	return keys
+}
+
+func (l *loader) errf(key, format string, args ...any) {
+	l.errs = append(l.errs, &Error{Where: l.src[key].where, Key: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (l *loader) errAt(where, key, format string, args ...any) {
+	l.errs = append(l.errs, &Error{Where: where, Key: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+// decodeTOML applies a TOML document. BurntSushi stops at the first type
+// error, so we decode into a generic map and convert key by key ourselves:
+// that way a file with three mistakes yields three errors.
+func (l *loader) decodeTOML(path string, data []byte) {
+	text := string(data)
+	var raw map[string]any
+	md, err := toml.Decode(text, &raw)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			l.errAt(fmt.Sprintf("%s:%d", path, pe.Position.Line), pe.LastKey, "%s", pe.Message)
+		} else {
+			l.errAt(path, "", "%v", err)
+		}
+		return
+	}
+	lines := keyLines(text)
+	where := func(k toml.Key) string {
+		if n := lines.find(k); n > 0 {
+			return fmt.Sprintf("%s:%d", path, n)
+		}
+		return path
+	}
+	for _, k := range md.Keys() {
+		dotted := strings.Join(k, ".")
+		parent := strings.Join(k[:len(k)-1], ".")
+		switch f, ok := l.fields[dotted]; {
+		case ok && len(strings.Split(dotted, ".")) == len(k):
+			val, found := lookup(raw, k)
+			if !found {
+				continue // under an array of tables; the table error covers it
+			}
+			if err := setValue(f, val); err != nil {
+				l.errAt(where(k), dotted, "%v", err)
+				continue
+			}
+			l.src[dotted] = origin{where(k), layerFile}
+		case l.tables[dotted]:
+			if val, _ := lookup(raw, k); !isTable(val) {
+				l.errAt(where(k), dotted, "must be a table ([%s]), got %s", dotted, tomlType(val))
+			}
+		case parent == "" || l.tables[parent]:
+			// Keys under a bad table or inside a map value (labels, env)
+			// are not reported here; only the first unknown level is.
+			l.errAt(where(k), k.String(), "unknown key")
+		}
+	}
+}
+
+func isTable(v any) bool { _, ok := v.(map[string]any); return ok }
+
+func lookup(raw map[string]any, k toml.Key) (any, bool) {
+	var cur any = raw
+	for _, part := range k {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = m[part]; !ok {
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+// setValue stores a decoded TOML value into a leaf field, checking its type.
+func setValue(f reflect.Value, val any) error {
+	switch {
+	case f.Type() == durationType:
+		s, ok := val.(string)
+		if !ok {
+			return fmt.Errorf("want a duration string like \"30s\", got %s", tomlType(val))
+		}
+		var d Duration
+		if err := d.UnmarshalText([]byte(s)); err != nil {
+			return err
+		}
+		f.Set(reflect.ValueOf(d))
+	case f.Kind() == reflect.String:
+		s, ok := val.(string)
+		if !ok {
+			return fmt.Errorf("want a string, got %s", tomlType(val))
+		}
+		f.SetString(s)
+	case f.Kind() == reflect.Bool:
+		b, ok := val.(bool)
+		if !ok {
+			return fmt.Errorf("want true or false, got %s", tomlType(val))
+		}
+		f.SetBool(b)
+	case f.Kind() == reflect.Int || f.Kind() == reflect.Int64:
+		n, ok := val.(int64)
+		if !ok {
+			return fmt.Errorf("want an integer, got %s", tomlType(val))
+		}
+		f.SetInt(n)
+	case f.Kind() == reflect.Slice: // []string
+		arr, ok := val.([]any)
+		if !ok {
+			return fmt.Errorf("want an array of strings, got %s", tomlType(val))
+		}
+		out := make([]string, len(arr))
+		for i, e := range arr {
+			if out[i], ok = e.(string); !ok {
+				return fmt.Errorf("want an array of strings, element %d is %s", i, tomlType(e))
+			}
+		}
+		f.Set(reflect.ValueOf(out))
+	case f.Kind() == reflect.Map: // map[string]string
+		m, ok := val.(map[string]any)
+		if !ok {
+			return fmt.Errorf("want a table of strings like {a = \"b\"}, got %s", tomlType(val))
+		}
+		out := make(map[string]string, len(m))
+		for k, e := range m {
+			if out[k], ok = e.(string); !ok {
+				return fmt.Errorf("want a table of strings, %q is %s", k, tomlType(e))
+			}
+		}
+		f.Set(reflect.ValueOf(out))
+	default:
+		return fmt.Errorf("unsupported field type %s", f.Type()) // a bug in this package
+	}
+	return nil
+}
+
+func tomlType(v any) string {
+	switch v := v.(type) {
+	case string:
+		return "a string"
+	case int64:
+		return "an integer"
+	case float64:
+		return "a float"
+	case bool:
+		return "a boolean"
+	case time.Time:
+		return "a date/time"
+	case []map[string]any:
+		return "an array of tables"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	case nil:
+		return "nothing"
+	default:
+		return fmt.Sprintf("%T", v)
+	}
+}
+
+// setText stores an env or flag value (always a string) into a leaf field.
+// Durations also accept a plain number of seconds ("180"); lists are
+// comma-separated; booleans accept true/false/1/0/yes/no.
+func setText(f reflect.Value, s string) error {
+	switch {
+	case f.Type() == durationType:
+		d, err := parseDurationOrSeconds(s)
+		if err != nil {
+			return err
+		}
+		f.Set(reflect.ValueOf(d))
+	case f.Kind() == reflect.String:
+		f.SetString(s)
+	case f.Kind() == reflect.Bool:
+		b, err := parseBool(s)
+		if err != nil {
+			return err
+		}
+		f.SetBool(b)
+	case f.Kind() == reflect.Int || f.Kind() == reflect.Int64:
+		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		if err != nil {
+			return fmt.Errorf("invalid integer %q", s)
+		}
+		f.SetInt(n)
+	case f.Kind() == reflect.Slice:
+		var out []string
+		for _, p := range strings.Split(s, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+		f.Set(reflect.ValueOf(out))
+	default:
+		return fmt.Errorf("cannot be set from text (%s)", f.Type())
+	}
+	return nil
+}
+
+func parseDurationOrSeconds(s string) (Duration, error) {
+	s = strings.TrimSpace(s)
+	if n, err := strconv.ParseUint(s, 10, 32); err == nil {
+		return D(time.Duration(n) * time.Second), nil
+	}
+	var d Duration
+	err := d.UnmarshalText([]byte(s))
+	return d, err
+}
+
+func parseBool(s string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "true", "1", "yes":
+		return true, nil
+	case "false", "0", "no":
+		return false, nil
+	}
+	return false, fmt.Errorf("invalid boolean %q (want true/false, 1/0 or yes/no)", s)
+}
+
+// keyLineMap maps dotted keys and table names to the line they first appear on.
+type keyLineMap map[string]int
+
+// keyLines finds "key =" lines and [table] headers by scanning the text,
+// since the TOML library keeps key positions private. It is a heuristic (a
+// multi-line string could fool it) good enough to point a human at a line.
+func keyLines(text string) keyLineMap {
+	m := keyLineMap{}
+	add := func(path []string, line int) {
+		k := strings.Join(path, ".")
+		if _, ok := m[k]; !ok {
+			m[k] = line
+		}
+	}
+	var table []string
+	for i, line := range strings.Split(text, "\n") {
+		s := strings.TrimSpace(line)
+		switch {
+		case s == "" || s[0] == '#':
+		case s[0] == '[':
+			end := strings.IndexByte(s, ']')
+			if end < 0 {
+				continue
+			}
+			table = splitKey(strings.TrimLeft(s[:end], "["))
+			add(table, i+1)
+		default:
+			if eq := strings.IndexByte(s, '='); eq > 0 {
+				add(append(append([]string(nil), table...), splitKey(s[:eq])...), i+1)
+			}
+		}
+	}
+	return m
+}
+
+// find returns the line of k, or of its nearest enclosing key or table; 0 if unknown.
+func (m keyLineMap) find(k toml.Key) int {
+	for n := len(k); n > 0; n-- {
+		if line, ok := m[strings.Join(k[:n], ".")]; ok {
+			return line
+		}
+	}
+	return 0
+}
+
+func splitKey(s string) []string {
+	parts := strings.Split(s, ".")
+	for i, p := range parts {
+		parts[i] = strings.Trim(strings.TrimSpace(p), `"'`)
+	}
+	return parts
+}

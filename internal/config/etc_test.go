@@ -1,0 +1,56 @@
+package config
+
+import (
+	"os"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// The packaged files must load cleanly, spell out every key, and hold the
+// built-in defaults (except workerd.toml's persistent = true).
+func TestPackagedFiles(t *testing.T) {
+	t.Parallel()
+	o, _, err := LoadOrchestrator([]string{"--config", "../../etc/orchestratord.toml"}, env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(o, DefaultOrchestrator()) {
+		t.Errorf("etc/orchestratord.toml differs from the defaults:\n%s", o.Redacted())
+	}
+	w, _, err := LoadWorker([]string{"--config", "../../etc/workerd.toml"}, env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := DefaultWorker()
+	want.Worker.Persistent = true
+	if !reflect.DeepEqual(w, want) {
+		t.Errorf("etc/workerd.toml differs from the defaults:\n%s", w.Redacted())
+	}
+	checkAllKeys(t, "../../etc/orchestratord.toml", OrchestratorKeys())
+	checkAllKeys(t, "../../etc/workerd.toml", WorkerKeys())
+}
+
+func checkAllKeys(t *testing.T, path string, keys []string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := keyLines(string(b))
+	for _, k := range keys {
+		if _, ok := lines[k]; !ok {
+			t.Errorf("%s: key %s missing", path, k)
+		}
+	}
+	// Every key line is preceded by a comment line explaining it (or shares
+	// the comment of the key just above).
+	text := strings.Split(string(b), "\n")
+	keyRe := regexp.MustCompile(`^[a-z_]+ =`)
+	for i, line := range text {
+		if keyRe.MatchString(line) && i > 0 && strings.TrimSpace(text[i-1]) == "" {
+			t.Errorf("%s:%d: %q has no comment", path, i+1, line)
+		}
+	}
+}

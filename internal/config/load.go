@@ -1,0 +1,367 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Options are the command-line switches that are not configuration values.
+type Options struct {
+	ConfigPath  string // the file that was (or would have been) read
+	CheckConfig bool   // validate, print Redacted(), exit 0/1
+	Version     bool
+	Verbose     bool // also forces log.level = debug
+	DetectGPUs  bool // worker only: print the GPU inventory and exit
+	Args        []string
+}
+
+// binding ties an environment variable or flag to a dotted config key.
+type binding struct{ name, key string }
+
+var orchestratorEnv = []binding{
+	{"SIMPLETUNER_LISTEN", "server.listen"},
+	{"SIMPLETUNER_DATABASE_URL", "database.url"},
+	{"SIMPLETUNER_STATE_DIR", "paths.state_dir"},
+	{"SIMPLETUNER_CONFIGS_DIR", "paths.configs_dir"},
+	{"SIMPLETUNER_HEARTBEAT_TIMEOUT", "workers.heartbeat_timeout"},
+	{"SIMPLETUNER_LOG_LEVEL", "log.level"},
+	{"SIMPLETUNER_TLS_CERT_FILE", "tls.cert_file"},
+	{"SIMPLETUNER_TLS_KEY_FILE", "tls.key_file"},
+}
+
+var workerEnv = []binding{
+	{"SIMPLETUNER_ORCHESTRATOR_URL", "orchestrator.url"},
+	{"SIMPLETUNER_WORKER_TOKEN", "orchestrator.token"},
+	{"SIMPLETUNER_WORKER_NAME", "worker.name"},
+	{"SIMPLETUNER_WORKER_PERSISTENT", "worker.persistent"},
+	{"SIMPLETUNER_SSL_NO_VERIFY", "orchestrator.insecure_skip_verify"},
+	{"SIMPLETUNER_LOG_LEVEL", "log.level"},
+}
+
+// Flags that map straight onto a key; --host/--port/--ssl/-v are handled by hand.
+var orchestratorFlagKeys = []binding{
+	{"ssl-cert", "tls.cert_file"},
+	{"ssl-key", "tls.key_file"},
+}
+
+var workerFlagKeys = []binding{
+	{"orchestrator-url", "orchestrator.url"},
+	{"worker-token", "orchestrator.token"},
+	{"name", "worker.name"},
+	{"persistent", "worker.persistent"},
+	{"ssl-no-verify", "orchestrator.insecure_skip_verify"},
+}
+
+// textFlag records a flag's raw text so it can be applied after the file and
+// environment, with the same conversion as an environment variable.
+type textFlag struct {
+	val    string
+	isBool bool
+}
+
+func (t *textFlag) String() string     { return t.val }
+func (t *textFlag) Set(s string) error { t.val = s; return nil }
+func (t *textFlag) IsBoolFlag() bool   { return t.isBool }
+
+func commonFlags(fs *flag.FlagSet, o *Options, def string) {
+	fs.StringVar(&o.ConfigPath, "config", def, "configuration `file` (a missing default file means built-in defaults)")
+	fs.BoolVar(&o.CheckConfig, "check-config", false, "validate the configuration, print it with secrets redacted, and exit")
+	fs.BoolVar(&o.Verbose, "v", false, "shorthand for --verbose")
+	fs.BoolVar(&o.Verbose, "verbose", false, "log at debug level")
+	fs.BoolVar(&o.Version, "version", false, "print the version and exit")
+}
+
+func orchestratorFlagSet(o *Options) *flag.FlagSet {
+	fs := flag.NewFlagSet("simpletuner-orchestratord", flag.ContinueOnError)
+	commonFlags(fs, o, DefaultOrchestratorPath)
+	fs.Var(&textFlag{}, "host", "listen `address` (replaces server.listen; keeps its port, else 8001)")
+	fs.Var(&textFlag{}, "port", "listen `port` (replaces server.listen; keeps its host)")
+	fs.Var(&textFlag{isBool: true}, "ssl", "serve HTTPS; needs --ssl-cert and --ssl-key")
+	fs.Var(&textFlag{}, "ssl-cert", "TLS certificate `file` (tls.cert_file)")
+	fs.Var(&textFlag{}, "ssl-key", "TLS key `file` (tls.key_file)")
+	return fs
+}
+
+func workerFlagSet(o *Options) *flag.FlagSet {
+	fs := flag.NewFlagSet("simpletuner-workerd", flag.ContinueOnError)
+	commonFlags(fs, o, DefaultWorkerPath)
+	fs.BoolVar(&o.DetectGPUs, "detect-gpus", false, "print the GPU inventory as JSON and exit")
+	fs.Var(&textFlag{}, "orchestrator-url", "orchestrator `URL` (orchestrator.url)")
+	fs.Var(&textFlag{}, "worker-token", "worker `token` (orchestrator.token; visible in ps, prefer a credential)")
+	fs.Var(&textFlag{}, "name", "worker `name` (worker.name)")
+	fs.Var(&textFlag{isBool: true}, "persistent", "register as a persistent worker (worker.persistent)")
+	fs.Var(&textFlag{isBool: true}, "ssl-no-verify", "skip TLS verification, development only (orchestrator.insecure_skip_verify)")
+	return fs
+}
+
+// parseFlags parses args; usage text travels inside the error so callers
+// (and -h) can print it.
+func parseFlags(fs *flag.FlagSet, args []string) (map[string]bool, error) {
+	var out bytes.Buffer
+	fs.SetOutput(&out)
+	if err := fs.Parse(args); err != nil {
+		out.Reset()
+		fs.PrintDefaults()
+		return nil, fmt.Errorf("%w\nUsage of %s:\n%s", err, fs.Name(), out.String())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set, nil
+}
+
+func flagNames(fs *flag.FlagSet) []string {
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if len(f.Name) == 1 {
+			names = append(names, "-"+f.Name)
+		} else {
+			names = append(names, "--"+f.Name)
+		}
+	})
+	return names
+}
+
+// LoadOrchestrator builds the orchestrator configuration from args (without
+// the program name) and the environment. getenv nil means os.Getenv. Options
+// are filled even when an error is returned, so --version and -h still work;
+// with --version nothing else is read.
+func LoadOrchestrator(args []string, getenv func(string) string) (*Orchestrator, Options, error) {
+	c := DefaultOrchestrator()
+	var opts Options
+	fs := orchestratorFlagSet(&opts)
+	set, err := parseFlags(fs, args)
+	opts.Args = fs.Args()
+	if err != nil || opts.Version {
+		return c, opts, err
+	}
+	getenv = orOSGetenv(getenv)
+	l := newLoader(c)
+	l.loadFile(opts.ConfigPath, set["config"])
+	l.applyEnv(orchestratorEnv, getenv)
+	l.applyFlags(fs, set, orchestratorFlagKeys)
+
+	if set["host"] || set["port"] {
+		l.hostPort(c, fs, set)
+	}
+	if set["ssl"] {
+		if on, err := parseBool(fs.Lookup("ssl").Value.String()); err != nil {
+			l.errAt("--ssl", "", "%v", err)
+		} else if on && !c.TLS.Enabled() {
+			l.errAt("--ssl", "", "needs --ssl-cert and --ssl-key (or tls.cert_file and tls.key_file)")
+		}
+	}
+	if opts.Verbose {
+		c.Log.Level = "debug"
+		l.src["log.level"] = origin{"--verbose", layerFlag}
+	}
+	l.secret("database.url", "database.url_file", "database-url", getenv)
+	c.validate(l)
+	return c, opts, asErrors(l.errs)
+}
+
+// hostPort replaces server.listen with one address built from --host/--port,
+// taking the missing half from the first configured entry.
+func (l *loader) hostPort(c *Orchestrator, fs *flag.FlagSet, set map[string]bool) {
+	host, port := "0.0.0.0", "8001"
+	if len(c.Server.Listen) > 0 {
+		if h, p, err := net.SplitHostPort(c.Server.Listen[0]); err == nil {
+			host, port = h, p
+		}
+	}
+	where := "--host"
+	if set["host"] {
+		host = fs.Lookup("host").Value.String()
+	}
+	if set["port"] {
+		where = "--port"
+		port = fs.Lookup("port").Value.String()
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			l.errAt("--port", "server.listen", "invalid port %q (want 1-65535)", port)
+			return
+		}
+	}
+	c.Server.Listen = []string{net.JoinHostPort(host, port)}
+	l.src["server.listen"] = origin{where, layerFlag}
+}
+
+// LoadWorker builds the worker configuration like LoadOrchestrator does. It
+// does not insist on an orchestrator URL or token (--check-config and
+// --detect-gpus work without them); call Require before connecting.
+func LoadWorker(args []string, getenv func(string) string) (*Worker, Options, error) {
+	c := DefaultWorker()
+	var opts Options
+	fs := workerFlagSet(&opts)
+	set, err := parseFlags(fs, args)
+	opts.Args = fs.Args()
+	if err != nil || opts.Version {
+		return c, opts, err
+	}
+	getenv = orOSGetenv(getenv)
+	l := newLoader(c)
+	l.loadFile(opts.ConfigPath, set["config"])
+	l.applyEnv(workerEnv, getenv)
+	l.applyFlags(fs, set, workerFlagKeys)
+	if opts.Verbose {
+		c.Log.Level = "debug"
+		l.src["log.level"] = origin{"--verbose", layerFlag}
+	}
+	l.secret("orchestrator.token", "orchestrator.token_file", "worker-token", getenv)
+	c.validate(l)
+	return c, opts, asErrors(l.errs)
+}
+
+func orOSGetenv(getenv func(string) string) func(string) string {
+	if getenv == nil {
+		return os.Getenv
+	}
+	return getenv
+}
+
+// loadFile reads and decodes the TOML file. Only a missing default file is
+// fine; a file named with --config must exist.
+func (l *loader) loadFile(path string, explicit bool) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) && !explicit {
+		return
+	}
+	if err != nil {
+		l.errAt(path, "", "cannot read config file: %v", pathErr(err))
+		return
+	}
+	l.decodeTOML(path, data)
+}
+
+func (l *loader) applyEnv(bs []binding, getenv func(string) string) {
+	for _, b := range bs {
+		if v := getenv(b.name); v != "" { // unset and empty are the same
+			l.setText(b.key, v, origin{b.name, layerEnv})
+		}
+	}
+}
+
+func (l *loader) applyFlags(fs *flag.FlagSet, set map[string]bool, bs []binding) {
+	for _, b := range bs {
+		if set[b.name] {
+			l.setText(b.key, fs.Lookup(b.name).Value.String(), origin{"--" + b.name, layerFlag})
+		}
+	}
+}
+
+func (l *loader) setText(key, v string, o origin) {
+	if err := setText(l.fields[key], v); err != nil {
+		l.errAt(o.where, key, "%v", err)
+		return
+	}
+	l.src[key] = o
+}
+
+// secret resolves a secret key: a value from env or flags wins; else the
+// *_file key; else the systemd credential $CREDENTIALS_DIRECTORY/<cred>.
+func (l *loader) secret(key, fileKey, cred string, getenv func(string) string) {
+	f := l.fields[key]
+	path := l.fields[fileKey].String()
+	direct := f.String() != ""
+	switch {
+	case direct && l.src[key].layer > layerFile:
+		return
+	case path != "" && direct:
+		l.errf(fileKey, "set either %s or %s, not both", key, fileKey)
+	case path != "":
+		s, err := readSecret(path)
+		if err != nil {
+			l.errf(fileKey, "cannot read %s: %v", path, err)
+			return
+		}
+		f.SetString(s)
+		l.src[key] = l.src[fileKey]
+	case !direct && getenv("CREDENTIALS_DIRECTORY") != "":
+		p := filepath.Join(getenv("CREDENTIALS_DIRECTORY"), cred)
+		s, err := readSecret(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return
+		}
+		if err != nil {
+			l.errAt(p, key, "cannot read systemd credential %q: %v", cred, err)
+			return
+		}
+		f.SetString(s)
+		l.src[key] = origin{p, layerFile}
+	}
+}
+
+// readSecret reads a one-line secret file, dropping the trailing newline.
+func readSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", pathErr(err)
+	}
+	s := strings.TrimRight(string(b), "\r\n")
+	if s == "" {
+		return "", errors.New("file is empty")
+	}
+	return s, nil
+}
+
+// pathErr drops the path from an *fs.PathError; our messages name it already.
+func pathErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		if errors.Is(pe.Err, fs.ErrNotExist) {
+			return fs.ErrNotExist
+		}
+		return pe.Err
+	}
+	return err
+}
+
+// Redacted is the effective configuration as TOML, secrets shown as "<redacted>".
+func (c *Orchestrator) Redacted() string { return encode(c) }
+
+// Redacted is the effective configuration as TOML, secrets shown as "<redacted>".
+func (c *Worker) Redacted() string { return encode(c) }
+
+func encode(v any) string {
+	var b bytes.Buffer
+	enc := toml.NewEncoder(&b)
+	enc.Indent = ""
+	if err := enc.Encode(v); err != nil {
+		return "# cannot encode configuration: " + err.Error() + "\n"
+	}
+	return b.String()
+}
+
+// OrchestratorKeys lists every orchestratord.toml key, dotted ("server.listen").
+func OrchestratorKeys() []string { return keysOf(DefaultOrchestrator()) }
+
+// WorkerKeys lists every workerd.toml key, dotted ("worker.name").
+func WorkerKeys() []string { return keysOf(DefaultWorker()) }
+
+// OrchestratorEnv lists the environment variables the orchestrator reads.
+func OrchestratorEnv() []string { return bindingNames(orchestratorEnv) }
+
+// WorkerEnv lists the environment variables the worker reads.
+func WorkerEnv() []string { return bindingNames(workerEnv) }
+
+// OrchestratorFlags lists the orchestrator's flags ("--host", "-v").
+func OrchestratorFlags() []string { return flagNames(orchestratorFlagSet(&Options{})) }
+
+// WorkerFlags lists the worker's flags ("--name", "-v").
+func WorkerFlags() []string { return flagNames(workerFlagSet(&Options{})) }
+
+func bindingNames(bs []binding) []string {
+	names := make([]string, len(bs))
+	for i, b := range bs {
+		names[i] = b.name
+	}
+	return names
+}

@@ -1,0 +1,222 @@
+package config
+
+import (
+	"maps"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Validate checks a configuration built in code (tests, other packages).
+// Loaded configurations are already validated.
+func (c *Orchestrator) Validate() error {
+	l := newLoader(c)
+	c.validate(l)
+	return asErrors(l.errs)
+}
+
+// Validate checks a configuration built in code; see Require for run time.
+func (c *Worker) Validate() error {
+	l := newLoader(c)
+	c.validate(l)
+	return asErrors(l.errs)
+}
+
+// Require reports what the worker needs before it can connect: an
+// orchestrator URL and a token. Validation alone does not demand them.
+func (c *Worker) Require() error {
+	var errs []error
+	if c.Orchestrator.URL == "" {
+		errs = append(errs, &Error{Key: "orchestrator.url", Msg: "not set (config file, SIMPLETUNER_ORCHESTRATOR_URL or --orchestrator-url)"})
+	}
+	if c.Orchestrator.Token == "" {
+		errs = append(errs, &Error{Key: "orchestrator.token", Msg: `not set (token, token_file, systemd credential "worker-token", SIMPLETUNER_WORKER_TOKEN or --worker-token)`})
+	}
+	return asErrors(errs)
+}
+
+func (c *Orchestrator) validate(l *loader) {
+	l.positiveDurations()
+	for _, a := range c.Server.Listen {
+		if msg := checkHostPort(a); msg != "" {
+			l.errf("server.listen", "%q: %s", a, msg)
+		}
+	}
+	if s := c.Server.AdminSocket; s != "" && !filepath.IsAbs(s) {
+		l.errf("server.admin_socket", "%q must be an absolute path (or \"\" to disable)", s)
+	}
+	l.positive("server.max_body_bytes", c.Server.MaxBodyBytes)
+
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		key := "tls.cert_file"
+		if c.TLS.CertFile == "" {
+			key = "tls.key_file"
+		}
+		l.errf(key, "tls.cert_file and tls.key_file must be set together")
+	}
+	if c.TLS.ClientCAFile != "" && !c.TLS.Enabled() {
+		l.errf("tls.client_ca_file", "needs tls.cert_file and tls.key_file")
+	}
+	l.readable("tls.cert_file", c.TLS.CertFile)
+	l.readable("tls.key_file", c.TLS.KeyFile)
+	l.readable("tls.client_ca_file", c.TLS.ClientCAFile)
+
+	if msg := checkDatabaseURL(c.Database.URL.Value()); msg != "" {
+		l.errf("database.url", "%s", msg)
+	}
+	l.nonEmpty("paths.state_dir", c.Paths.StateDir)
+	l.nonEmpty("paths.configs_dir", c.Paths.ConfigsDir)
+
+	if w := c.Workers; w.HeartbeatTimeout.Duration > 0 && w.HeartbeatTimeout.Duration <= w.HeartbeatInterval.Duration {
+		key := "workers.heartbeat_timeout" // blame whichever was set last
+		if l.src["workers.heartbeat_interval"].layer > l.src[key].layer {
+			key = "workers.heartbeat_interval"
+		}
+		l.errf(key, "heartbeat_timeout (%v) must be longer than heartbeat_interval (%v)", w.HeartbeatTimeout, w.HeartbeatInterval)
+	}
+	if c.Jobs.MaxRetries < 0 {
+		l.errf("jobs.max_retries", "must be 0 or more, got %d", c.Jobs.MaxRetries)
+	}
+	l.positive("jobs.log_limit_bytes", c.Jobs.LogLimitBytes)
+	l.positive("auth.failures_per_minute", int64(c.Auth.FailuresPerMinute))
+	l.validateLog(c.Log)
+	if a := c.Metrics.Listen; a != "" {
+		if msg := checkHostPort(a); msg != "" {
+			l.errf("metrics.listen", "%q: %s (or \"\" to disable)", a, msg)
+		}
+	}
+}
+
+func (c *Worker) validate(l *loader) {
+	l.positiveDurations()
+	if u := c.Orchestrator.URL; u != "" {
+		if msg := checkOrchestratorURL(u); msg != "" {
+			l.errf("orchestrator.url", "%q: %s", u, msg)
+		}
+	}
+	l.readable("orchestrator.ca_file", c.Orchestrator.CAFile)
+	for _, k := range slices.Sorted(maps.Keys(c.Worker.Labels)) {
+		if k == "" {
+			l.errf("worker.labels", "label names must not be empty")
+		}
+	}
+	l.nonEmpty("worker.state_dir", c.Worker.StateDir)
+	if len(c.Job.Command) == 0 || c.Job.Command[0] == "" {
+		l.errf("job.command", "must name a program, e.g. [\"python3\", \"-m\", \"simpletuner.train\"]")
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.Job.Env)) {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			l.errf("job.env", "%q is not a valid environment variable name", k)
+		}
+	}
+	l.positive("job.log_limit_bytes", c.Job.LogLimitBytes)
+	if !slices.Contains([]string{"nvml", "none"}, c.GPU.Backend) {
+		l.errf("gpu.backend", "%q is not one of nvml, none", c.GPU.Backend)
+	}
+	l.validateLog(c.Log)
+}
+
+func (l *loader) validateLog(c LogConfig) {
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Level) {
+		l.errf("log.level", "%q is not one of debug, info, warn, error", c.Level)
+	}
+	if !slices.Contains([]string{"auto", "text", "json"}, c.Format) {
+		l.errf("log.format", "%q is not one of auto, text, json", c.Format)
+	}
+}
+
+// positiveDurations: every duration in both configs must be > 0 (negative
+// ones were refused when parsed).
+func (l *loader) positiveDurations() {
+	for _, key := range slices.Sorted(maps.Keys(l.fields)) {
+		if f := l.fields[key]; f.Type() == durationType && f.Interface().(Duration).Duration <= 0 {
+			l.errf(key, "must be greater than 0")
+		}
+	}
+}
+
+func (l *loader) positive(key string, n int64) {
+	if n <= 0 {
+		l.errf(key, "must be greater than 0, got %d", n)
+	}
+}
+
+func (l *loader) nonEmpty(key, s string) {
+	if s == "" {
+		l.errf(key, "must not be empty")
+	}
+}
+
+// readable checks that a referenced file can be opened, so --check-config
+// catches a wrong path before the daemon starts.
+func (l *loader) readable(key, path string) {
+	if path == "" {
+		return
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		l.errf(key, "cannot read %s: %v", path, pathErr(err))
+		return
+	}
+	f.Close()
+}
+
+func checkHostPort(a string) string {
+	_, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return "want host:port, e.g. \"0.0.0.0:8001\" or \"[::1]:8001\""
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return "port must be a number from 0 to 65535"
+	}
+	return ""
+}
+
+// checkDatabaseURL never echoes the URL: it may hold a password.
+func checkDatabaseURL(u string) string {
+	if u == "" {
+		return ""
+	}
+	scheme, rest, ok := strings.Cut(u, "://")
+	switch strings.ToLower(scheme) {
+	case "postgres", "postgresql":
+		if ok {
+			return ""
+		}
+	case "sqlite":
+		if ok && rest != "" {
+			return ""
+		}
+		if ok {
+			return "sqlite:// needs a path, e.g. sqlite:///var/lib/simpletuner/orchestrator.db"
+		}
+	}
+	return "want \"\" (SQLite in state_dir), postgres://, postgresql:// or sqlite:///path"
+}
+
+func checkOrchestratorURL(s string) string {
+	if !strings.Contains(s, "://") {
+		return "missing scheme; want http://, https:// or unix://"
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "not a valid URL"
+	}
+	switch u.Scheme {
+	case "http", "https":
+		if u.Host == "" {
+			return "missing host"
+		}
+	case "unix":
+		if u.Path == "" {
+			return "missing socket path, e.g. unix:///run/simpletuner/orchestratord.sock"
+		}
+	default:
+		return "unsupported scheme " + strconv.Quote(u.Scheme) + "; want http://, https:// or unix://"
+	}
+	return ""
+}

@@ -1,0 +1,409 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/julienschmidt/httprouter"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+// queryInt parses an optional integer query parameter within [lo, hi].
+func queryInt(r *http.Request, name string, def, lo, hi int) (int, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		return 0, invalid("query parameter %q must be an integer from %d to %d", name, lo, hi)
+	}
+	return n, nil
+}
+
+func (s *Server) loadWorker(r *http.Request, id string) (store.Worker, error) {
+	wk, err := s.store.GetWorker(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		return wk, notFound("Worker not found: %s", id)
+	}
+	return wk, err
+}
+
+func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ auth.Principal) error {
+	status := r.URL.Query().Get("status")
+	if status == "" {
+		status = r.URL.Query().Get("status_filter") // upstream's name
+	}
+	f := store.WorkerFilter{Status: protocol.WorkerStatus(strings.ToLower(status))}
+	if status != "" && !f.Status.Valid() {
+		return invalid("query parameter \"status\" must be one of connecting, idle, busy, draining, offline; got %q", status)
+	}
+	var err error
+	if f.Limit, err = queryInt(r, "limit", 100, 1, 1000); err != nil {
+		return err
+	}
+	if f.Offset, err = queryInt(r, "offset", 0, 0, 1<<30); err != nil {
+		return err
+	}
+	ws, total, err := s.store.ListWorkers(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	views := make([]workerView, 0, len(ws))
+	for _, wk := range ws {
+		views = append(views, s.workerView(wk))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"workers": views, "total": total})
+	return nil
+}
+
+func (s *Server) getWorker(w http.ResponseWriter, r *http.Request, ps httprouter.Params, _ auth.Principal) error {
+	wk, err := s.loadWorker(r, ps.ByName("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, s.workerView(wk))
+	return nil
+}
+
+type createWorkerRequest struct {
+	Name       *string             `json:"name"`
+	WorkerType protocol.WorkerType `json:"worker_type"`
+	Labels     map[string]string   `json:"labels"`
+}
+
+func (s *Server) baseURL(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	host := r.Host
+	if _, local := peerOf(r); local || host == "" {
+		return "unix://" + s.adminSocketPath
+	}
+	return scheme + "://" + host
+}
+
+func connectionCommand(base, token string) string {
+	return "simpletuner worker --orchestrator-url " + base + " --worker-token " + token
+}
+
+func (s *Server) createWorker(w http.ResponseWriter, r *http.Request, _ httprouter.Params, p auth.Principal) error {
+	var req createWorkerRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	if req.Name == nil || strings.TrimSpace(*req.Name) == "" {
+		return invalid("field \"name\" is required")
+	}
+	if req.WorkerType == "" {
+		req.WorkerType = protocol.Persistent
+	}
+	if !req.WorkerType.Valid() {
+		return invalid("field \"worker_type\" must be \"persistent\" or \"ephemeral\"; got %q", req.WorkerType)
+	}
+	if err := validLabels("labels", req.Labels); err != nil {
+		return err
+	}
+	token := auth.NewWorkerToken()
+	wk := store.Worker{
+		ID: protocol.NewWorkerID(), Name: strings.TrimSpace(*req.Name), Type: req.WorkerType,
+		Status: protocol.WorkerConnecting, GPUInfo: json.RawMessage(`{}`),
+		Labels: copyLabels(req.Labels), AdminLabels: copyLabels(req.Labels),
+		CreatedAt: time.Now().UTC(), CreatedBy: p.Actor(),
+	}
+	rec := audit.New(p.Actor(), peerIP(r), "worker.create", "worker", wk.ID, audit.Success,
+		map[string]any{"name": wk.Name, "worker_type": wk.Type, "labels": wk.Labels, "token": auth.Accessor(token)})
+	if err := s.store.CreateWorker(r.Context(), wk, auth.Hash(token), &rec); err != nil {
+		return err
+	}
+	s.log.Info("worker created", "worker_id", wk.ID, "name", wk.Name, "by", p.Actor())
+	writeJSON(w, http.StatusCreated, map[string]any{
+		"worker_id": wk.ID, "id": wk.ID, "name": wk.Name, "worker_type": wk.Type, "labels": wk.Labels,
+		"token": token, "connection_command": connectionCommand(s.baseURL(r), token),
+	})
+	return nil
+}
+
+func validLabels(field string, labels map[string]string) error {
+	for k, v := range labels {
+		if strings.TrimSpace(k) == "" {
+			return invalid("field %q has an empty key", field)
+		}
+		if len(k) > 128 || len(v) > 256 {
+			return invalid("field %q: key %q or its value is too long (128/256 characters at most)", field, k)
+		}
+	}
+	return nil
+}
+
+func copyLabels(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+type patchWorkerRequest struct {
+	Name       *string             `json:"name"`
+	Labels     *map[string]string  `json:"labels"`
+	WorkerType protocol.WorkerType `json:"worker_type"`
+}
+
+func (s *Server) patchWorker(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
+	var req patchWorkerRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	if req.Name != nil && strings.TrimSpace(*req.Name) == "" {
+		return invalid("field \"name\" must not be empty")
+	}
+	if req.WorkerType != "" && !req.WorkerType.Valid() {
+		return invalid("field \"worker_type\" must be \"persistent\" or \"ephemeral\"; got %q", req.WorkerType)
+	}
+	if req.Labels != nil {
+		if err := validLabels("labels", *req.Labels); err != nil {
+			return err
+		}
+	}
+	id := ps.ByName("id")
+	if _, err := s.loadWorker(r, id); err != nil {
+		return err
+	}
+	wk, err := s.store.UpdateWorker(r.Context(), id, func(cur *store.Worker) (*audit.Record, error) {
+		if req.Name != nil {
+			cur.Name = strings.TrimSpace(*req.Name)
+		}
+		if req.WorkerType != "" {
+			cur.Type = req.WorkerType
+		}
+		if req.Labels != nil {
+			// Keep what the worker reported for keys the admin never owned.
+			reported := map[string]string{}
+			for k, v := range cur.Labels {
+				if _, owned := cur.AdminLabels[k]; !owned {
+					reported[k] = v
+				}
+			}
+			cur.AdminLabels = copyLabels(*req.Labels)
+			cur.Labels = mergeLabels(nil, cur.AdminLabels, reported)
+		}
+		rec := audit.New(p.Actor(), peerIP(r), "worker.update", "worker", id, audit.Success,
+			map[string]any{"name": req.Name, "labels": req.Labels, "worker_type": req.WorkerType})
+		return &rec, nil
+	})
+	if err != nil {
+		return err
+	}
+	s.Wake()
+	writeJSON(w, http.StatusOK, s.workerView(wk))
+	return nil
+}
+
+func (s *Server) deleteWorker(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
+	ctx := r.Context()
+	wk, err := s.loadWorker(r, ps.ByName("id"))
+	if err != nil {
+		return err
+	}
+	force := r.URL.Query().Get("force")
+	forced := force == "true" || force == "1"
+	if wk.Status != protocol.WorkerOffline && wk.Status != protocol.WorkerConnecting && !forced {
+		return conflict("worker %s is %s; only an offline worker can be deleted (use ?force=true to delete it anyway)", wk.ID, wk.Status)
+	}
+	if forced {
+		s.sendToWorker(wk.ID, protocol.EventShutdown, protocol.NewShutdownEvent("worker_deleted"))
+		s.closeWorkerStream(wk.ID, "worker deleted")
+		active, _, err := s.store.ListJobs(ctx, store.JobFilter{WorkerID: wk.ID, Statuses: activeStatuses})
+		if err != nil {
+			return err
+		}
+		for _, j := range active {
+			_, _, err := s.updateJob(ctx, j.ID, func(cur store.Job) (*store.JobTransition, error) {
+				if cur.WorkerID != wk.ID || !cur.Status.Active() {
+					return nil, nil
+				}
+				// An admin removed the worker: requeue without spending a retry.
+				t := &store.JobTransition{To: protocol.JobQueued, EndAttempt: protocol.OutcomeWorkerLost,
+					Error: ptr("worker " + wk.ID + " was deleted by an admin; requeued")}
+				if cur.Status == protocol.JobCanceling {
+					t.To, t.EndAttempt = protocol.JobCancelled, protocol.OutcomeCancelled
+				}
+				t.Audit = transitionAudit(p.Actor(), peerIP(r), cur, t.To, map[string]any{"reason": "worker deleted"})
+				return t, nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	rec := audit.New(p.Actor(), peerIP(r), "worker.delete", "worker", wk.ID, audit.Success,
+		map[string]any{"name": wk.Name, "force": forced})
+	if err := s.store.DeleteWorker(ctx, wk.ID, &rec); err != nil {
+		return err
+	}
+	s.log.Info("worker deleted", "worker_id", wk.ID, "force", forced, "by", p.Actor())
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "worker_id": wk.ID})
+	return nil
+}
+
+func (s *Server) drainWorker(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
+	id := ps.ByName("id")
+	if _, err := s.loadWorker(r, id); err != nil {
+		return err
+	}
+	wk, err := s.store.UpdateWorker(r.Context(), id, func(cur *store.Worker) (*audit.Record, error) {
+		cur.Status = protocol.WorkerDraining
+		rec := audit.New(p.Actor(), peerIP(r), "worker.drain", "worker", id, audit.Success, map[string]string{"name": cur.Name})
+		return &rec, nil
+	})
+	if err != nil {
+		return err
+	}
+	s.sendToWorker(id, protocol.EventDrain, protocol.DrainEvent{Type: protocol.EventDrain, Reason: "drained by " + p.Actor()})
+	if wk.Type == protocol.Ephemeral && wk.CurrentJobID == "" {
+		s.sendToWorker(id, protocol.EventShutdown, protocol.NewShutdownEvent("drained"))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "worker_id": id, "status": wk.Status})
+	return nil
+}
+
+func (s *Server) resumeWorker(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
+	id := ps.ByName("id")
+	if _, err := s.loadWorker(r, id); err != nil {
+		return err
+	}
+	wk, err := s.store.UpdateWorker(r.Context(), id, func(cur *store.Worker) (*audit.Record, error) {
+		if cur.Status != protocol.WorkerDraining {
+			return nil, conflict("worker %s is %s, not draining", id, cur.Status)
+		}
+		cur.Status = protocol.WorkerIdle
+		if cur.CurrentJobID != "" {
+			cur.Status = protocol.WorkerBusy
+		}
+		rec := audit.New(p.Actor(), peerIP(r), "worker.resume", "worker", id, audit.Success, map[string]string{"name": cur.Name})
+		return &rec, nil
+	})
+	if err != nil {
+		return err
+	}
+	s.Wake()
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "worker_id": id, "status": wk.Status})
+	return nil
+}
+
+func (s *Server) rotateToken(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
+	wk, err := s.loadWorker(r, ps.ByName("id"))
+	if err != nil {
+		return err
+	}
+	token := auth.NewWorkerToken()
+	rec := audit.New(p.Actor(), peerIP(r), "worker.token_rotate", "worker", wk.ID, audit.Success,
+		map[string]string{"name": wk.Name, "token": auth.Accessor(token)})
+	if err := s.store.SetWorkerTokenHash(r.Context(), wk.ID, auth.Hash(token), &rec); err != nil {
+		return err
+	}
+	// The old token is dead: so is the stream it opened.
+	s.closeWorkerStream(wk.ID, "token rotated")
+	s.log.Info("worker token rotated", "worker_id", wk.ID, "by", p.Actor())
+	writeJSON(w, http.StatusOK, map[string]any{"worker_id": wk.ID, "token": token, "connection_command": connectionCommand(s.baseURL(r), token)})
+	return nil
+}
+
+func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ auth.Principal) error {
+	since, err := queryInt(r, "since", 0, 0, 1<<62)
+	if err != nil {
+		return err
+	}
+	limit, err := queryInt(r, "limit", 100, 1, 1000)
+	if err != nil {
+		return err
+	}
+	recs, err := s.store.ListAudit(r.Context(), int64(since), limit)
+	if err != nil {
+		return err
+	}
+	if recs == nil {
+		recs = []audit.Record{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"records": recs, "count": len(recs)})
+	return nil
+}
+
+type createTokenRequest struct {
+	Name   string   `json:"name"`
+	Scopes []string `json:"scopes"`
+}
+
+// NewAdminToken creates an admin token (used by the API and the CLI).
+func NewAdminToken(name string, scopes []string) (store.AdminToken, string, error) {
+	if strings.TrimSpace(name) == "" {
+		return store.AdminToken{}, "", invalid("field \"name\" is required")
+	}
+	if len(scopes) == 0 {
+		return store.AdminToken{}, "", invalid("field \"scopes\" needs at least one scope (%s)", strings.Join(auth.AllScopes(), ", "))
+	}
+	for _, sc := range scopes {
+		if !auth.ValidScope(sc) {
+			return store.AdminToken{}, "", invalid("unknown scope %q; known scopes: %s", sc, strings.Join(auth.AllScopes(), ", "))
+		}
+	}
+	token := auth.NewAdminToken()
+	id := strings.Replace(protocol.NewJobID(), "j_", "tok_", 1)
+	return store.AdminToken{ID: id, Name: strings.TrimSpace(name), Scopes: scopes, Hash: auth.Hash(token), CreatedAt: time.Now().UTC()}, token, nil
+}
+
+func (s *Server) createAdminToken(w http.ResponseWriter, r *http.Request, _ httprouter.Params, p auth.Principal) error {
+	var req createTokenRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	t, token, err := NewAdminToken(req.Name, req.Scopes)
+	if err != nil {
+		return err
+	}
+	rec := audit.New(p.Actor(), peerIP(r), "admin_token.create", "admin_token", t.ID, audit.Success,
+		map[string]any{"name": t.Name, "scopes": t.Scopes, "token": auth.Accessor(token)})
+	if err := s.store.CreateAdminToken(r.Context(), t, &rec); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"id": t.ID, "name": t.Name, "scopes": t.Scopes, "token": token})
+	return nil
+}
+
+func (s *Server) listAdminTokens(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ auth.Principal) error {
+	ts, err := s.store.ListAdminTokens(r.Context())
+	if err != nil {
+		return err
+	}
+	out := make([]map[string]any, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, map[string]any{"id": t.ID, "name": t.Name, "scopes": t.Scopes,
+			"created_at": protocol.Time(t.CreatedAt), "revoked_at": timePtr(t.RevokedAt)})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tokens": out})
+	return nil
+}
+
+func (s *Server) revokeAdminToken(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
+	id := ps.ByName("id")
+	rec := audit.New(p.Actor(), peerIP(r), "admin_token.revoke", "admin_token", id, audit.Success, nil)
+	err := s.store.RevokeAdminToken(r.Context(), id, &rec)
+	if errors.Is(err, store.ErrNotFound) {
+		return notFound("admin token not found: %s", id)
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "id": id})
+	return nil
+}

@@ -1,0 +1,171 @@
+package orchestrator
+
+import (
+	"errors"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/julienschmidt/httprouter"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+type workerHandler func(w http.ResponseWriter, r *http.Request, ps httprouter.Params, wk store.Worker) error
+type adminHandler func(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error
+
+// peerIP is the client's address without the port ("local" on the unix socket).
+func peerIP(r *http.Request) string {
+	if _, ok := peerOf(r); ok {
+		return "local"
+	}
+	return auth.PeerKey(r.RemoteAddr)
+}
+
+// rateLimited answers 429 when the peer has failed too often. A well-formed
+// credential still gets its lookup, so a valid one is never locked out; garbage
+// from a flooding peer costs no database work.
+func (s *Server) rateLimited(w http.ResponseWriter, r *http.Request, token string) bool {
+	wait, blocked := s.limiter.Blocked(peerIP(r))
+	if !blocked || auth.WellFormed(token) {
+		return false
+	}
+	s.tooMany(w, r, wait)
+	return true
+}
+
+func (s *Server) tooMany(w http.ResponseWriter, r *http.Request, wait time.Duration) {
+	s.metrics.AuthFailures.Add(1)
+	w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+	s.writeError(w, r, errorf(http.StatusTooManyRequests, protocol.CodeRateLimited, "too many failed authentication attempts from %s; retry later", peerIP(r)))
+}
+
+// authFailed records a failed credential and answers 401 (or 429 once over the limit).
+func (s *Server) authFailed(w http.ResponseWriter, r *http.Request, code, detail string) {
+	ip := peerIP(r)
+	s.limiter.Fail(ip)
+	s.metrics.AuthFailures.Add(1)
+	if wait, blocked := s.limiter.Blocked(ip); blocked {
+		s.tooMany(w, r, wait)
+		return
+	}
+	s.writeError(w, r, errorf(http.StatusUnauthorized, code, "%s", detail))
+}
+
+// worker authenticates X-Worker-Token and passes the worker on.
+func (s *Server) worker(h workerHandler) httprouter.Handle {
+	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+		token := strings.TrimSpace(r.Header.Get("X-Worker-Token"))
+		if s.rateLimited(w, r, token) {
+			return
+		}
+		wk, err := s.workerByToken(r, token)
+		if err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				s.authFailed(w, r, protocol.CodeInvalidToken, "Invalid worker token")
+				if r.URL.Path == "/api/workers/register" {
+					rec := audit.New("anonymous", peerIP(r), "worker.register", "worker", "", audit.Failure,
+						map[string]string{"reason": "invalid token", "token": tokenAccessor(token)})
+					if err := s.store.AppendAudit(r.Context(), rec); err != nil {
+						s.log.Warn("audit write failed", "err", err)
+					}
+				}
+				return
+			}
+			s.writeError(w, r, err)
+			return
+		}
+		if err := h(w, r, ps, wk); err != nil {
+			s.writeError(w, r, err)
+		}
+	}
+}
+
+func tokenAccessor(token string) string {
+	if token == "" {
+		return "(none)"
+	}
+	return auth.Accessor(token)
+}
+
+func (s *Server) workerByToken(r *http.Request, token string) (store.Worker, error) {
+	if token == "" {
+		return store.Worker{}, store.ErrNotFound
+	}
+	hash := auth.Hash(token)
+	wk, err := s.store.GetWorkerByTokenHash(r.Context(), hash)
+	if err != nil {
+		return wk, err
+	}
+	// The lookup is by digest; compare again in constant time so a backend
+	// that matched loosely can never let a different token through.
+	if !auth.Equal(wk.TokenHash, hash) {
+		return store.Worker{}, store.ErrNotFound
+	}
+	return wk, nil
+}
+
+// admin authenticates an admin credential (or the local socket's peer) and
+// checks scope.
+func (s *Server) admin(scope string, h adminHandler) httprouter.Handle {
+	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+		p, err := s.principal(w, r)
+		if err != nil {
+			if err != errAnswered {
+				s.writeError(w, r, err)
+			}
+			return
+		}
+		if !p.Has(scope) {
+			s.writeError(w, r, errorf(http.StatusForbidden, protocol.CodeForbidden, "this credential lacks the scope %q", scope))
+			return
+		}
+		if err := h(w, r, ps, p); err != nil {
+			s.writeError(w, r, err)
+		}
+	}
+}
+
+// errAnswered means the response was already written.
+var errAnswered = errors.New("answered")
+
+func (s *Server) principal(w http.ResponseWriter, r *http.Request) (auth.Principal, error) {
+	if peer, ok := peerOf(r); ok {
+		if !peer.allowed {
+			return auth.Principal{}, errorf(http.StatusForbidden, protocol.CodeForbidden,
+				"uid %d is neither root nor a member of the group %q", peer.uid, s.options().AdminGroup)
+		}
+		return auth.LocalPrincipal(peer.uid, true), nil
+	}
+	token := strings.TrimSpace(r.Header.Get("X-API-Key"))
+	if h := r.Header.Get("Authorization"); token == "" && h != "" {
+		scheme, rest, _ := strings.Cut(h, " ")
+		if !strings.EqualFold(scheme, "Bearer") {
+			return auth.Principal{}, errorf(http.StatusUnauthorized, protocol.CodeUnauthorized, "the Authorization header must use the Bearer scheme")
+		}
+		token = strings.TrimSpace(rest)
+	}
+	if token == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="simpletuner"`)
+		return auth.Principal{}, errorf(http.StatusUnauthorized, protocol.CodeUnauthorized,
+			"authentication required: send an admin token as 'Authorization: Bearer sta_…' or 'X-API-Key'")
+	}
+	if s.rateLimited(w, r, token) {
+		return auth.Principal{}, errAnswered
+	}
+	hash := auth.Hash(token)
+	t, err := s.store.GetAdminTokenByHash(r.Context(), hash)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return auth.Principal{}, err
+	}
+	if err != nil || t.RevokedAt != nil || !auth.Equal(t.Hash, hash) {
+		s.authFailed(w, r, protocol.CodeUnauthorized, "unknown or revoked admin token")
+		return auth.Principal{}, errAnswered
+	}
+	return auth.Principal{Kind: "admin_token", ID: t.ID, Name: t.Name, Scopes: t.Scopes}, nil
+}

@@ -1,0 +1,379 @@
+package orchestrator
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store/postgres"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store/sqlite"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// backends opens a fresh store of each kind.
+var backends = map[string]func(t testing.TB) store.Store{
+	"sqlite": func(t testing.TB) store.Store {
+		st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "o.db"), slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	},
+	"postgres": func(t testing.TB) store.Store {
+		st, err := postgres.Open(context.Background(), pgtest.Start(t), slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	},
+}
+
+// forEachStore runs fn once per backend, as parallel subtests.
+func forEachStore(t *testing.T, fn func(t *testing.T, open func(t testing.TB) store.Store)) {
+	t.Helper()
+	for _, name := range []string{"sqlite", "postgres"} {
+		open := backends[name]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, open)
+		})
+	}
+}
+
+// testOptions are production options with every timer scaled down.
+func testOptions(t testing.TB) Options {
+	o := DefaultOptions()
+	o.InstanceID = "test-" + t.Name()
+	o.ConfigsDir = t.TempDir()
+	o.HeartbeatInterval = 100 * time.Millisecond
+	o.HeartbeatTimeout = 600 * time.Millisecond
+	o.HealthCheckInterval = 100 * time.Millisecond
+	o.StartupGrace = 0
+	o.AckTimeout = 2 * time.Second
+	o.PingInterval = 200 * time.Millisecond
+	o.SchedulerInterval = 100 * time.Millisecond
+	o.CancelGrace = 200 * time.Millisecond
+	o.CancelReportTimeout = 300 * time.Millisecond
+	o.EphemeralCleanupAfter = time.Hour
+	return o
+}
+
+type env struct {
+	t      testing.TB
+	srv    *Server
+	st     store.Store
+	url    string
+	admin  string // admin token with every scope
+	http   *httptest.Server
+	cancel context.CancelFunc
+	logs   *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// setup starts an orchestrator over a real store on a loopback HTTP server.
+func setup(t testing.TB, st store.Store, mutate ...func(*Options)) *env {
+	t.Helper()
+	opt := testOptions(t)
+	for _, m := range mutate {
+		m(&opt)
+	}
+	return startEnv(t, st, opt)
+}
+
+func startEnv(t testing.TB, st store.Store, opt Options) *env {
+	t.Helper()
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	srv := New(st, opt, log)
+	hs := httptest.NewServer(srv.Handler())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Run(ctx); close(done) }()
+	e := &env{t: t, srv: srv, st: st, url: hs.URL, http: hs, cancel: cancel, logs: logs}
+	t.Cleanup(func() {
+		srv.BeginShutdown()
+		hs.CloseClientConnections()
+		hs.Close()
+		cancel()
+		<-done
+	})
+	tok, token, err := NewAdminToken("test-admin", []string{auth.ScopeAll})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateAdminToken(context.Background(), tok, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.admin = token
+	return e
+}
+
+type resp struct {
+	Status int
+	Header http.Header
+	Body   []byte
+	JSON   map[string]any
+}
+
+func (e *env) do(method, path string, headers map[string]string, body any) resp {
+	e.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		data, _ := json.Marshal(b)
+		rd = bytes.NewReader(data)
+	}
+	req, _ := http.NewRequest(method, e.url+path, rd)
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	r := resp{Status: res.StatusCode, Header: res.Header, Body: data}
+	_ = json.Unmarshal(data, &r.JSON)
+	return r
+}
+
+func (e *env) adminDo(method, path string, body any) resp {
+	e.t.Helper()
+	return e.do(method, path, map[string]string{"Authorization": "Bearer " + e.admin}, body)
+}
+
+func (e *env) must(r resp, status int) resp {
+	e.t.Helper()
+	if r.Status != status {
+		e.t.Fatalf("got HTTP %d, want %d: %s", r.Status, status, r.Body)
+	}
+	return r
+}
+
+// createWorker makes a worker through the admin API and returns id and token.
+func (e *env) createWorker(name, typ string, labels map[string]string) (string, string) {
+	e.t.Helper()
+	r := e.must(e.adminDo("POST", "/api/admin/workers", map[string]any{"name": name, "worker_type": typ, "labels": labels}), 201)
+	return r.JSON["worker_id"].(string), r.JSON["token"].(string)
+}
+
+func (e *env) submit(body map[string]any) string {
+	e.t.Helper()
+	if _, ok := body["config"]; !ok {
+		if _, ok := body["config_name"]; !ok {
+			body["config"] = map[string]any{"model_type": "lora"}
+		}
+	}
+	r := e.must(e.adminDo("POST", "/api/queue/submit", body), 201)
+	return r.JSON["job_id"].(string)
+}
+
+func (e *env) job(id string) map[string]any {
+	e.t.Helper()
+	return e.must(e.adminDo("GET", "/api/queue/"+id, nil), 200).JSON
+}
+
+func (e *env) worker(id string) map[string]any {
+	e.t.Helper()
+	return e.must(e.adminDo("GET", "/api/admin/workers/"+id, nil), 200).JSON
+}
+
+// eventually polls cond until it holds or the timeout passes.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// agent is a test client that speaks like SimpleTuner's Python agent: it reads
+// only lines starting with "data: " and dispatches on the JSON "type".
+type agent struct {
+	e        *env
+	id       string
+	token    string
+	protocol int
+	events   chan map[string]any
+	closed   chan struct{}
+	cancel   context.CancelFunc
+}
+
+func (e *env) newAgent(id, token string, protocol int) *agent {
+	return &agent{e: e, id: id, token: token, protocol: protocol}
+}
+
+func (a *agent) hdr() map[string]string { return map[string]string{"X-Worker-Token": a.token} }
+
+func (a *agent) register(extra map[string]any) resp {
+	a.e.t.Helper()
+	body := map[string]any{"name": "gpu-host", "persistent": false, "current_job_id": nil,
+		"gpu_info": map[string]any{"name": "NVIDIA A100-SXM4-80GB", "vram_gb": 85.1, "count": 2, "driver": "550.54", "accelerator": "cuda"}}
+	if a.protocol >= 2 {
+		body["protocol"] = 2
+	}
+	for k, v := range extra {
+		body[k] = v
+	}
+	return a.e.do("POST", "/api/workers/register", a.hdr(), body)
+}
+
+// connect opens the SSE stream and returns once the server accepted it.
+func (a *agent) connect() {
+	a.e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", a.e.url+"/api/workers/stream?worker_id="+a.id, nil)
+	req.Header.Set("X-Worker-Token", a.token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		a.e.t.Fatalf("stream: %v", err)
+	}
+	if res.StatusCode != 200 {
+		cancel()
+		a.e.t.Fatalf("stream: HTTP %d", res.StatusCode)
+	}
+	a.events, a.closed, a.cancel = make(chan map[string]any, 100), make(chan struct{}), cancel
+	go func() {
+		defer close(a.closed)
+		defer res.Body.Close()
+		sc := bufio.NewScanner(res.Body)
+		for sc.Scan() {
+			line := sc.Text()
+			if !strings.HasPrefix(line, "data: ") {
+				continue
+			}
+			var ev map[string]any
+			if json.Unmarshal([]byte(line[6:]), &ev) != nil {
+				continue
+			}
+			if ev["type"] == "ping" {
+				continue
+			}
+			a.events <- ev
+		}
+	}()
+	a.e.t.Cleanup(cancel)
+	eventually(a.e.t, 5*time.Second, "stream registered", func() bool { return a.e.srv.hub.Connected(a.id) })
+}
+
+func (a *agent) next(typ string, timeout time.Duration) map[string]any {
+	a.e.t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case ev := <-a.events:
+			if ev["type"] == typ {
+				return ev
+			}
+		case <-deadline:
+			a.e.t.Fatalf("worker %s: no %s event within %s", a.id, typ, timeout)
+		}
+	}
+}
+
+func (a *agent) noEvent(typ string, wait time.Duration) {
+	a.e.t.Helper()
+	deadline := time.After(wait)
+	for {
+		select {
+		case ev := <-a.events:
+			if ev["type"] == typ {
+				a.e.t.Fatalf("worker %s: unexpected %s event: %v", a.id, typ, ev)
+			}
+		case <-deadline:
+			return
+		}
+	}
+}
+
+func (a *agent) heartbeat(status string, job any, extra map[string]any) resp {
+	body := map[string]any{"worker_id": a.id, "status": status, "current_job_id": job}
+	for k, v := range extra {
+		body[k] = v
+	}
+	return a.e.do("POST", "/api/workers/heartbeat", a.hdr(), body)
+}
+
+func (a *agent) report(jobID, status string, extra map[string]any) resp {
+	body := map[string]any{"status": status}
+	for k, v := range extra {
+		body[k] = v
+	}
+	return a.e.do("POST", "/api/workers/job/"+jobID+"/status", a.hdr(), body)
+}
+
+// keepAlive heartbeats every interval until the test ends.
+func (a *agent) keepAlive(status func() (string, any)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	a.e.t.Cleanup(cancel)
+	go func() {
+		for {
+			st, job := status()
+			body, _ := json.Marshal(map[string]any{"worker_id": a.id, "status": st, "current_job_id": job})
+			req, _ := http.NewRequestWithContext(ctx, "POST", a.e.url+"/api/workers/heartbeat", bytes.NewReader(body))
+			req.Header.Set("X-Worker-Token", a.token)
+			if res, err := http.DefaultClient.Do(req); err == nil {
+				res.Body.Close()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+}
+
+// start registers, connects and returns a ready idle agent.
+func (e *env) startAgent(name string, labels map[string]string, gpuInfo map[string]any) *agent {
+	e.t.Helper()
+	id, token := e.createWorker(name, "persistent", labels)
+	a := e.newAgent(id, token, 2)
+	extra := map[string]any{"name": name}
+	if gpuInfo != nil {
+		extra["gpu_info"] = gpuInfo
+	}
+	e.must(a.register(extra), 200)
+	a.connect()
+	return a
+}

@@ -1,0 +1,118 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+)
+
+// apiError is an HTTP error with the JSON body of PROTOCOL.md.
+type apiError struct {
+	Status int
+	Body   protocol.ErrorBody
+}
+
+func (e *apiError) Error() string { return e.Body.Detail }
+
+func errorf(status int, code, format string, args ...any) *apiError {
+	return &apiError{Status: status, Body: protocol.ErrorBody{Detail: fmt.Sprintf(format, args...), Error: code}}
+}
+
+func invalid(format string, args ...any) *apiError {
+	return errorf(http.StatusUnprocessableEntity, protocol.CodeInvalidRequest, format, args...)
+}
+
+func notFound(format string, args ...any) *apiError {
+	return errorf(http.StatusNotFound, protocol.CodeNotFound, format, args...)
+}
+
+func conflict(format string, args ...any) *apiError {
+	return errorf(http.StatusConflict, protocol.CodeConflict, format, args...)
+}
+
+func staleAttempt(format string, args ...any) *apiError {
+	e := errorf(http.StatusConflict, protocol.CodeStaleAttempt, format, args...)
+	e.Body.Action = "kill"
+	return e
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		ae = errorf(http.StatusInternalServerError, protocol.CodeInternal, "internal error; see the orchestrator's log")
+		if isUnavailable(err) {
+			ae = errorf(http.StatusServiceUnavailable, protocol.CodeUnavailable, "the database is unreachable; try again shortly")
+			w.Header().Set("Retry-After", "5")
+		}
+	}
+	writeJSON(w, ae.Status, ae.Body)
+}
+
+// decodeJSON reads a JSON object body into v: malformed → 400, over the size
+// limit → 413, wrong field types → 422 naming the field. Unknown fields are
+// ignored, as upstream's agent and clients send extras.
+func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opt.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return errorf(http.StatusRequestEntityTooLarge, protocol.CodeTooLarge, "request body exceeds %d bytes", mbe.Limit)
+		}
+		return errorf(http.StatusBadRequest, protocol.CodeInvalidJSON, "could not read the request body: %v", err)
+	}
+	return decodeBody(body, v)
+}
+
+func decodeBody(body []byte, v any) error {
+	trimmed := strings.TrimSpace(string(body))
+	if trimmed == "" {
+		return errorf(http.StatusBadRequest, protocol.CodeInvalidJSON, "request body is empty; a JSON object is required")
+	}
+	if !strings.HasPrefix(trimmed, "{") {
+		if json.Valid(body) {
+			return invalid("request body must be a JSON object")
+		}
+		return errorf(http.StatusBadRequest, protocol.CodeInvalidJSON, "request body is not valid JSON")
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			field := te.Field
+			if field == "" {
+				field = "body"
+			}
+			return invalid("field %q must be %s, not a JSON %s", field, jsonKind(te.Type.String()), te.Value)
+		}
+		return errorf(http.StatusBadRequest, protocol.CodeInvalidJSON, "request body is not valid JSON: %v", err)
+	}
+	return nil
+}
+
+func jsonKind(goType string) string {
+	switch {
+	case strings.HasPrefix(goType, "map["):
+		return "an object"
+	case strings.HasPrefix(goType, "[]"):
+		return "an array"
+	case goType == "string" || strings.HasSuffix(goType, "Status") || strings.HasSuffix(goType, "Target") || strings.HasSuffix(goType, "Type"):
+		return "a string"
+	case goType == "bool":
+		return "a boolean"
+	case strings.HasPrefix(goType, "int") || strings.HasPrefix(goType, "float") || strings.HasPrefix(goType, "uint"):
+		return "a number"
+	}
+	return "of type " + goType
+}

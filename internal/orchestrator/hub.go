@@ -1,0 +1,178 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+)
+
+// streamBuffer bounds the events queued for one worker. A reader that falls
+// this far behind is dropped (it reconnects and re-registers) rather than
+// stalling dispatch to everyone else.
+const streamBuffer = 64
+
+// Hub tracks the open SSE stream of each worker connected to this instance.
+type Hub struct {
+	mu      sync.Mutex
+	streams map[string]*Stream
+	seq     atomic.Uint64
+	metrics *Metrics
+	log     *slog.Logger
+}
+
+// Stream is one worker's open event stream.
+type Stream struct {
+	WorkerID string
+	events   chan []byte
+	done     chan struct{}
+	once     sync.Once
+	reason   atomic.Value // string
+}
+
+// NewHub returns an empty hub.
+func NewHub(m *Metrics, log *slog.Logger) *Hub {
+	return &Hub{streams: map[string]*Stream{}, metrics: m, log: log}
+}
+
+// Done is closed when the stream must end.
+func (st *Stream) Done() <-chan struct{} { return st.done }
+
+// Events yields framed SSE events ready to write.
+func (st *Stream) Events() <-chan []byte { return st.events }
+
+// Reason says why the stream was closed ("" while open).
+func (st *Stream) Reason() string {
+	r, _ := st.reason.Load().(string)
+	return r
+}
+
+func (st *Stream) close(reason string) {
+	st.once.Do(func() {
+		st.reason.Store(reason)
+		close(st.done)
+	})
+}
+
+// Attach registers a new stream for a worker, closing the one it replaces.
+func (h *Hub) Attach(workerID string) *Stream {
+	st := &Stream{WorkerID: workerID, events: make(chan []byte, streamBuffer), done: make(chan struct{})}
+	h.mu.Lock()
+	old := h.streams[workerID]
+	h.streams[workerID] = st
+	n := len(h.streams)
+	h.mu.Unlock()
+	if old != nil {
+		old.close("replaced by a newer stream")
+	}
+	h.metrics.SSEConnections.Store(int64(n))
+	return st
+}
+
+// Detach removes st if it is still the worker's current stream; a replaced
+// stream's cleanup therefore never unregisters its successor.
+func (h *Hub) Detach(st *Stream) bool {
+	st.close("stream ended")
+	h.mu.Lock()
+	current := h.streams[st.WorkerID] == st
+	if current {
+		delete(h.streams, st.WorkerID)
+	}
+	n := len(h.streams)
+	h.mu.Unlock()
+	h.metrics.SSEConnections.Store(int64(n))
+	return current
+}
+
+// Connected reports whether the worker has an open stream here.
+func (h *Hub) Connected(workerID string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.streams[workerID]
+	return ok
+}
+
+// ConnectedIDs lists the workers with an open stream here.
+func (h *Hub) ConnectedIDs() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ids := make([]string, 0, len(h.streams))
+	for id := range h.streams {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// Count is the number of open streams.
+func (h *Hub) Count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.streams)
+}
+
+// Frame encodes one SSE event: an id, the type, and the JSON on a single data
+// line (upstream's agent reads only lines starting with "data: ").
+func (h *Hub) Frame(typ string, v any) ([]byte, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return []byte(fmt.Sprintf("id: %d\nevent: %s\ndata: %s\n\n", h.seq.Add(1), typ, data)), nil
+}
+
+// Send queues an event for a worker. It returns false when the worker has no
+// stream here or its buffer is full (the stream is then closed).
+func (h *Hub) Send(workerID, typ string, v any) bool {
+	frame, err := h.Frame(typ, v)
+	if err != nil {
+		h.log.Error("cannot encode event", "type", typ, "err", err)
+		return false
+	}
+	return h.SendFrame(workerID, frame)
+}
+
+// SendFrame queues an already framed event.
+func (h *Hub) SendFrame(workerID string, frame []byte) bool {
+	h.mu.Lock()
+	st := h.streams[workerID]
+	h.mu.Unlock()
+	if st == nil {
+		return false
+	}
+	select {
+	case <-st.done:
+		return false
+	default:
+	}
+	select {
+	case st.events <- frame:
+		return true
+	default:
+		h.log.Warn("worker stream is not reading; dropping it", "worker_id", workerID)
+		h.metrics.SlowStreamsDropped.Add(1)
+		st.close("reader too slow")
+		h.Detach(st)
+		return false
+	}
+}
+
+// Close ends a worker's stream, if it has one here.
+func (h *Hub) Close(workerID, reason string) bool {
+	h.mu.Lock()
+	st := h.streams[workerID]
+	h.mu.Unlock()
+	if st == nil {
+		return false
+	}
+	st.close(reason)
+	h.Detach(st)
+	return true
+}
+
+// CloseAll ends every stream (shutdown).
+func (h *Hub) CloseAll() {
+	for _, id := range h.ConnectedIDs() {
+		h.Close(id, "orchestrator shutting down")
+	}
+}

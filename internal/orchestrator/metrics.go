@@ -1,0 +1,149 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+// Metrics are the orchestrator's counters, written in the Prometheus text
+// format by MetricsHandler. Gauges that live in the store are read at scrape.
+type Metrics struct {
+	Heartbeats         atomic.Int64
+	StaleRejections    atomic.Int64
+	AuthFailures       atomic.Int64
+	Dispatches         atomic.Int64
+	SSEConnections     atomic.Int64
+	SlowStreamsDropped atomic.Int64
+	Requeues           atomic.Int64
+	dispatchLatency    histogram
+}
+
+// NewMetrics returns zeroed metrics.
+func NewMetrics() *Metrics {
+	return &Metrics{dispatchLatency: newHistogram([]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60})}
+}
+
+// ObserveDispatch records the time from a job's submission (or requeue) to its
+// job_submit event being queued on a stream.
+func (m *Metrics) ObserveDispatch(d time.Duration) { m.dispatchLatency.observe(d.Seconds()) }
+
+type histogram struct {
+	mu      sync.Mutex
+	bounds  []float64
+	counts  []uint64
+	sum     float64
+	samples uint64
+}
+
+func newHistogram(bounds []float64) histogram {
+	return histogram{bounds: bounds, counts: make([]uint64, len(bounds))}
+}
+
+func (h *histogram) observe(v float64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, b := range h.bounds {
+		if v <= b {
+			h.counts[i]++
+		}
+	}
+	h.sum += v
+	h.samples++
+}
+
+func (h *histogram) write(w io.Writer, name, help string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name)
+	for i, b := range h.bounds {
+		fmt.Fprintf(w, "%s_bucket{le=\"%g\"} %d\n", name, b, h.counts[i])
+	}
+	fmt.Fprintf(w, "%s_bucket{le=\"+Inf\"} %d\n%s_sum %g\n%s_count %d\n", name, h.samples, name, h.sum, name, h.samples)
+}
+
+// MetricsHandler serves /metrics.
+func (s *Server) MetricsHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		s.writeMetrics(ctx, w)
+	})
+}
+
+func (s *Server) writeMetrics(ctx context.Context, w io.Writer) {
+	m := s.metrics
+	counter := func(name, help string, v int64) {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n%s %d\n", name, help, name, name, v)
+	}
+	gauge := func(name, help string, v int64) {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n%s %d\n", name, help, name, name, v)
+	}
+	if counts, err := s.store.CountJobs(ctx); err == nil {
+		gauge("simpletuner_queue_depth", "Jobs waiting for a worker.", int64(counts[protocol.JobQueued]))
+		fmt.Fprintf(w, "# HELP simpletuner_jobs Jobs by status.\n# TYPE simpletuner_jobs gauge\n")
+		for _, st := range sortedStatuses(counts) {
+			fmt.Fprintf(w, "simpletuner_jobs{status=%q} %d\n", st, counts[protocol.JobStatus(st)])
+		}
+	}
+	if byStatus, err := s.workerCounts(ctx); err == nil {
+		fmt.Fprintf(w, "# HELP simpletuner_workers Workers by status.\n# TYPE simpletuner_workers gauge\n")
+		for _, st := range []protocol.WorkerStatus{protocol.WorkerConnecting, protocol.WorkerIdle, protocol.WorkerBusy, protocol.WorkerDraining, protocol.WorkerOffline} {
+			fmt.Fprintf(w, "simpletuner_workers{status=%q} %d\n", st, byStatus[st])
+		}
+	}
+	gauge("simpletuner_sse_connections", "Worker event streams open on this instance.", m.SSEConnections.Load())
+	counter("simpletuner_heartbeats_total", "Heartbeats received.", m.Heartbeats.Load())
+	counter("simpletuner_dispatches_total", "job_submit events sent.", m.Dispatches.Load())
+	counter("simpletuner_requeues_total", "Attempts that ended with the job back in the queue.", m.Requeues.Load())
+	counter("simpletuner_stale_attempt_rejections_total", "Reports refused because they came from a stale attempt.", m.StaleRejections.Load())
+	counter("simpletuner_auth_failures_total", "Requests refused for a missing, unknown or rate-limited credential.", m.AuthFailures.Load())
+	counter("simpletuner_sse_slow_streams_dropped_total", "Worker streams closed because their reader fell behind.", m.SlowStreamsDropped.Load())
+	m.dispatchLatency.write(w, "simpletuner_dispatch_latency_seconds", "Time from a job becoming queued to its job_submit event.")
+}
+
+func sortedStatuses(m map[protocol.JobStatus]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, string(k))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// workerCounts counts workers by status across all pages.
+func (s *Server) workerCounts(ctx context.Context) (map[protocol.WorkerStatus]int, error) {
+	out := map[protocol.WorkerStatus]int{}
+	err := s.eachWorker(ctx, func(w store.Worker) { out[w.Status]++ })
+	return out, err
+}
+
+// eachWorker visits every worker, a page at a time (no 100-row cap, unlike upstream).
+func (s *Server) eachWorker(ctx context.Context, fn func(store.Worker)) error {
+	const page = 1000
+	for off := 0; ; off += page {
+		ws, _, err := s.store.ListWorkers(ctx, store.WorkerFilter{Limit: page, Offset: off})
+		if err != nil {
+			return err
+		}
+		for _, w := range ws {
+			fn(w)
+		}
+		if len(ws) < page {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,313 @@
+package orchestrator
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/julienschmidt/httprouter"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+type submitRequest struct {
+	ConfigName     *string           `json:"config_name"`
+	Config         json.RawMessage   `json:"config"`
+	Dataloader     json.RawMessage   `json:"dataloader"`
+	HFToken        string            `json:"hf_token"`
+	Target         protocol.Target   `json:"target"`
+	WorkerLabels   map[string]string `json:"worker_labels"`
+	GPUCount       *int              `json:"gpu_count"`
+	MinVRAMGB      *float64          `json:"min_vram_gb"`
+	Priority       *int              `json:"priority"`
+	MaxRetries     *int              `json:"max_retries"`
+	TimeoutSeconds *int              `json:"timeout_seconds"`
+}
+
+// Default priority of a job: upstream's "normal".
+const defaultPriority = 10
+
+func (s *Server) submit(w http.ResponseWriter, r *http.Request, _ httprouter.Params, p auth.Principal) error {
+	var req submitRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	opt := s.options()
+	j := store.Job{
+		ID: protocol.NewJobID(), Target: req.Target, WorkerLabels: req.WorkerLabels, HFToken: req.HFToken,
+		Priority: defaultPriority, MaxRetries: opt.MaxRetries, Status: protocol.JobQueued, SubmittedBy: p.Actor(),
+	}
+	if j.Target == "" {
+		j.Target = protocol.TargetAuto
+	}
+	if !j.Target.Valid() {
+		return invalid("field \"target\" must be worker, local or auto; got %q", req.Target)
+	}
+	for k, glob := range req.WorkerLabels {
+		if _, err := path.Match(glob, ""); err != nil {
+			return invalid("field \"worker_labels\": the pattern %q for %q is not a valid glob", glob, k)
+		}
+	}
+	if err := intField("gpu_count", req.GPUCount, 0, 1024, &j.GPUCount); err != nil {
+		return err
+	}
+	if err := intField("priority", req.Priority, 0, 50, &j.Priority); err != nil {
+		return err
+	}
+	if err := intField("max_retries", req.MaxRetries, 0, 100, &j.MaxRetries); err != nil {
+		return err
+	}
+	if err := intField("timeout_seconds", req.TimeoutSeconds, 0, 365*24*3600, &j.TimeoutSeconds); err != nil {
+		return err
+	}
+	if req.MinVRAMGB != nil {
+		if *req.MinVRAMGB < 0 {
+			return invalid("field \"min_vram_gb\" must not be negative")
+		}
+		j.MinVRAMGB = *req.MinVRAMGB
+	}
+	if len(req.Dataloader) > 0 && string(req.Dataloader) != "null" {
+		j.Dataloader = req.Dataloader
+	}
+	switch {
+	case req.ConfigName != nil && len(req.Config) > 0:
+		return invalid("give either \"config_name\" or \"config\", not both")
+	case req.ConfigName != nil:
+		name, cfg, err := resolveConfig(opt.ConfigsDir, *req.ConfigName)
+		if err != nil {
+			return err
+		}
+		j.ConfigName, j.Config = name, cfg
+	case len(req.Config) > 0:
+		cfg, err := normalizeConfig(req.Config)
+		if err != nil {
+			return invalid("field \"config\": %v", err)
+		}
+		j.Config = cfg
+	default:
+		return invalid("field \"config_name\" (or an inline \"config\" object) is required")
+	}
+	now := time.Now().UTC()
+	j.CreatedAt, j.UpdatedAt = now, now
+	rec := audit.New(p.Actor(), peerIP(r), "job.submit", "job", j.ID, audit.Success,
+		map[string]any{"config_name": j.ConfigName, "target": j.Target, "priority": j.Priority, "worker_labels": j.WorkerLabels})
+	j, err := s.store.InsertJob(r.Context(), j, &rec)
+	if err != nil {
+		return err
+	}
+	s.log.Info("job submitted", "job_id", j.ID, "config_name", j.ConfigName, "target", j.Target, "by", p.Actor())
+	s.Wake()
+	s.publish(store.Notification{Kind: "wake"})
+	pos, err := s.queuePosition(r, j)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"success": true, "job_id": j.ID, "status": j.Status, "queue_position": pos})
+	return nil
+}
+
+func intField(name string, v *int, lo, hi int, dst *int) error {
+	if v == nil {
+		return nil
+	}
+	if *v < lo || *v > hi {
+		return invalid("field %q must be from %d to %d; got %d", name, lo, hi, *v)
+	}
+	*dst = *v
+	return nil
+}
+
+// queuePosition counts the queued jobs that will be offered before j.
+func (s *Server) queuePosition(r *http.Request, j store.Job) (int, error) {
+	queued, _, err := s.store.ListJobs(r.Context(), store.JobFilter{Statuses: []protocol.JobStatus{protocol.JobQueued}})
+	if err != nil {
+		return 0, err
+	}
+	pos := 0
+	for _, q := range queued {
+		if q.Priority > j.Priority || (q.Priority == j.Priority && q.Seq < j.Seq) {
+			pos++
+		}
+	}
+	return pos, nil
+}
+
+// resolveConfig finds <dir>/<name>/config.json, else <dir>/<name>.json.
+func resolveConfig(dir, raw string) (string, json.RawMessage, error) {
+	name := strings.TrimSpace(raw)
+	if strings.HasSuffix(strings.ToLower(name), ".json") {
+		name = name[:len(name)-5]
+	}
+	if name == "" {
+		return "", nil, invalid("field \"config_name\" must not be empty")
+	}
+	if strings.ContainsAny(name, `/\`) || strings.Contains(name, "..") || strings.ContainsRune(name, 0) {
+		return "", nil, invalid("field \"config_name\" must be a plain name without path separators or \"..\"; got %q", raw)
+	}
+	for _, p := range []string{filepath.Join(dir, name, "config.json"), filepath.Join(dir, name+".json")} {
+		data, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return "", nil, fmt.Errorf("reading config %s: %w", p, err)
+		}
+		cfg, err := normalizeConfig(data)
+		if err != nil {
+			return "", nil, invalid("config %q (%s) is not usable: %v", name, p, err)
+		}
+		return name, cfg, nil
+	}
+	return "", nil, notFound("Config '%s' not found in %s (looked for %s/config.json and %s.json)", name, dir, name, name)
+}
+
+// normalizeConfig unwraps upstream's {"_metadata", "config"} envelope and
+// mirrors data_backend_config to its --flag spelling, as upstream does.
+func normalizeConfig(data []byte) (json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&m); err != nil || m == nil {
+		return nil, errors.New("it must be a JSON object")
+	}
+	if _, ok := m["_metadata"]; ok {
+		if inner, ok := m["config"]; ok {
+			m = nil
+			if err := json.Unmarshal(inner, &m); err != nil || m == nil {
+				return nil, errors.New("its \"config\" member must be a JSON object")
+			}
+		} else {
+			delete(m, "_metadata")
+		}
+	}
+	if v, ok := m["data_backend_config"]; ok {
+		if _, has := m["--data_backend_config"]; !has {
+			m["--data_backend_config"] = v
+		}
+	} else if v, ok := m["--data_backend_config"]; ok {
+		m["data_backend_config"] = v
+	}
+	out, err := json.Marshal(m)
+	return out, err
+}
+
+func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ auth.Principal) error {
+	f := store.JobFilter{}
+	if st := strings.ToLower(r.URL.Query().Get("status")); st != "" {
+		switch st {
+		case "pending":
+			f.Statuses = []protocol.JobStatus{protocol.JobQueued}
+		case "active":
+			f.Statuses = activeStatuses
+		default:
+			if !protocol.JobStatus(st).Valid() {
+				return invalid("query parameter \"status\" must be a job status (queued, dispatched, running, canceling, completed, failed, cancelled); got %q", st)
+			}
+			f.Statuses = []protocol.JobStatus{protocol.JobStatus(st)}
+		}
+	}
+	var err error
+	if f.Limit, err = queryInt(r, "limit", 50, 1, 200); err != nil {
+		return err
+	}
+	if f.Offset, err = queryInt(r, "offset", 0, 0, 1<<30); err != nil {
+		return err
+	}
+	jobs, total, err := s.store.ListJobs(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	counts, err := s.store.CountJobs(r.Context())
+	if err != nil {
+		return err
+	}
+	entries := make([]jobView, 0, len(jobs))
+	for _, j := range jobs {
+		entries = append(entries, newJobView(j))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"entries": entries, "total": total, "total_pending": counts[protocol.JobQueued],
+		"total_running": counts[protocol.JobDispatched] + counts[protocol.JobRunning] + counts[protocol.JobCanceling],
+	})
+	return nil
+}
+
+func (s *Server) loadJob(r *http.Request, id string) (store.Job, error) {
+	j, err := s.store.GetJob(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		return j, notFound("Job not found: %s", id)
+	}
+	return j, err
+}
+
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request, ps httprouter.Params, _ auth.Principal) error {
+	j, err := s.loadJob(r, ps.ByName("job_id"))
+	if err != nil {
+		return err
+	}
+	attempts, err := s.store.ListAttempts(r.Context(), j.ID)
+	if err != nil {
+		return err
+	}
+	v := newJobView(j)
+	v.Config = j.Config
+	v.Attempts = []attemptView{}
+	for _, a := range attempts {
+		v.Attempts = append(v.Attempts, newAttemptView(a))
+	}
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}
+
+func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
+	j, err := s.loadJob(r, ps.ByName("job_id"))
+	if err != nil {
+		return err
+	}
+	nj, err := s.requestCancel(r.Context(), j, p.Actor(), peerIP(r))
+	if err != nil {
+		return err
+	}
+	s.log.Info("job cancel requested", "job_id", nj.ID, "status", nj.Status, "by", p.Actor())
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "job_id": nj.ID, "status": nj.Status})
+	return nil
+}
+
+func (s *Server) stats(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ auth.Principal) error {
+	counts, err := s.store.CountJobs(r.Context())
+	if err != nil {
+		return err
+	}
+	byWorker, err := s.workerCounts(r.Context())
+	if err != nil {
+		return err
+	}
+	total := 0
+	for _, n := range byWorker {
+		total += n
+	}
+	byStatus := map[string]int{}
+	for k, v := range counts {
+		byStatus[string(k)] = v
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"queue_depth": counts[protocol.JobQueued],
+		"running":     counts[protocol.JobDispatched] + counts[protocol.JobRunning] + counts[protocol.JobCanceling],
+		"by_status":   byStatus,
+		"workers": map[string]int{
+			"total": total, "idle": byWorker[protocol.WorkerIdle], "busy": byWorker[protocol.WorkerBusy],
+			"draining": byWorker[protocol.WorkerDraining], "offline": byWorker[protocol.WorkerOffline],
+			"connecting": byWorker[protocol.WorkerConnecting],
+		},
+	})
+	return nil
+}

@@ -1,0 +1,193 @@
+package orchestrator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"path"
+	"sort"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+// matches reports whether worker w may run job j: target, GPU count, VRAM and
+// every label glob.
+func matches(j store.Job, w store.Worker) bool {
+	switch j.Target {
+	case protocol.TargetWorker:
+		if w.Local {
+			return false
+		}
+	case protocol.TargetLocal:
+		if !w.Local {
+			return false
+		}
+	}
+	g := parseGPUInfo(w.GPUInfo)
+	if j.GPUCount > 0 && g.Count < j.GPUCount {
+		return false
+	}
+	if j.MinVRAMGB > 0 && g.VRAMGB < j.MinVRAMGB {
+		return false
+	}
+	for key, glob := range j.WorkerLabels {
+		v, ok := w.Labels[key]
+		if !ok {
+			return false
+		}
+		if m, err := path.Match(glob, v); err != nil || !m {
+			return false
+		}
+	}
+	return true
+}
+
+// runScheduler claims and dispatches jobs whenever woken and on every tick; the
+// tick is the guarantee, wake-ups only make it prompt.
+func (s *Server) runScheduler(ctx context.Context) {
+	for {
+		s.schedulePass(ctx)
+		s.expireDeadlines(ctx)
+		s.lastTick.Store(time.Now().UnixNano())
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		case <-time.After(s.options().SchedulerInterval):
+		}
+	}
+}
+
+// schedulePass offers queued jobs to the idle workers streaming to this
+// instance: remote workers first, so "auto" jobs prefer them over local ones.
+func (s *Server) schedulePass(ctx context.Context) {
+	queued, total, err := s.store.ListJobs(ctx, store.JobFilter{Statuses: []protocol.JobStatus{protocol.JobQueued}, Limit: 1})
+	s.noteStore(err)
+	if err != nil || len(queued) == 0 || total == 0 {
+		return
+	}
+	var candidates []store.Worker
+	for _, id := range s.hub.ConnectedIDs() {
+		w, err := s.store.GetWorker(ctx, id)
+		if err != nil {
+			continue
+		}
+		if w.Status == protocol.WorkerIdle && w.CurrentJobID == "" {
+			candidates = append(candidates, w)
+		}
+	}
+	sort.SliceStable(candidates, func(a, b int) bool { return !candidates[a].Local && candidates[b].Local })
+	for _, w := range candidates {
+		if ctx.Err() != nil {
+			return
+		}
+		if err := s.claimFor(ctx, w); errors.Is(err, store.ErrNoJob) || errors.Is(err, store.ErrConflict) {
+			continue
+		} else if err != nil {
+			s.log.Warn("claim failed", "worker_id", w.ID, "err", err)
+			return
+		}
+	}
+}
+
+// claimFor claims the best job for one worker and sends it on the stream. If
+// the stream vanished in between, the attempt is withdrawn at once.
+func (s *Server) claimFor(ctx context.Context, w store.Worker) error {
+	opt := s.options()
+	uploadToken := newUploadToken()
+	now := time.Now().UTC()
+	rec := audit.New("system", "", "job.dispatch", "worker", w.ID, audit.Success, nil)
+	j, a, err := s.store.ClaimJob(ctx, store.ClaimRequest{
+		WorkerID:        w.ID,
+		Match:           func(j store.Job) bool { return matches(j, w) },
+		UploadTokenHash: auth.Hash(uploadToken),
+		AckDeadline:     now.Add(opt.AckTimeout),
+		Now:             now,
+		Audit:           &rec,
+	})
+	if err != nil {
+		return err
+	}
+	ev := protocol.JobSubmitEvent{
+		Type: protocol.EventJobSubmit, JobID: j.ID, Config: j.Config, Dataloader: j.Dataloader,
+		Provider: "worker", UploadEndpoint: "/api/cloud/storage", UploadToken: uploadToken, HFToken: j.HFToken,
+		Attempt: a.Number, ConfigName: j.ConfigName, TimeoutSeconds: float64(j.TimeoutSeconds),
+		CancelGraceSeconds: opt.CancelGrace.Seconds(), LogEndpoint: "/api/workers/job/" + j.ID + "/logs",
+	}
+	if !s.hub.Send(w.ID, protocol.EventJobSubmit, ev) {
+		s.log.Warn("worker stream vanished during dispatch; withdrawing", "job_id", j.ID, "worker_id", w.ID)
+		_ = s.loseAttempt(ctx, j.ID, w.ID, "the worker's stream closed during dispatch")
+		return nil
+	}
+	s.metrics.Dispatches.Add(1)
+	if a.Number == 1 {
+		s.metrics.ObserveDispatch(now.Sub(j.CreatedAt))
+	}
+	s.log.Info("job dispatched", "job_id", j.ID, "attempt", a.Number, "worker_id", w.ID, "priority", j.Priority)
+	return nil
+}
+
+func newUploadToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return "stu_" + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// expireDeadlines withdraws dispatches nobody acknowledged and finishes
+// cancels nobody confirmed. Both go through the same compare-and-set as
+// worker reports, so a late report and a deadline can never both win.
+func (s *Server) expireDeadlines(ctx context.Context) {
+	jobs, _, err := s.store.ListJobs(ctx, store.JobFilter{Statuses: []protocol.JobStatus{protocol.JobDispatched, protocol.JobCanceling, protocol.JobRunning}})
+	s.noteStore(err)
+	if err != nil {
+		return
+	}
+	now := time.Now().UTC()
+	for _, j := range jobs {
+		switch {
+		case j.Status == protocol.JobDispatched && j.AckDeadline != nil && now.After(*j.AckDeadline):
+			s.expire(ctx, j, protocol.JobQueued, protocol.OutcomeWithdrawn, "no acknowledgement within the ack deadline")
+		case j.Status == protocol.JobCanceling && j.CancelDeadline != nil && now.After(*j.CancelDeadline):
+			s.expire(ctx, j, protocol.JobCancelled, protocol.OutcomeCancelled, "cancelled; the worker did not confirm in time")
+		case j.Status == protocol.JobRunning && j.TimeoutSeconds > 0 && j.StartedAt != nil &&
+			now.After(j.StartedAt.Add(time.Duration(j.TimeoutSeconds)*time.Second)):
+			s.expire(ctx, j, protocol.JobFailed, protocol.OutcomeTimeout, "exceeded its timeout of "+(time.Duration(j.TimeoutSeconds)*time.Second).String())
+			s.sendToWorker(j.WorkerID, protocol.EventJobCancel, protocol.JobCancelEvent{Type: protocol.EventJobCancel, JobID: j.ID, Attempt: j.Attempt})
+		}
+	}
+}
+
+func (s *Server) expire(ctx context.Context, j store.Job, to protocol.JobStatus, outcome protocol.AttemptOutcome, why string) {
+	from, attempt := j.Status, j.Attempt
+	_, changed, err := s.updateJob(ctx, j.ID, func(cur store.Job) (*store.JobTransition, error) {
+		if cur.Status != from || cur.Attempt != attempt {
+			return nil, nil
+		}
+		return &store.JobTransition{To: to, EndAttempt: outcome, Error: ptr(why),
+			Audit: transitionAudit("system", "", cur, to, map[string]any{"outcome": outcome, "reason": why})}, nil
+	})
+	if err != nil {
+		s.log.Warn("deadline update failed", "job_id", j.ID, "err", err)
+		return
+	}
+	if changed {
+		s.log.Info("job deadline passed", "job_id", j.ID, "attempt", attempt, "now", to, "reason", why)
+		if outcome == protocol.OutcomeWithdrawn {
+			s.sendToWorker(j.WorkerID, protocol.EventJobCancel, protocol.JobCancelEvent{Type: protocol.EventJobCancel, JobID: j.ID, Attempt: attempt})
+		}
+	}
+}
+
+// noteStore remembers whether the last store call worked (watchdog gate).
+func (s *Server) noteStore(err error) {
+	if err != nil && isUnavailable(err) {
+		s.storeErr.Store(&err)
+		return
+	}
+	s.storeErr.Store(nil)
+}

@@ -1,0 +1,178 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"math"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+// gpuSummary reads a worker's reported GPU info in either spelling: upstream's
+// agent (count, name, vram_gb, accelerator) or the documentation's
+// (gpu_count, gpu_name, gpu_vram_gb, accelerator_type).
+type gpuSummary struct {
+	Count       int
+	Name        string
+	VRAMGB      float64
+	Accelerator string
+}
+
+func parseGPUInfo(raw json.RawMessage) gpuSummary {
+	var m map[string]any
+	if len(raw) == 0 || json.Unmarshal(raw, &m) != nil {
+		return gpuSummary{}
+	}
+	num := func(keys ...string) float64 {
+		for _, k := range keys {
+			if f, ok := m[k].(float64); ok && !math.IsNaN(f) {
+				return f
+			}
+		}
+		return 0
+	}
+	str := func(keys ...string) string {
+		for _, k := range keys {
+			if s, ok := m[k].(string); ok {
+				return s
+			}
+		}
+		return ""
+	}
+	return gpuSummary{
+		Count:       int(num("count", "gpu_count")),
+		Name:        str("name", "gpu_name"),
+		VRAMGB:      num("vram_gb", "gpu_vram_gb"),
+		Accelerator: str("accelerator", "accelerator_type"),
+	}
+}
+
+func timePtr(t *time.Time) *string {
+	if t == nil {
+		return nil
+	}
+	s := protocol.Time(*t)
+	return &s
+}
+
+func strPtr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// workerView is a worker as the admin API shows it: upstream's fields plus the
+// documentation's.
+type workerView struct {
+	WorkerID        string            `json:"worker_id"`
+	ID              string            `json:"id"`
+	Name            string            `json:"name"`
+	WorkerType      string            `json:"worker_type"`
+	Status          string            `json:"status"`
+	GPUInfo         json.RawMessage   `json:"gpu_info"`
+	Provider        *string           `json:"provider"`
+	Labels          map[string]string `json:"labels"`
+	CurrentJobID    *string           `json:"current_job_id"`
+	LastHeartbeat   *string           `json:"last_heartbeat"`
+	ConnectedAt     *string           `json:"connected_at"`
+	CreatedAt       string            `json:"created_at"`
+	Connected       bool              `json:"connected"`
+	UptimeSeconds   *float64          `json:"uptime_seconds"`
+	GPUCount        int               `json:"gpu_count"`
+	GPUName         string            `json:"gpu_name"`
+	GPUVRAMGB       float64           `json:"gpu_vram_gb"`
+	AcceleratorType *string           `json:"accelerator_type"`
+	Local           bool              `json:"local"`
+	Protocol        int               `json:"protocol"`
+	AgentVersion    string            `json:"agent_version,omitempty"`
+}
+
+func (s *Server) workerView(w store.Worker) workerView {
+	g := parseGPUInfo(w.GPUInfo)
+	gpuInfo := w.GPUInfo
+	if len(gpuInfo) == 0 {
+		gpuInfo = json.RawMessage(`{}`)
+	}
+	labels := w.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	// Connected means a stream is open on some instance; StreamInstance is kept
+	// in the store so that every replica answers alike.
+	connected := s.hub.Connected(w.ID) || (w.StreamInstance != "" && w.StreamInstance != s.options().InstanceID)
+	v := workerView{
+		WorkerID: w.ID, ID: w.ID, Name: w.Name, WorkerType: string(w.Type), Status: string(w.Status),
+		GPUInfo: gpuInfo, Provider: strPtr(w.Provider), Labels: labels, CurrentJobID: strPtr(w.CurrentJobID),
+		LastHeartbeat: timePtr(w.LastHeartbeat), ConnectedAt: timePtr(w.ConnectedAt),
+		CreatedAt: protocol.Time(w.CreatedAt), Connected: connected,
+		GPUCount: g.Count, GPUName: g.Name, GPUVRAMGB: g.VRAMGB, AcceleratorType: strPtr(g.Accelerator),
+		Local: w.Local, Protocol: w.Protocol, AgentVersion: w.AgentVersion,
+	}
+	if connected && w.ConnectedAt != nil {
+		up := math.Round(time.Since(*w.ConnectedAt).Seconds()*10) / 10
+		v.UptimeSeconds = &up
+	}
+	return v
+}
+
+// jobView is a job as the queue API shows it. Secrets (hf_token, upload
+// tokens) are never part of it.
+type jobView struct {
+	JobID          string            `json:"job_id"`
+	ID             string            `json:"id"`
+	Status         string            `json:"status"`
+	ConfigName     *string           `json:"config_name"`
+	Target         string            `json:"target"`
+	Priority       int               `json:"priority"`
+	WorkerLabels   map[string]string `json:"worker_labels"`
+	GPUCount       int               `json:"gpu_count"`
+	MinVRAMGB      float64           `json:"min_vram_gb"`
+	MaxRetries     int               `json:"max_retries"`
+	RetriesUsed    int               `json:"retries_used"`
+	Attempt        int               `json:"attempt"`
+	WorkerID       *string           `json:"worker_id"`
+	Error          *string           `json:"error_message"`
+	Progress       json.RawMessage   `json:"progress,omitempty"`
+	TimeoutSeconds int               `json:"timeout_seconds,omitempty"`
+	SubmittedBy    string            `json:"submitted_by,omitempty"`
+	QueuedAt       string            `json:"queued_at"`
+	UpdatedAt      string            `json:"updated_at"`
+	StartedAt      *string           `json:"started_at"`
+	CompletedAt    *string           `json:"completed_at"`
+	Config         json.RawMessage   `json:"config,omitempty"`
+	Attempts       []attemptView     `json:"attempts,omitempty"`
+}
+
+type attemptView struct {
+	Attempt      int     `json:"attempt"`
+	WorkerID     string  `json:"worker_id"`
+	DispatchedAt string  `json:"dispatched_at"`
+	StartedAt    *string `json:"started_at"`
+	EndedAt      *string `json:"ended_at"`
+	Outcome      *string `json:"outcome"`
+	Error        *string `json:"error"`
+}
+
+func newJobView(j store.Job) jobView {
+	labels := j.WorkerLabels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	return jobView{
+		JobID: j.ID, ID: j.ID, Status: string(j.Status), ConfigName: strPtr(j.ConfigName), Target: string(j.Target),
+		Priority: j.Priority, WorkerLabels: labels, GPUCount: j.GPUCount, MinVRAMGB: j.MinVRAMGB,
+		MaxRetries: j.MaxRetries, RetriesUsed: j.RetriesUsed, Attempt: j.Attempt, WorkerID: strPtr(j.WorkerID),
+		Error: strPtr(j.Error), Progress: j.Progress, TimeoutSeconds: j.TimeoutSeconds, SubmittedBy: j.SubmittedBy,
+		QueuedAt: protocol.Time(j.CreatedAt), UpdatedAt: protocol.Time(j.UpdatedAt),
+		StartedAt: timePtr(j.StartedAt), CompletedAt: timePtr(j.EndedAt),
+	}
+}
+
+func newAttemptView(a store.Attempt) attemptView {
+	return attemptView{
+		Attempt: a.Number, WorkerID: a.WorkerID, DispatchedAt: protocol.Time(a.DispatchedAt),
+		StartedAt: timePtr(a.AckedAt), EndedAt: timePtr(a.EndedAt), Outcome: strPtr(string(a.Outcome)), Error: strPtr(a.Error),
+	}
+}

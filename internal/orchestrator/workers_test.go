@@ -1,0 +1,372 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+// TestUpstreamAgentReplay replays the exact request sequence of SimpleTuner's
+// Python agent (protocol 1) and reads our SSE the way it does.
+func TestUpstreamAgentReplay(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t))
+		id, token := e.createWorker("gpu-worker-1", "ephemeral", map[string]string{"location": "dc-a"})
+		a := e.newAgent(id, token, 1)
+		r := e.must(a.register(nil), 200)
+		if r.JSON["worker_id"] != id || !strings.Contains(r.JSON["sse_url"].(string), "/api/workers/stream") ||
+			r.JSON["resume_job"] != nil || r.JSON["abandon_job"] != nil {
+			t.Fatalf("register reply: %s", r.Body)
+		}
+		if _, ext := r.JSON["protocol"]; ext {
+			t.Fatalf("protocol-1 client got protocol-2 fields: %s", r.Body)
+		}
+		a.connect()
+		e.must(a.heartbeat("idle", nil, nil), 200)
+
+		jobID := e.submit(map[string]any{"config": map[string]any{"--model_type": "lora"}, "target": "worker"})
+		ev := a.next("job_submit", 5*time.Second)
+		if ev["job_id"] != jobID {
+			t.Fatalf("job_submit for %v, want %s", ev["job_id"], jobID)
+		}
+		if _, ok := ev["config"].(map[string]any); !ok {
+			t.Fatalf("config must be an object: %v", ev)
+		}
+		for _, k := range []string{"upload_endpoint", "upload_token", "provider"} {
+			if _, ok := ev[k].(string); !ok {
+				t.Fatalf("%s must be a string (never null): %v", k, ev)
+			}
+		}
+		if ev["provider"] == "kubeflow" {
+			t.Fatal("provider must not be kubeflow")
+		}
+		e.must(a.report(jobID, "starting", nil), 200)
+		e.must(a.report(jobID, "training", nil), 200)
+		e.must(a.heartbeat("busy", jobID, nil), 200)
+		if got := e.job(jobID)["status"]; got != "running" {
+			t.Fatalf("job is %v, want running", got)
+		}
+		e.must(a.report(jobID, "completed", map[string]any{"progress": map[string]any{"step": 10}}), 200)
+		e.must(a.report(jobID, "completed", nil), 200) // idempotent
+		if got := e.job(jobID)["status"]; got != "completed" {
+			t.Fatalf("job is %v, want completed", got)
+		}
+		q := e.must(e.do("GET", "/api/workers/queue?worker_id="+id, a.hdr(), nil), 200)
+		if q.JSON["has_jobs"] != false {
+			t.Fatalf("queue check: %s", q.Body)
+		}
+		e.must(e.do("POST", "/api/workers/disconnect", a.hdr(), map[string]any{"worker_id": id}), 200)
+		w := e.worker(id)
+		if w["status"] != "offline" || w["connected"] != false {
+			t.Fatalf("after disconnect: %v", w)
+		}
+		// Admin-chosen labels and type survived a registration that sent none.
+		if w["worker_type"] != "ephemeral" || w["labels"].(map[string]any)["location"] != "dc-a" {
+			t.Fatalf("admin labels/type lost: %v", w)
+		}
+		if w["gpu_count"] != float64(2) || w["gpu_name"] != "NVIDIA A100-SXM4-80GB" {
+			t.Fatalf("gpu fields: %v", w)
+		}
+	})
+}
+
+func TestRegisterErrors(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t))
+		id, token := e.createWorker("w", "persistent", nil)
+		cases := []struct {
+			name    string
+			headers map[string]string
+			body    any
+			status  int
+			code    string
+		}{
+			{"no token", nil, `{"name":"x"}`, 401, "invalid_token"},
+			{"unknown token", map[string]string{"X-Worker-Token": "wt_nope"}, `{"name":"x"}`, 401, "invalid_token"},
+			{"malformed json", map[string]string{"X-Worker-Token": token}, `{"name":`, 400, "invalid_json"},
+			{"not an object", map[string]string{"X-Worker-Token": token}, `[1,2]`, 422, "invalid_request"},
+			{"wrong type", map[string]string{"X-Worker-Token": token}, `{"name": 5}`, 422, "invalid_request"},
+			{"missing name", map[string]string{"X-Worker-Token": token}, `{"persistent": true}`, 422, "invalid_request"},
+			{"bad gpu_info", map[string]string{"X-Worker-Token": token}, `{"name":"x","gpu_info":[1]}`, 422, "invalid_request"},
+			{"too large", map[string]string{"X-Worker-Token": token}, `{"name":"` + strings.Repeat("a", 2<<20) + `"}`, 413, "request_too_large"},
+		}
+		for _, c := range cases {
+			r := e.do("POST", "/api/workers/register", c.headers, c.body)
+			if r.Status != c.status || r.JSON["error"] != c.code || r.JSON["detail"] == "" {
+				t.Errorf("%s: got %d %s, want %d %s", c.name, r.Status, r.Body, c.status, c.code)
+			}
+		}
+		if r := e.do("POST", "/api/workers/register", map[string]string{"X-Worker-Token": token}, `{"name": 5}`); !strings.Contains(r.JSON["detail"].(string), `"name"`) {
+			t.Errorf("422 must name the field: %s", r.Body)
+		}
+		// Nothing changed: the worker is still as created.
+		if w := e.worker(id); w["status"] != "connecting" || w["name"] != "w" {
+			t.Fatalf("rejected requests changed the worker: %v", w)
+		}
+	})
+}
+
+func TestHeartbeatNeverUndoesDrainOrStoresUnknownStatus(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t))
+		a := e.startAgent("w1", nil, nil)
+		e.must(a.heartbeat("training", nil, nil), 200)
+		if got := e.worker(a.id)["status"]; got != "idle" {
+			t.Fatalf("unknown heartbeat status stored: %v", got)
+		}
+		e.must(e.adminDo("POST", "/api/admin/workers/"+a.id+"/drain", nil), 200)
+		a.next("drain", 2*time.Second)
+		r := e.must(a.heartbeat("idle", nil, nil), 200)
+		if r.JSON["drain"] != true {
+			t.Fatalf("heartbeat reply must repeat the drain: %s", r.Body)
+		}
+		if got := e.worker(a.id)["status"]; got != "draining" {
+			t.Fatalf("heartbeat undid drain: %v", got)
+		}
+		e.must(e.adminDo("POST", "/api/admin/workers/"+a.id+"/resume", nil), 200)
+		if got := e.worker(a.id)["status"]; got != "idle" {
+			t.Fatalf("resume: %v", got)
+		}
+		e.must(e.adminDo("POST", "/api/admin/workers/"+a.id+"/resume", nil), 409)
+		// Mismatched worker id.
+		other, _ := e.createWorker("w2", "persistent", nil)
+		if r := e.do("POST", "/api/workers/heartbeat", a.hdr(), map[string]any{"worker_id": other, "status": "idle"}); r.Status != 400 {
+			t.Fatalf("mismatch: %d", r.Status)
+		}
+	})
+}
+
+func TestResumeCoversTrainingAndAbandonsOthers(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t))
+		a := e.startAgent("w1", nil, nil)
+		a.protocol = 1
+		jobID := e.submit(map[string]any{})
+		a.next("job_submit", 5*time.Second)
+		e.must(a.report(jobID, "starting", nil), 200)
+		e.must(a.report(jobID, "training", nil), 200)
+		// The stream drops and the agent re-registers, still training.
+		r := e.must(a.register(map[string]any{"current_job_id": jobID}), 200)
+		rj, _ := r.JSON["resume_job"].(map[string]any)
+		if rj == nil || rj["job_id"] != jobID || r.JSON["abandon_job"] != nil {
+			t.Fatalf("training job not resumed: %s", r.Body)
+		}
+		if w := e.worker(a.id); w["status"] != "busy" || w["current_job_id"] != jobID {
+			t.Fatalf("resumed worker must be busy with its job: %v", w)
+		}
+		e.must(a.report(jobID, "completed", nil), 200)
+		// Reporting a finished job on registration → abandon.
+		r = e.must(a.register(map[string]any{"current_job_id": jobID}), 200)
+		if r.JSON["abandon_job"] != jobID || r.JSON["resume_job"] != nil {
+			t.Fatalf("finished job must be abandoned: %s", r.Body)
+		}
+		if got := e.job(jobID)["status"]; got != "completed" {
+			t.Fatalf("abandon overwrote a terminal job: %v", got)
+		}
+	})
+}
+
+func TestReplacedStreamCleanupKeepsSuccessor(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t))
+		a := e.startAgent("w1", nil, nil)
+		first := a.closed
+		a.connect() // second stream replaces the first
+		select {
+		case <-first:
+		case <-time.After(5 * time.Second):
+			t.Fatal("replaced stream was not closed")
+		}
+		time.Sleep(100 * time.Millisecond) // let the old handler's cleanup run
+		if !e.srv.hub.Connected(a.id) || e.worker(a.id)["connected"] != true {
+			t.Fatal("old stream's cleanup unregistered the new one")
+		}
+		jobID := e.submit(map[string]any{})
+		if ev := a.next("job_submit", 5*time.Second); ev["job_id"] != jobID {
+			t.Fatal("new stream got no job")
+		}
+	})
+}
+
+func TestTokenRotationAndDeleteCloseStream(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t))
+		a := e.startAgent("w1", nil, nil)
+		r := e.must(e.adminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
+		newToken := r.JSON["token"].(string)
+		if !strings.Contains(r.JSON["connection_command"].(string), "--worker-token "+newToken) {
+			t.Fatalf("connection_command: %s", r.Body)
+		}
+		select {
+		case <-a.closed:
+		case <-time.After(5 * time.Second):
+			t.Fatal("stream still open 5 s after rotation")
+		}
+		if r := a.heartbeat("idle", nil, nil); r.Status != 401 {
+			t.Fatalf("old token still works: %d", r.Status)
+		}
+		a.token = newToken
+		e.must(a.register(nil), 200)
+		a.connect()
+		// Delete refuses a live worker, force closes its stream with shutdown.
+		e.must(e.adminDo("DELETE", "/api/admin/workers/"+a.id, nil), 409)
+		e.must(e.adminDo("DELETE", "/api/admin/workers/"+a.id+"?force=true", nil), 200)
+		select {
+		case <-a.closed:
+		case <-time.After(5 * time.Second):
+			t.Fatal("stream still open 5 s after delete")
+		}
+		e.must(e.adminDo("GET", "/api/admin/workers/"+a.id, nil), 404)
+		if r := a.heartbeat("idle", nil, nil); r.Status != 401 {
+			t.Fatalf("deleted worker revived by heartbeat: %d", r.Status)
+		}
+	})
+}
+
+func TestAdminWorkersAPI(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t))
+		idA, _ := e.createWorker("a", "persistent", map[string]string{"gpu_type": "a100"})
+		e.startAgent("b", nil, nil)
+		list := e.must(e.adminDo("GET", "/api/admin/workers", nil), 200)
+		if list.JSON["total"] != float64(2) {
+			t.Fatalf("list: %s", list.Body)
+		}
+		for status, want := range map[string]float64{"idle": 1, "connecting": 1, "busy": 0} {
+			r := e.must(e.adminDo("GET", "/api/admin/workers?status="+status, nil), 200)
+			if r.JSON["total"] != want {
+				t.Errorf("status=%s: total %v, want %v", status, r.JSON["total"], want)
+			}
+		}
+		if r := e.must(e.adminDo("GET", "/api/admin/workers?status_filter=idle", nil), 200); r.JSON["total"] != float64(1) {
+			t.Errorf("status_filter: %s", r.Body)
+		}
+		e.must(e.adminDo("GET", "/api/admin/workers?status=bogus", nil), 422)
+		e.must(e.adminDo("POST", "/api/admin/workers", map[string]any{"worker_type": "persistent"}), 422)
+		e.must(e.adminDo("POST", "/api/admin/workers", map[string]any{"name": "x", "worker_type": "spot"}), 422)
+		e.must(e.adminDo("POST", "/api/admin/workers", map[string]any{"name": "x", "labels": map[string]any{"k": 1}}), 422)
+		p := e.must(e.adminDo("PATCH", "/api/admin/workers/"+idA, map[string]any{"name": "a2", "labels": map[string]string{"team": "nlp"}}), 200)
+		if p.JSON["name"] != "a2" || p.JSON["labels"].(map[string]any)["team"] != "nlp" {
+			t.Fatalf("patch: %s", p.Body)
+		}
+		for _, path := range []string{"/api/admin/workers/w_nope", "/api/admin/workers/w_nope/drain", "/api/admin/workers/w_nope/token"} {
+			method := "POST"
+			if path == "/api/admin/workers/w_nope" {
+				method = "GET"
+			}
+			if r := e.adminDo(method, path, nil); r.Status != 404 || r.JSON["error"] != "not_found" {
+				t.Errorf("%s %s: %d %s", method, path, r.Status, r.Body)
+			}
+		}
+		e.must(e.adminDo("DELETE", "/api/admin/workers/"+idA, nil), 200) // never connected → deletable
+	})
+}
+
+func TestAdminAuthScopesAndRateLimit(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t), func(o *Options) { o.AuthFailuresPerMinute = 3 })
+		if r := e.do("GET", "/api/admin/workers", nil, nil); r.Status != 401 || r.JSON["error"] != "unauthorized" {
+			t.Fatalf("no credential: %d %s", r.Status, r.Body)
+		}
+		r := e.must(e.adminDo("POST", "/api/admin/tokens", map[string]any{"name": "viewer", "scopes": []string{"queue.view"}}), 201)
+		viewer := r.JSON["token"].(string)
+		if r := e.do("GET", "/api/queue", map[string]string{"X-API-Key": viewer}, nil); r.Status != 200 {
+			t.Fatalf("viewer on queue: %d", r.Status)
+		}
+		if r := e.do("GET", "/api/admin/workers", map[string]string{"X-API-Key": viewer}, nil); r.Status != 403 || !strings.Contains(r.JSON["detail"].(string), "admin.workers") {
+			t.Fatalf("viewer on admin: %d %s", r.Status, r.Body)
+		}
+		e.must(e.adminDo("POST", "/api/admin/tokens", map[string]any{"name": "bad", "scopes": []string{"root"}}), 422)
+		// Failures from one address are limited; a valid credential still passes.
+		var last resp
+		for range 6 {
+			last = e.do("GET", "/api/admin/workers", map[string]string{"Authorization": "Bearer sta_wrong"}, nil)
+		}
+		if last.Status != 429 || last.Header.Get("Retry-After") == "" {
+			t.Fatalf("want 429 with Retry-After, got %d %v", last.Status, last.Header)
+		}
+		e.must(e.adminDo("GET", "/api/admin/workers", nil), 200)
+		// Revoked tokens stop working.
+		id := r.JSON["id"].(string)
+		e.must(e.adminDo("DELETE", "/api/admin/tokens/"+id, nil), 200)
+		if r := e.do("GET", "/api/queue", map[string]string{"X-API-Key": viewer}, nil); r.Status != 401 && r.Status != 429 {
+			t.Fatalf("revoked token: %d", r.Status)
+		}
+	})
+}
+
+func TestAuditChainAndNoTokenInLogs(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t))
+		a := e.startAgent("w1", nil, nil)
+		jobID := e.submit(map[string]any{"hf_token": "hf_secretvalue123"})
+		ev := a.next("job_submit", 5*time.Second)
+		e.must(a.report(jobID, "starting", nil), 200)
+		e.must(a.report(jobID, "completed", nil), 200)
+		rot := e.must(e.adminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
+		e.do("POST", "/api/workers/register", map[string]string{"X-Worker-Token": "wt_badbadbad"}, map[string]any{"name": "x"})
+
+		r := e.must(e.adminDo("GET", "/api/admin/audit?limit=1000", nil), 200)
+		var body struct{ Records []audit.Record }
+		if err := json.Unmarshal(r.Body, &body); err != nil {
+			t.Fatal(err)
+		}
+		if err := audit.Verify(body.Records); err != nil {
+			t.Fatalf("audit chain: %v", err)
+		}
+		actions := map[string]int{}
+		for _, rec := range body.Records {
+			actions[rec.Action+"/"+rec.Outcome]++
+		}
+		for _, want := range []string{"worker.create/success", "worker.register/success", "worker.register/failure",
+			"job.submit/success", "job.dispatch/success", "job.transition/success", "worker.token_rotate/success"} {
+			if actions[want] == 0 {
+				t.Errorf("no audit record %s in %v", want, actions)
+			}
+		}
+		// Secrets appear nowhere: not in logs, audit or job views.
+		job := e.must(e.adminDo("GET", "/api/queue/"+jobID, nil), 200)
+		secrets := []string{a.token, rot.JSON["token"].(string), e.admin, ev["upload_token"].(string), "hf_secretvalue123"}
+		for _, s := range secrets {
+			for where, text := range map[string]string{"log": e.logs.String(), "audit": string(r.Body), "job": string(job.Body)} {
+				if strings.Contains(text, s) {
+					t.Errorf("secret %.8s… found in %s", s, where)
+				}
+			}
+		}
+	})
+}
+
+func TestHealthzReadyzMetrics(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t))
+	e.must(e.do("GET", "/healthz", nil, nil), 200)
+	e.must(e.do("GET", "/readyz", nil, nil), 200)
+	rec := &syncBuffer{}
+	e.srv.writeMetrics(context.Background(), rec)
+	for _, m := range []string{"simpletuner_queue_depth", "simpletuner_workers{status=\"idle\"}", "simpletuner_dispatch_latency_seconds_bucket",
+		"simpletuner_heartbeats_total", "simpletuner_stale_attempt_rejections_total", "simpletuner_sse_connections", "simpletuner_auth_failures_total"} {
+		if !strings.Contains(rec.String(), m) {
+			t.Errorf("metrics lack %s", m)
+		}
+	}
+	e.srv.BeginShutdown()
+	if r := e.do("GET", "/readyz", nil, nil); r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("readyz while stopping: %d", r.Status)
+	}
+}
