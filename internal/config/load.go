@@ -287,7 +287,9 @@ func (l *loader) secret(key, fileKey, cred string, getenv func(string) string) {
 	case !direct && getenv("CREDENTIALS_DIRECTORY") != "":
 		p := filepath.Join(getenv("CREDENTIALS_DIRECTORY"), cred)
 		s, err := readSecret(p)
-		if errors.Is(err, fs.ErrNotExist) {
+		// The package ships an empty credential file so that LoadCredential=
+		// does not stop the unit; empty means "not configured yet".
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, errEmptySecret) {
 			return
 		}
 		if err != nil {
@@ -299,6 +301,8 @@ func (l *loader) secret(key, fileKey, cred string, getenv func(string) string) {
 	}
 }
 
+var errEmptySecret = errors.New("file is empty")
+
 // readSecret reads a one-line secret file, dropping the trailing newline.
 func readSecret(path string) (string, error) {
 	b, err := os.ReadFile(path)
@@ -307,7 +311,7 @@ func readSecret(path string) (string, error) {
 	}
 	s := strings.TrimRight(string(b), "\r\n")
 	if s == "" {
-		return "", errors.New("file is empty")
+		return "", errEmptySecret
 	}
 	return s, nil
 }

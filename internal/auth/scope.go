@@ -1,0 +1,100 @@
+package auth
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Scopes an admin token can hold.
+const (
+	ScopeAdminWorkers = "admin.workers"
+	ScopeAdminAudit   = "admin.audit"
+	ScopeQueueSubmit  = "queue.submit"
+	ScopeQueueView    = "queue.view"
+	ScopeQueueCancel  = "queue.cancel"
+	ScopeQueueManage  = "queue.manage"
+	ScopeAll          = "*"
+)
+
+// Principal kinds.
+const (
+	KindAdminToken = "admin_token"
+	KindLocal      = "local"
+)
+
+var allScopes = []string{
+	ScopeAdminWorkers, ScopeAdminAudit,
+	ScopeQueueSubmit, ScopeQueueView, ScopeQueueCancel, ScopeQueueManage,
+	ScopeAll,
+}
+
+// AllScopes lists the protocol's scopes (a fresh slice each call).
+func AllScopes() []string { return slices.Clone(allScopes) }
+
+// ValidScope reports whether s may be granted: one of AllScopes, or a family
+// wildcard such as "queue.*" or "admin.*" for a family that exists.
+func ValidScope(s string) bool {
+	if slices.Contains(allScopes, s) {
+		return true
+	}
+	family, ok := strings.CutSuffix(s, ".*")
+	if !ok || family == "" {
+		return false
+	}
+	for _, known := range allScopes {
+		if strings.HasPrefix(known, family+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// Principal is an authenticated caller.
+type Principal struct {
+	Kind   string   // KindAdminToken or KindLocal
+	ID     string   // admin token id, or "uid=N" for a local caller
+	Name   string   // token name, or "uid=N"
+	Scopes []string // granted scopes; "*" and "family.*" are wildcards
+}
+
+// Has reports whether p may act under scope: it holds the scope itself, "*",
+// or the wildcard of the scope's family ("queue.*" grants "queue.view").
+func (p Principal) Has(scope string) bool {
+	for _, s := range p.Scopes {
+		if s == ScopeAll || s == scope {
+			return true
+		}
+		if family, ok := strings.CutSuffix(s, "*"); ok && strings.HasSuffix(family, ".") &&
+			strings.HasPrefix(scope, family) {
+			return true
+		}
+	}
+	return false
+}
+
+// Actor names p in audit records: "admin:<token id>" or "local:uid=N".
+func (p Principal) Actor() string {
+	switch p.Kind {
+	case KindAdminToken:
+		return "admin:" + p.ID
+	case KindLocal:
+		return "local:" + p.ID
+	case "":
+		return "anonymous"
+	default:
+		return p.Kind + ":" + p.ID
+	}
+}
+
+// LocalPrincipal is the caller on the admin unix socket with peer uid. allowed
+// (root or a member of the admin group, see InGroup) grants every scope;
+// otherwise the principal holds none.
+func LocalPrincipal(uid uint32, allowed bool) Principal {
+	id := "uid=" + strconv.FormatUint(uint64(uid), 10)
+	p := Principal{Kind: KindLocal, ID: id, Name: id}
+	if allowed {
+		p.Scopes = []string{ScopeAll}
+	}
+	return p
+}

@@ -1,0 +1,92 @@
+// Package man holds the roff sources of the man pages; its test keeps them in step
+// with the configuration surface the code actually has.
+package man
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+)
+
+// plain turns roff source into searchable text: escapes for "-" and "." become the
+// characters they print, font changes disappear.
+func plain(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.NewReplacer(`\-`, "-", `\&`, "", `\fB`, "", `\fI`, "", `\fR`, "", `\fP`, "", `\(em`, "-").Replace(string(b))
+}
+
+func TestManPagesCoverConfigSurface(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		page  string
+		kind  string
+		names []string
+	}{
+		{"simpletuner-orchestratord.toml.5", "config key", config.OrchestratorKeys()},
+		{"simpletuner-workerd.toml.5", "config key", config.WorkerKeys()},
+		{"simpletuner-orchestratord.8", "environment variable", config.OrchestratorEnv()},
+		{"simpletuner-workerd.8", "environment variable", config.WorkerEnv()},
+		{"simpletuner-orchestratord.8", "flag", config.OrchestratorFlags()},
+		{"simpletuner-workerd.8", "flag", config.WorkerFlags()},
+	} {
+		text := plain(t, tc.page)
+		if len(tc.names) == 0 {
+			t.Errorf("config reports no %ss for %s", tc.kind, tc.page)
+		}
+		for _, name := range tc.names {
+			if !documents(text, tc.kind, name) {
+				t.Errorf("%s: %s %q exists in code but is not documented", tc.page, tc.kind, name)
+			}
+		}
+	}
+}
+
+// documents looks for a key as "key" inside its [section] (or dotted), and for flags
+// and variables as a whole word.
+func documents(text, kind, name string) bool {
+	if kind == "config key" {
+		if containsWord(text, name) {
+			return true
+		}
+		section, key, ok := strings.Cut(name, ".")
+		if !ok {
+			return false
+		}
+		i := strings.Index(text, "["+section+"]")
+		if i < 0 {
+			return false
+		}
+		rest := text[i+len(section)+2:]
+		if j := strings.Index(rest, ".SH "); j >= 0 {
+			rest = rest[:j]
+		}
+		if j := strings.Index(rest, "\n.SS ["); j >= 0 { // next section
+			rest = rest[:j]
+		}
+		return containsWord(rest, key)
+	}
+	return containsWord(text, name)
+}
+
+func containsWord(text, w string) bool {
+	isWord := func(b byte) bool {
+		return b == '_' || b == '-' || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9'
+	}
+	for i := 0; ; {
+		j := strings.Index(text[i:], w)
+		if j < 0 {
+			return false
+		}
+		start, end := i+j, i+j+len(w)
+		if (start == 0 || !isWord(text[start-1])) && (end == len(text) || !isWord(text[end])) {
+			return true
+		}
+		i = start + 1
+	}
+}
