@@ -236,6 +236,17 @@ type agent struct {
 	events   chan map[string]any
 	closed   chan struct{}
 	cancel   context.CancelFunc
+
+	mu      sync.Mutex
+	current string // job held, as the agent would report it in heartbeats
+	silent  bool
+}
+
+// silence stops the agent's heartbeats, as if its host vanished.
+func (a *agent) silence() {
+	a.mu.Lock()
+	a.silent = true
+	a.mu.Unlock()
 }
 
 func (e *env) newAgent(id, token string, protocol int) *agent {
@@ -272,9 +283,10 @@ func (a *agent) connect() {
 		cancel()
 		a.e.t.Fatalf("stream: HTTP %d", res.StatusCode)
 	}
-	a.events, a.closed, a.cancel = make(chan map[string]any, 100), make(chan struct{}), cancel
+	events, closed := make(chan map[string]any, 100), make(chan struct{})
+	a.events, a.closed, a.cancel = events, closed, cancel
 	go func() {
-		defer close(a.closed)
+		defer close(closed)
 		defer res.Body.Close()
 		sc := bufio.NewScanner(res.Body)
 		for sc.Scan() {
@@ -289,7 +301,7 @@ func (a *agent) connect() {
 			if ev["type"] == "ping" {
 				continue
 			}
-			a.events <- ev
+			events <- ev
 		}
 	}()
 	a.e.t.Cleanup(cancel)
@@ -303,6 +315,11 @@ func (a *agent) next(typ string, timeout time.Duration) map[string]any {
 		select {
 		case ev := <-a.events:
 			if ev["type"] == typ {
+				if typ == "job_submit" {
+					a.mu.Lock()
+					a.current = ev["job_id"].(string)
+					a.mu.Unlock()
+				}
 				return ev
 			}
 		case <-deadline:
@@ -335,6 +352,13 @@ func (a *agent) heartbeat(status string, job any, extra map[string]any) resp {
 }
 
 func (a *agent) report(jobID, status string, extra map[string]any) resp {
+	if status == "completed" || status == "failed" || status == "cancelled" {
+		a.mu.Lock()
+		if a.current == jobID {
+			a.current = ""
+		}
+		a.mu.Unlock()
+	}
 	body := map[string]any{"status": status}
 	for k, v := range extra {
 		body[k] = v
@@ -342,12 +366,28 @@ func (a *agent) report(jobID, status string, extra map[string]any) resp {
 	return a.e.do("POST", "/api/workers/job/"+jobID+"/status", a.hdr(), body)
 }
 
-// keepAlive heartbeats every interval until the test ends.
+// held is the default heartbeat content: busy with the held job, else idle.
+func (a *agent) held() (string, any) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.current != "" {
+		return "busy", a.current
+	}
+	return "idle", nil
+}
+
+// keepAlive heartbeats every interval until the test ends or the agent is silenced.
 func (a *agent) keepAlive(status func() (string, any)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.e.t.Cleanup(cancel)
 	go func() {
 		for {
+			a.mu.Lock()
+			silent := a.silent
+			a.mu.Unlock()
+			if silent {
+				return
+			}
 			st, job := status()
 			body, _ := json.Marshal(map[string]any{"worker_id": a.id, "status": st, "current_job_id": job})
 			req, _ := http.NewRequestWithContext(ctx, "POST", a.e.url+"/api/workers/heartbeat", bytes.NewReader(body))
@@ -375,5 +415,6 @@ func (e *env) startAgent(name string, labels map[string]string, gpuInfo map[stri
 	}
 	e.must(a.register(extra), 200)
 	a.connect()
+	a.keepAlive(a.held)
 	return a
 }

@@ -127,8 +127,11 @@ func TestAckTimeoutWithdrawsWithoutSpendingRetry(t *testing.T) {
 		mute := e.startAgent("mute", nil, nil)
 		jobID := e.submit(map[string]any{})
 		mute.next("job_submit", 5*time.Second) // never acknowledged
-		mute.next("job_cancel", 5*time.Second)
-		mute.cancel()
+		select {
+		case <-mute.closed: // its stream is closed so it re-registers
+		case <-time.After(5 * time.Second):
+			t.Fatal("stream of a worker that did not ack stayed open")
+		}
 		eventually(t, 5*time.Second, "withdrawn", func() bool {
 			j := e.job(jobID)
 			return j["status"] == "queued" || j["attempt"] == float64(2)
@@ -161,8 +164,11 @@ func TestWorkerLostRequeuesAndStaleReportIsFenced(t *testing.T) {
 		jobID := e.submit(map[string]any{})
 		lost.next("job_submit", 5*time.Second)
 		e.must(lost.report(jobID, "starting", map[string]any{"attempt": 1}), 200)
+		lost.silence()
 		// No heartbeats from "lost": after the timeout it goes offline.
-		eventually(t, 5*time.Second, "worker offline", func() bool { return e.worker(lost.id)["status"] == "offline" })
+		eventually(t, 5*time.Second, "worker offline, job requeued", func() bool {
+			return e.worker(lost.id)["status"] == "offline" && e.job(jobID)["status"] != "running"
+		})
 		j := e.job(jobID)
 		if j["status"] != "queued" && j["status"] != "dispatched" {
 			t.Fatalf("lost job not requeued: %v", j)
@@ -171,7 +177,6 @@ func TestWorkerLostRequeuesAndStaleReportIsFenced(t *testing.T) {
 			t.Fatalf("retry accounting/reason: %v", j)
 		}
 		second := e.startAgent("second", nil, nil)
-		second.keepAlive(func() (string, any) { return "busy", jobID })
 		ev := second.next("job_submit", 5*time.Second)
 		if ev["attempt"] != float64(2) {
 			t.Fatalf("attempt: %v", ev)
@@ -208,9 +213,14 @@ func TestRetriesExhaustedFails(t *testing.T) {
 			a := e.startAgent("w"+strconv.Itoa(i), nil, nil)
 			a.next("job_submit", 5*time.Second)
 			e.must(a.report(jobID, "starting", nil), 200)
+			a.silence()
 			a.cancel()
-			eventually(t, 5*time.Second, "worker lost", func() bool { return e.worker(a.id)["status"] == "offline" })
+			eventually(t, 5*time.Second, "attempt lost", func() bool {
+				j := e.job(jobID)
+				return e.worker(a.id)["status"] == "offline" && (j["status"] == "queued" || j["status"] == "failed" || j["attempt"] != float64(i))
+			})
 		}
+		eventually(t, 5*time.Second, "job failed", func() bool { return e.job(jobID)["status"] == "failed" })
 		j := e.job(jobID)
 		if j["status"] != "failed" || !strings.Contains(j["error_message"].(string), "no retries remain") {
 			t.Fatalf("want failed with reason: %v", j)
@@ -229,7 +239,6 @@ func TestCancelQueuedAndRunning(t *testing.T) {
 		e.must(e.adminDo("POST", "/api/queue/"+queued+"/cancel", nil), 409)
 
 		a := e.startAgent("w", nil, nil)
-		a.keepAlive(func() (string, any) { return "busy", nil })
 		running := e.submit(map[string]any{})
 		a.next("job_submit", 5*time.Second)
 		e.must(a.report(running, "starting", nil), 200)
@@ -263,6 +272,7 @@ func TestDrainEphemeralAndPersistent(t *testing.T) {
 		eph := e.newAgent(id, token, 2)
 		e.must(eph.register(nil), 200)
 		eph.connect()
+		eph.keepAlive(eph.held)
 		pers := e.startAgent("pers", nil, nil)
 		j1 := e.submit(map[string]any{})
 		j2 := e.submit(map[string]any{})

@@ -178,7 +178,10 @@ func (s *Server) expire(ctx context.Context, j store.Job, to protocol.JobStatus,
 	if changed {
 		s.log.Info("job deadline passed", "job_id", j.ID, "attempt", attempt, "now", to, "reason", why)
 		if outcome == protocol.OutcomeWithdrawn {
+			// A stream that swallowed a job_submit is not to be trusted with
+			// the next one: close it so the worker re-registers and reconciles.
 			s.sendToWorker(j.WorkerID, protocol.EventJobCancel, protocol.JobCancelEvent{Type: protocol.EventJobCancel, JobID: j.ID, Attempt: attempt})
+			s.closeWorkerStream(j.WorkerID, "dispatch not acknowledged")
 		}
 	}
 }

@@ -338,7 +338,13 @@ func (s *Server) heartbeatCancels(ctx context.Context, wk store.Worker, req prot
 		case protocol.JobCanceling:
 			cancel = append(cancel, j.ID)
 		case protocol.JobRunning:
-			// Acknowledged, yet the worker says it runs nothing: it lost the job.
+			// Acknowledged, yet the worker says it runs nothing: it lost the
+			// job. Only for acks well before this heartbeat, since one composed
+			// just before the job arrived may be delivered after the ack.
+			margin := 2*s.options().HeartbeatInterval + 5*time.Second
+			if j.StartedAt == nil || time.Since(*j.StartedAt) < margin {
+				continue
+			}
 			if err := s.loseAttempt(ctx, j.ID, wk.ID, "the worker's heartbeat no longer lists it"); err != nil {
 				return nil, err
 			}

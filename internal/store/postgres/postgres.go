@@ -1,0 +1,100 @@
+// Package postgres is the production store backend (PostgreSQL through lib/pq).
+// Several orchestrator instances may share one database: claims use
+// FOR UPDATE SKIP LOCKED, the audit chain head is a locked row, and
+// notifications travel through LISTEN/NOTIFY.
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"sync"
+
+	"github.com/lib/pq"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/store/sqlstore"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Dialect is PostgreSQL's flavour of SQL.
+var Dialect = sqlstore.Dialect{
+	Name:       "postgres",
+	Dollar:     true,
+	ForUpdate:  " FOR UPDATE",
+	SkipLocked: " FOR UPDATE SKIP LOCKED",
+	NextSeq:    "nextval('jobs_seq_seq')",
+	// Any constant both instances agree on; "stmg" in ASCII.
+	MigrationLock: "SELECT pg_advisory_xact_lock(1937010023)",
+	Time:          sqlstore.UTCTime,
+	IsUnique:      isUnique,
+}
+
+func isUnique(err error) bool {
+	var e *pq.Error
+	return errors.As(err, &e) && e.Code == "23505"
+}
+
+// Store is the PostgreSQL store.
+type Store struct {
+	*sqlstore.Store
+	url string
+	log *slog.Logger
+
+	mu       sync.Mutex
+	listener *pq.Listener // started by the first Subscribe
+	closed   bool
+}
+
+// Open connects to the database at url, migrates it and returns a ready store.
+func Open(ctx context.Context, url string, log *slog.Logger) (*Store, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	db, err := sql.Open("postgres", url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	db.SetMaxOpenConns(32)
+	db.SetMaxIdleConns(8)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	ms, err := loadMigrations()
+	if err == nil {
+		err = sqlstore.Migrate(ctx, db, Dialect, ms, log)
+	}
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	return &Store{Store: sqlstore.New(db, nil, Dialect, log), url: url, log: log}, nil
+}
+
+func loadMigrations() ([]sqlstore.Migration, error) {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	return sqlstore.LoadMigrations(sub)
+}
+
+// Close stops the listener and closes the pool.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	l := s.listener
+	s.listener = nil
+	s.mu.Unlock()
+	var err error
+	if l != nil {
+		err = l.Close()
+	}
+	return errors.Join(err, s.Store.Close())
+}

@@ -1,0 +1,121 @@
+package postgres
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store/storetest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func open(t *testing.T, url string) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return open(t, pgtest.Start(t)) })
+}
+
+// Instances starting together on an empty database migrate it once.
+func TestConcurrentOpen(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Start(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := Open(t.Context(), url, nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			s.Close()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	s := open(t, url)
+	defer s.Close()
+	var n int
+	if err := s.DB().QueryRow(`SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("schema_migrations has %d rows (%v), want 1", n, err)
+	}
+}
+
+func TestReopenKeepsData(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Start(t)
+	s := open(t, url)
+	j, err := s.InsertJob(t.Context(), store.Job{ConfigName: "c"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = open(t, url)
+	defer s.Close()
+	if _, err := s.GetJob(t.Context(), j.ID); err != nil {
+		t.Fatalf("job lost on reopen: %v", err)
+	}
+}
+
+func TestSchemaTooNew(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Start(t)
+	s := open(t, url)
+	if _, err := s.DB().Exec(`INSERT INTO schema_migrations (version, name, applied_at) VALUES (999, 'future', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	_, err := Open(t.Context(), url, nil)
+	if !errors.Is(err, store.ErrSchemaTooNew) {
+		t.Fatalf("Open of a newer schema: %v, want ErrSchemaTooNew", err)
+	}
+	t.Log(err)
+}
+
+// Two stores on one database see each other's notifications.
+func TestNotifyAcrossInstances(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Start(t)
+	a, b := open(t, url), open(t, url)
+	defer a.Close()
+	defer b.Close()
+	ch, err := b.Subscribe(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := store.Notification{Kind: "worker_event", WorkerID: "w_1", Payload: "x", Origin: "a"}
+	if err := a.Publish(t.Context(), n); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case got := <-ch:
+			if got.Kind != "worker_event" {
+				continue
+			}
+			if got != n {
+				t.Fatalf("got %+v, want %+v", got, n)
+			}
+			return
+		case <-timeout:
+			t.Fatal("no notification within 10s")
+		}
+	}
+}

@@ -1,0 +1,62 @@
+package sqlstore
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+)
+
+// appendAudit seals rec as the successor of the chain head and inserts it. The
+// head row is locked for the rest of the transaction, so concurrent appends
+// queue up and the chain stays linear. Callers append last, after their other
+// row locks, so the head is always the last lock taken. rec may be nil.
+func (s *Store) appendAudit(ctx context.Context, c conn, rec *audit.Record) error {
+	if rec == nil {
+		return nil
+	}
+	// Seal what will be stored: the hash covers the time at stored precision.
+	rec.Time = now(rec.Time)
+	if len(rec.Details) == 0 {
+		rec.Details = json.RawMessage(`{}`)
+	}
+	var seq int64
+	var hash string
+	if err := c.queryRow(ctx, `SELECT seq, hash FROM audit_head WHERE id = 1`+s.d.ForUpdate).Scan(&seq, &hash); err != nil {
+		return err
+	}
+	audit.Seal(rec, seq, hash)
+	if _, err := c.exec(ctx, `INSERT INTO audit (seq, time, actor, actor_ip, action, target_type, target_id,
+		outcome, details, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		rec.Seq, s.tv(rec.Time), rec.Actor, rec.ActorIP, rec.Action, rec.TargetType, rec.TargetID,
+		rec.Outcome, string(rec.Details), rec.PrevHash, rec.Hash); err != nil {
+		return err
+	}
+	_, err := c.exec(ctx, `UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1`, rec.Seq, rec.Hash)
+	return err
+}
+
+// AppendAudit appends one record on its own.
+func (s *Store) AppendAudit(ctx context.Context, rec audit.Record) error {
+	return s.write(ctx, func(c conn) error { return s.appendAudit(ctx, c, &rec) })
+}
+
+// ListAudit returns up to limit records after sinceSeq, oldest first.
+func (s *Store) ListAudit(ctx context.Context, sinceSeq int64, limit int) ([]audit.Record, error) {
+	rows, err := s.reader().query(ctx, `SELECT seq, time, actor, actor_ip, action, target_type, target_id,
+		outcome, details, prev_hash, hash FROM audit WHERE seq > ? ORDER BY seq LIMIT ?`, sinceSeq, limitArg(limit))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []audit.Record
+	for rows.Next() {
+		var r audit.Record
+		if err := rows.Scan(&r.Seq, timeCol{&r.Time}, &r.Actor, &r.ActorIP, &r.Action, &r.TargetType,
+			&r.TargetID, &r.Outcome, rawCol{&r.Details}, &r.PrevHash, &r.Hash); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

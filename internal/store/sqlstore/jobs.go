@@ -1,0 +1,166 @@
+package sqlstore
+
+import (
+	"context"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+const jobCols = `id, seq, config_name, config, dataloader, hf_token, target, worker_labels, gpu_count,
+	min_vram_gb, priority, max_retries, retries_used, timeout_seconds, status, attempt, worker_id, error,
+	progress, submitted_by, created_at, updated_at, started_at, ended_at, ack_deadline, cancel_deadline`
+
+func scanJob(r scanner, extra ...any) (store.Job, error) {
+	var j store.Job
+	dest := append([]any{&j.ID, &j.Seq, &j.ConfigName, rawCol{&j.Config}, rawCol{&j.Dataloader},
+		&j.HFToken, &j.Target, jsonCol{&j.WorkerLabels}, &j.GPUCount, &j.MinVRAMGB, &j.Priority,
+		&j.MaxRetries, &j.RetriesUsed, &j.TimeoutSeconds, &j.Status, &j.Attempt, &j.WorkerID, &j.Error,
+		rawCol{&j.Progress}, &j.SubmittedBy, timeCol{&j.CreatedAt}, timeCol{&j.UpdatedAt},
+		nullTimeCol{&j.StartedAt}, nullTimeCol{&j.EndedAt}, nullTimeCol{&j.AckDeadline},
+		nullTimeCol{&j.CancelDeadline}}, extra...)
+	err := r.Scan(dest...)
+	return j, err
+}
+
+// InsertJob stores a new job and returns it with its Seq. Empty ID, Status and
+// CreatedAt default to a new ID, queued and now.
+func (s *Store) InsertJob(ctx context.Context, j store.Job, rec *audit.Record) (store.Job, error) {
+	if j.ID == "" {
+		j.ID = protocol.NewJobID()
+	}
+	if j.Status == "" {
+		j.Status = protocol.JobQueued
+	}
+	j.CreatedAt = now(j.CreatedAt)
+	if j.UpdatedAt.IsZero() {
+		j.UpdatedAt = j.CreatedAt
+	}
+	var out store.Job
+	err := s.write(ctx, func(c conn) error {
+		args := []any{j.ID, j.ConfigName, rawArg(j.Config, "{}"), rawArg(j.Dataloader, nil), j.HFToken,
+			j.Target, labelsArg(j.WorkerLabels), j.GPUCount, j.MinVRAMGB, j.Priority, j.MaxRetries,
+			j.RetriesUsed, j.TimeoutSeconds, j.Status, j.Attempt, j.WorkerID, j.Error,
+			rawArg(j.Progress, nil), j.SubmittedBy, s.tv(j.CreatedAt), s.tv(j.UpdatedAt),
+			s.ntv(j.StartedAt), s.ntv(j.EndedAt), s.ntv(j.AckDeadline), s.ntv(j.CancelDeadline)}
+		// seq comes from the engine: the column list is jobCols with seq moved last.
+		_, err := c.exec(ctx, `INSERT INTO jobs (id, config_name, config, dataloader, hf_token, target,
+			worker_labels, gpu_count, min_vram_gb, priority, max_retries, retries_used, timeout_seconds,
+			status, attempt, worker_id, error, progress, submitted_by, created_at, updated_at, started_at,
+			ended_at, ack_deadline, cancel_deadline, seq) VALUES (`+placeholders(len(args))+`, `+s.d.NextSeq+`)`, args...)
+		if err != nil {
+			return err
+		}
+		if out, err = s.getJob(ctx, c, j.ID, false); err != nil {
+			return err
+		}
+		return s.appendAudit(ctx, c, rec)
+	})
+	return out, err
+}
+
+func (s *Store) getJob(ctx context.Context, c conn, id string, lock bool) (store.Job, error) {
+	q := `SELECT ` + jobCols + ` FROM jobs WHERE id = ?`
+	if lock {
+		q += s.d.ForUpdate
+	}
+	j, err := scanJob(c.queryRow(ctx, q, id))
+	return j, noRows(err, "job", id)
+}
+
+// GetJob returns one job.
+func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
+	return s.getJob(ctx, s.reader(), id, false)
+}
+
+// ListJobs returns a page of jobs in submission order, with the total count.
+func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, int, error) {
+	where, args := " WHERE 1 = 1", []any{}
+	if len(f.Statuses) > 0 {
+		where += " AND status IN (" + placeholders(len(f.Statuses)) + ")"
+		for _, st := range f.Statuses {
+			args = append(args, st)
+		}
+	}
+	if f.WorkerID != "" {
+		where += " AND worker_id = ?"
+		args = append(args, f.WorkerID)
+	}
+	rows, err := s.reader().query(ctx, `SELECT `+jobCols+`, COUNT(*) OVER () FROM jobs`+where+
+		` ORDER BY seq LIMIT ? OFFSET ?`, append(args, limitArg(f.Limit), f.Offset)...)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	var out []store.Job
+	total := 0
+	for rows.Next() {
+		j, err := scanJob(rows, &total)
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, err
+	}
+	if len(out) == 0 { // a page past the end still reports the total
+		err = s.reader().queryRow(ctx, `SELECT COUNT(*) FROM jobs`+where, args...).Scan(&total)
+	}
+	return out, total, err
+}
+
+// CountJobs returns how many jobs are in each status (absent: none).
+func (s *Store) CountJobs(ctx context.Context) (map[protocol.JobStatus]int, error) {
+	rows, err := s.reader().query(ctx, `SELECT status, COUNT(*) FROM jobs GROUP BY status`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[protocol.JobStatus]int{}
+	for rows.Next() {
+		var st protocol.JobStatus
+		var n int
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, err
+		}
+		out[st] = n
+	}
+	return out, rows.Err()
+}
+
+const attemptCols = `job_id, number, worker_id, upload_token_hash, dispatched_at, acked_at, ended_at, outcome, error`
+
+func scanAttempt(r scanner) (store.Attempt, error) {
+	var a store.Attempt
+	err := r.Scan(&a.JobID, &a.Number, &a.WorkerID, &a.UploadTokenHash, timeCol{&a.DispatchedAt},
+		nullTimeCol{&a.AckedAt}, nullTimeCol{&a.EndedAt}, &a.Outcome, &a.Error)
+	return a, err
+}
+
+// ListAttempts returns a job's attempts, first first. An unknown job is ErrNotFound.
+func (s *Store) ListAttempts(ctx context.Context, jobID string) ([]store.Attempt, error) {
+	rows, err := s.reader().query(ctx, `SELECT `+attemptCols+` FROM attempts WHERE job_id = ? ORDER BY number`, jobID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Attempt
+	for rows.Next() {
+		a, err := scanAttempt(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		if _, err := s.GetJob(ctx, jobID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}

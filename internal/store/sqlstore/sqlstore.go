@@ -1,0 +1,156 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+// Store implements store.Store on database/sql. Publish and Subscribe fan out
+// within the process; a backend with cross-process notifications overrides them.
+type Store struct {
+	db  *sql.DB // every write transaction
+	rdb *sql.DB // plain reads; the same pool as db where the engine allows
+	d   *Dialect
+	log *slog.Logger
+	hub *Hub
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New wraps open, migrated pools. rdb may be nil or db itself.
+func New(db, rdb *sql.DB, d Dialect, log *slog.Logger) *Store {
+	if rdb == nil {
+		rdb = db
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Store{db: db, rdb: rdb, d: &d, log: log, hub: NewHub()}
+}
+
+// DB returns the write pool (for backend-specific statements).
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Hub returns the in-process fan-out used by Publish and Subscribe.
+func (s *Store) Hub() *Hub { return s.hub }
+
+// Ping reports whether the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.rdb.PingContext(ctx) }
+
+// Close closes subscriptions and pools.
+func (s *Store) Close() error {
+	s.hub.Close()
+	var err error
+	if s.rdb != s.db {
+		err = s.rdb.Close()
+	}
+	return errors.Join(err, s.db.Close())
+}
+
+// Publish delivers n to this process's subscribers.
+func (s *Store) Publish(_ context.Context, n store.Notification) error {
+	s.hub.Publish(n)
+	return nil
+}
+
+// Subscribe returns notifications until ctx ends or the store closes.
+func (s *Store) Subscribe(ctx context.Context) (<-chan store.Notification, error) {
+	return s.hub.Subscribe(ctx), nil
+}
+
+// querier is what *sql.DB and *sql.Tx have in common.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// conn runs queries written with ? placeholders on a pool or a transaction.
+type conn struct {
+	q querier
+	d *Dialect
+}
+
+func (c conn) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return c.q.ExecContext(ctx, c.d.rebind(query), args...)
+}
+
+func (c conn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return c.q.QueryContext(ctx, c.d.rebind(query), args...)
+}
+
+func (c conn) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	return c.q.QueryRowContext(ctx, c.d.rebind(query), args...)
+}
+
+// reader returns a conn on the read pool.
+func (s *Store) reader() conn { return conn{q: s.rdb, d: s.d} }
+
+// write runs fn in a write transaction and commits if it returns nil. A unique
+// violation anywhere inside becomes store.ErrDuplicate.
+func (s *Store) write(ctx context.Context, fn func(c conn) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(conn{q: tx, d: s.d}); err != nil {
+		_ = tx.Rollback()
+		return s.mapErr(err)
+	}
+	return s.mapErr(tx.Commit())
+}
+
+func (s *Store) mapErr(err error) error {
+	if err != nil && s.d.IsUnique != nil && s.d.IsUnique(err) && !errors.Is(err, store.ErrDuplicate) {
+		return fmt.Errorf("%w: %v", store.ErrDuplicate, err)
+	}
+	return err
+}
+
+// tv binds a timestamp.
+func (s *Store) tv(t time.Time) any { return s.d.Time(normTime(t)) }
+
+// ntv binds a nullable timestamp.
+func (s *Store) ntv(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return s.tv(*t)
+}
+
+// normTime is the precision both engines keep: UTC microseconds.
+func normTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// now returns t, or the current time when t is zero, at stored precision.
+func now(t time.Time) time.Time {
+	if t.IsZero() {
+		t = time.Now()
+	}
+	return normTime(t)
+}
+
+// noRows maps sql.ErrNoRows to store.ErrNotFound naming what was missing.
+func noRows(err error, what, id string) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%s %q: %w", what, id, store.ErrNotFound)
+	}
+	return err
+}
+
+// affected turns "no row matched" into sql.ErrNoRows.
+func affected(res sql.Result, err error) error {
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err == nil && n == 0 {
+		return sql.ErrNoRows
+	}
+	return err
+}

@@ -1,0 +1,115 @@
+package sqlstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+// TransitionJob applies t if the job is still where the caller saw it.
+func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store.Job, error) {
+	if !t.To.Valid() {
+		return store.Job{}, fmt.Errorf("store: transition of job %s to unknown status %q", t.JobID, t.To)
+	}
+	at := now(t.Now)
+	var out store.Job
+	err := s.write(ctx, func(c conn) error {
+		j, err := s.getJob(ctx, c, t.JobID, true)
+		if err != nil {
+			return err
+		}
+		if err := checkTransition(j, t); err != nil {
+			return err
+		}
+		var att store.Attempt
+		if t.ExpectWorker != "" || t.EndAttempt != "" || t.Ack {
+			if att, err = s.getAttempt(ctx, c, j.ID, j.Attempt); err != nil {
+				return err
+			}
+			if t.ExpectWorker != "" && att.WorkerID != t.ExpectWorker {
+				return fmt.Errorf("job %s attempt %d belongs to worker %q, not %q: %w",
+					j.ID, j.Attempt, att.WorkerID, t.ExpectWorker, store.ErrConflict)
+			}
+		}
+
+		set, args := "status = ?, updated_at = ?", []any{t.To, s.tv(at)}
+		add := func(col string, v any) {
+			set += ", " + col + " = ?"
+			args = append(args, v)
+		}
+		switch {
+		case t.To == protocol.JobQueued: // back in the queue: no worker, no lease
+			add("worker_id", "")
+			set += ", ack_deadline = NULL, started_at = NULL"
+		case t.To.Terminal():
+			add("ended_at", s.tv(at))
+		}
+		if t.Ack && t.To != protocol.JobQueued {
+			add("started_at", s.tv(at))
+		}
+		if t.SpendRetry {
+			set += ", retries_used = retries_used + 1"
+		}
+		if t.Error != nil {
+			add("error", *t.Error)
+		}
+		if t.Progress != nil {
+			add("progress", rawArg(t.Progress, nil))
+		}
+		if t.CancelDeadline != nil {
+			add("cancel_deadline", s.tv(*t.CancelDeadline))
+		}
+		if _, err := c.exec(ctx, `UPDATE jobs SET `+set+` WHERE id = ?`, append(args, j.ID)...); err != nil {
+			return err
+		}
+
+		if t.Ack {
+			if _, err := c.exec(ctx, `UPDATE attempts SET acked_at = ? WHERE job_id = ? AND number = ?`,
+				s.tv(at), j.ID, j.Attempt); err != nil {
+				return err
+			}
+		}
+		if t.EndAttempt != "" {
+			errText := ""
+			if t.Error != nil {
+				errText = *t.Error
+			}
+			if _, err := c.exec(ctx, `UPDATE attempts SET ended_at = ?, outcome = ?, error = ?
+				WHERE job_id = ? AND number = ? AND ended_at IS NULL`,
+				s.tv(at), t.EndAttempt, errText, j.ID, j.Attempt); err != nil {
+				return err
+			}
+			if err := s.freeWorker(ctx, c, att.WorkerID, j.ID); err != nil {
+				return err
+			}
+		}
+		if out, err = s.getJob(ctx, c, j.ID, false); err != nil {
+			return err
+		}
+		return s.appendAudit(ctx, c, t.Audit)
+	})
+	return out, err
+}
+
+// checkTransition is the compare half of the compare-and-set.
+func checkTransition(j store.Job, t store.JobTransition) error {
+	switch {
+	case j.Status.Terminal():
+		return fmt.Errorf("job %s is %s: %w", j.ID, j.Status, store.ErrConflict)
+	case !slices.Contains(t.FromStates, j.Status):
+		return fmt.Errorf("job %s is %s, expected one of %v: %w", j.ID, j.Status, t.FromStates, store.ErrConflict)
+	case j.Attempt != t.ExpectAttempt:
+		return fmt.Errorf("job %s is at attempt %d, expected %d: %w", j.ID, j.Attempt, t.ExpectAttempt, store.ErrConflict)
+	case (t.ExpectWorker != "" || t.EndAttempt != "" || t.Ack) && j.Attempt == 0:
+		return fmt.Errorf("job %s has no attempt yet: %w", j.ID, store.ErrConflict)
+	}
+	return nil
+}
+
+func (s *Store) getAttempt(ctx context.Context, c conn, jobID string, number int) (store.Attempt, error) {
+	a, err := scanAttempt(c.queryRow(ctx, `SELECT `+attemptCols+` FROM attempts WHERE job_id = ? AND number = ?`, jobID, number))
+	return a, noRows(err, "attempt of job", fmt.Sprintf("%s#%d", jobID, number))
+}

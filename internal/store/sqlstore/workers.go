@@ -1,0 +1,174 @@
+package sqlstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+const workerCols = `id, name, type, status, gpu_info, provider, labels, admin_labels, persistent,
+	local, current_job_id, protocol, agent_version, last_heartbeat, connected_at, stream_instance,
+	created_at, created_by, token_hash`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanWorker(r scanner, extra ...any) (store.Worker, error) {
+	var w store.Worker
+	dest := append([]any{&w.ID, &w.Name, &w.Type, &w.Status, rawCol{&w.GPUInfo}, &w.Provider,
+		jsonCol{&w.Labels}, jsonCol{&w.AdminLabels}, &w.Persistent, &w.Local, &w.CurrentJobID,
+		&w.Protocol, &w.AgentVersion, nullTimeCol{&w.LastHeartbeat}, nullTimeCol{&w.ConnectedAt},
+		&w.StreamInstance, timeCol{&w.CreatedAt}, &w.CreatedBy, &w.TokenHash}, extra...)
+	err := r.Scan(dest...)
+	return w, err
+}
+
+// workerArgs binds every column but id and token_hash, in workerCols order.
+func (s *Store) workerArgs(w *store.Worker) []any {
+	return []any{w.Name, w.Type, w.Status, rawArg(w.GPUInfo, "{}"), w.Provider,
+		labelsArg(w.Labels), labelsArg(w.AdminLabels), w.Persistent, w.Local, w.CurrentJobID,
+		w.Protocol, w.AgentVersion, s.ntv(w.LastHeartbeat), s.ntv(w.ConnectedAt), w.StreamInstance,
+		s.tv(w.CreatedAt), w.CreatedBy}
+}
+
+// CreateWorker inserts w with its token hash.
+func (s *Store) CreateWorker(ctx context.Context, w store.Worker, tokenHash string, rec *audit.Record) error {
+	if tokenHash == "" {
+		return errors.New("store: a worker needs a token hash")
+	}
+	if w.ID == "" {
+		w.ID = protocol.NewWorkerID()
+	}
+	w.CreatedAt = now(w.CreatedAt)
+	return s.write(ctx, func(c conn) error {
+		args := append(append([]any{w.ID}, s.workerArgs(&w)...), tokenHash)
+		if _, err := c.exec(ctx, `INSERT INTO workers (`+workerCols+`) VALUES (`+placeholders(len(args))+`)`, args...); err != nil {
+			return err
+		}
+		return s.appendAudit(ctx, c, rec)
+	})
+}
+
+func (s *Store) getWorker(ctx context.Context, c conn, id string, lock bool) (store.Worker, error) {
+	q := `SELECT ` + workerCols + ` FROM workers WHERE id = ?`
+	if lock {
+		q += s.d.ForUpdate
+	}
+	w, err := scanWorker(c.queryRow(ctx, q, id))
+	return w, noRows(err, "worker", id)
+}
+
+// GetWorker returns one worker.
+func (s *Store) GetWorker(ctx context.Context, id string) (store.Worker, error) {
+	return s.getWorker(ctx, s.reader(), id, false)
+}
+
+// GetWorkerByTokenHash finds the worker a token belongs to.
+func (s *Store) GetWorkerByTokenHash(ctx context.Context, hash string) (store.Worker, error) {
+	if hash == "" {
+		return store.Worker{}, fmt.Errorf("worker with an empty token hash: %w", store.ErrNotFound)
+	}
+	w, err := scanWorker(s.reader().queryRow(ctx, `SELECT `+workerCols+` FROM workers WHERE token_hash = ?`, hash))
+	return w, noRows(err, "worker with token hash", hash[:min(8, len(hash))]+"…")
+}
+
+// ListWorkers returns a page of workers by creation time, with the total count.
+func (s *Store) ListWorkers(ctx context.Context, f store.WorkerFilter) ([]store.Worker, int, error) {
+	where, args := " WHERE 1 = 1", []any{}
+	if f.Status != "" {
+		where += " AND status = ?"
+		args = append(args, f.Status)
+	}
+	rows, err := s.reader().query(ctx, `SELECT `+workerCols+`, COUNT(*) OVER () FROM workers`+where+
+		` ORDER BY created_at, id LIMIT ? OFFSET ?`, append(args, limitArg(f.Limit), f.Offset)...)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	var out []store.Worker
+	total := 0
+	for rows.Next() {
+		w, err := scanWorker(rows, &total)
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, err
+	}
+	if len(out) == 0 { // a page past the end still reports the total
+		err = s.reader().queryRow(ctx, `SELECT COUNT(*) FROM workers`+where, args...).Scan(&total)
+	}
+	return out, total, err
+}
+
+// UpdateWorker is a read-modify-write of one worker in one transaction. fn
+// cannot change the ID or the token hash.
+func (s *Store) UpdateWorker(ctx context.Context, id string, fn func(*store.Worker) (*audit.Record, error)) (store.Worker, error) {
+	var out store.Worker
+	err := s.write(ctx, func(c conn) error {
+		w, err := s.getWorker(ctx, c, id, true)
+		if err != nil {
+			return err
+		}
+		tokenHash := w.TokenHash
+		rec, err := fn(&w)
+		if err != nil {
+			return err
+		}
+		w.ID, w.TokenHash = id, tokenHash
+		if w, err = s.putWorker(ctx, c, w); err != nil {
+			return err
+		}
+		out = w
+		return s.appendAudit(ctx, c, rec)
+	})
+	return out, err
+}
+
+// putWorker writes every mutable column of w and returns it as stored.
+func (s *Store) putWorker(ctx context.Context, c conn, w store.Worker) (store.Worker, error) {
+	_, err := c.exec(ctx, `UPDATE workers SET name = ?, type = ?, status = ?, gpu_info = ?, provider = ?,
+		labels = ?, admin_labels = ?, persistent = ?, local = ?, current_job_id = ?, protocol = ?,
+		agent_version = ?, last_heartbeat = ?, connected_at = ?, stream_instance = ?, created_at = ?,
+		created_by = ? WHERE id = ?`, append(s.workerArgs(&w), w.ID)...)
+	if err != nil {
+		return w, err
+	}
+	return s.getWorker(ctx, c, w.ID, false)
+}
+
+// SetWorkerTokenHash replaces a worker's token hash (token rotation).
+func (s *Store) SetWorkerTokenHash(ctx context.Context, id, hash string, rec *audit.Record) error {
+	if hash == "" {
+		return errors.New("store: a worker needs a token hash")
+	}
+	return s.write(ctx, func(c conn) error {
+		if err := affected(c.exec(ctx, `UPDATE workers SET token_hash = ? WHERE id = ?`, hash, id)); err != nil {
+			return noRows(err, "worker", id)
+		}
+		return s.appendAudit(ctx, c, rec)
+	})
+}
+
+// DeleteWorker removes a worker; its jobs and attempts keep their history.
+func (s *Store) DeleteWorker(ctx context.Context, id string, rec *audit.Record) error {
+	return s.write(ctx, func(c conn) error {
+		if err := affected(c.exec(ctx, `DELETE FROM workers WHERE id = ?`, id)); err != nil {
+			return noRows(err, "worker", id)
+		}
+		return s.appendAudit(ctx, c, rec)
+	})
+}
+
+// freeWorker releases a worker from job jobID if that is still its job.
+func (s *Store) freeWorker(ctx context.Context, c conn, workerID, jobID string) error {
+	_, err := c.exec(ctx, `UPDATE workers SET current_job_id = '',
+		status = CASE WHEN status = ? THEN ? ELSE status END
+		WHERE id = ? AND current_job_id = ?`, protocol.WorkerBusy, protocol.WorkerIdle, workerID, jobID)
+	return err
+}

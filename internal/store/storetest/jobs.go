@@ -1,0 +1,158 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+var jobTests = []test{
+	{"JobRoundTrip", testJobRoundTrip},
+	{"JobDefaults", testJobDefaults},
+	{"JobDuplicate", testJobDuplicate},
+	{"JobNotFound", testJobNotFound},
+	{"ListJobsFilters", testListJobsFilters},
+	{"CountJobs", testCountJobs},
+}
+
+func testJobRoundTrip(t *testing.T, s store.Store) {
+	j := store.Job{
+		ID: protocol.NewJobID(), ConfigName: "flux-lora", Config: json.RawMessage(`{"b":2, "a":[1,2]}`),
+		Dataloader: json.RawMessage(`[{"id":"x"}]`), HFToken: "hf_secret", Target: protocol.TargetWorker,
+		WorkerLabels: map[string]string{"zone": "eu-*"}, GPUCount: 2, MinVRAMGB: 23.9, Priority: 7,
+		MaxRetries: 5, TimeoutSeconds: 3600, Status: protocol.JobQueued, Progress: json.RawMessage(`{"step":3}`),
+		SubmittedBy: "admin:tok", CreatedAt: t0, UpdatedAt: at(time.Second),
+	}
+	got, err := s.InsertJob(t.Context(), j, rec("job.submit"))
+	noErr(t, err, "InsertJob")
+	if got.Seq <= 0 {
+		t.Fatalf("Seq = %d, want > 0", got.Seq)
+	}
+	j.Seq = got.Seq
+	equal(t, got, j, "InsertJob result")
+	equal(t, getJob(t, s, j.ID), j, "GetJob")
+
+	// Submission numbers increase.
+	prev := j.Seq
+	for i := 0; i < 3; i++ {
+		n := newJob(t, s)
+		if n.Seq <= prev {
+			t.Fatalf("Seq %d after %d", n.Seq, prev)
+		}
+		prev = n.Seq
+	}
+	if recs := chain(t, s); len(recs) != 1 || recs[0].Action != "job.submit" {
+		t.Fatalf("audit after InsertJob: %+v", recs)
+	}
+}
+
+func testJobDefaults(t *testing.T, s store.Store) {
+	before := time.Now().Add(-time.Second)
+	got, err := s.InsertJob(t.Context(), store.Job{ConfigName: "c"}, nil)
+	noErr(t, err, "InsertJob")
+	if got.ID == "" || got.Status != protocol.JobQueued || got.CreatedAt.Before(before) ||
+		!got.UpdatedAt.Equal(got.CreatedAt) || string(got.Config) != "{}" || got.Dataloader != nil ||
+		got.Progress != nil || got.Attempt != 0 || got.WorkerID != "" || got.StartedAt != nil || got.EndedAt != nil {
+		t.Fatalf("defaults: %+v", got)
+	}
+	if got.CreatedAt.Location() != time.UTC {
+		t.Fatalf("times must come back in UTC, got %v", got.CreatedAt.Location())
+	}
+	equal(t, getJob(t, s, got.ID), got, "GetJob")
+}
+
+func testJobDuplicate(t *testing.T, s store.Store) {
+	j := newJob(t, s)
+	_, err := s.InsertJob(t.Context(), store.Job{ID: j.ID, Config: j.Config}, rec("job.submit"))
+	wantErr(t, err, store.ErrDuplicate, "InsertJob with an existing id")
+	if n := len(chain(t, s)); n != 0 {
+		t.Fatalf("failed insert appended %d audit records", n)
+	}
+}
+
+func testJobNotFound(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	_, err := s.GetJob(ctx, "j_missing")
+	wantErr(t, err, store.ErrNotFound, "GetJob")
+	_, err = s.ListAttempts(ctx, "j_missing")
+	wantErr(t, err, store.ErrNotFound, "ListAttempts")
+	_, err = s.TransitionJob(ctx, store.JobTransition{JobID: "j_missing", FromStates: []protocol.JobStatus{protocol.JobQueued},
+		To: protocol.JobCancelled, Now: t0})
+	wantErr(t, err, store.ErrNotFound, "TransitionJob")
+	_, _, err = s.AppendLog(ctx, "j_missing", 1, 0, []byte("x"), 0)
+	wantErr(t, err, store.ErrNotFound, "AppendLog")
+	_, err = s.ReadLog(ctx, "j_missing", store.LogCursor{}, 0)
+	wantErr(t, err, store.ErrNotFound, "ReadLog")
+	// A job that exists but has no attempts or logs is not an error.
+	j := newJob(t, s)
+	as, err := s.ListAttempts(ctx, j.ID)
+	if err != nil || len(as) != 0 {
+		t.Fatalf("ListAttempts of an unclaimed job = %v, %v", as, err)
+	}
+	chunks, err := s.ReadLog(ctx, j.ID, store.LogCursor{}, 0)
+	if err != nil || len(chunks) != 0 {
+		t.Fatalf("ReadLog of a silent job = %v, %v", chunks, err)
+	}
+}
+
+func testListJobsFilters(t *testing.T, s store.Store) {
+	w1, w2 := newWorker(t, s), newWorker(t, s)
+	// Priorities must not affect list order: lists are by submission.
+	var ids []string
+	for i := 0; i < 6; i++ {
+		ids = append(ids, newJob(t, s, func(j *store.Job) { j.Priority = 6 - i }).ID)
+	}
+	claim(t, s, w1.ID) // ids[0] (highest priority)
+	claim(t, s, w2.ID) // ids[1]
+	c := getJob(t, s, ids[5])
+	transition(t, s, c, store.JobTransition{To: protocol.JobCancelled})
+
+	jobIDs := func(js []store.Job) []string {
+		var out []string
+		for _, j := range js {
+			out = append(out, j.ID)
+		}
+		return out
+	}
+	cases := []struct {
+		f     store.JobFilter
+		want  []string
+		total int
+	}{
+		{store.JobFilter{}, ids, 6},
+		{store.JobFilter{Limit: 4, Offset: 1}, ids[1:5], 6},
+		{store.JobFilter{Offset: 5}, ids[5:], 6},
+		{store.JobFilter{Limit: 2, Offset: 6}, nil, 6},
+		{store.JobFilter{Statuses: []protocol.JobStatus{protocol.JobQueued}}, ids[2:5], 3},
+		{store.JobFilter{Statuses: []protocol.JobStatus{protocol.JobQueued}, Limit: 1, Offset: 1}, ids[3:4], 3},
+		{store.JobFilter{Statuses: []protocol.JobStatus{protocol.JobDispatched, protocol.JobCancelled}}, []string{ids[0], ids[1], ids[5]}, 3},
+		{store.JobFilter{WorkerID: w2.ID}, ids[1:2], 1},
+		{store.JobFilter{WorkerID: w2.ID, Statuses: []protocol.JobStatus{protocol.JobRunning}}, nil, 0},
+	}
+	for _, c := range cases {
+		js, total, err := s.ListJobs(t.Context(), c.f)
+		noErr(t, err, "ListJobs")
+		equal(t, jobIDs(js), c.want, fmt.Sprintf("ListJobs(%+v) ids", c.f))
+		equal(t, total, c.total, fmt.Sprintf("ListJobs(%+v) total", c.f))
+	}
+}
+
+func testCountJobs(t *testing.T, s store.Store) {
+	counts, err := s.CountJobs(t.Context())
+	noErr(t, err, "CountJobs")
+	if len(counts) != 0 {
+		t.Fatalf("empty store counts %v", counts)
+	}
+	w := newWorker(t, s)
+	for i := 0; i < 3; i++ {
+		newJob(t, s)
+	}
+	claim(t, s, w.ID)
+	counts, err = s.CountJobs(t.Context())
+	noErr(t, err, "CountJobs")
+	equal(t, counts, map[protocol.JobStatus]int{protocol.JobQueued: 2, protocol.JobDispatched: 1}, "CountJobs")
+}

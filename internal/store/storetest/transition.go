@@ -1,0 +1,210 @@
+package storetest
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+var transitionTests = []test{
+	{"TransitionCompareAndSet", testTransitionCAS},
+	{"TransitionTerminalIsFinal", testTransitionTerminalIsFinal},
+	{"TransitionAck", testTransitionAck},
+	{"TransitionEndAttemptFreesWorker", testTransitionEndAttempt},
+	{"TransitionDrainingWorkerStaysDraining", testTransitionDraining},
+	{"TransitionLeavesWorkerThatMovedOn", testTransitionWorkerMovedOn},
+	{"TransitionRequeue", testTransitionRequeue},
+	{"TransitionFields", testTransitionFields},
+	{"TransitionAuditIsAtomic", testTransitionAuditAtomic},
+}
+
+// dispatched returns a worker and the job it was just given.
+func dispatched(t *testing.T, s store.Store, mod ...func(*store.Worker)) (store.Worker, store.Job) {
+	t.Helper()
+	w := newWorker(t, s, mod...)
+	j := newJob(t, s)
+	j, _ = claim(t, s, w.ID)
+	if j.WorkerID != w.ID {
+		t.Fatalf("claimed %+v for %s", j, w.ID)
+	}
+	return getWorker(t, s, w.ID), j
+}
+
+func testTransitionCAS(t *testing.T, s store.Store) {
+	w, j := dispatched(t, s)
+	other := newWorker(t, s)
+	bad := []store.JobTransition{
+		{ExpectAttempt: 1, FromStates: []protocol.JobStatus{protocol.JobRunning}, To: protocol.JobCompleted},
+		{ExpectAttempt: 2, FromStates: []protocol.JobStatus{protocol.JobDispatched}, To: protocol.JobRunning},
+		{ExpectAttempt: 0, FromStates: []protocol.JobStatus{protocol.JobDispatched}, To: protocol.JobRunning},
+		{ExpectAttempt: 1, ExpectWorker: other.ID, FromStates: []protocol.JobStatus{protocol.JobDispatched}, To: protocol.JobRunning},
+		{ExpectAttempt: 1, To: protocol.JobRunning}, // no FromStates: nothing matches
+	}
+	for i, tr := range bad {
+		tr.JobID, tr.Now, tr.Ack, tr.Audit = j.ID, at(time.Hour), true, rec("job.transition")
+		tr.EndAttempt = protocol.OutcomeFailed
+		_, err := s.TransitionJob(t.Context(), tr)
+		wantErr(t, err, store.ErrConflict, "mismatched transition "+string(rune('0'+i)))
+	}
+	equal(t, getJob(t, s, j.ID), j, "job after refused transitions")
+	equal(t, getWorker(t, s, w.ID), w, "worker after refused transitions")
+	if as := attempts(t, s, j.ID); as[0].EndedAt != nil || as[0].AckedAt != nil {
+		t.Fatalf("attempt changed by refused transitions: %+v", as[0])
+	}
+	if n := len(chain(t, s)); n != 0 {
+		t.Fatalf("refused transitions appended %d audit records", n)
+	}
+	// The matching one applies, with any of several FromStates.
+	nj, err := s.TransitionJob(t.Context(), store.JobTransition{JobID: j.ID, ExpectAttempt: 1, ExpectWorker: w.ID,
+		FromStates: []protocol.JobStatus{protocol.JobQueued, protocol.JobDispatched}, To: protocol.JobRunning, Now: at(time.Hour)})
+	noErr(t, err, "matching transition")
+	equal(t, nj.Status, protocol.JobRunning, "status")
+}
+
+func testTransitionTerminalIsFinal(t *testing.T, s store.Store) {
+	for _, end := range []protocol.JobStatus{protocol.JobCompleted, protocol.JobFailed, protocol.JobCancelled} {
+		_, j := dispatched(t, s)
+		j = transition(t, s, j, store.JobTransition{To: end, EndAttempt: protocol.OutcomeCompleted})
+		for _, to := range []protocol.JobStatus{protocol.JobQueued, protocol.JobRunning, protocol.JobCompleted, protocol.JobFailed, end} {
+			_, err := s.TransitionJob(t.Context(), store.JobTransition{JobID: j.ID, ExpectAttempt: j.Attempt,
+				FromStates: []protocol.JobStatus{end}, To: to, Now: at(2 * time.Hour), Error: ptr("late")})
+			wantErr(t, err, store.ErrConflict, string(end)+" → "+string(to))
+		}
+		equal(t, getJob(t, s, j.ID), j, "terminal job")
+	}
+}
+
+func testTransitionAck(t *testing.T, s store.Store) {
+	w, j := dispatched(t, s)
+	nj := transition(t, s, j, store.JobTransition{ExpectWorker: w.ID, To: protocol.JobRunning, Ack: true, Now: at(time.Minute)})
+	want := j
+	want.Status, want.StartedAt, want.UpdatedAt = protocol.JobRunning, ptr(at(time.Minute)), at(time.Minute)
+	equal(t, nj, want, "acknowledged job")
+	as := attempts(t, s, j.ID)
+	if as[0].AckedAt == nil || !as[0].AckedAt.Equal(at(time.Minute)) || as[0].EndedAt != nil {
+		t.Fatalf("attempt after ack: %+v", as[0])
+	}
+	if gw := getWorker(t, s, w.ID); gw.Status != protocol.WorkerBusy || gw.CurrentJobID != j.ID {
+		t.Fatalf("ack must not free the worker: %+v", gw)
+	}
+}
+
+func testTransitionEndAttempt(t *testing.T, s store.Store) {
+	w, j := dispatched(t, s)
+	j = transition(t, s, j, store.JobTransition{To: protocol.JobRunning, Ack: true, Now: at(time.Minute)})
+	nj := transition(t, s, j, store.JobTransition{To: protocol.JobFailed, EndAttempt: protocol.OutcomeFailed,
+		Error: ptr("exit 1"), Now: at(time.Hour)})
+	if nj.Status != protocol.JobFailed || nj.EndedAt == nil || !nj.EndedAt.Equal(at(time.Hour)) ||
+		nj.Error != "exit 1" || nj.WorkerID != w.ID || nj.Attempt != 1 {
+		t.Fatalf("failed job: %+v", nj)
+	}
+	as := attempts(t, s, j.ID)
+	if as[0].EndedAt == nil || !as[0].EndedAt.Equal(at(time.Hour)) || as[0].Outcome != protocol.OutcomeFailed || as[0].Error != "exit 1" {
+		t.Fatalf("ended attempt: %+v", as[0])
+	}
+	if gw := getWorker(t, s, w.ID); gw.Status != protocol.WorkerIdle || gw.CurrentJobID != "" {
+		t.Fatalf("worker after its job ended: status %s job %q", gw.Status, gw.CurrentJobID)
+	}
+}
+
+func testTransitionDraining(t *testing.T, s store.Store) {
+	w, j := dispatched(t, s)
+	_, err := s.UpdateWorker(t.Context(), w.ID, func(cur *store.Worker) (*audit.Record, error) {
+		cur.Status = protocol.WorkerDraining
+		return nil, nil
+	})
+	noErr(t, err, "UpdateWorker")
+	transition(t, s, j, store.JobTransition{To: protocol.JobCompleted, EndAttempt: protocol.OutcomeCompleted})
+	if gw := getWorker(t, s, w.ID); gw.Status != protocol.WorkerDraining || gw.CurrentJobID != "" {
+		t.Fatalf("draining worker after its job ended: status %s job %q", gw.Status, gw.CurrentJobID)
+	}
+}
+
+func testTransitionWorkerMovedOn(t *testing.T, s store.Store) {
+	w, j := dispatched(t, s)
+	// The worker has been given another job meanwhile (e.g. re-registered and
+	// reconciled): ending the old attempt must not free it.
+	_, err := s.UpdateWorker(t.Context(), w.ID, func(cur *store.Worker) (*audit.Record, error) {
+		cur.CurrentJobID = "j_newer"
+		return nil, nil
+	})
+	noErr(t, err, "UpdateWorker")
+	transition(t, s, j, store.JobTransition{To: protocol.JobQueued, EndAttempt: protocol.OutcomeWorkerLost, SpendRetry: true})
+	if gw := getWorker(t, s, w.ID); gw.Status != protocol.WorkerBusy || gw.CurrentJobID != "j_newer" {
+		t.Fatalf("worker that moved on: status %s job %q", gw.Status, gw.CurrentJobID)
+	}
+}
+
+func testTransitionRequeue(t *testing.T, s store.Store) {
+	w, j := dispatched(t, s)
+	j = transition(t, s, j, store.JobTransition{To: protocol.JobRunning, Ack: true, Now: at(time.Minute)})
+	nj := transition(t, s, j, store.JobTransition{ExpectWorker: w.ID, To: protocol.JobQueued,
+		EndAttempt: protocol.OutcomeWorkerLost, SpendRetry: true, Error: ptr("lost"), Now: at(time.Hour)})
+	if nj.Status != protocol.JobQueued || nj.WorkerID != "" || nj.AckDeadline != nil || nj.StartedAt != nil ||
+		nj.EndedAt != nil || nj.RetriesUsed != 1 || nj.Attempt != 1 || nj.Error != "lost" {
+		t.Fatalf("requeued job: %+v", nj)
+	}
+	as := attempts(t, s, j.ID)
+	if as[0].Outcome != protocol.OutcomeWorkerLost || as[0].EndedAt == nil || as[0].WorkerID != w.ID {
+		t.Fatalf("lost attempt: %+v", as[0])
+	}
+	if gw := getWorker(t, s, w.ID); gw.Status != protocol.WorkerIdle || gw.CurrentJobID != "" {
+		t.Fatalf("worker after requeue: %+v", gw)
+	}
+	// A queued job at attempt 1 can be cancelled by CAS on (queued, 1).
+	c := transition(t, s, nj, store.JobTransition{To: protocol.JobCancelled})
+	if c.Status != protocol.JobCancelled || c.EndedAt == nil || c.RetriesUsed != 1 {
+		t.Fatalf("cancelled job: %+v", c)
+	}
+}
+
+func testTransitionFields(t *testing.T, s store.Store) {
+	_, j := dispatched(t, s)
+	j = transition(t, s, j, store.JobTransition{To: protocol.JobRunning, Ack: true,
+		Progress: json.RawMessage(`{"step":10,"of":100}`)})
+	if string(j.Progress) != `{"step":10,"of":100}` {
+		t.Fatalf("progress %s", j.Progress)
+	}
+	// Unset fields keep their values.
+	j = transition(t, s, j, store.JobTransition{To: protocol.JobRunning, Error: ptr("warning")})
+	if string(j.Progress) != `{"step":10,"of":100}` || j.Error != "warning" {
+		t.Fatalf("after second report: %+v", j)
+	}
+	deadline := at(3 * time.Hour)
+	j = transition(t, s, j, store.JobTransition{To: protocol.JobCanceling, CancelDeadline: &deadline})
+	if j.CancelDeadline == nil || !j.CancelDeadline.Equal(deadline) || j.Status != protocol.JobCanceling {
+		t.Fatalf("canceling job: %+v", j)
+	}
+	j = transition(t, s, j, store.JobTransition{To: protocol.JobCancelled, EndAttempt: protocol.OutcomeCancelled, Error: ptr("")})
+	if j.Error != "" || j.EndedAt == nil {
+		t.Fatalf("cancelled job: %+v", j)
+	}
+	equal(t, getJob(t, s, j.ID), j, "stored job")
+}
+
+func testTransitionAuditAtomic(t *testing.T, s store.Store) {
+	w, j := dispatched(t, s)
+	transition(t, s, j, store.JobTransition{To: protocol.JobRunning, Ack: true, Audit: rec("job.transition")})
+	j = getJob(t, s, j.ID)
+	before := chain(t, s)
+	// An audit record the store must refuse (no action) undoes the whole change.
+	broken := audit.New("system", "", "", "job", j.ID, audit.Success, nil)
+	_, err := s.TransitionJob(t.Context(), store.JobTransition{JobID: j.ID, ExpectAttempt: 1,
+		FromStates: []protocol.JobStatus{protocol.JobRunning}, To: protocol.JobCompleted,
+		EndAttempt: protocol.OutcomeCompleted, SpendRetry: true, Error: ptr("x"), Now: at(time.Hour), Audit: &broken})
+	if err == nil {
+		t.Fatal("a transition whose audit record cannot be stored must fail")
+	}
+	equal(t, getJob(t, s, j.ID), j, "job")
+	if gw := getWorker(t, s, w.ID); gw.Status != protocol.WorkerBusy || gw.CurrentJobID != j.ID {
+		t.Fatalf("worker freed by a failed transition: %+v", gw)
+	}
+	if as := attempts(t, s, j.ID); as[0].EndedAt != nil {
+		t.Fatalf("attempt ended by a failed transition: %+v", as[0])
+	}
+	equal(t, chain(t, s), before, "audit log")
+}
