@@ -11,7 +11,9 @@ if [ -z "${VERSION:-}" ]; then
 fi
 # deb and rpm versions must start with a digit.
 VERSION=$(printf '%s' "$VERSION" | sed 's/^v//')
-case "$VERSION" in [0-9]*) ;; *) VERSION="0.0.0+$VERSION" ;; esac
+# Without a release tag, describe gives a bare commit hash, which may start with a
+# letter or a leading zero: make it build metadata of a 0.1.0 pre-release.
+case "$VERSION" in [0-9]*.[0-9]*) ;; *) VERSION="0.1.0+git$VERSION" ;; esac
 export VERSION
 
 for f in bin/simpletuner-orchestratord bin/simpletuner-workerd etc/orchestratord.toml etc/workerd.toml; do
