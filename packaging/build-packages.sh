@@ -21,6 +21,7 @@ for f in bin/simpletuner-orchestratord bin/simpletuner-workerd etc/orchestratord
 done
 [ -e man/out/simpletuner-orchestratord.8.gz ] || ./packaging/build-man.sh
 
+rm -rf dist # no stale packages from an earlier version
 mkdir -p dist
 for fmt in deb rpm; do
 	# GOFLAGS from the project (e.g. -mod=vendor) must not reach nfpm's own module.
