@@ -1,0 +1,122 @@
+package worker
+
+import (
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+)
+
+// stopReason records why the worker stopped an attempt; it decides the report.
+type stopReason int
+
+const (
+	notStopped   stopReason = iota
+	stopCancel              // job_cancel: report cancelled
+	stopShutdown            // the worker is exiting: report cancelled
+	stopFence               // self-fenced: report cancelled, but only after re-registering
+	stopTimeout             // timeout_seconds passed: report failed
+	stopAbandon             // the orchestrator moved on (abandon, 409): report nothing
+)
+
+// attempt is one dispatch of a job running on this worker. Its fields are owned
+// by the session loop except where noted.
+type attempt struct {
+	jobID string
+	n     int
+	ev    *protocol.JobSubmitEvent
+	grace time.Duration
+	log   *slog.Logger
+
+	proc     *process // nil when the start failed
+	startErr error
+	spool    *logSpool // nil when it could not be created
+	ship     *shipper  // nil without a log endpoint
+
+	stop       stopReason
+	stopDetail string
+	timeout    *time.Timer
+
+	launched     chan struct{} // closed once the start was tried (success or not)
+	ended        chan struct{} // closed by the loop when the attempt is over
+	progressDone chan struct{} // closed after the starting/running reports were sent
+}
+
+func (a *attempt) key() string { return fmt.Sprintf("%s-%d", a.jobID, a.n) }
+
+func (a *attempt) matches(jobID string, n int) bool {
+	return a.jobID == jobID && (n == 0 || a.n == n)
+}
+
+// record is the terminal report of an ended attempt; ok is false when nothing
+// is reported (the orchestrator already moved on).
+func (a *attempt) record() (rec statusRecord, ok bool) {
+	rec = statusRecord{JobID: a.jobID, Attempt: a.n, Created: time.Now().UTC()}
+	switch a.stop {
+	case stopAbandon:
+		return rec, false
+	case stopCancel:
+		rec.Status = protocol.ReportCancelled
+	case stopShutdown, stopFence:
+		rec.Status = protocol.ReportCancelled
+		rec.Error = a.stopDetail
+		rec.AfterRegister = a.stop == stopFence
+	case stopTimeout:
+		rec.Status = protocol.ReportFailed
+		rec.Error = a.stopDetail
+	default:
+		switch {
+		case a.startErr != nil:
+			rec.Status = protocol.ReportFailed
+			rec.Error = "could not start training: " + a.startErr.Error()
+		case a.proc == nil:
+			rec.Status = protocol.ReportFailed
+			rec.Error = "training did not start"
+		default:
+			if ok, desc := a.proc.exitDescription(); ok {
+				rec.Status = protocol.ReportCompleted
+			} else {
+				rec.Status = protocol.ReportFailed
+				rec.Error = desc
+			}
+		}
+	}
+	return rec, true
+}
+
+// launch prepares the working directory and starts the process, its log spool and
+// shipper. Errors end up in a.startErr and make the attempt fail.
+func (w *Worker) launch(a *attempt) {
+	defer close(a.launched)
+	files, err := prepareJobDir(w.opt.WorkDir, a.ev)
+	if err != nil {
+		a.startErr = err
+		return
+	}
+	logPath := filepath.Join(w.spool.dir, a.key()+".log")
+	a.spool, err = newLogSpool(logPath, w.opt.LogLimitBytes, a.log.With("stream", "output"))
+	if err != nil {
+		a.startErr = fmt.Errorf("log spool: %w", err)
+		return
+	}
+	w.mu.Lock()
+	visible := w.inv.VisibleDevices()
+	w.mu.Unlock()
+	env := jobEnv(jobEnvInput{
+		Base:            w.opt.Environ(),
+		Extra:           w.opt.JobEnv,
+		Token:           w.opt.Token,
+		Files:           files,
+		Event:           a.ev,
+		OrchestratorURL: w.opt.URL,
+		VisibleDevices:  visible,
+	})
+	a.proc, err = startProcess(w.opt.Command, files.Dir, env, a.spool)
+	if err != nil {
+		a.startErr = err
+		return
+	}
+	a.log.Info("training started", "pid", a.proc.pgid, "dir", files.Dir, "command", w.opt.Command)
+}

@@ -1,0 +1,210 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+)
+
+// client talks to the orchestrator's worker API.
+type client struct {
+	base  string // "https://host:8001" or "http://unix" for a unix socket
+	token string
+	http  *http.Client // no overall timeout: each call sets its own, the stream none
+}
+
+// newClient builds a client for url: http(s)://host[:port][/prefix] or
+// unix:///path/to.sock (dialled directly, requests go to http://unix).
+func newClient(rawURL, token, caFile string, insecure bool) (*client, error) {
+	u, err := url.Parse(strings.TrimSpace(rawURL))
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator url %q: %w", rawURL, err)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.ResponseHeaderTimeout = 0
+	base := strings.TrimRight(u.String(), "/")
+	switch u.Scheme {
+	case "http", "https":
+		if u.Host == "" {
+			return nil, fmt.Errorf("orchestrator url %q has no host", rawURL)
+		}
+	case "unix":
+		path := u.Path
+		if path == "" {
+			return nil, fmt.Errorf("orchestrator url %q names no socket path", rawURL)
+		}
+		var d net.Dialer
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, "unix", path)
+		}
+		tr.Proxy = nil
+		base = "http://unix"
+	default:
+		return nil, fmt.Errorf("orchestrator url %q: scheme must be http, https or unix", rawURL)
+	}
+	if caFile != "" || insecure {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: insecure} //nolint:gosec // opt-in, development only
+		if caFile != "" {
+			pem, err := os.ReadFile(caFile)
+			if err != nil {
+				return nil, fmt.Errorf("orchestrator ca_file: %w", err)
+			}
+			pool, err := x509.SystemCertPool()
+			if err != nil || pool == nil {
+				pool = x509.NewCertPool()
+			}
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("orchestrator ca_file %s: no PEM certificates found", caFile)
+			}
+			tc.RootCAs = pool
+		}
+		tr.TLSClientConfig = tc
+	}
+	return &client{base: base, token: token, http: &http.Client{Transport: tr}}, nil
+}
+
+// tokenHint is what may be logged about a token: its first 8 characters.
+func tokenHint(tok string) string {
+	if len(tok) > 8 {
+		return tok[:8] + "…"
+	}
+	return "(short token)"
+}
+
+// httpError is a non-2xx answer from the orchestrator.
+type httpError struct {
+	Status int
+	Body   protocol.ErrorBody
+	Op     string
+}
+
+func (e *httpError) Error() string {
+	msg := e.Body.Detail
+	if msg == "" {
+		msg = http.StatusText(e.Status)
+	}
+	if e.Body.Error != "" {
+		msg += " (" + e.Body.Error + ")"
+	}
+	return fmt.Sprintf("%s: HTTP %d: %s", e.Op, e.Status, msg)
+}
+
+// statusOf returns the HTTP status of err, or 0 for a transport error.
+func statusOf(err error) int {
+	var he *httpError
+	if errors.As(err, &he) {
+		return he.Status
+	}
+	return 0
+}
+
+// ErrAuthRejected is returned by Serve when the orchestrator answered 401 to the
+// worker's token. Retrying cannot help; an admin must install a new token.
+var ErrAuthRejected = errors.New("the orchestrator rejected the worker token (401): it was rotated or revoked; install a new one")
+
+func isAuthError(err error) bool { return statusOf(err) == http.StatusUnauthorized }
+
+// request builds a request carrying the worker token; path is an API path or an
+// endpoint the orchestrator gave.
+func (c *client) request(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.resolve(path), body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("X-Worker-Token", c.token)
+	req.Header.Set("User-Agent", "simpletuner-workerd")
+	return req, nil
+}
+
+// doJSON sends in (if not nil) as JSON and decodes a 2xx answer into out (if not
+// nil) within timeout. A non-2xx answer is an *httpError.
+func (c *client) doJSON(ctx context.Context, timeout time.Duration, op, method, path string, in, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := c.request(ctx, method, path, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	defer resp.Body.Close()
+	return decodeResponse(resp, op, out)
+}
+
+// decodeResponse turns a response into out or an *httpError, draining the body so
+// the connection is reused.
+func decodeResponse(resp *http.Response, op string, out any) error {
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return fmt.Errorf("%s: reading response: %w", op, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		he := &httpError{Status: resp.StatusCode, Op: op}
+		if json.Unmarshal(raw, &he.Body) != nil {
+			he.Body.Detail = strings.TrimSpace(string(raw))
+			if len(he.Body.Detail) > 200 {
+				he.Body.Detail = he.Body.Detail[:200] + "…"
+			}
+		}
+		return he
+	}
+	if out == nil || len(bytes.TrimSpace(raw)) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("%s: decoding response: %w", op, err)
+	}
+	return nil
+}
+
+// absURL resolves an endpoint the orchestrator gave (often relative) against the
+// configured orchestrator URL, for what the job sees.
+func absURL(orchestratorURL, endpoint string) string {
+	if endpoint == "" || strings.Contains(endpoint, "://") {
+		return endpoint
+	}
+	return strings.TrimRight(orchestratorURL, "/") + "/" + strings.TrimLeft(endpoint, "/")
+}
+
+// resolve turns a path, or an endpoint the orchestrator gave (relative, or an
+// absolute URL), into a URL for this client. Over a unix socket only the path of an
+// absolute URL is used.
+func (c *client) resolve(endpoint string) string {
+	if u, err := url.Parse(endpoint); err == nil && u.IsAbs() {
+		if c.base != "http://unix" {
+			return endpoint
+		}
+		endpoint = u.RequestURI()
+	}
+	if !strings.HasPrefix(endpoint, "/") {
+		endpoint = "/" + endpoint
+	}
+	return c.base + endpoint
+}

@@ -1,0 +1,160 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sync/atomic"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+)
+
+// Messages posted to the session loop by the connection goroutines. gen tells a
+// stale connection's messages from the current one's.
+type (
+	registered struct {
+		gen  int
+		resp protocol.RegisterResponse
+		err  error
+	}
+	streamOpened struct{ gen int }
+	streamEvent  struct {
+		gen int
+		ev  sseEvent
+	}
+	streamEnded struct {
+		gen   int
+		err   error
+		upFor time.Duration
+	}
+)
+
+// errStreamSilent is why a stream that went quiet was closed.
+var errStreamSilent = errors.New("no byte on the stream for 3 ping intervals")
+
+// connect flushes waiting terminal reports, then registers. Reports go first: a
+// registration that no longer lists a finished job makes the orchestrator treat
+// that job as lost, and its real outcome would then arrive too late (409).
+func (w *Worker) connect(ctx context.Context, gen int) {
+	defer w.wg.Done()
+	if err := w.flushReports(ctx, true); isAuthError(err) {
+		w.post(registered{gen: gen, err: err})
+		return
+	}
+	body := w.registerRequest()
+	var resp protocol.RegisterResponse
+	err := w.c.doJSON(ctx, 3*w.opt.Timers.RequestTimeout, "register", http.MethodPost, "/api/workers/register", body, &resp)
+	if err == nil && resp.WorkerID == "" {
+		err = errors.New("register: the orchestrator's reply has no worker_id")
+	}
+	w.post(registered{gen: gen, resp: resp, err: err})
+}
+
+func (w *Worker) registerRequest() protocol.RegisterRequest {
+	w.mu.Lock()
+	inv := w.inv
+	var running []protocol.RunningAttempt
+	if w.job != nil {
+		running = append(running, protocol.RunningAttempt{JobID: w.job.jobID, Attempt: w.job.n})
+	}
+	w.mu.Unlock()
+	info, _ := json.Marshal(inv.GPUInfo())
+	req := protocol.RegisterRequest{
+		Name:       w.opt.Name,
+		GPUInfo:    info,
+		Persistent: w.opt.Persistent,
+		Labels:     w.opt.Labels,
+		Protocol:   protocol.Version,
+		Version:    w.opt.Version,
+		Running:    running,
+	}
+	if len(running) > 0 {
+		id := running[0].JobID // protocol-1 orchestrators only know current_job_id
+		req.CurrentJobID = &id
+	}
+	return req
+}
+
+// activityReader records when the last byte arrived.
+type activityReader struct {
+	r    io.Reader
+	last *atomic.Int64
+}
+
+func (a *activityReader) Read(p []byte) (int, error) {
+	n, err := a.r.Read(p)
+	if n > 0 {
+		a.last.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+// stream holds GET /api/workers/stream open and posts its events. A watchdog
+// closes it when no byte (not even a ping) arrived for 3 ping intervals: a peer
+// that vanished without a FIN would otherwise leave us waiting forever.
+func (w *Worker) stream(ctx context.Context, gen int, workerID string) {
+	defer w.wg.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	began := time.Now()
+	end := func(err error) {
+		w.post(streamEnded{gen: gen, err: err, upFor: time.Since(began)})
+	}
+
+	req, err := w.c.request(ctx, http.MethodGet, "/api/workers/stream?worker_id="+url.QueryEscape(workerID), nil)
+	if err != nil {
+		end(err)
+		return
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Cache-Control", "no-cache")
+	headerTimer := time.AfterFunc(w.opt.Timers.RequestTimeout, cancel)
+	resp, err := w.c.http.Do(req)
+	headerTimer.Stop()
+	if err != nil {
+		end(fmt.Errorf("stream: %w", err))
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		end(decodeResponse(resp, "stream", nil))
+		return
+	}
+	w.post(streamOpened{gen: gen})
+
+	var last atomic.Int64
+	last.Store(time.Now().UnixNano())
+	var silent atomic.Bool
+	silence := 3 * w.opt.Timers.PingInterval
+	go func() {
+		t := time.NewTicker(max(silence/8, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if time.Since(time.Unix(0, last.Load())) > silence {
+					silent.Store(true)
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	err = readSSE(&activityReader{r: resp.Body, last: &last}, func(ev sseEvent) error {
+		w.post(streamEvent{gen: gen, ev: ev})
+		return nil
+	})
+	if silent.Load() {
+		err = errStreamSilent
+	} else if errors.Is(err, io.EOF) {
+		err = errors.New("the orchestrator closed the stream")
+	}
+	end(err)
+}

@@ -1,0 +1,95 @@
+package worker
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+)
+
+// heartbeatReply carries what a heartbeat answer asks of the loop.
+type heartbeatReply struct{ resp protocol.HeartbeatResponse }
+
+// authRejected tells the loop the orchestrator answered 401.
+type authRejected struct{ err error }
+
+// heartbeatLoop beats on its own goroutine from the first registration on, whatever
+// the stream does: a broken stream must not also make the worker look dead.
+func (w *Worker) heartbeatLoop(ctx context.Context) {
+	defer w.wg.Done()
+	select {
+	case <-ctx.Done():
+		return
+	case <-w.registered:
+	}
+	t := time.NewTimer(0)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := w.heartbeat(ctx)
+		switch {
+		case err == nil:
+			if failing {
+				w.log.Info("heartbeats acknowledged again")
+				failing = false
+			}
+		case isAuthError(err):
+			w.post(authRejected{err: err})
+			return
+		case ctx.Err() != nil:
+			return
+		default:
+			if !failing {
+				w.log.Warn("heartbeat failed", "err", err)
+				failing = true
+			} else {
+				w.log.Debug("heartbeat failed", "err", err)
+			}
+		}
+		t.Reset(w.heartbeatInterval())
+	}
+}
+
+func (w *Worker) heartbeatInterval() time.Duration {
+	if w.opt.Timers.HeartbeatInterval > 0 {
+		return w.opt.Timers.HeartbeatInterval
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.hbInterval > 0 {
+		return w.hbInterval
+	}
+	return 30 * time.Second
+}
+
+func (w *Worker) heartbeat(ctx context.Context) error {
+	w.mu.Lock()
+	req := protocol.HeartbeatRequest{WorkerID: w.workerID, Status: string(protocol.WorkerIdle)}
+	if w.job != nil {
+		req.Status = string(protocol.WorkerBusy)
+		id := w.job.jobID
+		req.CurrentJobID = &id
+		req.Running = []protocol.RunningAttempt{{JobID: w.job.jobID, Attempt: w.job.n}}
+	}
+	w.mu.Unlock()
+	if tel, err := w.opt.GPU.Telemetry(); err == nil {
+		req.GPUs = tel
+	}
+	var resp protocol.HeartbeatResponse
+	if err := w.c.doJSON(ctx, w.opt.Timers.RequestTimeout, "heartbeat", http.MethodPost, "/api/workers/heartbeat", req, &resp); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.lastAck = time.Now()
+	w.mu.Unlock()
+	if len(resp.Cancel) > 0 || resp.Drain {
+		w.post(heartbeatReply{resp: resp})
+	}
+	return nil
+}

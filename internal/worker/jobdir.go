@@ -1,0 +1,187 @@
+package worker
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+)
+
+// safeJobID is what a job id may look like before it names a directory; our
+// orchestrator's ids are j_ + base32, upstream's wjob-<hex>.
+var safeJobID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// jobFiles are the paths prepared for one attempt.
+type jobFiles struct {
+	Dir            string // <work_dir>/<job_id>, shared by the attempts of a job so a retry finds checkpoints
+	ConfigPath     string // Dir/config.json
+	DataloaderPath string // Dir/dataloader.json, "" when the job has no dataloader
+}
+
+// prepareJobDir creates the working directory and writes config.json (and
+// dataloader.json). When a dataloader is given the config's data_backend_config is
+// pointed at dataloader.json, which upstream's agent forgot to do (B23); the path is
+// also in SIMPLETUNER_DATALOADER_PATH.
+func prepareJobDir(workDir string, ev *protocol.JobSubmitEvent) (jobFiles, error) {
+	if !safeJobID.MatchString(ev.JobID) {
+		return jobFiles{}, fmt.Errorf("job id %q is not usable as a directory name", ev.JobID)
+	}
+	dir := filepath.Join(workDir, ev.JobID)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return jobFiles{}, err
+	}
+	f := jobFiles{Dir: dir, ConfigPath: filepath.Join(dir, "config.json")}
+
+	cfg := []byte(ev.Config)
+	if len(bytes.TrimSpace(cfg)) == 0 || string(bytes.TrimSpace(cfg)) == "null" {
+		cfg = []byte("{}")
+	}
+	if hasJSON(ev.Dataloader) {
+		f.DataloaderPath = filepath.Join(dir, "dataloader.json")
+		if err := writeJSONFile(f.DataloaderPath, ev.Dataloader); err != nil {
+			return jobFiles{}, err
+		}
+		cfg = pointAtDataloader(cfg, f.DataloaderPath)
+	}
+	if err := writeJSONFile(f.ConfigPath, cfg); err != nil {
+		return jobFiles{}, err
+	}
+	return f, nil
+}
+
+func hasJSON(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) > 0 && string(t) != "null"
+}
+
+// pointAtDataloader sets data_backend_config in a config object, in the key style
+// the config already uses (SimpleTuner configs often spell keys as "--flag").
+// Anything that is not a JSON object is left alone.
+func pointAtDataloader(cfg []byte, path string) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(cfg, &m) != nil || m == nil {
+		return cfg
+	}
+	key := "data_backend_config"
+	_, plain := m[key]
+	_, flag := m["--"+key]
+	switch {
+	case flag:
+		key = "--" + key
+	case plain:
+	default:
+		for k := range m {
+			if strings.HasPrefix(k, "--") {
+				key = "--" + key
+				break
+			}
+		}
+	}
+	v, _ := json.Marshal(path)
+	m[key] = v
+	out, err := json.Marshal(m)
+	if err != nil {
+		return cfg
+	}
+	return out
+}
+
+// writeJSONFile writes raw indented (readable for whoever debugs a job) and
+// private: configs may hold credentials.
+func writeJSONFile(path string, raw []byte) error {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		return fmt.Errorf("%s: the orchestrator sent invalid JSON: %w", filepath.Base(path), err)
+	}
+	buf.WriteByte('\n')
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, buf.Bytes(), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// droppedEnv are variables of the worker's own environment a job must not inherit:
+// systemd's notify/watchdog/socket-activation/credential hand-over (they belong to
+// workerd's unit, and a job writing to NOTIFY_SOCKET would speak for the daemon),
+// the journal stream (the job's output goes to our pipe) and the worker token.
+var droppedEnv = map[string]bool{
+	"NOTIFY_SOCKET":            true,
+	"WATCHDOG_USEC":            true,
+	"WATCHDOG_PID":             true,
+	"LISTEN_FDS":               true,
+	"LISTEN_PID":               true,
+	"LISTEN_FDNAMES":           true,
+	"INVOCATION_ID":            true,
+	"JOURNAL_STREAM":           true,
+	"CREDENTIALS_DIRECTORY":    true,
+	"MAINPID":                  true,
+	"SIMPLETUNER_WORKER_TOKEN": true,
+}
+
+// jobEnvInput is what jobEnv needs.
+type jobEnvInput struct {
+	Base            []string          // the worker's environment (os.Environ)
+	Extra           map[string]string // [job] env from workerd.toml
+	Token           string            // the worker token: never passed on, under any name
+	Files           jobFiles
+	Event           *protocol.JobSubmitEvent
+	OrchestratorURL string
+	VisibleDevices  string // CUDA_VISIBLE_DEVICES; "" leaves the inherited value
+}
+
+// jobEnv builds the environment of a job ("What a job sees" in CONFIG.md): the
+// worker's environment without droppedEnv, then [job] env, then the job's own
+// variables, which win.
+func jobEnv(in jobEnvInput) []string {
+	vars := map[string]string{}
+	for _, kv := range in.Base {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || droppedEnv[k] || strings.HasPrefix(k, "LISTEN_") || strings.HasPrefix(k, "WATCHDOG_") {
+			continue
+		}
+		if in.Token != "" && strings.Contains(v, in.Token) {
+			continue // the token under another name is still the token
+		}
+		vars[k] = v
+	}
+	for k, v := range in.Extra {
+		vars[k] = v
+	}
+	ev := in.Event
+	vars["CONFIG_PATH"] = in.Files.ConfigPath
+	vars["SIMPLETUNER_CONFIG_BACKEND"] = "json"
+	vars["SIMPLETUNER_UPLOAD_ENDPOINT"] = absURL(in.OrchestratorURL, ev.UploadEndpoint)
+	vars["SIMPLETUNER_UPLOAD_TOKEN"] = ev.UploadToken
+	vars["SIMPLETUNER_JOB_ID"] = ev.JobID
+	vars["SIMPLETUNER_ATTEMPT"] = strconv.Itoa(ev.Attempt)
+	if ev.HFToken != "" {
+		vars["HF_TOKEN"] = ev.HFToken
+	}
+	if in.Files.DataloaderPath != "" {
+		vars["SIMPLETUNER_DATALOADER_PATH"] = in.Files.DataloaderPath
+	}
+	if in.VisibleDevices != "" {
+		vars["CUDA_VISIBLE_DEVICES"] = in.VisibleDevices
+	}
+	if in.Token != "" {
+		for k, v := range vars {
+			if strings.Contains(v, in.Token) {
+				delete(vars, k)
+			}
+		}
+	}
+	out := make([]string, 0, len(vars))
+	for k, v := range vars {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}

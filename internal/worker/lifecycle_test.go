@@ -1,0 +1,355 @@
+package worker
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+)
+
+func TestAuthRejectedAtRegister(t *testing.T) {
+	t.Parallel()
+	f := newFakeOrch(t)
+	f.reject.Store(true)
+	r := startWorker(t, f, nil)
+	err := r.wait(t, 5*time.Second)
+	if !errors.Is(err, ErrAuthRejected) {
+		t.Fatalf("Serve = %v; want ErrAuthRejected", err)
+	}
+	if !strings.Contains(err.Error(), "rotated or revoked") {
+		t.Errorf("message %q", err)
+	}
+	if log := r.logs.String(); !strings.Contains(log, "token="+f.token[:8]) {
+		t.Errorf("the log should name the token by its first 8 characters:\n%s", log)
+	}
+}
+
+// A 401 on the heartbeat (token rotated while connected) stops the worker and its
+// job; the job's outcome is kept for after the next registration.
+func TestAuthRejectedWhileRunning(t *testing.T) {
+	t.Parallel()
+	var opt Options
+	f := newFakeOrch(t)
+	r := startWorker(t, f, func(o *Options) { opt = *o })
+	f.connected(1)
+	f.submit(protocol.JobSubmitEvent{JobID: "j_auth00000001", Config: json.RawMessage(`{"steps":100000,"step_seconds":0.05}`)})
+	f.report("j_auth00000001", "running")
+	pids := pidsOf(t, filepath.Join(opt.StateDir, "jobs", "j_auth00000001"))
+	f.reject.Store(true)
+	if err := r.wait(t, 10*time.Second); !errors.Is(err, ErrAuthRejected) {
+		t.Fatalf("Serve = %v; want ErrAuthRejected", err)
+	}
+	waitDead(t, pids, 5*time.Second)
+	var rec statusRecord
+	raw, err := os.ReadFile(filepath.Join(opt.StateDir, "spool", "j_auth00000001-1.status"))
+	if err != nil || json.Unmarshal(raw, &rec) != nil || rec.Status != "cancelled" || !rec.AfterRegister {
+		t.Errorf("spooled record %s (%v)", raw, err)
+	}
+}
+
+// A stream that sends nothing (no ping) for 3 ping intervals is closed and the
+// worker reconnects.
+func TestSilentStreamReconnects(t *testing.T) {
+	t.Parallel()
+	f, _ := setup(t, nil)
+	f.connected(1)
+	f.silent.Store(true)
+	f.waitFor("a second stream after silence", 5*time.Second, func() bool { return f.streams >= 2 && len(f.registers) >= 2 })
+}
+
+// A dropped stream is re-established; the job keeps running and is resumed.
+func TestReconnectResumesJob(t *testing.T) {
+	t.Parallel()
+	f, r := setup(t, nil)
+	f.connected(1)
+	f.submit(protocol.JobSubmitEvent{JobID: "j_resume000001", Attempt: 4, Config: json.RawMessage(`{"steps":30,"step_seconds":0.02}`)})
+	f.report("j_resume000001", "running")
+	f.dropStreams()
+	f.connected(2)
+	f.mu.Lock()
+	reg := f.registers[len(f.registers)-1]
+	f.mu.Unlock()
+	if len(reg.Running) != 1 || reg.Running[0] != (protocol.RunningAttempt{JobID: "j_resume000001", Attempt: 4}) ||
+		reg.CurrentJobID == nil || *reg.CurrentJobID != "j_resume000001" {
+		t.Errorf("re-registration %+v", reg)
+	}
+	f.report("j_resume000001", "completed")
+	if !strings.Contains(r.logs.String(), "resumed the running attempt") {
+		t.Errorf("resume not logged")
+	}
+}
+
+// An attempt the orchestrator abandons at registration is killed and not
+// reported.
+func TestAbandonAtRegister(t *testing.T) {
+	t.Parallel()
+	var opt Options
+	f, _ := setup(t, func(o *Options) { opt = *o })
+	f.connected(1)
+	f.submit(protocol.JobSubmitEvent{JobID: "j_abandon00001", Config: json.RawMessage(`{"steps":100000,"step_seconds":0.05,"ignore_sigterm":true}`)})
+	f.report("j_abandon00001", "running")
+	pids := pidsOf(t, filepath.Join(opt.StateDir, "jobs", "j_abandon00001"))
+	f.mu.Lock()
+	f.regReply = func(req protocol.RegisterRequest) protocol.RegisterResponse {
+		return protocol.RegisterResponse{WorkerID: f.workerID, Protocol: 2, Abandon: req.Running}
+	}
+	f.mu.Unlock()
+	f.dropStreams()
+	f.connected(2)
+	waitDead(t, pids, 5*time.Second)
+	f.waitFor("idle heartbeat", 5*time.Second, func() bool {
+		return len(f.heartbeats) > 0 && f.heartbeats[len(f.heartbeats)-1].Status == "idle"
+	})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, rep := range f.reportsLocked("j_abandon00001") {
+		if protocol.JobStatus(rep.Status).Terminal() {
+			t.Errorf("abandoned attempt reported %s", rep.Status)
+		}
+	}
+}
+
+// A 409 on a running attempt's report means another attempt owns the job: kill.
+func TestStaleAttemptKilled(t *testing.T) {
+	t.Parallel()
+	var opt Options
+	f, r := setup(t, func(o *Options) { opt = *o })
+	f.connected(1)
+	f.statusCode.Store(409)
+	f.submit(protocol.JobSubmitEvent{JobID: "j_stale0000001", Config: json.RawMessage(`{"steps":100000,"step_seconds":0.05}`)})
+	// Heartbeats keep coming, so the wait re-checks the log often.
+	f.waitFor("the stale attempt stopped", 5*time.Second, func() bool {
+		return strings.Contains(r.logs.String(), "training stopped; not reported")
+	})
+	m := regexp.MustCompile(`training started.*pid=(\d+)`).FindStringSubmatch(r.logs.String())
+	if m == nil {
+		t.Fatal("no pid logged")
+	}
+	pid, _ := strconv.Atoi(m[1])
+	waitDead(t, []int{pid}, 5*time.Second)
+	if left, _ := filepath.Glob(filepath.Join(opt.StateDir, "spool", "*.status")); len(left) > 0 {
+		t.Errorf("a stale attempt's outcome was spooled: %v", left)
+	}
+}
+
+// Without acknowledged heartbeats for SelfFenceAfter the job is stopped; its
+// cancelled report waits for the next registration.
+func TestSelfFence(t *testing.T) {
+	t.Parallel()
+	var opt Options
+	f, _ := setup(t, func(o *Options) {
+		o.SelfFenceAfter = 300 * time.Millisecond
+		opt = *o
+	})
+	f.connected(1)
+	f.submit(protocol.JobSubmitEvent{JobID: "j_fence0000001", Config: json.RawMessage(`{"steps":100000,"step_seconds":0.05,"ignore_sigterm":true}`)})
+	f.report("j_fence0000001", "running")
+	pids := pidsOf(t, filepath.Join(opt.StateDir, "jobs", "j_fence0000001"))
+
+	f.down.Store(true) // heartbeats, stream, everything
+	f.dropStreams()
+	f.srv.CloseClientConnections()
+	waitDead(t, pids, 5*time.Second)
+	statusFile := filepath.Join(opt.StateDir, "spool", "j_fence0000001-1.status")
+	waitFile(t, statusFile, 5*time.Second)
+	var rec statusRecord
+	raw, _ := os.ReadFile(statusFile)
+	if err := json.Unmarshal(raw, &rec); err != nil || rec.Status != "cancelled" || !strings.Contains(rec.Error, "self-fenced") || !rec.AfterRegister {
+		t.Fatalf("spooled %s (%v)", raw, err)
+	}
+	f.mu.Lock()
+	regsBefore := len(f.registers)
+	f.mu.Unlock()
+	f.down.Store(false)
+	rep := f.report("j_fence0000001", "cancelled")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.regSeqs) <= regsBefore || rep.Seq < f.regSeqs[regsBefore] {
+		t.Errorf("the self-fenced report (#%d) was sent before re-registering (%v)", rep.Seq, f.regSeqs)
+	}
+}
+
+func TestEphemeralExitsWhenQueueEmpty(t *testing.T) {
+	t.Parallel()
+	f := newFakeOrch(t)
+	r := startWorker(t, f, func(o *Options) { o.Persistent = false })
+	f.connected(1)
+	f.submit(protocol.JobSubmitEvent{JobID: "j_ephem0000001", Config: json.RawMessage(`{"steps":2,"step_seconds":0.01}`)})
+	if err := r.wait(t, 10*time.Second); err != nil {
+		t.Fatalf("Serve = %v", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.hasReportLocked("j_ephem0000001", "completed") || f.queueChecks != 1 || f.disconnects != 1 {
+		t.Errorf("completed=%v queue checks=%d disconnects=%d", f.hasReportLocked("j_ephem0000001", "completed"), f.queueChecks, f.disconnects)
+	}
+	if len(f.heartbeats) != f.hbAtDisc {
+		t.Errorf("%d heartbeat(s) after the disconnect", len(f.heartbeats)-f.hbAtDisc)
+	}
+}
+
+func TestEphemeralStaysWhenQueueHasJobs(t *testing.T) {
+	t.Parallel()
+	f := newFakeOrch(t)
+	f.queueHasJob.Store(true)
+	r := startWorker(t, f, func(o *Options) { o.Persistent = false })
+	f.connected(1)
+	f.submit(protocol.JobSubmitEvent{JobID: "j_ephem0000002", Config: json.RawMessage(`{"steps":1,"step_seconds":0}`)})
+	f.report("j_ephem0000002", "completed")
+	f.waitFor("queue check", 5*time.Second, func() bool { return f.queueChecks == 1 })
+	f.queueHasJob.Store(false)
+	f.submit(protocol.JobSubmitEvent{JobID: "j_ephem0000003", Config: json.RawMessage(`{"steps":1,"step_seconds":0}`)})
+	if err := r.wait(t, 10*time.Second); err != nil {
+		t.Fatalf("Serve = %v", err)
+	}
+	if f.report("j_ephem0000003", "completed").JobID == "" {
+		t.Fatal("second job not run")
+	}
+}
+
+// Drain (first SIGTERM): the running job finishes, no new job is taken, the
+// worker keeps heartbeating, then exits.
+func TestDrainFinishesJobThenExits(t *testing.T) {
+	t.Parallel()
+	f, r := setup(t, nil)
+	f.connected(1)
+	f.submit(protocol.JobSubmitEvent{JobID: "j_drain0000001", Config: json.RawMessage(`{"steps":15,"step_seconds":0.02}`)})
+	f.report("j_drain0000001", "running")
+	r.w.Drain()
+	if st := r.w.Status(); !strings.Contains(st, "draining") || !strings.Contains(st, "j_drain0000001") {
+		t.Errorf("Status %q", st)
+	}
+	f.mu.Lock()
+	hbs := len(f.heartbeats)
+	f.mu.Unlock()
+	f.waitFor("heartbeats while draining", 5*time.Second, func() bool { return len(f.heartbeats) > hbs })
+	f.submit(protocol.JobSubmitEvent{JobID: "j_drain0000002", Config: json.RawMessage(`{"steps":1}`)})
+	if err := r.wait(t, 10*time.Second); err != nil {
+		t.Fatalf("Serve = %v", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.hasReportLocked("j_drain0000001", "completed") {
+		t.Errorf("the running job did not complete")
+	}
+	if len(f.reportsLocked("j_drain0000002")) > 0 {
+		t.Errorf("a draining worker took a new job")
+	}
+	if f.disconnects != 1 {
+		t.Errorf("disconnects %d", f.disconnects)
+	}
+	if len(f.heartbeats) != f.hbAtDisc {
+		t.Errorf("%d heartbeat(s) after the disconnect", len(f.heartbeats)-f.hbAtDisc)
+	}
+}
+
+func TestDrainWhenIdleExits(t *testing.T) {
+	t.Parallel()
+	f, r := setup(t, nil)
+	f.connected(1)
+	r.w.Drain()
+	if err := r.wait(t, 5*time.Second); err != nil {
+		t.Fatalf("Serve = %v", err)
+	}
+}
+
+// Stopping the worker (second SIGTERM, ctx cancelled) stops the job, reports it
+// cancelled and disconnects.
+func TestShutdownCancelsJob(t *testing.T) {
+	t.Parallel()
+	var opt Options
+	f, r := setup(t, func(o *Options) { opt = *o })
+	f.connected(1)
+	f.submit(protocol.JobSubmitEvent{JobID: "j_stop00000001", Config: json.RawMessage(`{"steps":100000,"step_seconds":0.05,"ignore_sigterm":true}`)})
+	f.report("j_stop00000001", "running")
+	pids := pidsOf(t, filepath.Join(opt.StateDir, "jobs", "j_stop00000001"))
+	r.cancel()
+	if err := r.wait(t, 10*time.Second); err != nil {
+		t.Fatalf("Serve = %v", err)
+	}
+	waitDead(t, pids, 5*time.Second)
+	rep := f.report("j_stop00000001", "cancelled")
+	if !strings.Contains(rep.err(), "shutting down") {
+		t.Errorf("cancel report error %q", rep.err())
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.disconnects != 1 {
+		t.Errorf("disconnects %d", f.disconnects)
+	}
+}
+
+// The orchestrator's shutdown event ends the worker cleanly.
+func TestShutdownEvent(t *testing.T) {
+	t.Parallel()
+	f, r := setup(t, nil)
+	f.connected(1)
+	f.send(protocol.EventShutdown, protocol.NewShutdownEvent("worker_deleted"))
+	if err := r.wait(t, 5*time.Second); err != nil {
+		t.Fatalf("Serve = %v", err)
+	}
+	if !strings.Contains(r.logs.String(), "worker_deleted") {
+		t.Errorf("reason not logged")
+	}
+}
+
+// An ephemeral worker leaves on the orchestrator's drain when idle; a persistent
+// one stays, in draining.
+func TestOrchestratorDrain(t *testing.T) {
+	t.Parallel()
+	t.Run("ephemeral", func(t *testing.T) {
+		t.Parallel()
+		f := newFakeOrch(t)
+		r := startWorker(t, f, func(o *Options) { o.Persistent = false })
+		f.connected(1)
+		f.send(protocol.EventDrain, protocol.DrainEvent{Type: protocol.EventDrain, Reason: "admin"})
+		if err := r.wait(t, 5*time.Second); err != nil {
+			t.Fatalf("Serve = %v", err)
+		}
+	})
+	t.Run("persistent", func(t *testing.T) {
+		t.Parallel()
+		f, r := setup(t, nil)
+		f.connected(1)
+		f.mu.Lock()
+		f.hbReply = protocol.HeartbeatResponse{Drain: true}
+		f.mu.Unlock()
+		f.waitFor("heartbeats", 5*time.Second, func() bool { return len(f.heartbeats) >= 3 })
+		deadline := time.Now().Add(5 * time.Second)
+		for r.w.Status() != "draining" && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond) // Status is polled like systemd does
+		}
+		if st := r.w.Status(); st != "draining" {
+			t.Errorf("Status %q", st)
+		}
+		select {
+		case <-r.done:
+			t.Fatalf("a persistent worker left on drain: %v", r.err)
+		default:
+		}
+	})
+}
+
+// unix:///path URLs dial the socket.
+func TestUnixSocket(t *testing.T) {
+	t.Parallel()
+	f := newFakeOrchUnstarted(t)
+	sock := filepath.Join(t.TempDir(), "orch.sock")
+	if err := f.listenUnix(sock); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Start()
+	t.Cleanup(f.close)
+	startWorker(t, f, func(o *Options) { o.URL = "unix://" + sock })
+	f.connected(1)
+	f.submit(protocol.JobSubmitEvent{JobID: "j_unix00000001", Config: json.RawMessage(`{"steps":1,"step_seconds":0}`)})
+	f.report("j_unix00000001", "completed")
+	f.waitFor("log over the socket", 5*time.Second, func() bool { return len(f.log["j_unix00000001-1"]) > 0 })
+}

@@ -1,0 +1,287 @@
+package worker
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"testing/iotest"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+)
+
+func TestBackoffCappedFullJitter(t *testing.T) {
+	t.Parallel()
+	b := newBackoff(time.Second, 60*time.Second)
+	var asked []int64
+	b.rand = func(n int64) int64 { asked = append(asked, n); return n - 1 }
+	for i := 0; i < 10; i++ {
+		if d := b.next(); d >= 60*time.Second {
+			t.Errorf("delay %d = %s; must stay below the cap", i, d)
+		}
+	}
+	want := []time.Duration{1, 2, 4, 8, 16, 32, 60, 60, 60, 60}
+	for i, n := range asked {
+		if time.Duration(n) != want[i]*time.Second {
+			t.Errorf("retry %d drew from [0, %s); want [0, %s)", i, time.Duration(n), want[i]*time.Second)
+		}
+	}
+	b.reset()
+	if b.attempts() != 0 || b.ceiling(b.attempts()) != time.Second {
+		t.Errorf("reset: attempts %d", b.attempts())
+	}
+	// Real randomness: spread over [0, ceiling), not pinned to the ceiling.
+	b = newBackoff(time.Second, 8*time.Second)
+	seen := map[time.Duration]bool{}
+	for i := 0; i < 200; i++ {
+		b.n = 10
+		d := b.next()
+		if d < 0 || d >= 8*time.Second {
+			t.Fatalf("delay %s out of [0, 8s)", d)
+		}
+		seen[d/time.Second] = true
+	}
+	if len(seen) < 4 {
+		t.Errorf("delays not jittered: %v", seen)
+	}
+	// Huge attempt counts do not overflow.
+	b.n = 1000
+	if d := b.next(); d < 0 || d >= 8*time.Second {
+		t.Errorf("delay after 1000 retries %s", d)
+	}
+}
+
+func TestReadSSE(t *testing.T) {
+	t.Parallel()
+	stream := ": comment\n" +
+		"id: 1\nevent: job_submit\ndata: {\"type\":\"job_submit\",\"job_id\":\"j_1\"}\n\n" +
+		"event: ping\r\ndata: {}\r\n\r\n" + // CRLF
+		"data:{\"a\":1}\rdata: second\r\r" + // CR, no space, two data lines
+		"id: 7\nevent: x\n\n" + // no data: not dispatched, but the id sticks
+		"retry: 5\nunknown: field\ndata\n\n" + // "data" with no colon is an empty data line
+		"data: {\"type\":\"drain\"}\n\n" +
+		"data: unterminated"
+	var got []sseEvent
+	err := readSSE(iotest.OneByteReader(strings.NewReader(stream)), func(ev sseEvent) error {
+		got = append(got, ev)
+		return nil
+	})
+	if !errors.Is(err, io.EOF) {
+		t.Errorf("err = %v; want EOF", err)
+	}
+	want := []sseEvent{
+		{ID: "1", Event: "job_submit", Data: `{"type":"job_submit","job_id":"j_1"}`},
+		{ID: "1", Event: "ping", Data: "{}"},
+		{ID: "1", Data: "{\"a\":1}\nsecond"},
+		{ID: "7", Data: ""},
+		{ID: "7", Data: `{"type":"drain"}`},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("events\n got %#v\nwant %#v", got, want)
+	}
+}
+
+func TestReadSSEEmitError(t *testing.T) {
+	t.Parallel()
+	stop := errors.New("stop")
+	err := readSSE(strings.NewReader("data: 1\n\ndata: 2\n\n"), func(sseEvent) error { return stop })
+	if !errors.Is(err, stop) {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func FuzzReadSSE(f *testing.F) {
+	f.Add([]byte("event: job_submit\ndata: {}\n\n"))
+	f.Add([]byte("data: a\r\ndata: b\r\r\n:c\n\n"))
+	f.Add([]byte("id: \x00\ndata\n\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_ = readSSE(bytes.NewReader(b), func(ev sseEvent) error {
+			if strings.ContainsAny(ev.Event, "\r\n") || strings.ContainsAny(ev.ID, "\r\n") {
+				t.Fatalf("line break inside a field: %#v", ev)
+			}
+			return nil
+		})
+	})
+}
+
+func TestJobEnv(t *testing.T) {
+	t.Parallel()
+	tok := "wt_secret_token_value_1234567890"
+	ev := &protocol.JobSubmitEvent{JobID: "j_x", Attempt: 3, UploadEndpoint: "/api/cloud/storage", UploadToken: ""}
+	env := jobEnv(jobEnvInput{
+		Base: []string{"PATH=/usr/bin", "NOTIFY_SOCKET=/run/n", "LISTEN_FDS=2", "WATCHDOG_USEC=1", "SIMPLETUNER_WORKER_TOKEN=" + tok,
+			"OTHER_NAME=" + tok, "HOME=/var/lib/x", "CUDA_VISIBLE_DEVICES=7"},
+		Extra:           map[string]string{"HOME": "/home/train", "CONFIG_PATH": "/not/this"},
+		Token:           tok,
+		Files:           jobFiles{Dir: "/w/j_x", ConfigPath: "/w/j_x/config.json"},
+		Event:           ev,
+		OrchestratorURL: "https://orch:8001/",
+	})
+	m := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	want := map[string]string{
+		"PATH": "/usr/bin", "HOME": "/home/train", "CONFIG_PATH": "/w/j_x/config.json",
+		"SIMPLETUNER_CONFIG_BACKEND": "json", "SIMPLETUNER_UPLOAD_ENDPOINT": "https://orch:8001/api/cloud/storage",
+		"SIMPLETUNER_UPLOAD_TOKEN": "", "SIMPLETUNER_JOB_ID": "j_x", "SIMPLETUNER_ATTEMPT": "3",
+		"CUDA_VISIBLE_DEVICES": "7", // no GPU inventory: the inherited value stays
+	}
+	for k, v := range want {
+		if got, ok := m[k]; !ok || got != v {
+			t.Errorf("%s = %q (set %v); want %q", k, got, ok, v)
+		}
+	}
+	for _, k := range []string{"NOTIFY_SOCKET", "LISTEN_FDS", "WATCHDOG_USEC", "SIMPLETUNER_WORKER_TOKEN", "OTHER_NAME", "HF_TOKEN"} {
+		if _, ok := m[k]; ok {
+			t.Errorf("%s passed to the job", k)
+		}
+	}
+}
+
+func TestPointAtDataloader(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ in, key string }{
+		{`{"--model_type":"lora"}`, "--data_backend_config"},
+		{`{"model_type":"lora"}`, "data_backend_config"},
+		{`{"data_backend_config":"/orch/path.json","--x":1}`, "data_backend_config"},
+		{`{}`, "data_backend_config"},
+	}
+	for _, c := range cases {
+		var m map[string]any
+		if err := json.Unmarshal(pointAtDataloader([]byte(c.in), "/w/dl.json"), &m); err != nil {
+			t.Fatal(err)
+		}
+		if m[c.key] != "/w/dl.json" {
+			t.Errorf("%s → %v; want %s set", c.in, m, c.key)
+		}
+	}
+	if got := pointAtDataloader([]byte(`[1,2]`), "/x"); string(got) != `[1,2]` {
+		t.Errorf("non-object changed: %s", got)
+	}
+}
+
+func TestPrepareJobDirRejectsBadIDs(t *testing.T) {
+	t.Parallel()
+	for _, id := range []string{"", "..", "../etc", "a/b", ".hidden"} {
+		if _, err := prepareJobDir(t.TempDir(), &protocol.JobSubmitEvent{JobID: id}); err == nil {
+			t.Errorf("job id %q accepted", id)
+		}
+	}
+	if _, err := prepareJobDir(t.TempDir(), &protocol.JobSubmitEvent{JobID: "j_ok", Config: json.RawMessage(`{bad`)}); err == nil {
+		t.Errorf("invalid config JSON accepted")
+	}
+}
+
+func TestLogSpoolLimitAndJournal(t *testing.T) {
+	t.Parallel()
+	var journal bytes.Buffer
+	path := filepath.Join(t.TempDir(), "j-1.log")
+	s, err := newLogSpool(path, 20, slog.New(slog.NewTextHandler(&journal, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = s.Write([]byte("line one\nprogress 1\rprogress 2\r"))
+	_, _ = s.Write([]byte("line two\n" + strings.Repeat("x", 5000) + "\ntail"))
+	_ = s.Close()
+	got, _ := os.ReadFile(path)
+	if !bytes.HasPrefix(got, []byte("line one\nprogress 1\r")) || !bytes.Contains(got, []byte("log limit of 20 bytes reached")) {
+		t.Errorf("spool %q", got)
+	}
+	if size, closed := s.state(); size != int64(len(got)) || !closed {
+		t.Errorf("state %d %v; file has %d", size, closed, len(got))
+	}
+	j := journal.String()
+	for _, want := range []string{"msg=\"line one\"", "msg=\"progress 2\"", "msg=\"line two\"", "msg=tail", "…"} {
+		if !strings.Contains(j, want) {
+			t.Errorf("journal lacks %s:\n%s", want, j)
+		}
+	}
+	if strings.Contains(j, strings.Repeat("x", maxJournalLine+1)) {
+		t.Errorf("an over-long line reached the journal uncut")
+	}
+}
+
+func TestProcessExitDescriptions(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		script string
+		ok     bool
+		desc   string
+	}{
+		{"exit 0", true, ""},
+		{"exit 7", false, "training exited with code 7"},
+		{"kill -SEGV $$", false, "killed by signal SIGSEGV"},
+	}
+	for _, c := range cases {
+		var out bytes.Buffer
+		p, err := startProcess([]string{"/bin/sh", "-c", c.script}, t.TempDir(), nil, &lockedWriter{w: &out})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-p.Done()
+		if ok, desc := p.exitDescription(); ok != c.ok || desc != c.desc {
+			t.Errorf("%s: %v %q", c.script, ok, desc)
+		}
+	}
+}
+
+// The leader's exit takes its background children with it.
+func TestProcessGroupKilledWhenLeaderExits(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var out bytes.Buffer
+	p, err := startProcess([]string{"/bin/sh", "-c", "sleep 300 & echo $! > child.pid; exit 0"}, dir, nil, &lockedWriter{w: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run did not end: the orphan kept the pipe open")
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, "child.pid"))
+	var pid int
+	if _, err := fmtSscan(strings.TrimSpace(string(raw)), &pid); err != nil {
+		t.Fatal(err)
+	}
+	waitDead(t, []int{pid}, 5*time.Second)
+}
+
+func TestProcessStopGraceThenKill(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	lw := &lockedWriter{w: &out}
+	p, err := startProcess([]string{"/bin/sh", "-c", `trap 'echo got TERM' TERM; echo ready; while :; do sleep 0.01; done`}, t.TempDir(), nil, lw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(lw.String(), "ready") && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // until the trap is installed
+	}
+	began := time.Now()
+	p.Stop(200 * time.Millisecond)
+	select {
+	case <-p.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("not killed after the grace period")
+	}
+	if el := time.Since(began); el < 150*time.Millisecond {
+		t.Errorf("killed after %s, before the grace period", el)
+	}
+	if ok, desc := p.exitDescription(); ok || desc != "killed by signal SIGKILL" {
+		t.Errorf("%v %q", ok, desc)
+	}
+	if !strings.Contains(lw.String(), "got TERM") {
+		t.Errorf("SIGTERM not delivered first: %q", lw.String())
+	}
+}

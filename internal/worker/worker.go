@@ -1,0 +1,276 @@
+// Package worker is simpletuner-workerd's engine: it registers with the
+// orchestrator, holds the SSE stream, heartbeats, runs one training job at a time
+// as a process tree, ships the job's log and reports how it ended (PROTOCOL.md,
+// protocol 2).
+//
+// Shape: one session loop (Serve) owns all decisions; everything that waits on
+// the network or on a process (the stream reader, the heartbeat, the log shipper,
+// report senders, the process waiter) runs on its own goroutine and posts a message
+// to the loop. Nothing the trainer does can stall heartbeats or the stream.
+//
+// Files on disk, under Options.StateDir/spool: <job>-<attempt>.log (the job's
+// output, shipped from there) and <job>-<attempt>.status (a terminal report not yet
+// acknowledged; re-sent until the orchestrator answers 2xx or 409).
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
+)
+
+// Options configure a Worker. Durations left zero take the defaults noted.
+type Options struct {
+	URL                string // http(s)://host:port or unix:///path/to.sock
+	Token              string
+	CAFile             string
+	InsecureSkipVerify bool
+
+	Name       string // "" → hostname
+	Persistent bool
+	Labels     map[string]string
+	StateDir   string
+	Version    string // reported at registration
+
+	Command       []string          // the job command
+	WorkDir       string            // "" → <StateDir>/jobs
+	CancelGrace   time.Duration     // SIGTERM → SIGKILL (30s) unless the job says otherwise
+	JobEnv        map[string]string // [job] env
+	LogLimitBytes int64             // stop shipping a job's log after this many bytes (256 MiB); <0 no limit
+
+	// SelfFenceAfter stops the running job when no heartbeat has been acknowledged
+	// for this long (90s): below the orchestrator's 120s timeout, so the job is
+	// stopped here before the orchestrator gives it to another worker.
+	SelfFenceAfter time.Duration
+	ReconnectMax   time.Duration // back-off cap (60s)
+
+	GPU    gpu.Source   // nil → gpu.None()
+	Logger *slog.Logger // nil → slog.Default()
+
+	// Environ returns the environment jobs inherit (minus what jobs must not
+	// see); nil → os.Environ.
+	Environ func() []string
+
+	Timers Timers
+}
+
+// Timers are the worker's internal timings; tests shrink them.
+type Timers struct {
+	ReconnectBase     time.Duration // first back-off step (1s)
+	HeartbeatInterval time.Duration // 0 → what the orchestrator says at registration, else 30s
+	PingInterval      time.Duration // the orchestrator's ping interval (15s); 3× silence → reconnect
+	StableAfter       time.Duration // a stream up this long resets the back-off (30s)
+	ReportRetry       time.Duration // re-send spooled terminal reports this often (15s)
+	LogPoll           time.Duration // the log shipper's poll interval (1s)
+	LogDrain          time.Duration // wait this long for the log to ship before the terminal report (10s)
+	RequestTimeout    time.Duration // heartbeat, status, queue (10s); register takes 3×
+	ShutdownTimeout   time.Duration // final report and disconnect on the way out (5s)
+}
+
+func (o *Options) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.CancelGrace, 30*time.Second)
+	def(&o.SelfFenceAfter, 90*time.Second)
+	def(&o.ReconnectMax, 60*time.Second)
+	t := &o.Timers
+	def(&t.ReconnectBase, time.Second)
+	def(&t.PingInterval, 15*time.Second)
+	def(&t.StableAfter, 30*time.Second)
+	def(&t.ReportRetry, 15*time.Second)
+	def(&t.LogPoll, time.Second)
+	def(&t.LogDrain, 10*time.Second)
+	def(&t.RequestTimeout, 10*time.Second)
+	def(&t.ShutdownTimeout, 5*time.Second)
+	if o.LogLimitBytes == 0 {
+		o.LogLimitBytes = 256 << 20
+	}
+	if o.LogLimitBytes < 0 {
+		o.LogLimitBytes = 0 // logSpool: 0 means unlimited
+	}
+	if o.GPU == nil {
+		o.GPU = gpu.None()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Environ == nil {
+		o.Environ = os.Environ
+	}
+	if o.Name == "" {
+		o.Name, _ = os.Hostname()
+	}
+	if o.WorkDir == "" && o.StateDir != "" {
+		o.WorkDir = filepath.Join(o.StateDir, "jobs")
+	}
+}
+
+// Worker implements daemon.App (Start, Serve, Healthy, Status, Reload, Drain).
+type Worker struct {
+	opt   Options
+	log   *slog.Logger
+	c     *client
+	spool *statusSpool
+
+	msgs     chan any      // to the session loop
+	loopDone chan struct{} // closed when the loop stops reading msgs
+	wg       sync.WaitGroup
+	flushMu  sync.Mutex // one spool flush at a time
+
+	stopHeartbeats func() // set by Serve: stops the heartbeat goroutine and waits
+
+	registered     chan struct{} // closed at the first successful registration
+	registeredOnce sync.Once
+
+	mu           sync.Mutex // guards the fields below (read by Status, Healthy, heartbeat)
+	inv          gpu.Inventory
+	workerID     string
+	hbInterval   time.Duration
+	job          *attempt
+	localDrain   bool // Drain(): finish the job, then exit
+	orchDrain    bool // the orchestrator said drain
+	connected    bool // the stream is open
+	retries      int  // reconnect attempts since the last good connection
+	lastAck      time.Time
+	lastRegister time.Time
+	lastProgress time.Time // the loop or a reconnect attempt did something
+	held         map[string]bool
+}
+
+// New checks opt and builds a Worker; nothing is contacted yet.
+func New(opt Options) (*Worker, error) {
+	opt.setDefaults()
+	var errs []error
+	if opt.URL == "" {
+		errs = append(errs, errors.New("orchestrator url is not set"))
+	}
+	if opt.Token == "" {
+		errs = append(errs, errors.New("worker token is not set"))
+	}
+	if opt.StateDir == "" {
+		errs = append(errs, errors.New("state_dir is not set"))
+	}
+	if len(opt.Command) == 0 {
+		errs = append(errs, errors.New("job command is empty"))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	c, err := newClient(opt.URL, opt.Token, opt.CAFile, opt.InsecureSkipVerify)
+	if err != nil {
+		return nil, err
+	}
+	return &Worker{
+		opt:        opt,
+		log:        opt.Logger,
+		c:          c,
+		spool:      &statusSpool{dir: filepath.Join(opt.StateDir, "spool")},
+		msgs:       make(chan any, 256),
+		loopDone:   make(chan struct{}),
+		registered: make(chan struct{}),
+		held:       map[string]bool{},
+	}, nil
+}
+
+// Start prepares the state directories and reads the GPU inventory. It does not
+// need the orchestrator: a worker that cannot reach it yet is still started and
+// keeps trying.
+func (w *Worker) Start(ctx context.Context) error {
+	for _, dir := range []string{w.opt.StateDir, w.spool.dir, w.opt.WorkDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("state directory: %w", err)
+		}
+	}
+	w.spool.clean()
+	inv, err := w.opt.GPU.Inventory()
+	if err != nil {
+		w.log.Warn("cannot read the GPU inventory; reporting 0 GPUs", "err", err)
+		inv = gpu.Inventory{}
+	}
+	now := time.Now()
+	w.mu.Lock()
+	w.inv = inv
+	w.lastProgress = now
+	w.mu.Unlock()
+	names := make([]string, 0, len(inv.Devices))
+	for _, d := range inv.Devices {
+		names = append(names, d.Name)
+	}
+	w.log.Info("worker configured",
+		"orchestrator", w.opt.URL, "token", tokenHint(w.opt.Token), "name", w.opt.Name,
+		"persistent", w.opt.Persistent, "gpus", inv.Count, "gpu_names", strings.Join(names, ", "),
+		"state_dir", w.opt.StateDir, "work_dir", w.opt.WorkDir)
+	return ctx.Err()
+}
+
+// Drain asks the worker to finish its current job, take no new one, and exit.
+// It does not block.
+func (w *Worker) Drain() {
+	w.mu.Lock()
+	w.localDrain = true
+	w.mu.Unlock()
+	select {
+	case w.msgs <- drainRequested{}:
+	default: // the loop is busy or gone; it checks localDrain whenever a job ends
+	}
+}
+
+// Reload is not supported: configuration changes need a restart.
+func (w *Worker) Reload() error {
+	return errors.New("simpletuner-workerd does not reload its configuration; restart it to apply changes")
+}
+
+// Status is one line for systemd's STATUS=.
+func (w *Worker) Status() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var parts []string
+	switch {
+	case w.job != nil:
+		parts = append(parts, fmt.Sprintf("running job %s (attempt %d)", w.job.jobID, w.job.n))
+	case w.localDrain || w.orchDrain:
+		parts = append(parts, "draining")
+	case w.workerID == "" && w.retries == 0:
+		parts = append(parts, "connecting to "+w.opt.URL)
+	default:
+		parts = append(parts, "idle")
+	}
+	if w.job != nil && (w.localDrain || w.orchDrain) {
+		parts = append(parts, "draining")
+	}
+	if !w.connected && w.retries > 0 {
+		parts = append(parts, fmt.Sprintf("reconnecting (attempt %d)", w.retries))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Healthy is nil while heartbeats are acknowledged, or while the worker is
+// visibly trying to reconnect; a loop that stopped doing either is unhealthy and
+// systemd's watchdog restarts it.
+func (w *Worker) Healthy() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	hb := w.hbInterval
+	if hb <= 0 {
+		hb = 30 * time.Second
+	}
+	if !w.lastAck.IsZero() && time.Since(w.lastAck) < 3*hb+w.opt.Timers.RequestTimeout {
+		return nil
+	}
+	limit := w.opt.ReconnectMax + 3*w.opt.Timers.RequestTimeout + hb
+	if since := time.Since(w.lastProgress); since > limit {
+		return fmt.Errorf("no heartbeat acknowledged and no reconnect attempt for %s", since.Round(time.Second))
+	}
+	return nil
+}

@@ -1,0 +1,109 @@
+// Command demo-trainer stands in for SimpleTuner's trainer in demos and tests. It
+// reads the job's config.json from $CONFIG_PATH like the real trainer and pretends
+// to train:
+//
+//	steps          number of steps (default 5)
+//	step_seconds   time per step (default 0.5)
+//	exit_code      exit status at the end (default 0)
+//	ignore_sigterm ignore SIGTERM and start a child that ignores it too, so that
+//	               only SIGKILL to the whole process group ends the tree
+//
+// It prints "step 3/5 loss=0.41" lines, writes output.txt in its working directory
+// and, for tests, pids.txt (its own pid and its child's).
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+type config struct {
+	Steps         *int     `json:"steps"`
+	StepSeconds   *float64 `json:"step_seconds"`
+	ExitCode      int      `json:"exit_code"`
+	IgnoreSIGTERM bool     `json:"ignore_sigterm"`
+}
+
+func main() {
+	if len(os.Args) == 2 && os.Args[1] == "--sleeper" {
+		sleeper()
+		return
+	}
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "demo-trainer:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	path := os.Getenv("CONFIG_PATH")
+	if path == "" {
+		return fmt.Errorf("CONFIG_PATH is not set")
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var cfg config
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	steps, stepSeconds := 5, 0.5
+	if cfg.Steps != nil {
+		steps = *cfg.Steps
+	}
+	if cfg.StepSeconds != nil {
+		stepSeconds = *cfg.StepSeconds
+	}
+
+	pids := strconv.Itoa(os.Getpid()) + "\n"
+	if cfg.IgnoreSIGTERM {
+		signal.Ignore(syscall.SIGTERM)
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		child := exec.Command(self, "--sleeper")
+		child.Stdout, child.Stderr = os.Stdout, os.Stderr
+		if err := child.Start(); err != nil {
+			return err
+		}
+		pids += strconv.Itoa(child.Process.Pid) + "\n"
+		fmt.Println("started a child that ignores SIGTERM, pid", child.Process.Pid)
+	}
+	if err := os.WriteFile("pids.txt", []byte(pids), 0o644); err != nil {
+		return err
+	}
+
+	fmt.Printf("demo-trainer: job %s attempt %s, %d steps\n",
+		os.Getenv("SIMPLETUNER_JOB_ID"), os.Getenv("SIMPLETUNER_ATTEMPT"), steps)
+	for i := 1; i <= steps; i++ {
+		time.Sleep(time.Duration(stepSeconds * float64(time.Second)))
+		loss := 1 / math.Sqrt(float64(i)+1)
+		fmt.Printf("step %d/%d loss=%.2f\n", i, steps, loss)
+	}
+	out := fmt.Sprintf("trained %d steps\n", steps)
+	if err := os.WriteFile("output.txt", []byte(out), 0o644); err != nil {
+		return err
+	}
+	fmt.Println("training finished")
+	if cfg.ExitCode != 0 {
+		fmt.Fprintf(os.Stderr, "exiting with code %d as configured\n", cfg.ExitCode)
+	}
+	os.Exit(cfg.ExitCode)
+	return nil
+}
+
+// sleeper ignores SIGTERM and waits for a long time: a grandchild that only a
+// SIGKILL of the process group removes.
+func sleeper() {
+	signal.Ignore(syscall.SIGTERM)
+	time.Sleep(time.Hour)
+}
