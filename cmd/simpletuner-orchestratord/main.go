@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 
@@ -16,6 +18,10 @@ import (
 func main() {
 	args := os.Args[1:]
 	cfg, opts, err := config.LoadOrchestrator(args, os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Println(err)
+		return
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "simpletuner-orchestratord: configuration error:\n%v\n", err)
 		os.Exit(1)
