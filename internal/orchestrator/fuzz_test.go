@@ -57,7 +57,7 @@ func FuzzWorkerEndpoints(f *testing.F) {
 }
 
 type fuzzState struct {
-	handler                  http.Handler
+	handler                http.Handler
 	token, workerID, jobID string
 }
 

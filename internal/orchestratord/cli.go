@@ -34,8 +34,12 @@ type levelFilter struct {
 func (h levelFilter) Enabled(ctx context.Context, l slog.Level) bool {
 	return l >= h.lv.Level() && h.Handler.Enabled(ctx, l)
 }
-func (h levelFilter) WithAttrs(a []slog.Attr) slog.Handler { return levelFilter{h.Handler.WithAttrs(a), h.lv} }
-func (h levelFilter) WithGroup(n string) slog.Handler      { return levelFilter{h.Handler.WithGroup(n), h.lv} }
+func (h levelFilter) WithAttrs(a []slog.Attr) slog.Handler {
+	return levelFilter{h.Handler.WithAttrs(a), h.lv}
+}
+func (h levelFilter) WithGroup(n string) slog.Handler {
+	return levelFilter{h.Handler.WithGroup(n), h.lv}
+}
 
 type multiFlag []string
 
