@@ -25,6 +25,10 @@ lint:
 demo: build
 	./scripts/demo.sh
 
+# The whole fault-injection suite (docs/faults.md); plain `go test ./...` runs its fast subset.
+faults: build
+	SIMPLETUNER_FAULTS_FULL=1 $(GO) test -count=1 -timeout 60m -v ./test/e2e/faults
+
 bench:
 	$(GO) run ./test/bench
 

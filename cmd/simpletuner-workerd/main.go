@@ -30,7 +30,13 @@ const (
 	exitFailed = 3
 )
 
-func main() { os.Exit(run()) }
+func main() {
+	// workerd re-executes itself as each job's supervisor (see worker.Supervise).
+	if len(os.Args) > 1 && os.Args[1] == worker.SuperviseArg {
+		os.Exit(worker.Supervise(os.Args[2:]))
+	}
+	os.Exit(run())
+}
 
 func run() int {
 	cfg, opts, err := config.LoadWorker(os.Args[1:], os.Getenv)
@@ -77,6 +83,11 @@ func run() int {
 	}
 	gpus := gpuSource(cfg.GPU.Backend, log)
 	defer gpus.Close()
+	if exe, err := os.Executable(); err == nil {
+		worker.Supervisor = []string{exe, worker.SuperviseArg}
+	} else {
+		log.Warn("cannot find own executable; jobs run without a supervisor", "err", err)
+	}
 
 	w, err := worker.New(worker.Options{
 		URL:                cfg.Orchestrator.URL,

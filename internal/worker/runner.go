@@ -44,6 +44,20 @@ func startProcess(argv []string, dir string, env []string, out io.Writer) (*proc
 	if err != nil {
 		return nil, err
 	}
+	// With a supervisor, its lifeline's read end becomes its fd 3; workerd keeps
+	// the write end open until the supervisor is reaped.
+	var lifeline, lifelineRead *os.File
+	if len(Supervisor) > 0 {
+		lr, lw, err := os.Pipe()
+		if err != nil {
+			pr.Close()
+			pw.Close()
+			return nil, err
+		}
+		defer lr.Close()
+		lifeline, lifelineRead = lw, lr
+		argv = append(append([]string{}, Supervisor...), argv...)
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = dir
 	cmd.Env = env
@@ -55,6 +69,11 @@ func startProcess(argv []string, dir string, env []string, out io.Writer) (*proc
 		// If workerd dies (even SIGKILL) the leader goes too, not left training
 		// unsupervised on a GPU the orchestrator will hand to someone else.
 		Pdeathsig: syscall.SIGKILL,
+	}
+	if lifeline != nil {
+		// The supervisor must outlive workerd long enough to kill the group.
+		cmd.SysProcAttr.Pdeathsig = 0
+		cmd.ExtraFiles = []*os.File{lifelineRead}
 	}
 	p := &process{cmd: cmd, done: make(chan struct{}), outDrain: outputDrainTimeout}
 
@@ -84,6 +103,9 @@ func startProcess(argv []string, dir string, env []string, out io.Writer) (*proc
 	if err := <-started; err != nil {
 		pr.Close()
 		pw.Close()
+		if lifeline != nil {
+			lifeline.Close()
+		}
 		return nil, err
 	}
 	pw.Close() // only the child holds the write end now: EOF comes when the tree is gone
@@ -99,6 +121,9 @@ func startProcess(argv []string, dir string, env []string, out io.Writer) (*proc
 		// The leader is gone; whatever it left behind in its group goes too, so
 		// orphaned dataloader workers or a stuck grandchild never linger on the GPU.
 		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+		if lifeline != nil {
+			lifeline.Close()
+		}
 		select {
 		case <-copied:
 		case <-time.After(p.outDrain):

@@ -1,4 +1,4 @@
-package e2e
+package e2etest
 
 import (
 	"io"
@@ -7,10 +7,10 @@ import (
 	"testing"
 )
 
-// partitionProxy forwards TCP to a target until cut: then it drops every open
+// Proxy forwards TCP to a target until cut: then it drops every open
 // connection and black-holes new ones (accepted, never answered), the way a
 // network partition looks to the worker.
-type partitionProxy struct {
+type Proxy struct {
 	l      net.Listener
 	target string
 	mu     sync.Mutex
@@ -18,21 +18,21 @@ type partitionProxy struct {
 	conns  []net.Conn
 }
 
-func newProxy(t *testing.T, target string) *partitionProxy {
+func NewProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &partitionProxy{l: l, target: target}
-	t.Cleanup(func() { l.Close(); p.setCut(true) })
+	p := &Proxy{l: l, target: target}
+	t.Cleanup(p.Close)
 	go p.serve()
 	return p
 }
 
-func (p *partitionProxy) url() string { return "http://" + p.l.Addr().String() }
+func (p *Proxy) URL() string { return "http://" + p.l.Addr().String() }
 
-func (p *partitionProxy) serve() {
+func (p *Proxy) serve() {
 	for {
 		c, err := p.l.Accept()
 		if err != nil {
@@ -62,7 +62,7 @@ func (p *partitionProxy) serve() {
 }
 
 // pipe copies src to dst, silently dropping everything while cut.
-func (p *partitionProxy) pipe(dst io.Writer, src io.Reader) {
+func (p *Proxy) pipe(dst io.Writer, src io.Reader) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
@@ -82,10 +82,10 @@ func (p *partitionProxy) pipe(dst io.Writer, src io.Reader) {
 	}
 }
 
-// setCut starts (true) or ends (false) the partition. While cut, traffic on
+// SetCut starts (true) or ends (false) the partition. While cut, traffic on
 // open connections vanishes and new connections hang; when it ends, the
 // connections that lost bytes are closed so both sides start afresh.
-func (p *partitionProxy) setCut(cut bool) {
+func (p *Proxy) SetCut(cut bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	was := p.cut
@@ -96,4 +96,16 @@ func (p *partitionProxy) setCut(cut bool) {
 		}
 		p.conns = nil
 	}
+}
+
+// Close stops the proxy and closes every connection it holds.
+func (p *Proxy) Close() {
+	p.l.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
 }

@@ -1,0 +1,520 @@
+// Package e2etest starts the real simpletuner-orchestratord and
+// simpletuner-workerd binaries over real sockets and drives them through the
+// admin API. Timers are scaled down through each daemon's TOML, never slept
+// through at full length. It is shared by the end-to-end tests (test/e2e) and
+// the fault-injection scenarios (test/e2e/faults).
+package e2etest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
+)
+
+// BinDir holds the binaries Main built.
+var BinDir string
+
+// Main builds the daemons and the demo trainer, runs the tests, stops the
+// shared PostgreSQL cluster and removes the binaries. Use it as TestMain.
+func Main(m *testing.M) {
+	dir, err := os.MkdirTemp("", "simpletuner-e2e-bin")
+	if err != nil {
+		panic(err)
+	}
+	BinDir = dir
+	root, err := moduleRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	for _, b := range []struct{ name, pkg, cgo string }{
+		{"simpletuner-orchestratord", "./cmd/simpletuner-orchestratord", "0"},
+		{"simpletuner-workerd", "./cmd/simpletuner-workerd", "1"},
+		{"demo-trainer", "./test/demo-trainer", "0"},
+	} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.name), b.pkg)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", b.name, err, out)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	pgtest.Stop()
+	stopClusters()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", fmt.Errorf("not inside the module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Proc is a running daemon.
+type Proc struct {
+	Cmd  *exec.Cmd
+	log  *bytes.Buffer
+	mu   *sync.Mutex
+	done chan struct{}
+	err  error
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+// Start runs one of the built binaries; it is killed when the test ends and
+// its output is logged if the test failed.
+func Start(t testing.TB, name string, args ...string) *Proc {
+	t.Helper()
+	p := &Proc{log: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan struct{})}
+	p.Cmd = exec.Command(filepath.Join(BinDir, name), args...)
+	p.Cmd.Stdout = lockedWriter{p.mu, p.log}
+	p.Cmd.Stderr = lockedWriter{p.mu, p.log}
+	p.Cmd.Env = append(os.Environ(), "NOTIFY_SOCKET=/nonexistent/notify.sock")
+	if err := p.Cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.err = p.Cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.Signal(syscall.SIGKILL)
+		<-p.done
+		if t.Failed() {
+			out := p.Output()
+			if len(out) > 200<<10 {
+				out = "…" + out[len(out)-200<<10:]
+			}
+			t.Logf("---- %s (pid %d) log ----\n%s", name, p.Pid(), out)
+		}
+	})
+	return p
+}
+
+// Output is everything the process wrote so far.
+func (p *Proc) Output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// Pid is the process id.
+func (p *Proc) Pid() int { return p.Cmd.Process.Pid }
+
+// Signal sends s (errors ignored: the process may be gone).
+func (p *Proc) Signal(s syscall.Signal) { _ = p.Cmd.Process.Signal(s) }
+
+// Exited waits up to timeout for the process to end and returns its exit code.
+func (p *Proc) Exited(timeout time.Duration) (int, bool) {
+	select {
+	case <-p.done:
+		return p.Cmd.ProcessState.ExitCode(), true
+	case <-time.After(timeout):
+		return 0, false
+	}
+}
+
+// Kill9 sends SIGKILL and waits for the process to be gone.
+func (p *Proc) Kill9() {
+	p.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// OrchOptions scales an orchestrator. Zero values take the e2e defaults
+// (heartbeat timeout 1.5 s, ack timeout 3 s, …).
+type OrchOptions struct {
+	DBURL             string // "" → SQLite in the state dir
+	HeartbeatInterval string
+	HeartbeatTimeout  string
+	HealthCheck       string
+	StartupGrace      string
+	AckTimeout        string
+	PingInterval      string
+	SchedulerInterval string
+	MaxRetries        int   // 0 → 3
+	LogLimitBytes     int64 // 0 → built-in default
+	MaxBodyBytes      int64 // 0 → built-in default
+	Metrics           bool  // serve /metrics on a free port (Orch.MetricsURL)
+	LogLevel          string
+}
+
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// Orch is a running orchestrator with an admin token.
+type Orch struct {
+	T          testing.TB
+	Dir        string
+	URL        string
+	MetricsURL string
+	Conf       string
+	Admin      string
+	Opt        OrchOptions
+	P          *Proc
+}
+
+func orchestratorTOML(dir string, port, metricsPort int, o OrchOptions) string {
+	metrics := ""
+	if metricsPort > 0 {
+		metrics = fmt.Sprintf("127.0.0.1:%d", metricsPort)
+	}
+	maxRetries := o.MaxRetries
+	if maxRetries == 0 {
+		maxRetries = 3
+	}
+	extraJobs, extraServer := "", ""
+	if o.LogLimitBytes > 0 {
+		extraJobs = fmt.Sprintf("log_limit_bytes = %d\n", o.LogLimitBytes)
+	}
+	if o.MaxBodyBytes > 0 {
+		extraServer = fmt.Sprintf("max_body_bytes = %d\n", o.MaxBodyBytes)
+	}
+	return fmt.Sprintf(`[server]
+listen = ["127.0.0.1:%d"]
+admin_socket = "%s/o.sock"
+%s[database]
+url = %q
+[paths]
+state_dir = "%s/state"
+configs_dir = "%s/configs"
+[workers]
+heartbeat_interval = %q
+heartbeat_timeout = %q
+health_check_interval = %q
+startup_grace = %q
+ack_timeout = %q
+ping_interval = %q
+[jobs]
+max_retries = %d
+cancel_grace = "1s"
+cancel_report_timeout = "2s"
+scheduler_interval = %q
+%s[log]
+level = %q
+[metrics]
+listen = %q
+`, port, dir, extraServer, o.DBURL, dir, dir,
+		or(o.HeartbeatInterval, "200ms"), or(o.HeartbeatTimeout, "1500ms"), or(o.HealthCheck, "200ms"),
+		or(o.StartupGrace, "3s"), or(o.AckTimeout, "3s"), or(o.PingInterval, "500ms"),
+		maxRetries, or(o.SchedulerInterval, "200ms"), extraJobs, or(o.LogLevel, "debug"), metrics)
+}
+
+// StartOrchestrator starts an orchestrator with the e2e timers on dbURL ("" → SQLite).
+func StartOrchestrator(t testing.TB, dbURL string) *Orch {
+	return StartOrchestratorWith(t, OrchOptions{DBURL: dbURL})
+}
+
+// StartOrchestratorWith starts an orchestrator scaled by opt and creates an admin token.
+func StartOrchestratorWith(t testing.TB, opt OrchOptions) *Orch {
+	t.Helper()
+	dir := t.TempDir()
+	o := &Orch{T: t, Dir: dir, Conf: filepath.Join(dir, "o.toml"), Opt: opt}
+	port := FreePort(t)
+	o.URL = fmt.Sprintf("http://127.0.0.1:%d", port)
+	metricsPort := 0
+	if opt.Metrics {
+		metricsPort = FreePort(t)
+		o.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
+	}
+	if err := os.WriteFile(o.Conf, []byte(orchestratorTOML(dir, port, metricsPort, opt)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(filepath.Join(BinDir, "simpletuner-orchestratord"), "--config", o.Conf,
+		"token", "create", "--name", "e2e", "--scope", "*").Output()
+	if err != nil {
+		t.Fatalf("token create: %v", err)
+	}
+	o.Admin = strings.TrimSpace(string(out))
+	o.Restart()
+	return o
+}
+
+// Restart (re)starts the orchestrator process on the same config and state
+// and waits until it is ready.
+func (o *Orch) Restart() {
+	o.T.Helper()
+	o.StartProcess()
+	o.WaitReady(20 * time.Second)
+}
+
+// StartProcess starts the orchestrator process without waiting for it.
+func (o *Orch) StartProcess() {
+	o.P = Start(o.T, "simpletuner-orchestratord", "--config", o.Conf)
+}
+
+// WaitReady waits for /readyz to answer 200.
+func (o *Orch) WaitReady(timeout time.Duration) {
+	o.T.Helper()
+	Eventually(o.T, timeout, "orchestrator ready", func() bool { return o.Ready() == 200 })
+}
+
+// Ready returns the /readyz status code (0 when unreachable).
+func (o *Orch) Ready() int {
+	c := http.Client{Timeout: 2 * time.Second}
+	res, err := c.Get(o.URL + "/readyz")
+	if err != nil {
+		return 0
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
+var client = &http.Client{Timeout: 30 * time.Second}
+
+// Do sends an admin request; status 0 means no answer.
+func (o *Orch) Do(method, path string, body any) (int, map[string]any) {
+	o.T.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, o.URL+path, rd)
+	req.Header.Set("Authorization", "Bearer "+o.Admin)
+	res, err := client.Do(req)
+	if err != nil {
+		return 0, nil
+	}
+	defer res.Body.Close()
+	var m map[string]any
+	_ = json.NewDecoder(res.Body).Decode(&m)
+	return res.StatusCode, m
+}
+
+// TrySubmit submits a job and returns the status code and job id ("" unless 201).
+func (o *Orch) TrySubmit(config map[string]any, extra map[string]any) (int, string) {
+	o.T.Helper()
+	body := map[string]any{"config": config}
+	for k, v := range extra {
+		body[k] = v
+	}
+	st, m := o.Do("POST", "/api/queue/submit", body)
+	if st != 201 {
+		return st, ""
+	}
+	id, _ := m["job_id"].(string)
+	return st, id
+}
+
+// Submit submits a job and fails the test unless it is accepted.
+func (o *Orch) Submit(config map[string]any, extra map[string]any) string {
+	o.T.Helper()
+	st, id := o.TrySubmit(config, extra)
+	if st != 201 {
+		o.T.Fatalf("submit: %d", st)
+	}
+	return id
+}
+
+// Job returns the job with its attempts (nil when unreachable).
+func (o *Orch) Job(id string) map[string]any {
+	o.T.Helper()
+	_, m := o.Do("GET", "/api/queue/"+id, nil)
+	return m
+}
+
+// WaitJob waits until the job has status.
+func (o *Orch) WaitJob(id, status string, timeout time.Duration) map[string]any {
+	o.T.Helper()
+	var j map[string]any
+	Eventually(o.T, timeout, "job "+id+" "+status, func() bool {
+		j = o.Job(id)
+		return j != nil && j["status"] == status
+	})
+	return j
+}
+
+// Logs returns the job's stored log.
+func (o *Orch) Logs(id string) string {
+	o.T.Helper()
+	out, _ := HTTPGet(o.URL+"/api/queue/"+id+"/logs", o.Admin)
+	return out
+}
+
+// Worker returns the admin view of a worker.
+func (o *Orch) Worker(id string) map[string]any {
+	o.T.Helper()
+	_, m := o.Do("GET", "/api/admin/workers/"+id, nil)
+	return m
+}
+
+// CreateWorker creates a worker through the admin API and returns its id and token.
+func (o *Orch) CreateWorker(name string, persistent bool, labels map[string]string) (id, token string) {
+	o.T.Helper()
+	typ := "ephemeral"
+	if persistent {
+		typ = "persistent"
+	}
+	st, m := o.Do("POST", "/api/admin/workers", map[string]any{"name": name, "worker_type": typ, "labels": labels})
+	if st != 201 {
+		o.T.Fatalf("create worker: %d %v", st, m)
+	}
+	return m["worker_id"].(string), m["token"].(string)
+}
+
+// Wrk is a running workerd.
+type Wrk struct {
+	ID, Token, Conf, Dir string
+	Spec                 WorkerSpec
+	P                    *Proc
+	o                    *Orch
+}
+
+// WorkerSpec describes a workerd.
+type WorkerSpec struct {
+	Name           string
+	Persistent     bool
+	Labels         map[string]string
+	URL            string   // "" → the orchestrator's
+	Command        []string // nil → demo-trainer
+	SelfFenceAfter string   // "" → 1s
+	LogLimitBytes  int64    // 0 → built-in default
+	NoWait         bool     // do not wait for the worker to be idle
+}
+
+// DemoTrainer is the path of the built demo trainer.
+func DemoTrainer() string { return filepath.Join(BinDir, "demo-trainer") }
+
+// StartWorker creates a worker and starts a workerd for it.
+func (o *Orch) StartWorker(s WorkerSpec) *Wrk {
+	o.T.Helper()
+	id, token := o.CreateWorker(s.Name, s.Persistent, s.Labels)
+	w := &Wrk{ID: id, Token: token, Dir: o.T.TempDir(), Spec: s, o: o}
+	os.WriteFile(filepath.Join(w.Dir, "token"), []byte(w.Token+"\n"), 0o600)
+	url := s.URL
+	if url == "" {
+		url = o.URL
+	}
+	cmd := s.Command
+	if cmd == nil {
+		cmd = []string{DemoTrainer()}
+	}
+	cmdJSON, _ := json.Marshal(cmd)
+	extraJob := ""
+	if s.LogLimitBytes != 0 {
+		extraJob = fmt.Sprintf("log_limit_bytes = %d\n", s.LogLimitBytes)
+	}
+	w.Conf = filepath.Join(w.Dir, "w.toml")
+	os.WriteFile(w.Conf, []byte(fmt.Sprintf(`[orchestrator]
+url = %q
+token_file = "%s/token"
+[worker]
+name = %q
+persistent = %v
+state_dir = "%s/state"
+self_fence_after = %q
+reconnect_max = "300ms"
+[job]
+command = %s
+cancel_grace = "1s"
+%s[gpu]
+backend = "none"
+[log]
+level = "debug"
+`, url, w.Dir, s.Name, s.Persistent, w.Dir, or(s.SelfFenceAfter, "1s"), cmdJSON, extraJob)), 0o600)
+	w.Restart()
+	return w
+}
+
+// Restart starts the workerd process again on the same config and state.
+func (w *Wrk) Restart() {
+	w.o.T.Helper()
+	w.P = Start(w.o.T, "simpletuner-workerd", "--config", w.Conf)
+	if !w.Spec.NoWait {
+		w.o.WaitWorkerIdle(w.ID, 10*time.Second)
+	}
+}
+
+// WaitWorkerIdle waits until the worker is connected and idle.
+func (o *Orch) WaitWorkerIdle(id string, timeout time.Duration) {
+	o.T.Helper()
+	Eventually(o.T, timeout, "worker "+id+" idle", func() bool {
+		m := o.Worker(id)
+		return m["status"] == "idle" && m["connected"] == true
+	})
+}
+
+// Eventually polls cond every 25 ms until it holds or fails the test after timeout.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// HTTPGet fetches url with a bearer token.
+func HTTPGet(url, token string) (string, error) {
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return string(b), err
+}
+
+// Attempts returns a job's attempts.
+func Attempts(j map[string]any) []map[string]any {
+	var out []map[string]any
+	as, _ := j["attempts"].([]any)
+	for _, a := range as {
+		out = append(out, a.(map[string]any))
+	}
+	return out
+}
+
+// CloseIdle drops the harness client's idle keep-alive connections (so that
+// connection and goroutine counts compare).
+func CloseIdle() {
+	client.CloseIdleConnections()
+	http.DefaultClient.CloseIdleConnections()
+}

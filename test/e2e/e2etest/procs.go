@@ -1,0 +1,263 @@
+package e2etest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// JobProcs lists the live processes of a job by the SIMPLETUNER_JOB_ID and
+// SIMPLETUNER_ATTEMPT in their environment: what really runs, not what anyone
+// reports. The map is pid → attempt.
+func JobProcs(jobID string) map[int]string {
+	out := map[int]string{}
+	for pid, jp := range scanJobProcs(nil) {
+		if jp.job == jobID {
+			out[pid] = jp.attempt
+		}
+	}
+	return out
+}
+
+// JobProc is one live process of some job.
+type JobProc struct {
+	Pid     int
+	Job     string
+	Attempt string
+	Comm    string
+}
+
+// AllJobProcs lists every live process that belongs to a job.
+func AllJobProcs() []JobProc {
+	var out []JobProc
+	for pid, jp := range scanJobProcs(nil) {
+		out = append(out, JobProc{Pid: pid, Job: jp.job, Attempt: jp.attempt, Comm: jp.comm})
+	}
+	return out
+}
+
+type jobProc struct{ job, attempt, comm string }
+
+// procCache remembers, per pid and start time, what environ said: a process's
+// initial environment never changes, so each process is read once.
+type procCache map[string]*jobProc
+
+func scanJobProcs(cache procCache) map[int]jobProc {
+	out := map[int]jobProc{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// comm may hold spaces: the fields after the last ')' are fixed.
+		s := string(stat)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+			continue // a zombie runs nothing
+		}
+		key := e.Name() + ":" + f[19] // starttime
+		if cache != nil {
+			if jp, ok := cache[key]; ok {
+				if jp != nil {
+					out[pid] = *jp
+				}
+				continue
+			}
+		}
+		var jp *jobProc
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil {
+			continue
+		}
+		if bytes.Contains(env, []byte("SIMPLETUNER_JOB_ID=")) {
+			p := jobProc{}
+			if j := strings.Index(s, "("); j >= 0 {
+				p.comm = s[j+1 : i]
+			}
+			for _, kv := range bytes.Split(env, []byte{0}) {
+				if v, ok := bytes.CutPrefix(kv, []byte("SIMPLETUNER_ATTEMPT=")); ok {
+					p.attempt = string(v)
+				}
+				if v, ok := bytes.CutPrefix(kv, []byte("SIMPLETUNER_JOB_ID=")); ok {
+					p.job = string(v)
+				}
+			}
+			if p.job != "" {
+				jp = &p
+				out[pid] = p
+			}
+		}
+		if cache != nil {
+			cache[key] = jp
+		}
+	}
+	return out
+}
+
+// OverlapWatch samples a job's processes until stopped and records whether two
+// attempts were ever alive at the same moment.
+type OverlapWatch struct {
+	cancel  context.CancelFunc
+	done    chan struct{}
+	Overlap []string
+	Seen    map[string]bool
+}
+
+// WatchOverlap starts sampling jobID's processes every 10 ms.
+func WatchOverlap(jobID string) *OverlapWatch {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &OverlapWatch{cancel: cancel, done: make(chan struct{}), Seen: map[string]bool{}}
+	go func() {
+		defer close(w.done)
+		cache := procCache{}
+		for ctx.Err() == nil {
+			attempts := map[string]bool{}
+			for _, jp := range scanJobProcs(cache) {
+				if jp.job != jobID {
+					continue
+				}
+				attempts[jp.attempt] = true
+				w.Seen[jp.attempt] = true
+			}
+			if len(attempts) > 1 {
+				w.Overlap = append(w.Overlap, fmt.Sprint(attempts))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	return w
+}
+
+// Stop ends the sampling (idempotent).
+func (w *OverlapWatch) Stop() { w.cancel(); <-w.done }
+
+// Span is the observed life of one attempt's processes.
+type Span struct {
+	Job, Attempt        string
+	FirstSeen, LastSeen time.Time
+	Alive               bool
+}
+
+// Sampler watches every job's processes (one /proc scan every interval) and
+// records, per attempt, when its processes were first and last seen alive,
+// and every sample in which two attempts of one job were alive together.
+type Sampler struct {
+	mu       sync.Mutex
+	spans    map[string]*Span // job/attempt
+	overlaps []string
+	samples  int
+	onEvent  func(kind, job, attempt string, at time.Time)
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+// StartSampler starts sampling every interval; onEvent (may be nil) hears
+// "proc_start" and "proc_exit" as attempts appear and vanish.
+func StartSampler(interval time.Duration, onEvent func(kind, job, attempt string, at time.Time)) *Sampler {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Sampler{spans: map[string]*Span{}, onEvent: onEvent, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		cache := procCache{}
+		for ctx.Err() == nil {
+			s.sample(cache)
+			select {
+			case <-ctx.Done():
+			case <-time.After(interval):
+			}
+		}
+		s.sample(cache)
+	}()
+	return s
+}
+
+func (s *Sampler) sample(cache procCache) {
+	procs := scanJobProcs(cache)
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.samples++
+	live := map[string]map[string]bool{}
+	for _, jp := range procs {
+		if live[jp.job] == nil {
+			live[jp.job] = map[string]bool{}
+		}
+		live[jp.job][jp.attempt] = true
+	}
+	for job, as := range live {
+		if len(as) > 1 {
+			s.overlaps = append(s.overlaps, fmt.Sprintf("%s at %s: attempts %v alive together", job, now.Format("15:04:05.000"), keys(as)))
+		}
+		for a := range as {
+			k := job + "/" + a
+			sp := s.spans[k]
+			if sp == nil {
+				sp = &Span{Job: job, Attempt: a, FirstSeen: now}
+				s.spans[k] = sp
+				if s.onEvent != nil {
+					s.onEvent("proc_start", job, a, now)
+				}
+			}
+			sp.LastSeen, sp.Alive = now, true
+		}
+	}
+	for _, sp := range s.spans {
+		if sp.Alive && !live[sp.Job][sp.Attempt] {
+			sp.Alive = false
+			if s.onEvent != nil {
+				s.onEvent("proc_exit", sp.Job, sp.Attempt, now)
+			}
+		}
+	}
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// Stop takes a last sample and ends sampling (idempotent).
+func (s *Sampler) Stop() { s.cancel(); <-s.done }
+
+// Spans returns a copy of every attempt's observed life.
+func (s *Sampler) Spans() []Span {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Span
+	for _, sp := range s.spans {
+		out = append(out, *sp)
+	}
+	return out
+}
+
+// Overlaps lists the samples in which two attempts of a job were alive together.
+func (s *Sampler) Overlaps() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.overlaps...)
+}
+
+// Samples is the number of /proc scans taken.
+func (s *Sampler) Samples() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.samples
+}
