@@ -380,6 +380,7 @@ func (a *agent) held() (string, any) {
 func (a *agent) keepAlive(status func() (string, any)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.e.t.Cleanup(cancel)
+	url, token := a.e.url, a.token // fixed for this loop: a restart test swaps a.e
 	go func() {
 		for {
 			a.mu.Lock()
@@ -390,8 +391,8 @@ func (a *agent) keepAlive(status func() (string, any)) {
 			}
 			st, job := status()
 			body, _ := json.Marshal(map[string]any{"worker_id": a.id, "status": st, "current_job_id": job})
-			req, _ := http.NewRequestWithContext(ctx, "POST", a.e.url+"/api/workers/heartbeat", bytes.NewReader(body))
-			req.Header.Set("X-Worker-Token", a.token)
+			req, _ := http.NewRequestWithContext(ctx, "POST", url+"/api/workers/heartbeat", bytes.NewReader(body))
+			req.Header.Set("X-Worker-Token", token)
 			if res, err := http.DefaultClient.Do(req); err == nil {
 				res.Body.Close()
 			}

@@ -129,17 +129,7 @@ func intField(name string, v *int, lo, hi int, dst *int) error {
 
 // queuePosition counts the queued jobs that will be offered before j.
 func (s *Server) queuePosition(r *http.Request, j store.Job) (int, error) {
-	queued, _, err := s.store.ListJobs(r.Context(), store.JobFilter{Statuses: []protocol.JobStatus{protocol.JobQueued}})
-	if err != nil {
-		return 0, err
-	}
-	pos := 0
-	for _, q := range queued {
-		if q.Priority > j.Priority || (q.Priority == j.Priority && q.Seq < j.Seq) {
-			pos++
-		}
-	}
-	return pos, nil
+	return s.store.QueuePosition(r.Context(), j.Priority, j.Seq)
 }
 
 // resolveConfig finds <dir>/<name>/config.json, else <dir>/<name>.json.

@@ -384,6 +384,7 @@ func TestRestartWithRunningJobResumes(t *testing.T) {
 			t.Fatalf("no resume after restart: %s", r.Body)
 		}
 		a.connect()
+		a.keepAlive(a.held)
 		e2.must(a.report(jobID, "completed", map[string]any{"attempt": 1}), 200)
 		j := e2.job(jobID)
 		if j["status"] != "completed" || j["retries_used"] != float64(0) || j["attempt"] != float64(1) {

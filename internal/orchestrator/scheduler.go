@@ -6,7 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"path"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
@@ -65,35 +65,61 @@ func (s *Server) runScheduler(ctx context.Context) {
 
 // schedulePass offers queued jobs to the idle workers streaming to this
 // instance: remote workers first, so "auto" jobs prefer them over local ones.
+//
+// A pass ends once as many claims succeeded as jobs were queued when it
+// began: a job queued or requeued later wakes the scheduler for another pass.
+// Workers are read one at a time as they are offered a job, so one queued job
+// costs a read or two however many idle workers are connected, and when the
+// whole queue is at hand a worker none of its jobs matches is not offered one.
 func (s *Server) schedulePass(ctx context.Context) {
-	queued, total, err := s.store.ListJobs(ctx, store.JobFilter{Statuses: []protocol.JobStatus{protocol.JobQueued}, Limit: 1})
+	queued, total, err := s.store.ListJobs(ctx, store.JobFilter{Statuses: []protocol.JobStatus{protocol.JobQueued}, Limit: passSnapshot})
 	s.noteStore(err)
 	if err != nil || len(queued) == 0 || total == 0 {
 		return
 	}
-	var candidates []store.Worker
-	for _, id := range s.hub.ConnectedIDs() {
-		w, err := s.store.GetWorker(ctx, id)
-		if err != nil {
-			continue
+	complete := len(queued) == total
+	remaining := total
+	// offer claims for w; false ends the pass.
+	offer := func(w store.Worker) bool {
+		if complete && !slices.ContainsFunc(queued, func(j store.Job) bool { return matches(j, w) }) {
+			return true
 		}
-		if w.Status == protocol.WorkerIdle && w.CurrentJobID == "" {
-			candidates = append(candidates, w)
+		if err := s.claimFor(ctx, w); errors.Is(err, store.ErrNoJob) || errors.Is(err, store.ErrConflict) {
+			return true
+		} else if err != nil {
+			s.log.Warn("claim failed", "worker_id", w.ID, "err", err)
+			return false
 		}
+		remaining--
+		return remaining > 0
 	}
-	sort.SliceStable(candidates, func(a, b int) bool { return !candidates[a].Local && candidates[b].Local })
-	for _, w := range candidates {
+	var locals []store.Worker
+	for _, id := range s.hub.ConnectedIDs() {
 		if ctx.Err() != nil {
 			return
 		}
-		if err := s.claimFor(ctx, w); errors.Is(err, store.ErrNoJob) || errors.Is(err, store.ErrConflict) {
+		w, err := s.store.GetWorker(ctx, id)
+		if err != nil || w.Status != protocol.WorkerIdle || w.CurrentJobID != "" {
 			continue
-		} else if err != nil {
-			s.log.Warn("claim failed", "worker_id", w.ID, "err", err)
+		}
+		if w.Local {
+			locals = append(locals, w)
+			continue
+		}
+		if !offer(w) {
+			return
+		}
+	}
+	for _, w := range locals {
+		if ctx.Err() != nil || !offer(w) {
 			return
 		}
 	}
 }
+
+// passSnapshot is how many queued jobs a pass reads up front to skip workers
+// that none of them matches; with more queued, every idle worker tries a claim.
+const passSnapshot = 32
 
 // claimFor claims the best job for one worker and sends it on the stream. If
 // the stream vanished in between, the attempt is withdrawn at once.

@@ -220,6 +220,7 @@ func TestTokenRotationAndDeleteCloseStream(t *testing.T) {
 		a.token = newToken
 		e.must(a.register(nil), 200)
 		a.connect()
+		a.keepAlive(a.held)
 		// Delete refuses a live worker, force closes its stream with shutdown.
 		e.must(e.adminDo("DELETE", "/api/admin/workers/"+a.id, nil), 409)
 		e.must(e.adminDo("DELETE", "/api/admin/workers/"+a.id+"?force=true", nil), 200)

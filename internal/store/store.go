@@ -210,6 +210,9 @@ type Store interface {
 	GetJob(ctx context.Context, id string) (Job, error)
 	ListJobs(ctx context.Context, f JobFilter) (jobs []Job, total int, err error)
 	CountJobs(ctx context.Context) (map[protocol.JobStatus]int, error)
+	// QueuePosition counts the queued jobs a claim offers before a job of this
+	// priority and Seq: higher priority, or the same priority and a lower Seq.
+	QueuePosition(ctx context.Context, priority int, seq int64) (int, error)
 	ListAttempts(ctx context.Context, jobID string) ([]Attempt, error)
 	// ClaimJob atomically picks the queued job with the highest priority (then
 	// lowest Seq) that Match accepts, moves it to dispatched with attempt+1,

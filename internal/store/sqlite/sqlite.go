@@ -79,6 +79,10 @@ func Open(ctx context.Context, path string, log *slog.Logger) (*Store, error) {
 		return nil, err
 	}
 	r.SetMaxOpenConns(8)
+	// Keep them all: database/sql's default of 2 idle ones closed the rest
+	// after each burst of reads, and every new connection opened the file
+	// and prepared its statements again.
+	r.SetMaxIdleConns(8)
 	return &Store{sqlstore.New(w, r, Dialect, log)}, nil
 }
 

@@ -55,32 +55,46 @@ func (s *Store) ClaimJob(ctx context.Context, req store.ClaimRequest) (store.Job
 }
 
 // pickQueued locks up to ClaimScanLimit queued jobs in claim order and returns
-// the first that match accepts.
+// the first that match accepts. It reads them a page at a time (1, 8, 64…
+// rows, each continuing after the last row read) because the first candidate
+// nearly always matches, and reading all of them with their configs was most
+// of a claim's cost.
 func (s *Store) pickQueued(ctx context.Context, c conn, match func(store.Job) bool) (store.Job, error) {
-	rows, err := c.query(ctx, `SELECT `+jobCols+` FROM jobs WHERE status = ?
-		ORDER BY priority DESC, seq ASC LIMIT ?`+s.d.SkipLocked, protocol.JobQueued, store.ClaimScanLimit)
-	if err != nil {
-		return store.Job{}, err
-	}
-	// Read every candidate before matching: the transaction's connection is
-	// busy until the rows are closed.
-	var cands []store.Job
-	for rows.Next() {
-		j, err := scanJob(rows)
+	after, args := "", []any{protocol.JobQueued}
+	for seen, page := 0, 1; seen < store.ClaimScanLimit; page *= 8 {
+		n := min(page, store.ClaimScanLimit-seen)
+		rows, err := c.query(ctx, `SELECT `+jobCols+` FROM jobs WHERE status = ?`+after+`
+			ORDER BY priority DESC, seq ASC LIMIT ?`+s.d.SkipLocked, append(args, n)...)
 		if err != nil {
-			rows.Close()
 			return store.Job{}, err
 		}
-		cands = append(cands, j)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return store.Job{}, err
-	}
-	for _, j := range cands {
-		if match == nil || match(j) {
-			return j, nil
+		// Read every candidate before matching: the transaction's connection is
+		// busy until the rows are closed.
+		var cands []store.Job
+		for rows.Next() {
+			j, err := scanJob(rows)
+			if err != nil {
+				rows.Close()
+				return store.Job{}, err
+			}
+			cands = append(cands, j)
 		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return store.Job{}, err
+		}
+		for _, j := range cands {
+			if match == nil || match(j) {
+				return j, nil
+			}
+		}
+		if len(cands) < n {
+			break
+		}
+		seen += len(cands)
+		last := cands[len(cands)-1]
+		after = ` AND (priority < ? OR (priority = ? AND seq > ?))`
+		args = []any{protocol.JobQueued, last.Priority, last.Priority, last.Seq}
 	}
 	return store.Job{}, store.ErrNoJob
 }

@@ -130,6 +130,14 @@ func (s *Store) CountJobs(ctx context.Context) (map[protocol.JobStatus]int, erro
 	return out, rows.Err()
 }
 
+// QueuePosition counts the queued jobs ahead of (priority, seq) in claim order.
+func (s *Store) QueuePosition(ctx context.Context, priority int, seq int64) (int, error) {
+	var n int
+	err := s.reader().queryRow(ctx, `SELECT COUNT(*) FROM jobs WHERE status = ?
+		AND (priority > ? OR (priority = ? AND seq < ?))`, protocol.JobQueued, priority, priority, seq).Scan(&n)
+	return n, err
+}
+
 const attemptCols = `job_id, number, worker_id, upload_token_hash, dispatched_at, acked_at, ended_at, outcome, error`
 
 func scanAttempt(r scanner) (store.Attempt, error) {

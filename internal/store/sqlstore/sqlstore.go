@@ -19,6 +19,8 @@ type Store struct {
 	d   *Dialect
 	log *slog.Logger
 	hub *Hub
+	// stmts caches prepared statements of both pools.
+	stmts *stmtCache
 }
 
 var _ store.Store = (*Store)(nil)
@@ -31,7 +33,7 @@ func New(db, rdb *sql.DB, d Dialect, log *slog.Logger) *Store {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Store{db: db, rdb: rdb, d: &d, log: log, hub: NewHub()}
+	return &Store{db: db, rdb: rdb, d: &d, log: log, hub: NewHub(), stmts: newStmtCache()}
 }
 
 // DB returns the write pool (for backend-specific statements).
@@ -46,6 +48,7 @@ func (s *Store) Ping(ctx context.Context) error { return s.rdb.PingContext(ctx) 
 // Close closes subscriptions and pools.
 func (s *Store) Close() error {
 	s.hub.Close()
+	s.stmts.close()
 	var err error
 	if s.rdb != s.db {
 		err = s.rdb.Close()
@@ -71,26 +74,46 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// conn runs queries written with ? placeholders on a pool or a transaction.
+// conn runs queries written with ? placeholders on a pool or a transaction,
+// through cached prepared statements where it has a cache.
 type conn struct {
 	q querier
 	d *Dialect
+	// cache, pool, tx and missed are set for the store's own conns: pool is
+	// the pool the statements belong to, tx the transaction (nil on a pool),
+	// missed collects the texts a transaction found uncached.
+	cache  *stmtCache
+	pool   *sql.DB
+	tx     *sql.Tx
+	missed *[]string
 }
 
 func (c conn) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	return c.q.ExecContext(ctx, c.d.rebind(query), args...)
+	query = c.d.rebind(query)
+	if st := c.stmt(ctx, query); st != nil {
+		return st.ExecContext(ctx, args...)
+	}
+	return c.q.ExecContext(ctx, query, args...)
 }
 
 func (c conn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return c.q.QueryContext(ctx, c.d.rebind(query), args...)
+	query = c.d.rebind(query)
+	if st := c.stmt(ctx, query); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return c.q.QueryContext(ctx, query, args...)
 }
 
 func (c conn) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
-	return c.q.QueryRowContext(ctx, c.d.rebind(query), args...)
+	query = c.d.rebind(query)
+	if st := c.stmt(ctx, query); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return c.q.QueryRowContext(ctx, query, args...)
 }
 
 // reader returns a conn on the read pool.
-func (s *Store) reader() conn { return conn{q: s.rdb, d: s.d} }
+func (s *Store) reader() conn { return conn{q: s.rdb, d: s.d, cache: s.stmts, pool: s.rdb} }
 
 // write runs fn in a write transaction and commits if it returns nil. A unique
 // violation anywhere inside becomes store.ErrDuplicate.
@@ -99,7 +122,14 @@ func (s *Store) write(ctx context.Context, fn func(c conn) error) error {
 	if err != nil {
 		return err
 	}
-	if err := fn(conn{q: tx, d: s.d}); err != nil {
+	var missed []string
+	// Statements first seen in here are prepared once the connection is free.
+	defer func() {
+		for _, q := range missed {
+			s.stmts.prepare(context.WithoutCancel(ctx), s.db, q)
+		}
+	}()
+	if err := fn(conn{q: tx, d: s.d, cache: s.stmts, pool: s.db, tx: tx, missed: &missed}); err != nil {
 		_ = tx.Rollback()
 		return s.mapErr(err)
 	}

@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ var claimTests = []test{
 	{"ClaimOrder", testClaimOrder},
 	{"ClaimSetsState", testClaimSetsState},
 	{"ClaimMatch", testClaimMatch},
+	{"ClaimMatchOrderAcrossPages", testClaimMatchOrderAcrossPages},
 	{"ClaimOnlyQueued", testClaimOnlyQueued},
 	{"ClaimWorkerNotAvailable", testClaimWorkerNotAvailable},
 	{"ClaimAfterRequeue", testClaimAfterRequeue},
@@ -220,4 +222,31 @@ func testClaimConcurrent(t *testing.T, s store.Store) {
 	if n := len(chain(t, s)); n != raced {
 		t.Fatalf("%d dispatch records for %d audited claims", n, raced)
 	}
+}
+
+// The claim reads candidates a page at a time; Match must still see them in
+// claim order (priority descending, then submission order), ties included.
+func testClaimMatchOrderAcrossPages(t *testing.T, s store.Store) {
+	var jobs []store.Job
+	for i := 0; i < 30; i++ {
+		jobs = append(jobs, newJob(t, s, func(j *store.Job) { j.Priority = []int{5, 9, 5, 1, 9}[i%5] }))
+	}
+	sort.Slice(jobs, func(a, b int) bool {
+		if jobs[a].Priority != jobs[b].Priority {
+			return jobs[a].Priority > jobs[b].Priority
+		}
+		return jobs[a].Seq < jobs[b].Seq
+	})
+	want := jobs[:20] // the 20th in claim order is the one that matches
+	w := newWorker(t, s)
+	var seen []string
+	j, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, Now: t0, AckDeadline: t0,
+		Match: func(j store.Job) bool { seen = append(seen, j.ID); return j.ID == want[len(want)-1].ID }})
+	noErr(t, err, "ClaimJob")
+	equal(t, j.ID, want[len(want)-1].ID, "claimed job")
+	var wantIDs []string
+	for _, j := range want {
+		wantIDs = append(wantIDs, j.ID)
+	}
+	equal(t, seen, wantIDs, "jobs offered to Match, in order")
 }

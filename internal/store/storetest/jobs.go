@@ -17,6 +17,7 @@ var jobTests = []test{
 	{"JobNotFound", testJobNotFound},
 	{"ListJobsFilters", testListJobsFilters},
 	{"CountJobs", testCountJobs},
+	{"QueuePosition", testQueuePosition},
 }
 
 func testJobRoundTrip(t *testing.T, s store.Store) {
@@ -155,4 +156,23 @@ func testCountJobs(t *testing.T, s store.Store) {
 	counts, err = s.CountJobs(t.Context())
 	noErr(t, err, "CountJobs")
 	equal(t, counts, map[protocol.JobStatus]int{protocol.JobQueued: 2, protocol.JobDispatched: 1}, "CountJobs")
+}
+
+func testQueuePosition(t *testing.T, s store.Store) {
+	w := newWorker(t, s)
+	low := newJob(t, s, func(j *store.Job) { j.Priority = 5 })
+	a := newJob(t, s, func(j *store.Job) { j.Priority = 10 })
+	b := newJob(t, s, func(j *store.Job) { j.Priority = 10 })
+	high := newJob(t, s, func(j *store.Job) { j.Priority = 20 })
+	claim(t, s, w.ID) // takes high: claimed jobs no longer count
+	for _, c := range []struct {
+		j    store.Job
+		want int
+	}{{high, 0}, {a, 0}, {b, 1}, {low, 2}} {
+		got, err := s.QueuePosition(t.Context(), c.j.Priority, c.j.Seq)
+		noErr(t, err, "QueuePosition")
+		if got != c.want {
+			t.Fatalf("QueuePosition(%d, %d) = %d, want %d", c.j.Priority, c.j.Seq, got, c.want)
+		}
+	}
 }

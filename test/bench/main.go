@@ -1,0 +1,340 @@
+// Command bench measures simpletuner-orchestratord on one machine, in one run,
+// with simulated protocol-2 workers speaking real HTTP/SSE to the real binary:
+//
+//   - submit → job_submit latency with idle workers waiting,
+//   - full job cycles per second (submit → dispatch → starting → completed),
+//   - memory and heartbeat latency with 10,000 connected idle workers, and
+//     submit → job_submit latency with all of them connected,
+//
+// on the embedded store and on a throwaway PostgreSQL cluster. Run it with
+// `make bench` (go run ./test/bench); see docs/performance.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"net/http"
+	_ "net/http/pprof" // served only with -pprof
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
+)
+
+type flags struct {
+	stores       string
+	workers      int
+	cycleWorkers int
+	jobs         int
+	submitters   int
+	backlog      int
+	samples      int
+	fleetSamples int
+	hbWindow     time.Duration
+	createPar    int
+	connectPar   int
+	inProcess    bool
+	cpuProfile   string
+	pprofAddr    string
+	keep         bool
+}
+
+func main() {
+	var f flags
+	flag.StringVar(&f.stores, "store", "both", "stores to measure: sqlite, postgres or both")
+	flag.IntVar(&f.workers, "workers", 10000, "connected idle workers for the memory and heartbeat measurement (0 skips it)")
+	flag.IntVar(&f.cycleWorkers, "cycle-workers", 50, "workers for the latency and job-cycle measurements")
+	flag.IntVar(&f.jobs, "jobs", 5000, "zero-work jobs for the job-cycle measurement")
+	flag.IntVar(&f.submitters, "submitters", 8, "concurrent submitters in the job-cycle measurement")
+	flag.IntVar(&f.backlog, "backlog", 200, "most jobs submitted but not yet completed in the job-cycle measurement")
+	flag.IntVar(&f.samples, "samples", 2000, "latency samples with -cycle-workers idle workers")
+	flag.IntVar(&f.fleetSamples, "fleet-samples", 500, "latency samples with -workers idle workers (at most 60 s)")
+	flag.DurationVar(&f.hbWindow, "hb-window", 30*time.Second, "heartbeat measurement window (one heartbeat interval: every worker beats once)")
+	flag.IntVar(&f.createPar, "create-par", 32, "concurrent admin requests when creating workers")
+	flag.IntVar(&f.connectPar, "connect-par", 64, "concurrent register+connect sequences")
+	flag.BoolVar(&f.inProcess, "inprocess", false, "run the orchestrator inside the bench process (for -cpuprofile/-pprof; RSS is then the sum of both)")
+	flag.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process to this file")
+	flag.StringVar(&f.pprofAddr, "pprof", "", "serve net/http/pprof of the bench process on this address")
+	flag.BoolVar(&f.keep, "keep", false, "keep the temporary directory (configs, orchestrator logs)")
+	flag.Parse()
+	log.SetFlags(log.Ltime | log.Lmicroseconds)
+
+	limit := raiseFileLimit()
+	if f.inProcess && uint64(2*f.workers+1000) > limit {
+		// Both ends of every stream are then in this one process.
+		log.Fatalf("-inprocess with %d workers needs about %d descriptors; RLIMIT_NOFILE is %d: lower -workers", f.workers, 2*f.workers+1000, limit)
+	}
+	if f.pprofAddr != "" {
+		go func() { log.Println(http.ListenAndServe(f.pprofAddr, nil)) }()
+	}
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	tmp, err := os.MkdirTemp("", "simpletuner-bench-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if f.keep {
+		log.Printf("keeping %s", tmp)
+	} else {
+		defer os.RemoveAll(tmp)
+	}
+	log.Printf("building simpletuner-orchestratord")
+	bin, err := buildBinary(tmp)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	var results []result
+	for _, name := range []string{"sqlite", "postgres"} {
+		if f.stores != "both" && f.stores != name {
+			continue
+		}
+		r, err := runStore(f, name, bin, tmp)
+		if err != nil {
+			pprof.StopCPUProfile()
+			log.Fatalf("%s: %v", name, err)
+		}
+		results = append(results, r)
+	}
+	printTable(f, results)
+}
+
+// raiseFileLimit lifts RLIMIT_NOFILE to its hard limit; the orchestrator child
+// inherits it. 10,000 streams need about 10,000 descriptors on each side.
+func raiseFileLimit() uint64 {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		log.Fatal(err)
+	}
+	rl.Cur = rl.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("RLIMIT_NOFILE %d", rl.Cur)
+	return rl.Cur
+}
+
+// result is what one store measured.
+type result struct {
+	store       string
+	latency     dist
+	cyclesPerS  float64
+	cycleTime   time.Duration
+	cycleCPU    string // CPU seconds by process during the cycles
+	hbCPU       string // and during the heartbeat window
+	pgWaits     string // PostgreSQL wait events during the cycles
+	createTime  time.Duration
+	connectTime time.Duration
+	rssBase     int64 // after the small fleet's measurements
+	rssFleet    int64 // peak with the full fleet connected
+	benchRSS    int64
+	heartbeat   dist
+	fleetLat    dist
+	errors      int64
+	// loadBefore and loadAfter are /proc/loadavg's 1-minute figure: anything
+	// else running on the machine skews the numbers.
+	loadBefore, loadAfter string
+}
+
+func runStore(f flags, name, bin, tmp string) (r result, err error) {
+	r.store = name
+	dir, err := os.MkdirTemp(tmp, name+"-")
+	if err != nil {
+		return r, err
+	}
+	dbURL := ""
+	if name == "postgres" {
+		log.Printf("postgres: starting a throwaway cluster")
+		u, stop, err := pgtest.StartCluster()
+		if err != nil {
+			return r, err
+		}
+		defer stop()
+		dbURL = u
+	}
+	r.loadBefore = loadAvg()
+	defer func() { r.loadAfter = loadAvg() }()
+	o, err := startOrch(bin, dir, dbURL, f.inProcess)
+	if err != nil {
+		return r, err
+	}
+	defer o.stop()
+	c := newClient(o)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	log.Printf("%s: orchestrator at %s; %d workers for latency and cycles", name, o.url, f.cycleWorkers)
+	small, err := c.createWorkers(ctx, 0, f.cycleWorkers, f.createPar)
+	if err != nil {
+		return r, err
+	}
+	if err := connectAll(ctx, small, f.connectPar); err != nil {
+		return r, err
+	}
+	if r.latency, err = c.latency(ctx, f.samples, 2*time.Minute); err != nil {
+		return r, err
+	}
+	log.Printf("%s: submit→job_submit p50/p90/p99/max %s", name, r.latency)
+	orchPID := 0
+	if o.cmd != nil {
+		orchPID = o.cmd.Process.Pid
+	}
+	cpu0 := sampleCPU(orchPID)
+	var waits <-chan string
+	waitCtx, stopWaits := context.WithCancel(ctx)
+	if dbURL != "" {
+		waits = pgWaits(waitCtx, dbURL)
+	}
+	r.cyclesPerS, r.cycleTime, err = c.cycles(ctx, f.jobs, f.submitters, f.backlog)
+	stopWaits()
+	if err != nil {
+		return r, err
+	}
+	r.cycleCPU = sampleCPU(orchPID).since(cpu0)
+	if waits != nil {
+		r.pgWaits = <-waits
+		log.Printf("%s: during the cycles, %s", name, r.pgWaits)
+	}
+	log.Printf("%s: %d job cycles in %s: %.0f/s; CPU: %s", name, f.jobs, r.cycleTime.Round(time.Millisecond), r.cyclesPerS, r.cycleCPU)
+	r.rssBase, _ = o.rss()
+
+	if more := f.workers - f.cycleWorkers; more > 0 {
+		log.Printf("%s: creating %d more workers (%d concurrent)", name, more, f.createPar)
+		start := time.Now()
+		big, err := c.createWorkers(ctx, f.cycleWorkers, more, f.createPar)
+		if err != nil {
+			return r, err
+		}
+		r.createTime = time.Since(start)
+		log.Printf("%s: created in %s; registering and connecting (%d concurrent)", name, r.createTime.Round(time.Millisecond), f.connectPar)
+		start = time.Now()
+		if err := connectAll(ctx, big, f.connectPar); err != nil {
+			return r, err
+		}
+		r.connectTime = time.Since(start)
+		log.Printf("%s: %d streams open after %s; measuring heartbeats for %s", name, f.workers, r.connectTime.Round(time.Millisecond), f.hbWindow)
+		cpu0 := sampleCPU(orchPID)
+		waitCtx, stopWaits := context.WithCancel(ctx)
+		if dbURL != "" {
+			waits = pgWaits(waitCtx, dbURL)
+		}
+		c.hbOn.Store(true)
+		end := time.Now().Add(f.hbWindow)
+		for time.Now().Before(end) {
+			if v, err := o.rss(); err == nil {
+				r.rssFleet = max(r.rssFleet, v)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		c.hbOn.Store(false)
+		stopWaits()
+		r.hbCPU = sampleCPU(orchPID).since(cpu0)
+		if waits != nil {
+			log.Printf("%s: during the heartbeat window, %s", name, <-waits)
+		}
+		c.hbMu.Lock()
+		r.heartbeat = summarize(c.hb)
+		c.hbMu.Unlock()
+		log.Printf("%s: heartbeat p50/p90/p99/max %s; orchestrator RSS %s", name, r.heartbeat, mib(r.rssFleet))
+		for sec, n := range c.hbSlow {
+			log.Printf("%s: %d heartbeats over 100 ms started at %s", name, n, sec.Format("15:04:05"))
+		}
+		if r.fleetLat, err = c.latency(ctx, f.fleetSamples, time.Minute); err != nil {
+			return r, err
+		}
+		if v, err := o.rss(); err == nil {
+			r.rssFleet = max(r.rssFleet, v)
+		}
+		log.Printf("%s: with %d idle workers, submit→job_submit p50/p90/p99/max %s", name, f.workers, r.fleetLat)
+		r.benchRSS, _ = readRSS(os.Getpid())
+	}
+	r.errors = c.errors.Load()
+	log.Printf("%s: stopping", name)
+	cancel()
+	return r, nil
+}
+
+// connectAll registers each worker, opens its stream and starts its heartbeats.
+func connectAll(ctx context.Context, ws []*worker, par int) error {
+	return parallel(len(ws), par, func(i int) error {
+		w := ws[i]
+		if err := w.register(ctx); err != nil {
+			return err
+		}
+		if err := w.connect(ctx); err != nil {
+			return err
+		}
+		go w.heartbeats(ctx)
+		return nil
+	})
+}
+
+func loadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Fields(string(data))[0]
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+func printTable(f flags, rs []result) {
+	var b strings.Builder
+	col := func(get func(r result) string) string {
+		var cells []string
+		for _, r := range rs {
+			cells = append(cells, get(r))
+		}
+		return strings.Join(cells, " | ")
+	}
+	head := col(func(r result) string { return r.store })
+	sep := col(func(result) string { return "---" })
+	fmt.Fprintf(&b, "| measurement | %s | goal |\n|---|%s|---|\n", head, strings.ReplaceAll(sep, " ", ""))
+	row := func(what, goal string, get func(r result) string) {
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", what, col(get), goal)
+	}
+	row(fmt.Sprintf("submit → job_submit, %d idle workers, p50 / p90 / p99 / max", f.cycleWorkers), "p99 < 50 ms",
+		func(r result) string { return r.latency.String() })
+	row(fmt.Sprintf("job cycles/s, %d workers, %d zero-work jobs, %d submitters", f.cycleWorkers, f.jobs, f.submitters), "≥ 1,000/s (embedded)",
+		func(r result) string {
+			return fmt.Sprintf("%.0f/s (%s)", r.cyclesPerS, r.cycleTime.Round(time.Millisecond))
+		})
+	row("CPU used during the job cycles", "—", func(r result) string { return r.cycleCPU })
+	if f.workers > f.cycleWorkers {
+		row(fmt.Sprintf("orchestrator RSS, %d connected idle workers (peak)", f.workers), "< 1 GiB",
+			func(r result) string { return mib(r.rssFleet) })
+		row(fmt.Sprintf("heartbeat round trip, %d workers, %s window, p50 / p90 / p99 / max", f.workers, f.hbWindow), "p99 < 100 ms",
+			func(r result) string { return r.heartbeat.String() })
+		row("CPU used during the heartbeat window", "—", func(r result) string { return r.hbCPU })
+		row(fmt.Sprintf("submit → job_submit, %d idle workers, p50 / p90 / p99 / max", f.workers), "p99 < 50 ms",
+			func(r result) string { return r.fleetLat.String() })
+		row(fmt.Sprintf("orchestrator RSS with %d workers (after latency and cycles)", f.cycleWorkers), "—",
+			func(r result) string { return mib(r.rssBase) })
+		row(fmt.Sprintf("create %d workers (admin API, %d concurrent)", f.workers-f.cycleWorkers, f.createPar), "—",
+			func(r result) string { return r.createTime.Round(time.Millisecond).String() })
+		row(fmt.Sprintf("register + open stream, %d workers (%d concurrent)", f.workers-f.cycleWorkers, f.connectPar), "—",
+			func(r result) string { return r.connectTime.Round(time.Millisecond).String() })
+		row("bench process RSS (simulated workers)", "—", func(r result) string { return mib(r.benchRSS) })
+	}
+	row("request errors seen by simulated workers", "0", func(r result) string { return fmt.Sprint(r.errors) })
+	row("1-minute load average before / after (2 CPUs)", "—", func(r result) string { return r.loadBefore + " / " + r.loadAfter })
+	fmt.Printf("\nsimpletuner-orchestratord benchmark, %s, %s, %d CPUs, %s%s\n\n%s",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.Version(), runtime.NumCPU(), strings.Join(os.Args[1:], " "),
+		map[bool]string{true: " (in-process)", false: ""}[f.inProcess], b.String())
+}

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestratord"
+)
+
+// orch is one running orchestrator: the real binary as a child process, or
+// (-inprocess, for profiling) the same App inside the bench process.
+type orch struct {
+	url   string
+	admin string // admin token with every scope
+	cmd   *exec.Cmd
+	stop  func()
+}
+
+// writeConfig writes a TOML config for a loopback orchestrator on dbURL ("" =
+// the embedded store) and returns its path and the API URL.
+func writeConfig(dir, dbURL string) (string, string, error) {
+	port, err := freePort()
+	if err != nil {
+		return "", "", err
+	}
+	cfg := fmt.Sprintf(`[server]
+listen = ["127.0.0.1:%d"]
+admin_socket = ""
+
+[database]
+url = %q
+
+[paths]
+state_dir = %q
+configs_dir = %q
+
+[log]
+format = "text"
+
+[metrics]
+listen = ""
+`, port, dbURL, filepath.Join(dir, "state"), filepath.Join(dir, "configs"))
+	path := filepath.Join(dir, "orchestratord.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		return "", "", err
+	}
+	return path, fmt.Sprintf("http://127.0.0.1:%d", port), nil
+}
+
+// startOrch starts an orchestrator with the config in dir and waits for /readyz.
+func startOrch(bin, dir, dbURL string, inProcess bool) (*orch, error) {
+	cfgPath, url, err := writeConfig(dir, dbURL)
+	if err != nil {
+		return nil, err
+	}
+	// The token command opens (and migrates) the database itself.
+	out, err := exec.Command(bin, "--config", cfgPath, "token", "create", "--name", "bench", "--scope", "*").Output()
+	if err != nil {
+		return nil, fmt.Errorf("token create: %w", err)
+	}
+	o := &orch{url: url, admin: strings.TrimSpace(string(out))}
+	logFile, err := os.Create(filepath.Join(dir, "orchestratord.log"))
+	if err != nil {
+		return nil, err
+	}
+	if inProcess {
+		err = o.startInProcess(cfgPath, logFile)
+	} else {
+		err = o.startChild(bin, cfgPath, logFile)
+	}
+	if err != nil {
+		logFile.Close()
+		return nil, err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		res, err := http.Get(url + "/readyz")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				return o, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			o.stop()
+			return nil, fmt.Errorf("orchestrator not ready within 60s; see %s", logFile.Name())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (o *orch) startChild(bin, cfgPath string, logFile *os.File) error {
+	cmd := exec.Command(bin, "--config", cfgPath)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// The child inherits the raised RLIMIT_NOFILE; it dies with the bench.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	o.cmd = cmd
+	o.stop = func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(60 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		logFile.Close()
+	}
+	return nil
+}
+
+func (o *orch) startInProcess(cfgPath string, logFile *os.File) error {
+	args := []string{"--config", cfgPath}
+	cfg, _, err := config.LoadOrchestrator(args, os.Getenv)
+	if err != nil {
+		return err
+	}
+	lv := new(slog.LevelVar)
+	lv.Set(orchestratord.ParseLevel(cfg.Log.Level))
+	log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: lv}))
+	app := orchestratord.New(cfg, args, os.Getenv, log, lv)
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := app.Start(ctx); err != nil {
+		cancel()
+		return err
+	}
+	done := make(chan struct{})
+	go func() { _ = app.Serve(ctx); close(done) }()
+	o.stop = func() {
+		cancel()
+		<-done
+		logFile.Close()
+	}
+	return nil
+}
+
+// rss is the orchestrator's resident set size in bytes (the bench's own in
+// -inprocess mode).
+func (o *orch) rss() (int64, error) {
+	pid := os.Getpid()
+	if o.cmd != nil {
+		pid = o.cmd.Process.Pid
+	}
+	return readRSS(pid)
+}
+
+func readRSS(pid int) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New("no VmRSS line")
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// buildBinary compiles the orchestrator into dir.
+func buildBinary(dir string) (string, error) {
+	bin := filepath.Join(dir, "simpletuner-orchestratord")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/simpletuner-orchestratord")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, stderr.String())
+	}
+	return bin, nil
+}
