@@ -18,12 +18,19 @@ import (
 	"time"
 )
 
-// cluster is a private PostgreSQL server in a temp dir.
-type cluster struct {
-	url    string
-	dir    string
+// Cluster is a private PostgreSQL server in a temp dir. It can be stopped and
+// started again on the same port and data (fault tests restart it under load).
+type Cluster struct {
+	URL  string
+	dir  string
+	bin  string
+	port int
+	cred *syscall.Credential
+
+	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when the server process is gone
+	logs   *syncBuffer
 }
 
 // syncBuffer collects a child's output while it runs.
@@ -85,7 +92,9 @@ func credential() (*syscall.Credential, error) {
 	return nil, errors.New("pgtest: running as root and neither the postgres nor the nobody user exists")
 }
 
-func startLocal() (*cluster, error) {
+// NewCluster runs initdb into a new temp dir and starts the server on a free
+// loopback port with trust authentication. Remove it when done.
+func NewCluster() (*Cluster, error) {
 	bin, err := binDir()
 	if err != nil {
 		return nil, err
@@ -104,19 +113,21 @@ func startLocal() (*cluster, error) {
 			return nil, err
 		}
 	}
-	data := filepath.Join(dir, "data")
-	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-A", "trust", "-U", "postgres",
+	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", filepath.Join(dir, "data"), "-A", "trust", "-U", "postgres",
 		"--no-sync", "-E", "UTF8", "--locale=C")
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	if out, err := initdb.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("pgtest: initdb: %v\n%s", err, out)
 	}
+	c := &Cluster{dir: dir, bin: bin, cred: cred}
 	// A port picked free can be taken before the server binds it; retry.
 	for try := 0; ; try++ {
-		c, err := launch(bin, dir, cred)
-		if err == nil {
-			return c, nil
+		if c.port, err = freePort(); err == nil {
+			c.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port)
+			if err = c.Start(); err == nil {
+				return c, nil
+			}
 		}
 		if try == 2 {
 			os.RemoveAll(dir)
@@ -125,31 +136,31 @@ func startLocal() (*cluster, error) {
 	}
 }
 
-// launch starts the server on a free loopback port and waits until it answers.
-func launch(bin, dir string, cred *syscall.Credential) (*cluster, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
+// Start starts the server (again, on the same port) and waits until it answers.
+func (c *Cluster) Start() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd != nil {
+		return nil
 	}
-	var logs syncBuffer
-	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", filepath.Join(dir, "data"),
-		"-p", strconv.Itoa(port), "-k", dir, "-c", "listen_addresses=127.0.0.1",
+	logs := &syncBuffer{}
+	cmd := exec.Command(filepath.Join(c.bin, "postgres"), "-D", filepath.Join(c.dir, "data"),
+		"-p", strconv.Itoa(c.port), "-k", c.dir, "-c", "listen_addresses=127.0.0.1",
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=500")
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	// Pdeathsig stops the server should the test binary die without Main's cleanup.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	// Pdeathsig stops the server should the test binary die without cleanup.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Pdeathsig: syscall.SIGQUIT}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("pgtest: start postgres: %w", err)
+		return fmt.Errorf("pgtest: start postgres: %w", err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
+	c.cmd, c.exited, c.logs = cmd, exited, logs
 
-	c := &cluster{url: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port),
-		dir: dir, cmd: cmd, exited: exited}
-	db, err := sql.Open("postgres", c.url)
+	db, err := sql.Open("postgres", c.URL)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer db.Close()
 	deadline := time.Now().Add(60 * time.Second)
@@ -158,24 +169,31 @@ func launch(bin, dir string, cred *syscall.Credential) (*cluster, error) {
 		err := db.PingContext(ctx)
 		cancel()
 		if err == nil {
-			break
+			return nil
 		}
 		select {
 		case <-exited:
-			return nil, fmt.Errorf("pgtest: postgres exited during start-up:\n%s", logs.String())
+			c.cmd = nil
+			return fmt.Errorf("pgtest: postgres exited during start-up:\n%s", logs.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
 			<-exited
-			return nil, fmt.Errorf("pgtest: postgres did not accept connections within 60s: %v\n%s", err, logs.String())
+			c.cmd = nil
+			return fmt.Errorf("pgtest: postgres did not accept connections within 60s: %v\n%s", err, logs.String())
 		}
 	}
-	return c, nil
 }
 
-// stop shuts the server down fast (SIGINT) and removes its files.
-func (c *cluster) stop() {
+// Stop shuts the server down fast (SIGINT: abort transactions, disconnect
+// everyone); the data stays for Start.
+func (c *Cluster) Stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd == nil {
+		return
+	}
 	_ = c.cmd.Process.Signal(syscall.SIGINT)
 	select {
 	case <-c.exited:
@@ -183,7 +201,23 @@ func (c *cluster) stop() {
 		_ = c.cmd.Process.Kill()
 		<-c.exited
 	}
+	c.cmd = nil
+}
+
+// Remove stops the server and deletes its files.
+func (c *Cluster) Remove() {
+	c.Stop()
 	os.RemoveAll(c.dir)
+}
+
+// Logs is the server's output since its last start.
+func (c *Cluster) Logs() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.logs == nil {
+		return ""
+	}
+	return c.logs.String()
 }
 
 func freePort() (int, error) {

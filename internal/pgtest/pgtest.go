@@ -79,11 +79,11 @@ func StartCluster() (serverURL string, stop func(), err error) {
 	if u := os.Getenv(EnvURL); u != "" {
 		return u, dropCreated, nil
 	}
-	c, err := startLocal()
+	c, err := NewCluster()
 	if err != nil {
 		return "", nil, err
 	}
-	return c.url, c.stop, nil
+	return c.URL, c.Remove, nil
 }
 
 // createDatabase makes a database named t_<random> on the server and returns

@@ -55,7 +55,6 @@ func Main(m *testing.M) {
 	}
 	code := m.Run()
 	pgtest.Stop()
-	stopClusters()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
