@@ -139,17 +139,10 @@ func LoadOrchestrator(args []string, getenv func(string) string) (*Orchestrator,
 	c := DefaultOrchestrator()
 	var opts Options
 	fs := orchestratorFlagSet(&opts)
-	set, err := parseFlags(fs, args)
-	opts.Args = fs.Args()
-	if err != nil || opts.Version {
+	l, set, getenv, err := layer(c, &c.Log, fs, &opts, args, getenv, orchestratorEnv, orchestratorFlagKeys)
+	if l == nil {
 		return c, opts, err
 	}
-	getenv = orOSGetenv(getenv)
-	l := newLoader(c)
-	l.loadFile(opts.ConfigPath, set["config"])
-	l.applyEnv(orchestratorEnv, getenv)
-	l.applyFlags(fs, set, orchestratorFlagKeys)
-
 	if set["host"] || set["port"] {
 		l.hostPort(c, fs, set)
 	}
@@ -159,10 +152,6 @@ func LoadOrchestrator(args []string, getenv func(string) string) (*Orchestrator,
 		} else if on && !c.TLS.Enabled() {
 			l.errAt("--ssl", "", "needs --ssl-cert and --ssl-key (or tls.cert_file and tls.key_file)")
 		}
-	}
-	if opts.Verbose {
-		c.Log.Level = "debug"
-		l.src["log.level"] = origin{"--verbose", layerFlag}
 	}
 	l.secret("database.url", "database.url_file", "database-url", getenv)
 	c.validate(l)
@@ -201,23 +190,36 @@ func LoadWorker(args []string, getenv func(string) string) (*Worker, Options, er
 	c := DefaultWorker()
 	var opts Options
 	fs := workerFlagSet(&opts)
-	set, err := parseFlags(fs, args)
-	opts.Args = fs.Args()
-	if err != nil || opts.Version {
+	l, _, getenv, err := layer(c, &c.Log, fs, &opts, args, getenv, workerEnv, workerFlagKeys)
+	if l == nil {
 		return c, opts, err
-	}
-	getenv = orOSGetenv(getenv)
-	l := newLoader(c)
-	l.loadFile(opts.ConfigPath, set["config"])
-	l.applyEnv(workerEnv, getenv)
-	l.applyFlags(fs, set, workerFlagKeys)
-	if opts.Verbose {
-		c.Log.Level = "debug"
-		l.src["log.level"] = origin{"--verbose", layerFlag}
 	}
 	l.secret("orchestrator.token", "orchestrator.token_file", "worker-token", getenv)
 	c.validate(l)
 	return c, opts, asErrors(l.errs)
+}
+
+// layer applies what both daemons share, in precedence order: flags are
+// parsed, then the file, the environment and the flag values are laid over the
+// defaults in cfg, and --verbose raises the log level. A nil loader means stop
+// here (a flag error, or --version) and return err.
+func layer(cfg any, logc *LogConfig, fs *flag.FlagSet, opts *Options, args []string, getenv func(string) string,
+	env, flagKeys []binding) (*loader, map[string]bool, func(string) string, error) {
+	set, err := parseFlags(fs, args)
+	opts.Args = fs.Args()
+	if err != nil || opts.Version {
+		return nil, set, getenv, err
+	}
+	getenv = orOSGetenv(getenv)
+	l := newLoader(cfg)
+	l.loadFile(opts.ConfigPath, set["config"])
+	l.applyEnv(env, getenv)
+	l.applyFlags(fs, set, flagKeys)
+	if opts.Verbose {
+		logc.Level = "debug"
+		l.src["log.level"] = origin{"--verbose", layerFlag}
+	}
+	return l, set, getenv, nil
 }
 
 func orOSGetenv(getenv func(string) string) func(string) string {
