@@ -29,6 +29,15 @@ func queryInt(r *http.Request, name string, def, lo, hi int) (int, error) {
 	return n, nil
 }
 
+// page reads the limit (default def, at most max) and offset query parameters.
+func page(r *http.Request, def, max int) (limit, offset int, err error) {
+	if limit, err = queryInt(r, "limit", def, 1, max); err != nil {
+		return 0, 0, err
+	}
+	offset, err = queryInt(r, "offset", 0, 0, 1<<30)
+	return limit, offset, err
+}
+
 func (s *Server) loadWorker(r *http.Request, id string) (store.Worker, error) {
 	wk, err := s.store.GetWorker(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {
@@ -47,10 +56,7 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request, _ httproute
 		return invalid("query parameter \"status\" must be one of connecting, idle, busy, draining, offline; got %q", status)
 	}
 	var err error
-	if f.Limit, err = queryInt(r, "limit", 100, 1, 1000); err != nil {
-		return err
-	}
-	if f.Offset, err = queryInt(r, "offset", 0, 0, 1<<30); err != nil {
+	if f.Limit, f.Offset, err = page(r, 100, 1000); err != nil {
 		return err
 	}
 	ws, total, err := s.store.ListWorkers(r.Context(), f)

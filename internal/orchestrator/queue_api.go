@@ -206,10 +206,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		}
 	}
 	var err error
-	if f.Limit, err = queryInt(r, "limit", 50, 1, 200); err != nil {
-		return err
-	}
-	if f.Offset, err = queryInt(r, "offset", 0, 0, 1<<30); err != nil {
+	if f.Limit, f.Offset, err = page(r, 50, 200); err != nil {
 		return err
 	}
 	jobs, total, err := s.store.ListJobs(r.Context(), f)
