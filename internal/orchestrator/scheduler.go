@@ -50,9 +50,15 @@ func matches(j store.Job, w store.Worker) bool {
 // runScheduler claims and dispatches jobs whenever woken and on every tick; the
 // tick is the guarantee, wake-ups only make it prompt.
 func (s *Server) runScheduler(ctx context.Context) {
+	var lastExpiry time.Time
 	for {
 		s.schedulePass(ctx)
-		s.expireDeadlines(ctx)
+		// Deadlines are seconds apart; wake-ups come with every submit and
+		// every finished job, so scanning active jobs on each would be waste.
+		if every := min(s.options().SchedulerInterval, time.Second); time.Since(lastExpiry) >= every {
+			s.expireDeadlines(ctx)
+			lastExpiry = time.Now()
+		}
 		s.lastTick.Store(time.Now().UnixNano())
 		select {
 		case <-ctx.Done():
