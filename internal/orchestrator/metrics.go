@@ -70,6 +70,9 @@ func (h *histogram) write(w io.Writer, name, help string) {
 	fmt.Fprintf(w, "%s_bucket{le=\"+Inf\"} %d\n%s_sum %g\n%s_count %d\n", name, h.samples, name, h.sum, name, h.samples)
 }
 
+// Metrics exposes the live counters (tests and benchmarks read them).
+func (s *Server) Metrics() *Metrics { return s.metrics }
+
 // MetricsHandler serves /metrics.
 func (s *Server) MetricsHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

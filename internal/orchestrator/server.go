@@ -87,6 +87,8 @@ type Server struct {
 	// watchdog and /readyz look at it.
 	lastTick atomic.Int64
 	storeErr atomic.Pointer[error]
+	// missed tracks running attempts left out of a worker's heartbeat.
+	missed missedAttempts
 	// adminSocketPath names the unix socket in connection commands given over it.
 	adminSocketPath string
 }

@@ -300,19 +300,26 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, _ httprouter.
 
 // heartbeatCancels lists the jobs the worker should stop: its canceling jobs,
 // and anything it runs whose attempt is no longer its own. A running job the
-// worker no longer reports is lost (upstream's bug B9).
+// worker stops listing is lost, but only once two heartbeats in a row left it
+// out: a heartbeat composed just before a job arrived can be delivered after
+// the job's acknowledgement, and the next one, composed later, lists it.
+// Attempts the worker lists as finishing are present: their report is on the
+// way.
 func (s *Server) heartbeatCancels(ctx context.Context, wk store.Worker, req protocol.HeartbeatRequest) ([]string, error) {
-	running := map[string]int{}
+	running := map[string]protocol.RunningAttempt{}
 	for _, ra := range req.Running {
-		running[ra.JobID] = ra.Attempt
+		running[ra.JobID] = ra
 	}
 	if req.CurrentJobID != nil && *req.CurrentJobID != "" {
 		if _, ok := running[*req.CurrentJobID]; !ok {
-			running[*req.CurrentJobID] = 0
+			running[*req.CurrentJobID] = protocol.RunningAttempt{JobID: *req.CurrentJobID}
 		}
 	}
 	var cancel []string
-	for jobID, attempt := range running {
+	for jobID, ra := range running {
+		if ra.Finishing() {
+			continue // its process is gone; only the report is outstanding
+		}
 		j, err := s.store.GetJob(ctx, jobID)
 		if errors.Is(err, store.ErrNotFound) {
 			cancel = append(cancel, jobID)
@@ -321,7 +328,7 @@ func (s *Server) heartbeatCancels(ctx context.Context, wk store.Worker, req prot
 		if err != nil {
 			return nil, err
 		}
-		mine := j.WorkerID == wk.ID && (attempt == 0 || attempt == j.Attempt)
+		mine := j.WorkerID == wk.ID && (ra.Attempt == 0 || ra.Attempt == j.Attempt)
 		if !mine || j.Status.Terminal() || j.Status == protocol.JobCanceling {
 			cancel = append(cancel, jobID)
 		}
@@ -330,6 +337,7 @@ func (s *Server) heartbeatCancels(ctx context.Context, wk store.Worker, req prot
 	if err != nil {
 		return nil, err
 	}
+	var absent []store.Job
 	for _, j := range active {
 		if _, reported := running[j.ID]; reported {
 			continue
@@ -338,16 +346,12 @@ func (s *Server) heartbeatCancels(ctx context.Context, wk store.Worker, req prot
 		case protocol.JobCanceling:
 			cancel = append(cancel, j.ID)
 		case protocol.JobRunning:
-			// Acknowledged, yet the worker says it runs nothing: it lost the
-			// job. Only for acks well before this heartbeat, since one composed
-			// just before the job arrived may be delivered after the ack.
-			margin := 2*s.options().HeartbeatInterval + 5*time.Second
-			if j.StartedAt == nil || time.Since(*j.StartedAt) < margin {
-				continue
-			}
-			if err := s.loseAttempt(ctx, j.ID, wk.ID, "the worker's heartbeat no longer lists it"); err != nil {
-				return nil, err
-			}
+			absent = append(absent, j)
+		}
+	}
+	for _, j := range s.missed.note(wk.ID, absent) {
+		if err := s.loseAttempt(ctx, j.ID, wk.ID, "the worker's last two heartbeats no longer list it"); err != nil {
+			return nil, err
 		}
 	}
 	return cancel, nil
@@ -550,6 +554,7 @@ func (s *Server) markOffline(ctx context.Context, workerID, actor, ip, why strin
 	if err != nil {
 		return err
 	}
+	s.missed.forget(workerID)
 	s.log.Info("worker offline", "worker_id", workerID, "reason", why)
 	active, _, err := s.store.ListJobs(ctx, store.JobFilter{WorkerID: wk.ID, Statuses: activeStatuses})
 	if err != nil {

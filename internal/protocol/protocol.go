@@ -130,11 +130,28 @@ type GPUDevice struct {
 	MemoryMiB uint64 `json:"memory_mib"`
 }
 
-// RunningAttempt names an attempt a protocol-2 worker is executing.
+// RunningAttempt names an attempt a protocol-2 worker still answers for: one
+// whose process runs, or one whose process ended but whose terminal report the
+// orchestrator has not acknowledged yet (State "finishing", Outcome the status
+// the report carries). A finishing attempt is listed until its report is
+// acknowledged, so that an attempt is never absent from a heartbeat while its
+// outcome is still on the way.
 type RunningAttempt struct {
 	JobID   string `json:"job_id"`
 	Attempt int    `json:"attempt"`
+	State   string `json:"state,omitempty"`   // "" or AttemptRunning while the process runs; AttemptFinishing after
+	Outcome string `json:"outcome,omitempty"` // finishing: completed, failed or cancelled
 }
+
+// States of a RunningAttempt.
+const (
+	AttemptRunning   = "running"
+	AttemptFinishing = "finishing"
+)
+
+// Finishing reports whether the attempt's process has ended and only its
+// report is outstanding.
+func (r RunningAttempt) Finishing() bool { return r.State == AttemptFinishing }
 
 // RegisterRequest is the body of POST /api/workers/register.
 type RegisterRequest struct {

@@ -58,9 +58,10 @@ func (w *Worker) connect(ctx context.Context, gen int) {
 func (w *Worker) registerRequest() protocol.RegisterRequest {
 	w.mu.Lock()
 	inv := w.inv
-	var running []protocol.RunningAttempt
+	running := w.attemptsLocked()
+	var current string
 	if w.job != nil {
-		running = append(running, protocol.RunningAttempt{JobID: w.job.jobID, Attempt: w.job.n})
+		current = w.job.jobID
 	}
 	w.mu.Unlock()
 	info, _ := json.Marshal(inv.GPUInfo())
@@ -73,9 +74,8 @@ func (w *Worker) registerRequest() protocol.RegisterRequest {
 		Version:    w.opt.Version,
 		Running:    running,
 	}
-	if len(running) > 0 {
-		id := running[0].JobID // protocol-1 orchestrators only know current_job_id
-		req.CurrentJobID = &id
+	if current != "" {
+		req.CurrentJobID = &current // protocol-1 orchestrators only know current_job_id
 	}
 	return req
 }

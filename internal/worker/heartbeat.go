@@ -75,8 +75,11 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 		req.Status = string(protocol.WorkerBusy)
 		id := w.job.jobID
 		req.CurrentJobID = &id
-		req.Running = []protocol.RunningAttempt{{JobID: w.job.jobID, Attempt: w.job.n}}
 	}
+	// One snapshot under the lock: an attempt moves from running to finishing
+	// (and finishing ends only after its report was acknowledged) while the lock
+	// is held, so no heartbeat can miss an attempt whose outcome is on the way.
+	req.Running = w.attemptsLocked()
 	w.mu.Unlock()
 	if tel, err := w.opt.GPU.Telemetry(); err == nil {
 		req.GPUs = tel

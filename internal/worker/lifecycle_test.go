@@ -76,7 +76,7 @@ func TestReconnectResumesJob(t *testing.T) {
 	f.mu.Lock()
 	reg := f.registers[len(f.registers)-1]
 	f.mu.Unlock()
-	if len(reg.Running) != 1 || reg.Running[0] != (protocol.RunningAttempt{JobID: "j_resume000001", Attempt: 4}) ||
+	if len(reg.Running) != 1 || reg.Running[0] != (protocol.RunningAttempt{JobID: "j_resume000001", Attempt: 4, State: protocol.AttemptRunning}) ||
 		reg.CurrentJobID == nil || *reg.CurrentJobID != "j_resume000001" {
 		t.Errorf("re-registration %+v", reg)
 	}

@@ -110,6 +110,9 @@ func (w *Worker) finish(ctx context.Context, a *attempt, rec statusRecord, repor
 		if err := w.sendStatus(ctx, w.opt.Timers.RequestTimeout, rec.JobID, rec.Attempt, rec.Status, rec.Error); err != nil {
 			a.log.Error("the job's outcome could not be reported", "status", rec.Status, "err", err)
 		}
+		// Delivered or not, nothing more will come: let the orchestrator's
+		// view of this attempt follow.
+		w.reported(rec.key())
 		return
 	}
 	w.release(rec.key())
@@ -172,6 +175,7 @@ func (w *Worker) flushReports(ctx context.Context, beforeRegister bool) error {
 		if err := w.spool.remove(rec); err != nil {
 			w.log.Warn("status spool", "err", err)
 		}
+		w.reported(rec.key())
 	}
 	return nil
 }

@@ -378,24 +378,31 @@ func (w *Worker) closeAttempt(a *attempt) (rec statusRecord, report, spooled boo
 	default:
 		close(a.ended)
 	}
+	rec, report = a.record()
+	if report {
+		a.log.Info("training ended", "status", rec.Status, "error", rec.Error)
+		w.hold(rec.key())
+		if err := w.spool.put(rec); err != nil {
+			w.release(rec.key())
+			a.log.Error("cannot spool the job's outcome", "err", err)
+		} else {
+			spooled = true
+		}
+	} else {
+		a.log.Info("training stopped; not reported, the orchestrator moved on", "reason", a.stopDetail)
+	}
+	// The attempt stops being the running job and becomes a finishing one in
+	// the same critical section: a heartbeat sees one or the other, never
+	// neither.
 	w.mu.Lock()
 	if w.job == a {
 		w.job = nil
 	}
+	if report {
+		w.noteFinishingLocked(rec)
+	}
 	w.mu.Unlock()
-	rec, report = a.record()
-	if !report {
-		a.log.Info("training stopped; not reported, the orchestrator moved on", "reason", a.stopDetail)
-		return rec, false, false
-	}
-	a.log.Info("training ended", "status", rec.Status, "error", rec.Error)
-	w.hold(rec.key())
-	if err := w.spool.put(rec); err != nil {
-		w.release(rec.key())
-		a.log.Error("cannot spool the job's outcome", "err", err)
-		return rec, true, false
-	}
-	return rec, true, true
+	return rec, report, spooled
 }
 
 // checkFence stops the running job when heartbeats have not been acknowledged for
@@ -531,6 +538,7 @@ func (w *Worker) stopAndWait(why stopReason, detail string) {
 		ctx, cancel := context.WithTimeout(context.Background(), w.opt.Timers.ShutdownTimeout)
 		defer cancel()
 		_ = w.sendStatus(ctx, w.opt.Timers.ShutdownTimeout, rec.JobID, rec.Attempt, rec.Status, rec.Error)
+		w.reported(rec.key())
 	}
 }
 

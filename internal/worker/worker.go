@@ -14,17 +14,20 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
 // Options configure a Worker. Durations left zero take the defaults noted.
@@ -146,6 +149,11 @@ type Worker struct {
 	lastRegister time.Time
 	lastProgress time.Time // the loop or a reconnect attempt did something
 	held         map[string]bool
+	// finishing holds the ended attempts whose terminal report is not yet
+	// acknowledged, by key. Heartbeats and registrations list them, so the
+	// orchestrator never takes an attempt for lost while its outcome is on the
+	// way. Self-fenced attempts are left out: they must be reconciled as lost.
+	finishing map[string]statusRecord
 }
 
 // New checks opt and builds a Worker; nothing is contacted yet.
@@ -180,6 +188,7 @@ func New(opt Options) (*Worker, error) {
 		loopDone:   make(chan struct{}),
 		registered: make(chan struct{}),
 		held:       map[string]bool{},
+		finishing:  map[string]statusRecord{},
 	}, nil
 }
 
@@ -193,6 +202,12 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 	}
 	w.spool.clean()
+	recs, _ := w.spool.list() // reports a previous run could not deliver
+	w.mu.Lock()
+	for _, rec := range recs {
+		w.noteFinishingLocked(rec)
+	}
+	w.mu.Unlock()
 	inv, err := w.opt.GPU.Inventory()
 	if err != nil {
 		w.log.Warn("cannot read the GPU inventory; reporting 0 GPUs", "err", err)
@@ -212,6 +227,40 @@ func (w *Worker) Start(ctx context.Context) error {
 		"persistent", w.opt.Persistent, "gpus", inv.Count, "gpu_names", strings.Join(names, ", "),
 		"state_dir", w.opt.StateDir, "work_dir", w.opt.WorkDir)
 	return ctx.Err()
+}
+
+// noteFinishingLocked records an ended attempt whose report is outstanding.
+// w.mu is held.
+func (w *Worker) noteFinishingLocked(rec statusRecord) {
+	if !rec.AfterRegister {
+		w.finishing[rec.key()] = rec
+	}
+}
+
+// reported forgets an attempt once its report was acknowledged or given up.
+func (w *Worker) reported(key string) {
+	w.mu.Lock()
+	delete(w.finishing, key)
+	w.mu.Unlock()
+}
+
+// attemptsLocked lists the attempts this worker answers for: the running one
+// first, then the finishing ones. w.mu is held.
+func (w *Worker) attemptsLocked() []protocol.RunningAttempt {
+	var out []protocol.RunningAttempt
+	if w.job != nil {
+		out = append(out, protocol.RunningAttempt{JobID: w.job.jobID, Attempt: w.job.n, State: protocol.AttemptRunning})
+	}
+	for _, rec := range w.finishing {
+		out = append(out, protocol.RunningAttempt{JobID: rec.JobID, Attempt: rec.Attempt,
+			State: protocol.AttemptFinishing, Outcome: rec.Status})
+	}
+	if len(out) > 1 {
+		slices.SortFunc(out[1:], func(a, b protocol.RunningAttempt) int {
+			return cmp.Or(strings.Compare(a.JobID, b.JobID), a.Attempt-b.Attempt)
+		})
+	}
+	return out
 }
 
 // Drain asks the worker to finish its current job, take no new one, and exit.

@@ -5,10 +5,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -44,8 +46,12 @@ func AllJobProcs() []JobProc {
 
 type jobProc struct{ job, attempt, comm string }
 
-// procCache remembers, per pid and start time, what environ said: a process's
-// initial environment never changes, so each process is read once.
+// procCache remembers, per pid, start time and command name, what environ
+// said. A process's environment changes only when it executes another
+// program, which changes its name too, so each program is read once. A read
+// that found the job but not the attempt is not kept: environ read while the
+// process is between fork and exec can be cut short, and such a sample would
+// name an attempt that never ran.
 type procCache map[string]*jobProc
 
 func scanJobProcs(cache procCache) map[int]jobProc {
@@ -70,7 +76,7 @@ func scanJobProcs(cache procCache) map[int]jobProc {
 		if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
 			continue // a zombie runs nothing
 		}
-		key := e.Name() + ":" + f[19] // starttime
+		key := e.Name() + ":" + f[19] + ":" + s[strings.IndexByte(s, '(')+1:i] // pid, starttime, comm
 		if cache != nil {
 			if jp, ok := cache[key]; ok {
 				if jp != nil {
@@ -96,6 +102,9 @@ func scanJobProcs(cache procCache) map[int]jobProc {
 				if v, ok := bytes.CutPrefix(kv, []byte("SIMPLETUNER_JOB_ID=")); ok {
 					p.job = string(v)
 				}
+			}
+			if p.job != "" && p.attempt == "" {
+				continue // a torn read: try again at the next sample
 			}
 			if p.job != "" {
 				jp = &p
@@ -260,4 +269,17 @@ func (s *Sampler) Samples() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.samples
+}
+
+// BurnCPU keeps n busy-looping shell processes running until the test ends,
+// so that every core is contended.
+func BurnCPU(t testing.TB, n int) {
+	t.Helper()
+	for range n {
+		cmd := exec.Command("/bin/sh", "-c", "while :; do :; done")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	}
 }

@@ -1,6 +1,8 @@
 package faults
 
 import (
+	"fmt"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -110,4 +112,36 @@ func TestKill9WorkerTrainerWithChild(t *testing.T) {
 			_ = syscall.Kill(p.Pid, syscall.SIGKILL) // do not leave it behind
 		}
 	}
+}
+
+// Many short jobs while every core is busy: the moment between a trainer's
+// exit and the acknowledgement of its report is stretched by the load, and
+// heartbeats keep coming during it. A finished job must never be taken for
+// lost there and run a second time: zero requeues.
+func TestShortJobsUnderCPULoad(t *testing.T) {
+	jobs := 40
+	if isFull() {
+		jobs = 300
+	}
+	o := StartOrchestratorWith(t, OrchOptions{Metrics: true, HeartbeatInterval: "20ms", HeartbeatTimeout: "5s"})
+	h := NewHistory(t, o)
+	for i := range 4 {
+		o.StartWorker(WorkerSpec{Name: fmt.Sprintf("w%d", i), Persistent: true, Command: h.WrapperCommand(), SelfFenceAfter: "4s"})
+	}
+	BurnCPU(t, 2*runtime.NumCPU())
+	// A first round lets every worker open the connections it keeps alive for
+	// reports running beside heartbeats; the baseline comes after it.
+	for range 8 {
+		h.Submit(map[string]any{"steps": 1, "step_seconds": 0.01}, nil)
+	}
+	h.WaitAllTerminal(30 * time.Second)
+	base := takeBaseline(o)
+	for range jobs {
+		h.Submit(map[string]any{"steps": 1, "step_seconds": 0.01}, nil)
+	}
+	h.WaitAllTerminal(time.Duration(jobs) * time.Second)
+	h.Finish()
+	sum := h.Check(Expect{MaxRequeues: 0, Statuses: []string{"completed"}})
+	base.check(t, o)
+	t.Logf("RESULT %s: %s", t.Name(), sum)
 }

@@ -1,0 +1,54 @@
+package orchestrator
+
+import (
+	"testing"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+// A running attempt left out of one heartbeat is not lost; left out of two in
+// a row it is. An attempt listed as finishing (process ended, report on the
+// way) counts as present, and is not told to cancel.
+func TestHeartbeatAbsenceNeedsTwoMisses(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t), func(o *Options) { o.HeartbeatTimeout = time.Minute })
+		id, token := e.createWorker("w", "persistent", nil)
+		a := e.newAgent(id, token, 2)
+		e.must(a.register(nil), 200)
+		a.connect()
+		jobID := e.submit(map[string]any{"config": map[string]any{}})
+		a.next("job_submit", 5*time.Second)
+		e.must(a.report(jobID, "starting", map[string]any{"attempt": 1}), 200)
+
+		beat := func(running ...map[string]any) resp {
+			t.Helper()
+			if running == nil {
+				running = []map[string]any{}
+			}
+			return e.must(a.heartbeat("busy", nil, map[string]any{"running": running}), 200)
+		}
+		status := func() any { return e.job(jobID)["status"] }
+
+		beat() // first miss: noted only
+		if s := status(); s != "running" {
+			t.Fatalf("after one heartbeat without the attempt the job is %v, want running", s)
+		}
+		finishing := map[string]any{"job_id": jobID, "attempt": 1, "state": "finishing", "outcome": "completed"}
+		r := beat(finishing)
+		if c, _ := r.JSON["cancel"].([]any); len(c) != 0 {
+			t.Fatalf("a finishing attempt was told to cancel: %s", r.Body)
+		}
+		beat() // the miss before was interrupted by the finishing listing: a first miss again
+		if s := status(); s != "running" {
+			t.Fatalf("after finishing, then one miss, the job is %v, want running", s)
+		}
+		beat() // second miss in a row: lost
+		// Lost and requeued; the scheduler may already have dispatched it again.
+		j := e.job(jobID)
+		if at := j["attempts"].([]any); at[0].(map[string]any)["outcome"] != "worker_lost" || j["retries_used"] != float64(1) {
+			t.Fatalf("after two heartbeats in a row without the attempt: status %v, attempts %v; want attempt 1 worker_lost, one retry spent", j["status"], at)
+		}
+	})
+}

@@ -1,0 +1,336 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
+	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store/postgres"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store/sqlite"
+	"github.com/simpletuner/simpletuner-orchestration/internal/worker"
+)
+
+// stores opens a fresh store of each kind; a test runs once per entry.
+var stores = []struct {
+	name string
+	open func(t *testing.T) store.Store
+}{
+	{"sqlite", func(t *testing.T) store.Store {
+		st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "o.db"), slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}},
+	{"postgres", func(t *testing.T) store.Store {
+		st, err := postgres.Open(context.Background(), pgtest.Start(t), slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}},
+}
+
+func forEachStore(t *testing.T, fn func(t *testing.T, open func(t *testing.T) store.Store)) {
+	for _, s := range stores {
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, s.open)
+		})
+	}
+}
+
+// lockedBuffer collects a log; it is printed when a test fails.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// orch is an orchestrator.Server on a loopback HTTP server.
+type orch struct {
+	t     *testing.T
+	st    store.Store
+	srv   *orchestrator.Server
+	http  *httptest.Server
+	admin string
+	logs  *lockedBuffer
+	stop  func()
+}
+
+// fastOptions are production options with every timer scaled down.
+func fastOptions(t *testing.T) orchestrator.Options {
+	o := orchestrator.DefaultOptions()
+	o.InstanceID = "test-" + t.Name()
+	o.ConfigsDir = t.TempDir()
+	o.HeartbeatInterval = 50 * time.Millisecond
+	o.HeartbeatTimeout = 3 * time.Second
+	o.HealthCheckInterval = 100 * time.Millisecond
+	o.StartupGrace = 0
+	o.AckTimeout = 5 * time.Second
+	o.PingInterval = 200 * time.Millisecond
+	o.SchedulerInterval = 100 * time.Millisecond
+	o.CancelGrace = 300 * time.Millisecond
+	o.CancelReportTimeout = 2 * time.Second
+	return o
+}
+
+// startOrch serves a Server over st and makes an admin token unless one is
+// given (a restarted orchestrator on the same store keeps the old one).
+func startOrch(t *testing.T, st store.Store, opt orchestrator.Options, admin string) *orch {
+	t.Helper()
+	logs := &lockedBuffer{}
+	srv := orchestrator.New(st, opt, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	hs := httptest.NewServer(srv.Handler())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Run(ctx); close(done) }()
+	o := &orch{t: t, st: st, srv: srv, http: hs, admin: admin, logs: logs}
+	var once sync.Once
+	o.stop = func() {
+		once.Do(func() {
+			srv.BeginShutdown()
+			hs.CloseClientConnections()
+			hs.Close()
+			cancel()
+			<-done
+		})
+	}
+	t.Cleanup(func() {
+		o.stop()
+		if t.Failed() {
+			t.Logf("orchestrator log:\n%s", logs.String())
+		}
+	})
+	if admin == "" {
+		tok, token, err := orchestrator.NewAdminToken("test-admin", []string{auth.ScopeAll})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.CreateAdminToken(context.Background(), tok, nil); err != nil {
+			t.Fatal(err)
+		}
+		o.admin = token
+	}
+	return o
+}
+
+// api calls the admin API and decodes the JSON reply into a map.
+func (o *orch) api(method, path string, body any) (int, map[string]any) {
+	o.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, o.http.URL+path, rd)
+	req.Header.Set("Authorization", "Bearer "+o.admin)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		o.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(res.Body).Decode(&out)
+	return res.StatusCode, out
+}
+
+func (o *orch) createWorker(name string) (id, token string) {
+	o.t.Helper()
+	code, r := o.api("POST", "/api/admin/workers", map[string]any{"name": name, "worker_type": "persistent"})
+	if code != 201 && code != 200 {
+		o.t.Fatalf("create worker: %d %v", code, r)
+	}
+	return r["worker_id"].(string), r["token"].(string)
+}
+
+func (o *orch) submit(config map[string]any) string {
+	o.t.Helper()
+	code, r := o.api("POST", "/api/queue/submit", map[string]any{"config": config})
+	if code != 201 {
+		o.t.Fatalf("submit: %d %v", code, r)
+	}
+	return r["job_id"].(string)
+}
+
+func (o *orch) job(id string) map[string]any {
+	o.t.Helper()
+	_, r := o.api("GET", "/api/queue/"+id, nil)
+	return r
+}
+
+func (o *orch) heartbeats() int64 { return o.srv.Metrics().Heartbeats.Load() }
+
+// reportGate is a reverse proxy between a worker and the orchestrator that can
+// hold the worker's terminal status reports (completed, failed, cancelled)
+// until released, or answer them 503 as an orchestrator in trouble would.
+// Everything else passes through, the SSE stream unbuffered.
+type reportGate struct {
+	t      *testing.T
+	http   *httptest.Server
+	mu     sync.Mutex
+	target *url.URL
+	mode   string        // "", "hold" or "fail"
+	open   chan struct{} // closed by release
+	seen   int           // terminal reports that reached the gate while not passing
+}
+
+func newReportGate(t *testing.T, target string) *reportGate {
+	g := &reportGate{t: t, open: make(chan struct{})}
+	g.retarget(target)
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			g.mu.Lock()
+			r.SetURL(g.target)
+			g.mu.Unlock()
+		},
+		FlushInterval: -1,
+	}
+	g.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/status") {
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			var rep struct{ Status string }
+			_ = json.Unmarshal(body, &rep)
+			if rep.Status == "completed" || rep.Status == "failed" || rep.Status == "cancelled" {
+				g.mu.Lock()
+				mode, open := g.mode, g.open
+				if mode != "" {
+					g.seen++
+				}
+				g.mu.Unlock()
+				switch mode {
+				case "fail":
+					http.Error(w, `{"detail":"the database is unreachable","error":"unavailable"}`, http.StatusServiceUnavailable)
+					return
+				case "hold":
+					select {
+					case <-open:
+					case <-r.Context().Done():
+						return
+					}
+				}
+			}
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(g.http.Close)
+	return g
+}
+
+func (g *reportGate) retarget(target string) {
+	u, err := url.Parse(target)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	g.mu.Lock()
+	g.target = u
+	g.mu.Unlock()
+}
+
+func (g *reportGate) set(mode string) {
+	g.mu.Lock()
+	g.mode = mode
+	if mode == "hold" {
+		g.open = make(chan struct{})
+	}
+	g.mu.Unlock()
+}
+
+// release lets held reports through and passes every later one.
+func (g *reportGate) release() {
+	g.mu.Lock()
+	g.mode = ""
+	close(g.open)
+	g.mu.Unlock()
+}
+
+func (g *reportGate) stopped() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.seen
+}
+
+// startWorker runs workerd's engine against url.
+func startWorker(t *testing.T, url, token string) *worker.Worker {
+	t.Helper()
+	logs := &lockedBuffer{}
+	w, err := worker.New(worker.Options{
+		URL: url, Token: token, Name: "w", Persistent: true,
+		StateDir:       t.TempDir(),
+		Command:        []string{demoTrainer},
+		CancelGrace:    300 * time.Millisecond,
+		SelfFenceAfter: 2 * time.Second,
+		ReconnectMax:   100 * time.Millisecond,
+		Logger:         slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Timers: worker.Timers{
+			ReconnectBase:  10 * time.Millisecond,
+			PingInterval:   200 * time.Millisecond,
+			StableAfter:    time.Second,
+			ReportRetry:    50 * time.Millisecond,
+			LogPoll:        10 * time.Millisecond,
+			LogDrain:       2 * time.Second,
+			RequestTimeout: 2 * time.Second,
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = w.Serve(ctx); close(done) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			t.Errorf("worker did not stop")
+		}
+		if t.Failed() {
+			t.Logf("worker log:\n%s", logs.String())
+		}
+	})
+	return w
+}
+
+// eventually polls cond until it holds or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
