@@ -11,6 +11,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -105,7 +106,7 @@ func (s *Server) schedulePass(ctx context.Context) {
 			return
 		}
 		w, err := s.store.GetWorker(ctx, id)
-		if err != nil || w.Status != protocol.WorkerIdle || w.CurrentJobID != "" {
+		if err != nil || !lifecycle.CanClaim(w.Status, running(w), 1) {
 			continue
 		}
 		if w.Local {
@@ -170,54 +171,6 @@ func newUploadToken() string {
 	return "stu_" + base64.RawURLEncoding.EncodeToString(b)
 }
 
-// expireDeadlines withdraws dispatches nobody acknowledged and finishes
-// cancels nobody confirmed. Both go through the same compare-and-set as
-// worker reports, so a late report and a deadline can never both win.
-func (s *Server) expireDeadlines(ctx context.Context) {
-	jobs, _, err := s.store.ListJobs(ctx, store.JobFilter{Statuses: []protocol.JobStatus{protocol.JobDispatched, protocol.JobCanceling, protocol.JobRunning}})
-	s.noteStore(err)
-	if err != nil {
-		return
-	}
-	now := time.Now().UTC()
-	for _, j := range jobs {
-		switch {
-		case j.Status == protocol.JobDispatched && j.AckDeadline != nil && now.After(*j.AckDeadline):
-			s.expire(ctx, j, protocol.JobQueued, protocol.OutcomeWithdrawn, "no acknowledgement within the ack deadline")
-		case j.Status == protocol.JobCanceling && j.CancelDeadline != nil && now.After(*j.CancelDeadline):
-			s.expire(ctx, j, protocol.JobCancelled, protocol.OutcomeCancelled, "cancelled; the worker did not confirm in time")
-		case j.Status == protocol.JobRunning && j.TimeoutSeconds > 0 && j.StartedAt != nil &&
-			now.After(j.StartedAt.Add(time.Duration(j.TimeoutSeconds)*time.Second)):
-			s.expire(ctx, j, protocol.JobFailed, protocol.OutcomeTimeout, "exceeded its timeout of "+(time.Duration(j.TimeoutSeconds)*time.Second).String())
-			s.sendToWorker(j.WorkerID, protocol.EventJobCancel, protocol.JobCancelEvent{Type: protocol.EventJobCancel, JobID: j.ID, Attempt: j.Attempt})
-		}
-	}
-}
-
-func (s *Server) expire(ctx context.Context, j store.Job, to protocol.JobStatus, outcome protocol.AttemptOutcome, why string) {
-	from, attempt := j.Status, j.Attempt
-	_, changed, err := s.updateJob(ctx, j.ID, func(cur store.Job) (*store.JobTransition, error) {
-		if cur.Status != from || cur.Attempt != attempt {
-			return nil, nil
-		}
-		return &store.JobTransition{To: to, EndAttempt: outcome, Error: ptr(why),
-			Audit: transitionAudit("system", "", cur, to, map[string]any{"outcome": outcome, "reason": why})}, nil
-	})
-	if err != nil {
-		s.log.Warn("deadline update failed", "job_id", j.ID, "err", err)
-		return
-	}
-	if changed {
-		s.log.Info("job deadline passed", "job_id", j.ID, "attempt", attempt, "now", to, "reason", why)
-		if outcome == protocol.OutcomeWithdrawn {
-			// A stream that swallowed a job_submit is not to be trusted with
-			// the next one: close it so the worker re-registers and reconciles.
-			s.sendToWorker(j.WorkerID, protocol.EventJobCancel, protocol.JobCancelEvent{Type: protocol.EventJobCancel, JobID: j.ID, Attempt: attempt})
-			s.closeWorkerStream(j.WorkerID, "dispatch not acknowledged")
-		}
-	}
-}
-
 // noteStore remembers whether the last store call worked (watchdog gate).
 func (s *Server) noteStore(err error) {
 	if err != nil && isUnavailable(err) {
@@ -225,4 +178,14 @@ func (s *Server) noteStore(err error) {
 		return
 	}
 	s.storeErr.Store(nil)
+}
+
+// hasJobFor reports whether a queued job could run on the worker (the
+// ephemeral worker's question before it leaves).
+func (s *Server) hasJobFor(ctx context.Context, wk store.Worker) (bool, error) {
+	jobs, _, err := s.store.ListJobs(ctx, store.JobFilter{Statuses: []protocol.JobStatus{protocol.JobQueued}, Limit: store.ClaimScanLimit})
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(jobs, func(j store.Job) bool { return matches(j, wk) }), nil
 }

@@ -206,13 +206,13 @@ func (s *Server) Handler() http.Handler {
 	r.GET("/readyz", s.readyz)
 
 	// Worker protocol.
-	r.POST("/api/workers/register", s.worker(s.register))
-	r.GET("/api/workers/stream", s.worker(s.stream))
-	r.POST("/api/workers/heartbeat", s.worker(s.heartbeat))
-	r.POST("/api/workers/job/:job_id/status", s.worker(s.jobStatus))
-	r.POST("/api/workers/job/:job_id/logs", s.worker(s.jobLogs))
-	r.POST("/api/workers/disconnect", s.worker(s.disconnect))
-	r.GET("/api/workers/queue", s.worker(s.queueCheck))
+	r.POST("/api/workers/register", s.worker(s.handleRegister))
+	r.GET("/api/workers/stream", s.worker(s.handleStream))
+	r.POST("/api/workers/heartbeat", s.worker(s.handleHeartbeat))
+	r.POST("/api/workers/job/:job_id/status", s.worker(s.handleJobStatus))
+	r.POST("/api/workers/job/:job_id/logs", s.worker(s.handleJobLogs))
+	r.POST("/api/workers/disconnect", s.worker(s.handleDisconnect))
+	r.GET("/api/workers/queue", s.worker(s.handleQueueCheck))
 
 	// Admin.
 	r.GET("/api/admin/workers", s.admin(auth.ScopeAdminWorkers, s.listWorkers))

@@ -69,6 +69,10 @@ func (s JobStatus) Active() bool {
 	return s == JobDispatched || s == JobRunning || s == JobCanceling
 }
 
+// ActiveJobStatuses lists the states in which an attempt is out on a worker
+// (a fresh slice each call).
+func ActiveJobStatuses() []JobStatus { return []JobStatus{JobDispatched, JobRunning, JobCanceling} }
+
 // Valid reports whether s is a known job status.
 func (s JobStatus) Valid() bool {
 	return s == JobQueued || s.Active() || s.Terminal()

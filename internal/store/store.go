@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
@@ -29,6 +30,9 @@ var (
 	ErrDuplicate = errors.New("already exists")
 	// ErrSchemaTooNew: the database was migrated by a newer binary.
 	ErrSchemaTooNew = errors.New("database schema is newer than this binary")
+	// ErrIllegalMove: a transition the job lifecycle does not allow (the
+	// error also wraps a *lifecycle.ErrIllegal naming the move).
+	ErrIllegalMove = errors.New("illegal job move")
 )
 
 // Worker is a registered (or admin-created) worker.
@@ -94,6 +98,13 @@ type Job struct {
 	CancelDeadline *time.Time // canceling: force cancelled by then
 }
 
+// Facts is what the lifecycle's decisions read of the job.
+func (j Job) Facts() lifecycle.Job {
+	return lifecycle.Job{ID: j.ID, Status: j.Status, Attempt: j.Attempt, RetriesUsed: j.RetriesUsed,
+		MaxRetries: j.MaxRetries, TimeoutSeconds: j.TimeoutSeconds, StartedAt: j.StartedAt,
+		AckDeadline: j.AckDeadline, CancelDeadline: j.CancelDeadline}
+}
+
 // Attempt is one dispatch of a job to a worker.
 type Attempt struct {
 	JobID           string
@@ -132,26 +143,21 @@ type ClaimRequest struct {
 // Claim limits how many queued jobs one claim examines (priority order).
 const ClaimScanLimit = 500
 
-// JobTransition is a compare-and-set on a job. It applies only when the job is in
-// one of FromStates with current attempt ExpectAttempt (and, when ExpectWorker is
+// JobTransition is a compare-and-set on a job. It applies only when the job is
+// in state From with current attempt ExpectAttempt (and, when ExpectWorker is
 // set, that attempt belongs to that worker); otherwise ErrConflict and nothing
-// changes. A job in a terminal state never matches.
+// changes. A job in a terminal state never matches. The step must be a legal
+// move of the lifecycle (lifecycle.Check), else ErrIllegalMove.
 type JobTransition struct {
 	JobID         string
 	ExpectAttempt int
 	ExpectWorker  string
-	FromStates    []protocol.JobStatus
-	To            protocol.JobStatus
-	Now           time.Time
-
-	// EndAttempt, when set, closes the current attempt with this outcome and
-	// frees its worker (current job cleared; busy → idle, draining stays).
-	EndAttempt protocol.AttemptOutcome
-	// SpendRetry increments RetriesUsed.
-	SpendRetry bool
-	// Ack marks the current attempt acknowledged (StartedAt, AckedAt = Now).
-	Ack            bool
-	Error          *string
+	From          protocol.JobStatus
+	// Step is the move and its effects on the current attempt: EndAttempt
+	// closes it and frees its worker (the worker's status is settled by the
+	// lifecycle's rule), Ack marks it started, SpendRetry counts a retry.
+	lifecycle.Step
+	Now            time.Time
 	Progress       json.RawMessage
 	CancelDeadline *time.Time
 	Audit          *audit.Record
@@ -180,9 +186,16 @@ type AdminToken struct {
 	RevokedAt *time.Time
 }
 
+// Kinds of Notification.
+const (
+	NotifyWake        = "wake"         // a job was queued or a worker freed: run the scheduler
+	NotifyWorkerEvent = "worker_event" // deliver Payload (an SSE frame) to WorkerID's stream
+	NotifyWorkerClose = "worker_close" // close WorkerID's stream; Payload is the reason
+)
+
 // Notification wakes other orchestrator instances sharing the database.
 type Notification struct {
-	Kind     string `json:"kind"` // "wake", "worker_event"
+	Kind     string `json:"kind"` // one of the Notify* kinds
 	WorkerID string `json:"worker_id,omitempty"`
 	Payload  string `json:"payload,omitempty"`
 	Origin   string `json:"origin,omitempty"` // sending instance

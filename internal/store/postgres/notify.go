@@ -68,7 +68,7 @@ func (s *Store) startListener() error {
 func (s *Store) forward(l *pq.Listener) {
 	for pn := range l.Notify {
 		if pn == nil { // reconnected: whatever was sent meanwhile is lost
-			s.Hub().Publish(store.Notification{Kind: "wake"})
+			s.Hub().Publish(store.Notification{Kind: store.NotifyWake})
 			continue
 		}
 		var n store.Notification

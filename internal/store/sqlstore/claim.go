@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -23,12 +24,19 @@ func (s *Store) ClaimJob(ctx context.Context, req store.ClaimRequest) (store.Job
 		if err != nil {
 			return fmt.Errorf("%w: %w", store.ErrConflict, err)
 		}
-		if w.Status != protocol.WorkerIdle || w.CurrentJobID != "" {
+		running := 0
+		if w.CurrentJobID != "" {
+			running = 1
+		}
+		if !lifecycle.CanClaim(w.Status, running, 1) {
 			return fmt.Errorf("worker %s is %s with job %q: %w", w.ID, w.Status, w.CurrentJobID, store.ErrConflict)
 		}
 		j, err := s.pickQueued(ctx, c, req.Match)
 		if err != nil {
 			return err
+		}
+		if _, err := lifecycle.Check(j.Status, lifecycle.Step{To: protocol.JobDispatched, By: lifecycle.Claim}); err != nil {
+			return fmt.Errorf("job %s: %w: %w", j.ID, store.ErrIllegalMove, err)
 		}
 		j.Attempt++
 		if _, err := c.exec(ctx, `UPDATE jobs SET status = ?, attempt = ?, worker_id = ?, ack_deadline = ?,
@@ -43,7 +51,7 @@ func (s *Store) ClaimJob(ctx context.Context, req store.ClaimRequest) (store.Job
 			return err
 		}
 		if _, err := c.exec(ctx, `UPDATE workers SET status = ?, current_job_id = ? WHERE id = ?`,
-			protocol.WorkerBusy, j.ID, w.ID); err != nil {
+			lifecycle.Settle(w.Status, running+1, 1), j.ID, w.ID); err != nil {
 			return err
 		}
 		if job, err = s.getJob(ctx, c, j.ID, false); err != nil {

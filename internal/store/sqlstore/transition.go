@@ -3,17 +3,14 @@ package sqlstore
 import (
 	"context"
 	"fmt"
-	"slices"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
 // TransitionJob applies t if the job is still where the caller saw it.
 func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store.Job, error) {
-	if !t.To.Valid() {
-		return store.Job{}, fmt.Errorf("store: transition of job %s to unknown status %q", t.JobID, t.To)
-	}
 	at := now(t.Now)
 	var out store.Job
 	err := s.write(ctx, func(c conn) error {
@@ -33,6 +30,9 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 				return fmt.Errorf("job %s attempt %d belongs to worker %q, not %q: %w",
 					j.ID, j.Attempt, att.WorkerID, t.ExpectWorker, store.ErrConflict)
 			}
+		}
+		if err := checkMove(j, t); err != nil {
+			return err
 		}
 
 		set, args := "status = ?, updated_at = ?", []any{t.To, s.tv(at)}
@@ -99,12 +99,23 @@ func checkTransition(j store.Job, t store.JobTransition) error {
 	switch {
 	case j.Status.Terminal():
 		return fmt.Errorf("job %s is %s: %w", j.ID, j.Status, store.ErrConflict)
-	case !slices.Contains(t.FromStates, j.Status):
-		return fmt.Errorf("job %s is %s, expected one of %v: %w", j.ID, j.Status, t.FromStates, store.ErrConflict)
+	case j.Status != t.From:
+		return fmt.Errorf("job %s is %s, expected %s: %w", j.ID, j.Status, t.From, store.ErrConflict)
 	case j.Attempt != t.ExpectAttempt:
 		return fmt.Errorf("job %s is at attempt %d, expected %d: %w", j.ID, j.Attempt, t.ExpectAttempt, store.ErrConflict)
 	case (t.ExpectWorker != "" || t.EndAttempt != "" || t.Ack) && j.Attempt == 0:
 		return fmt.Errorf("job %s has no attempt yet: %w", j.ID, store.ErrConflict)
+	}
+	return nil
+}
+
+// checkMove is the lifecycle's verdict on the move, after the compare.
+func checkMove(j store.Job, t store.JobTransition) error {
+	if _, err := lifecycle.Check(j.Status, t.Step); err != nil {
+		return fmt.Errorf("job %s: %w: %w", j.ID, store.ErrIllegalMove, err)
+	}
+	if t.By == lifecycle.Claim {
+		return fmt.Errorf("job %s: %w: a claim goes through ClaimJob, which opens the attempt", j.ID, store.ErrIllegalMove)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -165,10 +166,17 @@ func (s *Store) DeleteWorker(ctx context.Context, id string, rec *audit.Record) 
 	})
 }
 
-// freeWorker releases a worker from job jobID if that is still its job.
+// freeWorker releases a worker from job jobID if that is still its job; its
+// status follows the lifecycle's rule. A deleted worker has nothing to free.
 func (s *Store) freeWorker(ctx context.Context, c conn, workerID, jobID string) error {
-	_, err := c.exec(ctx, `UPDATE workers SET current_job_id = '',
-		status = CASE WHEN status = ? THEN ? ELSE status END
-		WHERE id = ? AND current_job_id = ?`, protocol.WorkerBusy, protocol.WorkerIdle, workerID, jobID)
+	w, err := s.getWorker(ctx, c, workerID, true)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && w.CurrentJobID != jobID) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = c.exec(ctx, `UPDATE workers SET current_job_id = '', status = ? WHERE id = ?`,
+		lifecycle.Settle(w.Status, 0, 1), workerID)
 	return err
 }

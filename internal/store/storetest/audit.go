@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -86,8 +87,8 @@ func testAuditConcurrent(t *testing.T, s store.Store) {
 			for i := 0; i < each; i++ {
 				var err error
 				if i == each-1 && g%2 == 0 {
-					_, err = s.TransitionJob(t.Context(), store.JobTransition{JobID: ids[g], FromStates: []protocol.JobStatus{protocol.JobQueued},
-						To: protocol.JobCancelled, Now: t0, Audit: rec("job.cancel")})
+					_, err = s.TransitionJob(t.Context(), store.JobTransition{JobID: ids[g], From: protocol.JobQueued,
+						Step: lifecycle.Step{To: protocol.JobCancelled, By: lifecycle.Cancel}, Now: t0, Audit: rec("job.cancel")})
 				} else {
 					err = s.AppendAudit(t.Context(), *rec("test.concurrent"))
 				}

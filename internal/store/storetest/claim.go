@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -96,7 +97,7 @@ func testClaimOnlyQueued(t *testing.T, s store.Store) {
 	j := newJob(t, s)
 	claim(t, s, w.ID)
 	c := newJob(t, s)
-	transition(t, s, c, store.JobTransition{To: protocol.JobCancelled})
+	transition(t, s, c, store.JobTransition{Step: lifecycle.Step{To: protocol.JobCancelled, By: lifecycle.Cancel}})
 	w2 := newWorker(t, s)
 	_, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w2.ID, Now: t0, AckDeadline: t0})
 	wantErr(t, err, store.ErrNoJob, "only dispatched and cancelled jobs left")
@@ -130,8 +131,8 @@ func testClaimAfterRequeue(t *testing.T, s store.Store) {
 	w1, w2 := newWorker(t, s), newWorker(t, s)
 	newJob(t, s)
 	j, _ := claim(t, s, w1.ID)
-	j = transition(t, s, j, store.JobTransition{To: protocol.JobQueued, EndAttempt: protocol.OutcomeWithdrawn,
-		Error: ptr("no ack")})
+	j = transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobQueued, By: lifecycle.Deadline,
+		EndAttempt: protocol.OutcomeWithdrawn, Error: ptr("no ack")}})
 	if j.Error != "no ack" {
 		t.Fatalf("requeued job error %q", j.Error)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -81,8 +82,8 @@ func testJobNotFound(t *testing.T, s store.Store) {
 	wantErr(t, err, store.ErrNotFound, "GetJob")
 	_, err = s.ListAttempts(ctx, "j_missing")
 	wantErr(t, err, store.ErrNotFound, "ListAttempts")
-	_, err = s.TransitionJob(ctx, store.JobTransition{JobID: "j_missing", FromStates: []protocol.JobStatus{protocol.JobQueued},
-		To: protocol.JobCancelled, Now: t0})
+	_, err = s.TransitionJob(ctx, store.JobTransition{JobID: "j_missing", From: protocol.JobQueued,
+		Step: lifecycle.Step{To: protocol.JobCancelled, By: lifecycle.Cancel}, Now: t0})
 	wantErr(t, err, store.ErrNotFound, "TransitionJob")
 	_, _, err = s.AppendLog(ctx, "j_missing", 1, 0, []byte("x"), 0)
 	wantErr(t, err, store.ErrNotFound, "AppendLog")
@@ -110,7 +111,7 @@ func testListJobsFilters(t *testing.T, s store.Store) {
 	claim(t, s, w1.ID) // ids[0] (highest priority)
 	claim(t, s, w2.ID) // ids[1]
 	c := getJob(t, s, ids[5])
-	transition(t, s, c, store.JobTransition{To: protocol.JobCancelled})
+	transition(t, s, c, store.JobTransition{Step: lifecycle.Step{To: protocol.JobCancelled, By: lifecycle.Cancel}})
 
 	jobIDs := func(js []store.Job) []string {
 		var out []string

@@ -39,10 +39,10 @@ func testPublishSubscribe(t *testing.T, s store.Store) {
 	noErr(t, err, "Subscribe")
 	b, err := s.Subscribe(ctx)
 	noErr(t, err, "Subscribe")
-	n := store.Notification{Kind: "worker_event", WorkerID: "w_1", Payload: "event: ping\ndata: {}\n\n", Origin: "inst-a"}
+	n := store.Notification{Kind: store.NotifyWorkerEvent, WorkerID: "w_1", Payload: "event: ping\ndata: {}\n\n", Origin: "inst-a"}
 	noErr(t, s.Publish(t.Context(), n), "Publish")
-	equal(t, receive(t, a, "worker_event"), n, "first subscriber")
-	equal(t, receive(t, b, "worker_event"), n, "second subscriber")
+	equal(t, receive(t, a, store.NotifyWorkerEvent), n, "first subscriber")
+	equal(t, receive(t, b, store.NotifyWorkerEvent), n, "second subscriber")
 
 	cancel()
 	timeout := time.After(10 * time.Second)

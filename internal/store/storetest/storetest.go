@@ -25,7 +25,7 @@ type test struct {
 // Run runs the suite; open returns a new, empty store (Run closes it).
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	var all []test
-	for _, group := range [][]test{workerTests, jobTests, claimTests, transitionTests, logTests, auditTests, tokenTests, notifyTests} {
+	for _, group := range [][]test{workerTests, jobTests, claimTests, transitionTests, lifecycleTests, logTests, auditTests, tokenTests, notifyTests} {
 		all = append(all, group...)
 	}
 	for _, tc := range all {
@@ -110,8 +110,8 @@ func claim(t *testing.T, s store.Store, workerID string) (store.Job, store.Attem
 func transition(t *testing.T, s store.Store, j store.Job, tr store.JobTransition) store.Job {
 	t.Helper()
 	tr.JobID, tr.ExpectAttempt = j.ID, j.Attempt
-	if tr.FromStates == nil {
-		tr.FromStates = []protocol.JobStatus{j.Status}
+	if tr.From == "" {
+		tr.From = j.Status
 	}
 	if tr.Now.IsZero() {
 		tr.Now = at(time.Hour)

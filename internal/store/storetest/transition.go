@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -38,14 +39,14 @@ func testTransitionCAS(t *testing.T, s store.Store) {
 	w, j := dispatched(t, s)
 	other := newWorker(t, s)
 	bad := []store.JobTransition{
-		{ExpectAttempt: 1, FromStates: []protocol.JobStatus{protocol.JobRunning}, To: protocol.JobCompleted},
-		{ExpectAttempt: 2, FromStates: []protocol.JobStatus{protocol.JobDispatched}, To: protocol.JobRunning},
-		{ExpectAttempt: 0, FromStates: []protocol.JobStatus{protocol.JobDispatched}, To: protocol.JobRunning},
-		{ExpectAttempt: 1, ExpectWorker: other.ID, FromStates: []protocol.JobStatus{protocol.JobDispatched}, To: protocol.JobRunning},
-		{ExpectAttempt: 1, To: protocol.JobRunning}, // no FromStates: nothing matches
+		{ExpectAttempt: 1, From: protocol.JobRunning, Step: lifecycle.Step{To: protocol.JobCompleted}},
+		{ExpectAttempt: 2, From: protocol.JobDispatched, Step: lifecycle.Step{To: protocol.JobRunning}},
+		{ExpectAttempt: 0, From: protocol.JobDispatched, Step: lifecycle.Step{To: protocol.JobRunning}},
+		{ExpectAttempt: 1, ExpectWorker: other.ID, From: protocol.JobDispatched, Step: lifecycle.Step{To: protocol.JobRunning}},
+		{ExpectAttempt: 1, Step: lifecycle.Step{To: protocol.JobRunning}}, // no From: nothing matches
 	}
 	for i, tr := range bad {
-		tr.JobID, tr.Now, tr.Ack, tr.Audit = j.ID, at(time.Hour), true, rec("job.transition")
+		tr.JobID, tr.Now, tr.Ack, tr.Audit, tr.By = j.ID, at(time.Hour), true, rec("job.transition"), lifecycle.Report
 		tr.EndAttempt = protocol.OutcomeFailed
 		_, err := s.TransitionJob(t.Context(), tr)
 		wantErr(t, err, store.ErrConflict, "mismatched transition "+string(rune('0'+i)))
@@ -58,9 +59,9 @@ func testTransitionCAS(t *testing.T, s store.Store) {
 	if n := len(chain(t, s)); n != 0 {
 		t.Fatalf("refused transitions appended %d audit records", n)
 	}
-	// The matching one applies, with any of several FromStates.
+	// The matching one applies.
 	nj, err := s.TransitionJob(t.Context(), store.JobTransition{JobID: j.ID, ExpectAttempt: 1, ExpectWorker: w.ID,
-		FromStates: []protocol.JobStatus{protocol.JobQueued, protocol.JobDispatched}, To: protocol.JobRunning, Now: at(time.Hour)})
+		From: protocol.JobDispatched, Step: lifecycle.Step{To: protocol.JobRunning, By: lifecycle.Report}, Now: at(time.Hour)})
 	noErr(t, err, "matching transition")
 	equal(t, nj.Status, protocol.JobRunning, "status")
 }
@@ -68,10 +69,10 @@ func testTransitionCAS(t *testing.T, s store.Store) {
 func testTransitionTerminalIsFinal(t *testing.T, s store.Store) {
 	for _, end := range []protocol.JobStatus{protocol.JobCompleted, protocol.JobFailed, protocol.JobCancelled} {
 		_, j := dispatched(t, s)
-		j = transition(t, s, j, store.JobTransition{To: end, EndAttempt: protocol.OutcomeCompleted})
+		j = finish(t, s, j, end)
 		for _, to := range []protocol.JobStatus{protocol.JobQueued, protocol.JobRunning, protocol.JobCompleted, protocol.JobFailed, end} {
 			_, err := s.TransitionJob(t.Context(), store.JobTransition{JobID: j.ID, ExpectAttempt: j.Attempt,
-				FromStates: []protocol.JobStatus{end}, To: to, Now: at(2 * time.Hour), Error: ptr("late")})
+				From: end, Step: lifecycle.Step{To: to, By: lifecycle.Report, Error: ptr("late")}, Now: at(2 * time.Hour)})
 			wantErr(t, err, store.ErrConflict, string(end)+" → "+string(to))
 		}
 		equal(t, getJob(t, s, j.ID), j, "terminal job")
@@ -80,7 +81,7 @@ func testTransitionTerminalIsFinal(t *testing.T, s store.Store) {
 
 func testTransitionAck(t *testing.T, s store.Store) {
 	w, j := dispatched(t, s)
-	nj := transition(t, s, j, store.JobTransition{ExpectWorker: w.ID, To: protocol.JobRunning, Ack: true, Now: at(time.Minute)})
+	nj := transition(t, s, j, store.JobTransition{ExpectWorker: w.ID, Step: lifecycle.Step{To: protocol.JobRunning, By: lifecycle.Report, Ack: true}, Now: at(time.Minute)})
 	want := j
 	want.Status, want.StartedAt, want.UpdatedAt = protocol.JobRunning, ptr(at(time.Minute)), at(time.Minute)
 	equal(t, nj, want, "acknowledged job")
@@ -95,9 +96,9 @@ func testTransitionAck(t *testing.T, s store.Store) {
 
 func testTransitionEndAttempt(t *testing.T, s store.Store) {
 	w, j := dispatched(t, s)
-	j = transition(t, s, j, store.JobTransition{To: protocol.JobRunning, Ack: true, Now: at(time.Minute)})
-	nj := transition(t, s, j, store.JobTransition{To: protocol.JobFailed, EndAttempt: protocol.OutcomeFailed,
-		Error: ptr("exit 1"), Now: at(time.Hour)})
+	j = transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobRunning, By: lifecycle.Report, Ack: true}, Now: at(time.Minute)})
+	nj := transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobFailed, By: lifecycle.Report,
+		EndAttempt: protocol.OutcomeFailed, Error: ptr("exit 1")}, Now: at(time.Hour)})
 	if nj.Status != protocol.JobFailed || nj.EndedAt == nil || !nj.EndedAt.Equal(at(time.Hour)) ||
 		nj.Error != "exit 1" || nj.WorkerID != w.ID || nj.Attempt != 1 {
 		t.Fatalf("failed job: %+v", nj)
@@ -118,7 +119,7 @@ func testTransitionDraining(t *testing.T, s store.Store) {
 		return nil, nil
 	})
 	noErr(t, err, "UpdateWorker")
-	transition(t, s, j, store.JobTransition{To: protocol.JobCompleted, EndAttempt: protocol.OutcomeCompleted})
+	transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobCompleted, By: lifecycle.Report, EndAttempt: protocol.OutcomeCompleted}})
 	if gw := getWorker(t, s, w.ID); gw.Status != protocol.WorkerDraining || gw.CurrentJobID != "" {
 		t.Fatalf("draining worker after its job ended: status %s job %q", gw.Status, gw.CurrentJobID)
 	}
@@ -133,7 +134,7 @@ func testTransitionWorkerMovedOn(t *testing.T, s store.Store) {
 		return nil, nil
 	})
 	noErr(t, err, "UpdateWorker")
-	transition(t, s, j, store.JobTransition{To: protocol.JobQueued, EndAttempt: protocol.OutcomeWorkerLost, SpendRetry: true})
+	transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobQueued, By: lifecycle.Loss, EndAttempt: protocol.OutcomeWithdrawn}})
 	if gw := getWorker(t, s, w.ID); gw.Status != protocol.WorkerBusy || gw.CurrentJobID != "j_newer" {
 		t.Fatalf("worker that moved on: status %s job %q", gw.Status, gw.CurrentJobID)
 	}
@@ -141,9 +142,9 @@ func testTransitionWorkerMovedOn(t *testing.T, s store.Store) {
 
 func testTransitionRequeue(t *testing.T, s store.Store) {
 	w, j := dispatched(t, s)
-	j = transition(t, s, j, store.JobTransition{To: protocol.JobRunning, Ack: true, Now: at(time.Minute)})
-	nj := transition(t, s, j, store.JobTransition{ExpectWorker: w.ID, To: protocol.JobQueued,
-		EndAttempt: protocol.OutcomeWorkerLost, SpendRetry: true, Error: ptr("lost"), Now: at(time.Hour)})
+	j = transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobRunning, By: lifecycle.Report, Ack: true}, Now: at(time.Minute)})
+	nj := transition(t, s, j, store.JobTransition{ExpectWorker: w.ID, Step: lifecycle.Step{To: protocol.JobQueued, By: lifecycle.Loss,
+		EndAttempt: protocol.OutcomeWorkerLost, SpendRetry: true, Error: ptr("lost")}, Now: at(time.Hour)})
 	if nj.Status != protocol.JobQueued || nj.WorkerID != "" || nj.AckDeadline != nil || nj.StartedAt != nil ||
 		nj.EndedAt != nil || nj.RetriesUsed != 1 || nj.Attempt != 1 || nj.Error != "lost" {
 		t.Fatalf("requeued job: %+v", nj)
@@ -156,7 +157,7 @@ func testTransitionRequeue(t *testing.T, s store.Store) {
 		t.Fatalf("worker after requeue: %+v", gw)
 	}
 	// A queued job at attempt 1 can be cancelled by CAS on (queued, 1).
-	c := transition(t, s, nj, store.JobTransition{To: protocol.JobCancelled})
+	c := transition(t, s, nj, store.JobTransition{Step: lifecycle.Step{To: protocol.JobCancelled, By: lifecycle.Cancel}})
 	if c.Status != protocol.JobCancelled || c.EndedAt == nil || c.RetriesUsed != 1 {
 		t.Fatalf("cancelled job: %+v", c)
 	}
@@ -164,22 +165,22 @@ func testTransitionRequeue(t *testing.T, s store.Store) {
 
 func testTransitionFields(t *testing.T, s store.Store) {
 	_, j := dispatched(t, s)
-	j = transition(t, s, j, store.JobTransition{To: protocol.JobRunning, Ack: true,
+	j = transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobRunning, By: lifecycle.Report, Ack: true},
 		Progress: json.RawMessage(`{"step":10,"of":100}`)})
 	if string(j.Progress) != `{"step":10,"of":100}` {
 		t.Fatalf("progress %s", j.Progress)
 	}
 	// Unset fields keep their values.
-	j = transition(t, s, j, store.JobTransition{To: protocol.JobRunning, Error: ptr("warning")})
+	j = transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobRunning, By: lifecycle.Report, Error: ptr("warning")}})
 	if string(j.Progress) != `{"step":10,"of":100}` || j.Error != "warning" {
 		t.Fatalf("after second report: %+v", j)
 	}
 	deadline := at(3 * time.Hour)
-	j = transition(t, s, j, store.JobTransition{To: protocol.JobCanceling, CancelDeadline: &deadline})
+	j = transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobCanceling, By: lifecycle.Cancel}, CancelDeadline: &deadline})
 	if j.CancelDeadline == nil || !j.CancelDeadline.Equal(deadline) || j.Status != protocol.JobCanceling {
 		t.Fatalf("canceling job: %+v", j)
 	}
-	j = transition(t, s, j, store.JobTransition{To: protocol.JobCancelled, EndAttempt: protocol.OutcomeCancelled, Error: ptr("")})
+	j = transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobCancelled, By: lifecycle.Report, EndAttempt: protocol.OutcomeCancelled, Error: ptr("")}})
 	if j.Error != "" || j.EndedAt == nil {
 		t.Fatalf("cancelled job: %+v", j)
 	}
@@ -188,14 +189,14 @@ func testTransitionFields(t *testing.T, s store.Store) {
 
 func testTransitionAuditAtomic(t *testing.T, s store.Store) {
 	w, j := dispatched(t, s)
-	transition(t, s, j, store.JobTransition{To: protocol.JobRunning, Ack: true, Audit: rec("job.transition")})
+	transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobRunning, By: lifecycle.Report, Ack: true}, Audit: rec("job.transition")})
 	j = getJob(t, s, j.ID)
 	before := chain(t, s)
 	// An audit record the store must refuse (no action) undoes the whole change.
 	broken := audit.New("system", "", "", "job", j.ID, audit.Success, nil)
 	_, err := s.TransitionJob(t.Context(), store.JobTransition{JobID: j.ID, ExpectAttempt: 1,
-		FromStates: []protocol.JobStatus{protocol.JobRunning}, To: protocol.JobCompleted,
-		EndAttempt: protocol.OutcomeCompleted, SpendRetry: true, Error: ptr("x"), Now: at(time.Hour), Audit: &broken})
+		From: protocol.JobRunning, Step: lifecycle.Step{To: protocol.JobCompleted, By: lifecycle.Report,
+			EndAttempt: protocol.OutcomeCompleted, Error: ptr("x")}, Now: at(time.Hour), Audit: &broken})
 	if err == nil {
 		t.Fatal("a transition whose audit record cannot be stored must fail")
 	}
@@ -207,4 +208,17 @@ func testTransitionAuditAtomic(t *testing.T, s store.Store) {
 		t.Fatalf("attempt ended by a failed transition: %+v", as[0])
 	}
 	equal(t, chain(t, s), before, "audit log")
+}
+
+// finish takes a dispatched job to a terminal state by legal moves.
+func finish(t *testing.T, s store.Store, j store.Job, end protocol.JobStatus) store.Job {
+	t.Helper()
+	switch end {
+	case protocol.JobCompleted:
+		return transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: end, By: lifecycle.Report, EndAttempt: protocol.OutcomeCompleted}})
+	case protocol.JobFailed:
+		return transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: end, By: lifecycle.Report, EndAttempt: protocol.OutcomeFailed}})
+	}
+	j = transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobCanceling, By: lifecycle.Cancel}})
+	return transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: end, By: lifecycle.Report, EndAttempt: protocol.OutcomeCancelled}})
 }

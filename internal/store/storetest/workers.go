@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -208,7 +209,7 @@ func testDeleteWorkerKeepsHistory(t *testing.T, s store.Store) {
 	w := newWorker(t, s)
 	j := newJob(t, s)
 	j, _ = claim(t, s, w.ID)
-	j = transition(t, s, j, store.JobTransition{To: protocol.JobCompleted, EndAttempt: protocol.OutcomeCompleted})
+	j = transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobCompleted, By: lifecycle.Report, EndAttempt: protocol.OutcomeCompleted}})
 	noErr(t, s.DeleteWorker(t.Context(), w.ID, rec("worker.delete")), "DeleteWorker")
 	_, err := s.GetWorker(t.Context(), w.ID)
 	wantErr(t, err, store.ErrNotFound, "deleted worker")

@@ -107,7 +107,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	}
 	s.log.Info("job submitted", "job_id", j.ID, "config_name", j.ConfigName, "target", j.Target, "by", p.Actor())
 	s.Wake()
-	s.publish(store.Notification{Kind: "wake"})
+	s.publish(store.Notification{Kind: store.NotifyWake})
 	pos, err := s.queuePosition(r, j)
 	if err != nil {
 		return err
@@ -197,7 +197,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		case "pending":
 			f.Statuses = []protocol.JobStatus{protocol.JobQueued}
 		case "active":
-			f.Statuses = activeStatuses
+			f.Statuses = protocol.ActiveJobStatuses()
 		default:
 			if !protocol.JobStatus(st).Valid() {
 				return invalid("query parameter \"status\" must be a job status (queued, dispatched, running, canceling, completed, failed, cancelled); got %q", st)
@@ -256,11 +256,11 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, ps httprouter.Pa
 }
 
 func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
-	j, err := s.loadJob(r, ps.ByName("job_id"))
-	if err != nil {
-		return err
+	id := ps.ByName("job_id")
+	nj, err := s.requestCancel(r.Context(), id, p.Actor(), peerIP(r))
+	if errors.Is(err, store.ErrNotFound) {
+		return notFound("Job not found: %s", id)
 	}
-	nj, err := s.requestCancel(r.Context(), j, p.Actor(), peerIP(r))
 	if err != nil {
 		return err
 	}

@@ -227,29 +227,8 @@ func (s *Server) deleteWorker(w http.ResponseWriter, r *http.Request, ps httprou
 		return conflict("worker %s is %s; only an offline worker can be deleted (use ?force=true to delete it anyway)", wk.ID, wk.Status)
 	}
 	if forced {
-		s.sendToWorker(wk.ID, protocol.EventShutdown, protocol.NewShutdownEvent("worker_deleted"))
-		s.closeWorkerStream(wk.ID, "worker deleted")
-		active, _, err := s.store.ListJobs(ctx, store.JobFilter{WorkerID: wk.ID, Statuses: activeStatuses})
-		if err != nil {
+		if err := s.evictWorker(ctx, wk, p.Actor(), peerIP(r)); err != nil {
 			return err
-		}
-		for _, j := range active {
-			_, _, err := s.updateJob(ctx, j.ID, func(cur store.Job) (*store.JobTransition, error) {
-				if cur.WorkerID != wk.ID || !cur.Status.Active() {
-					return nil, nil
-				}
-				// An admin removed the worker: requeue without spending a retry.
-				t := &store.JobTransition{To: protocol.JobQueued, EndAttempt: protocol.OutcomeWorkerLost,
-					Error: ptr("worker " + wk.ID + " was deleted by an admin; requeued")}
-				if cur.Status == protocol.JobCanceling {
-					t.To, t.EndAttempt = protocol.JobCancelled, protocol.OutcomeCancelled
-				}
-				t.Audit = transitionAudit(p.Actor(), peerIP(r), cur, t.To, map[string]any{"reason": "worker deleted"})
-				return t, nil
-			})
-			if err != nil {
-				return err
-			}
 		}
 	}
 	rec := audit.New(p.Actor(), peerIP(r), "worker.delete", "worker", wk.ID, audit.Success,
@@ -267,17 +246,9 @@ func (s *Server) drainWorker(w http.ResponseWriter, r *http.Request, ps httprout
 	if _, err := s.loadWorker(r, id); err != nil {
 		return err
 	}
-	wk, err := s.store.UpdateWorker(r.Context(), id, func(cur *store.Worker) (*audit.Record, error) {
-		cur.Status = protocol.WorkerDraining
-		rec := audit.New(p.Actor(), peerIP(r), "worker.drain", "worker", id, audit.Success, map[string]string{"name": cur.Name})
-		return &rec, nil
-	})
+	wk, err := s.drain(r.Context(), id, p.Actor(), peerIP(r))
 	if err != nil {
 		return err
-	}
-	s.sendToWorker(id, protocol.EventDrain, protocol.DrainEvent{Type: protocol.EventDrain, Reason: "drained by " + p.Actor()})
-	if wk.Type == protocol.Ephemeral && wk.CurrentJobID == "" {
-		s.sendToWorker(id, protocol.EventShutdown, protocol.NewShutdownEvent("drained"))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "worker_id": id, "status": wk.Status})
 	return nil
@@ -288,21 +259,10 @@ func (s *Server) resumeWorker(w http.ResponseWriter, r *http.Request, ps httprou
 	if _, err := s.loadWorker(r, id); err != nil {
 		return err
 	}
-	wk, err := s.store.UpdateWorker(r.Context(), id, func(cur *store.Worker) (*audit.Record, error) {
-		if cur.Status != protocol.WorkerDraining {
-			return nil, conflict("worker %s is %s, not draining", id, cur.Status)
-		}
-		cur.Status = protocol.WorkerIdle
-		if cur.CurrentJobID != "" {
-			cur.Status = protocol.WorkerBusy
-		}
-		rec := audit.New(p.Actor(), peerIP(r), "worker.resume", "worker", id, audit.Success, map[string]string{"name": cur.Name})
-		return &rec, nil
-	})
+	wk, err := s.resume(r.Context(), id, p.Actor(), peerIP(r))
 	if err != nil {
 		return err
 	}
-	s.Wake()
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "worker_id": id, "status": wk.Status})
 	return nil
 }

@@ -1,0 +1,152 @@
+package lifecycle
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+)
+
+// Job is what the decisions read of a job.
+type Job struct {
+	ID             string
+	Status         protocol.JobStatus
+	Attempt        int
+	RetriesUsed    int
+	MaxRetries     int
+	TimeoutSeconds int
+	StartedAt      *time.Time
+	AckDeadline    *time.Time
+	CancelDeadline *time.Time
+}
+
+func text(format string, args ...any) *string {
+	s := fmt.Sprintf(format, args...)
+	return &s
+}
+
+// OnReport maps a worker's report on its current attempt to a step. ok is
+// false when the report changes nothing (a repeated "starting", say, or any
+// report on a job with no attempt out); a
+// report that carries progress on a running job is a running → running step.
+func OnReport(j Job, report, errMsg string, hasProgress bool) (s Step, ok bool) {
+	if !j.Status.Active() {
+		return Step{}, false // no attempt out: nothing to report on
+	}
+	var errText *string
+	if errMsg != "" {
+		errText = &errMsg
+	}
+	switch report {
+	case protocol.ReportStarting, protocol.ReportTraining, protocol.ReportRunning:
+		switch {
+		case j.Status == protocol.JobDispatched:
+			return Step{To: protocol.JobRunning, By: Report, Ack: true}, true
+		case j.Status == protocol.JobRunning && hasProgress:
+			return Step{To: protocol.JobRunning, By: Report}, true
+		}
+		return Step{}, false
+	case protocol.ReportCompleted:
+		return Step{To: protocol.JobCompleted, By: Report, EndAttempt: protocol.OutcomeCompleted,
+			Ack: j.Status == protocol.JobDispatched}, true
+	case protocol.ReportFailed:
+		if errText == nil {
+			errText = text("the training process failed")
+		}
+		return Step{To: protocol.JobFailed, By: Report, EndAttempt: protocol.OutcomeFailed, Error: errText}, true
+	case protocol.ReportCancelled:
+		if j.Status == protocol.JobCanceling {
+			return Step{To: protocol.JobCancelled, By: Report, EndAttempt: protocol.OutcomeCancelled, Error: errText}, true
+		}
+		// Nobody asked for this cancel: the worker gave the job up (shutdown,
+		// abandon, self-fence). It is a loss, so the job runs again.
+		why := "the worker stopped it without being asked"
+		if errMsg != "" {
+			why += ": " + errMsg
+		}
+		return OnLoss(j, why)
+	}
+	return Step{}, false
+}
+
+// OnLoss ends the current attempt because its worker let go of it: an
+// unacknowledged dispatch is withdrawn (no retry spent), a canceling job ends
+// cancelled, a running one is requeued while retries remain, else failed.
+// ok is false for a job with no attempt out (queued or terminal).
+func OnLoss(j Job, why string) (s Step, ok bool) {
+	switch {
+	case j.Status == protocol.JobCanceling:
+		return Step{To: protocol.JobCancelled, By: Loss, EndAttempt: protocol.OutcomeCancelled,
+			Error: text("cancelled; the worker was lost before confirming: %s", why)}, true
+	case j.Status == protocol.JobDispatched:
+		return Step{To: protocol.JobQueued, By: Loss, EndAttempt: protocol.OutcomeWithdrawn,
+			Error: text("attempt %d withdrawn before it started: %s", j.Attempt, why)}, true
+	case j.Status != protocol.JobRunning:
+		return Step{}, false
+	case j.RetriesUsed < j.MaxRetries:
+		return Step{To: protocol.JobQueued, By: Loss, EndAttempt: protocol.OutcomeWorkerLost, SpendRetry: true,
+			Error: text("attempt %d lost: %s; requeued (retry %d of %d)", j.Attempt, why, j.RetriesUsed+1, j.MaxRetries)}, true
+	default:
+		return Step{To: protocol.JobFailed, By: Loss, EndAttempt: protocol.OutcomeWorkerLost,
+			Error: text("attempt %d lost: %s; no retries remain (%d used)", j.Attempt, why, j.RetriesUsed)}, true
+	}
+}
+
+// OnEviction ends the current attempt because an admin removed its worker.
+// Nothing the job did caused it, so a running job is requeued without
+// spending a retry, whatever retries remain.
+func OnEviction(j Job, why string) (s Step, ok bool) {
+	s, ok = OnLoss(j, why)
+	if ok && j.Status == protocol.JobRunning {
+		s = Step{To: protocol.JobQueued, By: Loss, EndAttempt: protocol.OutcomeWorkerLost,
+			Error: text("attempt %d ended: %s; requeued without spending a retry", j.Attempt, why)}
+	}
+	return s, ok
+}
+
+// ErrFinished is returned by OnCancel for a job that already ended.
+var ErrFinished = errors.New("the job has already ended")
+
+// OnCancel answers a user's cancel request: a queued job ends at once, an
+// active one moves to canceling (the worker is then told), a canceling one
+// stays (ok false), a finished one cannot be cancelled.
+func OnCancel(j Job) (s Step, ok bool, err error) {
+	switch {
+	case j.Status.Terminal():
+		return Step{}, false, fmt.Errorf("job %s is %s: %w", j.ID, j.Status, ErrFinished)
+	case j.Status == protocol.JobQueued:
+		return Step{To: protocol.JobCancelled, By: Cancel, Error: text("cancelled before it started")}, true, nil
+	case j.Status == protocol.JobCanceling:
+		return Step{}, false, nil
+	}
+	return Step{To: protocol.JobCanceling, By: Cancel}, true, nil
+}
+
+// OnDeadline reports the step a passed deadline calls for at now: a dispatch
+// nobody acknowledged is withdrawn, a cancel nobody confirmed ends cancelled, a
+// job running past its timeout fails.
+func OnDeadline(j Job, now time.Time) (s Step, ok bool) {
+	switch {
+	case j.Status == protocol.JobDispatched && j.AckDeadline != nil && now.After(*j.AckDeadline):
+		return Step{To: protocol.JobQueued, By: Deadline, EndAttempt: protocol.OutcomeWithdrawn,
+			Error: text("no acknowledgement within the ack deadline")}, true
+	case j.Status == protocol.JobCanceling && j.CancelDeadline != nil && now.After(*j.CancelDeadline):
+		return Step{To: protocol.JobCancelled, By: Deadline, EndAttempt: protocol.OutcomeCancelled,
+			Error: text("cancelled; the worker did not confirm in time")}, true
+	case j.Status == protocol.JobRunning && j.TimeoutSeconds > 0 && j.StartedAt != nil:
+		limit := time.Duration(j.TimeoutSeconds) * time.Second
+		if now.After(j.StartedAt.Add(limit)) {
+			return Step{To: protocol.JobFailed, By: Deadline, EndAttempt: protocol.OutcomeTimeout,
+				Error: text("exceeded its timeout of %s", limit)}, true
+		}
+	}
+	return Step{}, false
+}
+
+// Resumable reports whether a worker that says it runs attempt n of j may
+// keep it: the attempt is the job's current one (n 0 means the worker did not
+// say, as protocol 1 does not) and still out.
+func Resumable(j Job, onWorker bool, n int) bool {
+	return onWorker && j.Status.Active() && (n == 0 || n == j.Attempt)
+}

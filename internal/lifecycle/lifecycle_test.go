@@ -1,0 +1,172 @@
+package lifecycle
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+)
+
+// Every (from, to, cause) triple: legal exactly when Moves lists it, and then
+// only with the move's own effects.
+func TestCheckIsTheTable(t *testing.T) {
+	for _, from := range States {
+		for _, to := range States {
+			for _, c := range Causes {
+				m := Find(from, to, c)
+				step := Step{To: to, By: c}
+				if m != nil {
+					step.EndAttempt, step.Ack, step.SpendRetry = m.Ends, m.Ack, m.MaySpendRetry
+				}
+				got, err := Check(from, step)
+				switch {
+				case m != nil && err != nil:
+					t.Errorf("%s → %s by %s is in the table but refused: %v", from, to, c, err)
+				case m == nil && err == nil:
+					t.Errorf("%s → %s by %s is not in the table but allowed (%+v)", from, to, c, got)
+				case m == nil:
+					var ill *ErrIllegal
+					if !errors.As(err, &ill) || ill.From != from || ill.To != to || ill.By != c {
+						t.Errorf("%s → %s by %s: error %v does not name the move", from, to, c, err)
+					}
+				}
+				if m == nil {
+					continue
+				}
+				// The same move with an effect it does not have is refused.
+				wrong := []Step{{To: to, By: c, EndAttempt: otherOutcome(m.Ends), Ack: m.Ack}}
+				if !m.Ack {
+					wrong = append(wrong, Step{To: to, By: c, EndAttempt: m.Ends, Ack: true})
+				}
+				if !m.MaySpendRetry {
+					wrong = append(wrong, Step{To: to, By: c, EndAttempt: m.Ends, Ack: m.Ack, SpendRetry: true})
+				}
+				for _, bad := range wrong {
+					if _, err := Check(from, bad); err == nil {
+						t.Errorf("%s → %s by %s with effects %+v allowed", from, to, c, bad)
+					}
+				}
+			}
+		}
+	}
+}
+
+func otherOutcome(o protocol.AttemptOutcome) protocol.AttemptOutcome {
+	if o == protocol.OutcomeFailed {
+		return protocol.OutcomeCompleted
+	}
+	return protocol.OutcomeFailed
+}
+
+func TestTerminalStatesHaveNoMoveOut(t *testing.T) {
+	for _, m := range Moves {
+		if m.From.Terminal() {
+			t.Errorf("move out of terminal state: %+v", m)
+		}
+		if !m.From.Valid() || !m.To.Valid() {
+			t.Errorf("move with an unknown state: %+v", m)
+		}
+		if m.To.Terminal() && m.Ends == "" && m.From != protocol.JobQueued {
+			t.Errorf("a move into a terminal state must end the attempt: %+v", m)
+		}
+	}
+}
+
+// Whatever a decision returns must be a legal step from the state it was
+// asked about: the decisions and the table cannot disagree.
+func TestDecisionsStayInTheTable(t *testing.T) {
+	past := time.Unix(0, 0)
+	for _, st := range States {
+		for _, retries := range []int{0, 3} {
+			j := Job{ID: "j_x", Status: st, Attempt: 1, RetriesUsed: retries, MaxRetries: 3,
+				TimeoutSeconds: 1, StartedAt: &past, AckDeadline: &past, CancelDeadline: &past}
+			try := func(what string, s Step, ok bool) {
+				t.Helper()
+				if !ok {
+					return
+				}
+				if _, err := Check(st, s); err != nil {
+					t.Errorf("%s from %s (retries used %d) asks for an illegal step %+v: %v", what, st, retries, s, err)
+				}
+			}
+			for _, rep := range []string{"starting", "training", "running", "completed", "failed", "cancelled"} {
+				for _, progress := range []bool{false, true} {
+					s, ok := OnReport(j, rep, "boom", progress)
+					try("report "+rep, s, ok)
+				}
+			}
+			s, ok := OnLoss(j, "gone")
+			try("loss", s, ok)
+			s, ok = OnEviction(j, "deleted")
+			try("eviction", s, ok)
+			s, ok = OnDeadline(j, time.Now())
+			try("deadline", s, ok)
+			s, ok, err := OnCancel(j)
+			if st.Terminal() != (err != nil) || (err != nil && !errors.Is(err, ErrFinished)) {
+				t.Errorf("cancel of a %s job: err %v", st, err)
+			}
+			try("cancel", s, ok)
+		}
+	}
+}
+
+func TestLossRules(t *testing.T) {
+	cases := []struct {
+		status  protocol.JobStatus
+		used    int
+		to      protocol.JobStatus
+		outcome protocol.AttemptOutcome
+		spend   bool
+	}{
+		{protocol.JobDispatched, 0, protocol.JobQueued, protocol.OutcomeWithdrawn, false},
+		{protocol.JobDispatched, 3, protocol.JobQueued, protocol.OutcomeWithdrawn, false},
+		{protocol.JobRunning, 0, protocol.JobQueued, protocol.OutcomeWorkerLost, true},
+		{protocol.JobRunning, 3, protocol.JobFailed, protocol.OutcomeWorkerLost, false},
+		{protocol.JobCanceling, 0, protocol.JobCancelled, protocol.OutcomeCancelled, false},
+	}
+	for _, c := range cases {
+		s, ok := OnLoss(Job{Status: c.status, Attempt: 2, RetriesUsed: c.used, MaxRetries: 3}, "gone")
+		if !ok || s.To != c.to || s.EndAttempt != c.outcome || s.SpendRetry != c.spend || s.Error == nil {
+			t.Errorf("loss of %s with %d retries used: %+v %v", c.status, c.used, s, ok)
+		}
+	}
+	for _, st := range []protocol.JobStatus{protocol.JobQueued, protocol.JobCompleted, protocol.JobFailed, protocol.JobCancelled} {
+		if _, ok := OnLoss(Job{Status: st}, "gone"); ok {
+			t.Errorf("loss of a %s job asked for a step", st)
+		}
+	}
+	if s, _ := OnEviction(Job{Status: protocol.JobRunning, RetriesUsed: 3, MaxRetries: 3}, "deleted"); s.To != protocol.JobQueued || s.SpendRetry {
+		t.Errorf("eviction of a running job with no retries left: %+v", s)
+	}
+}
+
+func TestWorkerStatusRule(t *testing.T) {
+	const (
+		idle       = protocol.WorkerIdle
+		busy       = protocol.WorkerBusy
+		draining   = protocol.WorkerDraining
+		offline    = protocol.WorkerOffline
+		connecting = protocol.WorkerConnecting
+	)
+	for _, c := range []struct {
+		cur           protocol.WorkerStatus
+		running       int
+		settle, alive protocol.WorkerStatus
+	}{
+		{idle, 0, idle, idle}, {idle, 1, busy, busy}, {busy, 0, idle, idle}, {busy, 1, busy, busy},
+		{draining, 0, draining, draining}, {draining, 1, draining, draining},
+		{offline, 0, offline, idle}, {offline, 1, offline, busy},
+		{connecting, 0, connecting, idle},
+	} {
+		if got := Settle(c.cur, c.running, 1); got != c.settle {
+			t.Errorf("Settle(%s, %d) = %s, want %s", c.cur, c.running, got, c.settle)
+		}
+		if got := Alive(c.cur, c.running, 1); got != c.alive {
+			t.Errorf("Alive(%s, %d) = %s, want %s", c.cur, c.running, got, c.alive)
+		}
+	}
+	if !CanClaim(idle, 0, 1) || CanClaim(busy, 1, 1) || CanClaim(busy, 0, 1) || CanClaim(draining, 0, 1) || CanClaim(offline, 0, 1) {
+		t.Error("CanClaim")
+	}
+}

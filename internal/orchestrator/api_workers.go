@@ -1,0 +1,248 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/julienschmidt/httprouter"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+// The worker protocol's HTTP handlers: each decodes, checks that the token's
+// worker is the one named, calls the engine and encodes the reply.
+
+// errWorkerMismatch answers a request that names another worker than the token's.
+var errWorkerMismatch = errorf(http.StatusBadRequest, protocol.CodeInvalidRequest, "Worker ID mismatch: the token belongs to another worker")
+
+// sameWorker checks a worker id named in a request against the token's.
+func sameWorker(named string, wk store.Worker) error {
+	if named != "" && named != wk.ID {
+		return errWorkerMismatch
+	}
+	return nil
+}
+
+func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request, _ httprouter.Params, wk store.Worker) error {
+	var req protocol.RegisterRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	req.Name = strings.TrimSpace(req.Name)
+	if req.Name == "" {
+		return invalid("field \"name\" is required")
+	}
+	if len(req.GPUInfo) > 0 && string(req.GPUInfo) != "null" {
+		var obj map[string]any
+		if json.Unmarshal(req.GPUInfo, &obj) != nil {
+			return invalid("field \"gpu_info\" must be an object")
+		}
+	} else {
+		req.GPUInfo = json.RawMessage(`{}`)
+	}
+	_, local := peerOf(r)
+	resp, err := s.register(r.Context(), wk, registration{req: req, local: local, ip: peerIP(r)})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// handleStream holds the worker's SSE connection open and writes its events.
+func (s *Server) handleStream(w http.ResponseWriter, r *http.Request, _ httprouter.Params, wk store.Worker) error {
+	id := r.URL.Query().Get("worker_id")
+	if id == "" {
+		return invalid("query parameter \"worker_id\" is required")
+	}
+	if err := sameWorker(id, wk); err != nil {
+		return err
+	}
+	rc := http.NewResponseController(w)
+	// SSE lives longer than any server-wide write timeout; each write gets its own deadline below.
+	_ = rc.SetWriteDeadline(time.Time{})
+
+	ctx := r.Context()
+	if err := s.streamOpened(ctx, wk.ID); err != nil {
+		return err
+	}
+	st := s.hub.Attach(wk.ID)
+	defer func() {
+		if s.hub.Detach(st) {
+			s.streamClosed(wk.ID)
+		}
+		s.log.Debug("worker stream closed", "worker_id", wk.ID, "reason", st.Reason())
+	}()
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		return nil
+	}
+	s.log.Info("worker stream opened", "worker_id", wk.ID)
+	s.Wake()
+
+	write := func(frame []byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		if _, err := w.Write(frame); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	ping := s.options().PingInterval
+	timer := time.NewTimer(ping)
+	defer timer.Stop()
+	pingFrame := []byte("event: ping\ndata: {\"type\":\"ping\"}\n\n")
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-st.Done():
+			return nil
+		case frame := <-st.Events():
+			if !write(frame) {
+				return nil
+			}
+		case <-timer.C:
+			if !write(pingFrame) {
+				return nil
+			}
+		}
+		timer.Reset(ping)
+	}
+}
+
+func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, _ httprouter.Params, wk store.Worker) error {
+	var req protocol.HeartbeatRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	if req.WorkerID == "" {
+		return invalid("field \"worker_id\" is required")
+	}
+	if err := sameWorker(req.WorkerID, wk); err != nil {
+		return err
+	}
+	resp, err := s.heartbeat(r.Context(), wk, req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// handleJobStatus applies a worker's report to the job, fenced on the attempt.
+func (s *Server) handleJobStatus(w http.ResponseWriter, r *http.Request, ps httprouter.Params, wk store.Worker) error {
+	var req protocol.StatusReport
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	switch req.Status {
+	case protocol.ReportStarting, protocol.ReportTraining, protocol.ReportRunning,
+		protocol.ReportCompleted, protocol.ReportFailed, protocol.ReportCancelled:
+	case "":
+		return invalid("field \"status\" is required")
+	default:
+		return invalid("field \"status\" must be one of starting, training, running, completed, failed, cancelled; got %q", req.Status)
+	}
+	attempt := 0
+	if req.Attempt != nil {
+		if *req.Attempt < 1 {
+			return invalid("field \"attempt\" must be at least 1")
+		}
+		attempt = *req.Attempt
+	}
+	jobID := ps.ByName("job_id")
+	j, _, err := s.applyReport(r.Context(), wk, jobID, attempt, req, peerIP(r))
+	if errors.Is(err, store.ErrNotFound) {
+		return notFound("Job not found: %s", jobID)
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "status": j.Status})
+	return nil
+}
+
+// handleJobLogs appends a chunk of the attempt's output, idempotently by offset.
+func (s *Server) handleJobLogs(w http.ResponseWriter, r *http.Request, ps httprouter.Params, wk store.Worker) error {
+	attempt, err := strconv.Atoi(r.Header.Get("X-Attempt"))
+	if err != nil || attempt < 1 {
+		return invalid("header \"X-Attempt\" must be a positive integer")
+	}
+	offset, err := strconv.ParseInt(r.Header.Get("X-Log-Offset"), 10, 64)
+	if err != nil || offset < 0 {
+		return invalid("header \"X-Log-Offset\" must be a non-negative integer")
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.options().MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return errorf(http.StatusRequestEntityTooLarge, protocol.CodeTooLarge, "log chunk exceeds %d bytes", mbe.Limit)
+		}
+		return errorf(http.StatusBadRequest, protocol.CodeInvalidRequest, "could not read the log chunk: %v", err)
+	}
+	ctx := r.Context()
+	jobID := ps.ByName("job_id")
+	j, err := s.store.GetJob(ctx, jobID)
+	if errors.Is(err, store.ErrNotFound) {
+		return notFound("Job not found: %s", jobID)
+	}
+	if err != nil {
+		return err
+	}
+	// Logs may trail the terminal report, so a finished attempt still accepts
+	// them, but only from its own worker and only for the latest attempt.
+	if j.WorkerID != wk.ID || attempt != j.Attempt {
+		return s.stale(wk, j, attempt, "logs")
+	}
+	size, truncated, err := s.store.AppendLog(ctx, jobID, attempt, offset, data, s.options().LogLimitBytes)
+	w.Header().Set("X-Log-Size", strconv.FormatInt(size, 10))
+	if errors.Is(err, store.ErrConflict) {
+		return conflict("log offset %d is beyond the %d bytes stored for attempt %d; resend from %d", offset, size, attempt, size)
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "size": size, "truncated": truncated})
+	return nil
+}
+
+// handleDisconnect marks the worker offline at once; a job it still held is lost.
+func (s *Server) handleDisconnect(w http.ResponseWriter, r *http.Request, _ httprouter.Params, wk store.Worker) error {
+	var req protocol.DisconnectRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	if err := sameWorker(req.WorkerID, wk); err != nil {
+		return err
+	}
+	if err := s.markOffline(r.Context(), wk.ID, workerActor(wk), peerIP(r), "the worker disconnected"); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"success": true})
+	return nil
+}
+
+// handleQueueCheck tells an ephemeral worker whether a queued job could run on it.
+func (s *Server) handleQueueCheck(w http.ResponseWriter, r *http.Request, _ httprouter.Params, wk store.Worker) error {
+	if err := sameWorker(r.URL.Query().Get("worker_id"), wk); err != nil {
+		return err
+	}
+	has, err := s.hasJobFor(r.Context(), wk)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, protocol.QueueCheckResponse{HasJobs: has})
+	return nil
+}

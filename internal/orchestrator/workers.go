@@ -1,0 +1,341 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+// This file holds what the orchestrator decides about workers: what a
+// registration resumes and abandons, what a heartbeat implies, when a worker
+// is offline. Worker statuses follow the lifecycle's rule.
+
+func workerActor(wk store.Worker) string { return "worker:" + wk.ID }
+
+// running is how many attempts the store has out on a worker.
+func running(w store.Worker) int {
+	if w.CurrentJobID != "" {
+		return 1
+	}
+	return 0
+}
+
+// registration is what a worker reported when it (re)registered.
+type registration struct {
+	req   protocol.RegisterRequest
+	local bool // attached through the admin socket
+	ip    string
+}
+
+// register records what the worker reports and reconciles the attempts it
+// says it runs with what the store says it should run.
+func (s *Server) register(ctx context.Context, wk store.Worker, reg registration) (protocol.RegisterResponse, error) {
+	req := reg.req
+	// A new registration means any old stream is dead: close it first so the
+	// scheduler cannot hand it a job while we reconcile.
+	s.closeWorkerStream(wk.ID, "worker registered again")
+
+	reported := req.Running
+	if len(reported) == 0 && req.CurrentJobID != nil && *req.CurrentJobID != "" {
+		reported = []protocol.RunningAttempt{{JobID: *req.CurrentJobID}} // protocol 1: no attempt number
+	}
+	resume, abandon, err := s.reconcile(ctx, wk, reported)
+	if err != nil {
+		return protocol.RegisterResponse{}, err
+	}
+	now := time.Now().UTC()
+	updated, err := s.store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
+		cur.Name = req.Name
+		cur.GPUInfo = req.GPUInfo
+		cur.Persistent = req.Persistent
+		if req.Provider != nil && *req.Provider != "" {
+			cur.Provider = *req.Provider
+		}
+		cur.Labels = mergeLabels(cur.Labels, cur.AdminLabels, req.Labels)
+		cur.Protocol = max(req.Protocol, 1)
+		cur.AgentVersion = req.Version
+		cur.Local = reg.local
+		cur.LastHeartbeat = &now
+		cur.CurrentJobID = ""
+		if len(resume) > 0 {
+			cur.CurrentJobID = resume[0].JobID
+		}
+		cur.Status = lifecycle.Alive(cur.Status, running(*cur), 1)
+		rec := audit.New(workerActor(wk), reg.ip, "worker.register", "worker", wk.ID, audit.Success,
+			map[string]any{"name": cur.Name, "protocol": cur.Protocol, "resume": resume, "abandon": abandon})
+		return &rec, nil
+	})
+	if err != nil {
+		return protocol.RegisterResponse{}, err
+	}
+	s.log.Info("worker registered", "worker_id", wk.ID, "name", updated.Name, "protocol", updated.Protocol,
+		"resumed", len(resume), "abandoned", len(abandon))
+
+	opt := s.options()
+	resp := protocol.RegisterResponse{WorkerID: wk.ID, SSEURL: "/api/workers/stream?worker_id=" + wk.ID}
+	if len(resume) > 0 {
+		if j, err := s.store.GetJob(ctx, resume[0].JobID); err == nil {
+			resp.ResumeJob = &protocol.ResumeJob{JobID: j.ID, ConfigName: j.ConfigName, Status: string(j.Status), Attempt: j.Attempt}
+		}
+	}
+	if len(abandon) > 0 {
+		resp.AbandonJob = &abandon[0].JobID
+	}
+	if req.Protocol >= 2 {
+		resp.Protocol = protocol.Version
+		resp.HeartbeatIntervalSeconds = opt.HeartbeatInterval.Seconds()
+		resp.HeartbeatTimeoutSeconds = opt.HeartbeatTimeout.Seconds()
+		resp.Resume, resp.Abandon = resume, abandon
+	}
+	return resp, nil
+}
+
+// mergeLabels lays reported labels over the current ones, except that a key an
+// admin set is never overridden by the worker.
+func mergeLabels(current, admin, reported map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range current {
+		out[k] = v
+	}
+	for k, v := range reported {
+		if _, adminOwned := admin[k]; !adminOwned {
+			out[k] = v
+		}
+	}
+	for k, v := range admin {
+		out[k] = v
+	}
+	return out
+}
+
+// reconcile decides, for each attempt the worker reports (running or
+// finishing), whether it resumes (it is the job's current attempt, on this
+// worker, not ended) or is abandoned; attempts the store has out on this
+// worker that it no longer reports are lost.
+func (s *Server) reconcile(ctx context.Context, wk store.Worker, reported []protocol.RunningAttempt) (resume, abandon []protocol.RunningAttempt, err error) {
+	seen := map[string]bool{}
+	for _, ra := range reported {
+		if ra.JobID == "" || seen[ra.JobID] {
+			continue
+		}
+		seen[ra.JobID] = true
+		j, err := s.store.GetJob(ctx, ra.JobID)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return nil, nil, err
+		}
+		ok := err == nil && lifecycle.Resumable(j.Facts(), j.WorkerID == wk.ID, ra.Attempt)
+		if ok && len(resume) == 0 { // a worker runs one job at a time
+			resume = append(resume, protocol.RunningAttempt{JobID: j.ID, Attempt: j.Attempt, State: ra.State})
+			continue
+		}
+		abandon = append(abandon, ra)
+	}
+	active, err := s.activeOn(ctx, wk.ID)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, j := range active {
+		if len(resume) > 0 && resume[0].JobID == j.ID {
+			continue
+		}
+		if err := s.loseAttempt(ctx, j.ID, wk.ID, fmt.Sprintf("worker %s re-registered without it", wk.ID)); err != nil {
+			return nil, nil, err
+		}
+	}
+	return resume, abandon, nil
+}
+
+// streamOpened records that this instance holds the worker's stream; a worker
+// that was offline is back.
+func (s *Server) streamOpened(ctx context.Context, workerID string) error {
+	now := time.Now().UTC()
+	instance := s.options().InstanceID
+	_, err := s.store.UpdateWorker(ctx, workerID, func(cur *store.Worker) (*audit.Record, error) {
+		cur.ConnectedAt, cur.StreamInstance = &now, instance
+		cur.Status = lifecycle.Alive(cur.Status, running(*cur), 1)
+		return nil, nil
+	})
+	return err
+}
+
+// streamClosed clears the marker of the stream this instance held. Only the
+// current stream does this: a replaced one must not.
+func (s *Server) streamClosed(workerID string) {
+	instance := s.options().InstanceID
+	bg, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = s.store.UpdateWorker(bg, workerID, func(cur *store.Worker) (*audit.Record, error) {
+		if cur.StreamInstance == instance {
+			cur.StreamInstance = ""
+		}
+		return nil, nil
+	})
+}
+
+// heartbeat records liveness and returns the reply: what the worker should
+// stop and whether it is draining. The reported status is only a hint: the
+// worker's status is derived from the store, so a heartbeat never undoes a
+// drain.
+func (s *Server) heartbeat(ctx context.Context, wk store.Worker, req protocol.HeartbeatRequest) (protocol.HeartbeatResponse, error) {
+	s.metrics.Heartbeats.Add(1)
+	now := time.Now().UTC()
+	updated, err := s.store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
+		cur.LastHeartbeat = &now
+		cur.Status = lifecycle.Alive(cur.Status, running(*cur), 1)
+		return nil, nil
+	})
+	if err != nil {
+		return protocol.HeartbeatResponse{}, err
+	}
+	resp := protocol.HeartbeatResponse{Success: true, Drain: updated.Status == protocol.WorkerDraining}
+	resp.Cancel, err = s.heartbeatVerdict(ctx, updated, req)
+	return resp, err
+}
+
+// heartbeatVerdict lists the jobs the worker should stop: its canceling jobs,
+// and anything it runs whose attempt is no longer its own. A running job the
+// worker stops listing is lost, but only once two heartbeats in a row left it
+// out: a heartbeat composed just before a job arrived can be delivered after
+// the job's acknowledgement, and the next one, composed later, lists it.
+// Attempts the worker lists as finishing are present: their report is on the
+// way.
+func (s *Server) heartbeatVerdict(ctx context.Context, wk store.Worker, req protocol.HeartbeatRequest) ([]string, error) {
+	listed := map[string]protocol.RunningAttempt{}
+	for _, ra := range req.Running {
+		listed[ra.JobID] = ra
+	}
+	if req.CurrentJobID != nil && *req.CurrentJobID != "" {
+		if _, ok := listed[*req.CurrentJobID]; !ok {
+			listed[*req.CurrentJobID] = protocol.RunningAttempt{JobID: *req.CurrentJobID}
+		}
+	}
+	var cancel []string
+	for jobID, ra := range listed {
+		if ra.Finishing() {
+			continue // its process is gone; only the report is outstanding
+		}
+		j, err := s.store.GetJob(ctx, jobID)
+		if errors.Is(err, store.ErrNotFound) {
+			cancel = append(cancel, jobID)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !lifecycle.Resumable(j.Facts(), j.WorkerID == wk.ID, ra.Attempt) || j.Status == protocol.JobCanceling {
+			cancel = append(cancel, jobID)
+		}
+	}
+	active, err := s.activeOn(ctx, wk.ID)
+	if err != nil {
+		return nil, err
+	}
+	var absent []store.Job
+	for _, j := range active {
+		if _, ok := listed[j.ID]; ok {
+			continue
+		}
+		switch j.Status {
+		case protocol.JobCanceling:
+			cancel = append(cancel, j.ID)
+		case protocol.JobRunning:
+			absent = append(absent, j)
+		}
+	}
+	for _, j := range s.missed.note(wk.ID, absent) {
+		if err := s.loseAttempt(ctx, j.ID, wk.ID, "the worker's last two heartbeats no longer list it"); err != nil {
+			return nil, err
+		}
+	}
+	return cancel, nil
+}
+
+// markOffline closes the worker's stream, sets it offline and ends the
+// attempts it held.
+func (s *Server) markOffline(ctx context.Context, workerID, actor, ip, why string) error {
+	s.closeWorkerStream(workerID, why)
+	wk, err := s.store.UpdateWorker(ctx, workerID, func(cur *store.Worker) (*audit.Record, error) {
+		if cur.Status == protocol.WorkerOffline {
+			return nil, nil
+		}
+		cur.Status = protocol.WorkerOffline
+		cur.StreamInstance = ""
+		rec := audit.New(actor, ip, "worker.offline", "worker", workerID, audit.Success, map[string]string{"reason": why})
+		return &rec, nil
+	})
+	if err != nil {
+		return err
+	}
+	s.missed.forget(workerID)
+	s.log.Info("worker offline", "worker_id", workerID, "reason", why)
+	return s.loseAll(ctx, wk.ID, fmt.Sprintf("worker %s (%s) went offline: %s", wk.ID, wk.Name, why))
+}
+
+// afterWorkerFreed runs when a worker's job ended: a draining ephemeral worker
+// is told to shut down; anyone else may get the next job.
+func (s *Server) afterWorkerFreed(ctx context.Context, workerID string) {
+	wk, err := s.store.GetWorker(ctx, workerID)
+	if err != nil {
+		return
+	}
+	if wk.Status == protocol.WorkerDraining && wk.Type == protocol.Ephemeral && wk.CurrentJobID == "" {
+		s.sendToWorker(wk.ID, protocol.EventShutdown, protocol.NewShutdownEvent("drained"))
+	}
+	s.Wake()
+}
+
+// drain stops a worker from taking new jobs; resume undoes it.
+func (s *Server) drain(ctx context.Context, id, actor, ip string) (store.Worker, error) {
+	wk, err := s.store.UpdateWorker(ctx, id, func(cur *store.Worker) (*audit.Record, error) {
+		cur.Status = protocol.WorkerDraining
+		rec := audit.New(actor, ip, "worker.drain", "worker", id, audit.Success, map[string]string{"name": cur.Name})
+		return &rec, nil
+	})
+	if err != nil {
+		return wk, err
+	}
+	s.sendToWorker(id, protocol.EventDrain, protocol.DrainEvent{Type: protocol.EventDrain, Reason: "drained by " + actor})
+	if wk.Type == protocol.Ephemeral && wk.CurrentJobID == "" {
+		s.sendToWorker(id, protocol.EventShutdown, protocol.NewShutdownEvent("drained"))
+	}
+	return wk, nil
+}
+
+func (s *Server) resume(ctx context.Context, id, actor, ip string) (store.Worker, error) {
+	wk, err := s.store.UpdateWorker(ctx, id, func(cur *store.Worker) (*audit.Record, error) {
+		if cur.Status != protocol.WorkerDraining {
+			return nil, conflict("worker %s is %s, not draining", id, cur.Status)
+		}
+		cur.Status = lifecycle.Resumed(running(*cur), 1)
+		rec := audit.New(actor, ip, "worker.resume", "worker", id, audit.Success, map[string]string{"name": cur.Name})
+		return &rec, nil
+	})
+	if err == nil {
+		s.Wake()
+	}
+	return wk, err
+}
+
+// evictWorker deletes a worker at an admin's request: its stream is told to
+// shut down and closed, its attempts end (requeued without spending a retry).
+func (s *Server) evictWorker(ctx context.Context, wk store.Worker, actor, ip string) error {
+	s.sendToWorker(wk.ID, protocol.EventShutdown, protocol.NewShutdownEvent("worker_deleted"))
+	s.closeWorkerStream(wk.ID, "worker deleted")
+	active, err := s.activeOn(ctx, wk.ID)
+	if err != nil {
+		return err
+	}
+	for _, j := range active {
+		if err := s.evictAttempt(ctx, j.ID, wk.ID, "worker "+wk.ID+" was deleted by an admin", actor, ip); err != nil {
+			return err
+		}
+	}
+	s.missed.forget(wk.ID)
+	return nil
+}
