@@ -9,16 +9,23 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 )
 
 // NewLogger builds the daemon's logger. format is auto, text or json; auto means text
 // when stderr is connected to the journal (JOURNAL_STREAM names stderr's device and
 // inode) and JSON otherwise. Under the journal, time is dropped (journald stamps each
 // line) and each line starts with a syslog "<N>" prefix so journalctl -p works.
-// level is debug, info, warn or error; anything else means info (config validation
-// rejects bad values before we get here).
-func NewLogger(level, format string, stderr *os.File) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: parseLevel(level)}
+// The returned LevelVar changes the level live (a configuration reload).
+func NewLogger(c config.LogConfig, stderr *os.File) (*slog.Logger, *slog.LevelVar) {
+	level := new(slog.LevelVar)
+	level.Set(c.SlogLevel())
+	return newLogger(level, c.Format, stderr), level
+}
+
+func newLogger(level *slog.LevelVar, format string, stderr *os.File) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
 	journal := journalStream(stderr)
 	switch strings.ToLower(format) {
 	case "json":
@@ -40,19 +47,6 @@ func NewLogger(level, format string, stderr *os.File) *slog.Logger {
 	}
 	w := &prefixWriter{w: stderr}
 	return slog.New(&journalHandler{h: slog.NewTextHandler(w, opts), mu: &sync.Mutex{}, w: w})
-}
-
-func parseLevel(s string) slog.Level {
-	switch strings.ToLower(s) {
-	case "debug":
-		return slog.LevelDebug
-	case "warn", "warning":
-		return slog.LevelWarn
-	case "error":
-		return slog.LevelError
-	default:
-		return slog.LevelInfo
-	}
 }
 
 // journalStream reports whether f is the stream systemd connected to the journal.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 )
 
 func TestNewLogger(t *testing.T) {
@@ -68,7 +70,7 @@ func TestNewLogger(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("JOURNAL_STREAM", tc.journalStream)
-			log := NewLogger(tc.level, tc.format, f)
+			log, _ := NewLogger(config.LogConfig{Level: tc.level, Format: tc.format}, f)
 			log.Debug("debug line")
 			log.With("token", "redacted").Warn("hello")
 			tc.check(t, read())

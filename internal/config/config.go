@@ -6,6 +6,7 @@ package config
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 )
@@ -98,7 +99,13 @@ type Orchestrator struct {
 	Auth     AuthConfig     `toml:"auth"`
 	Log      LogConfig      `toml:"log"`
 	Metrics  MetricsConfig  `toml:"metrics"`
+
+	origins map[string]string // key → where it was set (file:line, variable, flag)
 }
+
+// Origin says where a key's value came from: "file.toml:12", an environment
+// variable, a flag, or "" for the built-in default.
+func (c *Orchestrator) Origin(key string) string { return c.origins[key] }
 
 // ServerConfig is [server].
 type ServerConfig struct {
@@ -163,6 +170,17 @@ type LogConfig struct {
 	Format string `toml:"format"` // auto|text|json
 }
 
+// logLevels are the names log.level accepts.
+var logLevels = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
+
+// SlogLevel is the level log.level names (info for a name validation would refuse).
+func (c LogConfig) SlogLevel() slog.Level {
+	if l, ok := logLevels[c.Level]; ok {
+		return l
+	}
+	return slog.LevelInfo
+}
+
 // MetricsConfig is [metrics].
 type MetricsConfig struct {
 	Listen string `toml:"listen"`
@@ -175,7 +193,13 @@ type Worker struct {
 	Job          JobConfig        `toml:"job"`
 	GPU          GPUConfig        `toml:"gpu"`
 	Log          LogConfig        `toml:"log"`
+
+	origins map[string]string // key → where it was set (file:line, variable, flag)
 }
+
+// Origin says where a key's value came from: "file.toml:12", an environment
+// variable, a flag, or "" for the built-in default.
+func (c *Worker) Origin(key string) string { return c.origins[key] }
 
 // ConnectionConfig is the worker's [orchestrator]; after loading, Token holds
 // the secret whatever its source (token, token_file or "worker-token" credential).
@@ -211,7 +235,17 @@ type GPUConfig struct {
 	Backend string `toml:"backend"` // nvml|none
 }
 
-// DefaultOrchestrator returns the built-in defaults (CONFIG.md).
+// Defaults both daemons rely on. Each value is written here once; the
+// daemons receive them through a loaded configuration.
+const (
+	DefaultHeartbeatInterval = 30 * time.Second  // also what workerd assumes of an orchestrator that does not say
+	DefaultHeartbeatTimeout  = 120 * time.Second // no heartbeat this long → the worker is offline
+	DefaultPingInterval      = 15 * time.Second  // SSE keep-alive; workerd reconnects after 3 silent intervals
+	DefaultCancelGrace       = 30 * time.Second  // SIGTERM → SIGKILL
+	DefaultLogLimitBytes     = 256 << 20         // per job
+)
+
+// DefaultOrchestrator returns the built-in defaults.
 func DefaultOrchestrator() *Orchestrator {
 	return &Orchestrator{
 		Server: ServerConfig{
@@ -222,19 +256,19 @@ func DefaultOrchestrator() *Orchestrator {
 		},
 		Paths: PathsConfig{StateDir: "/var/lib/simpletuner", ConfigsDir: "/etc/simpletuner/configs"},
 		Workers: WorkersConfig{
-			HeartbeatInterval:     D(30 * time.Second),
-			HeartbeatTimeout:      D(120 * time.Second),
+			HeartbeatInterval:     D(DefaultHeartbeatInterval),
+			HeartbeatTimeout:      D(DefaultHeartbeatTimeout),
 			HealthCheckInterval:   D(60 * time.Second),
 			StartupGrace:          D(120 * time.Second),
 			AckTimeout:            D(60 * time.Second),
 			EphemeralCleanupAfter: D(time.Hour),
-			PingInterval:          D(15 * time.Second),
+			PingInterval:          D(DefaultPingInterval),
 		},
 		Jobs: JobsConfig{
 			MaxRetries:          3,
-			CancelGrace:         D(30 * time.Second),
+			CancelGrace:         D(DefaultCancelGrace),
 			CancelReportTimeout: D(30 * time.Second),
-			LogLimitBytes:       256 << 20,
+			LogLimitBytes:       DefaultLogLimitBytes,
 			SchedulerInterval:   D(5 * time.Second),
 		},
 		Auth:    AuthConfig{FailuresPerMinute: 10},
@@ -243,8 +277,8 @@ func DefaultOrchestrator() *Orchestrator {
 	}
 }
 
-// DefaultWorker returns the built-in defaults (CONFIG.md); note persistent is
-// false here while the packaged workerd.toml sets it to true.
+// DefaultWorker returns the built-in defaults; note persistent is false here
+// while the packaged workerd.toml sets it to true.
 func DefaultWorker() *Worker {
 	return &Worker{
 		Worker: WorkerConfig{
@@ -255,9 +289,9 @@ func DefaultWorker() *Worker {
 		},
 		Job: JobConfig{
 			Command:       []string{"python3", "-m", "simpletuner.train"},
-			CancelGrace:   D(30 * time.Second),
+			CancelGrace:   D(DefaultCancelGrace),
 			Env:           map[string]string{},
-			LogLimitBytes: 256 << 20,
+			LogLimitBytes: DefaultLogLimitBytes,
 		},
 		GPU: GPUConfig{Backend: "nvml"},
 		Log: LogConfig{Level: "info", Format: "auto"},

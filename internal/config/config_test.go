@@ -66,7 +66,7 @@ func TestDefaultsLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(o, DefaultOrchestrator()) {
+	if !reflect.DeepEqual(values(o), DefaultOrchestrator()) {
 		t.Errorf("empty file changed defaults:\n%s", o.Redacted())
 	}
 	if opts.CheckConfig || opts.Verbose || opts.Version || len(opts.Args) != 0 {
@@ -76,7 +76,7 @@ func TestDefaultsLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(w, DefaultWorker()) {
+	if !reflect.DeepEqual(valuesW(w), DefaultWorker()) {
 		t.Errorf("empty file changed defaults:\n%s", w.Redacted())
 	}
 	if err := DefaultOrchestrator().Validate(); err != nil {
@@ -561,4 +561,37 @@ func TestBindingsNameKeys(t *testing.T) {
 	}
 	check(OrchestratorKeys(), orchestratorEnv, orchestratorFlagKeys)
 	check(WorkerKeys(), workerEnv, workerFlagKeys)
+}
+
+// values and valuesW drop where each key came from, leaving the values to
+// compare with the defaults.
+func values(c *Orchestrator) *Orchestrator {
+	v := *c
+	v.origins = nil
+	return &v
+}
+
+func valuesW(c *Worker) *Worker {
+	v := *c
+	v.origins = nil
+	return &v
+}
+
+// Origin says where a value came from, so a daemon can tell a key an admin
+// set from a default.
+func TestOrigin(t *testing.T) {
+	t.Parallel()
+	w, _, err := loadW(t, "[job]\ncancel_grace = \"5s\"\n", env("SIMPLETUNER_WORKER_NAME", "box"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := w.Origin("job.cancel_grace"); !strings.HasSuffix(o, ".toml:2") {
+		t.Errorf("job.cancel_grace set at %q, want the file's line 2", o)
+	}
+	if o := w.Origin("worker.name"); o != "SIMPLETUNER_WORKER_NAME" {
+		t.Errorf("worker.name set at %q", o)
+	}
+	if o := w.Origin("worker.persistent"); o != "" {
+		t.Errorf("worker.persistent is a default but has origin %q", o)
+	}
 }

@@ -16,7 +16,7 @@ func TestPackagedFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(o, DefaultOrchestrator()) {
+	if !reflect.DeepEqual(values(o), DefaultOrchestrator()) {
 		t.Errorf("etc/orchestratord.toml differs from the defaults:\n%s", o.Redacted())
 	}
 	w, _, err := LoadWorker([]string{"--config", "../../etc/workerd.toml"}, env())
@@ -25,7 +25,7 @@ func TestPackagedFiles(t *testing.T) {
 	}
 	want := DefaultWorker()
 	want.Worker.Persistent = true
-	if !reflect.DeepEqual(w, want) {
+	if !reflect.DeepEqual(valuesW(w), want) {
 		t.Errorf("etc/workerd.toml differs from the defaults:\n%s", w.Redacted())
 	}
 	checkAllKeys(t, "../../etc/orchestratord.toml", OrchestratorKeys())

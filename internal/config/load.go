@@ -155,6 +155,7 @@ func LoadOrchestrator(args []string, getenv func(string) string) (*Orchestrator,
 	}
 	l.secret("database.url", "database.url_file", "database-url", getenv)
 	c.validate(l)
+	c.origins = l.origins()
 	return c, opts, asErrors(l.errs)
 }
 
@@ -196,6 +197,7 @@ func LoadWorker(args []string, getenv func(string) string) (*Worker, Options, er
 	}
 	l.secret("orchestrator.token", "orchestrator.token_file", "worker-token", getenv)
 	c.validate(l)
+	c.origins = l.origins()
 	return c, opts, asErrors(l.errs)
 }
 
@@ -220,6 +222,17 @@ func layer(cfg any, logc *LogConfig, fs *flag.FlagSet, opts *Options, args []str
 		l.src["log.level"] = origin{"--verbose", layerFlag}
 	}
 	return l, set, getenv, nil
+}
+
+// origins lists where each key that is not a default was set.
+func (l *loader) origins() map[string]string {
+	out := make(map[string]string, len(l.src))
+	for k, o := range l.src {
+		if o.layer > layerDefault {
+			out[k] = o.where
+		}
+	}
+	return out
 }
 
 func orOSGetenv(getenv func(string) string) func(string) string {

@@ -121,7 +121,7 @@ func (c *Worker) validate(l *loader) {
 }
 
 func (l *loader) validateLog(c LogConfig) {
-	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Level) {
+	if _, ok := logLevels[c.Level]; !ok {
 		l.errf("log.level", "%q is not one of debug, info, warn, error", c.Level)
 	}
 	if !slices.Contains([]string{"auto", "text", "json"}, c.Format) {

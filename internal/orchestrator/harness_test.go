@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store/postgres"
@@ -56,7 +57,7 @@ func forEachStore(t *testing.T, fn func(t *testing.T, open func(t testing.TB) st
 
 // testOptions are production options with every timer scaled down.
 func testOptions(t testing.TB) Options {
-	o := DefaultOptions()
+	o := OptionsFrom(config.DefaultOrchestrator())
 	o.InstanceID = "test-" + t.Name()
 	o.ConfigsDir = t.TempDir()
 	o.HeartbeatInterval = 100 * time.Millisecond

@@ -11,7 +11,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
-// apiError is an HTTP error with the JSON body of PROTOCOL.md.
+// apiError is an HTTP error with the protocol's JSON error body.
 type apiError struct {
 	Status int
 	Body   protocol.ErrorBody
@@ -65,7 +65,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 // limit → 413, wrong field types → 422 naming the field. Unknown fields are
 // ignored, as upstream's agent and clients send extras.
 func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opt.MaxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.options().MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

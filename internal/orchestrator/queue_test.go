@@ -18,10 +18,10 @@ func TestSubmitBeforeAnyWorkerStartsOnConnect(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
 		e := setup(t, open(t), func(o *Options) { o.SchedulerInterval = time.Hour }) // only wake-ups dispatch
-		if err := os.MkdirAll(filepath.Join(e.srv.opt.ConfigsDir, "my-config"), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(e.srv.options().ConfigsDir, "my-config"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		os.WriteFile(filepath.Join(e.srv.opt.ConfigsDir, "my-config", "config.json"), []byte(`{"_metadata":{},"config":{"--lr":1}}`), 0o644)
+		os.WriteFile(filepath.Join(e.srv.options().ConfigsDir, "my-config", "config.json"), []byte(`{"_metadata":{},"config":{"--lr":1}}`), 0o644)
 		r := e.must(e.adminDo("POST", "/api/queue/submit", map[string]any{"config_name": "my-config", "target": "worker"}), 201)
 		jobID := r.JSON["job_id"].(string)
 		if r.JSON["status"] != "queued" || !strings.HasPrefix(jobID, "j_") || len(jobID) != 14 {
@@ -38,7 +38,7 @@ func TestSubmitBeforeAnyWorkerStartsOnConnect(t *testing.T) {
 func TestSubmitValidation(t *testing.T) {
 	t.Parallel()
 	e := setup(t, backends["sqlite"](t))
-	os.WriteFile(filepath.Join(e.srv.opt.ConfigsDir, "flat.json"), []byte(`{"a":1}`), 0o644)
+	os.WriteFile(filepath.Join(e.srv.options().ConfigsDir, "flat.json"), []byte(`{"a":1}`), 0o644)
 	e.must(e.adminDo("POST", "/api/queue/submit", map[string]any{"config_name": "flat"}), 201)
 	e.must(e.adminDo("POST", "/api/queue/submit", map[string]any{"config_name": "flat.json"}), 201)
 	for _, c := range []struct {

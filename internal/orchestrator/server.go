@@ -8,12 +8,12 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -21,10 +21,12 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
-// Options are the orchestrator's settings, filled from the config by main.
+// Options are the orchestrator's settings. OptionsFrom fills them from the
+// configuration, whose defaults are the only built-in values.
 type Options struct {
 	InstanceID            string
 	MaxBodyBytes          int64
@@ -45,27 +47,33 @@ type Options struct {
 	AuthFailuresPerMinute int
 }
 
-// DefaultOptions are the documentation's timers and limits.
-func DefaultOptions() Options {
-	host, _ := os.Hostname()
+// OptionsFrom maps a loaded configuration onto the orchestrator's settings.
+// An unset instance id becomes hostname:pid, unique per process.
+func OptionsFrom(cfg *config.Orchestrator) Options {
+	id := cfg.Server.InstanceID
+	if id == "" {
+		host, _ := os.Hostname()
+		id = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
+	w, j := cfg.Workers, cfg.Jobs
 	return Options{
-		InstanceID:            host,
-		MaxBodyBytes:          1 << 20,
-		AdminGroup:            "simpletuner-admin",
-		ConfigsDir:            "/etc/simpletuner/configs",
-		HeartbeatInterval:     30 * time.Second,
-		HeartbeatTimeout:      120 * time.Second,
-		HealthCheckInterval:   60 * time.Second,
-		StartupGrace:          120 * time.Second,
-		AckTimeout:            60 * time.Second,
-		EphemeralCleanupAfter: time.Hour,
-		PingInterval:          15 * time.Second,
-		SchedulerInterval:     5 * time.Second,
-		MaxRetries:            3,
-		CancelGrace:           30 * time.Second,
-		CancelReportTimeout:   30 * time.Second,
-		LogLimitBytes:         256 << 20,
-		AuthFailuresPerMinute: 10,
+		InstanceID:            id,
+		MaxBodyBytes:          cfg.Server.MaxBodyBytes,
+		AdminGroup:            cfg.Server.AdminGroup,
+		ConfigsDir:            cfg.Paths.ConfigsDir,
+		HeartbeatInterval:     w.HeartbeatInterval.Duration,
+		HeartbeatTimeout:      w.HeartbeatTimeout.Duration,
+		HealthCheckInterval:   w.HealthCheckInterval.Duration,
+		StartupGrace:          w.StartupGrace.Duration,
+		AckTimeout:            w.AckTimeout.Duration,
+		EphemeralCleanupAfter: w.EphemeralCleanupAfter.Duration,
+		PingInterval:          w.PingInterval.Duration,
+		SchedulerInterval:     j.SchedulerInterval.Duration,
+		MaxRetries:            j.MaxRetries,
+		CancelGrace:           j.CancelGrace.Duration,
+		CancelReportTimeout:   j.CancelReportTimeout.Duration,
+		LogLimitBytes:         j.LogLimitBytes,
+		AuthFailuresPerMinute: cfg.Auth.FailuresPerMinute,
 	}
 }
 
@@ -73,15 +81,15 @@ func DefaultOptions() Options {
 // Handler() on the API listeners and AdminHandler() on the admin socket, and run
 // Run for the background loops.
 type Server struct {
-	store    store.Store
-	log      *slog.Logger
-	hub      *Hub
-	metrics  *Metrics
-	limiter  *auth.FailureLimiter
-	started  time.Time
-	wake     chan struct{}
-	optMu    sync.RWMutex
-	opt      Options
+	store   store.Store
+	log     *slog.Logger
+	hub     *Hub
+	metrics *Metrics
+	limiter *auth.FailureLimiter
+	started time.Time
+	wake    chan struct{}
+	// opt is replaced whole on reload; readers load it once per use.
+	opt      atomic.Pointer[Options]
 	stopping atomic.Bool
 	// lastTick is when the scheduler last finished a pass (unix nanos); the
 	// watchdog and /readyz look at it.
@@ -104,26 +112,20 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 		metrics: NewMetrics(),
 		started: time.Now(),
 		wake:    make(chan struct{}, 1),
-		opt:     opt,
 		limiter: auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now),
 	}
+	s.opt.Store(&opt)
 	s.hub = NewHub(s.metrics, log)
 	s.lastTick.Store(time.Now().UnixNano())
 	return s
 }
 
-// options returns the current settings (SIGHUP may replace them).
-func (s *Server) options() Options {
-	s.optMu.RLock()
-	defer s.optMu.RUnlock()
-	return s.opt
-}
+// options returns the current settings (a reload may replace them).
+func (s *Server) options() Options { return *s.opt.Load() }
 
 // SetOptions applies settings that can change without a restart.
 func (s *Server) SetOptions(o Options) {
-	s.optMu.Lock()
-	s.opt = o
-	s.optMu.Unlock()
+	s.opt.Store(&o)
 	s.Wake()
 }
 

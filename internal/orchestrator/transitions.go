@@ -173,9 +173,9 @@ func (s *Server) activeOn(ctx context.Context, workerID string) ([]store.Job, er
 
 // requestCancel answers a user's cancel: a queued job ends at once, an active
 // one moves to canceling and its worker is told.
+// The worker has its grace plus cancel_report_timeout to confirm.
 func (s *Server) requestCancel(ctx context.Context, jobID, actor, ip string) (store.Job, error) {
 	opt := s.options()
-	deadline := time.Now().UTC().Add(opt.CancelGrace + opt.CancelReportTimeout)
 	nj, _, err := s.moveJob(ctx, jobID, func(cur store.Job) (*store.JobTransition, error) {
 		st, ok, err := lifecycle.OnCancel(cur.Facts())
 		if errors.Is(err, lifecycle.ErrFinished) {
@@ -186,6 +186,7 @@ func (s *Server) requestCancel(ctx context.Context, jobID, actor, ip string) (st
 		}
 		t := step(st, cur, actor, ip, nil)
 		if st.To == protocol.JobCanceling {
+			deadline := time.Now().UTC().Add(s.cancelGrace(ctx, cur.WorkerID) + opt.CancelReportTimeout)
 			t.CancelDeadline = &deadline
 		}
 		return t, nil

@@ -87,6 +87,8 @@ type workerView struct {
 	Local           bool              `json:"local"`
 	Protocol        int               `json:"protocol"`
 	AgentVersion    string            `json:"agent_version,omitempty"`
+	// Capabilities is what a protocol-2 worker reported about itself.
+	Capabilities protocol.Capabilities `json:"capabilities"`
 }
 
 func (s *Server) workerView(w store.Worker) workerView {
@@ -108,7 +110,7 @@ func (s *Server) workerView(w store.Worker) workerView {
 		LastHeartbeat: timePtr(w.LastHeartbeat), ConnectedAt: timePtr(w.ConnectedAt),
 		CreatedAt: protocol.Time(w.CreatedAt), Connected: connected,
 		GPUCount: g.Count, GPUName: g.Name, GPUVRAMGB: g.VRAMGB, AcceleratorType: strPtr(g.Accelerator),
-		Local: w.Local, Protocol: w.Protocol, AgentVersion: w.AgentVersion,
+		Local: w.Local, Protocol: w.Protocol, AgentVersion: w.AgentVersion, Capabilities: w.Capabilities,
 	}
 	if connected && w.ConnectedAt != nil {
 		up := math.Round(time.Since(*w.ConnectedAt).Seconds()*10) / 10

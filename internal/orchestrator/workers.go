@@ -60,6 +60,10 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 		cur.Labels = mergeLabels(cur.Labels, cur.AdminLabels, req.Labels)
 		cur.Protocol = max(req.Protocol, 1)
 		cur.AgentVersion = req.Version
+		cur.Capabilities = protocol.Capabilities{}
+		if req.Capabilities != nil {
+			cur.Capabilities = *req.Capabilities
+		}
 		cur.Local = reg.local
 		cur.LastHeartbeat = &now
 		cur.CurrentJobID = ""
@@ -76,6 +80,10 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 	}
 	s.log.Info("worker registered", "worker_id", wk.ID, "name", updated.Name, "protocol", updated.Protocol,
 		"resumed", len(resume), "abandoned", len(abandon))
+	if reportedType := typeOf(req.Persistent); reportedType != updated.Type {
+		s.log.Warn("the worker reports another type than an admin gave it; it adopts the admin's unless its own configuration sets one",
+			"worker_id", wk.ID, "name", updated.Name, "worker_type", updated.Type, "reported", reportedType)
+	}
 
 	opt := s.options()
 	resp := protocol.RegisterResponse{WorkerID: wk.ID, SSEURL: "/api/workers/stream?worker_id=" + wk.ID}
@@ -92,8 +100,26 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 		resp.HeartbeatIntervalSeconds = opt.HeartbeatInterval.Seconds()
 		resp.HeartbeatTimeoutSeconds = opt.HeartbeatTimeout.Seconds()
 		resp.Resume, resp.Abandon = resume, abandon
+		resp.WorkerType = updated.Type
 	}
 	return resp, nil
+}
+
+func typeOf(persistent bool) protocol.WorkerType {
+	if persistent {
+		return protocol.Persistent
+	}
+	return protocol.Ephemeral
+}
+
+// cancelGrace is the SIGTERM → SIGKILL grace a worker gives a cancelled job:
+// its own when its admin set one, else the orchestrator's.
+func (s *Server) cancelGrace(ctx context.Context, workerID string) time.Duration {
+	grace := s.options().CancelGrace
+	if wk, err := s.store.GetWorker(ctx, workerID); err == nil && wk.Capabilities.CancelGraceSeconds > 0 {
+		grace = time.Duration(wk.Capabilities.CancelGraceSeconds * float64(time.Second))
+	}
+	return grace
 }
 
 // mergeLabels lays reported labels over the current ones, except that a key an

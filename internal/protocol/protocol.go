@@ -166,9 +166,19 @@ type RegisterRequest struct {
 	Labels       map[string]string `json:"labels,omitempty"`
 	CurrentJobID *string           `json:"current_job_id,omitempty"`
 	// ext
-	Protocol int              `json:"protocol,omitempty"`
-	Version  string           `json:"version,omitempty"`
-	Running  []RunningAttempt `json:"running,omitempty"`
+	Protocol     int              `json:"protocol,omitempty"`
+	Version      string           `json:"version,omitempty"`
+	Running      []RunningAttempt `json:"running,omitempty"`
+	Capabilities *Capabilities    `json:"capabilities,omitempty"`
+}
+
+// Capabilities is what a protocol-2 worker tells about itself when it
+// registers; the orchestrator stores it and shows it in the worker list.
+type Capabilities struct {
+	// CancelGraceSeconds is the worker's own SIGTERM → SIGKILL grace, set
+	// when its admin configured one: it overrides the orchestrator's for jobs
+	// on that worker. 0 means the orchestrator's grace applies.
+	CancelGraceSeconds float64 `json:"cancel_grace_seconds,omitempty"`
 }
 
 // ResumeJob tells a protocol-1 agent to keep the job it reported.
@@ -191,6 +201,9 @@ type RegisterResponse struct {
 	HeartbeatTimeoutSeconds  float64          `json:"heartbeat_timeout_seconds,omitempty"`
 	Resume                   []RunningAttempt `json:"resume,omitempty"`
 	Abandon                  []RunningAttempt `json:"abandon,omitempty"`
+	// WorkerType is the type an admin gave the worker; a worker whose own
+	// configuration does not set one adopts it.
+	WorkerType WorkerType `json:"worker_type,omitempty"`
 }
 
 // GPUTelemetry is one GPU's live numbers in a protocol-2 heartbeat.

@@ -27,8 +27,10 @@ type attempt struct {
 	jobID string
 	n     int
 	ev    *protocol.JobSubmitEvent
-	grace time.Duration
-	log   *slog.Logger
+	// settings are the job settings in force when the attempt arrived.
+	settings JobSettings
+	grace    time.Duration
+	log      *slog.Logger
 
 	proc     *process // nil when the start failed
 	startErr error
@@ -96,7 +98,7 @@ func (w *Worker) launch(a *attempt) {
 		return
 	}
 	logPath := filepath.Join(w.spool.dir, a.key()+".log")
-	a.spool, err = newLogSpool(logPath, w.opt.LogLimitBytes, a.log.With("stream", "output"))
+	a.spool, err = newLogSpool(logPath, a.settings.LogLimitBytes, a.log.With("stream", "output"))
 	if err != nil {
 		a.startErr = fmt.Errorf("log spool: %w", err)
 		return
@@ -106,17 +108,17 @@ func (w *Worker) launch(a *attempt) {
 	w.mu.Unlock()
 	env := jobEnv(jobEnvInput{
 		Base:            w.opt.Environ(),
-		Extra:           w.opt.JobEnv,
+		Extra:           a.settings.Env,
 		Token:           w.opt.Token,
 		Files:           files,
 		Event:           a.ev,
 		OrchestratorURL: w.opt.URL,
 		VisibleDevices:  visible,
 	})
-	a.proc, err = startProcess(w.opt.Command, files.Dir, env, a.spool)
+	a.proc, err = startProcess(a.settings.Command, files.Dir, env, a.spool)
 	if err != nil {
 		a.startErr = err
 		return
 	}
-	a.log.Info("training started", "pid", a.proc.pgid, "dir", files.Dir, "command", w.opt.Command)
+	a.log.Info("training started", "pid", a.proc.pgid, "dir", files.Dir, "command", a.settings.Command)
 }

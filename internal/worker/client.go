@@ -117,6 +117,25 @@ var ErrAuthRejected = errors.New("the orchestrator rejected the worker token (40
 
 func isAuthError(err error) bool { return statusOf(err) == http.StatusUnauthorized }
 
+// ErrNotAnOrchestrator is returned by Serve when the configured URL answers,
+// but not as an orchestrator would: retrying cannot help, the URL is wrong.
+var ErrNotAnOrchestrator = errors.New("the orchestrator URL does not point at simpletuner-orchestratord")
+
+// notAnOrchestrator explains a registration answer that shows the URL is not
+// an orchestrator's (404 or 405 on the register endpoint), or returns nil.
+func (c *client) notAnOrchestrator(err error) error {
+	switch statusOf(err) {
+	case http.StatusNotFound, http.StatusMethodNotAllowed:
+	default:
+		return nil
+	}
+	hint := "set [orchestrator] url to the orchestrator's base URL, e.g. http://orchestrator.example:8001"
+	if u, err := url.Parse(c.base); err == nil && u.Path != "" {
+		hint = fmt.Sprintf("remove the path %q from [orchestrator] url: the worker adds /api/... itself", u.Path)
+	}
+	return fmt.Errorf("%w: POST %s answered %v; %s", ErrNotAnOrchestrator, c.resolve("/api/workers/register"), err, hint)
+}
+
 // request builds a request carrying the worker token; path is an API path or an
 // endpoint the orchestrator gave.
 func (c *client) request(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {

@@ -63,16 +63,22 @@ func (w *Worker) registerRequest() protocol.RegisterRequest {
 	if w.job != nil {
 		current = w.job.jobID
 	}
+	var caps protocol.Capabilities
+	if w.jobSettings.OwnCancelGrace {
+		caps.CancelGraceSeconds = w.jobSettings.CancelGrace.Seconds()
+	}
+	persistent := w.persistent
 	w.mu.Unlock()
 	info, _ := json.Marshal(inv.GPUInfo())
 	req := protocol.RegisterRequest{
-		Name:       w.opt.Name,
-		GPUInfo:    info,
-		Persistent: w.opt.Persistent,
-		Labels:     w.opt.Labels,
-		Protocol:   protocol.Version,
-		Version:    w.opt.Version,
-		Running:    running,
+		Name:         w.opt.Name,
+		GPUInfo:      info,
+		Persistent:   persistent,
+		Labels:       w.opt.Labels,
+		Protocol:     protocol.Version,
+		Version:      w.opt.Version,
+		Running:      running,
+		Capabilities: &caps,
 	}
 	if current != "" {
 		req.CurrentJobID = &current // protocol-1 orchestrators only know current_job_id

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
@@ -65,7 +66,7 @@ func (w *Worker) heartbeatInterval() time.Duration {
 	if w.hbInterval > 0 {
 		return w.hbInterval
 	}
-	return 30 * time.Second
+	return config.DefaultHeartbeatInterval // an orchestrator that does not say (protocol 1)
 }
 
 func (w *Worker) heartbeat(ctx context.Context) error {

@@ -26,11 +26,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
-// Options configure a Worker. Durations left zero take the defaults noted.
+// Options configure a Worker. OptionsFrom fills them from the
+// configuration, whose defaults are the only built-in values of the settings
+// an admin can change; Timers are internal and have their defaults here.
 type Options struct {
 	URL                string // http(s)://host:port or unix:///path/to.sock
 	Token              string
@@ -39,21 +42,29 @@ type Options struct {
 
 	Name       string // "" → hostname
 	Persistent bool
-	Labels     map[string]string
-	StateDir   string
-	Version    string // reported at registration
+	// OwnType: Persistent was set in this worker's configuration. Otherwise
+	// the worker adopts the type an admin gave it, from the registration reply.
+	OwnType  bool
+	Labels   map[string]string
+	StateDir string
+	Version  string // reported at registration
 
-	Command       []string          // the job command
-	WorkDir       string            // "" → <StateDir>/jobs
-	CancelGrace   time.Duration     // SIGTERM → SIGKILL (30s) unless the job says otherwise
-	JobEnv        map[string]string // [job] env
-	LogLimitBytes int64             // stop shipping a job's log after this many bytes (256 MiB); <0 no limit
+	Command     []string      // the job command
+	WorkDir     string        // "" → <StateDir>/jobs
+	CancelGrace time.Duration // SIGTERM → SIGKILL, unless the orchestrator says otherwise
+	// OwnCancelGrace: CancelGrace was set in this worker's configuration and
+	// overrides the orchestrator's for jobs here.
+	OwnCancelGrace bool
+	JobEnv         map[string]string // [job] env
+	LogLimitBytes  int64             // stop shipping a job's log after this many bytes; 0 no limit
 
-	// SelfFenceAfter stops the running job when no heartbeat has been acknowledged
-	// for this long (90s): below the orchestrator's 120s timeout, so the job is
-	// stopped here before the orchestrator gives it to another worker.
+	// SelfFenceAfter stops the running job when no heartbeat has been
+	// acknowledged for this long. The effective limit is also kept below the
+	// heartbeat timeout the orchestrator announces at registration (see
+	// fenceLimit), so the job is stopped here before the orchestrator gives it
+	// to another worker. 0 leaves the orchestrator's timeout alone to decide.
 	SelfFenceAfter time.Duration
-	ReconnectMax   time.Duration // back-off cap (60s)
+	ReconnectMax   time.Duration // back-off cap
 
 	GPU    gpu.Source   // nil → gpu.None()
 	Logger *slog.Logger // nil → slog.Default()
@@ -65,10 +76,63 @@ type Options struct {
 	Timers Timers
 }
 
+// JobSettings are the options that apply to each job as it starts; a
+// configuration reload may replace them (SetJobSettings) and the jobs started
+// afterwards use the new ones.
+type JobSettings struct {
+	Command []string
+	Env     map[string]string
+	// CancelGrace is SIGTERM → SIGKILL. The orchestrator sends its own grace
+	// with each job and cancel; this one overrides it only when an admin set
+	// it in this worker's configuration (OwnCancelGrace).
+	CancelGrace    time.Duration
+	OwnCancelGrace bool
+	LogLimitBytes  int64 // 0 no limit
+}
+
+// JobSettingsFrom picks the per-job settings out of a configuration.
+func JobSettingsFrom(cfg *config.Worker) JobSettings {
+	return JobSettings{Command: cfg.Job.Command, Env: cfg.Job.Env, CancelGrace: cfg.Job.CancelGrace.Duration,
+		OwnCancelGrace: cfg.Origin("job.cancel_grace") != "", LogLimitBytes: max(cfg.Job.LogLimitBytes, 0)}
+}
+
+// grace is the SIGTERM → SIGKILL grace for a job, given the seconds the
+// orchestrator asked for (0 when it did not say).
+func (js JobSettings) grace(orchestratorSeconds float64) time.Duration {
+	if js.OwnCancelGrace || orchestratorSeconds <= 0 {
+		return js.CancelGrace
+	}
+	return time.Duration(orchestratorSeconds * float64(time.Second))
+}
+
+// OptionsFrom maps a loaded configuration onto the worker's options. The
+// token, GPU source, logger and version are the caller's to add.
+func OptionsFrom(cfg *config.Worker) Options {
+	return Options{
+		URL:                cfg.Orchestrator.URL,
+		Token:              cfg.Orchestrator.Token.Value(),
+		CAFile:             cfg.Orchestrator.CAFile,
+		InsecureSkipVerify: cfg.Orchestrator.InsecureSkipVerify,
+		Name:               cfg.Worker.Name,
+		Persistent:         cfg.Worker.Persistent,
+		OwnType:            cfg.Origin("worker.persistent") != "",
+		Labels:             cfg.Worker.Labels,
+		StateDir:           cfg.Worker.StateDir,
+		Command:            cfg.Job.Command,
+		WorkDir:            cfg.Job.WorkDir,
+		CancelGrace:        cfg.Job.CancelGrace.Duration,
+		OwnCancelGrace:     cfg.Origin("job.cancel_grace") != "",
+		JobEnv:             cfg.Job.Env,
+		LogLimitBytes:      cfg.Job.LogLimitBytes,
+		SelfFenceAfter:     cfg.Worker.SelfFenceAfter.Duration,
+		ReconnectMax:       cfg.Worker.ReconnectMax.Duration,
+	}
+}
+
 // Timers are the worker's internal timings; tests shrink them.
 type Timers struct {
 	ReconnectBase     time.Duration // first back-off step (1s)
-	HeartbeatInterval time.Duration // 0 → what the orchestrator says at registration, else 30s
+	HeartbeatInterval time.Duration // 0 → what the orchestrator says at registration, else the default interval
 	PingInterval      time.Duration // the orchestrator's ping interval (15s); 3× silence → reconnect
 	StableAfter       time.Duration // a stream up this long resets the back-off (30s)
 	ReportRetry       time.Duration // re-send spooled terminal reports this often (15s)
@@ -84,21 +148,15 @@ func (o *Options) setDefaults() {
 			*d = v
 		}
 	}
-	def(&o.CancelGrace, 30*time.Second)
-	def(&o.SelfFenceAfter, 90*time.Second)
-	def(&o.ReconnectMax, 60*time.Second)
 	t := &o.Timers
 	def(&t.ReconnectBase, time.Second)
-	def(&t.PingInterval, 15*time.Second)
+	def(&t.PingInterval, config.DefaultPingInterval)
 	def(&t.StableAfter, 30*time.Second)
 	def(&t.ReportRetry, 15*time.Second)
 	def(&t.LogPoll, time.Second)
 	def(&t.LogDrain, 10*time.Second)
 	def(&t.RequestTimeout, 10*time.Second)
 	def(&t.ShutdownTimeout, 5*time.Second)
-	if o.LogLimitBytes == 0 {
-		o.LogLimitBytes = 256 << 20
-	}
 	if o.LogLimitBytes < 0 {
 		o.LogLimitBytes = 0 // logSpool: 0 means unlimited
 	}
@@ -148,6 +206,9 @@ type Worker struct {
 	lastAck      time.Time
 	lastRegister time.Time
 	lastProgress time.Time // the loop or a reconnect attempt did something
+	jobSettings  JobSettings
+	persistent   bool          // the worker's type in force: its own, or the admin's
+	fenceAfter   time.Duration // effective self-fence limit (see fenceLimit)
 	held         map[string]bool
 	// finishing holds the ended attempts whose terminal report is not yet
 	// acknowledged, by key. Heartbeats and registrations list them, so the
@@ -172,6 +233,9 @@ func New(opt Options) (*Worker, error) {
 	if len(opt.Command) == 0 {
 		errs = append(errs, errors.New("job command is empty"))
 	}
+	if opt.ReconnectMax <= 0 {
+		errs = append(errs, errors.New("reconnect_max must be positive"))
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -189,6 +253,10 @@ func New(opt Options) (*Worker, error) {
 		registered: make(chan struct{}),
 		held:       map[string]bool{},
 		finishing:  map[string]statusRecord{},
+		fenceAfter: opt.SelfFenceAfter,
+		jobSettings: JobSettings{Command: opt.Command, Env: opt.JobEnv, CancelGrace: opt.CancelGrace,
+			OwnCancelGrace: opt.OwnCancelGrace, LogLimitBytes: opt.LogLimitBytes},
+		persistent: opt.Persistent,
 	}, nil
 }
 
@@ -263,6 +331,18 @@ func (w *Worker) attemptsLocked() []protocol.RunningAttempt {
 	return out
 }
 
+func (w *Worker) isPersistent() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.persistent
+}
+
+func (w *Worker) fenceLimit() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.fenceAfter
+}
+
 // Drain asks the worker to finish its current job, take no new one, and exit.
 // It does not block.
 func (w *Worker) Drain() {
@@ -275,9 +355,22 @@ func (w *Worker) Drain() {
 	}
 }
 
-// Reload is not supported: configuration changes need a restart.
-func (w *Worker) Reload() error {
-	return errors.New("simpletuner-workerd does not reload its configuration; restart it to apply changes")
+// SetJobSettings replaces the settings of jobs not yet started; a running job
+// keeps the ones it started with.
+func (w *Worker) SetJobSettings(js JobSettings) error {
+	if len(js.Command) == 0 {
+		return errors.New("job command is empty")
+	}
+	w.mu.Lock()
+	w.jobSettings = js
+	w.mu.Unlock()
+	return nil
+}
+
+func (w *Worker) currentJobSettings() JobSettings {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.jobSettings
 }
 
 // Status is one line for systemd's STATUS=.
@@ -290,8 +383,8 @@ func (w *Worker) Status() string {
 		parts = append(parts, fmt.Sprintf("running job %s (attempt %d)", w.job.jobID, w.job.n))
 	case w.localDrain || w.orchDrain:
 		parts = append(parts, "draining")
-	case w.workerID == "" && w.retries == 0:
-		parts = append(parts, "connecting to "+w.opt.URL)
+	case w.workerID == "":
+		parts = append(parts, "not connected: connecting to "+w.opt.URL)
 	default:
 		parts = append(parts, "idle")
 	}
@@ -312,7 +405,7 @@ func (w *Worker) Healthy() error {
 	defer w.mu.Unlock()
 	hb := w.hbInterval
 	if hb <= 0 {
-		hb = 30 * time.Second
+		hb = config.DefaultHeartbeatInterval
 	}
 	if !w.lastAck.IsZero() && time.Since(w.lastAck) < 3*hb+w.opt.Timers.RequestTimeout {
 		return nil

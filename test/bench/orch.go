@@ -16,8 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/app/orchestratord"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
-	"github.com/simpletuner/simpletuner-orchestration/internal/orchestratord"
 )
 
 // orch is one running orchestrator: the real binary as a child process, or
@@ -66,12 +66,7 @@ func startOrch(bin, dir, dbURL string, inProcess bool) (*orch, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The token command opens (and migrates) the database itself.
-	out, err := exec.Command(bin, "--config", cfgPath, "token", "create", "--name", "bench", "--scope", "*").Output()
-	if err != nil {
-		return nil, fmt.Errorf("token create: %w", err)
-	}
-	o := &orch{url: url, admin: strings.TrimSpace(string(out))}
+	o := &orch{url: url}
 	logFile, err := os.Create(filepath.Join(dir, "orchestratord.log"))
 	if err != nil {
 		return nil, err
@@ -91,6 +86,13 @@ func startOrch(bin, dir, dbURL string, inProcess bool) (*orch, error) {
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == 200 {
+				// The token command needs the database the daemon created.
+				out, err := exec.Command(bin, "--config", cfgPath, "token", "create", "--name", "bench", "--scope", "*").Output()
+				if err != nil {
+					o.stop()
+					return nil, fmt.Errorf("token create: %w", err)
+				}
+				o.admin = strings.TrimSpace(string(out))
 				return o, nil
 			}
 		}
@@ -133,7 +135,7 @@ func (o *orch) startInProcess(cfgPath string, logFile *os.File) error {
 		return err
 	}
 	lv := new(slog.LevelVar)
-	lv.Set(orchestratord.ParseLevel(cfg.Log.Level))
+	lv.Set(cfg.Log.SlogLevel())
 	log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: lv}))
 	app := orchestratord.New(cfg, args, os.Getenv, log, lv)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -86,7 +87,7 @@ type orch struct {
 
 // fastOptions are production options with every timer scaled down.
 func fastOptions(t *testing.T) orchestrator.Options {
-	o := orchestrator.DefaultOptions()
+	o := orchestrator.OptionsFrom(config.DefaultOrchestrator())
 	o.InstanceID = "test-" + t.Name()
 	o.ConfigsDir = t.TempDir()
 	o.HeartbeatInterval = 50 * time.Millisecond
@@ -190,14 +191,15 @@ func (o *orch) heartbeats() int64 { return o.srv.Metrics().Heartbeats.Load() }
 
 // reportGate is a reverse proxy between a worker and the orchestrator that can
 // hold the worker's terminal status reports (completed, failed, cancelled)
-// until released, or answer them 503 as an orchestrator in trouble would.
-// Everything else passes through, the SSE stream unbuffered.
+// until released ("hold"), answer them 503 as an orchestrator in trouble
+// would ("fail"), or hold every request but the open stream ("cut", a
+// partition). Everything else passes through, the SSE stream unbuffered.
 type reportGate struct {
 	t      *testing.T
 	http   *httptest.Server
 	mu     sync.Mutex
 	target *url.URL
-	mode   string        // "", "hold" or "fail"
+	mode   string        // "", "hold", "fail" or "cut"
 	open   chan struct{} // closed by release
 	seen   int           // terminal reports that reached the gate while not passing
 }
@@ -214,6 +216,16 @@ func newReportGate(t *testing.T, target string) *reportGate {
 		FlushInterval: -1,
 	}
 	g.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		mode, open := g.mode, g.open
+		g.mu.Unlock()
+		if mode == "cut" && r.URL.Path != "/api/workers/stream" { // a partition: nothing gets through
+			select {
+			case <-open:
+			case <-r.Context().Done():
+				return
+			}
+		}
 		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/status") {
 			body, _ := io.ReadAll(r.Body)
 			r.Body = io.NopCloser(bytes.NewReader(body))
@@ -222,7 +234,7 @@ func newReportGate(t *testing.T, target string) *reportGate {
 			if rep.Status == "completed" || rep.Status == "failed" || rep.Status == "cancelled" {
 				g.mu.Lock()
 				mode, open := g.mode, g.open
-				if mode != "" {
+				if mode == "hold" || mode == "fail" {
 					g.seen++
 				}
 				g.mu.Unlock()
@@ -258,7 +270,7 @@ func (g *reportGate) retarget(target string) {
 func (g *reportGate) set(mode string) {
 	g.mu.Lock()
 	g.mode = mode
-	if mode == "hold" {
+	if mode == "hold" || mode == "cut" {
 		g.open = make(chan struct{})
 	}
 	g.mu.Unlock()
@@ -278,11 +290,18 @@ func (g *reportGate) stopped() int {
 	return g.seen
 }
 
-// startWorker runs workerd's engine against url.
-func startWorker(t *testing.T, url, token string) *worker.Worker {
+// runningWorker is workerd's engine serving in the background.
+type runningWorker struct {
+	*worker.Worker
+	stateDir string
+	logs     *lockedBuffer
+}
+
+// startWorker runs workerd's engine against url; tweak may change its options.
+func startWorker(t *testing.T, url, token string, tweak ...func(*worker.Options)) *runningWorker {
 	t.Helper()
 	logs := &lockedBuffer{}
-	w, err := worker.New(worker.Options{
+	opt := worker.Options{
 		URL: url, Token: token, Name: "w", Persistent: true,
 		StateDir:       t.TempDir(),
 		Command:        []string{demoTrainer},
@@ -299,7 +318,11 @@ func startWorker(t *testing.T, url, token string) *worker.Worker {
 			LogDrain:       2 * time.Second,
 			RequestTimeout: 2 * time.Second,
 		},
-	})
+	}
+	for _, f := range tweak {
+		f(&opt)
+	}
+	w, err := worker.New(opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +343,7 @@ func startWorker(t *testing.T, url, token string) *worker.Worker {
 			t.Logf("worker log:\n%s", logs.String())
 		}
 	})
-	return w
+	return &runningWorker{Worker: w, stateDir: opt.StateDir, logs: logs}
 }
 
 // eventually polls cond until it holds or the timeout passes.

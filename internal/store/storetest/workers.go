@@ -35,6 +35,7 @@ func fullWorker() store.Worker {
 		CurrentJobID: "j_x", Protocol: 2, AgentVersion: "1.2.3",
 		LastHeartbeat: ptr(at(time.Minute)), ConnectedAt: ptr(at(2 * time.Minute)),
 		StreamInstance: "inst-a", CreatedAt: t0, CreatedBy: "admin:root",
+		Capabilities: protocol.Capabilities{CancelGraceSeconds: 5},
 	}
 }
 

@@ -261,13 +261,14 @@ func StartOrchestratorWith(t testing.TB, opt OrchOptions) *Orch {
 	if err := os.WriteFile(o.Conf, []byte(orchestratorTOML(dir, port, metricsPort, opt)), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	o.Restart()
+	// Through the admin socket of the running daemon, as an admin would.
 	out, err := exec.Command(filepath.Join(BinDir, "simpletuner-orchestratord"), "--config", o.Conf,
 		"token", "create", "--name", "e2e", "--scope", "*").Output()
 	if err != nil {
 		t.Fatalf("token create: %v", err)
 	}
 	o.Admin = strings.TrimSpace(string(out))
-	o.Restart()
 	return o
 }
 

@@ -1,5 +1,3 @@
-// Package orchestratord wires simpletuner-orchestratord together: config →
-// store → orchestrator → listeners, as a daemon.App that daemon.Run drives.
 package orchestratord
 
 import (
@@ -27,59 +25,57 @@ import (
 
 // OpenStore opens the configured database: "" → SQLite under state_dir,
 // sqlite:///path → that file, postgres://… → PostgreSQL. Migrations run here.
+// It also returns a description of the store for messages ("sqlite /path").
 func OpenStore(ctx context.Context, cfg *config.Orchestrator, log *slog.Logger) (store.Store, string, error) {
+	kind, where := storeLocation(cfg)
+	if kind == "sqlite" {
+		st, err := sqlite.Open(ctx, where, log)
+		return st, "sqlite " + where, err
+	}
+	st, err := postgres.Open(ctx, where, log)
+	return st, "postgresql", err
+}
+
+// OpenExistingStore opens the configured database like OpenStore, but refuses
+// to create one: a command that would write into a new, empty database the
+// orchestrator never reads must fail instead, naming the path.
+func OpenExistingStore(ctx context.Context, cfg *config.Orchestrator, log *slog.Logger) (store.Store, string, error) {
+	if kind, path := storeLocation(cfg); kind == "sqlite" {
+		if _, err := os.Stat(path); err != nil {
+			return nil, "", fmt.Errorf("no orchestrator database at %s (%v); nothing was created", path, errors.Unwrap(err))
+		}
+	}
+	return OpenStore(ctx, cfg, log)
+}
+
+// storeLocation is the kind of the configured store and its file or URL.
+func storeLocation(cfg *config.Orchestrator) (kind, where string) {
 	url := cfg.Database.URL.Value()
 	switch {
 	case url == "":
-		path := cfg.Paths.StateDir + "/orchestrator.db"
-		st, err := sqlite.Open(ctx, path, log)
-		return st, "sqlite " + path, err
+		return "sqlite", cfg.Paths.StateDir + "/orchestrator.db"
 	case strings.HasPrefix(url, "sqlite://"):
-		path := strings.TrimPrefix(url, "sqlite://")
-		st, err := sqlite.Open(ctx, path, log)
-		return st, "sqlite " + path, err
-	default:
-		st, err := postgres.Open(ctx, url, log)
-		return st, "postgresql", err
+		return "sqlite", strings.TrimPrefix(url, "sqlite://")
 	}
-}
-
-// Options maps the config onto the orchestrator's settings.
-func Options(cfg *config.Orchestrator) orchestrator.Options {
-	o := orchestrator.DefaultOptions()
-	if cfg.Server.InstanceID != "" {
-		o.InstanceID = cfg.Server.InstanceID
-	} else {
-		o.InstanceID = fmt.Sprintf("%s:%d", o.InstanceID, os.Getpid())
-	}
-	o.MaxBodyBytes = cfg.Server.MaxBodyBytes
-	o.AdminGroup = cfg.Server.AdminGroup
-	o.ConfigsDir = cfg.Paths.ConfigsDir
-	w := cfg.Workers
-	o.HeartbeatInterval, o.HeartbeatTimeout = w.HeartbeatInterval.Duration, w.HeartbeatTimeout.Duration
-	o.HealthCheckInterval, o.StartupGrace = w.HealthCheckInterval.Duration, w.StartupGrace.Duration
-	o.AckTimeout, o.EphemeralCleanupAfter = w.AckTimeout.Duration, w.EphemeralCleanupAfter.Duration
-	o.PingInterval = w.PingInterval.Duration
-	j := cfg.Jobs
-	o.MaxRetries, o.CancelGrace, o.CancelReportTimeout = j.MaxRetries, j.CancelGrace.Duration, j.CancelReportTimeout.Duration
-	o.LogLimitBytes, o.SchedulerInterval = j.LogLimitBytes, j.SchedulerInterval.Duration
-	o.AuthFailuresPerMinute = cfg.Auth.FailuresPerMinute
-	return o
+	return "postgres", url
 }
 
 // App is the orchestrator daemon.
 type App struct {
-	args     []string
-	getenv   func(string) string
-	log      *slog.Logger
-	level    *slog.LevelVar
-	mu       sync.Mutex
+	args   []string
+	getenv func(string) string
+	log    *slog.Logger
+	level  *slog.LevelVar
+	mu     sync.Mutex
+	// cfg is the configuration in force; started is the one the daemon
+	// started with, which settings that need a restart are compared against.
 	cfg      *config.Orchestrator
+	started  *config.Orchestrator
 	store    store.Store
 	srv      *orchestrator.Server
 	servers  []*http.Server
 	serveErr chan error
-	started  chan struct{}
+	ready    chan struct{}
 	// loopCtx ends the background loops after the HTTP servers have stopped.
 	loopCancel context.CancelFunc
 	loopsDone  chan struct{}
@@ -88,7 +84,7 @@ type App struct {
 // New returns an App for a loaded config; args and getenv are kept for SIGHUP
 // reloads. level controls the logger's verbosity live.
 func New(cfg *config.Orchestrator, args []string, getenv func(string) string, log *slog.Logger, level *slog.LevelVar) *App {
-	return &App{cfg: cfg, args: args, getenv: getenv, log: log, level: level, started: make(chan struct{})}
+	return &App{cfg: cfg, started: cfg, args: args, getenv: getenv, log: log, level: level, ready: make(chan struct{})}
 }
 
 // Server exposes the orchestrator (tests).
@@ -115,7 +111,7 @@ func (a *App) Start(ctx context.Context) error {
 	}
 	a.store = st
 	a.log.Info("database ready", "store", desc)
-	a.srv = orchestrator.New(st, Options(cfg), a.log)
+	a.srv = orchestrator.New(st, orchestrator.OptionsFrom(cfg), a.log)
 	a.srv.SetAdminSocketPath(cfg.Server.AdminSocket)
 
 	tlsConf, err := tlsConfig(cfg)
@@ -152,7 +148,7 @@ func (a *App) Start(ctx context.Context) error {
 	loopCtx, cancel := context.WithCancel(context.Background())
 	a.loopCancel, a.loopsDone = cancel, make(chan struct{})
 	go func() { a.srv.Run(loopCtx); close(a.loopsDone) }()
-	close(a.started)
+	close(a.ready)
 	return nil
 }
 
@@ -224,50 +220,49 @@ func (a *App) Status() string {
 	return a.srv.Status(ctx)
 }
 
-// Reload re-reads the configuration (SIGHUP). Timers, limits and the log level
-// apply at once; listeners, TLS and the database need a restart and are only
-// reported. An invalid file keeps the running config.
+// Reload re-reads the configuration (SIGHUP). Timers, limits and the log
+// level apply at once; listeners, TLS and the database need a restart, and
+// every reload warns about each of those that differs from what the daemon
+// started with. An invalid file keeps the running config.
 func (a *App) Reload() error {
 	cfg, _, err := config.LoadOrchestrator(a.args, a.getenv)
 	if err != nil {
 		return err
 	}
 	a.mu.Lock()
-	old := a.cfg
 	a.cfg = cfg
 	a.mu.Unlock()
-	for _, c := range []struct {
-		name     string
-		old, new any
-	}{
-		{"server.listen", old.Server.Listen, cfg.Server.Listen},
-		{"server.admin_socket", old.Server.AdminSocket, cfg.Server.AdminSocket},
-		{"tls", old.TLS, cfg.TLS},
-		{"database", old.Database, cfg.Database},
-		{"paths.state_dir", old.Paths.StateDir, cfg.Paths.StateDir},
-		{"metrics.listen", old.Metrics.Listen, cfg.Metrics.Listen},
-	} {
-		if !reflect.DeepEqual(c.old, c.new) {
-			a.log.Warn("config change needs a restart to take effect", "key", c.name)
-		}
+	for _, key := range restartKeys(a.started, cfg) {
+		a.log.Warn("config change needs a restart to take effect", "key", key)
 	}
 	if a.level != nil {
-		a.level.Set(ParseLevel(cfg.Log.Level))
+		a.level.Set(cfg.Log.SlogLevel())
 	}
-	a.srv.SetOptions(Options(cfg))
+	a.srv.SetOptions(orchestrator.OptionsFrom(cfg))
 	a.log.Info("configuration reloaded")
 	return nil
 }
 
-// ParseLevel maps a config level name to slog's.
-func ParseLevel(s string) slog.Level {
-	switch strings.ToLower(s) {
-	case "debug":
-		return slog.LevelDebug
-	case "warn":
-		return slog.LevelWarn
-	case "error":
-		return slog.LevelError
+// restartKeys names the settings that differ between the running and a new
+// configuration and only take effect after a restart.
+func restartKeys(running, next *config.Orchestrator) []string {
+	var out []string
+	for _, c := range []struct {
+		name     string
+		old, new any
+	}{
+		{"server.listen", running.Server.Listen, next.Server.Listen},
+		{"server.admin_socket", running.Server.AdminSocket, next.Server.AdminSocket},
+		{"server.instance_id", running.Server.InstanceID, next.Server.InstanceID},
+		{"tls", running.TLS, next.TLS},
+		{"database", running.Database, next.Database},
+		{"paths.state_dir", running.Paths.StateDir, next.Paths.StateDir},
+		{"log.format", running.Log.Format, next.Log.Format},
+		{"metrics.listen", running.Metrics.Listen, next.Metrics.Listen},
+	} {
+		if !reflect.DeepEqual(c.old, c.new) {
+			out = append(out, c.name)
+		}
 	}
-	return slog.LevelInfo
+	return out
 }

@@ -1,0 +1,168 @@
+package orchestratord
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+const tokenUsage = `usage: simpletuner-orchestratord [--config FILE] token COMMAND
+  token create --name NAME --scope SCOPE [--scope SCOPE…]   print a new admin token (shown once)
+  token list                                               list admin tokens (never the tokens themselves)
+  token revoke ID                                          revoke a token at once
+
+The command talks to the running orchestrator over its admin socket when the
+socket answers (server.admin_socket; root or members of server.admin_group),
+else it writes to the database of the configuration given with --config. It
+never creates a database: pass the same --config the orchestrator runs with.
+Scopes: admin.workers, admin.audit, queue.submit, queue.view, queue.cancel,
+queue.manage, or * for all.`
+
+// wantsHelp reports whether token arguments ask for help.
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" || a == "help" {
+			return true
+		}
+	}
+	return len(args) == 0
+}
+
+// tokenArgs is a parsed token subcommand.
+type tokenArgs struct {
+	verb   string
+	name   string
+	scopes []string
+	id     string
+}
+
+func parseTokenArgs(args []string) (tokenArgs, error) {
+	t := tokenArgs{verb: args[0]}
+	switch t.verb {
+	case "create":
+		fs := flag.NewFlagSet("token create", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		fs.StringVar(&t.name, "name", "", "token name")
+		var scopes multiFlag
+		fs.Var(&scopes, "scope", "scope (repeatable)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return t, fmt.Errorf("token create: %v\n%s", err, tokenUsage)
+		}
+		for _, s := range scopes {
+			t.scopes = append(t.scopes, strings.Split(s, ",")...)
+		}
+		if _, _, err := orchestrator.NewAdminToken(t.name, t.scopes); err != nil {
+			return t, fmt.Errorf("token create: %v", err)
+		}
+	case "list":
+		if len(args) != 1 {
+			return t, fmt.Errorf("usage: token list")
+		}
+	case "revoke":
+		if len(args) != 2 {
+			return t, fmt.Errorf("usage: token revoke ID")
+		}
+		t.id = args[1]
+	default:
+		return t, fmt.Errorf("unknown token subcommand %q (create, list, revoke)\n%s", t.verb, tokenUsage)
+	}
+	return t, nil
+}
+
+// TokenCommand runs "token create|list|revoke": through the running
+// orchestrator's admin socket when it answers, else against the configured
+// database, which must already exist. It says on stderr which it used.
+func TokenCommand(ctx context.Context, cfg *config.Orchestrator, configPath string, args []string, stdout, stderr io.Writer, log *slog.Logger) error {
+	t, err := parseTokenArgs(args)
+	if err != nil {
+		return err
+	}
+	if c := adminSocketClient(cfg.Server.AdminSocket); c != nil {
+		return t.viaAPI(ctx, c, cfg.Server.AdminSocket, stdout, stderr)
+	}
+	st, desc, err := OpenExistingStore(ctx, cfg, log)
+	if err != nil {
+		return fmt.Errorf("%w\n(the configuration read was %s; pass the --config the orchestrator runs with)", err, configPath)
+	}
+	defer st.Close()
+	return t.viaStore(ctx, st, desc, stdout, stderr)
+}
+
+func (t tokenArgs) viaStore(ctx context.Context, st store.Store, desc string, stdout, stderr io.Writer) error {
+	actor := fmt.Sprintf("local:uid=%d", os.Getuid())
+	switch t.verb {
+	case "create":
+		tok, token, err := orchestrator.NewAdminToken(t.name, t.scopes)
+		if err != nil {
+			return err
+		}
+		rec := audit.New(actor, "", "admin_token.create", "admin_token", tok.ID, audit.Success,
+			map[string]any{"name": tok.Name, "scopes": tok.Scopes, "token": auth.Accessor(token)})
+		if err := st.CreateAdminToken(ctx, tok, &rec); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, token)
+		fmt.Fprintf(stderr, "created admin token %s (%s) with scopes %s in %s; it is shown only once\n",
+			tok.ID, tok.Name, strings.Join(tok.Scopes, ","), desc)
+	case "list":
+		ts, err := st.ListAdminTokens(ctx)
+		if err != nil {
+			return err
+		}
+		rows := make([]tokenRow, 0, len(ts))
+		for _, x := range ts {
+			r := tokenRow{ID: x.ID, Name: x.Name, Scopes: x.Scopes, CreatedAt: protocol.Time(x.CreatedAt)}
+			if x.RevokedAt != nil {
+				r.RevokedAt = protocol.Time(*x.RevokedAt)
+			}
+			rows = append(rows, r)
+		}
+		fmt.Fprintf(stderr, "admin tokens in %s\n", desc)
+		return printTokens(stdout, rows)
+	case "revoke":
+		rec := audit.New(actor, "", "admin_token.revoke", "admin_token", t.id, audit.Success, nil)
+		if err := st.RevokeAdminToken(ctx, t.id, &rec); err != nil {
+			return fmt.Errorf("token revoke %s: %w", t.id, err)
+		}
+		fmt.Fprintf(stdout, "revoked %s in %s\n", t.id, desc)
+	}
+	return nil
+}
+
+type tokenRow struct {
+	ID        string   `json:"id"`
+	Name      string   `json:"name"`
+	Scopes    []string `json:"scopes"`
+	CreatedAt string   `json:"created_at"`
+	RevokedAt string   `json:"revoked_at"`
+}
+
+func printTokens(out io.Writer, rows []tokenRow) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tCREATED\tREVOKED")
+	for _, r := range rows {
+		revoked := r.RevokedAt
+		if revoked == "" {
+			revoked = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Name, strings.Join(r.Scopes, ","), r.CreatedAt, revoked)
+	}
+	return tw.Flush()
+}

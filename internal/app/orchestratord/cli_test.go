@@ -1,0 +1,109 @@
+package orchestratord
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+)
+
+// tokenConfig writes an orchestrator configuration whose state lives in dir.
+func tokenConfig(t *testing.T, dir, socket string) string {
+	t.Helper()
+	path := filepath.Join(dir, "o.toml")
+	conf := fmt.Sprintf("[server]\nlisten = [%q]\nadmin_socket = %q\n[paths]\nstate_dir = %q\nconfigs_dir = %q\n[metrics]\nlisten = \"\"\n",
+		freeAddr(t), socket, dir, dir)
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func runMain(args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = Main(args, func(string) string { return "" }, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// Help and a missing database touch nothing; the error names the path.
+func TestTokenCommandNeverCreatesADatabase(t *testing.T) {
+	dir := t.TempDir()
+	conf := tokenConfig(t, dir, "")
+	db := filepath.Join(dir, "orchestrator.db")
+	for _, args := range [][]string{{"token", "--help"}, {"token"}, {"token", "create", "-h"}} {
+		code, out, _ := runMain(append([]string{"--config", conf}, args...)...)
+		if code != ExitOK || !strings.Contains(out, "token create --name NAME") {
+			t.Errorf("%v: exit %d, output %q", args, code, out)
+		}
+	}
+	code, out, errOut := runMain("--config", conf, "token", "create", "--name", "ops", "--scope", "*")
+	if code != ExitFailed || out != "" || !strings.Contains(errOut, db) || !strings.Contains(errOut, "nothing was created") {
+		t.Errorf("create without a database: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if _, err := os.Stat(db); !os.IsNotExist(err) {
+		t.Fatalf("the token command created %s", db)
+	}
+}
+
+// With the database present (the orchestrator ran before) and no admin
+// socket, the token goes into that database, and the command says so.
+func TestTokenCommandWritesTheExistingDatabase(t *testing.T) {
+	dir := t.TempDir()
+	conf := tokenConfig(t, dir, "")
+	cfg, _, err := config.LoadOrchestrator([]string{"--config", conf}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _, err := OpenStore(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	code, out, errOut := runMain("--config", conf, "token", "create", "--name", "ops", "--scope", "*")
+	if code != ExitOK || !strings.HasPrefix(out, "sta_") || !strings.Contains(errOut, filepath.Join(dir, "orchestrator.db")) {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, out, _ = runMain("--config", conf, "token", "list")
+	if code != ExitOK || !strings.Contains(out, "ops") || strings.Contains(out, "sta_") {
+		t.Fatalf("list: exit %d, %q", code, out)
+	}
+}
+
+// With the orchestrator running, the command goes through its admin socket.
+func TestTokenCommandUsesTheAdminSocket(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("the admin socket admits root or members of the admin group; run as root")
+	}
+	dir := t.TempDir()
+	socket := filepath.Join(dir, "o.sock")
+	conf := tokenConfig(t, dir, socket)
+	args := []string{"--config", conf}
+	cfg, _, err := config.LoadOrchestrator(args, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	level := new(slog.LevelVar)
+	a := New(cfg, args, func(string) string { return "" }, slog.New(slog.DiscardHandler), level)
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = a.Serve(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	code, out, errOut := runMain("--config", conf, "token", "create", "--name", "ops", "--scope", "queue.view")
+	if code != ExitOK || !strings.HasPrefix(out, "sta_") || !strings.Contains(errOut, "admin socket "+socket) {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	ts, err := a.store.ListAdminTokens(context.Background())
+	if err != nil || len(ts) != 1 || ts[0].Name != "ops" {
+		t.Fatalf("tokens in the running orchestrator's store: %+v %v", ts, err)
+	}
+}

@@ -1,0 +1,101 @@
+package workerd
+
+import (
+	"log/slog"
+	"os"
+	"reflect"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
+	"github.com/simpletuner/simpletuner-orchestration/internal/version"
+	"github.com/simpletuner/simpletuner-orchestration/internal/worker"
+)
+
+// App is the worker daemon: the worker engine plus what a reload may change.
+type App struct {
+	*worker.Worker
+	args    []string
+	getenv  func(string) string
+	log     *slog.Logger
+	level   *slog.LevelVar
+	started *config.Worker // settings that need a restart are compared against it
+	gpus    gpu.Source
+}
+
+// New builds the worker for a loaded configuration; args and getenv are kept
+// for reloads, level changes the logger's level live.
+func New(cfg *config.Worker, args []string, getenv func(string) string, log *slog.Logger, level *slog.LevelVar) (*App, error) {
+	gpus := gpuSource(cfg.GPU.Backend, log)
+	if exe, err := os.Executable(); err == nil {
+		worker.Supervisor = []string{exe, worker.SuperviseArg}
+	} else {
+		log.Warn("cannot find own executable; jobs run without a supervisor", "err", err)
+	}
+	opt := worker.OptionsFrom(cfg)
+	opt.Version, opt.GPU, opt.Logger = version.Version, gpus, log
+	w, err := worker.New(opt)
+	if err != nil {
+		gpus.Close()
+		return nil, err
+	}
+	if js := worker.JobSettingsFrom(cfg); js.OwnCancelGrace {
+		log.Info("job.cancel_grace is set in this worker's configuration; it overrides the orchestrator's for jobs here",
+			"cancel_grace", js.CancelGrace.String(), "set_in", cfg.Origin("job.cancel_grace"))
+	}
+	return &App{Worker: w, args: args, getenv: getenv, log: log, level: level, started: cfg, gpus: gpus}, nil
+}
+
+// Close releases the GPU backend.
+func (a *App) Close() { _ = a.gpus.Close() }
+
+// Reload re-reads the configuration (SIGHUP). The log level and the job
+// settings (command, environment, cancel grace, log limit) apply at once to
+// jobs that start afterwards; a running job keeps what it started with.
+// Every other key needs a restart, and each reload warns about every such key
+// that differs from what the daemon started with. A drain in progress is
+// neither started nor cancelled by a reload. An invalid file keeps the
+// running configuration.
+func (a *App) Reload() error {
+	cfg, _, err := config.LoadWorker(a.args, a.getenv)
+	if err == nil {
+		err = cfg.Require()
+	}
+	if err != nil {
+		return err
+	}
+	if err := a.SetJobSettings(worker.JobSettingsFrom(cfg)); err != nil {
+		return err
+	}
+	a.level.Set(cfg.Log.SlogLevel())
+	for _, key := range restartKeys(a.started, cfg) {
+		a.log.Warn("config change needs a restart to take effect", "key", key)
+	}
+	a.log.Info("configuration reloaded", "log_level", cfg.Log.Level, "job_command", cfg.Job.Command)
+	return nil
+}
+
+// restartKeys names the settings that differ between the running and a new
+// configuration and only take effect after a restart.
+func restartKeys(running, next *config.Worker) []string {
+	var out []string
+	for _, c := range []struct {
+		name     string
+		old, new any
+	}{
+		{"orchestrator", running.Orchestrator, next.Orchestrator},
+		{"worker.name", running.Worker.Name, next.Worker.Name},
+		{"worker.persistent", running.Worker.Persistent, next.Worker.Persistent},
+		{"worker.labels", running.Worker.Labels, next.Worker.Labels},
+		{"worker.state_dir", running.Worker.StateDir, next.Worker.StateDir},
+		{"worker.self_fence_after", running.Worker.SelfFenceAfter, next.Worker.SelfFenceAfter},
+		{"worker.reconnect_max", running.Worker.ReconnectMax, next.Worker.ReconnectMax},
+		{"job.work_dir", running.Job.WorkDir, next.Job.WorkDir},
+		{"gpu", running.GPU, next.GPU},
+		{"log.format", running.Log.Format, next.Log.Format},
+	} {
+		if !reflect.DeepEqual(c.old, c.new) {
+			out = append(out, c.name)
+		}
+	}
+	return out
+}

@@ -1,0 +1,112 @@
+// Package workerd assembles simpletuner-workerd: it loads the configuration,
+// picks the GPU inventory backend, builds the worker engine and hands it to
+// daemon.Run as a daemon.App. cmd/simpletuner-workerd only calls Main (and
+// the job supervisor, when workerd re-executes itself for a job).
+package workerd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/daemon"
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
+	"github.com/simpletuner/simpletuner-orchestration/internal/version"
+	"github.com/simpletuner/simpletuner-orchestration/internal/worker"
+)
+
+// Exit statuses of simpletuner-workerd.
+const (
+	ExitOK     = 0 // a clean stop: signal, drain, an ephemeral worker with no more jobs
+	ExitConfig = 1 // a configuration or start-up error, or a URL that is not an orchestrator's
+	ExitAuth   = 2 // the orchestrator rejected the worker token (401)
+	ExitFailed = 3 // any other failure
+)
+
+// Main runs the program with args (without the program name) and returns its
+// exit status.
+func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cfg, opts, err := config.LoadWorker(args, getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(stdout, err)
+		return ExitOK
+	}
+	if opts.Version {
+		fmt.Fprintln(stdout, "simpletuner-workerd", version.Version)
+		return ExitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "simpletuner-workerd: configuration error:\n%v\n", err)
+		return ExitConfig
+	}
+	if opts.CheckConfig {
+		fmt.Fprint(stdout, cfg.Redacted())
+		return ExitOK
+	}
+	log, level := daemon.NewLogger(cfg.Log, os.Stderr)
+	if opts.DetectGPUs {
+		return detectGPUs(cfg, log, stdout, stderr)
+	}
+	if err := cfg.Require(); err != nil {
+		fmt.Fprintf(stderr, "simpletuner-workerd: configuration error:\n%v\n", err)
+		return ExitConfig
+	}
+	app, err := New(cfg, args, getenv, log, level)
+	if err != nil {
+		fmt.Fprintf(stderr, "simpletuner-workerd: configuration error:\n%v\n", err)
+		return ExitConfig
+	}
+	defer app.Close()
+	err = daemon.Run(context.Background(), app, daemon.RunOptions{Logger: log, StopTimeout: StopTimeout(cfg)})
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, worker.ErrAuthRejected):
+		fmt.Fprintln(stderr, "simpletuner-workerd:", worker.ErrAuthRejected)
+		return ExitAuth
+	case errors.Is(err, worker.ErrNotAnOrchestrator):
+		fmt.Fprintln(stderr, "simpletuner-workerd: configuration error:", err)
+		return ExitConfig
+	default:
+		fmt.Fprintln(stderr, "simpletuner-workerd:", err)
+		return ExitFailed
+	}
+}
+
+// StopTimeout bounds a stop: the job's grace period (the orchestrator may
+// send its own, 30 s by default), then the final report and disconnect.
+// The unit's TimeoutStopSec= is longer.
+func StopTimeout(cfg *config.Worker) time.Duration {
+	return max(90*time.Second, cfg.Job.CancelGrace.Duration+40*time.Second)
+}
+
+func detectGPUs(cfg *config.Worker, log *slog.Logger, stdout, stderr io.Writer) int {
+	gpus := gpuSource(cfg.GPU.Backend, log)
+	defer gpus.Close()
+	inv, err := gpus.Inventory()
+	if err != nil {
+		fmt.Fprintln(stderr, "simpletuner-workerd: detecting GPUs:", err)
+		return ExitFailed
+	}
+	out, _ := json.MarshalIndent(struct {
+		gpu.Inventory
+		GPUInfo any `json:"gpu_info"`
+	}{inv, inv.GPUInfo()}, "", "  ")
+	fmt.Fprintln(stdout, string(out))
+	return ExitOK
+}
+
+// gpuSource picks the GPU backend: nvml (zero GPUs without a driver) or none.
+func gpuSource(backend string, log *slog.Logger) gpu.Source {
+	if backend == "none" {
+		return gpu.None()
+	}
+	return gpu.NewNVML(log)
+}

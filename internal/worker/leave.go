@@ -1,0 +1,154 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+)
+
+func (w *Worker) onOrchestratorDrain(source string) (bool, error) {
+	w.mu.Lock()
+	first := !w.orchDrain
+	w.orchDrain = true
+	idle := w.job == nil
+	w.mu.Unlock()
+	if first {
+		w.log.Info("the orchestrator drains this worker", "source", source)
+	}
+	if idle && !w.isPersistent() {
+		return true, w.leave("drained by the orchestrator")
+	}
+	return false, nil
+}
+
+// checkIdleDrain ends a locally drained worker once no job runs.
+func (w *Worker) checkIdleDrain(announce bool) (bool, error) {
+	w.mu.Lock()
+	idle, draining := w.job == nil, w.localDrain
+	w.mu.Unlock()
+	if idle && draining {
+		return true, w.leave("drained")
+	}
+	if draining && announce {
+		w.log.Info("draining: the worker exits once the running job ends")
+	}
+	return false, nil
+}
+
+// afterJob runs when an ended attempt was reported: drained workers and ephemeral
+// workers with nothing queued leave.
+func (w *Worker) afterJob(ctx context.Context) (bool, error) {
+	w.mu.Lock()
+	idle, local, orch := w.job == nil, w.localDrain, w.orchDrain
+	id := w.workerID
+	w.mu.Unlock()
+	switch {
+	case !idle:
+		return false, nil
+	case local:
+		return true, w.leave("drained")
+	case w.isPersistent():
+		return false, nil
+	case orch:
+		return true, w.leave("drained by the orchestrator")
+	}
+	var q protocol.QueueCheckResponse
+	err := w.c.doJSON(ctx, w.opt.Timers.RequestTimeout, "queue check", http.MethodGet,
+		"/api/workers/queue?worker_id="+url.QueryEscape(id), nil, &q)
+	if err == nil && q.HasJobs {
+		w.log.Info("ephemeral worker: more jobs are queued; staying")
+		return false, nil
+	}
+	if err != nil {
+		w.log.Warn("ephemeral worker: queue check failed; treating it as empty", "err", err)
+	}
+	return true, w.leave("ephemeral worker: no more queued jobs")
+}
+
+// leave is the orderly exit with no job running: last reports, then disconnect.
+func (w *Worker) leave(why string) error {
+	w.log.Info("leaving", "reason", why)
+	w.finalReportsAndDisconnect()
+	return nil
+}
+
+// shutdown stops the running job (reported cancelled), flushes reports and
+// disconnects.
+func (w *Worker) shutdown(why string) error {
+	w.log.Info("shutting down", "reason", why)
+	w.stopAndWait(stopShutdown, "worker shutting down: "+why)
+	w.finalReportsAndDisconnect()
+	return nil
+}
+
+// authFailed ends the worker after a 401: the job is stopped and Serve returns
+// ErrAuthRejected. Its outcome stays spooled like a self-fenced one (sent only after
+// the next registration, with a new token), so the orchestrator requeues the job
+// rather than ending it as cancelled.
+func (w *Worker) authFailed(err error) error {
+	w.log.Error(ErrAuthRejected.Error(), "token", tokenHint(w.opt.Token), "err", err)
+	w.stopAndWait(stopFence, "the worker token was rejected")
+	return ErrAuthRejected
+}
+
+// stopAndWait stops the running job and waits for the tree to be gone (SIGKILL
+// comes after the grace, so this is bounded).
+func (w *Worker) stopAndWait(why stopReason, detail string) {
+	a := w.current()
+	if a == nil {
+		return
+	}
+	w.stopJob(a, why, detail, a.grace)
+	if a.proc != nil {
+		select {
+		case <-a.proc.Done():
+		case <-time.After(a.grace + 10*time.Second):
+			a.log.Error("the job's process tree did not end after SIGKILL")
+		}
+	}
+	rec, report, spooled := w.closeAttempt(a)
+	w.release(rec.key())
+	if a.ship != nil {
+		// A moment for the log's tail; it is in the journal in any case.
+		select {
+		case <-a.ship.done:
+		case <-time.After(min(w.opt.Timers.ShutdownTimeout, 2*time.Second)):
+		}
+	}
+	if report && !spooled {
+		ctx, cancel := context.WithTimeout(context.Background(), w.opt.Timers.ShutdownTimeout)
+		defer cancel()
+		_ = w.sendStatus(ctx, w.opt.Timers.ShutdownTimeout, rec.JobID, rec.Attempt, rec.Status, rec.Error)
+		w.reported(rec.key())
+	}
+}
+
+// finalReportsAndDisconnect sends what is spooled and says goodbye, each bounded by
+// ShutdownTimeout; failures are fine (reports stay spooled, the orchestrator
+// notices the missing heartbeats).
+func (w *Worker) finalReportsAndDisconnect() {
+	ctx, cancel := context.WithTimeout(context.Background(), w.opt.Timers.ShutdownTimeout)
+	defer cancel()
+	if err := w.flushReports(ctx, true); err != nil {
+		w.log.Warn("some job reports stay spooled for the next start", "err", err)
+	}
+	w.mu.Lock()
+	id := w.workerID
+	w.mu.Unlock()
+	if id == "" {
+		return
+	}
+	// No heartbeat may follow the goodbye and make the worker look alive again.
+	w.stopHeartbeats()
+	err := w.c.doJSON(ctx, w.opt.Timers.ShutdownTimeout, "disconnect", http.MethodPost, "/api/workers/disconnect",
+		protocol.DisconnectRequest{WorkerID: id}, nil)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		w.log.Warn("disconnect failed", "err", err)
+		return
+	}
+	w.log.Info("disconnected from the orchestrator")
+}

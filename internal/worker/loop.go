@@ -1,0 +1,178 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Messages to the loop that are not tied to the connection.
+type (
+	drainRequested struct{}
+	jobEnded       struct{ a *attempt }
+	jobTimedOut    struct{ a *attempt }
+)
+
+// post hands m to the session loop; after the loop ended it is dropped.
+func (w *Worker) post(m any) {
+	select {
+	case w.msgs <- m:
+	case <-w.loopDone:
+	}
+}
+
+// session is the loop's own connection state.
+type session struct {
+	gen    int // connection generation: messages of older ones are ignored
+	retry  *backoff
+	retryC <-chan time.Time
+	kick   chan struct{} // wakes the reporter
+	fence  *time.Ticker  // self-fence checks; its period follows the limit
+}
+
+// Serve runs the session until ctx is cancelled (the job is stopped and reported
+// cancelled, the worker disconnects: nil), the worker finishes by itself (drained,
+// or an ephemeral worker with nothing left to do: nil), or the orchestrator
+// rejects the token (ErrAuthRejected).
+func (w *Worker) Serve(ctx context.Context) error {
+	runCtx, cancel := context.WithCancel(ctx)
+	defer func() {
+		close(w.loopDone)
+		cancel()
+		w.wg.Wait()
+	}()
+	s := &session{
+		retry: newBackoff(w.opt.Timers.ReconnectBase, w.opt.ReconnectMax),
+		kick:  make(chan struct{}, 1),
+	}
+	hbCtx, hbCancel := context.WithCancel(runCtx)
+	hbDone := make(chan struct{})
+	w.stopHeartbeats = func() { hbCancel(); <-hbDone }
+	w.wg.Add(2)
+	go func() { defer close(hbDone); w.heartbeatLoop(hbCtx) }()
+	go w.reporterLoop(runCtx, s.kick)
+	w.dial(runCtx, s)
+
+	s.fence = time.NewTicker(fenceTick(w.fenceLimit()))
+	defer s.fence.Stop()
+	for {
+		var (
+			done bool
+			err  error
+		)
+		select {
+		case <-ctx.Done():
+			return w.shutdown("the worker was stopped")
+		case <-s.retryC:
+			s.retryC = nil
+			w.dial(runCtx, s)
+		case <-s.fence.C:
+			w.checkFence()
+			done, err = w.checkIdleDrain(false)
+		case m := <-w.msgs:
+			done, err = w.handle(runCtx, s, m)
+		}
+		if done {
+			return err
+		}
+	}
+}
+
+func (w *Worker) dial(ctx context.Context, s *session) {
+	s.gen++
+	w.mu.Lock()
+	w.lastProgress = time.Now()
+	w.mu.Unlock()
+	w.wg.Add(1)
+	go w.connect(ctx, s.gen)
+}
+
+// reconnect schedules the next connection attempt with back-off.
+func (w *Worker) reconnect(s *session, why error) {
+	d := s.retry.next()
+	w.mu.Lock()
+	w.connected = false
+	w.retries = s.retry.attempts()
+	w.lastProgress = time.Now()
+	n := w.retries
+	w.mu.Unlock()
+	w.log.Warn("not connected to the orchestrator; retrying", "err", why, "attempt", n, "in", d.Round(time.Millisecond).String())
+	s.retryC = time.After(d)
+}
+
+func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
+	switch m := m.(type) {
+	case registered:
+		if m.gen != s.gen {
+			return false, nil
+		}
+		if m.err != nil {
+			if isAuthError(m.err) {
+				return true, w.authFailed(m.err)
+			}
+			if err := w.c.notAnOrchestrator(m.err); err != nil {
+				w.log.Error("configuration error: the orchestrator URL is wrong; not retrying", "url", w.opt.URL, "err", err)
+				w.stopAndWait(stopFence, "the orchestrator URL is wrong")
+				return true, err
+			}
+			w.reconnect(s, m.err)
+			return false, nil
+		}
+		w.onRegistered(ctx, s, m.resp)
+	case streamOpened:
+		if m.gen == s.gen {
+			w.mu.Lock()
+			w.connected = true
+			w.retries = 0
+			w.mu.Unlock()
+			w.log.Info("stream connected")
+		}
+	case streamEvent:
+		if m.gen == s.gen {
+			return w.onEvent(ctx, m.ev)
+		}
+	case streamEnded:
+		if m.gen != s.gen {
+			return false, nil
+		}
+		if isAuthError(m.err) {
+			return true, w.authFailed(m.err)
+		}
+		if m.upFor >= w.opt.Timers.StableAfter {
+			s.retry.reset()
+		}
+		w.reconnect(s, m.err)
+	case heartbeatReply:
+		for _, id := range m.resp.Cancel {
+			if a := w.current(); a != nil && a.jobID == id {
+				w.stopJob(a, stopCancel, "cancelled by the orchestrator", a.grace)
+			}
+		}
+		if m.resp.Drain {
+			return w.onOrchestratorDrain("heartbeat reply")
+		}
+	case authRejected:
+		return true, w.authFailed(m.err)
+	case drainRequested:
+		return w.checkIdleDrain(true)
+	case jobEnded:
+		w.endAttempt(ctx, m.a)
+	case jobTimedOut:
+		if a := w.current(); a == m.a {
+			w.stopJob(a, stopTimeout, fmt.Sprintf("timed out after %s", time.Duration(a.ev.TimeoutSeconds*float64(time.Second))), a.grace)
+		}
+	case staleAttempt:
+		if a := w.current(); a == m.a {
+			w.stopJob(a, stopAbandon, "the orchestrator gave this job to another attempt", 0)
+		}
+	case reportDone:
+		return w.afterJob(ctx)
+	}
+	return false, nil
+}
+
+func (w *Worker) current() *attempt {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.job
+}
