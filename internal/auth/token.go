@@ -2,6 +2,7 @@ package auth
 
 import (
 	"crypto/rand"
+	"errors"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
@@ -162,3 +163,47 @@ var (
 	_ json.Marshaler = Token("")
 	_ slog.LogValuer = Token("")
 )
+
+// Token kinds, by what they authenticate.
+const (
+	KindWorker = "worker"
+	KindAdmin  = "admin"
+)
+
+// Diagnose says, from a token's shape alone, why it cannot be a valid token
+// of the wanted kind (KindWorker or KindAdmin): an admin token where a worker
+// token belongs, a mistyped or truncated one (the checksum does not match),
+// or something that is no SimpleTuner token at all. It returns nil for a
+// well-formed token of the wanted kind, which may still be unknown or revoked.
+// The error never contains the token.
+func Diagnose(token, want string) error {
+	var kind, prefix, other string
+	switch {
+	case token == "":
+		return errors.New("no token given")
+	case strings.HasPrefix(token, WorkerPrefix):
+		kind, prefix = KindWorker, WorkerPrefix
+	case strings.HasPrefix(token, AdminPrefix):
+		kind, prefix = KindAdmin, AdminPrefix
+	default:
+		return fmt.Errorf("not a SimpleTuner token: a worker token starts with %q, an admin token with %q", WorkerPrefix, AdminPrefix)
+	}
+	other = AdminPrefix
+	if want == KindWorker {
+		other = WorkerPrefix
+	}
+	if kind != want {
+		return fmt.Errorf("this is %s %s token (%s…), not %s %s token (%s…)", article(kind), kind, prefix, article(want), want, other)
+	}
+	if !WellFormed(token) {
+		return errors.New("malformed token (checksum): it was mistyped, cut short or changed")
+	}
+	return nil
+}
+
+func article(kind string) string {
+	if kind == KindAdmin {
+		return "an"
+	}
+	return "a"
+}

@@ -243,3 +243,38 @@ func TestTokenFormatDetails(t *testing.T) {
 		}
 	}
 }
+
+func TestDiagnose(t *testing.T) {
+	worker, admin := NewWorkerToken(), NewAdminToken()
+	flip := func(s string, i int) string {
+		b := []byte(s)
+		if b[i] == 'a' {
+			b[i] = 'b'
+		} else {
+			b[i] = 'a'
+		}
+		return string(b)
+	}
+	for _, c := range []struct {
+		token, want, says string
+	}{
+		{worker, KindWorker, ""},
+		{admin, KindAdmin, ""},
+		{admin, KindWorker, "this is an admin token (sta_…), not a worker token (wt_…)"},
+		{worker, KindAdmin, "this is a worker token (wt_…), not an admin token (sta_…)"},
+		{flip(worker, 10), KindWorker, "malformed token (checksum)"},
+		{worker[:len(worker)-1], KindWorker, "malformed token (checksum)"},
+		{"hunter2", KindWorker, "not a SimpleTuner token"},
+		{"", KindAdmin, "no token given"},
+	} {
+		err := Diagnose(c.token, c.want)
+		switch {
+		case c.says == "" && err != nil:
+			t.Errorf("Diagnose(%s, %s) = %v, want nil", Accessor(c.token), c.want, err)
+		case c.says != "" && (err == nil || !strings.Contains(err.Error(), c.says)):
+			t.Errorf("Diagnose(%s, %s) = %v, want %q", Accessor(c.token), c.want, err, c.says)
+		case err != nil && c.token != "" && strings.Contains(err.Error(), c.token):
+			t.Errorf("the diagnosis contains the token")
+		}
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 )
 
 // setup writes files into a fresh temp dir; "config.toml" is the usual one.
@@ -387,9 +389,21 @@ func TestRequire(t *testing.T) {
 	if len(got) != 2 || !strings.Contains(got[0], "orchestrator.url") || !strings.Contains(got[1], "orchestrator.token") {
 		t.Errorf("Require() = %q", got)
 	}
-	w.Orchestrator.URL, w.Orchestrator.Token = "https://o", "t"
+	w.Orchestrator.URL, w.Orchestrator.Token = "https://o", Secret(auth.NewWorkerToken())
 	if err := w.Require(); err != nil {
 		t.Error(err)
+	}
+	// The token's shape is checked before any request.
+	for token, says := range map[string]string{
+		auth.NewAdminToken():           "this is an admin token",
+		auth.NewWorkerToken()[:20]:     "malformed token (checksum)",
+		"a-password-pasted-by-mistake": "not a SimpleTuner token",
+	} {
+		w.Orchestrator.Token = Secret(token)
+		got := errList(w.Require())
+		if len(got) != 1 || !strings.Contains(got[0], "orchestrator.token") || !strings.Contains(got[0], says) || strings.Contains(got[0], token) {
+			t.Errorf("Require() with a bad token = %q, want %q", got, says)
+		}
 	}
 }
 
@@ -593,5 +607,40 @@ func TestOrigin(t *testing.T) {
 	}
 	if o := w.Origin("worker.persistent"); o != "" {
 		t.Errorf("worker.persistent is a default but has origin %q", o)
+	}
+}
+
+// An unknown key names the nearest known one when it looks like a typo.
+func TestUnknownKeySuggestions(t *testing.T) {
+	t.Parallel()
+	_, _, err := loadO(t, "[workers]\nhearbeat_timeout = \"5s\"\n[jobs]\nheartbeat_interval = \"1s\"\nzzz = 1\n[serverr]\n", env())
+	got := errList(err)
+	want := []string{
+		"key workers.hearbeat_timeout: unknown key (did you mean workers.heartbeat_timeout?)",
+		"key jobs.heartbeat_interval: unknown key (did you mean workers.heartbeat_interval?)",
+		"key jobs.zzz: unknown key",
+		"key serverr: unknown key (did you mean server?)",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %q", got)
+	}
+	for i := range want {
+		if !strings.HasSuffix(got[i], want[i]) {
+			t.Errorf("error %d = %q, want it to end %q", i, got[i], want[i])
+		}
+	}
+	if strings.Contains(got[2], "did you mean") {
+		t.Errorf("a key far from every known one got a suggestion: %q", got[2])
+	}
+}
+
+func TestEditDistance(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		d    int
+	}{{"", "", 0}, {"abc", "abc", 0}, {"hearbeat", "heartbeat", 1}, {"lsiten", "listen", 1}, {"abc", "", 3}, {"kitten", "sitting", 3}} {
+		if got := editDistance(c.a, c.b); got != c.d {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", c.a, c.b, got, c.d)
+		}
 	}
 }

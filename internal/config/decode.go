@@ -131,9 +131,83 @@ func (l *loader) decodeTOML(path string, data []byte) {
 		case parent == "" || l.tables[parent]:
 			// Keys under a bad table or inside a map value (labels, env)
 			// are not reported here; only the first unknown level is.
-			l.errAt(where(k), k.String(), "unknown key")
+			msg := "unknown key"
+			if near := l.nearest(dotted); near != "" {
+				msg += fmt.Sprintf(" (did you mean %s?)", near)
+			}
+			l.errAt(where(k), k.String(), "%s", msg)
 		}
 	}
+}
+
+// nearest is the known key (or table) closest to an unknown one, when it is
+// close enough to be a typo: at most 2 edits, or 3 for a long name, within
+// the same table, or the same name under another table.
+func (l *loader) nearest(unknown string) string {
+	parent, name := "", unknown
+	if i := strings.LastIndexByte(unknown, '.'); i >= 0 {
+		parent, name = unknown[:i], unknown[i+1:]
+	}
+	best, bestDist := "", 1<<30
+	consider := func(known string) {
+		kp, kn := "", known
+		if i := strings.LastIndexByte(known, '.'); i >= 0 {
+			kp, kn = known[:i], known[i+1:]
+		}
+		var d int
+		switch {
+		case kp == parent:
+			d = editDistance(name, kn)
+		case kn == name:
+			d = 1 // the right key in the wrong table
+		default:
+			return
+		}
+		if d < bestDist || (d == bestDist && known < best) {
+			best, bestDist = known, d
+		}
+	}
+	for k := range l.fields {
+		consider(k)
+	}
+	for k := range l.tables {
+		consider(k)
+	}
+	limit := 2
+	if len(name) >= 10 {
+		limit = 3
+	}
+	if bestDist > limit {
+		return ""
+	}
+	return best
+}
+
+// editDistance counts the single-character insertions, deletions,
+// substitutions and swaps of neighbours that turn a into b.
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	prev2 := make([]int, len(rb)+1)
+	prev := make([]int, len(rb)+1)
+	cur := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(rb)]
 }
 
 func isTable(v any) bool { _, ok := v.(map[string]any); return ok }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 )
 
 // Validate checks a configuration built in code (tests, other packages).
@@ -35,6 +37,10 @@ func (c *Worker) Require() error {
 	}
 	if c.Orchestrator.Token == "" {
 		errs = append(errs, &Error{Key: "orchestrator.token", Msg: `not set (token, token_file, systemd credential "worker-token", SIMPLETUNER_WORKER_TOKEN or --worker-token)`})
+	} else if err := auth.Diagnose(c.Orchestrator.Token.Value(), auth.KindWorker); err != nil {
+		// Checked here, before any request: the shape alone tells a mistyped
+		// token or an admin token from one the orchestrator might know.
+		errs = append(errs, &Error{Where: c.Origin("orchestrator.token"), Key: "orchestrator.token", Msg: err.Error()})
 	}
 	return asErrors(errs)
 }

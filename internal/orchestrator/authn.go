@@ -67,7 +67,7 @@ func (s *Server) worker(h workerHandler) httprouter.Handle {
 		wk, err := s.workerByToken(r, token)
 		if err != nil {
 			if errors.Is(err, store.ErrNotFound) {
-				s.authFailed(w, r, protocol.CodeInvalidToken, "Invalid worker token")
+				s.authFailed(w, r, protocol.CodeInvalidToken, "Invalid worker token: "+why(token, auth.KindWorker))
 				if r.URL.Path == "/api/workers/register" {
 					rec := audit.New("anonymous", peerIP(r), "worker.register", "worker", "", audit.Failure,
 						map[string]string{"reason": "invalid token", "token": tokenAccessor(token)})
@@ -164,8 +164,17 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request) (auth.Princip
 		return auth.Principal{}, err
 	}
 	if err != nil || t.RevokedAt != nil || !auth.Equal(t.Hash, hash) {
-		s.authFailed(w, r, protocol.CodeUnauthorized, "unknown or revoked admin token")
+		s.authFailed(w, r, protocol.CodeUnauthorized, "invalid admin token: "+why(token, auth.KindAdmin))
 		return auth.Principal{}, errAnswered
 	}
 	return auth.Principal{Kind: "admin_token", ID: t.ID, Name: t.Name, Scopes: t.Scopes}, nil
+}
+
+// why explains a refused credential from its shape where the shape shows it,
+// without echoing it.
+func why(token, kind string) string {
+	if err := auth.Diagnose(token, kind); err != nil {
+		return err.Error()
+	}
+	return "unknown, rotated or revoked"
 }

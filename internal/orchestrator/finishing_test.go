@@ -1,8 +1,11 @@
 package orchestrator
 
 import (
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -51,4 +54,33 @@ func TestHeartbeatAbsenceNeedsTwoMisses(t *testing.T) {
 			t.Fatalf("after two heartbeats in a row without the attempt: status %v, attempts %v; want attempt 1 worker_lost, one retry spent", j["status"], at)
 		}
 	})
+}
+
+// A refused credential says what is wrong with it when its shape shows it.
+func TestRefusedTokensSayWhy(t *testing.T) {
+	t.Parallel()
+	st := backends["sqlite"](t)
+	e := setup(t, st, func(o *Options) { o.AuthFailuresPerMinute = 100 })
+	_, token := e.createWorker("w", "persistent", nil)
+	flipped := []byte(token)
+	flipped[8] ^= 1
+	for _, c := range []struct {
+		path, header, token, says string
+	}{
+		{"/api/workers/heartbeat", "X-Worker-Token", e.admin, "this is an admin token (sta_…), not a worker token (wt_…)"},
+		{"/api/workers/heartbeat", "X-Worker-Token", string(flipped), "malformed token (checksum)"},
+		{"/api/workers/heartbeat", "X-Worker-Token", auth.NewWorkerToken(), "unknown, rotated or revoked"},
+		{"/api/admin/workers", "X-API-Key", token, "this is a worker token (wt_…), not an admin token (sta_…)"},
+		{"/api/admin/workers", "X-API-Key", auth.NewAdminToken(), "unknown, rotated or revoked"},
+	} {
+		method := "GET"
+		if strings.HasPrefix(c.path, "/api/workers") {
+			method = "POST"
+		}
+		r := e.do(method, c.path, map[string]string{c.header: c.token}, map[string]any{"worker_id": "w"})
+		detail, _ := r.JSON["detail"].(string)
+		if r.Status != 401 || !strings.Contains(detail, c.says) || strings.Contains(string(r.Body), c.token) {
+			t.Errorf("%s with %s: %d %s; want 401 saying %q", c.path, auth.Accessor(c.token), r.Status, r.Body, c.says)
+		}
+	}
 }

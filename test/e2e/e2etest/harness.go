@@ -413,6 +413,12 @@ type WorkerSpec struct {
 	SelfFenceAfter string   // "" → 1s
 	LogLimitBytes  int64    // 0 → built-in default
 	NoWait         bool     // do not wait for the worker to be idle
+	// NoPersistentKey leaves worker.persistent out of the file: the worker
+	// then takes the type the admin gave it (Persistent).
+	NoPersistentKey bool
+	URLPath         string // appended to the orchestrator's URL (a misconfiguration)
+	CancelGrace     string // [job] cancel_grace; "" → 1s
+	JobTOML         string // extra lines for [job]
 }
 
 // DemoTrainer is the path of the built demo trainer.
@@ -422,6 +428,12 @@ func DemoTrainer() string { return filepath.Join(BinDir, "demo-trainer") }
 func (o *Orch) StartWorker(s WorkerSpec) *Wrk {
 	o.T.Helper()
 	id, token := o.CreateWorker(s.Name, s.Persistent, s.Labels)
+	return o.StartWorkerFor(id, token, s)
+}
+
+// StartWorkerFor starts a workerd for a worker created beforehand.
+func (o *Orch) StartWorkerFor(id, token string, s WorkerSpec) *Wrk {
+	o.T.Helper()
 	w := &Wrk{ID: id, Token: token, Dir: o.T.TempDir(), Spec: s, o: o}
 	os.WriteFile(filepath.Join(w.Dir, "token"), []byte(w.Token+"\n"), 0o600)
 	url := s.URL
@@ -437,24 +449,28 @@ func (o *Orch) StartWorker(s WorkerSpec) *Wrk {
 	if s.LogLimitBytes != 0 {
 		extraJob = fmt.Sprintf("log_limit_bytes = %d\n", s.LogLimitBytes)
 	}
+	persistent := fmt.Sprintf("persistent = %v\n", s.Persistent)
+	if s.NoPersistentKey {
+		persistent = ""
+	}
+	extraJob += s.JobTOML
 	w.Conf = filepath.Join(w.Dir, "w.toml")
 	os.WriteFile(w.Conf, []byte(fmt.Sprintf(`[orchestrator]
 url = %q
 token_file = "%s/token"
 [worker]
 name = %q
-persistent = %v
-state_dir = "%s/state"
+%sstate_dir = "%s/state"
 self_fence_after = %q
 reconnect_max = "300ms"
 [job]
 command = %s
-cancel_grace = "1s"
+cancel_grace = %q
 %s[gpu]
 backend = "none"
 [log]
 level = "debug"
-`, url, w.Dir, s.Name, s.Persistent, w.Dir, or(s.SelfFenceAfter, "1s"), cmdJSON, extraJob)), 0o600)
+`, url+s.URLPath, w.Dir, s.Name, persistent, w.Dir, or(s.SelfFenceAfter, "1s"), cmdJSON, or(s.CancelGrace, "1s"), extraJob)), 0o600)
 	w.Restart()
 	return w
 }
