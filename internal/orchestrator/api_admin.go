@@ -223,8 +223,10 @@ func (s *Server) deleteWorker(w http.ResponseWriter, r *http.Request, ps httprou
 	}
 	force := r.URL.Query().Get("force")
 	forced := force == "true" || force == "1"
-	if wk.Status != protocol.WorkerOffline && wk.Status != protocol.WorkerConnecting && !forced {
-		return conflict("worker %s is %s; only an offline worker can be deleted (use ?force=true to delete it anyway)", wk.ID, wk.Status)
+	if !forced {
+		if err := s.deletable(ctx, wk); err != nil {
+			return err
+		}
 	}
 	if forced {
 		if err := s.evictWorker(ctx, wk, p.Actor(), peerIP(r)); err != nil {

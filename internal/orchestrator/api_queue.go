@@ -293,7 +293,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request, _ httprouter.Para
 		"workers": map[string]int{
 			"total": total, "idle": byWorker[protocol.WorkerIdle], "busy": byWorker[protocol.WorkerBusy],
 			"draining": byWorker[protocol.WorkerDraining], "offline": byWorker[protocol.WorkerOffline],
-			"connecting": byWorker[protocol.WorkerConnecting],
+			"connecting": byWorker[protocol.WorkerConnecting], "disconnected": byWorker[protocol.WorkerDisconnected],
 		},
 	})
 	return nil

@@ -84,3 +84,38 @@ func TestRefusedTokensSayWhy(t *testing.T) {
 		}
 	}
 }
+
+// A worker whose stream closed and whose heartbeats stopped looks
+// disconnected at once (not idle until the heartbeat timeout), and an admin
+// may delete it without force when it holds no job.
+func TestGoneWorkerLooksGone(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t), func(o *Options) { o.HeartbeatTimeout = time.Minute })
+		busy := e.startAgent("busy", nil, nil)
+		idle := e.startAgent("idle", nil, nil)
+		jobID := e.submit(map[string]any{"config": map[string]any{}})
+		ev := busy.next("job_submit", 5*time.Second)
+		if ev["job_id"] != jobID {
+			t.Fatalf("job went elsewhere: %v", ev)
+		}
+		for _, a := range []*agent{busy, idle} {
+			a.silence()
+			a.cancel()
+		}
+		eventually(t, 5*time.Second, "both shown disconnected", func() bool {
+			return e.worker(busy.id)["status"] == "disconnected" && e.worker(idle.id)["status"] == "disconnected"
+		})
+		if w := e.worker(idle.id); w["connected"] != false {
+			t.Fatalf("disconnected worker: %v", w)
+		}
+		r := e.adminDo("DELETE", "/api/admin/workers/"+busy.id, nil)
+		if r.Status != 409 || !strings.Contains(r.JSON["detail"].(string), jobID) {
+			t.Fatalf("deleting a disconnected worker that holds a job: %d %s", r.Status, r.Body)
+		}
+		e.must(e.adminDo("DELETE", "/api/admin/workers/"+idle.id, nil), 200)
+		if j := e.job(jobID); j["status"] != "dispatched" && j["status"] != "running" {
+			t.Fatalf("the held job changed: %v", j["status"])
+		}
+	})
+}

@@ -104,7 +104,7 @@ func (s *Server) writeMetrics(ctx context.Context, w io.Writer) {
 	}
 	if byStatus, err := s.workerCounts(ctx); err == nil {
 		fmt.Fprintf(w, "# HELP simpletuner_workers Workers by status.\n# TYPE simpletuner_workers gauge\n")
-		for _, st := range []protocol.WorkerStatus{protocol.WorkerConnecting, protocol.WorkerIdle, protocol.WorkerBusy, protocol.WorkerDraining, protocol.WorkerOffline} {
+		for _, st := range []protocol.WorkerStatus{protocol.WorkerConnecting, protocol.WorkerIdle, protocol.WorkerBusy, protocol.WorkerDraining, protocol.WorkerDisconnected, protocol.WorkerOffline} {
 			fmt.Fprintf(w, "simpletuner_workers{status=%q} %d\n", st, byStatus[st])
 		}
 	}
@@ -130,7 +130,10 @@ func sortedStatuses(m map[protocol.JobStatus]int) []string {
 // workerCounts counts workers by status across all pages.
 func (s *Server) workerCounts(ctx context.Context) (map[protocol.WorkerStatus]int, error) {
 	out := map[protocol.WorkerStatus]int{}
-	err := s.eachWorker(ctx, func(w store.Worker) { out[w.Status]++ })
+	err := s.eachWorker(ctx, func(w store.Worker) {
+		status, _ := s.shown(w)
+		out[status]++
+	})
 	return out, err
 }
 

@@ -103,9 +103,9 @@ func (s *Server) workerView(w store.Worker) workerView {
 	}
 	// Connected means a stream is open on some instance; StreamInstance is kept
 	// in the store so that every replica answers alike.
-	connected := s.hub.Connected(w.ID) || (w.StreamInstance != "" && w.StreamInstance != s.options().InstanceID)
+	status, connected := s.shown(w)
 	v := workerView{
-		WorkerID: w.ID, ID: w.ID, Name: w.Name, WorkerType: string(w.Type), Status: string(w.Status),
+		WorkerID: w.ID, ID: w.ID, Name: w.Name, WorkerType: string(w.Type), Status: string(status),
 		GPUInfo: gpuInfo, Provider: strPtr(w.Provider), Labels: labels, CurrentJobID: strPtr(w.CurrentJobID),
 		LastHeartbeat: timePtr(w.LastHeartbeat), ConnectedAt: timePtr(w.ConnectedAt),
 		CreatedAt: protocol.Time(w.CreatedAt), Connected: connected,

@@ -365,3 +365,41 @@ func (s *Server) evictWorker(ctx context.Context, wk store.Worker, actor, ip str
 	s.missed.forget(wk.ID)
 	return nil
 }
+
+// shown is the status and connection a worker is shown with: a worker that
+// holds no stream on any instance and missed its last heartbeat looks
+// disconnected at once, though the store keeps it idle, busy or draining
+// (and its attempts) until the heartbeat timeout.
+func (s *Server) shown(w store.Worker) (status protocol.WorkerStatus, connected bool) {
+	opt := s.options()
+	connected = s.hub.Connected(w.ID) || (w.StreamInstance != "" && w.StreamInstance != opt.InstanceID)
+	status = w.Status
+	switch status {
+	case protocol.WorkerIdle, protocol.WorkerBusy, protocol.WorkerDraining:
+		missed := w.LastHeartbeat == nil || time.Since(*w.LastHeartbeat) > opt.HeartbeatInterval+opt.HeartbeatInterval/2
+		if !connected && missed {
+			status = protocol.WorkerDisconnected
+		}
+	}
+	return status, connected
+}
+
+// deletable says why a worker may not be deleted without force, or nil: an
+// offline, never connected or disconnected worker with no attempt out may go.
+func (s *Server) deletable(ctx context.Context, w store.Worker) error {
+	status, _ := s.shown(w)
+	switch status {
+	case protocol.WorkerOffline, protocol.WorkerConnecting:
+		return nil
+	case protocol.WorkerDisconnected:
+		active, err := s.activeOn(ctx, w.ID)
+		if err != nil {
+			return err
+		}
+		if len(active) == 0 {
+			return nil
+		}
+		return conflict("worker %s is disconnected but still holds job %s; wait for the heartbeat timeout or use ?force=true (its job is requeued)", w.ID, active[0].ID)
+	}
+	return conflict("worker %s is %s; only a worker with no live connection can be deleted (use ?force=true to delete it anyway)", w.ID, status)
+}

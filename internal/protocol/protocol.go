@@ -24,6 +24,10 @@ const (
 	WorkerBusy       WorkerStatus = "busy"
 	WorkerDraining   WorkerStatus = "draining"
 	WorkerOffline    WorkerStatus = "offline"
+	// WorkerDisconnected is shown, never stored: the store still has the
+	// worker idle, busy or draining, but it holds no stream and missed its
+	// last heartbeat. It becomes offline at the heartbeat timeout.
+	WorkerDisconnected WorkerStatus = "disconnected"
 )
 
 // Valid reports whether s is one of the known worker statuses.
