@@ -2,12 +2,12 @@ package auth
 
 import (
 	"crypto/rand"
-	"errors"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"log/slog"
