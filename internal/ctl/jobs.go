@@ -180,7 +180,7 @@ func readJSON(path string, stdin io.Reader, flag string) (json.RawMessage, error
 	if err := dec.Decode(&v); err != nil {
 		return nil, usagef("%s %s is not valid JSON: %s", flag, nameOf(path), jsonErrorAt(data, err))
 	}
-	if dec.More() {
+	if len(bytes.TrimSpace(data[dec.InputOffset():])) > 0 {
 		return nil, usagef("%s %s holds more than one JSON value", flag, nameOf(path))
 	}
 	return json.RawMessage(bytes.TrimSpace(data)), nil
@@ -192,6 +192,10 @@ func jsonErrorAt(data []byte, err error) string {
 	if errors.As(err, &se) {
 		line := 1 + bytes.Count(data[:min(int(se.Offset), len(data))], []byte("\n"))
 		return fmt.Sprintf("line %d: %v", line, err)
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		line := 1 + bytes.Count(bytes.TrimRight(data, " \t\r\n"), []byte("\n"))
+		return fmt.Sprintf("line %d: the JSON ends before it is complete", line)
 	}
 	return err.Error()
 }
@@ -337,15 +341,16 @@ func (a *app) jobsCommand() *cobra.Command {
 					return err
 				}
 				if a.format == output.JSONFormat {
-					reply := map[string]any{"entries": raws, "total": head.total}
-					for _, k := range []string{"total_pending", "total_running"} {
-						if v, ok := head.raw[k]; ok {
-							reply[k] = v
-						}
-					}
 					if raws == nil {
-						reply["entries"] = []json.RawMessage{}
+						raws = []json.RawMessage{}
 					}
+					// The API's shape, newest first.
+					reply := struct {
+						Entries      []json.RawMessage `json:"entries"`
+						Total        int               `json:"total"`
+						TotalPending json.RawMessage   `json:"total_pending,omitempty"`
+						TotalRunning json.RawMessage   `json:"total_running,omitempty"`
+					}{raws, head.total, head.raw["total_pending"], head.raw["total_running"]}
 					return output.MarshalJSON(w, reply)
 				}
 				if len(jobs) == 0 {

@@ -319,7 +319,7 @@ func humanBytes(n int64) string {
 // auditColumns are fixed, so that rows printed by --follow line up with the
 // first batch.
 var (
-	auditNarrow = []int{6, 14, 14, 17, 14, 4}
+	auditNarrow = []int{5, 11, 13, 19, 14, 6}
 	auditWide   = []int{6, 20, 24, 15, 22, 30, 7}
 )
 
@@ -347,8 +347,8 @@ func (r renderer) auditRows(w io.Writer, recs []audit.Record) {
 		if rec.Outcome != audit.Success {
 			result = "FAIL"
 		}
-		writeFixed(w, auditNarrow, seq, rec.Time.UTC().Format("01-02 15:04:05"), output.Truncate(rec.Actor, 14),
-			output.Truncate(rec.Action, 17), output.Truncate(rec.TargetID, 14), result)
+		writeFixed(w, auditNarrow, seq, rec.Time.UTC().Format("01-02 15:04"), output.Truncate(rec.Actor, 13),
+			output.Truncate(rec.Action, 19), output.Truncate(rec.TargetID, 14), result)
 	}
 }
 

@@ -310,13 +310,7 @@ func (a *app) client() (*client.Client, error) {
 	if file == nil {
 		file = &ctlconf.File{}
 	}
-	url := first(a.url, a.env.Getenv("SIMPLETUNER_URL"), file.URL)
-	if url == "" {
-		url = client.DefaultURL
-		if client.SocketUsable(a.env.Socket) {
-			url = "unix://" + a.env.Socket
-		}
-	}
+	url := chooseURL(a.env.Socket, a.url, a.env.Getenv("SIMPLETUNER_URL"), file.URL)
 	token, err := a.token(file)
 	if err != nil {
 		return nil, err
@@ -331,6 +325,19 @@ func (a *app) client() (*client.Client, error) {
 	}
 	a.cl = cl
 	return cl, nil
+}
+
+// chooseURL takes the first URL configured, else the admin socket when it
+// accepts connections (an admin on the orchestrator's machine needs no
+// token there), else the default TCP address.
+func chooseURL(socket string, configured ...string) string {
+	if u := first(configured...); u != "" {
+		return u
+	}
+	if client.SocketUsable(socket) {
+		return "unix://" + socket
+	}
+	return client.DefaultURL
 }
 
 func (a *app) token(file *ctlconf.File) (string, error) {

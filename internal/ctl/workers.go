@@ -51,7 +51,11 @@ worker up but no orchestrator holds its event stream.`,
 					if raws == nil {
 						raws = []json.RawMessage{}
 					}
-					return output.MarshalJSON(w, map[string]any{"workers": raws, "total": len(raws)})
+					// The API's shape, with every page in one list.
+					return output.MarshalJSON(w, struct {
+						Workers []json.RawMessage `json:"workers"`
+						Total   int               `json:"total"`
+					}{raws, len(raws)})
 				}
 				if len(ws) == 0 {
 					_, err := fmt.Fprintln(w, "no workers")
