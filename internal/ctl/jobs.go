@@ -333,7 +333,7 @@ func (a *app) jobsCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				keep = func(j Job) bool { return deref(j.WorkerID) == wk.ID || attemptedOn(j, wk.ID) }
+				keep = func(j Job) bool { return deref(j.WorkerID) == wk.ID }
 			}
 			render := func(w io.Writer) error {
 				jobs, raws, head, err := a.newestJobs(ctx, q, limit, keep)
@@ -375,17 +375,6 @@ func (a *app) jobsCommand() *cobra.Command {
 		[]string{"queued", "dispatched", "running", "canceling", "completed", "failed", "cancelled", "pending", "active"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("worker", a.completeWorkers)
 	return cmd
-}
-
-// attemptedOn is true when the list entry says the job's current attempt is
-// on the worker; older attempts are only in the job's detail.
-func attemptedOn(j Job, workerID string) bool {
-	for _, at := range j.Attempts {
-		if at.WorkerID == workerID {
-			return true
-		}
-	}
-	return false
 }
 
 // watch redraws render every interval until ctx ends (Ctrl-C ends it with

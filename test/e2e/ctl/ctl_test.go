@@ -95,6 +95,9 @@ func TestEveryCommandOverTCP(t *testing.T) {
 	r = c.ok("workers")
 	mustContain(t, "workers", r.Stdout, "NAME", "GPUS", "gpu-a", w.ID, "idle", "spare", "connecting")
 	mustContain(t, "workers -o wide", c.ok("workers", "-o", "wide").Stdout, "persistent", "pool=x", "workerd")
+	r = c.want(2, "worker", "show", "w_")
+	mustContain(t, "ambiguous prefix", r.Stderr, "\"w_\" matches 2 workers", w.ID, spareID)
+	c.want(3, "worker", "show", "nobody")
 	c.ok("worker", "delete", spareID)
 	golden(t, "workers.json", norm.apply(c.ok("workers", "-o", "json").Stdout))
 	mustContain(t, "worker show", c.ok("worker", "show", "gpu-a").Stdout, "Name:", "gpu-a", "Labels:", "pool=x")
@@ -292,6 +295,10 @@ func TestOverUnixSocket(t *testing.T) {
 	mustContain(t, "job", c.ok("job", id).Stdout, w.ID)
 	mustContain(t, "audit verify", c.ok("audit", "verify").Stdout, "intact")
 	mustContain(t, "tokens list", c.ok("tokens", "list").Stdout, "e2e")
+
+	// Shell completion asks the orchestrator for names and ids.
+	mustContain(t, "completion of worker names", c.ok("__complete", "worker", "drain", "").Stdout, "local-a\t"+w.ID)
+	mustContain(t, "completion of job ids", c.ok("__complete", "logs", "").Stdout, id+"\tcompleted")
 
 	// A bare socket path is a URL too.
 	bare := newCtl(t, map[string]string{"SIMPLETUNER_URL": o.AdminSocket()})
