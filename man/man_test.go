@@ -4,6 +4,7 @@ package man
 
 import (
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -142,5 +143,23 @@ func TestCtlPageCoversCommands(t *testing.T) {
 		if !containsWord(text, env) {
 			t.Errorf("simpletunerctl.1: environment variable %s is not documented", env)
 		}
+	}
+}
+
+// TestCtlPageLints runs the checker packaging uses on simpletunerctl(1):
+// mandoc's warnings, else groff's.
+func TestCtlPageLints(t *testing.T) {
+	t.Parallel()
+	var cmd *exec.Cmd
+	if p, err := exec.LookPath("mandoc"); err == nil {
+		cmd = exec.Command(p, "-Tlint", "-W", "warning", "simpletunerctl.1")
+	} else if p, err := exec.LookPath("groff"); err == nil {
+		cmd = exec.Command(p, "-man", "-ww", "-z", "simpletunerctl.1")
+	} else {
+		t.Skip("neither mandoc nor groff is installed")
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
 	}
 }

@@ -159,8 +159,8 @@ type downloader struct {
 	cl   *client.Client
 	path string
 	note func(string, ...any)
-	// Retries bounds attempts after a broken connection (0: 5).
-	Retries int
+	// retries bounds attempts after a broken connection (0: 5).
+	retries int
 	// restarted is set when the server sent the whole file in answer to a
 	// range request, so that the bytes kept before were thrown away.
 	restarted bool
@@ -195,7 +195,7 @@ func (d *downloader) toFile(ctx context.Context, dest string) (downloadResult, e
 		return downloadResult{}, err
 	}
 	result := downloadResult{resumedFrom: have}
-	retries := d.Retries
+	retries := d.retries
 	if retries == 0 {
 		retries = 5
 	}

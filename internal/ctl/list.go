@@ -68,14 +68,14 @@ func (a *app) eachPage(ctx context.Context, path string, q url.Values, key strin
 			}
 			seen[p.next] = true
 			if strings.HasPrefix(p.next, "/") {
-				reqPath, q = p.next, nil
+				reqPath, q = p.next, url.Values{}
 			} else {
 				q.Del("offset")
 				q.Set("cursor", p.next)
 			}
 			continue
 		}
-		if _, cursored := q["cursor"]; cursored {
+		if _, cursored := q["cursor"]; cursored || reqPath != path {
 			return nil // the last keyset page has no next
 		}
 		offset += len(p.items)

@@ -74,22 +74,26 @@ func Main(ctx context.Context, args []string, env Env) int {
 	a := &app{env: env}
 	root := a.rootCommand()
 	root.SetArgs(args)
-	root.SetIn(env.Stdin)
-	root.SetOut(env.Stdout)
-	root.SetErr(env.Stderr)
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return ExitOK
 	}
 	code := exitCode(err)
-	var se *silentError
+	var (
+		se  *silentError
+		amb *ambiguousError
+	)
 	if !errors.As(err, &se) {
 		name := root.Name()
 		if cmd != nil {
 			name = cmd.CommandPath()
 		}
-		fmt.Fprintf(env.Stderr, "%s: %s\n", name, oneLine(err.Error()))
-		if code == ExitUsage && cmd != nil && !errors.Is(err, errAmbiguous) {
+		msg := err.Error()
+		if errors.Is(err, context.Canceled) {
+			msg = "interrupted"
+		}
+		fmt.Fprintf(env.Stderr, "%s: %s\n", name, oneLine(msg))
+		if code == ExitUsage && cmd != nil && !errors.As(err, &amb) {
 			fmt.Fprintf(env.Stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		}
 	}
@@ -130,31 +134,27 @@ func notFoundf(format string, args ...any) error {
 	return &notFoundError{fmt.Sprintf(format, args...)}
 }
 
-// errAmbiguous marks a name or prefix that matches several objects (a usage
-// problem: the user has to say more).
-var errAmbiguous = errors.New("ambiguous")
-
+// ambiguousError is a name or prefix that matches several objects: a usage
+// problem, as the user has to say more.
 type ambiguousError struct{ msg string }
 
 func (e *ambiguousError) Error() string { return e.msg }
-func (e *ambiguousError) Is(t error) bool {
-	return t == errAmbiguous
-}
 
 // exitCode maps an error to the documented exit statuses.
 func exitCode(err error) int {
 	var (
-		ue *usageError
-		nf *notFoundError
-		se *silentError
-		ae *client.APIError
+		ue  *usageError
+		amb *ambiguousError
+		nf  *notFoundError
+		se  *silentError
+		ae  *client.APIError
 	)
 	switch {
 	case err == nil:
 		return ExitOK
 	case errors.As(err, &se):
 		return se.code
-	case errors.As(err, &ue), errors.Is(err, errAmbiguous):
+	case errors.As(err, &ue), errors.As(err, &amb):
 		return ExitUsage
 	case errors.As(err, &nf):
 		return ExitNotFound
@@ -181,11 +181,10 @@ else the local admin socket /run/simpletuner/orchestratord.sock when it is usabl
 else http://localhost:8001.
 
 Exit status: 0 ok, 1 the operation failed, 2 usage, 3 not found, 4 not authorised.`,
-		Version:           version.Version,
-		SilenceErrors:     true,
-		SilenceUsage:      true,
-		Args:              cobra.NoArgs,
-		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
+		Version:       version.Version,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          cobra.NoArgs,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			return a.prepare()
 		},
@@ -230,6 +229,13 @@ Exit status: 0 ok, 1 the operation failed, 2 usage, 3 not found, 4 not authorise
 		},
 	})
 
+	// cobra adds these two at execution; adding them now lets wrapUsage see
+	// them. The completion command takes its output stream when added.
+	root.SetIn(a.env.Stdin)
+	root.SetOut(a.env.Stdout)
+	root.SetErr(a.env.Stderr)
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
 	wrapUsage(root)
 	return root
 }
