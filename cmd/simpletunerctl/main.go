@@ -17,6 +17,10 @@ func main() {
 	// Ctrl-C ends --watch, --follow and logs -f cleanly (status 0) instead of
 	// killing the process mid-write.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // a second Ctrl-C kills at once, should the first not end it
+	}()
 	code := ctl.Main(ctx, os.Args[1:], ctl.Env{
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		Getenv: os.Getenv, StdoutTTY: isTerminal(os.Stdout),

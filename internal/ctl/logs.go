@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/ctl/client"
+	"github.com/simpletuner/simpletuner-orchestration/internal/ctl/output"
 )
 
 func (a *app) logsCommand() *cobra.Command {
@@ -27,7 +28,9 @@ func (a *app) logsCommand() *cobra.Command {
 		Short: "Print a job's log; -f follows it until the job ends",
 		Long: `Print a job's log. With -f, follow it as the worker ships it and exit when
 the job ends. When the connection breaks (an orchestrator restart), -f
-reconnects and carries on where it was, without repeating or skipping a line.`,
+reconnects and carries on where it was, without repeating or skipping a line.
+With -o json, each line is a JSON object {"job_id","line"}, and -f ends with
+the orchestrator's end event {"job_id","status"}.`,
 		Example:           `  simpletunerctl logs j_abc123def456 -f`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeJobs,
@@ -47,10 +50,24 @@ reconnects and carries on where it was, without repeating or skipping a line.`,
 					return err
 				}
 				defer res.Body.Close()
-				_, err = io.Copy(a.out(), res.Body)
-				return err
+				if a.format != output.JSONFormat {
+					_, err = io.Copy(a.out(), res.Body)
+					return err
+				}
+				// JSON lines, one per log line, as logs -f -o json prints them.
+				f := &logFollower{jobID: id, jsonLines: true}
+				w := bufio.NewWriter(a.out())
+				sc := bufio.NewScanner(res.Body)
+				sc.Buffer(make([]byte, 64<<10), client.MaxEventLine)
+				for sc.Scan() {
+					f.writeLine(w, strings.TrimSuffix(sc.Text(), "\r"))
+				}
+				if err := sc.Err(); err != nil {
+					return err
+				}
+				return w.Flush()
 			}
-			f := &logFollower{cl: cl, jobID: id, out: a.out(), note: a.note, giveUp: giveUp}
+			f := &logFollower{cl: cl, jobID: id, out: a.out(), note: a.note, giveUp: giveUp, jsonLines: a.format == output.JSONFormat}
 			status, err := f.run(ctx)
 			if err != nil {
 				if ctx.Err() != nil {
@@ -82,6 +99,9 @@ type logFollower struct {
 	out    io.Writer
 	note   func(string, ...any)
 	giveUp time.Duration
+
+	// jsonLines prints each line as {"job_id","line"} (-o json).
+	jsonLines bool
 
 	lines   int64           // log lines printed (resume by count)
 	seenIDs map[string]bool // ids of events printed (resume by id)
@@ -179,8 +199,7 @@ func (f *logFollower) once(ctx context.Context) (status string, connected bool, 
 				}
 				f.seenIDs[ev.ID], f.lastID = true, ev.ID
 				for _, line := range ev.Data {
-					w.WriteString(line)
-					w.WriteByte('\n')
+					f.writeLine(w, line)
 				}
 				f.lines += int64(len(ev.Data))
 			} else {
@@ -189,8 +208,7 @@ func (f *logFollower) once(ctx context.Context) (status string, connected bool, 
 					if pos <= f.lines {
 						continue // printed before the reconnect
 					}
-					w.WriteString(line)
-					w.WriteByte('\n')
+					f.writeLine(w, line)
 					f.lines = pos
 				}
 			}
@@ -198,14 +216,36 @@ func (f *logFollower) once(ctx context.Context) (status string, connected bool, 
 				return "", true, &outputError{err}
 			}
 		case "end":
+			data := strings.Join(ev.Data, "\n")
 			var end struct {
 				Status string `json:"status"`
 			}
-			_ = json.Unmarshal([]byte(strings.Join(ev.Data, "\n")), &end)
+			_ = json.Unmarshal([]byte(data), &end)
+			if f.jsonLines && json.Valid([]byte(data)) {
+				// The end event's own JSON closes a JSON-lines log.
+				w.WriteString(compactRaw(json.RawMessage(data)))
+				w.WriteByte('\n')
+			}
+			if err := w.Flush(); err != nil {
+				return "", true, &outputError{err}
+			}
 			return first(end.Status, "ended"), true, nil
 		}
 		// Other events (a newer orchestrator's) are not for us.
 	}
+}
+
+func (f *logFollower) writeLine(w *bufio.Writer, line string) {
+	if f.jsonLines {
+		b, _ := json.Marshal(struct {
+			JobID string `json:"job_id"`
+			Line  string `json:"line"`
+		}{f.jobID, line})
+		w.Write(b)
+	} else {
+		w.WriteString(line)
+	}
+	w.WriteByte('\n')
 }
 
 // outputError is a failed write to our own stdout (a closed pipe): retrying

@@ -224,6 +224,9 @@ Exit status: 0 ok, 1 the operation failed, 2 usage, 3 not found, 4 not authorise
 		Short: "Print simpletunerctl's version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if a.format == output.JSONFormat {
+				return output.MarshalJSON(a.env.Stdout, map[string]string{"version": version.Version})
+			}
 			_, err := fmt.Fprintln(a.env.Stdout, "simpletunerctl", version.Version)
 			return err
 		},

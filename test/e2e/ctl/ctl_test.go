@@ -166,6 +166,15 @@ func TestEveryCommandOverTCP(t *testing.T) {
 	if f := c.ok("logs", "-f", first); f.Stdout != r.Stdout {
 		t.Fatalf("logs -f of a finished job differs from logs:\n%s\nvs\n%s", f.Stdout, r.Stdout)
 	}
+	// -o json: one object per line; -f ends with the end event.
+	jl := lines(c.ok("logs", "-f", first, "-o", "json").Stdout)
+	if len(jl) != len(lines(r.Stdout))+1 || jl[0] != `{"job_id":"`+first+`","line":"demo-trainer: job `+first+` attempt 1, 3 steps"}` ||
+		jl[len(jl)-1] != `{"job_id":"`+first+`","status":"completed"}` {
+		t.Fatalf("logs -f -o json:\n%s", strings.Join(jl, "\n"))
+	}
+	if got := lines(c.ok("logs", first, "-o", "json").Stdout); strings.Join(got, "\n") != strings.Join(jl[:len(jl)-1], "\n") {
+		t.Fatalf("logs -o json differs from logs -f -o json:\n%s", strings.Join(got, "\n"))
+	}
 
 	// cancel: a running job, and one that does not exist (exit 3, the rest still done).
 	slow := strings.TrimSpace(c.ok("submit", "--config", writeFile(t, `{"steps": 600, "step_seconds": 0.1}`), "-q").Stdout)
@@ -299,6 +308,39 @@ func TestOverUnixSocket(t *testing.T) {
 	// Shell completion asks the orchestrator for names and ids.
 	mustContain(t, "completion of worker names", c.ok("__complete", "worker", "drain", "").Stdout, "local-a\t"+w.ID)
 	mustContain(t, "completion of job ids", c.ok("__complete", "logs", "").Stdout, id+"\tcompleted")
+
+	// --watch redraws until interrupted; Ctrl-C ends it with status 0.
+	watch := c.start("jobs", "-w", "--interval", "200ms")
+	Eventually(t, 10*time.Second, "two frames of jobs -w", func() bool {
+		out, _ := watch.output()
+		return strings.Count(out, "ID ") >= 2
+	})
+	watch.cmd.Process.Signal(os.Interrupt)
+	if code := watch.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("jobs -w ended with %d on Ctrl-C", code)
+	}
+
+	// audit --follow prints records as they are written (JSON lines with -o json).
+	follow := c.start("audit", "--follow", "--interval", "200ms", "--limit", "1", "-o", "json")
+	Eventually(t, 10*time.Second, "the newest audit record", func() bool {
+		out, _ := follow.output()
+		return strings.Count(out, "\n") >= 1
+	})
+	c.ok("worker", "labels", "local-a", "followed=yes")
+	Eventually(t, 10*time.Second, "the new record followed", func() bool {
+		out, _ := follow.output()
+		return strings.Contains(out, `"action":"worker.update"`) && strings.Contains(out, "followed")
+	})
+	follow.cmd.Process.Signal(os.Interrupt)
+	if code := follow.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("audit --follow ended with %d on Ctrl-C", code)
+	}
+	out, _ := follow.output()
+	for _, l := range lines(out) {
+		if !json.Valid([]byte(l)) {
+			t.Fatalf("audit --follow -o json printed a line that is not JSON: %q", l)
+		}
+	}
 
 	// A bare socket path is a URL too.
 	bare := newCtl(t, map[string]string{"SIMPLETUNER_URL": o.AdminSocket()})
