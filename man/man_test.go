@@ -4,10 +4,16 @@ package man
 
 import (
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/ctl"
+	"github.com/simpletuner/simpletuner-orchestration/internal/ctl/ctlconf"
 )
 
 // plain turns roff source into searchable text: escapes for "-" and "." become the
@@ -88,5 +94,72 @@ func containsWord(text, w string) bool {
 			return true
 		}
 		i = start + 1
+	}
+}
+
+// TestCtlPageCoversCommands: every command, subcommand and flag (global or
+// a command's own) of simpletunerctl appears in simpletunerctl(1).
+func TestCtlPageCoversCommands(t *testing.T) {
+	t.Parallel()
+	text := plain(t, "simpletunerctl.1")
+	root := ctl.Command()
+	root.InitDefaultCompletionCmd()
+	seen := 0
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Hidden || c.Name() == "help" || (c.HasParent() && c.Parent().Name() == "completion") {
+			return
+		}
+		seen++
+		path := strings.TrimPrefix(c.CommandPath(), root.Name()+" ")
+		if c != root && !containsWord(text, path) {
+			t.Errorf("simpletunerctl.1: command %q exists in code but is not documented", path)
+		}
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if f.Hidden {
+				return
+			}
+			if !containsWord(text, "--"+f.Name) {
+				t.Errorf("simpletunerctl.1: flag --%s of %q exists in code but is not documented", f.Name, c.CommandPath())
+			}
+			if f.Shorthand != "" && !containsWord(text, "-"+f.Shorthand) {
+				t.Errorf("simpletunerctl.1: flag -%s of %q exists in code but is not documented", f.Shorthand, c.CommandPath())
+			}
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	if seen < 20 {
+		t.Fatalf("walked only %d commands; is the command tree built?", seen)
+	}
+	for _, key := range ctlconf.Keys() {
+		if !containsWord(text, key) {
+			t.Errorf("simpletunerctl.1: ctl.toml key %q is not documented", key)
+		}
+	}
+	for _, env := range []string{"SIMPLETUNER_URL", "SIMPLETUNER_ADMIN_TOKEN", "NO_COLOR"} {
+		if !containsWord(text, env) {
+			t.Errorf("simpletunerctl.1: environment variable %s is not documented", env)
+		}
+	}
+}
+
+// TestCtlPageLints runs the checker packaging uses on simpletunerctl(1):
+// mandoc's warnings, else groff's.
+func TestCtlPageLints(t *testing.T) {
+	t.Parallel()
+	var cmd *exec.Cmd
+	if p, err := exec.LookPath("mandoc"); err == nil {
+		cmd = exec.Command(p, "-Tlint", "-W", "warning", "simpletunerctl.1")
+	} else if p, err := exec.LookPath("groff"); err == nil {
+		cmd = exec.Command(p, "-man", "-ww", "-z", "simpletunerctl.1")
+	} else {
+		t.Skip("neither mandoc nor groff is installed")
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
 	}
 }

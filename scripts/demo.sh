@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$PWD/bin
-[ -x "$bin/simpletuner-orchestratord" ] && [ -x "$bin/simpletuner-workerd" ] || make build
+[ -x "$bin/simpletuner-orchestratord" ] && [ -x "$bin/simpletuner-workerd" ] && [ -x "$bin/simpletunerctl" ] || make build
 go build -o "$bin/demo-trainer" ./test/demo-trainer
 
 dir=$(mktemp -d /tmp/simpletuner-demo.XXXXXX)
@@ -54,6 +54,8 @@ curl -sf "$api/readyz" >/dev/null || { cat "$dir/orchestratord.log"; exit 1; }
 step "creating an admin token (simpletuner-orchestratord token create)"
 admin=$("$bin/simpletuner-orchestratord" --config "$dir/orchestratord.toml" token create --name demo --scope '*' 2>/dev/null)
 auth=(-H "Authorization: Bearer $admin" -H "Content-Type: application/json")
+(umask 077; printf '%s\n' "$admin" >"$dir/admin-token")
+ctl=("$bin/simpletunerctl" --url "$api" --token-file "$dir/admin-token")
 
 step "creating a worker through the admin API"
 created=$(curl -sf "${auth[@]}" -X POST "$api/api/admin/workers" \
@@ -92,8 +94,8 @@ submitted=$(curl -sf "${auth[@]}" -X POST "$api/api/queue/submit" \
 printf '%s' "$submitted" | json
 job_id=$(printf '%s' "$submitted" | sed -E 's/.*"job_id":"([^"]+)".*/\1/')
 
-step "following the job's log until it ends"
-curl -sfN --max-time 120 "${auth[@]}" "$api/api/queue/$job_id/logs?follow=1" | sed -n 's/^data: /  /p'
+step "following the job's log until it ends (simpletunerctl logs -f $job_id)"
+timeout 120 "${ctl[@]}" logs -f "$job_id" 2>&1 | sed 's/^/  /'
 
 step "job summary"
 curl -sf "${auth[@]}" "$api/api/queue/$job_id" | json

@@ -84,7 +84,10 @@ func (s *Server) readLogs(w http.ResponseWriter, r *http.Request, ps httprouter.
 			_ = rc.Flush()
 			return nil
 		}
-		if rc.Flush() != nil {
+		// A shutting-down orchestrator ends follow streams itself: the HTTP
+		// server's graceful stop would otherwise wait for each job to end,
+		// and clients reconnect to the next instance anyway.
+		if rc.Flush() != nil || s.stopping.Load() {
 			return nil
 		}
 		select {

@@ -27,7 +27,7 @@ import (
 // BinDir holds the binaries Main built.
 var BinDir string
 
-// Main builds the daemons and the demo trainer, runs the tests, stops the
+// Main builds the daemons, the demo trainer and simpletunerctl, runs the tests, stops the
 // shared PostgreSQL cluster and removes the binaries. Use it as TestMain.
 func Main(m *testing.M) {
 	dir, err := os.MkdirTemp("", "simpletuner-e2e-bin")
@@ -44,6 +44,7 @@ func Main(m *testing.M) {
 		{"simpletuner-orchestratord", "./cmd/simpletuner-orchestratord", "0"},
 		{"simpletuner-workerd", "./cmd/simpletuner-workerd", "1"},
 		{"demo-trainer", "./test/demo-trainer", "0"},
+		{"simpletunerctl", "./cmd/simpletunerctl", "0"},
 	} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.name), b.pkg)
 		cmd.Dir = root
@@ -272,6 +273,12 @@ func StartOrchestratorWith(t testing.TB, opt OrchOptions) *Orch {
 	return o
 }
 
+// AdminSocket is the orchestrator's admin unix socket.
+func (o *Orch) AdminSocket() string { return filepath.Join(o.Dir, "o.sock") }
+
+// ConfigsDir is the orchestrator's configs directory (submit by config name).
+func (o *Orch) ConfigsDir() string { return filepath.Join(o.Dir, "configs") }
+
 // Restart (re)starts the orchestrator process on the same config and state
 // and waits until it is ready.
 func (o *Orch) Restart() {
@@ -419,6 +426,9 @@ type WorkerSpec struct {
 	URLPath         string // appended to the orchestrator's URL (a misconfiguration)
 	CancelGrace     string // [job] cancel_grace; "" → 1s
 	JobTOML         string // extra lines for [job]
+	// ID and Token name a worker created beforehand (e.g. by simpletunerctl);
+	// empty: StartWorker creates one through the admin API.
+	ID, Token string
 }
 
 // DemoTrainer is the path of the built demo trainer.
@@ -427,7 +437,10 @@ func DemoTrainer() string { return filepath.Join(BinDir, "demo-trainer") }
 // StartWorker creates a worker and starts a workerd for it.
 func (o *Orch) StartWorker(s WorkerSpec) *Wrk {
 	o.T.Helper()
-	id, token := o.CreateWorker(s.Name, s.Persistent, s.Labels)
+	id, token := s.ID, s.Token
+	if id == "" {
+		id, token = o.CreateWorker(s.Name, s.Persistent, s.Labels)
+	}
 	return o.StartWorkerFor(id, token, s)
 }
 

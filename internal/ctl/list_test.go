@@ -1,0 +1,125 @@
+package ctl
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// listServer is a real HTTP server holding n workers and n jobs, paging its
+// lists the way the orchestrator does today (limit, offset, total) or with a
+// keyset cursor ("next"), as a query value or as the next page's path.
+type listServer struct {
+	n     int
+	style string // "offset", "cursor" or "path"
+	pages int
+}
+
+func (s *listServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if id, ok := strings.CutPrefix(r.URL.Path, "/api/queue/"); ok {
+		fmt.Fprintf(w, `{"job_id": %q, "status": "queued", "queued_at": "2026-03-01T11:00:00Z"}`, id)
+		return
+	}
+	s.pages++
+	q := r.URL.Query()
+	limit, _ := strconv.Atoi(q.Get("limit"))
+	start, _ := strconv.Atoi(q.Get("offset"))
+	if c := q.Get("cursor"); c != "" {
+		start, _ = strconv.Atoi(strings.TrimPrefix(c, "c"))
+	}
+	if a := q.Get("after"); a != "" {
+		start, _ = strconv.Atoi(a)
+	}
+	end := min(s.n, start+limit)
+	var items []string
+	for i := start; i < end; i++ {
+		switch r.URL.Path {
+		case "/api/admin/workers":
+			items = append(items, fmt.Sprintf(`{"worker_id": "w_%012d", "name": "n%05d", "status": "idle", "connected": true}`, i, i))
+		case "/api/queue":
+			items = append(items, fmt.Sprintf(`{"job_id": "j_%012d", "status": "queued", "worker_id": "w_%012d", "queued_at": "2026-03-01T11:00:00Z"}`, i, i%3))
+		}
+	}
+	next := ""
+	if end < s.n {
+		switch s.style {
+		case "cursor":
+			next = fmt.Sprintf(`, "next": "c%d"`, end)
+		case "path":
+			next = fmt.Sprintf(`, "next": "%s?limit=%d&after=%d"`, r.URL.Path, limit, end)
+		}
+	}
+	key := "workers"
+	if r.URL.Path == "/api/queue" {
+		key = "entries"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"%s": [%s], "total": %d%s}`, key, strings.Join(items, ","), s.n, next)
+}
+
+func TestWorkersReadsEveryPage(t *testing.T) {
+	for _, style := range []string{"offset", "cursor", "path"} {
+		ls := &listServer{n: 2345, style: style}
+		srv := httptest.NewServer(ls)
+		r := runMain(t, map[string]string{"SIMPLETUNER_URL": srv.URL}, "", "workers", "-o", "json")
+		srv.Close()
+		var reply struct {
+			Workers []Worker `json:"workers"`
+			Total   int      `json:"total"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &reply); err != nil || r.code != 0 {
+			t.Fatalf("%s: exit %d %v %s", style, r.code, err, r.stderr)
+		}
+		if len(reply.Workers) != 2345 || reply.Total != 2345 || ls.pages != 3 {
+			t.Fatalf("%s: %d workers (total %d) in %d pages", style, len(reply.Workers), reply.Total, ls.pages)
+		}
+		for i, w := range reply.Workers {
+			if w.Name != fmt.Sprintf("n%05d", i) {
+				t.Fatalf("%s: worker %d is %s", style, i, w.Name)
+			}
+		}
+	}
+}
+
+func TestJobsNewestFirstAcrossPages(t *testing.T) {
+	srv := httptest.NewServer(&listServer{n: 450, style: "offset"})
+	defer srv.Close()
+	env := map[string]string{"SIMPLETUNER_URL": srv.URL}
+	ids := func(out string) []string {
+		var reply struct {
+			Entries []Job `json:"entries"`
+		}
+		if err := json.Unmarshal([]byte(out), &reply); err != nil {
+			t.Fatal(err, out)
+		}
+		var s []string
+		for _, j := range reply.Entries {
+			s = append(s, j.ID)
+		}
+		return s
+	}
+	r := runMain(t, env, "", "jobs", "--limit", "300", "-o", "json")
+	got := ids(r.stdout)
+	if len(got) != 300 || got[0] != "j_000000000449" || got[299] != "j_000000000150" {
+		t.Fatalf("jobs --limit 300: %d, first %v last %v", len(got), got[:1], got[len(got)-1:])
+	}
+	// A worker filter scans backwards across pages until it has enough.
+	r = runMain(t, env, "", "jobs", "--worker", "w_000000000001", "--limit", "200", "-o", "json")
+	got = ids(r.stdout)
+	if len(got) != 150 || got[0] != "j_000000000448" || got[149] != "j_000000000001" {
+		t.Fatalf("jobs --worker: %d, first %v last %v", len(got), got[:1], got[len(got)-1:])
+	}
+	// Prefix resolution finds one job among many, and refuses an ambiguous prefix.
+	r = runMain(t, env, "", "job", "000000000449")
+	if r.code != 0 || !strings.Contains(r.stdout, "j_000000000449") {
+		t.Fatalf("job by prefix: %d %q", r.code, r.stderr)
+	}
+	r = runMain(t, env, "", "job", "0000000004")
+	if r.code != ExitUsage || !strings.Contains(r.stderr, "matches several jobs") {
+		t.Fatalf("ambiguous job prefix: %d %q", r.code, r.stderr)
+	}
+}

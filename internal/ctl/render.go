@@ -1,0 +1,454 @@
+package ctl
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/ctl/output"
+)
+
+// renderer turns API objects into the human tables. It is pure (the clock is
+// given), so the golden tests drive it with recorded replies.
+type renderer struct {
+	now   time.Time
+	style output.Styler
+	wide  bool
+}
+
+// Column widths of the default tables, chosen so that a row fits in 79
+// columns (an 80-column terminal without a wrap).
+const (
+	nameWidth   = 16
+	configWidth = 18
+	scopesWidth = 24
+	pathWidth   = 44
+)
+
+func (r renderer) age(s *string) string { return output.Age(r.now, output.ParseTime(s)) }
+
+func (r renderer) workers(w io.Writer, ws []Worker) error {
+	var t *output.Table
+	if r.wide {
+		t = output.NewTable("NAME", "ID", r.style.Header("STATUS"), "TYPE", "GPUS", "GPU", "JOBS", "SEEN", "UPTIME", "AGENT", "LABELS")
+	} else {
+		t = output.NewTable("NAME", "ID", r.style.Header("STATUS"), "GPUS", "JOB", "SEEN")
+	}
+	for _, wk := range ws {
+		ids, extra := wk.Jobs()
+		if r.wide {
+			jobs := strings.Join(ids, ",")
+			if extra > 0 {
+				jobs += fmt.Sprintf("+%d", extra)
+			}
+			gpu := wk.GPUName
+			if wk.GPUVRAMGB > 0 {
+				gpu = strings.TrimSpace(fmt.Sprintf("%s %sGB", gpu, trimFloat(wk.GPUVRAMGB)))
+			}
+			uptime := ""
+			if wk.UptimeSeconds != nil {
+				uptime = output.Duration(time.Duration(*wk.UptimeSeconds * float64(time.Second)))
+			}
+			t.Row(wk.Name, wk.ID, r.style.State(r.workerState(wk)), wk.WorkerType, wk.GPUsFreeText(), gpu, jobs,
+				r.age(wk.LastHeartbeat), uptime, agentText(wk), labelsText(wk.Labels))
+			continue
+		}
+		job := ""
+		if len(ids) > 0 {
+			job = ids[0]
+		}
+		if n := len(ids) - 1 + extra; n > 0 {
+			job += fmt.Sprintf("+%d", n)
+		}
+		t.Row(output.Truncate(wk.Name, nameWidth), wk.ID, r.style.State(r.workerState(wk)), wk.GPUsFreeText(), job, r.age(wk.LastHeartbeat))
+	}
+	return t.Write(w)
+}
+
+// workerState is the status, marked when the stream is down although the
+// store still says the worker is up.
+func (r renderer) workerState(wk Worker) string {
+	if !wk.Connected && (wk.Status == "idle" || wk.Status == "busy") {
+		return wk.Status + "?"
+	}
+	return wk.Status
+}
+
+func agentText(wk Worker) string {
+	switch {
+	case wk.Protocol >= 2 && wk.AgentVersion != "":
+		return fmt.Sprintf("workerd %s (p%d)", wk.AgentVersion, wk.Protocol)
+	case wk.Protocol >= 2:
+		return fmt.Sprintf("workerd (p%d)", wk.Protocol)
+	case wk.Protocol == 1:
+		return "agent (p1)"
+	}
+	return ""
+}
+
+func trimFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+func (r renderer) worker(w io.Writer, wk Worker) error {
+	ids, extra := wk.Jobs()
+	jobs := strings.Join(ids, ", ")
+	if extra > 0 {
+		jobs = strings.TrimPrefix(jobs+fmt.Sprintf(", +%d more", extra), ", ")
+	}
+	gpu := fmt.Sprintf("%s free/total", wk.GPUsFreeText())
+	if wk.GPUName != "" {
+		gpu += fmt.Sprintf(", %s", wk.GPUName)
+	}
+	if wk.GPUVRAMGB > 0 {
+		gpu += fmt.Sprintf(", %s GB each", trimFloat(wk.GPUVRAMGB))
+	}
+	connected := "no"
+	if wk.Connected {
+		connected = "yes"
+		if wk.UptimeSeconds != nil {
+			connected += ", for " + output.Duration(time.Duration(*wk.UptimeSeconds*float64(time.Second)))
+		}
+	}
+	kv := [][2]string{
+		{"Worker", wk.ID},
+		{"Name", wk.Name},
+		{"Status", r.style.State(wk.Status)},
+		{"Type", wk.WorkerType},
+		{"Connected", connected},
+		{"GPUs", gpu},
+		{"Jobs", jobs},
+		{"Last heartbeat", timeAndAge(r, wk.LastHeartbeat)},
+		{"Created", timeAndAge(r, &wk.CreatedAt)},
+		{"Agent", agentText(wk)},
+		{"Provider", deref(wk.Provider)},
+		{"Labels", labelsText(wk.Labels)},
+	}
+	if wk.Local {
+		kv = append(kv, [2]string{"Local", "yes (attached through the admin socket)"})
+	}
+	return writeKV(w, kv)
+}
+
+func timeAndAge(r renderer, s *string) string {
+	t := output.ParseTime(s)
+	if t.IsZero() {
+		return ""
+	}
+	return fmt.Sprintf("%s (%s ago)", t.UTC().Format(time.RFC3339), output.Age(r.now, t))
+}
+
+// writeKV prints "Key:  value" lines, skipping empty values.
+func writeKV(w io.Writer, kv [][2]string) error {
+	width := 0
+	for _, p := range kv {
+		width = max(width, len(p[0]))
+	}
+	for _, p := range kv {
+		if p[1] == "" {
+			continue
+		}
+		if _, err := fmt.Fprintf(w, "%-*s  %s\n", width+1, p[0]+":", p[1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func configText(j Job) string {
+	if j.ConfigName != nil && *j.ConfigName != "" {
+		return *j.ConfigName
+	}
+	return "(inline)"
+}
+
+func (r renderer) jobs(w io.Writer, js []Job) error {
+	var t *output.Table
+	if r.wide {
+		t = output.NewTable("ID", r.style.Header("STATUS"), "PRI", "CONFIG", "TARGET", "GPUS", "VRAM", "LABELS", "WORKER",
+			"ATTEMPT", "RETRIES", "BY", "QUEUED", "STARTED", "ENDED", "NOTE")
+	} else {
+		t = output.NewTable("ID", r.style.Header("STATUS"), "PRI", "CONFIG", "WORKER", "AGE")
+	}
+	for _, j := range js {
+		if r.wide {
+			vram := ""
+			if j.MinVRAMGB > 0 {
+				vram = trimFloat(j.MinVRAMGB) + "GB"
+			}
+			note := deref(j.Error)
+			if j.Status == "queued" && deref(j.WaitingReason) != "" {
+				note = deref(j.WaitingReason)
+			}
+			t.Row(j.ID, r.style.State(j.Status), strconv.Itoa(j.Priority), configText(j), j.Target, strconv.Itoa(j.GPUCount), vram,
+				labelsText(j.WorkerLabels), deref(j.WorkerID), strconv.Itoa(j.Attempt), fmt.Sprintf("%d/%d", j.RetriesUsed, j.MaxRetries),
+				j.SubmittedBy, r.age(&j.QueuedAt), r.age(j.StartedAt), r.age(j.CompletedAt), note)
+			continue
+		}
+		t.Row(j.ID, r.style.State(j.Status), strconv.Itoa(j.Priority), output.Truncate(configText(j), configWidth),
+			deref(j.WorkerID), r.age(&j.QueuedAt))
+	}
+	return t.Write(w)
+}
+
+func (r renderer) job(w io.Writer, j Job) error {
+	var req []string
+	if j.GPUCount > 0 {
+		req = append(req, fmt.Sprintf("%d GPU(s)", j.GPUCount))
+	}
+	if j.MinVRAMGB > 0 {
+		req = append(req, fmt.Sprintf("at least %s GB VRAM", trimFloat(j.MinVRAMGB)))
+	}
+	if len(j.WorkerLabels) > 0 {
+		req = append(req, "labels "+labelsText(j.WorkerLabels))
+	}
+	timeout := ""
+	if j.TimeoutSeconds > 0 {
+		timeout = (time.Duration(j.TimeoutSeconds) * time.Second).String()
+	}
+	progress := ""
+	if len(j.Progress) > 0 && string(j.Progress) != "null" {
+		progress = string(j.Progress)
+	}
+	kv := [][2]string{
+		{"Job", j.ID},
+		{"Status", r.style.State(j.Status)},
+		{"Waiting", deref(j.WaitingReason)},
+		{"Config", configText(j)},
+		{"Target", j.Target},
+		{"Priority", strconv.Itoa(j.Priority)},
+		{"Requirements", strings.Join(req, ", ")},
+		{"Timeout", timeout},
+		{"Worker", deref(j.WorkerID)},
+		{"Attempt", fmt.Sprintf("%d (retries used %d of %d)", j.Attempt, j.RetriesUsed, j.MaxRetries)},
+		{"Submitted by", j.SubmittedBy},
+		{"Queued", timeAndAge(r, &j.QueuedAt)},
+		{"Started", timeAndAge(r, j.StartedAt)},
+		{"Ended", timeAndAge(r, j.CompletedAt)},
+		{"Progress", progress},
+		{"Error", deref(j.Error)},
+	}
+	if err := writeKV(w, kv); err != nil {
+		return err
+	}
+	if len(j.Attempts) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	t := output.NewTable("ATTEMPT", "WORKER", "DISPATCHED", "STARTED", "ENDED", "OUTCOME")
+	if r.wide {
+		t = output.NewTable("ATTEMPT", "WORKER", "DISPATCHED", "STARTED", "ENDED", "OUTCOME", "ERROR")
+	}
+	for _, at := range j.Attempts {
+		row := []string{strconv.Itoa(at.Attempt), at.WorkerID, r.age(&at.DispatchedAt), r.age(at.StartedAt), r.age(at.EndedAt), deref(at.Outcome)}
+		if r.wide {
+			row = append(row, deref(at.Error))
+		}
+		t.Row(row...)
+	}
+	return t.Write(w)
+}
+
+func (r renderer) tokens(w io.Writer, ts []Token) error {
+	var t *output.Table
+	if r.wide {
+		t = output.NewTable("ID", "NAME", "SCOPES", "CREATED", r.style.Header("STATE"), "REVOKED")
+	} else {
+		t = output.NewTable("ID", "NAME", "SCOPES", "AGE", r.style.Header("STATE"))
+	}
+	for _, tk := range ts {
+		state := "active"
+		if tk.RevokedAt != nil {
+			state = "revoked"
+		}
+		scopes := strings.Join(tk.Scopes, ",")
+		if r.wide {
+			t.Row(tk.ID, tk.Name, scopes, tk.CreatedAt, r.style.State(state), deref(tk.RevokedAt))
+			continue
+		}
+		t.Row(tk.ID, output.Truncate(tk.Name, nameWidth), output.Truncate(scopes, scopesWidth), r.age(&tk.CreatedAt), r.style.State(state))
+	}
+	return t.Write(w)
+}
+
+func (r renderer) artifacts(w io.Writer, as []Artifact) error {
+	var t *output.Table
+	if r.wide {
+		t = output.NewTable("PATH", "BYTES", "MODIFIED", "SHA256")
+	} else {
+		t = output.NewTable("PATH", "SIZE", "MODIFIED")
+	}
+	for _, a := range as {
+		size := ""
+		if a.HasSize {
+			size = humanBytes(a.Size)
+		}
+		if r.wide {
+			if a.HasSize {
+				size = strconv.FormatInt(a.Size, 10)
+			}
+			t.Row(a.Path, size, a.Modified, a.SHA256)
+			continue
+		}
+		p := a.Path
+		if n := len([]rune(p)); n > pathWidth {
+			// Keep the end of a long path: the file name tells more than the directories.
+			p = "…" + string([]rune(p)[n-pathWidth+1:])
+		}
+		t.Row(p, size, r.age(&a.Modified))
+	}
+	return t.Write(w)
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%dB", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 5; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// auditColumns are fixed, so that rows printed by --follow line up with the
+// first batch.
+var (
+	auditNarrow = []int{5, 11, 13, 19, 14, 6}
+	auditWide   = []int{6, 20, 24, 15, 22, 30, 7}
+)
+
+func (r renderer) auditHeader(w io.Writer) {
+	if r.wide {
+		writeFixed(w, auditWide, "SEQ", "TIME", "ACTOR", "IP", "ACTION", "TARGET", "OUTCOME", "DETAILS")
+		return
+	}
+	writeFixed(w, auditNarrow, "SEQ", "TIME", "ACTOR", "ACTION", "TARGET", "RESULT")
+}
+
+func (r renderer) auditRows(w io.Writer, recs []audit.Record) {
+	for _, rec := range recs {
+		seq := strconv.FormatInt(rec.Seq, 10)
+		if r.wide {
+			target := rec.TargetType
+			if rec.TargetID != "" {
+				target += ":" + rec.TargetID
+			}
+			writeFixed(w, auditWide, seq, rec.Time.UTC().Format(time.RFC3339), rec.Actor, rec.ActorIP, rec.Action, target,
+				rec.Outcome, compactJSON(rec.Details))
+			continue
+		}
+		result := "ok"
+		if rec.Outcome != audit.Success {
+			result = "FAIL"
+		}
+		writeFixed(w, auditNarrow, seq, rec.Time.UTC().Format("01-02 15:04"), output.Truncate(rec.Actor, 13),
+			output.Truncate(rec.Action, 19), output.Truncate(rec.TargetID, 14), result)
+	}
+}
+
+func compactJSON(raw json.RawMessage) string {
+	if len(raw) == 0 || string(raw) == "{}" || string(raw) == "null" {
+		return ""
+	}
+	return string(raw)
+}
+
+// writeFixed prints cells padded to widths with two spaces between columns;
+// the last cell is not padded.
+func writeFixed(w io.Writer, widths []int, cells ...string) {
+	var b strings.Builder
+	for i, c := range cells {
+		if c == "" {
+			c = "-"
+		}
+		if i == len(cells)-1 || i >= len(widths) {
+			b.WriteString(c)
+			break
+		}
+		b.WriteString(c)
+		if pad := widths[i] - len([]rune(c)); pad > 0 {
+			b.WriteString(strings.Repeat(" ", pad))
+		}
+		b.WriteString("  ")
+	}
+	fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+}
+
+// statusReport is what `status` gathers; -o json prints it as it is.
+type statusReport struct {
+	Endpoint string          `json:"endpoint"`
+	Health   json.RawMessage `json:"healthz"`
+	Ready    json.RawMessage `json:"readyz"`
+	ReadyOK  bool            `json:"ready"`
+	Stats    json.RawMessage `json:"stats,omitempty"`
+	// StatsError is set when the queue summary could not be read (a token
+	// without queue.view).
+	StatsError string `json:"stats_error,omitempty"`
+}
+
+type queueStats struct {
+	QueueDepth int            `json:"queue_depth"`
+	Running    int            `json:"running"`
+	ByStatus   map[string]int `json:"by_status"`
+	Workers    map[string]int `json:"workers"`
+}
+
+func (r renderer) status(w io.Writer, s statusReport) error {
+	var health, ready map[string]any
+	_ = json.Unmarshal(s.Health, &health)
+	_ = json.Unmarshal(s.Ready, &ready)
+	str := func(m map[string]any, keys ...string) string {
+		for _, k := range keys {
+			if v, ok := m[k].(string); ok && v != "" {
+				return v
+			}
+		}
+		return ""
+	}
+	healthText := r.style.State(first(str(health, "status"), "unreachable"))
+	readyText := r.style.State(first(str(ready, "status"), "not ready"))
+	if reason := str(ready, "reason"); reason != "" && !s.ReadyOK {
+		readyText += " (" + reason + ")"
+	}
+	notReported := "not reported by this orchestrator"
+	kv := [][2]string{
+		{"Orchestrator", s.Endpoint},
+		{"Health", healthText + ", " + readyText},
+		{"Version", first(str(health, "version"), str(ready, "version"), notReported)},
+		{"Store", first(str(health, "store", "database"), str(ready, "store", "database"), notReported)},
+	}
+	if s.StatsError != "" {
+		kv = append(kv, [2]string{"Queue", "unavailable: " + s.StatsError})
+		return writeKV(w, kv)
+	}
+	var st queueStats
+	_ = json.Unmarshal(s.Stats, &st)
+	wk := st.Workers
+	kv = append(kv,
+		[2]string{"Workers", fmt.Sprintf("%d: %d idle, %d busy, %d draining, %d offline, %d connecting",
+			wk["total"], wk["idle"], wk["busy"], wk["draining"], wk["offline"], wk["connecting"])},
+		[2]string{"Queue", fmt.Sprintf("%d queued, %d running", st.QueueDepth, st.Running)},
+		[2]string{"Finished", fmt.Sprintf("%d completed, %d failed, %d cancelled",
+			st.ByStatus["completed"], st.ByStatus["failed"], st.ByStatus["cancelled"])},
+	)
+	// Statuses a newer orchestrator may add still get a line.
+	var other []string
+	for k, v := range st.ByStatus {
+		switch k {
+		case "queued", "dispatched", "running", "canceling", "completed", "failed", "cancelled":
+		default:
+			other = append(other, fmt.Sprintf("%d %s", v, k))
+		}
+	}
+	sort.Strings(other)
+	if len(other) > 0 {
+		kv = append(kv, [2]string{"Other", strings.Join(other, ", ")})
+	}
+	return writeKV(w, kv)
+}

@@ -1,0 +1,206 @@
+package ctl
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/ctl/output"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from this run")
+
+// fixtureNow is the clock of every golden table: ages are relative to it.
+var fixtureNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func readFixture(t *testing.T, name string, v any) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v != nil {
+		if err := json.Unmarshal(b, v); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	return b
+}
+
+func checkGolden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if !bytes.Equal(want, got) {
+		t.Errorf("%s differs (run with -update if intended)\n--- want\n%s\n--- got\n%s", path, want, got)
+	}
+}
+
+// renderCase renders one fixture in one format.
+type renderCase struct {
+	name   string
+	render func(r renderer, w *bytes.Buffer) error
+}
+
+func renderCases(t *testing.T) []renderCase {
+	var workers struct {
+		Workers []Worker `json:"workers"`
+	}
+	readFixture(t, "workers.json", &workers)
+	var jobs struct {
+		Entries []Job `json:"entries"`
+	}
+	readFixture(t, "jobs.json", &jobs)
+	var job Job
+	readFixture(t, "job.json", &job)
+	var tokens struct {
+		Tokens []Token `json:"tokens"`
+	}
+	readFixture(t, "tokens.json", &tokens)
+	var recs struct {
+		Records []audit.Record `json:"records"`
+	}
+	readFixture(t, "audit.json", &recs)
+	arts, err := decodeArtifacts(readFixture(t, "artifacts.json", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var status statusReport
+	readFixture(t, "status.json", &status)
+	return []renderCase{
+		{"workers", func(r renderer, w *bytes.Buffer) error { return r.workers(w, workers.Workers) }},
+		{"worker", func(r renderer, w *bytes.Buffer) error { return r.worker(w, workers.Workers[0]) }},
+		{"jobs", func(r renderer, w *bytes.Buffer) error { return r.jobs(w, jobs.Entries) }},
+		{"job", func(r renderer, w *bytes.Buffer) error { return r.job(w, job) }},
+		{"tokens", func(r renderer, w *bytes.Buffer) error { return r.tokens(w, tokens.Tokens) }},
+		{"audit", func(r renderer, w *bytes.Buffer) error { r.auditHeader(w); r.auditRows(w, recs.Records); return nil }},
+		{"artifacts", func(r renderer, w *bytes.Buffer) error { return r.artifacts(w, arts) }},
+		{"status", func(r renderer, w *bytes.Buffer) error { return r.status(w, status) }},
+	}
+}
+
+// TestTablesGolden renders recorded API replies as tables and wide tables
+// and compares them with testdata/<name>.<format>.golden.
+func TestTablesGolden(t *testing.T) {
+	for _, tc := range renderCases(t) {
+		for _, wide := range []bool{false, true} {
+			name := tc.name + ".table"
+			if wide {
+				name = tc.name + ".wide"
+			}
+			t.Run(name, func(t *testing.T) {
+				var buf bytes.Buffer
+				if err := tc.render(renderer{now: fixtureNow, wide: wide}, &buf); err != nil {
+					t.Fatal(err)
+				}
+				checkGolden(t, name, buf.Bytes())
+				if wide {
+					return
+				}
+				for i, line := range strings.Split(strings.TrimRight(buf.String(), "\n"), "\n") {
+					if n := utf8.RuneCountInString(line); n > 79 {
+						t.Errorf("line %d is %d columns, more than an 80-column terminal holds without wrapping:\n%s", i+1, n, line)
+					}
+				}
+			})
+		}
+	}
+}
+
+var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
+
+// TestColourKeepsColumnsAligned: with colour on, removing the escapes gives
+// exactly the uncoloured table, so the colour codes never shift a column.
+func TestColourKeepsColumnsAligned(t *testing.T) {
+	for _, tc := range renderCases(t) {
+		for _, wide := range []bool{false, true} {
+			var plain, coloured bytes.Buffer
+			if err := tc.render(renderer{now: fixtureNow, wide: wide}, &plain); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.render(renderer{now: fixtureNow, wide: wide, style: output.Styler{On: true}}, &coloured); err != nil {
+				t.Fatal(err)
+			}
+			if tc.name != "audit" && tc.name != "artifacts" && !ansi.Match(coloured.Bytes()) {
+				t.Errorf("%s: no colour at all", tc.name)
+			}
+			if got := ansi.ReplaceAllString(coloured.String(), ""); got != plain.String() {
+				t.Errorf("%s (wide %v): colour moves the columns\n--- plain\n%s--- coloured, escapes removed\n%s", tc.name, wide, plain.String(), got)
+			}
+		}
+	}
+}
+
+// TestJSONOutputIsTheReply: -o json prints the API's reply itself, keys in
+// the API's order, indented.
+func TestJSONOutputIsTheReply(t *testing.T) {
+	for _, name := range []string{"workers.json", "jobs.json", "job.json", "tokens.json", "audit.json", "artifacts.json"} {
+		raw := readFixture(t, name, nil)
+		var buf bytes.Buffer
+		if err := output.WriteJSON(&buf, raw); err != nil {
+			t.Fatal(err)
+		}
+		checkGolden(t, strings.TrimSuffix(name, ".json")+".json", buf.Bytes())
+		var a, b any
+		if json.Unmarshal(raw, &a) != nil || json.Unmarshal(buf.Bytes(), &b) != nil {
+			t.Fatalf("%s: not JSON", name)
+		}
+		if ja, jb := mustMarshal(a), mustMarshal(b); ja != jb {
+			t.Errorf("%s: -o json changed the content", name)
+		}
+	}
+}
+
+func mustMarshal(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+func TestWorkerJobsAndGPUs(t *testing.T) {
+	str := func(s string) *string { return &s }
+	n := func(i int) *int { return &i }
+	for _, tc := range []struct {
+		w     Worker
+		jobs  []string
+		extra int
+		gpus  string
+	}{
+		{Worker{Status: "idle", Connected: true, GPUCount: 4}, nil, 0, "4/4"},
+		{Worker{Status: "idle", Connected: false, GPUCount: 4}, nil, 0, "0/4"},
+		{Worker{Status: "busy", Connected: true, GPUCount: 4, CurrentJobID: str("j_1")}, []string{"j_1"}, 0, "0/4"},
+		{Worker{Status: "offline", GPUCount: 2}, nil, 0, "-/2"},
+		{Worker{Status: "busy", GPUCount: 8, GPUsFree: n(3), RunningJobs: json.RawMessage(`["j_1","j_2"]`)}, []string{"j_1", "j_2"}, 0, "3/8"},
+		{Worker{Status: "busy", RunningJobs: json.RawMessage(`[{"job_id":"j_1"},{"id":"j_2"},{"x":1}]`)}, []string{"j_1", "j_2"}, 1, "0/0"},
+		{Worker{Status: "busy", RunningJobs: json.RawMessage(`3`), CurrentJobID: str("j_9")}, []string{"j_9"}, 2, "0/0"},
+		{Worker{Status: "busy", RunningJobs: json.RawMessage(`2`)}, nil, 2, "0/0"},
+		{Worker{Status: "busy", RunningJobs: json.RawMessage(`null`), CurrentJobID: str("j_9")}, []string{"j_9"}, 0, "0/0"},
+	} {
+		jobs, extra := tc.w.Jobs()
+		if strings.Join(jobs, ",") != strings.Join(tc.jobs, ",") || extra != tc.extra {
+			t.Errorf("%+v: jobs %v +%d, want %v +%d", tc.w, jobs, extra, tc.jobs, tc.extra)
+		}
+		if got := tc.w.GPUsFreeText(); got != tc.gpus {
+			t.Errorf("%+v: gpus %q, want %q", tc.w, got, tc.gpus)
+		}
+	}
+}
