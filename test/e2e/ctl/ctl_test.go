@@ -212,7 +212,7 @@ func TestEveryCommandOverTCP(t *testing.T) {
 	golden(t, "tokens.json", norm.apply(c.ok("tokens", "list", "-o", "json").Stdout))
 	mustContain(t, "tokens revoke", c.ok("tokens", "revoke", "viewer").Stdout, "revoked")
 	r = viewer.want(4, "jobs")
-	mustContain(t, "revoked token", r.Stderr, "simpletunerctl jobs: unknown or revoked admin token")
+	mustContain(t, "revoked token", r.Stderr, "simpletunerctl jobs: invalid admin token: unknown, rotated or revoked")
 
 	// audit.
 	r = c.ok("audit", "--limit", "5")
@@ -230,7 +230,7 @@ func TestEveryCommandOverTCP(t *testing.T) {
 	r = c.ok("worker", "rotate", "gpu-a")
 	mustContain(t, "rotate", r.Stdout, "new token for worker "+w.ID, "token (shown only once): wt_")
 	r = c.want(1, "worker", "delete", "gpu-a")
-	mustContain(t, "delete busy worker", r.Stderr, "only an offline worker can be deleted")
+	mustContain(t, "delete busy worker", r.Stderr, "only a worker with no live connection can be deleted")
 	mustContain(t, "delete --force", c.ok("worker", "delete", "gpu-a", "--force").Stdout, "deleted")
 	c.want(3, "worker", "drain", "gpu-a")
 
