@@ -159,9 +159,11 @@ func copyLabels(m map[string]string) map[string]string {
 	return out
 }
 
+// patchWorkerRequest follows JSON merge-patch for labels: the keys given are
+// added or replaced, a key given as null is removed, the others stay.
 type patchWorkerRequest struct {
 	Name       *string             `json:"name"`
-	Labels     *map[string]string  `json:"labels"`
+	Labels     map[string]*string  `json:"labels"`
 	WorkerType protocol.WorkerType `json:"worker_type"`
 }
 
@@ -176,10 +178,14 @@ func (s *Server) patchWorker(w http.ResponseWriter, r *http.Request, ps httprout
 	if req.WorkerType != "" && !req.WorkerType.Valid() {
 		return invalid("field \"worker_type\" must be \"persistent\" or \"ephemeral\"; got %q", req.WorkerType)
 	}
-	if req.Labels != nil {
-		if err := validLabels("labels", *req.Labels); err != nil {
-			return err
+	set := map[string]string{}
+	for k, v := range req.Labels {
+		if v != nil {
+			set[k] = *v
 		}
+	}
+	if err := validLabels("labels", set); err != nil {
+		return err
 	}
 	id := ps.ByName("id")
 	if _, err := s.loadWorker(r, id); err != nil {
@@ -192,7 +198,7 @@ func (s *Server) patchWorker(w http.ResponseWriter, r *http.Request, ps httprout
 		if req.WorkerType != "" {
 			cur.Type = req.WorkerType
 		}
-		if req.Labels != nil {
+		if len(req.Labels) > 0 {
 			// Keep what the worker reported for keys the admin never owned.
 			reported := map[string]string{}
 			for k, v := range cur.Labels {
@@ -200,7 +206,16 @@ func (s *Server) patchWorker(w http.ResponseWriter, r *http.Request, ps httprout
 					reported[k] = v
 				}
 			}
-			cur.AdminLabels = copyLabels(*req.Labels)
+			admin := copyLabels(cur.AdminLabels)
+			for k, v := range req.Labels {
+				if v == nil {
+					delete(admin, k)
+					delete(reported, k)
+				} else {
+					admin[k] = *v
+				}
+			}
+			cur.AdminLabels = admin
 			cur.Labels = mergeLabels(nil, cur.AdminLabels, reported)
 		}
 		rec := audit.New(p.Actor(), peerIP(r), "worker.update", "worker", id, audit.Success,

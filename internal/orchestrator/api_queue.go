@@ -112,7 +112,12 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"success": true, "job_id": j.ID, "status": j.Status, "queue_position": pos})
+	reply := map[string]any{"success": true, "job_id": j.ID, "status": j.Status, "queue_position": pos}
+	// Accepted all the same: a larger worker may be added later.
+	if largest := int(s.largestWorker.Load()); j.GPUCount > largest {
+		reply["warning"] = fmt.Sprintf("no worker can run this job yet: it asks for %d GPUs; the largest worker has %d", j.GPUCount, largest)
+	}
+	writeJSON(w, http.StatusCreated, reply)
 	return nil
 }
 
@@ -250,6 +255,11 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, ps httprouter.Pa
 	v.Attempts = []attemptView{}
 	for _, a := range attempts {
 		v.Attempts = append(v.Attempts, newAttemptView(a))
+	}
+	if j.Status == protocol.JobQueued {
+		if v.WaitingReason, v.WaitingDetail, err = s.waiting(r.Context(), j); err != nil {
+			return err
+		}
 	}
 	writeJSON(w, http.StatusOK, v)
 	return nil

@@ -108,7 +108,19 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request, _ httprout
 		case <-ctx.Done():
 			return nil
 		case <-st.Done():
-			return nil
+			// Write what was queued before the close: a job_submit the
+			// scheduler handed over just before a shutdown must still reach
+			// the worker, or the attempt would be withdrawn at its return.
+			for {
+				select {
+				case frame := <-st.Events():
+					if !write(frame) {
+						return nil
+					}
+				default:
+					return nil
+				}
+			}
 		case frame := <-st.Events():
 			if !write(frame) {
 				return nil

@@ -119,3 +119,55 @@ func TestGoneWorkerLooksGone(t *testing.T) {
 		}
 	})
 }
+
+// PATCH labels is a JSON merge-patch: given keys are added or replaced, a
+// null removes one, the rest stay; reported labels an admin never owned stay.
+func TestPatchLabelsMerges(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t))
+	id, token := e.createWorker("w", "persistent", map[string]string{"team": "nlp", "zone": "eu"})
+	a := e.newAgent(id, token, 2)
+	e.must(a.register(map[string]any{"labels": map[string]string{"cuda": "12.4"}}), 200)
+	labels := func(r resp) map[string]any { return r.JSON["labels"].(map[string]any) }
+	r := e.must(e.adminDo("PATCH", "/api/admin/workers/"+id, map[string]any{"labels": map[string]any{"zone": "us", "tier": "gold"}}), 200)
+	if l := labels(r); l["team"] != "nlp" || l["zone"] != "us" || l["tier"] != "gold" || l["cuda"] != "12.4" {
+		t.Fatalf("after adding and replacing: %v", l)
+	}
+	r = e.must(e.adminDo("PATCH", "/api/admin/workers/"+id, map[string]any{"labels": map[string]any{"team": nil}}), 200)
+	if l := labels(r); l["team"] != nil || l["zone"] != "us" || l["tier"] != "gold" || l["cuda"] != "12.4" {
+		t.Fatalf("after removing team: %v", l)
+	}
+	if r := e.adminDo("PATCH", "/api/admin/workers/"+id, map[string]any{"labels": map[string]any{"x": 5}}); r.Status != 422 {
+		t.Fatalf("a number as a label value: %d %s", r.Status, r.Body)
+	}
+}
+
+// A queued job says why it waits.
+func TestWaitingReasons(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t), func(o *Options) { o.SchedulerInterval = time.Hour })
+	reason := func(id string) string { r, _ := e.job(id)["waiting_reason"].(string); return r }
+	huge := e.submit(map[string]any{"config": map[string]any{}, "gpu_count": 64})
+	if reason(huge) != WaitNoWorkerLargeEnough {
+		t.Fatalf("64-GPU job with no workers: %q", reason(huge))
+	}
+	r := e.must(e.adminDo("POST", "/api/queue/submit", map[string]any{"config": map[string]any{}, "gpu_count": 64}), 201)
+	if w, _ := r.JSON["warning"].(string); !strings.Contains(w, "asks for 64 GPUs") {
+		t.Fatalf("submit reply: %s", r.Body)
+	}
+	labelled := e.submit(map[string]any{"config": map[string]any{}, "worker_labels": map[string]string{"site": "mars"}})
+	id, _ := e.createWorker("w", "persistent", map[string]string{"site": "earth"})
+	if reason(labelled) != WaitNoMatchingWorker {
+		t.Fatalf("labelled job: %q", reason(labelled))
+	}
+	plain := e.submit(map[string]any{"config": map[string]any{}})
+	if reason(plain) != WaitNoneOnline {
+		t.Fatalf("job with a matching worker never connected (%s): %q", id, reason(plain))
+	}
+	if !strings.Contains(e.job(plain)["waiting_detail"].(string), "none connected") {
+		t.Fatalf("detail: %v", e.job(plain)["waiting_detail"])
+	}
+	if _, has := e.job(plain)["waiting_reason"]; !has {
+		t.Fatal("no waiting_reason")
+	}
+}

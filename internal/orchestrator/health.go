@@ -29,7 +29,9 @@ func (s *Server) healthPass(ctx context.Context) {
 	// Right after a start every worker looks silent: give them time to reconnect.
 	inGrace := time.Since(s.started) < opt.StartupGrace
 	var stale, expired []store.Worker
+	largest := 0
 	err := s.eachWorker(ctx, func(w store.Worker) {
+		largest = max(largest, parseGPUInfo(w.GPUInfo).Count)
 		switch w.Status {
 		case protocol.WorkerIdle, protocol.WorkerBusy, protocol.WorkerDraining:
 			// Draining workers are checked too (upstream's bug B16).
@@ -48,6 +50,7 @@ func (s *Server) healthPass(ctx context.Context) {
 		s.log.Warn("health check could not list workers", "err", err)
 		return
 	}
+	s.largestWorker.Store(int64(largest))
 	for _, w := range stale {
 		why := fmt.Sprintf("no heartbeat for %s", now.Sub(*w.LastHeartbeat).Round(time.Second))
 		if err := s.markOffline(ctx, w.ID, "system", "", why); err != nil {

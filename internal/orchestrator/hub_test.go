@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
 // TestHubSlowReaderIsDroppedOthersServed: 2,000 streams, one never reads. Its
@@ -62,5 +64,25 @@ func TestHubReplacedStreamDetachKeepsSuccessor(t *testing.T) {
 	}
 	if !h.Detach(cur) || h.Connected("w_1") {
 		t.Fatal("current stream not detached")
+	}
+}
+
+// An event queued just before its stream is closed still reaches the worker:
+// a job_submit handed over right before a shutdown must not be lost.
+func TestQueuedEventSurvivesClose(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t), func(o *Options) { o.SchedulerInterval = time.Hour })
+	for i := range 20 {
+		id, token := e.createWorker(fmt.Sprintf("w%d", i), "persistent", nil)
+		a := e.newAgent(id, token, 2)
+		e.must(a.register(nil), 200)
+		a.connect()
+		if !e.srv.hub.Send(id, protocol.EventDrain, protocol.DrainEvent{Type: protocol.EventDrain, Reason: fmt.Sprint(i)}) {
+			t.Fatal("send failed")
+		}
+		e.srv.hub.Close(id, "shutting down")
+		if ev := a.next(protocol.EventDrain, 5*time.Second); ev["reason"] != fmt.Sprint(i) {
+			t.Fatalf("got %v", ev)
+		}
 	}
 }

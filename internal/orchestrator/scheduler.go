@@ -79,6 +79,11 @@ func (s *Server) runScheduler(ctx context.Context) {
 // costs a read or two however many idle workers are connected, and when the
 // whole queue is at hand a worker none of its jobs matches is not offered one.
 func (s *Server) schedulePass(ctx context.Context) {
+	s.passMu.Lock()
+	defer s.passMu.Unlock()
+	if s.stopping.Load() {
+		return
+	}
 	queued, total, err := s.store.ListJobs(ctx, store.JobFilter{Statuses: []protocol.JobStatus{protocol.JobQueued}, Limit: passSnapshot})
 	s.noteStore(err)
 	if err != nil || len(queued) == 0 || total == 0 {

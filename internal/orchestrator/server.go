@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -97,6 +98,11 @@ type Server struct {
 	storeErr atomic.Pointer[error]
 	// missed tracks running attempts left out of a worker's heartbeat.
 	missed missedAttempts
+	// passMu is held by a scheduler pass; shutdown waits on it.
+	passMu sync.Mutex
+	// largestWorker is the most GPUs any worker has: refreshed by every
+	// health pass, raised by registrations. Submit warns above it.
+	largestWorker atomic.Int64
 	// adminSocketPath names the unix socket in connection commands given over it.
 	adminSocketPath string
 }
@@ -153,9 +159,13 @@ func (s *Server) Healthy() error {
 	return nil
 }
 
-// BeginShutdown makes /readyz answer 503 and closes every worker stream.
+// BeginShutdown makes /readyz answer 503, stops handing out jobs and closes
+// every worker stream. A scheduler pass under way finishes first, so no job is
+// claimed for a stream that is closing (it would be withdrawn).
 func (s *Server) BeginShutdown() {
 	s.stopping.Store(true)
+	s.passMu.Lock()
+	s.passMu.Unlock() //nolint:staticcheck // waiting for the pass under way is the point
 	s.hub.CloseAll()
 }
 

@@ -80,6 +80,12 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 	}
 	s.log.Info("worker registered", "worker_id", wk.ID, "name", updated.Name, "protocol", updated.Protocol,
 		"resumed", len(resume), "abandoned", len(abandon))
+	for gpus := int64(parseGPUInfo(updated.GPUInfo).Count); ; {
+		cur := s.largestWorker.Load()
+		if gpus <= cur || s.largestWorker.CompareAndSwap(cur, gpus) {
+			break
+		}
+	}
 	if reportedType := typeOf(req.Persistent); reportedType != updated.Type {
 		s.log.Warn("the worker reports another type than an admin gave it; it adopts the admin's unless its own configuration sets one",
 			"worker_id", wk.ID, "name", updated.Name, "worker_type", updated.Type, "reported", reportedType)

@@ -1,0 +1,66 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+// Why a queued job waits, as GET /api/queue/{id} shows it.
+const (
+	WaitNoWorkerLargeEnough = "no_worker_large_enough" // no worker has gpu_count GPUs
+	WaitNoMatchingWorker    = "no_matching_worker"     // no worker meets target, labels, GPUs and VRAM
+	WaitNoneOnline          = "no_matching_worker_online"
+	WaitWorkersBusy         = "workers_busy" // matching workers are online but busy or draining
+	WaitQueuedBehind        = "queued_behind"
+	WaitDispatching         = "dispatching" // first in line with a free matching worker: a claim is imminent
+)
+
+// waiting explains why a queued job has not started: the first of the
+// reasons above that holds, with a sentence for people.
+func (s *Server) waiting(ctx context.Context, j store.Job) (reason, detail string, err error) {
+	var large, matching, online, free int
+	maxGPUs := 0
+	err = s.eachWorker(ctx, func(w store.Worker) {
+		gpus := parseGPUInfo(w.GPUInfo).Count
+		maxGPUs = max(maxGPUs, gpus)
+		if gpus >= j.GPUCount {
+			large++
+		}
+		if !matches(j, w) {
+			return
+		}
+		matching++
+		status, connected := s.shown(w)
+		if connected && status != protocol.WorkerDisconnected && status != protocol.WorkerOffline {
+			online++
+			if lifecycle.CanClaim(status, running(w), 1) {
+				free++
+			}
+		}
+	})
+	if err != nil {
+		return "", "", err
+	}
+	switch {
+	case large == 0:
+		return WaitNoWorkerLargeEnough, fmt.Sprintf("it asks for %d GPUs; the largest worker has %d", j.GPUCount, maxGPUs), nil
+	case matching == 0:
+		return WaitNoMatchingWorker, "no worker meets its target, labels, GPU count and VRAM", nil
+	case online == 0:
+		return WaitNoneOnline, fmt.Sprintf("%d matching worker(s), none connected", matching), nil
+	case free == 0:
+		return WaitWorkersBusy, fmt.Sprintf("%d matching worker(s) online, all busy or draining", online), nil
+	}
+	pos, err := s.store.QueuePosition(ctx, j.Priority, j.Seq)
+	if err != nil {
+		return "", "", err
+	}
+	if pos > 0 {
+		return WaitQueuedBehind, fmt.Sprintf("%d job(s) ahead of it in the queue", pos), nil
+	}
+	return WaitDispatching, "a matching worker is free; it starts within a scheduler pass", nil
+}
