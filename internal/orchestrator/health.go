@@ -34,7 +34,8 @@ func (s *Server) healthPass(ctx context.Context) {
 		largest = max(largest, parseGPUInfo(w.GPUInfo).Count)
 		switch w.Status {
 		case protocol.WorkerIdle, protocol.WorkerBusy, protocol.WorkerDraining:
-			// Draining workers are checked too (upstream's bug B16).
+			// Draining workers are checked too: a draining worker that vanished
+			// must not keep its job forever.
 			if !inGrace && w.LastHeartbeat != nil && now.Sub(*w.LastHeartbeat) > opt.HeartbeatTimeout {
 				stale = append(stale, w)
 			}

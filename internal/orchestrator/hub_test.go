@@ -45,7 +45,7 @@ func TestHubSlowReaderIsDroppedOthersServed(t *testing.T) {
 }
 
 // TestHubReplacedStreamDetachKeepsSuccessor: the replaced stream's cleanup
-// must not remove the stream that replaced it (upstream's bug B10).
+// must not remove the stream that replaced it.
 func TestHubReplacedStreamDetachKeepsSuccessor(t *testing.T) {
 	t.Parallel()
 	h := NewHub(NewMetrics(), slog.New(slog.DiscardHandler))

@@ -199,6 +199,85 @@ func peerOf(r *http.Request) (localPeer, bool) {
 	return p, ok
 }
 
+// Route is one endpoint of the HTTP API. Doc is how docs/protocol.md names
+// it ("POST /api/queue/submit"); a test checks every route is documented.
+type Route struct {
+	Method, Path, Doc string
+	handle            httprouter.Handle
+}
+
+// Routes lists every endpoint of the HTTP API, as Handler serves them.
+func (s *Server) Routes() []Route {
+	// httprouter cannot hold /api/queue/submit beside /api/queue/:job_id, so
+	// the fixed names are picked out of the parameter.
+	submit := s.admin(auth.ScopeQueueSubmit, s.submit)
+	stats := s.admin(auth.ScopeQueueView, s.stats)
+	getJob := s.admin(auth.ScopeQueueView, s.getJob)
+	postQueue := func(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
+		if ps.ByName("job_id") != "submit" {
+			s.writeError(w, req, errorf(http.StatusMethodNotAllowed, "method_not_allowed", "POST is not allowed on %s", req.URL.Path))
+			return
+		}
+		submit(w, req, ps)
+	}
+	getQueue := func(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
+		if ps.ByName("job_id") == "stats" {
+			stats(w, req, ps)
+			return
+		}
+		getJob(w, req, ps)
+	}
+	return []Route{
+		{"GET", "/healthz", "", s.healthz},
+		{"GET", "/readyz", "", s.readyz},
+
+		// Worker protocol.
+		{"POST", "/api/workers/register", "", s.worker(s.handleRegister)},
+		{"GET", "/api/workers/stream", "", s.worker(s.handleStream)},
+		{"POST", "/api/workers/heartbeat", "", s.worker(s.handleHeartbeat)},
+		{"POST", "/api/workers/job/:job_id/status", "", s.worker(s.handleJobStatus)},
+		{"POST", "/api/workers/job/:job_id/logs", "", s.worker(s.handleJobLogs)},
+		{"POST", "/api/workers/disconnect", "", s.worker(s.handleDisconnect)},
+		{"GET", "/api/workers/queue", "", s.worker(s.handleQueueCheck)},
+
+		// Admin.
+		{"GET", "/api/admin/workers", "", s.admin(auth.ScopeAdminWorkers, s.listWorkers)},
+		{"POST", "/api/admin/workers", "", s.admin(auth.ScopeAdminWorkers, s.createWorker)},
+		{"GET", "/api/admin/workers/:id", "", s.admin(auth.ScopeAdminWorkers, s.getWorker)},
+		{"PATCH", "/api/admin/workers/:id", "", s.admin(auth.ScopeAdminWorkers, s.patchWorker)},
+		{"DELETE", "/api/admin/workers/:id", "", s.admin(auth.ScopeAdminWorkers, s.deleteWorker)},
+		{"POST", "/api/admin/workers/:id/drain", "", s.admin(auth.ScopeAdminWorkers, s.drainWorker)},
+		{"POST", "/api/admin/workers/:id/resume", "", s.admin(auth.ScopeAdminWorkers, s.resumeWorker)},
+		{"POST", "/api/admin/workers/:id/token", "", s.admin(auth.ScopeAdminWorkers, s.rotateToken)},
+		{"GET", "/api/admin/audit", "", s.admin(auth.ScopeAdminAudit, s.listAudit)},
+		{"GET", "/api/admin/tokens", "", s.admin(auth.ScopeAll, s.listAdminTokens)},
+		{"POST", "/api/admin/tokens", "", s.admin(auth.ScopeAll, s.createAdminToken)},
+		{"DELETE", "/api/admin/tokens/:id", "", s.admin(auth.ScopeAll, s.revokeAdminToken)},
+
+		// Queue.
+		{"POST", "/api/queue/:job_id", "POST /api/queue/submit", postQueue},
+		{"GET", "/api/queue/:job_id", "GET /api/queue/{job_id}", getQueue},
+		{"GET", "/api/queue", "", s.admin(auth.ScopeQueueView, s.listJobs)},
+		{"POST", "/api/queue/:job_id/cancel", "", s.admin(auth.ScopeQueueCancel, s.cancelJob)},
+		{"GET", "/api/queue/:job_id/logs", "", s.admin(auth.ScopeQueueView, s.readLogs)},
+	}
+}
+
+// DocName is how the documentation names a route: METHOD and the path with
+// {param} for each :param.
+func (r Route) DocName() string {
+	if r.Doc != "" {
+		return r.Doc
+	}
+	parts := strings.Split(r.Path, "/")
+	for i, p := range parts {
+		if name, ok := strings.CutPrefix(p, ":"); ok {
+			parts[i] = "{" + name + "}"
+		}
+	}
+	return r.Method + " " + strings.Join(parts, "/")
+}
+
 // Handler is the HTTP API served on every listener.
 func (s *Server) Handler() http.Handler {
 	r := httprouter.New()
@@ -213,56 +292,9 @@ func (s *Server) Handler() http.Handler {
 		s.log.Error("handler panic", "path", req.URL.Path, "panic", v)
 		s.writeError(w, req, errors.New("panic"))
 	}
-
-	r.GET("/healthz", s.healthz)
-	r.GET("/readyz", s.readyz)
-
-	// Worker protocol.
-	r.POST("/api/workers/register", s.worker(s.handleRegister))
-	r.GET("/api/workers/stream", s.worker(s.handleStream))
-	r.POST("/api/workers/heartbeat", s.worker(s.handleHeartbeat))
-	r.POST("/api/workers/job/:job_id/status", s.worker(s.handleJobStatus))
-	r.POST("/api/workers/job/:job_id/logs", s.worker(s.handleJobLogs))
-	r.POST("/api/workers/disconnect", s.worker(s.handleDisconnect))
-	r.GET("/api/workers/queue", s.worker(s.handleQueueCheck))
-
-	// Admin.
-	r.GET("/api/admin/workers", s.admin(auth.ScopeAdminWorkers, s.listWorkers))
-	r.POST("/api/admin/workers", s.admin(auth.ScopeAdminWorkers, s.createWorker))
-	r.GET("/api/admin/workers/:id", s.admin(auth.ScopeAdminWorkers, s.getWorker))
-	r.PATCH("/api/admin/workers/:id", s.admin(auth.ScopeAdminWorkers, s.patchWorker))
-	r.DELETE("/api/admin/workers/:id", s.admin(auth.ScopeAdminWorkers, s.deleteWorker))
-	r.POST("/api/admin/workers/:id/drain", s.admin(auth.ScopeAdminWorkers, s.drainWorker))
-	r.POST("/api/admin/workers/:id/resume", s.admin(auth.ScopeAdminWorkers, s.resumeWorker))
-	r.POST("/api/admin/workers/:id/token", s.admin(auth.ScopeAdminWorkers, s.rotateToken))
-	r.GET("/api/admin/audit", s.admin(auth.ScopeAdminAudit, s.listAudit))
-	r.GET("/api/admin/tokens", s.admin(auth.ScopeAll, s.listAdminTokens))
-	r.POST("/api/admin/tokens", s.admin(auth.ScopeAll, s.createAdminToken))
-	r.DELETE("/api/admin/tokens/:id", s.admin(auth.ScopeAll, s.revokeAdminToken))
-
-	// Queue.
-	// httprouter cannot hold /api/queue/submit beside /api/queue/:job_id, so the
-	// fixed names are picked out of the parameter.
-	submit := s.admin(auth.ScopeQueueSubmit, s.submit)
-	stats := s.admin(auth.ScopeQueueView, s.stats)
-	getJob := s.admin(auth.ScopeQueueView, s.getJob)
-	r.POST("/api/queue/:job_id", func(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
-		if ps.ByName("job_id") != "submit" {
-			s.writeError(w, req, errorf(http.StatusMethodNotAllowed, "method_not_allowed", "POST is not allowed on %s", req.URL.Path))
-			return
-		}
-		submit(w, req, ps)
-	})
-	r.GET("/api/queue/:job_id", func(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
-		if ps.ByName("job_id") == "stats" {
-			stats(w, req, ps)
-			return
-		}
-		getJob(w, req, ps)
-	})
-	r.GET("/api/queue", s.admin(auth.ScopeQueueView, s.listJobs))
-	r.POST("/api/queue/:job_id/cancel", s.admin(auth.ScopeQueueCancel, s.cancelJob))
-	r.GET("/api/queue/:job_id/logs", s.admin(auth.ScopeQueueView, s.readLogs))
+	for _, rt := range s.Routes() {
+		r.Handle(rt.Method, rt.Path, rt.handle)
+	}
 	return r
 }
 

@@ -10,7 +10,7 @@ import (
 )
 
 // gpuSummary reads a worker's reported GPU info in either spelling: upstream's
-// agent (count, name, vram_gb, accelerator) or the documentation's
+// agent (count, name, vram_gb, accelerator) or the names SimpleTuner's guides use
 // (gpu_count, gpu_name, gpu_vram_gb, accelerator_type).
 type gpuSummary struct {
 	Count       int
@@ -64,7 +64,7 @@ func strPtr(s string) *string {
 }
 
 // workerView is a worker as the admin API shows it: upstream's fields plus the
-// documentation's.
+// names SimpleTuner's guides use.
 type workerView struct {
 	WorkerID        string            `json:"worker_id"`
 	ID              string            `json:"id"`

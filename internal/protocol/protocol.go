@@ -1,7 +1,8 @@
 // Package protocol holds the wire types spoken between simpletuner-orchestratord
-// and its workers. See shared PROTOCOL.md: protocol 1 is SimpleTuner's own Python
-// agent, protocol 2 is simpletuner-workerd (a superset). Fields marked ext are
-// only sent to, or expected from, protocol-2 peers.
+// and its workers; docs/protocol.md describes every endpoint, event and error.
+// Protocol 1 is SimpleTuner's own Python agent, protocol 2 is
+// simpletuner-workerd (a superset). Fields marked ext are only sent to, or
+// expected from, protocol-2 peers.
 package protocol
 
 import (
@@ -117,9 +118,9 @@ const (
 func (t Target) Valid() bool { return t == TargetWorker || t == TargetLocal || t == TargetAuto }
 
 // GPUInfo is what a worker reports about its accelerators. Upstream's agent sends
-// name/vram_gb/count/accelerator; the documentation names gpu_name/gpu_vram_gb/
-// gpu_count/accelerator_type. Both spellings are accepted and the documentation's
-// are derived for responses.
+// name/vram_gb/count/accelerator; SimpleTuner's guides name them gpu_name/
+// gpu_vram_gb/gpu_count/accelerator_type. Both spellings are accepted and the
+// guides' are derived for responses.
 type GPUInfo struct {
 	Name        string      `json:"name,omitempty"`
 	VRAMGB      *float64    `json:"vram_gb"`

@@ -8,8 +8,7 @@ import (
 // backoff is capped exponential back-off with full jitter: the n-th retry (n from 0)
 // waits a uniformly random time in [0, min(cap, base·2ⁿ)). Full jitter spreads a
 // fleet of workers that lost the orchestrator at the same moment, so they do not
-// come back in lock-step (upstream retried every 10 s flat, or at once after a
-// clean close: B27).
+// come back in lock-step, as they would with a flat retry interval.
 type backoff struct {
 	base, cap time.Duration
 	n         int

@@ -18,7 +18,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
-// fakeOrch is just enough of simpletuner-orchestratord's worker API (PROTOCOL.md)
+// fakeOrch is just enough of simpletuner-orchestratord's worker API (see docs/protocol.md)
 // to drive a Worker: it records what the worker sends and lets a test inject
 // events and failures.
 type fakeOrch struct {

@@ -27,7 +27,7 @@ type jobFiles struct {
 
 // prepareJobDir creates the working directory and writes config.json (and
 // dataloader.json). When a dataloader is given the config's data_backend_config is
-// pointed at dataloader.json, which upstream's agent forgot to do (B23); the path is
+// pointed at dataloader.json, which SimpleTuner's own agent leaves out; the path is
 // also in SIMPLETUNER_DATALOADER_PATH.
 func prepareJobDir(workDir string, ev *protocol.JobSubmitEvent) (jobFiles, error) {
 	if !safeJobID.MatchString(ev.JobID) {
@@ -137,7 +137,7 @@ type jobEnvInput struct {
 	VisibleDevices  string // CUDA_VISIBLE_DEVICES; "" leaves the inherited value
 }
 
-// jobEnv builds the environment of a job ("What a job sees" in CONFIG.md): the
+// jobEnv builds the environment of a job (see "What a job sees" in simpletuner-workerd(8)): the
 // worker's environment without droppedEnv, then [job] env, then the job's own
 // variables, which win.
 func jobEnv(in jobEnvInput) []string {

@@ -15,7 +15,7 @@ import (
 // process is one training run: a child in its own process group whose stdout and
 // stderr are merged into one pipe read by a goroutine. The worker's session loop
 // never reads the pipe itself, so a silent or chatty trainer cannot stall
-// heartbeats or the stream (upstream bug B4).
+// heartbeats or the stream.
 type process struct {
 	cmd  *exec.Cmd
 	pgid int

@@ -43,7 +43,7 @@ func TestRegisterAndHeartbeat(t *testing.T) {
 }
 
 // A job runs in <work_dir>/<job_id>/ with config.json, dataloader.json and the
-// environment CONFIG.md promises, and nothing of the worker's secrets.
+// environment a job is promised, and nothing of the worker's secrets.
 func TestJobFilesAndEnvironment(t *testing.T) {
 	t.Parallel()
 	var opt Options

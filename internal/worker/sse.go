@@ -91,7 +91,7 @@ func (lr *lineReader) next() (string, error) {
 	for {
 		b, err := lr.br.ReadByte()
 		if err != nil {
-			// An unterminated last line is discarded, as the spec says.
+			// An unterminated last line is discarded, as the SSE format requires.
 			return "", err
 		}
 		if lr.skipLF {

@@ -1,7 +1,7 @@
 // Package worker is simpletuner-workerd's engine: it registers with the
 // orchestrator, holds the SSE stream, heartbeats, runs one training job at a time
-// as a process tree, ships the job's log and reports how it ended (PROTOCOL.md,
-// protocol 2).
+// as a process tree, ships the job's log and reports how it ended (protocol 2
+// of docs/protocol.md).
 //
 // Shape: one session loop (Serve) owns all decisions; everything that waits on
 // the network or on a process (the stream reader, the heartbeat, the log shipper,

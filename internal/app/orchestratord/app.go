@@ -257,6 +257,7 @@ func restartKeys(running, next *config.Orchestrator) []string {
 		{"tls", running.TLS, next.TLS},
 		{"database", running.Database, next.Database},
 		{"paths.state_dir", running.Paths.StateDir, next.Paths.StateDir},
+		{"auth.failures_per_minute", running.Auth.FailuresPerMinute, next.Auth.FailuresPerMinute},
 		{"log.format", running.Log.Format, next.Log.Format},
 		{"metrics.listen", running.Metrics.Listen, next.Metrics.Listen},
 	} {
