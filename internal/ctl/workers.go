@@ -355,13 +355,13 @@ stream is closed and its job requeued without spending a retry.`,
 func (a *app) workerLabelsCommand() *cobra.Command {
 	var clear bool
 	cmd := &cobra.Command{
-		Use:   "labels ID [KEY=VALUE...]",
-		Short: "Show or set a worker's labels",
-		Long: `Without KEY=VALUE, print the worker's labels. With them, set the labels an
-admin owns to exactly these (the orchestrator's PATCH semantics); labels the
-worker reports itself stay unless a key here overrides them. --clear removes
-every admin-set label.`,
-		Example:           `  simpletunerctl worker labels gpu-1 team=nlp site=dc-a`,
+		Use:   "labels ID [KEY=VALUE | KEY-]...",
+		Short: "Show or change a worker's labels",
+		Long: `Without arguments, print the worker's labels. KEY=VALUE adds or replaces a
+label, KEY- removes one; labels not named stay (the orchestrator's PATCH is a
+JSON merge-patch). --clear removes every label; those the worker reports
+itself come back when it registers again.`,
+		Example:           `  simpletunerctl worker labels gpu-1 team=nlp site=dc-a old-`,
 		Args:              cobra.MinimumNArgs(1),
 		ValidArgsFunction: a.completeWorkers,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -379,12 +379,18 @@ every admin-set label.`,
 			}
 			raw := []byte(nil)
 			if len(args) > 1 || clear {
-				labels, err := parseLabels("label", args[1:])
+				patch, err := labelPatch(args[1:])
 				if err != nil {
 					return err
 				}
+				if clear {
+					for k := range wk.Labels {
+						patch[k] = nil
+					}
+				}
+				wk.Labels = nil // decoding into a map merges: start from the reply alone
 				raw, err = cl.JSON(ctx, client.Request{Method: http.MethodPatch, Path: "/api/admin/workers/" + client.PathEscape(wk.ID),
-					Body: map[string]any{"labels": labels}}, &wk)
+					Body: map[string]any{"labels": patch}}, &wk)
 				if err != nil {
 					return err
 				}
@@ -407,4 +413,30 @@ every admin-set label.`,
 	}
 	cmd.Flags().BoolVar(&clear, "clear", false, "remove every label an admin set")
 	return cmd
+}
+
+// labelPatch turns KEY=VALUE (set) and KEY- (remove) arguments into a JSON
+// merge-patch of labels: a value to set, or nil to remove.
+func labelPatch(args []string) (map[string]any, error) {
+	out := map[string]any{}
+	for _, a := range args {
+		if k, ok := strings.CutSuffix(a, "-"); ok && !strings.Contains(a, "=") && strings.TrimSpace(k) != "" {
+			if _, dup := out[k]; dup {
+				return nil, usagef("label: the key %q is given twice", k)
+			}
+			out[k] = nil
+			continue
+		}
+		set, err := parseLabels("label", []string{a})
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range set {
+			if _, dup := out[k]; dup {
+				return nil, usagef("label: the key %q is given twice", k)
+			}
+			out[k] = v
+		}
+	}
+	return out, nil
 }

@@ -107,9 +107,16 @@ func TestEveryCommandOverTCP(t *testing.T) {
 	if got := c.ok("worker", "labels", "gpu-a").Stdout; got != "pool=x\n" {
 		t.Fatalf("worker labels: %q", got)
 	}
-	if got := c.ok("worker", "labels", "gpu-a", "pool=x", "team=nlp").Stdout; got != "pool=x\nteam=nlp\n" {
-		t.Fatalf("worker labels set: %q", got)
+	if got := c.ok("worker", "labels", "gpu-a", "team=nlp").Stdout; got != "pool=x\nteam=nlp\n" {
+		t.Fatalf("worker labels add (the others stay): %q", got)
 	}
+	if got := c.ok("worker", "labels", "gpu-a", "pool-", "zone=eu").Stdout; got != "team=nlp\nzone=eu\n" {
+		t.Fatalf("worker labels remove and add: %q", got)
+	}
+	if got := c.ok("worker", "labels", "gpu-a", "--clear").Stdout; got != "" {
+		t.Fatalf("worker labels --clear: %q", got)
+	}
+	c.ok("worker", "labels", "gpu-a", "pool=x")
 	c.want(2, "worker", "labels", "gpu-a", "novalue")
 
 	// submit by name, by file and on stdin; --wait exits by the outcome.
