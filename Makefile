@@ -11,7 +11,9 @@ all: build
 build:
 	mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/simpletuner-orchestratord ./cmd/simpletuner-orchestratord
-	CGO_ENABLED=1 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/simpletuner-workerd ./cmd/simpletuner-workerd
+	# workerd links libc for NVML: built as a position-independent executable
+	# (not -z now: NVML symbols resolve lazily, when the driver is found).
+	CGO_ENABLED=1 $(GO) build -trimpath -buildmode=pie -ldflags '$(LDFLAGS)' -o $(BIN)/simpletuner-workerd ./cmd/simpletuner-workerd
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/simpletunerctl ./cmd/simpletunerctl
 
 # The README's test command: every package, race detector on, real PostgreSQL.
@@ -44,7 +46,7 @@ completions: build
 	$(BIN)/simpletunerctl completion zsh >packaging/completions/_simpletunerctl
 	$(BIN)/simpletunerctl completion fish >packaging/completions/simpletunerctl.fish
 
-package: build man
+package: build man completions
 	./packaging/build-packages.sh
 
 clean:

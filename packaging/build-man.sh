@@ -1,10 +1,10 @@
 #!/bin/sh
-# Render the man pages: man/*.8 and man/*.5 are roff sources; this checks them and
+# Render the man pages: man/*.[158] are roff sources; this checks them and
 # writes man/out/<page>.<section>.gz (reproducible: no name or time in the gzip header).
 set -eu
 cd "$(dirname "$0")/.."
 mkdir -p man/out
-for src in man/*.8 man/*.5; do
+for src in man/*.8 man/*.5 man/*.1; do
 	if command -v mandoc >/dev/null 2>&1; then
 		# -W warning: fail on warnings and errors, not on style notes.
 		mandoc -Tlint -W warning "$src"

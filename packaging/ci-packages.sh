@@ -1,70 +1,117 @@
 #!/bin/sh
-# CI gate for the packages: build .deb and .rpm, compare their file lists with what
-# must be shipped, run lintian on the .deb (errors fail), install the .deb with dpkg
-# into a throwaway root (maintainer scripts included, via DPKG_ROOT) and run
-# simpletuner-orchestratord --check-config from it, then purge.
+# CI gate for the packages (one per program: simpletuner-orchestratord,
+# simpletuner-workerd, simpletunerctl): build .deb and .rpm, check each one's file
+# list and conffiles, run lintian on each .deb (any warning fails), then in a
+# throwaway root with maintainer scripts (DPKG_ROOT): install, run the binaries,
+# upgrade to a newer version and check an edited config survives, remove (state
+# stays), purge (state goes).
 # Needs: go, dpkg, lintian, rpm (for rpm -qlp), systemd (sysusers, tmpfiles).
 # Debian/Ubuntu: apt-get install lintian rpm mandoc systemd
 set -eu
 cd "$(dirname "$0")/.."
 
-make build man
-./packaging/build-packages.sh >/dev/null
-deb=$(ls dist/*.deb)
-rpmf=$(ls dist/*.rpm)
+make build man completions
+old=$(mktemp -d)
+root=$(mktemp -d)
+trap 'rm -rf "$root" "$old"' EXIT
+VERSION=0.1.0 ./packaging/build-packages.sh >/dev/null
+mv dist/*.deb "$old/"
+VERSION=0.2.0 ./packaging/build-packages.sh >/dev/null
 
-must_have='
-/usr/bin/simpletuner-orchestratord
-/usr/bin/simpletuner-workerd
-/usr/lib/systemd/system/simpletuner-orchestratord.service
-/usr/lib/systemd/system/simpletuner-orchestratord.socket
-/usr/lib/systemd/system/simpletuner-orchestratord-admin.socket
-/usr/lib/systemd/system/simpletuner-workerd.service
-/usr/lib/sysusers.d/simpletuner.conf
-/usr/lib/tmpfiles.d/simpletuner.conf
-/etc/simpletuner/orchestratord.toml
-/etc/simpletuner/workerd.toml
-/etc/simpletuner/configs
-/usr/share/man/man8/simpletuner-orchestratord.8.gz
-/usr/share/man/man8/simpletuner-workerd.8.gz
-/usr/share/man/man5/simpletuner-orchestratord.toml.5.gz
-/usr/share/man/man5/simpletuner-workerd.toml.5.gz
-'
-deb_list=$(dpkg-deb -c "$deb" | awk '{print $6}' | sed 's|^\./|/|; s|/$||')
-for f in $must_have /usr/share/doc/simpletuner-orchestration/copyright /usr/share/doc/simpletuner-orchestration/changelog.Debian.gz; do
-	printf '%s\n' "$deb_list" | grep -qx "$f" || { echo "deb lacks $f" >&2; exit 1; }
-done
-dpkg-deb -I "$deb" conffiles | grep -qx /etc/simpletuner/orchestratord.toml
-dpkg-deb -I "$deb" conffiles | grep -qx /etc/simpletuner/workerd.toml
-if command -v rpm >/dev/null 2>&1; then
-	rpm_list=$(rpm -qlp "$rpmf")
-	for f in $must_have; do
-		printf '%s\n' "$rpm_list" | grep -qx "$f" || { echo "rpm lacks $f" >&2; exit 1; }
+deb() { ls "dist/${2:-}$1"_*.deb; }
+rpmf() { ls dist/"$1"-*.rpm; }
+
+check_list() { # check_list PACKAGE FILE...
+	pkg=$1
+	shift
+	list=$(dpkg-deb -c "$(deb "$pkg")" | awk '{print $6}' | sed 's|^\./|/|; s|/$||')
+	for f in "$@" "/usr/share/doc/$pkg/copyright" "/usr/share/doc/$pkg/changelog.Debian.gz"; do
+		printf '%s\n' "$list" | grep -qx "$f" || { echo "$pkg.deb lacks $f" >&2; exit 1; }
 	done
-	rpm -qcp "$rpmf" | grep -qx /etc/simpletuner/orchestratord.toml
-	rpm -qp --scripts "$rpmf" | grep -q systemd-sysusers
+	if command -v rpm >/dev/null 2>&1; then
+		list=$(rpm -qlp "$(rpmf "$pkg")")
+		for f in "$@"; do
+			printf '%s\n' "$list" | grep -qx "$f" || { echo "$pkg.rpm lacks $f" >&2; exit 1; }
+		done
+	fi
+}
+
+check_list simpletuner-orchestratord /usr/bin/simpletuner-orchestratord \
+	/usr/lib/systemd/system/simpletuner-orchestratord.service \
+	/usr/lib/systemd/system/simpletuner-orchestratord.socket \
+	/usr/lib/systemd/system/simpletuner-orchestratord-admin.socket \
+	/usr/lib/sysusers.d/simpletuner-orchestratord.conf /usr/lib/tmpfiles.d/simpletuner-orchestratord.conf \
+	/etc/simpletuner/orchestratord.toml /etc/simpletuner/configs \
+	/usr/share/man/man8/simpletuner-orchestratord.8.gz /usr/share/man/man5/simpletuner-orchestratord.toml.5.gz
+check_list simpletuner-workerd /usr/bin/simpletuner-workerd \
+	/usr/lib/systemd/system/simpletuner-workerd.service \
+	/usr/lib/sysusers.d/simpletuner-workerd.conf /usr/lib/tmpfiles.d/simpletuner-workerd.conf \
+	/etc/simpletuner/workerd.toml \
+	/usr/share/man/man8/simpletuner-workerd.8.gz /usr/share/man/man5/simpletuner-workerd.toml.5.gz
+check_list simpletunerctl /usr/bin/simpletunerctl /usr/share/man/man1/simpletunerctl.1.gz \
+	/usr/share/bash-completion/completions/simpletunerctl /usr/share/zsh/vendor-completions/_simpletunerctl \
+	/usr/share/fish/vendor_completions.d/simpletunerctl.fish
+
+# Each package ships only its own program.
+for pair in simpletuner-orchestratord:simpletuner-workerd simpletuner-workerd:simpletuner-orchestratord \
+	simpletunerctl:simpletuner-orchestratord simpletunerctl:simpletuner-workerd; do
+	pkg=${pair%%:*}
+	other=${pair#*:}
+	if dpkg-deb -c "$(deb "$pkg")" | grep -q "usr/bin/$other\$"; then
+		echo "$pkg ships /usr/bin/$other" >&2
+		exit 1
+	fi
+done
+dpkg-deb -I "$(deb simpletuner-orchestratord)" conffiles | grep -qx /etc/simpletuner/orchestratord.toml
+dpkg-deb -I "$(deb simpletuner-workerd)" conffiles | grep -qx /etc/simpletuner/workerd.toml
+if command -v rpm >/dev/null 2>&1; then
+	rpm -qcp "$(rpmf simpletuner-orchestratord)" | grep -qx /etc/simpletuner/orchestratord.toml
+	rpm -qcp "$(rpmf simpletuner-workerd)" | grep -qx /etc/simpletuner/workerd.toml
+	rpm -qp --scripts "$(rpmf simpletuner-orchestratord)" | grep -q systemd-sysusers
+	rpm -qp --scripts "$(rpmf simpletuner-workerd)" | grep -q systemd-sysusers
 else
-	echo "rpm not installed; rpm file list not checked" >&2
+	echo "rpm not installed; rpm file lists not checked" >&2
 fi
 
-# lintian exits non-zero on errors (not on warnings) with --fail-on error.
-lintian --fail-on error "$deb"
+# Any lintian warning (or error) fails the gate.
+for d in dist/*.deb; do
+	lintian --fail-on warning "$d"
+done
 
-root=$(mktemp -d)
-trap 'rm -rf "$root"' EXIT
 mkdir -p "$root/var/lib/dpkg/info" "$root/var/lib/dpkg/updates" "$root/etc"
 : >"$root/var/lib/dpkg/status"
 for f in passwd group shadow gshadow; do : >"$root/etc/$f"; done
-dpkg --root="$root" --force-script-chrootless --force-not-root --force-depends \
-	--log=/dev/null -i "$deb"
-grep -q '^simpletuner:' "$root/etc/passwd"
-test -d "$root/var/lib/simpletuner"
-"$root/usr/bin/simpletuner-orchestratord" --check-config --config "$root/etc/simpletuner/orchestratord.toml"
-"$root/usr/bin/simpletuner-workerd" --version
-dpkg --root="$root" --force-script-chrootless --force-not-root --log=/dev/null --purge simpletuner-orchestration
-test ! -e "$root/var/lib/simpletuner"
-test ! -e "$root/usr/bin/simpletuner-orchestratord"
+dpkgr() { dpkg --root="$root" --force-script-chrootless --force-not-root --force-depends --log=/dev/null "$@"; }
 
-# The orchestrator's hardening score is part of the gate.
+dpkgr -i "$old"/*.deb
+grep -q '^simpletuner:' "$root/etc/passwd"
+grep -q '^simpletuner-worker:' "$root/etc/passwd"
+test -d "$root/var/lib/simpletuner"
+test -d "$root/var/lib/simpletuner-worker"
+"$root/usr/bin/simpletuner-orchestratord" --check-config --config "$root/etc/simpletuner/orchestratord.toml" >/dev/null
+"$root/usr/bin/simpletuner-workerd" --version
+"$root/usr/bin/simpletunerctl" --help >/dev/null
+
+# An upgrade keeps an admin's edits to the configuration files.
+echo '# edited by the admin' >>"$root/etc/simpletuner/orchestratord.toml"
+echo '# edited by the admin' >>"$root/etc/simpletuner/workerd.toml"
+dpkgr --force-confold -i dist/*.deb
+for c in orchestratord workerd; do
+	grep -q '^# edited by the admin$' "$root/etc/simpletuner/$c.toml" || { echo "upgrade lost the edit of $c.toml" >&2; exit 1; }
+done
+dpkgr -s simpletuner-orchestratord | grep -q '^Version: 0.2.0'
+
+# Remove keeps state; purge deletes it.
+touch "$root/var/lib/simpletuner/orchestrator.db"
+dpkgr -r simpletuner-orchestratord simpletuner-workerd simpletunerctl
+test -e "$root/var/lib/simpletuner/orchestrator.db"
+test ! -e "$root/usr/bin/simpletuner-orchestratord"
+test ! -e "$root/usr/bin/simpletuner-workerd"
+dpkgr --purge simpletuner-orchestratord simpletuner-workerd simpletunerctl
+test ! -e "$root/var/lib/simpletuner"
+test ! -e "$root/var/lib/simpletuner-worker"
+test ! -e "$root/etc/simpletuner/orchestratord.toml"
+
+# The units' hardening scores are part of the gate.
 go test -count=1 -run 'SecurityScore|UnitsVerify' ./packaging/
-echo "packages OK: $deb $rpmf"
+echo "packages OK:" dist/*.deb dist/*.rpm

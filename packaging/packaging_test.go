@@ -234,11 +234,11 @@ func TestUnitContracts(t *testing.T) {
 
 func TestScriptsEnableNothing(t *testing.T) {
 	t.Parallel()
-	scripts, _ := filepath.Glob("scripts/*.sh")
-	if len(scripts) != 3 {
-		t.Fatalf("scripts: %v", scripts)
+	scripts, _ := filepath.Glob("scripts/*/*.sh")
+	if len(scripts) != 12 {
+		t.Fatalf("want deb and rpm scripts for two packages, found %v", scripts)
 	}
-	enable := regexp.MustCompile(`systemctl[^\n]*\b(enable|start|restart)\b`)
+	enable := regexp.MustCompile(`(systemctl|deb-systemd-invoke)[^\n]*\b(enable|start|restart)\b`)
 	for _, s := range scripts {
 		if out, err := exec.Command("sh", "-n", s).CombinedOutput(); err != nil {
 			t.Errorf("%s: %v\n%s", s, err, out)
@@ -249,11 +249,20 @@ func TestScriptsEnableNothing(t *testing.T) {
 				t.Errorf("%s enables or starts a unit: %q", s, m)
 			}
 		}
+		// Debian's scripts go through deb-systemd-invoke/-helper, except daemon-reload.
+		if strings.Contains(s, "/deb-") {
+			for _, line := range strings.Split(string(b), "\n") {
+				if l := strings.TrimSpace(line); strings.HasPrefix(l, "systemctl") && !strings.Contains(l, "daemon-reload") {
+					t.Errorf("%s calls systemctl directly: %q", s, l)
+				}
+			}
+		}
 	}
 }
 
-// TestMaintainerScriptsInRoot runs postinstall and postremove purge against a
-// throwaway root, the way dpkg --root --force-script-chrootless does.
+// TestMaintainerScriptsInRoot runs each package's deb scripts against a
+// throwaway root, the way dpkg --root --force-script-chrootless does:
+// install, upgrade (idempotent), remove (state stays), purge (state goes).
 func TestMaintainerScriptsInRoot(t *testing.T) {
 	t.Parallel()
 	need(t, "systemd-sysusers")
@@ -262,23 +271,27 @@ func TestMaintainerScriptsInRoot(t *testing.T) {
 		t.Skip("needs root to chown the directories it creates")
 	}
 	root := t.TempDir()
-	copyFile(t, "simpletuner.sysusers", filepath.Join(root, "usr/lib/sysusers.d/simpletuner.conf"), 0o644)
-	copyFile(t, "simpletuner.tmpfiles", filepath.Join(root, "usr/lib/tmpfiles.d/simpletuner.conf"), 0o644)
+	for _, pkg := range []string{"orchestratord", "workerd"} {
+		copyFile(t, pkg+".sysusers", filepath.Join(root, "usr/lib/sysusers.d/simpletuner-"+pkg+".conf"), 0o644)
+		copyFile(t, pkg+".tmpfiles", filepath.Join(root, "usr/lib/tmpfiles.d/simpletuner-"+pkg+".conf"), 0o644)
+	}
 	for _, f := range []string{"passwd", "group", "shadow", "gshadow"} {
 		copyFile(t, "/dev/null", filepath.Join(root, "etc", f), 0o644)
 	}
 	os.MkdirAll(filepath.Join(root, "etc/simpletuner/configs"), 0o755)
 
-	run := func(script string, args ...string) {
+	run := func(pkg, script string, args ...string) {
 		t.Helper()
-		cmd := exec.Command("sh", append([]string{"scripts/" + script}, args...)...)
+		cmd := exec.Command("sh", append([]string{"scripts/" + pkg + "/" + script}, args...)...)
 		cmd.Env = append(os.Environ(), "DPKG_ROOT="+root)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%s %v: %v\n%s", script, args, err, out)
+			t.Fatalf("%s/%s %v: %v\n%s", pkg, script, args, err, out)
 		}
 	}
-	run("postinstall.sh", "configure", "")
-	run("postinstall.sh", "configure", "0.1.0") // upgrade: idempotent
+	for _, pkg := range []string{"orchestratord", "workerd"} {
+		run(pkg, "deb-postinst.sh", "configure", "")
+		run(pkg, "deb-postinst.sh", "configure", "0.1.0") // upgrade: idempotent
+	}
 
 	passwd, _ := os.ReadFile(filepath.Join(root, "etc/passwd"))
 	group, _ := os.ReadFile(filepath.Join(root, "etc/group"))
@@ -300,12 +313,16 @@ func TestMaintainerScriptsInRoot(t *testing.T) {
 		t.Errorf("worker-token: %v %v", fi, err)
 	}
 
-	run("preremove.sh", "remove")
-	run("postremove.sh", "remove")
+	for _, pkg := range []string{"orchestratord", "workerd"} {
+		run(pkg, "deb-prerm.sh", "remove")
+		run(pkg, "deb-postrm.sh", "remove")
+	}
 	if _, err := os.Stat(filepath.Join(root, "var/lib/simpletuner")); err != nil {
 		t.Fatalf("remove (not purge) deleted state: %v", err)
 	}
-	run("postremove.sh", "purge")
+	for _, pkg := range []string{"orchestratord", "workerd"} {
+		run(pkg, "deb-postrm.sh", "purge")
+	}
 	for _, p := range []string{"var/lib/simpletuner", "var/lib/simpletuner-worker", "etc/simpletuner/worker-token"} {
 		if _, err := os.Stat(filepath.Join(root, p)); !os.IsNotExist(err) {
 			t.Errorf("purge left %s (%v)", p, err)

@@ -1,0 +1,11 @@
+#!/bin/sh
+# %post of simpletuner-workerd (rpm): 1 install, 2 upgrade. Creates the user
+# and directories and reloads systemd; it never enables or (re)starts a unit.
+systemd-sysusers simpletuner-workerd.conf || :
+systemd-tmpfiles --create simpletuner-workerd.conf || :
+for g in video render; do
+	if getent group "$g" >/dev/null; then usermod -a -G "$g" simpletuner-worker || :; fi
+done
+token=/etc/simpletuner/worker-token
+[ -e "$token" ] || (umask 077 && : >"$token")
+if [ -d /run/systemd/system ]; then systemctl daemon-reload || :; fi
