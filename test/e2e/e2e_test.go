@@ -94,8 +94,10 @@ func TestWorkerKill9MidJobCompletesElsewhere(t *testing.T) {
 }
 
 func testRestartMidJob(t *testing.T, dbURL string) {
-	o := StartOrchestrator(t, dbURL)
-	o.StartWorker(WorkerSpec{Name: "steady", Persistent: true})
+	// The worker must ride out the restart: its self-fence (5 s, kept below
+	// the announced 10 s heartbeat timeout) outlasts it.
+	o := StartOrchestratorWith(t, OrchOptions{DBURL: dbURL, HeartbeatTimeout: "10s"})
+	o.StartWorker(WorkerSpec{Name: "steady", Persistent: true, SelfFenceAfter: "5s"})
 	id := o.Submit(slowJob(4), nil)
 	o.WaitJob(id, "running", 20*time.Second)
 	o.P.Signal(syscall.SIGTERM)

@@ -18,10 +18,11 @@ import (
 // an attempt dispatched before a kill and acknowledged after it (or never,
 // ending "withdrawn") was caught in one of them.
 func testOrchestratorKill9Loop(t *testing.T, dbURL string, kills, jobs int) {
-	o := StartOrchestratorWith(t, OrchOptions{Metrics: true, DBURL: dbURL})
+	// The workers ride out the orchestrator's absence: self-fence 20 s, which
+	// workerd keeps only below the heartbeat timeout the orchestrator announces.
+	o := StartOrchestratorWith(t, OrchOptions{Metrics: true, DBURL: dbURL, HeartbeatTimeout: "30s"})
 	h := NewHistory(t, o)
 	for i := range 3 {
-		// The workers ride out the orchestrator's absence (self-fence 20 s).
 		o.StartWorker(WorkerSpec{Name: fmt.Sprintf("w%d", i), Persistent: true, SelfFenceAfter: "20s", Command: h.ExecWrapperCommand()})
 	}
 	var wg sync.WaitGroup
@@ -100,7 +101,7 @@ func TestOrchestratorGracefulRestartUnderLoad(t *testing.T) {
 			if store == "postgres" {
 				url = pgtest.Start(t)
 			}
-			o := StartOrchestratorWith(t, OrchOptions{Metrics: true, DBURL: url})
+			o := StartOrchestratorWith(t, OrchOptions{Metrics: true, DBURL: url, HeartbeatTimeout: "30s"})
 			h := NewHistory(t, o)
 			for i := range 3 {
 				o.StartWorker(WorkerSpec{Name: fmt.Sprintf("w%d", i), Persistent: true, SelfFenceAfter: "20s", Command: h.ExecWrapperCommand()})
