@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 // The test binary doubles as the daemon under test: with DAEMON_TEST_HELPER set it runs
@@ -296,26 +297,9 @@ func (ns *notifySocket) flush(d time.Duration) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type proc struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *testutil.Buffer
 	done   chan error
 }
 
@@ -332,7 +316,7 @@ func startProc(t *testing.T, argv []string, env ...string) *proc {
 		cmd.Env = append(cmd.Env, kv)
 	}
 	cmd.Env = append(cmd.Env, env...)
-	p := &proc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	p := &proc{cmd: cmd, stderr: &testutil.Buffer{}, done: make(chan error, 1)}
 	cmd.Stdout = p.stderr
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -85,7 +86,7 @@ func runApp(t *testing.T, ctx context.Context, app App, opt RunOptions) (*notify
 	statusEvery = 50 * time.Millisecond
 	t.Cleanup(func() { statusEvery = 2 * time.Second })
 	if opt.Logger == nil {
-		opt.Logger = slog.New(slog.NewTextHandler(&syncBuffer{}, nil))
+		opt.Logger = slog.New(slog.NewTextHandler(&testutil.Buffer{}, nil))
 	}
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, app, opt) }()
@@ -109,7 +110,7 @@ func TestRunLifecycleAndWatchdog(t *testing.T) {
 	app := newFakeApp()
 	app.startGate = make(chan struct{})
 	app.sawHealthy = make(chan error, 1)
-	logs := &syncBuffer{}
+	logs := &testutil.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ns, done := runApp(t, ctx, app, RunOptions{Logger: slog.New(slog.NewTextHandler(logs, nil))})

@@ -9,50 +9,32 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
+
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
-	"github.com/simpletuner/simpletuner-orchestration/internal/store/postgres"
-	"github.com/simpletuner/simpletuner-orchestration/internal/store/sqlite"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store/stores"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // backends opens a fresh store of each kind.
-var backends = map[string]func(t testing.TB) store.Store{
-	"sqlite": func(t testing.TB) store.Store {
-		st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "o.db"), slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	},
-	"postgres": func(t testing.TB) store.Store {
-		st, err := postgres.Open(context.Background(), pgtest.Start(t), slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	},
+var backends = map[string]stores.Opener{
+	"sqlite":   func(t testing.TB) store.Store { return stores.Open(t, "sqlite") },
+	"postgres": func(t testing.TB) store.Store { return stores.Open(t, "postgres") },
 }
 
 // forEachStore runs fn once per backend, as parallel subtests.
 func forEachStore(t *testing.T, fn func(t *testing.T, open func(t testing.TB) store.Store)) {
 	t.Helper()
-	for _, name := range []string{"sqlite", "postgres"} {
-		open := backends[name]
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			fn(t, open)
-		})
-	}
+	stores.ForEach(t, func(t *testing.T, open stores.Opener) { fn(t, open) })
 }
 
 // testOptions are production options with every timer scaled down.
@@ -81,24 +63,7 @@ type env struct {
 	admin  string // admin token with every scope
 	http   *httptest.Server
 	cancel context.CancelFunc
-	logs   *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs   *testutil.Buffer
 }
 
 // setup starts an orchestrator over a real store on a loopback HTTP server.
@@ -113,7 +78,7 @@ func setup(t testing.TB, st store.Store, mutate ...func(*Options)) *env {
 
 func startEnv(t testing.TB, st store.Store, opt Options) *env {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testutil.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv := New(st, opt, log)
 	hs := httptest.NewServer(srv.Handler())

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"encoding/json"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 	"net/http"
 	"strings"
 	"testing"
@@ -358,7 +359,7 @@ func TestHealthzReadyzMetrics(t *testing.T) {
 	e := setup(t, backends["sqlite"](t))
 	e.must(e.do("GET", "/healthz", nil, nil), 200)
 	e.must(e.do("GET", "/readyz", nil, nil), 200)
-	rec := &syncBuffer{}
+	rec := &testutil.Buffer{}
 	e.srv.writeMetrics(context.Background(), rec)
 	for _, m := range []string{"simpletuner_queue_depth", "simpletuner_workers{status=\"idle\"}", "simpletuner_dispatch_latency_seconds_bucket",
 		"simpletuner_heartbeats_total", "simpletuner_stale_attempt_rejections_total", "simpletuner_sse_connections", "simpletuner_auth_failures_total"} {

@@ -1,12 +1,10 @@
 package pgtest
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -16,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 // Cluster is a private PostgreSQL server in a temp dir. It can be stopped and
@@ -30,25 +30,7 @@ type Cluster struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when the server process is gone
-	logs   *syncBuffer
-}
-
-// syncBuffer collects a child's output while it runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs   *testutil.Buffer
 }
 
 // binDir returns the bin directory of the highest installed PostgreSQL.
@@ -123,7 +105,7 @@ func NewCluster() (*Cluster, error) {
 	c := &Cluster{dir: dir, bin: bin, cred: cred}
 	// A port picked free can be taken before the server binds it; retry.
 	for try := 0; ; try++ {
-		if c.port, err = freePort(); err == nil {
+		if c.port, err = testutil.FreePort(); err == nil {
 			c.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port)
 			if err = c.Start(); err == nil {
 				return c, nil
@@ -143,7 +125,7 @@ func (c *Cluster) Start() error {
 	if c.cmd != nil {
 		return nil
 	}
-	logs := &syncBuffer{}
+	logs := &testutil.Buffer{}
 	cmd := exec.Command(filepath.Join(c.bin, "postgres"), "-D", filepath.Join(c.dir, "data"),
 		"-p", strconv.Itoa(c.port), "-k", c.dir, "-c", "listen_addresses=127.0.0.1",
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
@@ -218,13 +200,4 @@ func (c *Cluster) Logs() string {
 		return ""
 	}
 	return c.logs.String()
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,10 +10,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
@@ -40,24 +40,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer collects the worker's log; it is printed when a test fails.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // fakeGPUs is a two-GPU machine.
 type fakeGPUs struct{}
 
@@ -75,7 +57,7 @@ func (fakeGPUs) Telemetry() ([]protocol.GPUTelemetry, error) {
 func (fakeGPUs) Close() error { return nil }
 
 // testOptions are fast timers against f.
-func testOptions(t *testing.T, f *fakeOrch, logs *syncBuffer) Options {
+func testOptions(t *testing.T, f *fakeOrch, logs *testutil.Buffer) Options {
 	state := t.TempDir()
 	return Options{
 		URL:            f.url(),
@@ -112,7 +94,7 @@ type running struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when Serve returned; err is its result
 	err    error
-	logs   *syncBuffer
+	logs   *testutil.Buffer
 }
 
 // wait returns Serve's result, failing the test after timeout.
@@ -137,7 +119,7 @@ func setup(t *testing.T, tweak func(*Options)) (*fakeOrch, *running) {
 
 func startWorker(t *testing.T, f *fakeOrch, tweak func(*Options)) *running {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testutil.Buffer{}
 	opt := testOptions(t, f, logs)
 	if tweak != nil {
 		tweak(&opt)

@@ -14,6 +14,8 @@ import (
 	"testing/iotest"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
+
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
@@ -222,8 +224,8 @@ func TestProcessExitDescriptions(t *testing.T) {
 		{"kill -SEGV $$", false, "killed by signal SIGSEGV"},
 	}
 	for _, c := range cases {
-		var out bytes.Buffer
-		p, err := startProcess([]string{"/bin/sh", "-c", c.script}, t.TempDir(), nil, &lockedWriter{w: &out})
+		var out testutil.Buffer
+		p, err := startProcess([]string{"/bin/sh", "-c", c.script}, t.TempDir(), nil, &out)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,8 +240,8 @@ func TestProcessExitDescriptions(t *testing.T) {
 func TestProcessGroupKilledWhenLeaderExits(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	var out bytes.Buffer
-	p, err := startProcess([]string{"/bin/sh", "-c", "sleep 300 & echo $! > child.pid; exit 0"}, dir, nil, &lockedWriter{w: &out})
+	var out testutil.Buffer
+	p, err := startProcess([]string{"/bin/sh", "-c", "sleep 300 & echo $! > child.pid; exit 0"}, dir, nil, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,8 +260,8 @@ func TestProcessGroupKilledWhenLeaderExits(t *testing.T) {
 
 func TestProcessStopGraceThenKill(t *testing.T) {
 	t.Parallel()
-	var out bytes.Buffer
-	lw := &lockedWriter{w: &out}
+	var out testutil.Buffer
+	lw := &out
 	p, err := startProcess([]string{"/bin/sh", "-c", `trap 'echo got TERM' TERM; echo ready; while :; do sleep 0.01; done`}, t.TempDir(), nil, lw)
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/app/orchestratord"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
@@ -32,7 +33,7 @@ type orch struct {
 // writeConfig writes a TOML config for a loopback orchestrator on dbURL ("" =
 // the embedded store) and returns its path and the API URL.
 func writeConfig(dir, dbURL string) (string, string, error) {
-	port, err := freePort()
+	port, err := testutil.FreePort()
 	if err != nil {
 		return "", "", err
 	}
@@ -175,15 +176,6 @@ func readRSS(pid int) (int64, error) {
 		}
 	}
 	return 0, errors.New("no VmRSS line")
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // buildBinary compiles the orchestrator into dir.

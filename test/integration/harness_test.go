@@ -10,68 +10,25 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
+
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
-	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
-	"github.com/simpletuner/simpletuner-orchestration/internal/store/postgres"
-	"github.com/simpletuner/simpletuner-orchestration/internal/store/sqlite"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store/stores"
 	"github.com/simpletuner/simpletuner-orchestration/internal/worker"
 )
 
-// stores opens a fresh store of each kind; a test runs once per entry.
-var stores = []struct {
-	name string
-	open func(t *testing.T) store.Store
-}{
-	{"sqlite", func(t *testing.T) store.Store {
-		st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "o.db"), slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}},
-	{"postgres", func(t *testing.T) store.Store {
-		st, err := postgres.Open(context.Background(), pgtest.Start(t), slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}},
-}
-
 func forEachStore(t *testing.T, fn func(t *testing.T, open func(t *testing.T) store.Store)) {
-	for _, s := range stores {
-		t.Run(s.name, func(t *testing.T) {
-			t.Parallel()
-			fn(t, s.open)
-		})
-	}
-}
-
-// lockedBuffer collects a log; it is printed when a test fails.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	stores.ForEach(t, func(t *testing.T, open stores.Opener) {
+		fn(t, func(t *testing.T) store.Store { return open(t) })
+	})
 }
 
 // orch is an orchestrator.Server on a loopback HTTP server.
@@ -81,7 +38,7 @@ type orch struct {
 	srv   *orchestrator.Server
 	http  *httptest.Server
 	admin string
-	logs  *lockedBuffer
+	logs  *testutil.Buffer
 	stop  func()
 }
 
@@ -106,7 +63,7 @@ func fastOptions(t *testing.T) orchestrator.Options {
 // given (a restarted orchestrator on the same store keeps the old one).
 func startOrch(t *testing.T, st store.Store, opt orchestrator.Options, admin string) *orch {
 	t.Helper()
-	logs := &lockedBuffer{}
+	logs := &testutil.Buffer{}
 	srv := orchestrator.New(st, opt, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	hs := httptest.NewServer(srv.Handler())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -294,13 +251,13 @@ func (g *reportGate) stopped() int {
 type runningWorker struct {
 	*worker.Worker
 	stateDir string
-	logs     *lockedBuffer
+	logs     *testutil.Buffer
 }
 
 // startWorker runs workerd's engine against url; tweak may change its options.
 func startWorker(t *testing.T, url, token string, tweak ...func(*worker.Options)) *runningWorker {
 	t.Helper()
-	logs := &lockedBuffer{}
+	logs := &testutil.Buffer{}
 	opt := worker.Options{
 		URL: url, Token: token, Name: "w", Persistent: true,
 		StateDir:       t.TempDir(),

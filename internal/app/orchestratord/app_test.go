@@ -1,11 +1,9 @@
 package orchestratord
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,37 +11,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
+
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // testApp starts the orchestrator app on a loopback port and SQLite, with an
 // admin token; write rewrites its configuration file.
@@ -51,7 +24,7 @@ type testApp struct {
 	app   *App
 	url   string
 	admin string
-	logs  *lockedBuffer
+	logs  *testutil.Buffer
 	write func(maxBody int, listen string)
 }
 
@@ -59,7 +32,7 @@ func startApp(t *testing.T) *testApp {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "o.toml")
-	addr := freeAddr(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", testutil.MustFreePort(t))
 	write := func(maxBody int, listen string) {
 		conf := fmt.Sprintf("[server]\nlisten = [%q]\nadmin_socket = \"\"\nmax_body_bytes = %d\n[paths]\nstate_dir = %q\nconfigs_dir = %q\n[metrics]\nlisten = \"\"\n",
 			listen, maxBody, dir, dir)
@@ -76,7 +49,7 @@ func startApp(t *testing.T) *testApp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuffer{}
+	logs := &testutil.Buffer{}
 	level := new(slog.LevelVar)
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level}))
 	a := New(cfg, args, func(string) string { return "" }, log, level)

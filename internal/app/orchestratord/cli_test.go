@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
+
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 )
 
@@ -18,7 +20,7 @@ func tokenConfig(t *testing.T, dir, socket string) string {
 	t.Helper()
 	path := filepath.Join(dir, "o.toml")
 	conf := fmt.Sprintf("[server]\nlisten = [%q]\nadmin_socket = %q\n[paths]\nstate_dir = %q\nconfigs_dir = %q\n[metrics]\nlisten = \"\"\n",
-		freeAddr(t), socket, dir, dir)
+		fmt.Sprintf("127.0.0.1:%d", testutil.MustFreePort(t)), socket, dir, dir)
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}

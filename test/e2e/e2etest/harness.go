@@ -10,16 +10,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
 )
@@ -73,44 +73,24 @@ func moduleRoot() (string, error) {
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+func FreePort(t testing.TB) int { return testutil.MustFreePort(t) }
 
 // Proc is a running daemon.
 type Proc struct {
 	Cmd  *exec.Cmd
-	log  *bytes.Buffer
-	mu   *sync.Mutex
+	log  *testutil.Buffer
 	done chan struct{}
 	err  error
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (w lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
 }
 
 // Start runs one of the built binaries; it is killed when the test ends and
 // its output is logged if the test failed.
 func Start(t testing.TB, name string, args ...string) *Proc {
 	t.Helper()
-	p := &Proc{log: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan struct{})}
+	p := &Proc{log: &testutil.Buffer{}, done: make(chan struct{})}
 	p.Cmd = exec.Command(filepath.Join(BinDir, name), args...)
-	p.Cmd.Stdout = lockedWriter{p.mu, p.log}
-	p.Cmd.Stderr = lockedWriter{p.mu, p.log}
+	p.Cmd.Stdout = p.log
+	p.Cmd.Stderr = p.log
 	p.Cmd.Env = append(os.Environ(), "NOTIFY_SOCKET=/nonexistent/notify.sock")
 	if err := p.Cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -131,11 +111,7 @@ func Start(t testing.TB, name string, args ...string) *Proc {
 }
 
 // Output is everything the process wrote so far.
-func (p *Proc) Output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
-}
+func (p *Proc) Output() string { return p.log.String() }
 
 // Pid is the process id.
 func (p *Proc) Pid() int { return p.Cmd.Process.Pid }

@@ -1,0 +1,52 @@
+// Package stores opens throwaway stores of every kind for tests: SQLite in a
+// temporary directory, PostgreSQL as a fresh database in the pgtest cluster
+// (the test binary's TestMain must call pgtest.Main).
+package stores
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"testing"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store/postgres"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store/sqlite"
+)
+
+// Kinds names every store backend.
+var Kinds = []string{"sqlite", "postgres"}
+
+// Opener opens a fresh, empty, migrated store of one kind.
+type Opener func(t testing.TB) store.Store
+
+// Open opens a fresh store of the given kind; it fails t on error.
+func Open(t testing.TB, kind string) store.Store {
+	t.Helper()
+	var st store.Store
+	var err error
+	switch kind {
+	case "sqlite":
+		st, err = sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "o.db"), slog.New(slog.DiscardHandler))
+	case "postgres":
+		st, err = postgres.Open(context.Background(), pgtest.Start(t), slog.New(slog.DiscardHandler))
+	default:
+		t.Fatalf("unknown store kind %q", kind)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// ForEach runs fn once per kind, as parallel subtests named after the kind.
+func ForEach(t *testing.T, fn func(t *testing.T, open Opener)) {
+	t.Helper()
+	for _, kind := range Kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			fn(t, func(t testing.TB) store.Store { return Open(t, kind) })
+		})
+	}
+}
