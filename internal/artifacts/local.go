@@ -268,7 +268,10 @@ func (l *Local) Stat(ctx context.Context, name string) (Entry, error) {
 
 // List implements Backend. Links and special files are skipped, not followed.
 func (l *Local) List(ctx context.Context, prefix string) ([]Entry, error) {
-	dirs := strings.Split(strings.TrimSuffix(prefix, "/"), "/")
+	var dirs []string // "" lists everything, the temporary files included
+	if prefix != "" {
+		dirs = strings.Split(strings.TrimSuffix(prefix, "/"), "/")
+	}
 	dfd, err := l.openDir(dirs, false)
 	if errors.Is(err, ErrNotFound) {
 		return nil, nil
