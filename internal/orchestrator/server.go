@@ -20,6 +20,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -45,6 +46,11 @@ type Options struct {
 	CancelReportTimeout   time.Duration
 	LogLimitBytes         int64
 	AuthFailuresPerMinute int
+	// Artifacts: limits per object and per job, and how long an attempt's
+	// upload token still works after the attempt ended.
+	ArtifactMaxObjectBytes int64
+	ArtifactMaxJobBytes    int64
+	ArtifactUploadGrace    time.Duration
 }
 
 // OptionsFrom maps a loaded configuration onto the orchestrator's settings.
@@ -74,6 +80,10 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 		CancelReportTimeout:   j.CancelReportTimeout.Duration,
 		LogLimitBytes:         j.LogLimitBytes,
 		AuthFailuresPerMinute: cfg.Auth.FailuresPerMinute,
+
+		ArtifactMaxObjectBytes: cfg.Artifacts.MaxObjectBytes,
+		ArtifactMaxJobBytes:    cfg.Artifacts.MaxJobBytes,
+		ArtifactUploadGrace:    cfg.Artifacts.UploadGrace.Duration,
 	}
 }
 
@@ -99,6 +109,8 @@ type Server struct {
 	missed missedAttempts
 	// adminSocketPath names the unix socket in connection commands given over it.
 	adminSocketPath string
+	// artifacts stores what jobs upload; nil answers 503 (see SetArtifacts).
+	artifacts atomic.Pointer[artifacts.Store]
 }
 
 // SetAdminSocketPath tells the server where its admin socket lives.
@@ -126,6 +138,7 @@ func (s *Server) options() Options { return *s.opt.Load() }
 // SetOptions applies settings that can change without a restart.
 func (s *Server) SetOptions(o Options) {
 	s.opt.Store(&o)
+	s.applyArtifactLimits(o)
 	s.Wake()
 }
 
@@ -253,6 +266,17 @@ func (s *Server) Handler() http.Handler {
 	r.GET("/api/queue", s.admin(auth.ScopeQueueView, s.listJobs))
 	r.POST("/api/queue/:job_id/cancel", s.admin(auth.ScopeQueueCancel, s.cancelJob))
 	r.GET("/api/queue/:job_id/logs", s.admin(auth.ScopeQueueView, s.readLogs))
+	r.GET("/api/queue/:job_id/artifacts", s.admin(auth.ScopeQueueView, s.listArtifacts))
+	r.GET("/api/queue/:job_id/artifacts/*path", s.admin(auth.ScopeQueueView, s.downloadArtifact))
+	r.HEAD("/api/queue/:job_id/artifacts/*path", s.admin(auth.ScopeQueueView, s.downloadArtifact))
+
+	// A job's own S3-style uploads, authenticated by its attempt's upload
+	// token. Keys hold slashes, hence the catch-all.
+	r.GET("/api/cloud/storage", s.upload(s.listBuckets))
+	r.GET("/api/cloud/storage/:bucket", s.upload(s.listObjects))
+	r.PUT("/api/cloud/storage/:bucket/*key", s.upload(s.putObject))
+	r.GET("/api/cloud/storage/:bucket/*key", s.upload(s.getObject))
+	r.HEAD("/api/cloud/storage/:bucket/*key", s.upload(s.getObject))
 	return r
 }
 
