@@ -342,3 +342,6 @@ func (l *Local) DeleteAll(ctx context.Context, prefix string) error {
 	}
 	return nil
 }
+
+// Dir is the directory the objects are kept in.
+func (l *Local) Dir() string { return l.dir }
