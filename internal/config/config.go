@@ -7,6 +7,7 @@ package config
 import (
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -90,15 +91,16 @@ func (s Secret) Format(f fmt.State, verb rune) {
 
 // Orchestrator is simpletuner-orchestratord's configuration.
 type Orchestrator struct {
-	Server   ServerConfig   `toml:"server"`
-	TLS      TLSConfig      `toml:"tls"`
-	Database DatabaseConfig `toml:"database"`
-	Paths    PathsConfig    `toml:"paths"`
-	Workers  WorkersConfig  `toml:"workers"`
-	Jobs     JobsConfig     `toml:"jobs"`
-	Auth     AuthConfig     `toml:"auth"`
-	Log      LogConfig      `toml:"log"`
-	Metrics  MetricsConfig  `toml:"metrics"`
+	Server    ServerConfig    `toml:"server"`
+	TLS       TLSConfig       `toml:"tls"`
+	Database  DatabaseConfig  `toml:"database"`
+	Paths     PathsConfig     `toml:"paths"`
+	Workers   WorkersConfig   `toml:"workers"`
+	Jobs      JobsConfig      `toml:"jobs"`
+	Auth      AuthConfig      `toml:"auth"`
+	Log       LogConfig       `toml:"log"`
+	Metrics   MetricsConfig   `toml:"metrics"`
+	Artifacts ArtifactsConfig `toml:"artifacts"`
 
 	origins map[string]string // key → where it was set (file:line, variable, flag)
 }
@@ -179,6 +181,30 @@ func (c LogConfig) SlogLevel() slog.Level {
 		return l
 	}
 	return slog.LevelInfo
+}
+
+// ArtifactsConfig is [artifacts]: where the files jobs upload are kept.
+type ArtifactsConfig struct {
+	Backend         string   `toml:"backend"` // local|s3
+	Dir             string   `toml:"dir"`     // local: "" → <state_dir>/artifacts
+	MaxObjectBytes  int64    `toml:"max_object_bytes"`
+	MaxJobBytes     int64    `toml:"max_job_bytes"`
+	UploadGrace     Duration `toml:"upload_grace"` // uploads still accepted this long after an attempt ends
+	S3Endpoint      string   `toml:"s3_endpoint"`  // http(s)://host[:port]
+	S3Bucket        string   `toml:"s3_bucket"`
+	S3Region        string   `toml:"s3_region"`
+	S3Prefix        string   `toml:"s3_prefix"`
+	S3AccessKey     string   `toml:"s3_access_key"`
+	S3SecretKey     Secret   `toml:"s3_secret_key"`
+	S3SecretKeyFile string   `toml:"s3_secret_key_file"`
+}
+
+// ArtifactsDir is the local backend's directory.
+func (c *Orchestrator) ArtifactsDir() string {
+	if c.Artifacts.Dir != "" {
+		return c.Artifacts.Dir
+	}
+	return filepath.Join(c.Paths.StateDir, "artifacts")
 }
 
 // MetricsConfig is [metrics].
@@ -274,6 +300,12 @@ func DefaultOrchestrator() *Orchestrator {
 		Auth:    AuthConfig{FailuresPerMinute: 10},
 		Log:     LogConfig{Level: "info", Format: "auto"},
 		Metrics: MetricsConfig{Listen: "127.0.0.1:9101"},
+		Artifacts: ArtifactsConfig{
+			Backend:        "local",
+			MaxObjectBytes: 100 << 30,
+			MaxJobBytes:    500 << 30,
+			UploadGrace:    D(15 * time.Minute),
+		},
 	}
 }
 

@@ -154,6 +154,7 @@ func LoadOrchestrator(args []string, getenv func(string) string) (*Orchestrator,
 		}
 	}
 	l.secret("database.url", "database.url_file", "database-url", getenv)
+	l.secret("artifacts.s3_secret_key", "artifacts.s3_secret_key_file", "artifacts-s3-secret-key", getenv)
 	c.validate(l)
 	c.origins = l.origins()
 	return c, opts, asErrors(l.errs)

@@ -95,6 +95,60 @@ func (c *Orchestrator) validate(l *loader) {
 			l.errf("metrics.listen", "%q: %s (or \"\" to disable)", a, msg)
 		}
 	}
+	l.validateArtifacts(c.Artifacts)
+}
+
+func (l *loader) validateArtifacts(a ArtifactsConfig) {
+	l.positive("artifacts.max_object_bytes", a.MaxObjectBytes)
+	l.positive("artifacts.max_job_bytes", a.MaxJobBytes)
+	if a.Dir != "" && !filepath.IsAbs(a.Dir) {
+		l.errf("artifacts.dir", "%q must be an absolute path (or \"\" for <state_dir>/artifacts)", a.Dir)
+	}
+	switch a.Backend {
+	case "local":
+	case "s3":
+		if a.S3Endpoint == "" {
+			l.errf("artifacts.s3_endpoint", "must be set with backend = \"s3\", e.g. \"https://s3.eu-west-1.amazonaws.com\" or \"http://minio.internal:9000\"")
+		}
+		if a.S3Bucket == "" {
+			l.errf("artifacts.s3_bucket", "must be set with backend = \"s3\"")
+		}
+		if (a.S3AccessKey == "") != (a.S3SecretKey == "") {
+			key := "artifacts.s3_secret_key"
+			if a.S3AccessKey == "" {
+				key = "artifacts.s3_access_key"
+			}
+			l.errf(key, "s3_access_key and s3_secret_key must be set together (or both left empty to use AWS_*/MINIO_* variables or an IAM role)")
+		}
+	default:
+		l.errf("artifacts.backend", "%q is not one of local, s3", a.Backend)
+	}
+	if e := a.S3Endpoint; e != "" {
+		u, err := url.Parse(e)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" {
+			l.errf("artifacts.s3_endpoint", "%q must be http(s)://host[:port] without a path", e)
+		}
+	}
+	if b := a.S3Bucket; b != "" && !validS3Bucket(b) {
+		l.errf("artifacts.s3_bucket", "%q is not an S3 bucket name (3-63 lowercase letters, digits, '.' and '-', starting and ending with a letter or digit)", b)
+	}
+	if p := a.S3Prefix; p != "" && (strings.HasPrefix(p, "/") || !strings.HasSuffix(p, "/") || strings.Contains(p, "//")) {
+		l.errf("artifacts.s3_prefix", "%q must be \"\" or a relative path ending in \"/\", e.g. \"simpletuner/\"", p)
+	}
+}
+
+func validS3Bucket(b string) bool {
+	if len(b) < 3 || len(b) > 63 {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		edge := i == 0 || i == len(b)-1
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || !edge && (c == '.' || c == '-')) {
+			return false
+		}
+	}
+	return !strings.Contains(b, "..")
 }
 
 func (c *Worker) validate(l *loader) {

@@ -9,18 +9,19 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
-
+	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store/stores"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -81,6 +82,12 @@ func startEnv(t testing.TB, st store.Store, opt Options) *env {
 	logs := &testutil.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv := New(st, opt, log)
+	arts, err := artifacts.NewLocal(filepath.Join(t.TempDir(), "artifacts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { arts.Close() })
+	srv.SetArtifacts(artifacts.New(arts, artifacts.Limits{}))
 	hs := httptest.NewServer(srv.Handler())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

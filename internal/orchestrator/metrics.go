@@ -25,6 +25,7 @@ type Metrics struct {
 	SlowStreamsDropped atomic.Int64
 	Requeues           atomic.Int64
 	dispatchLatency    histogram
+	artifacts          artifactMetrics
 }
 
 // NewMetrics returns zeroed metrics.
@@ -116,6 +117,7 @@ func (s *Server) writeMetrics(ctx context.Context, w io.Writer) {
 	counter("simpletuner_auth_failures_total", "Requests refused for a missing, unknown or rate-limited credential.", m.AuthFailures.Load())
 	counter("simpletuner_sse_slow_streams_dropped_total", "Worker streams closed because their reader fell behind.", m.SlowStreamsDropped.Load())
 	m.dispatchLatency.write(w, "simpletuner_dispatch_latency_seconds", "Time from a job becoming queued to its job_submit event.")
+	m.writeArtifacts(counter)
 }
 
 func sortedStatuses(m map[protocol.JobStatus]int) []string {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -46,6 +47,11 @@ type Options struct {
 	CancelReportTimeout   time.Duration
 	LogLimitBytes         int64
 	AuthFailuresPerMinute int
+	// Artifacts: limits per object and per job, and how long an attempt's
+	// upload token still works after the attempt ended.
+	ArtifactMaxObjectBytes int64
+	ArtifactMaxJobBytes    int64
+	ArtifactUploadGrace    time.Duration
 }
 
 // OptionsFrom maps a loaded configuration onto the orchestrator's settings.
@@ -75,6 +81,10 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 		CancelReportTimeout:   j.CancelReportTimeout.Duration,
 		LogLimitBytes:         j.LogLimitBytes,
 		AuthFailuresPerMinute: cfg.Auth.FailuresPerMinute,
+
+		ArtifactMaxObjectBytes: cfg.Artifacts.MaxObjectBytes,
+		ArtifactMaxJobBytes:    cfg.Artifacts.MaxJobBytes,
+		ArtifactUploadGrace:    cfg.Artifacts.UploadGrace.Duration,
 	}
 }
 
@@ -105,6 +115,8 @@ type Server struct {
 	largestWorker atomic.Int64
 	// adminSocketPath names the unix socket in connection commands given over it.
 	adminSocketPath string
+	// artifacts stores what jobs upload; nil answers 503 (see SetArtifacts).
+	artifacts atomic.Pointer[artifacts.Store]
 }
 
 // SetAdminSocketPath tells the server where its admin socket lives.
@@ -132,6 +144,7 @@ func (s *Server) options() Options { return *s.opt.Load() }
 // SetOptions applies settings that can change without a restart.
 func (s *Server) SetOptions(o Options) {
 	s.opt.Store(&o)
+	s.applyArtifactLimits(o)
 	s.Wake()
 }
 
@@ -260,6 +273,17 @@ func (s *Server) Routes() []Route {
 		{"GET", "/api/queue", "", s.admin(auth.ScopeQueueView, s.listJobs)},
 		{"POST", "/api/queue/:job_id/cancel", "", s.admin(auth.ScopeQueueCancel, s.cancelJob)},
 		{"GET", "/api/queue/:job_id/logs", "", s.admin(auth.ScopeQueueView, s.readLogs)},
+		{"GET", "/api/queue/:job_id/artifacts", "", s.admin(auth.ScopeQueueView, s.listArtifacts)},
+		{"GET", "/api/queue/:job_id/artifacts/*path", "GET /api/queue/{job_id}/artifacts/{path}", s.admin(auth.ScopeQueueView, s.downloadArtifact)},
+		{"HEAD", "/api/queue/:job_id/artifacts/*path", "HEAD /api/queue/{job_id}/artifacts/{path}", s.admin(auth.ScopeQueueView, s.downloadArtifact)},
+
+		// A job's own S3-style uploads, authenticated by its attempt's upload
+		// token. Keys hold slashes, hence the catch-all.
+		{"GET", "/api/cloud/storage", "", s.upload(s.listBuckets)},
+		{"GET", "/api/cloud/storage/:bucket", "", s.upload(s.listObjects)},
+		{"PUT", "/api/cloud/storage/:bucket/*key", "PUT /api/cloud/storage/{bucket}/{key}", s.upload(s.putObject)},
+		{"GET", "/api/cloud/storage/:bucket/*key", "GET /api/cloud/storage/{bucket}/{key}", s.upload(s.getObject)},
+		{"HEAD", "/api/cloud/storage/:bucket/*key", "HEAD /api/cloud/storage/{bucket}/{key}", s.upload(s.getObject)},
 	}
 }
 

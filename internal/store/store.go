@@ -229,6 +229,9 @@ type Store interface {
 	// priority and Seq: higher priority, or the same priority and a lower Seq.
 	QueuePosition(ctx context.Context, priority int, seq int64) (int, error)
 	ListAttempts(ctx context.Context, jobID string) ([]Attempt, error)
+	// GetAttemptByUploadTokenHash finds the attempt whose upload token has
+	// this digest (hex SHA-256); none is ErrNotFound.
+	GetAttemptByUploadTokenHash(ctx context.Context, hash string) (Attempt, error)
 	// ClaimJob atomically picks the queued job with the highest priority (then
 	// lowest Seq) that Match accepts, moves it to dispatched with attempt+1,
 	// records the attempt, and sets the worker busy with that job. The worker must

@@ -7,15 +7,20 @@
 //	exit_code      exit status at the end (default 0)
 //	ignore_sigterm ignore SIGTERM and start a child that ignores it too, so that
 //	               only SIGKILL to the whole process group ends the tree
+//	publish        upload output.txt as outputs/output.txt to the orchestrator's
+//	               artifact endpoint ($SIMPLETUNER_UPLOAD_ENDPOINT) at the end
 //
 // It prints "step 3/5 loss=0.41" lines, writes output.txt in its working directory
 // and, for tests, pids.txt (its own pid and its child's).
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -29,6 +34,7 @@ type config struct {
 	StepSeconds   *float64 `json:"step_seconds"`
 	ExitCode      int      `json:"exit_code"`
 	IgnoreSIGTERM bool     `json:"ignore_sigterm"`
+	Publish       bool     `json:"publish"`
 }
 
 func main() {
@@ -93,11 +99,36 @@ func run() error {
 	if err := os.WriteFile("output.txt", []byte(out), 0o644); err != nil {
 		return err
 	}
+	if cfg.Publish {
+		if err := publish("outputs/output.txt", []byte(out)); err != nil {
+			return err
+		}
+	}
 	fmt.Println("training finished")
 	if cfg.ExitCode != 0 {
 		fmt.Fprintf(os.Stderr, "exiting with code %d as configured\n", cfg.ExitCode)
 	}
 	os.Exit(cfg.ExitCode)
+	return nil
+}
+
+// publish uploads data the way a job publishes its results: PUT to the
+// upload endpoint with the attempt's upload token.
+func publish(key string, data []byte) error {
+	req, err := http.NewRequest(http.MethodPut, os.Getenv("SIMPLETUNER_UPLOAD_ENDPOINT")+"/"+key, bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-Upload-Token", os.Getenv("SIMPLETUNER_UPLOAD_TOKEN"))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("publishing %s: %w", key, err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(res.Body, 1024))
+		return fmt.Errorf("publishing %s: HTTP %d: %s", key, res.StatusCode, body)
+	}
 	return nil
 }
 

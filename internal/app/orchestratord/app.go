@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/daemon"
+	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -58,6 +59,43 @@ func storeLocation(cfg *config.Orchestrator) (kind, where string) {
 		return "sqlite", strings.TrimPrefix(url, "sqlite://")
 	}
 	return "postgres", url
+}
+
+// OpenArtifacts opens the configured artifact storage: a directory
+// (created if missing) or an S3 bucket (which must exist). Limits are set
+// later from the options, and follow reloads.
+func OpenArtifacts(ctx context.Context, cfg *config.Orchestrator) (*artifacts.Store, error) {
+	c := cfg.Artifacts
+	limits := artifacts.Limits{MaxObjectBytes: c.MaxObjectBytes, MaxJobBytes: c.MaxJobBytes}
+	if c.Backend == "s3" {
+		b, err := artifacts.NewS3(ctx, artifacts.S3Config{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Region: c.S3Region,
+			Prefix: c.S3Prefix, AccessKey: c.S3AccessKey, SecretKey: c.S3SecretKey.Value(), PartSize: s3PartSize(c.MaxObjectBytes)})
+		if err != nil {
+			return nil, err
+		}
+		return artifacts.New(b, limits), nil
+	}
+	b, err := artifacts.NewLocal(cfg.ArtifactsDir())
+	if err != nil {
+		return nil, err
+	}
+	return artifacts.New(b, limits), nil
+}
+
+// s3PartSize picks the smallest multipart part (at least 16 MiB, whole MiB)
+// that lets an object of max bytes fit in S3's 10,000 parts: the part is
+// also what one upload holds in memory.
+func s3PartSize(maxObject int64) uint64 {
+	const parts, mib = 10000, 1 << 20
+	need := (maxObject + parts - 1) / parts
+	need = (need + mib - 1) / mib * mib
+	return uint64(max(need, artifacts.DefaultPartSize))
+}
+
+// artifactsWhere is what of [artifacts] needs a restart to change.
+func artifactsWhere(c *config.Orchestrator) any {
+	a := c.Artifacts
+	return []any{a.Backend, c.ArtifactsDir(), a.S3Endpoint, a.S3Bucket, a.S3Region, a.S3Prefix, a.S3AccessKey, a.S3SecretKey.Value()}
 }
 
 // App is the orchestrator daemon.
@@ -113,6 +151,14 @@ func (a *App) Start(ctx context.Context) error {
 	a.log.Info("database ready", "store", desc)
 	a.srv = orchestrator.New(st, orchestrator.OptionsFrom(cfg), a.log)
 	a.srv.SetAdminSocketPath(cfg.Server.AdminSocket)
+	arts, err := OpenArtifacts(ctx, cfg)
+	if err != nil {
+		closeAll(listeners)
+		_ = st.Close()
+		return fmt.Errorf("artifact storage: %w", err)
+	}
+	a.srv.SetArtifacts(arts)
+	a.log.Info("artifact storage ready", "backend", arts.Backend().String())
 
 	tlsConf, err := tlsConfig(cfg)
 	if err != nil {
@@ -260,6 +306,7 @@ func restartKeys(running, next *config.Orchestrator) []string {
 		{"auth.failures_per_minute", running.Auth.FailuresPerMinute, next.Auth.FailuresPerMinute},
 		{"log.format", running.Log.Format, next.Log.Format},
 		{"metrics.listen", running.Metrics.Listen, next.Metrics.Listen},
+		{"artifacts (backend, dir, s3_*)", artifactsWhere(running), artifactsWhere(next)},
 	} {
 		if !reflect.DeepEqual(c.old, c.new) {
 			out = append(out, c.name)

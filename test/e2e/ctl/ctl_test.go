@@ -120,7 +120,7 @@ func TestEveryCommandOverTCP(t *testing.T) {
 	c.want(2, "worker", "labels", "gpu-a", "novalue")
 
 	// submit by name, by file and on stdin; --wait exits by the outcome.
-	writeConfig(t, o, "quick", `{"steps": 3, "step_seconds": 0.1}`)
+	writeConfig(t, o, "quick", `{"steps": 3, "step_seconds": 0.1, "publish": true}`)
 	r = c.ok("submit", "quick", "--label", "pool=x", "--wait")
 	mustContain(t, "submit --wait", r.Stdout, "submitted job j_", "completed")
 	first := strings.Fields(r.Stdout)[2]
@@ -191,11 +191,14 @@ func TestEveryCommandOverTCP(t *testing.T) {
 	mustContain(t, "cancel", r.Stderr, "simpletunerctl cancel: j_aaaaaaaaaaaa: Job not found")
 	o.WaitJob(slow, "cancelled", 20*time.Second)
 
-	// artifacts: this orchestrator has no such endpoint yet.
-	r = c.want(3, "artifacts", first)
-	mustContain(t, "artifacts", r.Stderr, "simpletunerctl artifacts: this orchestrator does not serve artifacts (404")
-	r = c.want(3, "download", first, "output.txt", "-O", filepath.Join(t.TempDir(), "out"))
-	mustContain(t, "download", r.Stderr, "does not serve artifacts")
+	// artifacts: the quick job published its output with its upload token.
+	mustContain(t, "artifacts", c.ok("artifacts", first).Stdout, "outputs/output.txt")
+	dest := filepath.Join(t.TempDir(), "out")
+	c.ok("download", first, "outputs/output.txt", "-O", dest)
+	if b, err := os.ReadFile(dest); err != nil || string(b) != "trained 3 steps\n" {
+		t.Fatalf("downloaded artifact: %q %v", b, err)
+	}
+	mustContain(t, "no artifacts", c.ok("artifacts", second).Stdout, "has no artifacts")
 	c.want(3, "artifacts", "j_aaaaaaaaaaaa")
 
 	// drain and resume.
