@@ -85,7 +85,7 @@ dpkgr() { dpkg --root="$root" --force-script-chrootless --force-not-root --force
 
 dpkgr -i "$old"/*.deb
 grep -q '^simpletuner:' "$root/etc/passwd"
-grep -q '^simpletuner-worker:' "$root/etc/passwd"
+grep -q '^simpletuner-job:' "$root/etc/passwd"
 test -d "$root/var/lib/simpletuner"
 test -d "$root/var/lib/simpletuner-worker"
 "$root/usr/bin/simpletuner-orchestratord" --check-config --config "$root/etc/simpletuner/orchestratord.toml" >/dev/null

@@ -210,6 +210,26 @@ func TestUnitContracts(t *testing.T) {
 	if !strings.Contains(strings.Join(w["DeviceAllow"], "\n"), "char-nvidia") {
 		t.Error("worker cannot reach /dev/nvidia*")
 	}
+	// Job isolation: workerd makes cgroups below its own and starts jobs as
+	// other uids, with exactly the capabilities that takes and no others.
+	if got := w["Delegate"]; len(got) != 1 || got[0] != "yes" {
+		t.Errorf("worker Delegate=%v, want yes (a cgroup per job)", got)
+	}
+	if got := w["CapabilityBoundingSet"]; len(got) != 1 || got[0] != "CAP_SETUID CAP_SETGID CAP_CHOWN CAP_KILL" {
+		t.Errorf("worker CapabilityBoundingSet=%v", got)
+	}
+	if got := w["AmbientCapabilities"]; len(got) != 1 || got[0] != "" {
+		t.Errorf("worker AmbientCapabilities=%v: jobs would inherit them", got)
+	}
+	if v, ok := w["ProtectControlGroups"]; ok && v[0] == "yes" {
+		t.Error("worker ProtectControlGroups=yes makes its delegated cgroup read-only")
+	}
+	if got := w["ProtectProc"]; len(got) != 1 || got[0] != "invisible" {
+		t.Errorf("worker ProtectProc=%v: jobs could read workerd's /proc", got)
+	}
+	if _, ok := w["User"]; ok {
+		t.Error("worker sets User=: it needs root's uid (with a minimal bounding set) to start jobs as other uids")
+	}
 
 	for unit, name := range map[string]string{
 		"simpletuner-orchestratord.socket":       "api",
@@ -295,7 +315,7 @@ func TestMaintainerScriptsInRoot(t *testing.T) {
 
 	passwd, _ := os.ReadFile(filepath.Join(root, "etc/passwd"))
 	group, _ := os.ReadFile(filepath.Join(root, "etc/group"))
-	for _, u := range []string{"simpletuner:", "simpletuner-worker:"} {
+	for _, u := range []string{"simpletuner:", "simpletuner-job:"} {
 		if !strings.Contains(string(passwd), "\n"+u) && !strings.HasPrefix(string(passwd), u) {
 			t.Errorf("user %s missing:\n%s", u, passwd)
 		}
@@ -303,7 +323,7 @@ func TestMaintainerScriptsInRoot(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^simpletuner-admin:x:\d+:simpletuner$`).Match(group) {
 		t.Errorf("simpletuner is not in simpletuner-admin:\n%s", group)
 	}
-	for dir, mode := range map[string]os.FileMode{"var/lib/simpletuner": 0o750, "var/lib/simpletuner-worker": 0o750, "run/simpletuner": 0o750} {
+	for dir, mode := range map[string]os.FileMode{"var/lib/simpletuner": 0o750, "var/lib/simpletuner-worker": 0o711, "run/simpletuner": 0o750} {
 		fi, err := os.Stat(filepath.Join(root, dir))
 		if err != nil || fi.Mode().Perm() != mode {
 			t.Errorf("%s: %v %v", dir, fi, err)

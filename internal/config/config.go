@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -254,6 +255,41 @@ type JobConfig struct {
 	CancelGrace   Duration          `toml:"cancel_grace"`
 	Env           map[string]string `toml:"env"`
 	LogLimitBytes int64             `toml:"log_limit_bytes"`
+	Isolation     string            `toml:"isolation"` // auto | cgroup | process-group
+	User          string            `toml:"user"`      // jobs' groups; "" runs jobs as workerd itself
+	UIDRange      string            `toml:"uid_range"` // a uid per running job; "" runs every job as user
+	MemoryMax     string            `toml:"memory_max"`
+	TasksMax      int64             `toml:"tasks_max"`
+}
+
+// MemoryMaxBytes is memory_max in bytes (0: no limit); validation has
+// refused anything ParseBytes cannot read.
+func (j JobConfig) MemoryMaxBytes() int64 {
+	n, _ := ParseBytes(j.MemoryMax)
+	return n
+}
+
+// ParseBytes reads a size: a number of bytes, or one with a K, M, G or T
+// suffix (powers of 1024; "KiB" and "KB" are read the same). "" is 0.
+func ParseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	if t == "" {
+		return 0, nil
+	}
+	u := strings.ToUpper(t)
+	u = strings.TrimSuffix(strings.TrimSuffix(u, "B"), "I")
+	mult := int64(1)
+	if n := len(u); n > 0 {
+		if i := strings.IndexByte("KMGT", u[n-1]); i >= 0 {
+			mult = int64(1) << (10 * (i + 1))
+			u = u[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(u), 10, 64)
+	if err != nil || v < 0 || v > (1<<62)/mult {
+		return 0, fmt.Errorf("invalid size %q (want e.g. \"64G\", \"512M\" or a number of bytes)", s)
+	}
+	return v * mult, nil
 }
 
 // GPUConfig is the worker's [gpu].
@@ -269,6 +305,9 @@ const (
 	DefaultPingInterval      = 15 * time.Second  // SSE keep-alive; workerd reconnects after 3 silent intervals
 	DefaultCancelGrace       = 30 * time.Second  // SIGTERM → SIGKILL
 	DefaultLogLimitBytes     = 256 << 20         // per job
+	// DefaultJobUIDRange gives each running job a uid of its own, from a span
+	// above the ranges systemd hands out (dynamic users, containers).
+	DefaultJobUIDRange = "1879048192-1879113727"
 )
 
 // DefaultOrchestrator returns the built-in defaults.
@@ -324,6 +363,9 @@ func DefaultWorker() *Worker {
 			CancelGrace:   D(DefaultCancelGrace),
 			Env:           map[string]string{},
 			LogLimitBytes: DefaultLogLimitBytes,
+			Isolation:     "auto",
+			User:          "simpletuner-job",
+			UIDRange:      DefaultJobUIDRange,
 		},
 		GPU: GPUConfig{Backend: "nvml"},
 		Log: LogConfig{Level: "info", Format: "auto"},

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"maps"
 	"net"
 	"net/url"
@@ -174,6 +175,20 @@ func (c *Worker) validate(l *loader) {
 		}
 	}
 	l.positive("job.log_limit_bytes", c.Job.LogLimitBytes)
+	if !slices.Contains([]string{"auto", "cgroup", "process-group"}, c.Job.Isolation) {
+		l.errf("job.isolation", "%q is not one of auto, cgroup, process-group", c.Job.Isolation)
+	}
+	if c.Job.UIDRange != "" {
+		if _, _, err := ParseUIDRange(c.Job.UIDRange); err != nil {
+			l.errf("job.uid_range", "%v", err)
+		}
+	}
+	if _, err := ParseBytes(c.Job.MemoryMax); err != nil {
+		l.errf("job.memory_max", "%v", err)
+	}
+	if c.Job.TasksMax < 0 {
+		l.errf("job.tasks_max", "must not be negative (0: no limit)")
+	}
 	if !slices.Contains([]string{"nvml", "none"}, c.GPU.Backend) {
 		l.errf("gpu.backend", "%q is not one of nvml, none", c.GPU.Backend)
 	}
@@ -279,4 +294,15 @@ func checkOrchestratorURL(s string) string {
 		return "unsupported scheme " + strconv.Quote(u.Scheme) + "; want http://, https:// or unix://"
 	}
 	return ""
+}
+
+// ParseUIDRange reads "FIRST-LAST": two uids above 0, in order.
+func ParseUIDRange(s string) (lo, hi uint32, err error) {
+	a, b, ok := strings.Cut(strings.TrimSpace(s), "-")
+	x, err1 := strconv.ParseUint(strings.TrimSpace(a), 10, 32)
+	y, err2 := strconv.ParseUint(strings.TrimSpace(b), 10, 32)
+	if !ok || err1 != nil || err2 != nil || x == 0 || y < x || y >= 1<<32-1 {
+		return 0, 0, fmt.Errorf("%q: want FIRST-LAST, two uids above 0 in order", s)
+	}
+	return uint32(x), uint32(y), nil
 }

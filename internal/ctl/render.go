@@ -124,6 +124,7 @@ func (r renderer) worker(w io.Writer, wk Worker) error {
 		{"Last heartbeat", timeAndAge(r, wk.LastHeartbeat)},
 		{"Created", timeAndAge(r, &wk.CreatedAt)},
 		{"Agent", agentText(wk)},
+		{"Isolation", wk.Capabilities.Isolation},
 		{"Provider", deref(wk.Provider)},
 		{"Labels", labelsText(wk.Labels)},
 	}
@@ -240,12 +241,19 @@ func (r renderer) job(w io.Writer, j Job) error {
 	fmt.Fprintln(w)
 	t := output.NewTable("ATTEMPT", "WORKER", "DISPATCHED", "STARTED", "ENDED", "OUTCOME")
 	if r.wide {
-		t = output.NewTable("ATTEMPT", "WORKER", "DISPATCHED", "STARTED", "ENDED", "OUTCOME", "ERROR")
+		t = output.NewTable("ATTEMPT", "WORKER", "DISPATCHED", "STARTED", "ENDED", "OUTCOME", "CPU", "PEAK MEMORY", "ERROR")
 	}
 	for _, at := range j.Attempts {
 		row := []string{strconv.Itoa(at.Attempt), at.WorkerID, r.age(&at.DispatchedAt), r.age(at.StartedAt), r.age(at.EndedAt), deref(at.Outcome)}
 		if r.wide {
-			row = append(row, deref(at.Error))
+			cpu, mem := "", ""
+			if at.CPUSeconds != nil {
+				cpu = (time.Duration(*at.CPUSeconds * float64(time.Second))).Round(time.Millisecond).String()
+			}
+			if at.PeakMemoryBytes != nil && *at.PeakMemoryBytes > 0 {
+				mem = humanBytes(*at.PeakMemoryBytes)
+			}
+			row = append(row, cpu, mem, deref(at.Error))
 		}
 		t.Row(row...)
 	}

@@ -103,6 +103,9 @@ func (s *Server) applyReport(ctx context.Context, wk store.Worker, jobID string,
 		}
 		t := step(st, cur, workerActor(wk), ip, map[string]any{"report": rep.Status})
 		t.ExpectWorker, t.Progress = wk.ID, rep.Progress
+		if st.EndAttempt != "" {
+			t.Usage = rep.Usage
+		}
 		return t, nil
 	})
 	ended := changed && nj.Status.Terminal()

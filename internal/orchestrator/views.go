@@ -159,6 +159,10 @@ type attemptView struct {
 	EndedAt      *string `json:"ended_at"`
 	Outcome      *string `json:"outcome"`
 	Error        *string `json:"error"`
+	// CPUSeconds and PeakMemoryBytes are what the attempt's processes used,
+	// when its worker reported it.
+	CPUSeconds      *float64 `json:"cpu_seconds,omitempty"`
+	PeakMemoryBytes *uint64  `json:"peak_memory_bytes,omitempty"`
 }
 
 func newJobView(j store.Job) jobView {
@@ -177,7 +181,13 @@ func newJobView(j store.Job) jobView {
 }
 
 func newAttemptView(a store.Attempt) attemptView {
+	var cpu *float64
+	var peak *uint64
+	if a.Usage != nil {
+		cpu, peak = &a.Usage.CPUSeconds, &a.Usage.PeakMemoryBytes
+	}
 	return attemptView{
+		CPUSeconds: cpu, PeakMemoryBytes: peak,
 		Attempt: a.Number, WorkerID: a.WorkerID, DispatchedAt: protocol.Time(a.DispatchedAt),
 		StartedAt: timePtr(a.AckedAt), EndedAt: timePtr(a.EndedAt), Outcome: strPtr(string(a.Outcome)), Error: strPtr(a.Error),
 	}

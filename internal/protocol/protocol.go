@@ -180,6 +180,10 @@ type RegisterRequest struct {
 // Capabilities is what a protocol-2 worker tells about itself when it
 // registers; the orchestrator stores it and shows it in the worker list.
 type Capabilities struct {
+	// Isolation is how the worker walls jobs off: "cgroup" or
+	// "process-group", with "+uid" when each job runs as a uid of its own
+	// (or "+user" when all share the job user).
+	Isolation string `json:"isolation,omitempty"`
 	// CancelGraceSeconds is the worker's own SIGTERM → SIGKILL grace, set
 	// when its admin configured one: it overrides the orchestrator's for jobs
 	// on that worker. 0 means the orchestrator's grace applies.
@@ -243,6 +247,15 @@ type StatusReport struct {
 	Error    *string         `json:"error,omitempty"`
 	Progress json.RawMessage `json:"progress,omitempty"`
 	Attempt  *int            `json:"attempt,omitempty"` // ext
+	// Usage (ext) comes with a terminal report: what the attempt's processes used.
+	Usage *Usage `json:"usage,omitempty"`
+}
+
+// Usage is what an attempt's processes used: CPU time of all of them, and the
+// peak memory of the job's cgroup (or of its leader where there is none).
+type Usage struct {
+	CPUSeconds      float64 `json:"cpu_seconds"`
+	PeakMemoryBytes uint64  `json:"peak_memory_bytes"`
 }
 
 // DisconnectRequest is the body of POST /api/workers/disconnect.

@@ -118,6 +118,9 @@ type Attempt struct {
 	EndedAt         *time.Time
 	Outcome         protocol.AttemptOutcome // "" while running
 	Error           string
+	// Usage is what the attempt's processes used, as its worker reported at
+	// the end; nil when not reported.
+	Usage *protocol.Usage
 }
 
 // JobFilter narrows ListJobs. Zero values mean "any"/"no limit". Results are in
@@ -162,7 +165,9 @@ type JobTransition struct {
 	Now            time.Time
 	Progress       json.RawMessage
 	CancelDeadline *time.Time
-	Audit          *audit.Record
+	// Usage is stored on the attempt the step ends (with EndAttempt).
+	Usage *protocol.Usage
+	Audit *audit.Record
 }
 
 // LogChunk is a piece of a job's log.

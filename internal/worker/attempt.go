@@ -43,7 +43,7 @@ type attempt struct {
 
 	launched     chan struct{} // closed once the start was tried (success or not)
 	ended        chan struct{} // closed by the loop when the attempt is over
-	progressDone chan struct{} // closed after the starting/running reports were sent
+	progressDone chan struct{} // closed after the starting report was sent
 }
 
 func (a *attempt) key() string { return fmt.Sprintf("%s-%d", a.jobID, a.n) }
@@ -68,7 +68,12 @@ func (a *attempt) record() (rec statusRecord, ok bool) {
 	case stopTimeout:
 		rec.Status = protocol.ReportFailed
 		rec.Error = a.stopDetail
-	default:
+	}
+	if a.proc != nil {
+		u := a.proc.Usage()
+		rec.Usage = &protocol.Usage{CPUSeconds: u.CPU.Seconds(), PeakMemoryBytes: u.PeakMemory}
+	}
+	if rec.Status == "" {
 		switch {
 		case a.startErr != nil:
 			rec.Status = protocol.ReportFailed
@@ -92,8 +97,22 @@ func (a *attempt) record() (rec statusRecord, ok bool) {
 // shipper. Errors end up in a.startErr and make the attempt fail.
 func (w *Worker) launch(a *attempt) {
 	defer close(a.launched)
-	files, err := prepareJobDir(w.opt.WorkDir, a.ev)
+	dir, err := jobDir(w.opt.WorkDir, a.ev.JobID)
 	if err != nil {
+		a.startErr = err
+		return
+	}
+	job, err := w.iso.Start(a.ev.JobID, a.n, dir)
+	if err != nil {
+		a.startErr = fmt.Errorf("job isolation: %w", err)
+		return
+	}
+	files, err := prepareJobDir(dir, a.ev)
+	if err == nil {
+		err = job.Handover(files.paths()...)
+	}
+	if err != nil {
+		job.Finish(nil)
 		a.startErr = err
 		return
 	}
@@ -115,10 +134,11 @@ func (w *Worker) launch(a *attempt) {
 		OrchestratorURL: w.opt.URL,
 		VisibleDevices:  visible,
 	})
-	a.proc, err = startProcess(a.settings.Command, files.Dir, env, a.spool)
+	a.proc, err = startProcess(a.settings.Command, files.Dir, env, a.spool, job)
 	if err != nil {
+		job.Finish(nil)
 		a.startErr = err
 		return
 	}
-	a.log.Info("training started", "pid", a.proc.pgid, "dir", files.Dir, "command", a.settings.Command)
+	a.log.Info("training started", "pid", a.proc.pgid, "dir", files.Dir, "uid", job.Uid(), "cgroup", job.CgroupDir(), "command", a.settings.Command)
 }

@@ -63,7 +63,7 @@ func (w *Worker) registerRequest() protocol.RegisterRequest {
 	if w.job != nil {
 		current = w.job.jobID
 	}
-	var caps protocol.Capabilities
+	caps := protocol.Capabilities{Isolation: w.iso.Name()}
 	if w.jobSettings.OwnCancelGrace {
 		caps.CancelGraceSeconds = w.jobSettings.CancelGrace.Seconds()
 	}

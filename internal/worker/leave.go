@@ -122,7 +122,7 @@ func (w *Worker) stopAndWait(why stopReason, detail string) {
 	if report && !spooled {
 		ctx, cancel := context.WithTimeout(context.Background(), w.opt.Timers.ShutdownTimeout)
 		defer cancel()
-		_ = w.sendStatus(ctx, w.opt.Timers.ShutdownTimeout, rec.JobID, rec.Attempt, rec.Status, rec.Error)
+		_ = w.sendReport(ctx, w.opt.Timers.ShutdownTimeout, rec)
 		w.reported(rec.key())
 	}
 }

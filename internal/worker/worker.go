@@ -28,6 +28,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
+	"github.com/simpletuner/simpletuner-orchestration/internal/isolation"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
@@ -68,6 +69,9 @@ type Options struct {
 
 	GPU    gpu.Source   // nil → gpu.None()
 	Logger *slog.Logger // nil → slog.Default()
+	// Isolation starts jobs behind their walls; nil → each job is a plain
+	// process group running as workerd's own user (tests in one process).
+	Isolation *isolation.Isolator
 
 	// Environ returns the environment jobs inherit (minus what jobs must not
 	// see); nil → os.Environ.
@@ -169,6 +173,10 @@ func (o *Options) setDefaults() {
 	if o.Environ == nil {
 		o.Environ = os.Environ
 	}
+	if o.Isolation == nil {
+		o.Isolation, _ = isolation.New(isolation.Config{Mode: isolation.ModeProcessGroup,
+			Log: slog.New(slog.DiscardHandler)})
+	}
 	if o.Name == "" {
 		o.Name, _ = os.Hostname()
 	}
@@ -182,6 +190,7 @@ type Worker struct {
 	opt   Options
 	log   *slog.Logger
 	c     *client
+	iso   *isolation.Isolator
 	spool *statusSpool
 
 	msgs     chan any      // to the session loop
@@ -247,6 +256,7 @@ func New(opt Options) (*Worker, error) {
 		opt:        opt,
 		log:        opt.Logger,
 		c:          c,
+		iso:        opt.Isolation,
 		spool:      &statusSpool{dir: filepath.Join(opt.StateDir, "spool")},
 		msgs:       make(chan any, 256),
 		loopDone:   make(chan struct{}),
@@ -260,14 +270,30 @@ func New(opt Options) (*Worker, error) {
 	}, nil
 }
 
+// ErrMisconfigured is returned by Start for a setting it cannot work with;
+// only an admin's change can help.
+var ErrMisconfigured = errors.New("configuration error")
+
 // Start prepares the state directories and reads the GPU inventory. It does not
 // need the orchestrator: a worker that cannot reach it yet is still started and
 // keeps trying.
 func (w *Worker) Start(ctx context.Context) error {
-	for _, dir := range []string{w.opt.StateDir, w.spool.dir, w.opt.WorkDir} {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
+	// Jobs running as other uids must pass through the state and work
+	// directories to reach their own (search only: they cannot list them);
+	// the spool holds every job's output and stays workerd's alone.
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{w.opt.StateDir, 0o711}, {w.spool.dir, 0o700}, {w.opt.WorkDir, 0o711}} {
+		if err := os.MkdirAll(d.path, d.mode); err != nil {
 			return fmt.Errorf("state directory: %w", err)
 		}
+		if err := os.Chmod(d.path, d.mode); err != nil {
+			return fmt.Errorf("state directory: %w", err)
+		}
+	}
+	if err := w.iso.CheckReachable(w.opt.WorkDir); err != nil {
+		return fmt.Errorf("%w: job.work_dir: %w", ErrMisconfigured, err)
 	}
 	w.spool.clean()
 	recs, _ := w.spool.list() // reports a previous run could not deliver

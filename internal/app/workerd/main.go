@@ -18,6 +18,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/daemon"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
+	"github.com/simpletuner/simpletuner-orchestration/internal/isolation"
 	"github.com/simpletuner/simpletuner-orchestration/internal/version"
 	"github.com/simpletuner/simpletuner-orchestration/internal/worker"
 )
@@ -48,6 +49,7 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) i
 	}
 	if opts.CheckConfig {
 		fmt.Fprint(stdout, cfg.Redacted())
+		fmt.Fprintf(stdout, "\n# job isolation here: %s\n", isolation.Probe(IsolationConfig(cfg, nil)))
 		return ExitOK
 	}
 	log, level := daemon.NewLogger(cfg.Log, os.Stderr)
@@ -71,6 +73,9 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) i
 	case errors.Is(err, worker.ErrAuthRejected):
 		fmt.Fprintln(stderr, "simpletuner-workerd:", worker.ErrAuthRejected)
 		return ExitAuth
+	case errors.Is(err, worker.ErrMisconfigured):
+		fmt.Fprintln(stderr, "simpletuner-workerd:", err)
+		return ExitConfig
 	case errors.Is(err, worker.ErrNotAnOrchestrator):
 		fmt.Fprintln(stderr, "simpletuner-workerd: configuration error:", err)
 		return ExitConfig

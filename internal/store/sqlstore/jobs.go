@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
@@ -138,12 +139,18 @@ func (s *Store) QueuePosition(ctx context.Context, priority int, seq int64) (int
 	return n, err
 }
 
-const attemptCols = `job_id, number, worker_id, upload_token_hash, dispatched_at, acked_at, ended_at, outcome, error`
+const attemptCols = `job_id, number, worker_id, upload_token_hash, dispatched_at, acked_at, ended_at, outcome, error,
+	cpu_seconds, peak_memory_bytes`
 
 func scanAttempt(r scanner) (store.Attempt, error) {
 	var a store.Attempt
+	var cpu sql.NullFloat64
+	var peak sql.NullInt64
 	err := r.Scan(&a.JobID, &a.Number, &a.WorkerID, &a.UploadTokenHash, timeCol{&a.DispatchedAt},
-		nullTimeCol{&a.AckedAt}, nullTimeCol{&a.EndedAt}, &a.Outcome, &a.Error)
+		nullTimeCol{&a.AckedAt}, nullTimeCol{&a.EndedAt}, &a.Outcome, &a.Error, &cpu, &peak)
+	if cpu.Valid || peak.Valid {
+		a.Usage = &protocol.Usage{CPUSeconds: cpu.Float64, PeakMemoryBytes: uint64(max(peak.Int64, 0))}
+	}
 	return a, err
 }
 

@@ -77,9 +77,13 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 			if t.Error != nil {
 				errText = *t.Error
 			}
-			if _, err := c.exec(ctx, `UPDATE attempts SET ended_at = ?, outcome = ?, error = ?
-				WHERE job_id = ? AND number = ? AND ended_at IS NULL`,
-				s.tv(at), t.EndAttempt, errText, j.ID, j.Attempt); err != nil {
+			var cpu, peak any // NULL unless reported
+			if t.Usage != nil {
+				cpu, peak = t.Usage.CPUSeconds, int64(min(t.Usage.PeakMemoryBytes, 1<<62))
+			}
+			if _, err := c.exec(ctx, `UPDATE attempts SET ended_at = ?, outcome = ?, error = ?,
+				cpu_seconds = ?, peak_memory_bytes = ? WHERE job_id = ? AND number = ? AND ended_at IS NULL`,
+				s.tv(at), t.EndAttempt, errText, cpu, peak, j.ID, j.Attempt); err != nil {
 				return err
 			}
 			if err := s.freeWorker(ctx, c, att.WorkerID, j.ID); err != nil {

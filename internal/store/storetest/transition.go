@@ -21,6 +21,7 @@ var transitionTests = []test{
 	{"TransitionRequeue", testTransitionRequeue},
 	{"TransitionFields", testTransitionFields},
 	{"TransitionAuditIsAtomic", testTransitionAuditAtomic},
+	{"TransitionStoresUsage", testTransitionUsage},
 }
 
 // dispatched returns a worker and the job it was just given.
@@ -221,4 +222,22 @@ func finish(t *testing.T, s store.Store, j store.Job, end protocol.JobStatus) st
 	}
 	j = transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobCanceling, By: lifecycle.Cancel}})
 	return transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: end, By: lifecycle.Report, EndAttempt: protocol.OutcomeCancelled}})
+}
+
+// What a worker reports its attempt used is stored with the attempt's end;
+// an attempt ended without a report has none.
+func testTransitionUsage(t *testing.T, s store.Store) {
+	_, j := dispatched(t, s)
+	u := &protocol.Usage{CPUSeconds: 1.25, PeakMemoryBytes: 3 << 30}
+	transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobCompleted, By: lifecycle.Report,
+		EndAttempt: protocol.OutcomeCompleted}, Usage: u})
+	if as := attempts(t, s, j.ID); as[0].Usage == nil || *as[0].Usage != *u {
+		t.Fatalf("usage stored as %+v, want %+v", as[0].Usage, u)
+	}
+	_, j2 := dispatched(t, s)
+	transition(t, s, j2, store.JobTransition{Step: lifecycle.Step{To: protocol.JobQueued, By: lifecycle.Loss,
+		EndAttempt: protocol.OutcomeWithdrawn}})
+	if as := attempts(t, s, j2.ID); as[0].Usage != nil {
+		t.Fatalf("an attempt ended without a report has usage %+v", as[0].Usage)
+	}
 }

@@ -10,10 +10,10 @@ root="${DPKG_ROOT:-}"
 systemd-sysusers ${root:+--root="$root"} simpletuner-workerd.conf
 systemd-tmpfiles ${root:+--root="$root"} --create simpletuner-workerd.conf
 # GPU device nodes may belong to video (NVIDIA) or render (DRM render nodes):
-# the worker joins those that exist on this machine (not in a DPKG_ROOT).
+# the job user joins those that exist on this machine (not in a DPKG_ROOT).
 if [ -z "$root" ]; then
 	for g in video render; do
-		if getent group "$g" >/dev/null; then usermod -a -G "$g" simpletuner-worker; fi
+		if getent group "$g" >/dev/null; then usermod -a -G "$g" simpletuner-job; fi
 	done
 fi
 # LoadCredential=worker-token refuses to start the unit when its source file

@@ -35,6 +35,8 @@ func Main(m *testing.M) {
 		panic(err)
 	}
 	BinDir = dir
+	// Jobs may run as other uids (workerd as root): they exec the demo trainer.
+	_ = os.Chmod(dir, 0o755)
 	root, err := moduleRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -87,11 +89,17 @@ type Proc struct {
 // its output is logged if the test failed.
 func Start(t testing.TB, name string, args ...string) *Proc {
 	t.Helper()
+	return StartEnv(t, nil, name, args...)
+}
+
+// StartEnv is Start with env added to the process's environment.
+func StartEnv(t testing.TB, env []string, name string, args ...string) *Proc {
+	t.Helper()
 	p := &Proc{log: &testutil.Buffer{}, done: make(chan struct{})}
 	p.Cmd = exec.Command(filepath.Join(BinDir, name), args...)
 	p.Cmd.Stdout = p.log
 	p.Cmd.Stderr = p.log
-	p.Cmd.Env = append(os.Environ(), "NOTIFY_SOCKET=/nonexistent/notify.sock")
+	p.Cmd.Env = append(append(os.Environ(), "NOTIFY_SOCKET=/nonexistent/notify.sock"), env...)
 	if err := p.Cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -405,6 +413,8 @@ type WorkerSpec struct {
 	// ID and Token name a worker created beforehand (e.g. by simpletunerctl);
 	// empty: StartWorker creates one through the admin API.
 	ID, Token string
+	Args      []string // extra command-line flags
+	Env       []string // extra environment of the workerd process
 }
 
 // DemoTrainer is the path of the built demo trainer.
@@ -424,6 +434,7 @@ func (o *Orch) StartWorker(s WorkerSpec) *Wrk {
 func (o *Orch) StartWorkerFor(id, token string, s WorkerSpec) *Wrk {
 	o.T.Helper()
 	w := &Wrk{ID: id, Token: token, Dir: o.T.TempDir(), Spec: s, o: o}
+	OpenToJobs(o.T, w.Dir)
 	os.WriteFile(filepath.Join(w.Dir, "token"), []byte(w.Token+"\n"), 0o600)
 	url := s.URL
 	if url == "" {
@@ -443,6 +454,12 @@ func (o *Orch) StartWorkerFor(id, token string, s WorkerSpec) *Wrk {
 		persistent = ""
 	}
 	extraJob += s.JobTOML
+	if os.Geteuid() == 0 && !strings.Contains(s.JobTOML, "user =") {
+		// As root workerd runs each job under a uid of its own with the job
+		// user's groups; the packages create simpletuner-job, a test machine
+		// has nobody.
+		extraJob += "user = \"nobody\"\n"
+	}
 	w.Conf = filepath.Join(w.Dir, "w.toml")
 	os.WriteFile(w.Conf, []byte(fmt.Sprintf(`[orchestrator]
 url = %q
@@ -464,10 +481,27 @@ level = "debug"
 	return w
 }
 
+// OpenToJobs lets jobs running as other uids pass through dir and its
+// parents (search only, no listing), as the packaged state directory does.
+func OpenToJobs(t testing.TB, dir string) {
+	t.Helper()
+	for d := dir; d != "/" && d != "."; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm()&0o001 == 0 {
+			if err := os.Chmod(d, st.Mode().Perm()|0o011); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
 // Restart starts the workerd process again on the same config and state.
 func (w *Wrk) Restart() {
 	w.o.T.Helper()
-	w.P = Start(w.o.T, "simpletuner-workerd", "--config", w.Conf)
+	w.P = StartEnv(w.o.T, w.Spec.Env, "simpletuner-workerd", append([]string{"--config", w.Conf}, w.Spec.Args...)...)
 	if !w.Spec.NoWait {
 		w.o.WaitWorkerIdle(w.ID, 10*time.Second)
 	}
