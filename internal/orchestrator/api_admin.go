@@ -3,7 +3,9 @@ package orchestrator
 import (
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -86,20 +88,94 @@ type createWorkerRequest struct {
 	Labels     map[string]string   `json:"labels"`
 }
 
+// baseURL is the orchestrator's URL as the client reached it, for the
+// connection command. The Host header is the client's word: it is used only
+// when it is a plain host[:port]; otherwise the address the connection
+// arrived on stands in.
 func (s *Server) baseURL(r *http.Request) string {
+	if _, local := peerOf(r); local {
+		return "unix://" + s.adminSocketPath
+	}
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
 	}
 	host := r.Host
-	if _, local := peerOf(r); local || host == "" {
+	if !validHostPort(host) {
+		host = ""
+		if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+			host = a.String()
+		}
+	}
+	if host == "" {
 		return "unix://" + s.adminSocketPath
 	}
 	return scheme + "://" + host
 }
 
+// validHostPort accepts a DNS name, an IPv4 address or a bracketed IPv6
+// address, each with an optional port, and nothing else.
+func validHostPort(hp string) bool {
+	host := hp
+	if h, port, err := net.SplitHostPort(hp); err == nil {
+		host = h
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
+			return false
+		}
+	} else if strings.HasPrefix(hp, "[") && strings.HasSuffix(hp, "]") {
+		host = hp[1 : len(hp)-1]
+	}
+	if strings.HasPrefix(hp, "[") {
+		a, err := netip.ParseAddr(host)
+		return err == nil && a.Is6() && a.Zone() == ""
+	}
+	if strings.ContainsAny(host, "[]:") {
+		return false
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a.Is4()
+	}
+	return validDNSName(host)
+}
+
+func validDNSName(name string) bool {
+	if name == "" || len(name) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(name, "."), ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// connectionCommand is a shell command line that starts a worker. The token
+// travels in the environment: in argv, ps would show it to every user of the
+// machine. Each value is quoted for a POSIX shell.
 func connectionCommand(base, token string) string {
-	return "simpletuner worker --orchestrator-url " + base + " --worker-token " + token
+	return "SIMPLETUNER_WORKER_TOKEN=" + shellQuote(token) + " simpletuner worker --orchestrator-url " + shellQuote(base)
+}
+
+// shellQuote returns s as one POSIX shell word: as is when it holds only
+// characters no shell treats specially, else in single quotes.
+func shellQuote(s string) string {
+	safe := s != ""
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("_-./:@%+,=", c)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func (s *Server) createWorker(w http.ResponseWriter, r *http.Request, _ httprouter.Params, p auth.Principal) error {

@@ -6,16 +6,17 @@ package orchestrator
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
@@ -91,6 +92,8 @@ type Server struct {
 	// opt is replaced whole on reload; readers load it once per use.
 	opt      atomic.Pointer[Options]
 	stopping atomic.Bool
+	// unready is set while /readyz finds the database silent (logged once).
+	unready atomic.Bool
 	// lastTick is when the scheduler last finished a pass (unix nanos); the
 	// watchdog and /readyz look at it.
 	lastTick atomic.Int64
@@ -267,23 +270,48 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
+	// Anyone may ask: the answer names no host, port or driver message. The
+	// log has the error, once each time readiness is lost.
 	if err := s.store.Ping(ctx); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": "database unreachable: " + err.Error()})
+		if !s.unready.Swap(true) {
+			s.log.Warn("not ready: the database does not answer", "err", err)
+		}
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": "database unreachable"})
 		return
+	}
+	if s.unready.Swap(false) {
+		s.log.Info("ready: the database answers again")
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
-// isUnavailable reports whether err means the database could not be reached.
+// isUnavailable reports whether err means the database could not be reached
+// or used just now. Only errors of the database connection count: a file
+// error (a config name too long for the file system, say) carries a syscall
+// errno that looks like a network error to errors.As, and is not one.
 func isUnavailable(err error) bool {
-	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {
+	if err == nil {
+		return false
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return false
+	}
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) {
 		return true
 	}
-	var ne net.Error
-	if errors.As(err, &ne) {
+	var oe *net.OpError // dialling or talking to the database server
+	if errors.As(err, &oe) {
 		return true
 	}
 	msg := err.Error()
-	return strings.Contains(msg, "connection refused") || strings.Contains(msg, "the database system is shutting down") ||
-		strings.Contains(msg, "bad connection") || strings.Contains(msg, "database is closed")
+	for _, s := range []string{
+		"connection refused", "the database system is shutting down", "the database system is starting up",
+		"bad connection", "database is closed", "database is locked", "too many clients",
+	} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
