@@ -56,6 +56,7 @@ func (c *Orchestrator) validate(l *loader) {
 		l.errf("server.admin_socket", "%q must be an absolute path (or \"\" to disable)", s)
 	}
 	l.positive("server.max_body_bytes", c.Server.MaxBodyBytes)
+	l.positive("server.max_log_followers", int64(c.Server.MaxLogFollowers))
 
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		key := "tls.cert_file"
@@ -89,6 +90,7 @@ func (c *Orchestrator) validate(l *loader) {
 	}
 	l.positive("jobs.log_limit_bytes", c.Jobs.LogLimitBytes)
 	l.positive("auth.failures_per_minute", int64(c.Auth.FailuresPerMinute))
+	l.positive("auth.failure_audit_max_peers", int64(c.Auth.FailureAuditMaxPeers))
 	l.validateLog(c.Log)
 	if a := c.Metrics.Listen; a != "" {
 		if msg := checkHostPort(a); msg != "" {

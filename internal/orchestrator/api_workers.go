@@ -93,7 +93,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request, _ httprout
 	s.Wake()
 
 	write := func(frame []byte) bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		_ = rc.SetWriteDeadline(time.Now().Add(s.options().StreamWriteTimeout))
 		if _, err := w.Write(frame); err != nil {
 			return false
 		}
@@ -213,6 +213,12 @@ func (s *Server) handleJobLogs(w http.ResponseWriter, r *http.Request, ps httpro
 	}
 	if err != nil {
 		return err
+	}
+	switch end := offset + int64(len(data)); {
+	case truncated:
+		s.logFeed.changed(jobID)
+	case end == size && len(data) > 0:
+		s.logFeed.stored(jobID, logPiece{Attempt: attempt, Offset: offset, Data: data})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "size": size, "truncated": truncated})
 	return nil

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"errors"
 	"math"
 	"net/http"
@@ -142,13 +143,9 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request) (auth.Princip
 		}
 		return auth.LocalPrincipal(peer.uid, true), nil
 	}
-	token := strings.TrimSpace(r.Header.Get("X-API-Key"))
-	if h := r.Header.Get("Authorization"); token == "" && h != "" {
-		scheme, rest, _ := strings.Cut(h, " ")
-		if !strings.EqualFold(scheme, "Bearer") {
-			return auth.Principal{}, errorf(http.StatusUnauthorized, protocol.CodeUnauthorized, "the Authorization header must use the Bearer scheme")
-		}
-		token = strings.TrimSpace(rest)
+	token, err := adminToken(r)
+	if err != nil {
+		return auth.Principal{}, err
 	}
 	if token == "" {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="simpletuner"`)
@@ -168,6 +165,50 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request) (auth.Princip
 		return auth.Principal{}, errAnswered
 	}
 	return auth.Principal{Kind: "admin_token", ID: t.ID, Name: t.Name, Scopes: t.Scopes}, nil
+}
+
+// adminToken is the admin token a request presents, "" when none.
+func adminToken(r *http.Request) (string, error) {
+	token := strings.TrimSpace(r.Header.Get("X-API-Key"))
+	if h := r.Header.Get("Authorization"); token == "" && h != "" {
+		scheme, rest, _ := strings.Cut(h, " ")
+		if !strings.EqualFold(scheme, "Bearer") {
+			return "", errorf(http.StatusUnauthorized, protocol.CodeUnauthorized, "the Authorization header must use the Bearer scheme")
+		}
+		token = strings.TrimSpace(rest)
+	}
+	return token, nil
+}
+
+// stillAllowed checks again, for a long-lived response, that the credential
+// the request presented still grants scope: the admin token is not revoked,
+// the admin-socket user is still root or in the admin group. An error means
+// the store could not say; the caller decides whether to carry on.
+func (s *Server) stillAllowed(ctx context.Context, r *http.Request, p auth.Principal, scope string) (bool, error) {
+	switch p.Kind {
+	case auth.KindLocal:
+		peer, ok := peerOf(r)
+		if !ok {
+			return false, nil
+		}
+		return s.localAllowed(peer), nil
+	case auth.KindAdminToken:
+		token, err := adminToken(r)
+		if err != nil || token == "" {
+			return false, nil
+		}
+		hash := auth.Hash(token)
+		t, err := s.store.GetAdminTokenByHash(ctx, hash)
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return true, err
+		}
+		now := auth.Principal{Kind: auth.KindAdminToken, ID: t.ID, Scopes: t.Scopes}
+		return t.RevokedAt == nil && auth.Equal(t.Hash, hash) && t.ID == p.ID && now.Has(scope), nil
+	}
+	return false, nil
 }
 
 // why explains a refused credential from its shape where the shape shows it,

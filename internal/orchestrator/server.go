@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -46,6 +47,11 @@ type Options struct {
 	CancelReportTimeout   time.Duration
 	LogLimitBytes         int64
 	AuthFailuresPerMinute int
+	StreamWriteTimeout    time.Duration
+	MaxLogFollowers       int
+	RecheckInterval       time.Duration
+	FailureAuditInterval  time.Duration
+	FailureAuditMaxPeers  int
 }
 
 // OptionsFrom maps a loaded configuration onto the orchestrator's settings.
@@ -75,6 +81,11 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 		CancelReportTimeout:   j.CancelReportTimeout.Duration,
 		LogLimitBytes:         j.LogLimitBytes,
 		AuthFailuresPerMinute: cfg.Auth.FailuresPerMinute,
+		StreamWriteTimeout:    cfg.Server.StreamWriteTimeout.Duration,
+		MaxLogFollowers:       cfg.Server.MaxLogFollowers,
+		RecheckInterval:       cfg.Auth.RecheckInterval.Duration,
+		FailureAuditInterval:  cfg.Auth.FailureAuditInterval.Duration,
+		FailureAuditMaxPeers:  cfg.Auth.FailureAuditMaxPeers,
 	}
 }
 
@@ -92,6 +103,9 @@ type Server struct {
 	// opt is replaced whole on reload; readers load it once per use.
 	opt      atomic.Pointer[Options]
 	stopping atomic.Bool
+	// stopped is closed by BeginShutdown, for loops that wait on channels.
+	stopped  chan struct{}
+	stopOnce sync.Once
 	// unready is set while /readyz finds the database silent (logged once).
 	unready atomic.Bool
 	// lastTick is when the scheduler last finished a pass (unix nanos); the
@@ -102,6 +116,9 @@ type Server struct {
 	missed missedAttempts
 	// adminSocketPath names the unix socket in connection commands given over it.
 	adminSocketPath string
+	// logFeed passes stored log output to follow streams; followers counts them.
+	logFeed   *logFeed
+	followers followers
 }
 
 // SetAdminSocketPath tells the server where its admin socket lives.
@@ -116,6 +133,8 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 		started: time.Now(),
 		wake:    make(chan struct{}, 1),
 		limiter: auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now),
+		logFeed: newLogFeed(),
+		stopped: make(chan struct{}),
 	}
 	s.opt.Store(&opt)
 	s.hub = NewHub(s.metrics, log)
@@ -159,6 +178,7 @@ func (s *Server) Healthy() error {
 // BeginShutdown makes /readyz answer 503 and closes every worker stream.
 func (s *Server) BeginShutdown() {
 	s.stopping.Store(true)
+	s.stopOnce.Do(func() { close(s.stopped) })
 	s.hub.CloseAll()
 }
 
@@ -180,11 +200,18 @@ func (s *Server) AdminConnContext(ctx context.Context, c net.Conn) context.Conte
 		s.log.Warn("admin socket: cannot read peer credentials", "err", err)
 		return context.WithValue(ctx, peerKey, localPeer{uid: ^uint32(0)})
 	}
-	ok, err := auth.InGroup(uid, s.options().AdminGroup)
+	peer := localPeer{uid: uid}
+	peer.allowed = s.localAllowed(peer)
+	return context.WithValue(ctx, peerKey, peer)
+}
+
+// localAllowed reports whether an admin-socket peer is root or in the admin group.
+func (s *Server) localAllowed(peer localPeer) bool {
+	ok, err := auth.InGroup(peer.uid, s.options().AdminGroup)
 	if err != nil {
-		s.log.Warn("admin socket: group lookup failed", "uid", uid, "err", err)
+		s.log.Warn("admin socket: group lookup failed", "uid", peer.uid, "err", err)
 	}
-	return context.WithValue(ctx, peerKey, localPeer{uid: uid, allowed: ok})
+	return ok
 }
 
 func peerOf(r *http.Request) (localPeer, bool) {
