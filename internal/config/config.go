@@ -218,10 +218,15 @@ func (c *Worker) Origin(key string) string { return c.origins[key] }
 // ConnectionConfig is the worker's [orchestrator]; after loading, Token holds
 // the secret whatever its source (token, token_file or "worker-token" credential).
 type ConnectionConfig struct {
-	URL                string `toml:"url"`
-	Token              Secret `toml:"token"`
-	TokenFile          string `toml:"token_file"`
-	CAFile             string `toml:"ca_file"`
+	URL       string `toml:"url"`
+	Token     Secret `toml:"token"`
+	TokenFile string `toml:"token_file"`
+	CAFile    string `toml:"ca_file"`
+	// CertFile and KeyFile are the worker's client certificate, for an
+	// orchestrator that requires one (mutual TLS). When both are "", the
+	// systemd credentials "worker-cert" and "worker-key" are used if present.
+	CertFile           string `toml:"cert_file"`
+	KeyFile            string `toml:"key_file"`
 	InsecureSkipVerify bool   `toml:"insecure_skip_verify"`
 }
 

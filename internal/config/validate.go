@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"maps"
 	"net"
 	"net/url"
@@ -107,6 +108,7 @@ func (c *Worker) validate(l *loader) {
 		}
 	}
 	l.readable("orchestrator.ca_file", c.Orchestrator.CAFile)
+	l.clientCertificate(c.Orchestrator)
 	for _, k := range slices.Sorted(maps.Keys(c.Worker.Labels)) {
 		if k == "" {
 			l.errf("worker.labels", "label names must not be empty")
@@ -126,6 +128,35 @@ func (c *Worker) validate(l *loader) {
 		l.errf("gpu.backend", "%q is not one of nvml, none", c.GPU.Backend)
 	}
 	l.validateLog(c.Log)
+}
+
+// clientCertificate checks the worker's client certificate settings: both
+// files or neither, readable, a matching pair, and an https:// URL to present
+// them to.
+func (l *loader) clientCertificate(o ConnectionConfig) {
+	if o.CertFile == "" && o.KeyFile == "" {
+		return
+	}
+	if o.CertFile == "" || o.KeyFile == "" {
+		key := "orchestrator.cert_file"
+		if o.CertFile != "" {
+			key = "orchestrator.key_file"
+		}
+		l.errf(key, "orchestrator.cert_file and orchestrator.key_file must be set together")
+		return
+	}
+	before := len(l.errs)
+	l.readable("orchestrator.cert_file", o.CertFile)
+	l.readable("orchestrator.key_file", o.KeyFile)
+	if len(l.errs) > before {
+		return
+	}
+	if _, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile); err != nil {
+		l.errf("orchestrator.cert_file", "%s and key_file %s are not a usable PEM certificate and key: %v", o.CertFile, o.KeyFile, err)
+	}
+	if u, err := url.Parse(o.URL); o.URL != "" && err == nil && u.Scheme != "https" {
+		l.errf("orchestrator.cert_file", "a client certificate is only sent over TLS; orchestrator.url must start with https://, not %s://", u.Scheme)
+	}
 }
 
 func (l *loader) validateLog(c LogConfig) {

@@ -25,7 +25,7 @@ import (
 // Exit statuses of simpletuner-workerd.
 const (
 	ExitOK     = 0 // a clean stop: signal, drain, an ephemeral worker with no more jobs
-	ExitConfig = 1 // a configuration or start-up error, or a URL that is not an orchestrator's
+	ExitConfig = 1 // a configuration or start-up error, a URL that is not an orchestrator's or redirects elsewhere, a client certificate missing or refused
 	ExitAuth   = 2 // the orchestrator rejected the worker token (401)
 	ExitFailed = 3 // any other failure
 )
@@ -71,7 +71,7 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) i
 	case errors.Is(err, worker.ErrAuthRejected):
 		fmt.Fprintln(stderr, "simpletuner-workerd:", worker.ErrAuthRejected)
 		return ExitAuth
-	case errors.Is(err, worker.ErrNotAnOrchestrator):
+	case errors.Is(err, worker.ErrNotAnOrchestrator), errors.Is(err, worker.ErrRedirected), errors.Is(err, worker.ErrClientCertificate):
 		fmt.Fprintln(stderr, "simpletuner-workerd: configuration error:", err)
 		return ExitConfig
 	default:
