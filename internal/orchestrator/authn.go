@@ -11,7 +11,6 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
-	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -28,14 +27,25 @@ func peerIP(r *http.Request) string {
 	return auth.PeerKey(r.RemoteAddr)
 }
 
-// rateLimited answers 429 when the peer has failed too often. A well-formed
-// credential still gets its lookup, so a valid one is never locked out; garbage
-// from a flooding peer costs no database work.
+// limitKey is what a client's failed authentications are counted under: its
+// address, or the /64 of an IPv6 one ("local" on the unix socket).
+func limitKey(r *http.Request) string {
+	if _, ok := peerOf(r); ok {
+		return "local"
+	}
+	return auth.LimitKey(r.RemoteAddr)
+}
+
+// rateLimited answers 429 when the client has failed too often. A well-formed
+// credential still gets its lookup, so a valid one is never locked out;
+// garbage from a flooding client costs no database work. Neither writes
+// anything: failures are audited in aggregate (see failureAudit).
 func (s *Server) rateLimited(w http.ResponseWriter, r *http.Request, token string) bool {
-	wait, blocked := s.limiter.Blocked(peerIP(r))
+	wait, blocked := s.limiter.Blocked(limitKey(r))
 	if !blocked || auth.WellFormed(token) {
 		return false
 	}
+	s.failures.note(limitKey(r), peerIP(r), r.Method+" "+routeOf(r), token, true)
 	s.tooMany(w, r, wait)
 	return true
 }
@@ -46,16 +56,35 @@ func (s *Server) tooMany(w http.ResponseWriter, r *http.Request, wait time.Durat
 	s.writeError(w, r, errorf(http.StatusTooManyRequests, protocol.CodeRateLimited, "too many failed authentication attempts from %s; retry later", peerIP(r)))
 }
 
-// authFailed records a failed credential and answers 401 (or 429 once over the limit).
-func (s *Server) authFailed(w http.ResponseWriter, r *http.Request, code, detail string) {
-	ip := peerIP(r)
-	s.limiter.Fail(ip)
+// authFailed counts a refused credential and answers 401 (or 429 once over
+// the limit).
+func (s *Server) authFailed(w http.ResponseWriter, r *http.Request, token, code, detail string) {
+	key := limitKey(r)
+	s.limiter.Fail(key)
 	s.metrics.AuthFailures.Add(1)
-	if wait, blocked := s.limiter.Blocked(ip); blocked {
+	wait, blocked := s.limiter.Blocked(key)
+	s.failures.note(key, peerIP(r), r.Method+" "+routeOf(r), token, blocked)
+	if blocked {
 		s.tooMany(w, r, wait)
 		return
 	}
 	s.writeError(w, r, errorf(http.StatusUnauthorized, code, "%s", detail))
+}
+
+// routeOf names the endpoint of a request without the ids in its path, so
+// that failures on many jobs count as one route.
+func routeOf(r *http.Request) string {
+	p := r.URL.Path
+	for _, prefix := range []string{"/api/workers/job/", "/api/queue/", "/api/admin/workers/", "/api/admin/tokens/"} {
+		if rest, ok := strings.CutPrefix(p, prefix); ok && rest != "" && rest != "submit" && rest != "stats" {
+			tail := ""
+			if i := strings.IndexByte(rest, '/'); i >= 0 {
+				tail = rest[i:]
+			}
+			return prefix + ":id" + tail
+		}
+	}
+	return p
 }
 
 // worker authenticates X-Worker-Token and passes the worker on.
@@ -68,14 +97,7 @@ func (s *Server) worker(h workerHandler) httprouter.Handle {
 		wk, err := s.workerByToken(r, token)
 		if err != nil {
 			if errors.Is(err, store.ErrNotFound) {
-				s.authFailed(w, r, protocol.CodeInvalidToken, "Invalid worker token: "+why(token, auth.KindWorker))
-				if r.URL.Path == "/api/workers/register" {
-					rec := audit.New("anonymous", peerIP(r), "worker.register", "worker", "", audit.Failure,
-						map[string]string{"reason": "invalid token", "token": tokenAccessor(token)})
-					if err := s.store.AppendAudit(r.Context(), rec); err != nil {
-						s.log.Warn("audit write failed", "err", err)
-					}
-				}
+				s.authFailed(w, r, token, protocol.CodeInvalidToken, "Invalid worker token: "+why(token, auth.KindWorker))
 				return
 			}
 			s.writeError(w, r, err)
@@ -161,7 +183,7 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request) (auth.Princip
 		return auth.Principal{}, err
 	}
 	if err != nil || t.RevokedAt != nil || !auth.Equal(t.Hash, hash) {
-		s.authFailed(w, r, protocol.CodeUnauthorized, "invalid admin token: "+why(token, auth.KindAdmin))
+		s.authFailed(w, r, token, protocol.CodeUnauthorized, "invalid admin token: "+why(token, auth.KindAdmin))
 		return auth.Principal{}, errAnswered
 	}
 	return auth.Principal{Kind: "admin_token", ID: t.ID, Name: t.Name, Scopes: t.Scopes}, nil

@@ -70,6 +70,8 @@ func testOptions(t testing.TB) Options {
 	o.CancelGrace = 200 * time.Millisecond
 	o.CancelReportTimeout = 300 * time.Millisecond
 	o.EphemeralCleanupAfter = time.Hour
+	o.RecheckInterval = 200 * time.Millisecond
+	o.FailureAuditInterval = 200 * time.Millisecond
 	return o
 }
 

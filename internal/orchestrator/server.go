@@ -119,6 +119,8 @@ type Server struct {
 	// logFeed passes stored log output to follow streams; followers counts them.
 	logFeed   *logFeed
 	followers followers
+	// failures gathers failed authentications for the audit log.
+	failures failureAudit
 }
 
 // SetAdminSocketPath tells the server where its admin socket lives.
