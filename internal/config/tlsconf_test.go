@@ -63,3 +63,16 @@ func TestWorkerClientCertificate(t *testing.T) {
 		}
 	}
 }
+
+// A worker's own labels are held to the orchestrator's limits when the
+// configuration is loaded, not only when the orchestrator refuses them.
+func TestWorkerLabelLimits(t *testing.T) {
+	t.Parallel()
+	_, _, err := loadW(t, "[worker.labels]\nrack = \""+strings.Repeat("r", 64)+"\"\n", env())
+	if err == nil || !strings.Contains(err.Error(), "w.toml") || !strings.Contains(err.Error(), "worker.labels") || !strings.Contains(err.Error(), "at most 63") {
+		t.Fatalf("error %v; want one naming the file, worker.labels and the limit", err)
+	}
+	if _, _, err := loadW(t, "[worker.labels]\nrack = \""+strings.Repeat("r", 63)+"\"\n", env()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
 // Validate checks a configuration built in code (tests, other packages).
@@ -109,10 +110,8 @@ func (c *Worker) validate(l *loader) {
 	}
 	l.readable("orchestrator.ca_file", c.Orchestrator.CAFile)
 	l.clientCertificate(c.Orchestrator)
-	for _, k := range slices.Sorted(maps.Keys(c.Worker.Labels)) {
-		if k == "" {
-			l.errf("worker.labels", "label names must not be empty")
-		}
+	if err := protocol.CheckLabels(c.Worker.Labels); err != nil {
+		l.errf("worker.labels", "%v", err)
 	}
 	l.nonEmpty("worker.state_dir", c.Worker.StateDir)
 	if len(c.Job.Command) == 0 || c.Job.Command[0] == "" {

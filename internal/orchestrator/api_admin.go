@@ -216,13 +216,8 @@ func (s *Server) createWorker(w http.ResponseWriter, r *http.Request, _ httprout
 }
 
 func validLabels(field string, labels map[string]string) error {
-	for k, v := range labels {
-		if strings.TrimSpace(k) == "" {
-			return invalid("field %q has an empty key", field)
-		}
-		if len(k) > 128 || len(v) > 256 {
-			return invalid("field %q: key %q or its value is too long (128/256 characters at most)", field, k)
-		}
+	if err := protocol.CheckLabels(labels); err != nil {
+		return invalid("field %q: %v", field, err)
 	}
 	return nil
 }

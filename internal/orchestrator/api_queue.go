@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -54,10 +53,10 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	if !j.Target.Valid() {
 		return invalid("field \"target\" must be worker, local or auto; got %q", req.Target)
 	}
-	for k, glob := range req.WorkerLabels {
-		if _, err := path.Match(glob, ""); err != nil {
-			return invalid("field \"worker_labels\": the pattern %q for %q is not a valid glob", glob, k)
-		}
+	// Checked before anything else is done with them: the scheduler matches
+	// them against every idle worker.
+	if err := protocol.CheckLabelPatterns(req.WorkerLabels); err != nil {
+		return invalid("field \"worker_labels\": %v", err)
 	}
 	if err := intField("gpu_count", req.GPUCount, 0, 1024, &j.GPUCount); err != nil {
 		return err

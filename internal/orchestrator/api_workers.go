@@ -38,6 +38,9 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request, _ httpro
 	if req.Name == "" {
 		return invalid("field \"name\" is required")
 	}
+	if err := validLabels("labels", req.Labels); err != nil {
+		return err
+	}
 	if len(req.GPUInfo) > 0 && string(req.GPUInfo) != "null" {
 		var obj map[string]any
 		if json.Unmarshal(req.GPUInfo, &obj) != nil {

@@ -149,3 +149,20 @@ func TestCursorIDRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// Last-Event-ID comes from the client: whatever it holds, it is either a
+// position cursorID writes back unchanged, or "from the start".
+func FuzzParseCursorID(f *testing.F) {
+	for _, s := range []string{"1.0", "12.345", "", "1.", "-1.2", "01.2", "1.2.3"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		c, ok := parseCursorID(id)
+		if ok && (cursorID(c) != id || c.Attempt < 0 || c.Offset < 0) {
+			t.Fatalf("%q parsed as %+v", id, c)
+		}
+		if !ok && (c.Attempt != 0 || c.Offset != 0) {
+			t.Fatalf("%q refused but gave %+v", id, c)
+		}
+	})
+}

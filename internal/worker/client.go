@@ -156,12 +156,21 @@ func (c *client) certificateRefusal(err error) error {
 	}
 }
 
-// unfixable returns the configuration error err shows, or nil when waiting
-// and retrying may help: the URL is not an orchestrator's, redirects to
-// another origin, or the client certificate is missing or refused.
+// ErrRegistrationRefused is returned by Serve when the orchestrator found the
+// registration itself invalid (HTTP 422: labels over its limits, say); the
+// same request would be refused again.
+var ErrRegistrationRefused = errors.New("the orchestrator refused the registration as invalid")
+
+// unfixable returns the configuration error a failed registration shows, or
+// nil when waiting and retrying may help: the URL is not an orchestrator's,
+// redirects to another origin, the client certificate is missing or
+// refused, or the registration itself is invalid.
 func (c *client) unfixable(err error) error {
 	if errors.Is(err, ErrRedirected) {
 		return err
+	}
+	if statusOf(err) == http.StatusUnprocessableEntity {
+		return fmt.Errorf("%w: %v; fix the worker's configuration", ErrRegistrationRefused, err)
 	}
 	if e := c.certificateRefusal(err); e != nil {
 		return e

@@ -178,3 +178,31 @@ func TestInsecureSkipVerifyWarns(t *testing.T) {
 		t.Fatalf("no warning:\n%s", r.logs.String())
 	}
 }
+
+// A registration the orchestrator finds invalid (labels over its limits) is
+// not sent again and again: the worker stops with the orchestrator's reason.
+func TestRefusedRegistrationIsNotRetried(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	registers := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		registers++
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		w.Write([]byte(`{"detail":"field \"labels\": the value of \"rack\" is 300 bytes long; at most 63","error":"invalid_request"}`))
+	}))
+	t.Cleanup(srv.Close)
+	f := newFakeOrch(t)
+	r := startWorker(t, f, func(o *Options) { o.URL = srv.URL })
+	err := r.wait(t, 10*time.Second)
+	if !errors.Is(err, ErrRegistrationRefused) || !strings.Contains(err.Error(), `the value of "rack"`) {
+		t.Fatalf("Serve returned %v; want ErrRegistrationRefused with the orchestrator's reason", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if registers != 1 {
+		t.Fatalf("%d registrations sent; want 1", registers)
+	}
+}

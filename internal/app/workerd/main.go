@@ -71,7 +71,8 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) i
 	case errors.Is(err, worker.ErrAuthRejected):
 		fmt.Fprintln(stderr, "simpletuner-workerd:", worker.ErrAuthRejected)
 		return ExitAuth
-	case errors.Is(err, worker.ErrNotAnOrchestrator), errors.Is(err, worker.ErrRedirected), errors.Is(err, worker.ErrClientCertificate):
+	case errors.Is(err, worker.ErrNotAnOrchestrator), errors.Is(err, worker.ErrRedirected), errors.Is(err, worker.ErrClientCertificate),
+		errors.Is(err, worker.ErrRegistrationRefused):
 		fmt.Fprintln(stderr, "simpletuner-workerd: configuration error:", err)
 		return ExitConfig
 	default:
