@@ -223,7 +223,7 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
