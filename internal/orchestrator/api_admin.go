@@ -86,6 +86,9 @@ type createWorkerRequest struct {
 	Name       *string             `json:"name"`
 	WorkerType protocol.WorkerType `json:"worker_type"`
 	Labels     map[string]string   `json:"labels"`
+	// LabelsLocked pins the worker's labels to the admin's: whatever the
+	// worker reports is ignored for placement.
+	LabelsLocked bool `json:"labels_locked"`
 }
 
 // baseURL is the orchestrator's URL as the client reached it, for the
@@ -199,18 +202,19 @@ func (s *Server) createWorker(w http.ResponseWriter, r *http.Request, _ httprout
 	wk := store.Worker{
 		ID: protocol.NewWorkerID(), Name: strings.TrimSpace(*req.Name), Type: req.WorkerType,
 		Status: protocol.WorkerConnecting, GPUInfo: json.RawMessage(`{}`),
-		Labels: copyLabels(req.Labels), AdminLabels: copyLabels(req.Labels),
+		Labels: copyLabels(req.Labels), AdminLabels: copyLabels(req.Labels), LabelsLocked: req.LabelsLocked,
 		CreatedAt: time.Now().UTC(), CreatedBy: p.Actor(),
 	}
 	rec := audit.New(p.Actor(), peerIP(r), "worker.create", "worker", wk.ID, audit.Success,
-		map[string]any{"name": wk.Name, "worker_type": wk.Type, "labels": wk.Labels, "token": auth.Accessor(token)})
+		map[string]any{"name": wk.Name, "worker_type": wk.Type, "labels": wk.Labels, "labels_locked": wk.LabelsLocked,
+			"token": auth.Accessor(token)})
 	if err := s.store.CreateWorker(r.Context(), wk, auth.Hash(token), &rec); err != nil {
 		return err
 	}
 	s.log.Info("worker created", "worker_id", wk.ID, "name", wk.Name, "by", p.Actor())
 	writeJSON(w, http.StatusCreated, map[string]any{
 		"worker_id": wk.ID, "id": wk.ID, "name": wk.Name, "worker_type": wk.Type, "labels": wk.Labels,
-		"token": token, "connection_command": connectionCommand(s.baseURL(r), token),
+		"labels_locked": wk.LabelsLocked, "token": token, "connection_command": connectionCommand(s.baseURL(r), token),
 	})
 	return nil
 }
@@ -231,9 +235,10 @@ func copyLabels(m map[string]string) map[string]string {
 }
 
 type patchWorkerRequest struct {
-	Name       *string             `json:"name"`
-	Labels     *map[string]string  `json:"labels"`
-	WorkerType protocol.WorkerType `json:"worker_type"`
+	Name         *string             `json:"name"`
+	Labels       *map[string]string  `json:"labels"`
+	LabelsLocked *bool               `json:"labels_locked"`
+	WorkerType   protocol.WorkerType `json:"worker_type"`
 }
 
 func (s *Server) patchWorker(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
@@ -263,19 +268,18 @@ func (s *Server) patchWorker(w http.ResponseWriter, r *http.Request, ps httprout
 		if req.WorkerType != "" {
 			cur.Type = req.WorkerType
 		}
+		// What the worker reported for keys the admin never owned stays,
+		// unless the labels are (now) locked to the admin's.
+		reported := reportedPart(cur.Labels, cur.AdminLabels)
 		if req.Labels != nil {
-			// Keep what the worker reported for keys the admin never owned.
-			reported := map[string]string{}
-			for k, v := range cur.Labels {
-				if _, owned := cur.AdminLabels[k]; !owned {
-					reported[k] = v
-				}
-			}
 			cur.AdminLabels = copyLabels(*req.Labels)
-			cur.Labels = mergeLabels(nil, cur.AdminLabels, reported)
 		}
+		if req.LabelsLocked != nil {
+			cur.LabelsLocked = *req.LabelsLocked
+		}
+		cur.Labels = placementLabels(nil, cur.AdminLabels, reported, cur.LabelsLocked)
 		rec := audit.New(p.Actor(), peerIP(r), "worker.update", "worker", id, audit.Success,
-			map[string]any{"name": req.Name, "labels": req.Labels, "worker_type": req.WorkerType})
+			map[string]any{"name": req.Name, "labels": req.Labels, "labels_locked": req.LabelsLocked, "worker_type": req.WorkerType})
 		return &rec, nil
 	})
 	if err != nil {

@@ -45,6 +45,9 @@ type Worker struct {
 	Provider    string
 	Labels      map[string]string // effective labels (admin's win over reported)
 	AdminLabels map[string]string // keys an admin set; reported labels never override these
+	// LabelsLocked: an admin pinned the labels; what the worker reports is
+	// ignored and Labels are the admin's alone.
+	LabelsLocked bool
 	Persistent  bool              // what the agent last reported (fact, not policy)
 	// Capabilities is what a protocol-2 worker reported about itself.
 	Capabilities protocol.Capabilities
