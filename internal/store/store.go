@@ -48,7 +48,7 @@ type Worker struct {
 	// LabelsLocked: an admin pinned the labels; what the worker reports is
 	// ignored and Labels are the admin's alone.
 	LabelsLocked bool
-	Persistent  bool              // what the agent last reported (fact, not policy)
+	Persistent   bool // what the agent last reported (fact, not policy)
 	// Capabilities is what a protocol-2 worker reported about itself.
 	Capabilities protocol.Capabilities
 	// Local is true for workers attached through the admin unix socket (target "local").
