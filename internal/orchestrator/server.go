@@ -191,28 +191,32 @@ const peerKey ctxKey = 1
 // localPeer is what the admin unix socket learned about its client.
 type localPeer struct {
 	uid     uint32
+	peer    auth.Peer
 	allowed bool
 }
 
 // AdminConnContext records the peer credentials of an admin-socket connection;
 // use it as http.Server.ConnContext for that listener.
 func (s *Server) AdminConnContext(ctx context.Context, c net.Conn) context.Context {
-	uid, _, _, err := auth.PeerCred(c)
+	p, err := auth.PeerOf(c)
 	if err != nil {
 		s.log.Warn("admin socket: cannot read peer credentials", "err", err)
 		return context.WithValue(ctx, peerKey, localPeer{uid: ^uint32(0)})
 	}
-	peer := localPeer{uid: uid}
+	peer := localPeer{uid: p.UID, peer: p}
 	peer.allowed = s.localAllowed(peer)
 	return context.WithValue(ctx, peerKey, peer)
 }
 
-// localAllowed reports whether an admin-socket peer is root or in the admin group.
+// localAllowed reports whether an admin-socket peer is root or in the admin
+// group, by the groups its process had when it connected.
 func (s *Server) localAllowed(peer localPeer) bool {
-	ok, err := auth.InGroup(peer.uid, s.options().AdminGroup)
+	group := s.options().AdminGroup
+	ok, how, err := auth.PeerAllowed(peer.peer, group)
 	if err != nil {
-		s.log.Warn("admin socket: group lookup failed", "uid", peer.uid, "err", err)
+		s.log.Warn("admin socket: group lookup failed", "uid", peer.uid, "group", group, "err", err)
 	}
+	s.log.Debug("admin socket peer", "uid", peer.uid, "pid", peer.peer.PID, "allowed", ok, "decided_by", how)
 	return ok
 }
 
