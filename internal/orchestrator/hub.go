@@ -118,12 +118,18 @@ func (h *Hub) Streams() []*Stream {
 	return out
 }
 
-// ConnectedIDs lists the workers with an open stream here.
+// ConnectedIDs lists the workers with an open stream here; a stream already
+// told to close (and not yet detached by its handler) is left out.
 func (h *Hub) ConnectedIDs() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ids := make([]string, 0, len(h.streams))
-	for id := range h.streams {
+	for id, st := range h.streams {
+		select {
+		case <-st.done:
+			continue
+		default:
+		}
 		ids = append(ids, id)
 	}
 	return ids
