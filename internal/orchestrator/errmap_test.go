@@ -195,3 +195,25 @@ func xTestValidHostPort(t *testing.T) {
 		}
 	}
 }
+
+// The Host header is the client's: what validHostPort accepts must be a
+// plain authority that a URL keeps as it is and a shell has nothing to
+// expand in.
+func FuzzValidHostPort(f *testing.F) {
+	for _, s := range []string{"example.com:8001", "[::1]:1", "10.0.0.1", "$(id)", "a b", "[::1%25x]:1", "h:0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, hp string) {
+		if !validHostPort(hp) {
+			return
+		}
+		if strings.ContainsAny(hp, " \t\r\n$`;&|<>()'\"\\*?{}!#~/@%") {
+			t.Fatalf("accepted %q", hp)
+		}
+		u, err := url.Parse("http://" + hp)
+		word := "http://" + hp
+		if q := shellQuote(word); err != nil || u.Host != hp || (q != word && q != "'"+word+"'") {
+			t.Fatalf("accepted %q, which does not survive a URL or a shell (%v)", hp, err)
+		}
+	})
+}
