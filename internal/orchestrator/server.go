@@ -89,6 +89,29 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 	}
 }
 
+// withDefaults fills the settings this file's loops and streams cannot do
+// without (a zero ticker period panics, a zero cap refuses everyone) from the
+// configuration's defaults, for Options built by hand.
+func (o Options) withDefaults() Options {
+	def := OptionsFrom(config.DefaultOrchestrator())
+	if o.StreamWriteTimeout <= 0 {
+		o.StreamWriteTimeout = def.StreamWriteTimeout
+	}
+	if o.MaxLogFollowers <= 0 {
+		o.MaxLogFollowers = def.MaxLogFollowers
+	}
+	if o.RecheckInterval <= 0 {
+		o.RecheckInterval = def.RecheckInterval
+	}
+	if o.FailureAuditInterval <= 0 {
+		o.FailureAuditInterval = def.FailureAuditInterval
+	}
+	if o.FailureAuditMaxPeers <= 0 {
+		o.FailureAuditMaxPeers = def.FailureAuditMaxPeers
+	}
+	return o
+}
+
 // Server holds the orchestrator's live state. Create it with New, then serve
 // Handler() on the API listeners and AdminHandler() on the admin socket, and run
 // Run for the background loops.
@@ -138,6 +161,7 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 		logFeed: newLogFeed(),
 		stopped: make(chan struct{}),
 	}
+	opt = opt.withDefaults()
 	s.opt.Store(&opt)
 	s.hub = NewHub(s.metrics, log)
 	s.lastTick.Store(time.Now().UnixNano())
@@ -149,6 +173,7 @@ func (s *Server) options() Options { return *s.opt.Load() }
 
 // SetOptions applies settings that can change without a restart.
 func (s *Server) SetOptions(o Options) {
+	o = o.withDefaults()
 	s.opt.Store(&o)
 	s.Wake()
 }
