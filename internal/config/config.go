@@ -117,6 +117,11 @@ type ServerConfig struct {
 	AdminGroup   string   `toml:"admin_group"`
 	MaxBodyBytes int64    `toml:"max_body_bytes"`
 	InstanceID   string   `toml:"instance_id"` // "" → hostname+pid, chosen at run time
+	// StreamWriteTimeout bounds each write to an event stream (worker
+	// streams, log follows): a client that stops reading is dropped.
+	StreamWriteTimeout Duration `toml:"stream_write_timeout"`
+	// MaxLogFollowers caps the log follow streams one credential holds open.
+	MaxLogFollowers int `toml:"max_log_followers"`
 }
 
 // TLSConfig is [tls]; cert and key both set → HTTPS.
@@ -165,6 +170,15 @@ type JobsConfig struct {
 // AuthConfig is [auth].
 type AuthConfig struct {
 	FailuresPerMinute int `toml:"failures_per_minute"`
+	// RecheckInterval: how often a long-lived stream checks that the
+	// credential that opened it is still valid.
+	RecheckInterval Duration `toml:"recheck_interval"`
+	// FailureAuditInterval: failed authentications are written to the audit
+	// log as one record per client address per interval, with a count.
+	FailureAuditInterval Duration `toml:"failure_audit_interval"`
+	// FailureAuditMaxPeers caps those records per interval; the rest are
+	// summed up in one record.
+	FailureAuditMaxPeers int `toml:"failure_audit_max_peers"`
 }
 
 // LogConfig is [log] in both daemons.
@@ -231,10 +245,15 @@ func (c *Worker) Origin(key string) string { return c.origins[key] }
 // ConnectionConfig is the worker's [orchestrator]; after loading, Token holds
 // the secret whatever its source (token, token_file or "worker-token" credential).
 type ConnectionConfig struct {
-	URL                string `toml:"url"`
-	Token              Secret `toml:"token"`
-	TokenFile          string `toml:"token_file"`
-	CAFile             string `toml:"ca_file"`
+	URL       string `toml:"url"`
+	Token     Secret `toml:"token"`
+	TokenFile string `toml:"token_file"`
+	CAFile    string `toml:"ca_file"`
+	// CertFile and KeyFile are the worker's client certificate, for an
+	// orchestrator that requires one (mutual TLS). When both are "", the
+	// systemd credentials "worker-cert" and "worker-key" are used if present.
+	CertFile           string `toml:"cert_file"`
+	KeyFile            string `toml:"key_file"`
 	InsecureSkipVerify bool   `toml:"insecure_skip_verify"`
 }
 
@@ -314,10 +333,12 @@ const (
 func DefaultOrchestrator() *Orchestrator {
 	return &Orchestrator{
 		Server: ServerConfig{
-			Listen:       []string{"0.0.0.0:8001"},
-			AdminSocket:  "/run/simpletuner/orchestratord.sock",
-			AdminGroup:   "simpletuner-admin",
-			MaxBodyBytes: 1 << 20,
+			Listen:             []string{"0.0.0.0:8001"},
+			AdminSocket:        "/run/simpletuner/orchestratord.sock",
+			AdminGroup:         "simpletuner-admin",
+			MaxBodyBytes:       1 << 20,
+			StreamWriteTimeout: D(30 * time.Second),
+			MaxLogFollowers:    8,
 		},
 		Paths: PathsConfig{StateDir: "/var/lib/simpletuner", ConfigsDir: "/etc/simpletuner/configs"},
 		Workers: WorkersConfig{
@@ -336,7 +357,12 @@ func DefaultOrchestrator() *Orchestrator {
 			LogLimitBytes:       DefaultLogLimitBytes,
 			SchedulerInterval:   D(5 * time.Second),
 		},
-		Auth:    AuthConfig{FailuresPerMinute: 10},
+		Auth: AuthConfig{
+			FailuresPerMinute:    10,
+			RecheckInterval:      D(10 * time.Second),
+			FailureAuditInterval: D(time.Minute),
+			FailureAuditMaxPeers: 100,
+		},
 		Log:     LogConfig{Level: "info", Format: "auto"},
 		Metrics: MetricsConfig{Listen: "127.0.0.1:9101"},
 		Artifacts: ArtifactsConfig{

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"fmt"
 	"maps"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
 // Validate checks a configuration built in code (tests, other packages).
@@ -57,6 +59,7 @@ func (c *Orchestrator) validate(l *loader) {
 		l.errf("server.admin_socket", "%q must be an absolute path (or \"\" to disable)", s)
 	}
 	l.positive("server.max_body_bytes", c.Server.MaxBodyBytes)
+	l.positive("server.max_log_followers", int64(c.Server.MaxLogFollowers))
 
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		key := "tls.cert_file"
@@ -90,6 +93,7 @@ func (c *Orchestrator) validate(l *loader) {
 	}
 	l.positive("jobs.log_limit_bytes", c.Jobs.LogLimitBytes)
 	l.positive("auth.failures_per_minute", int64(c.Auth.FailuresPerMinute))
+	l.positive("auth.failure_audit_max_peers", int64(c.Auth.FailureAuditMaxPeers))
 	l.validateLog(c.Log)
 	if a := c.Metrics.Listen; a != "" {
 		if msg := checkHostPort(a); msg != "" {
@@ -160,10 +164,9 @@ func (c *Worker) validate(l *loader) {
 		}
 	}
 	l.readable("orchestrator.ca_file", c.Orchestrator.CAFile)
-	for _, k := range slices.Sorted(maps.Keys(c.Worker.Labels)) {
-		if k == "" {
-			l.errf("worker.labels", "label names must not be empty")
-		}
+	l.clientCertificate(c.Orchestrator)
+	if err := protocol.CheckLabels(c.Worker.Labels); err != nil {
+		l.errf("worker.labels", "%v", err)
 	}
 	l.nonEmpty("worker.state_dir", c.Worker.StateDir)
 	if len(c.Job.Command) == 0 || c.Job.Command[0] == "" {
@@ -193,6 +196,35 @@ func (c *Worker) validate(l *loader) {
 		l.errf("gpu.backend", "%q is not one of nvml, none", c.GPU.Backend)
 	}
 	l.validateLog(c.Log)
+}
+
+// clientCertificate checks the worker's client certificate settings: both
+// files or neither, readable, a matching pair, and an https:// URL to present
+// them to.
+func (l *loader) clientCertificate(o ConnectionConfig) {
+	if o.CertFile == "" && o.KeyFile == "" {
+		return
+	}
+	if o.CertFile == "" || o.KeyFile == "" {
+		key := "orchestrator.cert_file"
+		if o.CertFile != "" {
+			key = "orchestrator.key_file"
+		}
+		l.errf(key, "orchestrator.cert_file and orchestrator.key_file must be set together")
+		return
+	}
+	before := len(l.errs)
+	l.readable("orchestrator.cert_file", o.CertFile)
+	l.readable("orchestrator.key_file", o.KeyFile)
+	if len(l.errs) > before {
+		return
+	}
+	if _, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile); err != nil {
+		l.errf("orchestrator.cert_file", "%s and key_file %s are not a usable PEM certificate and key: %v", o.CertFile, o.KeyFile, err)
+	}
+	if u, err := url.Parse(o.URL); o.URL != "" && err == nil && u.Scheme != "https" {
+		l.errf("orchestrator.cert_file", "a client certificate is only sent over TLS; orchestrator.url must start with https://, not %s://", u.Scheme)
+	}
 }
 
 func (l *loader) validateLog(c LogConfig) {

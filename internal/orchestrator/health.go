@@ -81,11 +81,12 @@ func (s *Server) Status(ctx context.Context) string {
 
 // Run starts the background loops and blocks until ctx ends.
 func (s *Server) Run(ctx context.Context) {
-	done := make(chan struct{}, 3)
-	for _, loop := range []func(context.Context){s.runScheduler, s.runHealth, s.listen} {
+	loops := []func(context.Context){s.runScheduler, s.runHealth, s.listen, s.runFailureAudit, s.runStreamCheck}
+	done := make(chan struct{}, len(loops))
+	for _, loop := range loops {
 		go func() { loop(ctx); done <- struct{}{} }()
 	}
-	for range 3 {
+	for range loops {
 		<-done
 	}
 }

@@ -74,6 +74,7 @@ type workerView struct {
 	GPUInfo         json.RawMessage   `json:"gpu_info"`
 	Provider        *string           `json:"provider"`
 	Labels          map[string]string `json:"labels"`
+	LabelsLocked    bool              `json:"labels_locked"`
 	CurrentJobID    *string           `json:"current_job_id"`
 	LastHeartbeat   *string           `json:"last_heartbeat"`
 	ConnectedAt     *string           `json:"connected_at"`
@@ -106,7 +107,7 @@ func (s *Server) workerView(w store.Worker) workerView {
 	status, connected := s.shown(w)
 	v := workerView{
 		WorkerID: w.ID, ID: w.ID, Name: w.Name, WorkerType: string(w.Type), Status: string(status),
-		GPUInfo: gpuInfo, Provider: strPtr(w.Provider), Labels: labels, CurrentJobID: strPtr(w.CurrentJobID),
+		GPUInfo: gpuInfo, Provider: strPtr(w.Provider), Labels: labels, LabelsLocked: w.LabelsLocked, CurrentJobID: strPtr(w.CurrentJobID),
 		LastHeartbeat: timePtr(w.LastHeartbeat), ConnectedAt: timePtr(w.ConnectedAt),
 		CreatedAt: protocol.Time(w.CreatedAt), Connected: connected,
 		GPUCount: g.Count, GPUName: g.Name, GPUVRAMGB: g.VRAMGB, AcceleratorType: strPtr(g.Accelerator),

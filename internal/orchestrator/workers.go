@@ -2,8 +2,10 @@ package orchestrator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
@@ -51,13 +53,14 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 	}
 	now := time.Now().UTC()
 	updated, err := s.store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
+		changes := reportedChanges(*cur, req)
 		cur.Name = req.Name
 		cur.GPUInfo = req.GPUInfo
 		cur.Persistent = req.Persistent
 		if req.Provider != nil && *req.Provider != "" {
 			cur.Provider = *req.Provider
 		}
-		cur.Labels = mergeLabels(cur.Labels, cur.AdminLabels, req.Labels)
+		cur.Labels = placementLabels(cur.Labels, cur.AdminLabels, req.Labels, cur.LabelsLocked)
 		cur.Protocol = max(req.Protocol, 1)
 		cur.AgentVersion = req.Version
 		cur.Capabilities = protocol.Capabilities{}
@@ -71,8 +74,11 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 			cur.CurrentJobID = resume[0].JobID
 		}
 		cur.Status = lifecycle.Alive(cur.Status, running(*cur), 1)
-		rec := audit.New(workerActor(wk), reg.ip, "worker.register", "worker", wk.ID, audit.Success,
-			map[string]any{"name": cur.Name, "protocol": cur.Protocol, "resume": resume, "abandon": abandon})
+		details := map[string]any{"name": cur.Name, "protocol": cur.Protocol, "resume": resume, "abandon": abandon}
+		for k, v := range changes {
+			details[k] = v
+		}
+		rec := audit.New(workerActor(wk), reg.ip, "worker.register", "worker", wk.ID, audit.Success, details)
 		return &rec, nil
 	})
 	if err != nil {
@@ -126,6 +132,64 @@ func (s *Server) cancelGrace(ctx context.Context, workerID string) time.Duration
 		grace = time.Duration(wk.Capabilities.CancelGraceSeconds * float64(time.Second))
 	}
 	return grace
+}
+
+// placementLabels are the labels jobs are matched against after a worker
+// reported its own: the admin's alone when an admin locked them, else the
+// reported ones laid over the current ones (see mergeLabels).
+func placementLabels(current, admin, reported map[string]string, locked bool) map[string]string {
+	if locked {
+		return copyLabels(admin)
+	}
+	return mergeLabels(current, admin, reported)
+}
+
+// reportedChanges describes, for the registration's audit record, how what
+// the worker reports for placement changed: its labels (as far as they take
+// part: an admin's keys win, and a locked worker's are ignored) and its GPU
+// inventory. Since these decide which jobs, and which jobs' secrets, a
+// worker gets, every change is on record. Nothing changed: nil.
+func reportedChanges(cur store.Worker, req protocol.RegisterRequest) map[string]any {
+	out := map[string]any{}
+	before := reportedPart(cur.Labels, cur.AdminLabels)
+	after := reportedPart(placementLabels(cur.Labels, cur.AdminLabels, req.Labels, cur.LabelsLocked), cur.AdminLabels)
+	if !maps.Equal(before, after) {
+		out["reported_labels_before"], out["reported_labels_after"] = before, after
+	}
+	if cur.LabelsLocked {
+		if ignored := reportedPart(req.Labels, cur.AdminLabels); len(ignored) > 0 {
+			out["reported_labels_ignored"] = ignored // locked: on record, not used
+		}
+	}
+	if b, a := canonicalJSON(cur.GPUInfo), canonicalJSON(req.GPUInfo); b != a {
+		out["gpu_info_before"], out["gpu_info_after"] = json.RawMessage(b), json.RawMessage(a)
+	}
+	return out
+}
+
+// reportedPart is the labels whose keys no admin set.
+func reportedPart(labels, admin map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range labels {
+		if _, owned := admin[k]; !owned {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// canonicalJSON re-encodes a JSON value with sorted keys, so that two
+// spellings of the same inventory compare equal; "" and null read as {}.
+func canonicalJSON(raw json.RawMessage) string {
+	var v any
+	if len(raw) == 0 || json.Unmarshal(raw, &v) != nil || v == nil {
+		return "{}"
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "{}"
+	}
+	return string(b)
 }
 
 // mergeLabels lays reported labels over the current ones, except that a key an

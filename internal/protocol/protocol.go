@@ -327,6 +327,9 @@ type ErrorBody struct {
 	Detail string `json:"detail"`
 	Error  string `json:"error"`
 	Action string `json:"action,omitempty"`
+	// RequestID names an unexpected failure in the server's log; the detail
+	// of such a failure is only there.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // Error codes used in ErrorBody.Error.
@@ -357,6 +360,9 @@ func newID(prefix string) string {
 
 // NewWorkerID returns "w_" followed by 12 lowercase base32 characters.
 func NewWorkerID() string { return newID("w_") }
+
+// NewRequestID returns "req_" followed by 12 lowercase base32 characters.
+func NewRequestID() string { return newID("req_") }
 
 // NewJobID returns "j_" followed by 12 lowercase base32 characters.
 func NewJobID() string { return newID("j_") }

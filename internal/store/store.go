@@ -45,7 +45,10 @@ type Worker struct {
 	Provider    string
 	Labels      map[string]string // effective labels (admin's win over reported)
 	AdminLabels map[string]string // keys an admin set; reported labels never override these
-	Persistent  bool              // what the agent last reported (fact, not policy)
+	// LabelsLocked: an admin pinned the labels; what the worker reports is
+	// ignored and Labels are the admin's alone.
+	LabelsLocked bool
+	Persistent   bool // what the agent last reported (fact, not policy)
 	// Capabilities is what a protocol-2 worker reported about itself.
 	Capabilities protocol.Capabilities
 	// Local is true for workers attached through the admin unix socket (target "local").

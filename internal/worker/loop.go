@@ -110,9 +110,9 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 			if isAuthError(m.err) {
 				return true, w.authFailed(m.err)
 			}
-			if err := w.c.notAnOrchestrator(m.err); err != nil {
-				w.log.Error("configuration error: the orchestrator URL is wrong; not retrying", "url", w.opt.URL, "err", err)
-				w.stopAndWait(stopFence, "the orchestrator URL is wrong")
+			if err := w.c.unfixable(m.err); err != nil {
+				w.log.Error("configuration error; not retrying", "url", w.opt.URL, "err", err)
+				w.stopAndWait(stopFence, "the connection to the orchestrator is misconfigured")
 				return true, err
 			}
 			w.reconnect(s, m.err)

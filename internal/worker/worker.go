@@ -39,6 +39,7 @@ type Options struct {
 	URL                string // http(s)://host:port or unix:///path/to.sock
 	Token              string
 	CAFile             string
+	CertFile, KeyFile  string // client certificate for mutual TLS
 	InsecureSkipVerify bool
 
 	Name       string // "" → hostname
@@ -116,6 +117,8 @@ func OptionsFrom(cfg *config.Worker) Options {
 		URL:                cfg.Orchestrator.URL,
 		Token:              cfg.Orchestrator.Token.Value(),
 		CAFile:             cfg.Orchestrator.CAFile,
+		CertFile:           cfg.Orchestrator.CertFile,
+		KeyFile:            cfg.Orchestrator.KeyFile,
 		InsecureSkipVerify: cfg.Orchestrator.InsecureSkipVerify,
 		Name:               cfg.Worker.Name,
 		Persistent:         cfg.Worker.Persistent,
@@ -248,7 +251,8 @@ func New(opt Options) (*Worker, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	c, err := newClient(opt.URL, opt.Token, opt.CAFile, opt.InsecureSkipVerify)
+	c, err := newClient(opt.URL, opt.Token, tlsFiles{CAFile: opt.CAFile, CertFile: opt.CertFile, KeyFile: opt.KeyFile,
+		InsecureSkipVerify: opt.InsecureSkipVerify})
 	if err != nil {
 		return nil, err
 	}
@@ -312,12 +316,16 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.inv = inv
 	w.lastProgress = now
 	w.mu.Unlock()
+	if w.opt.InsecureSkipVerify {
+		w.log.Warn("TLS verification of the orchestrator is off (orchestrator.insecure_skip_verify): anyone on the path " +
+			"can pose as the orchestrator and receive this worker's token and its jobs' secrets; set ca_file instead")
+	}
 	names := make([]string, 0, len(inv.Devices))
 	for _, d := range inv.Devices {
 		names = append(names, d.Name)
 	}
 	w.log.Info("worker configured",
-		"orchestrator", w.opt.URL, "token", tokenHint(w.opt.Token), "name", w.opt.Name,
+		"orchestrator", w.opt.URL, "token", tokenHint(w.opt.Token), "client_cert", w.opt.CertFile, "name", w.opt.Name,
 		"persistent", w.opt.Persistent, "gpus", inv.Count, "gpu_names", strings.Join(names, ", "),
 		"state_dir", w.opt.StateDir, "work_dir", w.opt.WorkDir)
 	return ctx.Err()

@@ -6,8 +6,10 @@
 //   - memory and heartbeat latency with 10,000 connected idle workers, and
 //     submit → job_submit latency with all of them connected,
 //
-// on the embedded store and on a throwaway PostgreSQL cluster. Run it with
-// `make bench` (go run ./test/bench); see docs/performance.md.
+// on the embedded store and on a throwaway PostgreSQL cluster; then, with real
+// simpletuner-workerd processes (launch.go), submit → a job's first
+// instruction and zero-work jobs per second, per job isolation mode. Run it
+// with `make bench` (go run ./test/bench); see docs/performance.md.
 package main
 
 import (
@@ -43,6 +45,9 @@ type flags struct {
 	cpuProfile   string
 	pprofAddr    string
 	keep         bool
+	launch       launchFlags
+	launchOnly   bool
+	orchBin      string
 }
 
 func main() {
@@ -62,6 +67,14 @@ func main() {
 	flag.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process to this file")
 	flag.StringVar(&f.pprofAddr, "pprof", "", "serve net/http/pprof of the bench process on this address")
 	flag.BoolVar(&f.keep, "keep", false, "keep the temporary directory (configs, orchestrator logs)")
+	flag.StringVar(&f.launch.modes, "launch", "auto", "isolation modes for the launch benchmark with real workerd processes, comma-separated (cgroup, process-group; default: a workerd without isolation keys); auto: what this machine offers; empty skips it")
+	flag.BoolVar(&f.launchOnly, "launch-only", false, "run only the launch benchmark")
+	flag.IntVar(&f.launch.workers, "launch-workers", 16, "workerd processes in the launch benchmark")
+	flag.IntVar(&f.launch.jobs, "launch-jobs", 600, "zero-work jobs for the launch throughput")
+	flag.IntVar(&f.launch.samples, "launch-samples", 200, "launch latency samples (one job at a time)")
+	flag.IntVar(&f.launch.submitters, "launch-submitters", 8, "concurrent submitters for the launch throughput")
+	flag.StringVar(&f.orchBin, "orchestratord-bin", "", "a prebuilt simpletuner-orchestratord; default: build this tree's")
+	flag.StringVar(&f.launch.workerdBin, "workerd-bin", "", "a prebuilt simpletuner-workerd for the launch benchmark (an older version, to compare); default: build this tree's")
 	flag.Parse()
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
 
@@ -93,15 +106,17 @@ func main() {
 	} else {
 		defer os.RemoveAll(tmp)
 	}
-	log.Printf("building simpletuner-orchestratord")
-	bin, err := buildBinary(tmp)
-	if err != nil {
-		log.Fatal(err)
+	bin := f.orchBin
+	if bin == "" {
+		log.Printf("building simpletuner-orchestratord")
+		if bin, err = buildBinary(tmp); err != nil {
+			log.Fatal(err)
+		}
 	}
 
 	var results []result
 	for _, name := range []string{"sqlite", "postgres"} {
-		if f.stores != "both" && f.stores != name {
+		if f.launchOnly || (f.stores != "both" && f.stores != name) {
 			continue
 		}
 		r, err := runStore(f, name, bin, tmp)
@@ -111,7 +126,18 @@ func main() {
 		}
 		results = append(results, r)
 	}
-	printTable(f, results)
+	var launches []launchResult
+	if f.launch.modes != "" {
+		if launches, err = runLaunch(f.launch, bin, tmp); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if len(results) > 0 {
+		printTable(f, results)
+	}
+	if len(launches) > 0 {
+		printLaunch(f.launch, launches)
+	}
 }
 
 // raiseFileLimit lifts RLIMIT_NOFILE to its hard limit; the orchestrator child

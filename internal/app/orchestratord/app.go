@@ -183,6 +183,11 @@ func (a *App) Start(ctx context.Context) error {
 		}()
 	}
 	for _, l := range listeners["api"] {
+		if tlsConf == nil && reachableFromNetwork(l.Addr()) {
+			a.log.Warn("the API is served over plain HTTP on an address other machines can reach: worker and admin tokens and "+
+				"the jobs' hf_tokens cross the network in the clear; set [tls] cert_file and key_file, or listen on "+
+				"127.0.0.1 behind a TLS proxy", "addr", l.Addr().String())
+		}
 		serve(l, api, nil, tlsConf)
 	}
 	for _, l := range listeners["admin"] {
@@ -196,6 +201,13 @@ func (a *App) Start(ctx context.Context) error {
 	go func() { a.srv.Run(loopCtx); close(a.loopsDone) }()
 	close(a.ready)
 	return nil
+}
+
+// reachableFromNetwork reports whether a listener's address is a TCP
+// address other than loopback (the unspecified address included).
+func reachableFromNetwork(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && !tcp.IP.IsLoopback()
 }
 
 func closeAll(ls map[string][]net.Listener) {

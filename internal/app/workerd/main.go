@@ -26,7 +26,7 @@ import (
 // Exit statuses of simpletuner-workerd.
 const (
 	ExitOK     = 0 // a clean stop: signal, drain, an ephemeral worker with no more jobs
-	ExitConfig = 1 // a configuration or start-up error, or a URL that is not an orchestrator's
+	ExitConfig = 1 // a configuration or start-up error, a URL that is not an orchestrator's or redirects elsewhere, a client certificate missing or refused
 	ExitAuth   = 2 // the orchestrator rejected the worker token (401)
 	ExitFailed = 3 // any other failure
 )
@@ -76,7 +76,8 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) i
 	case errors.Is(err, worker.ErrMisconfigured):
 		fmt.Fprintln(stderr, "simpletuner-workerd:", err)
 		return ExitConfig
-	case errors.Is(err, worker.ErrNotAnOrchestrator):
+	case errors.Is(err, worker.ErrNotAnOrchestrator), errors.Is(err, worker.ErrRedirected), errors.Is(err, worker.ErrClientCertificate),
+		errors.Is(err, worker.ErrRegistrationRefused):
 		fmt.Fprintln(stderr, "simpletuner-workerd: configuration error:", err)
 		return ExitConfig
 	default:

@@ -14,7 +14,7 @@ import (
 
 const workerCols = `id, name, type, status, gpu_info, provider, labels, admin_labels, persistent,
 	local, current_job_id, protocol, agent_version, last_heartbeat, connected_at, stream_instance,
-	created_at, created_by, capabilities, token_hash`
+	created_at, created_by, capabilities, labels_locked, token_hash`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -23,7 +23,7 @@ func scanWorker(r scanner, extra ...any) (store.Worker, error) {
 	dest := append([]any{&w.ID, &w.Name, &w.Type, &w.Status, rawCol{&w.GPUInfo}, &w.Provider,
 		jsonCol{&w.Labels}, jsonCol{&w.AdminLabels}, &w.Persistent, &w.Local, &w.CurrentJobID,
 		&w.Protocol, &w.AgentVersion, nullTimeCol{&w.LastHeartbeat}, nullTimeCol{&w.ConnectedAt},
-		&w.StreamInstance, timeCol{&w.CreatedAt}, &w.CreatedBy, jsonCol{&w.Capabilities}, &w.TokenHash}, extra...)
+		&w.StreamInstance, timeCol{&w.CreatedAt}, &w.CreatedBy, jsonCol{&w.Capabilities}, &w.LabelsLocked, &w.TokenHash}, extra...)
 	err := r.Scan(dest...)
 	return w, err
 }
@@ -33,7 +33,7 @@ func (s *Store) workerArgs(w *store.Worker) []any {
 	return []any{w.Name, w.Type, w.Status, rawArg(w.GPUInfo, "{}"), w.Provider,
 		labelsArg(w.Labels), labelsArg(w.AdminLabels), w.Persistent, w.Local, w.CurrentJobID,
 		w.Protocol, w.AgentVersion, s.ntv(w.LastHeartbeat), s.ntv(w.ConnectedAt), w.StreamInstance,
-		s.tv(w.CreatedAt), w.CreatedBy, capabilitiesArg(w.Capabilities)}
+		s.tv(w.CreatedAt), w.CreatedBy, capabilitiesArg(w.Capabilities), w.LabelsLocked}
 }
 
 func capabilitiesArg(c protocol.Capabilities) any {
@@ -142,7 +142,7 @@ func (s *Store) putWorker(ctx context.Context, c conn, w store.Worker) (store.Wo
 	_, err := c.exec(ctx, `UPDATE workers SET name = ?, type = ?, status = ?, gpu_info = ?, provider = ?,
 		labels = ?, admin_labels = ?, persistent = ?, local = ?, current_job_id = ?, protocol = ?,
 		agent_version = ?, last_heartbeat = ?, connected_at = ?, stream_instance = ?, created_at = ?,
-		created_by = ?, capabilities = ? WHERE id = ?`, append(s.workerArgs(&w), w.ID)...)
+		created_by = ?, capabilities = ?, labels_locked = ? WHERE id = ?`, append(s.workerArgs(&w), w.ID)...)
 	if err != nil {
 		return w, err
 	}

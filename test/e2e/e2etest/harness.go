@@ -7,6 +7,8 @@ package e2etest
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -159,6 +161,19 @@ type OrchOptions struct {
 	MaxBodyBytes      int64 // 0 → built-in default
 	Metrics           bool  // serve /metrics on a free port (Orch.MetricsURL)
 	LogLevel          string
+	// TLS serves the API over HTTPS; with ClientCAFile, client certificates
+	// are required (the harness then presents HarnessCert).
+	TLS *TLSOptions
+}
+
+// TLSOptions are the orchestrator's [tls] files and what the harness's own
+// client needs to talk to it.
+type TLSOptions struct {
+	CertFile, KeyFile, ClientCAFile string
+	// RootCAs verifies the orchestrator's certificate; HarnessCert is the
+	// harness's client certificate when ClientCAFile is set.
+	RootCAs     *x509.CertPool
+	HarnessCert *tls.Certificate
 }
 
 func or(v, def string) string {
@@ -178,6 +193,16 @@ type Orch struct {
 	Admin      string
 	Opt        OrchOptions
 	P          *Proc
+	// HTTP talks to this orchestrator (set when it serves TLS).
+	HTTP *http.Client
+}
+
+// client is the HTTP client for this orchestrator.
+func (o *Orch) client() *http.Client {
+	if o.HTTP != nil {
+		return o.HTTP
+	}
+	return client
 }
 
 func orchestratorTOML(dir string, port, metricsPort int, o OrchOptions) string {
@@ -189,7 +214,10 @@ func orchestratorTOML(dir string, port, metricsPort int, o OrchOptions) string {
 	if maxRetries == 0 {
 		maxRetries = 3
 	}
-	extraJobs, extraServer := "", ""
+	extraJobs, extraServer, tlsSection := "", "", ""
+	if t := o.TLS; t != nil {
+		tlsSection = fmt.Sprintf("[tls]\ncert_file = %q\nkey_file = %q\nclient_ca_file = %q\n", t.CertFile, t.KeyFile, t.ClientCAFile)
+	}
 	if o.LogLimitBytes > 0 {
 		extraJobs = fmt.Sprintf("log_limit_bytes = %d\n", o.LogLimitBytes)
 	}
@@ -199,7 +227,7 @@ func orchestratorTOML(dir string, port, metricsPort int, o OrchOptions) string {
 	return fmt.Sprintf(`[server]
 listen = ["127.0.0.1:%d"]
 admin_socket = "%s/o.sock"
-%s[database]
+%s%s[database]
 url = %q
 [paths]
 state_dir = "%s/state"
@@ -220,7 +248,7 @@ scheduler_interval = %q
 level = %q
 [metrics]
 listen = %q
-`, port, dir, extraServer, o.DBURL, dir, dir,
+`, port, dir, extraServer, tlsSection, o.DBURL, dir, dir,
 		or(o.HeartbeatInterval, "200ms"), or(o.HeartbeatTimeout, "1500ms"), or(o.HealthCheck, "200ms"),
 		or(o.StartupGrace, "3s"), or(o.AckTimeout, "3s"), or(o.PingInterval, "500ms"),
 		maxRetries, or(o.SchedulerInterval, "200ms"), extraJobs, or(o.LogLevel, "debug"), metrics)
@@ -238,6 +266,14 @@ func StartOrchestratorWith(t testing.TB, opt OrchOptions) *Orch {
 	o := &Orch{T: t, Dir: dir, Conf: filepath.Join(dir, "o.toml"), Opt: opt}
 	port := FreePort(t)
 	o.URL = fmt.Sprintf("http://127.0.0.1:%d", port)
+	if opt.TLS != nil {
+		o.URL = fmt.Sprintf("https://127.0.0.1:%d", port)
+		tc := &tls.Config{RootCAs: opt.TLS.RootCAs, MinVersion: tls.VersionTLS12}
+		if opt.TLS.HarnessCert != nil {
+			tc.Certificates = []tls.Certificate{*opt.TLS.HarnessCert}
+		}
+		o.HTTP = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
+	}
 	metricsPort := 0
 	if opt.Metrics {
 		metricsPort = FreePort(t)
@@ -284,7 +320,8 @@ func (o *Orch) WaitReady(timeout time.Duration) {
 
 // Ready returns the /readyz status code (0 when unreachable).
 func (o *Orch) Ready() int {
-	c := http.Client{Timeout: 2 * time.Second}
+	c := *o.client()
+	c.Timeout = 2 * time.Second
 	res, err := c.Get(o.URL + "/readyz")
 	if err != nil {
 		return 0
@@ -305,7 +342,7 @@ func (o *Orch) Do(method, path string, body any) (int, map[string]any) {
 	}
 	req, _ := http.NewRequest(method, o.URL+path, rd)
 	req.Header.Set("Authorization", "Bearer "+o.Admin)
-	res, err := client.Do(req)
+	res, err := o.client().Do(req)
 	if err != nil {
 		return 0, nil
 	}
@@ -408,8 +445,10 @@ type WorkerSpec struct {
 	// then takes the type the admin gave it (Persistent).
 	NoPersistentKey bool
 	URLPath         string // appended to the orchestrator's URL (a misconfiguration)
-	CancelGrace     string // [job] cancel_grace; "" → 1s
-	JobTOML         string // extra lines for [job]
+	// OrchestratorTOML holds extra lines for [orchestrator] (ca_file, cert_file…).
+	OrchestratorTOML string
+	CancelGrace      string // [job] cancel_grace; "" → 1s
+	JobTOML          string // extra lines for [job]
 	// ID and Token name a worker created beforehand (e.g. by simpletunerctl);
 	// empty: StartWorker creates one through the admin API.
 	ID, Token string
@@ -464,7 +503,7 @@ func (o *Orch) StartWorkerFor(id, token string, s WorkerSpec) *Wrk {
 	os.WriteFile(w.Conf, []byte(fmt.Sprintf(`[orchestrator]
 url = %q
 token_file = "%s/token"
-[worker]
+%s[worker]
 name = %q
 %sstate_dir = "%s/state"
 self_fence_after = %q
@@ -476,7 +515,7 @@ cancel_grace = %q
 backend = "none"
 [log]
 level = "debug"
-`, url+s.URLPath, w.Dir, s.Name, persistent, w.Dir, or(s.SelfFenceAfter, "1s"), cmdJSON, or(s.CancelGrace, "1s"), extraJob)), 0o600)
+`, url+s.URLPath, w.Dir, s.OrchestratorTOML, s.Name, persistent, w.Dir, or(s.SelfFenceAfter, "1s"), cmdJSON, or(s.CancelGrace, "1s"), extraJob)), 0o600)
 	w.Restart()
 	return w
 }
