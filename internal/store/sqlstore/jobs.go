@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
@@ -87,8 +88,12 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, i
 		where += " AND worker_id = ?"
 		args = append(args, f.WorkerID)
 	}
+	order := " ORDER BY seq"
+	if f.Newest {
+		order += " DESC"
+	}
 	rows, err := s.reader().query(ctx, `SELECT `+jobCols+`, COUNT(*) OVER () FROM jobs`+where+
-		` ORDER BY seq LIMIT ? OFFSET ?`, append(args, limitArg(f.Limit), f.Offset)...)
+		order+` LIMIT ? OFFSET ?`, append(args, limitArg(f.Limit), f.Offset)...)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -114,6 +119,27 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, i
 // CountJobs returns how many jobs are in each status (absent: none).
 func (s *Store) CountJobs(ctx context.Context) (map[protocol.JobStatus]int, error) {
 	rows, err := s.reader().query(ctx, `SELECT status, COUNT(*) FROM jobs GROUP BY status`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[protocol.JobStatus]int{}
+	for rows.Next() {
+		var st protocol.JobStatus
+		var n int
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, err
+		}
+		out[st] = n
+	}
+	return out, rows.Err()
+}
+
+// CountJobsEndedSince counts terminal jobs by status that ended at or after
+// since; the jobs_by_end index keeps it to the jobs in the window.
+func (s *Store) CountJobsEndedSince(ctx context.Context, since time.Time) (map[protocol.JobStatus]int, error) {
+	rows, err := s.reader().query(ctx, `SELECT status, COUNT(*) FROM jobs
+		WHERE ended_at IS NOT NULL AND ended_at >= ? GROUP BY status`, s.tv(since))
 	if err != nil {
 		return nil, err
 	}
