@@ -205,6 +205,13 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, _ httprouter.P
 			f.Statuses = []protocol.JobStatus{protocol.JobStatus(st)}
 		}
 	}
+	switch o := r.URL.Query().Get("order"); o {
+	case "", "oldest":
+	case "newest":
+		f.Newest = true
+	default:
+		return invalid("query parameter \"order\" must be \"oldest\" or \"newest\"; got %q", o)
+	}
 	var err error
 	if f.Limit, f.Offset, err = page(r, 50, 200); err != nil {
 		return err
@@ -274,7 +281,11 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request, _ httprouter.Para
 	if err != nil {
 		return err
 	}
-	byWorker, err := s.workerCounts(r.Context())
+	byWorker, gpus, err := s.fleetSummary(r.Context())
+	if err != nil {
+		return err
+	}
+	recent, err := s.store.CountJobsEndedSince(r.Context(), time.Now().Add(-recentWindow))
 	if err != nil {
 		return err
 	}
@@ -294,6 +305,10 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request, _ httprouter.Para
 			"total": total, "idle": byWorker[protocol.WorkerIdle], "busy": byWorker[protocol.WorkerBusy],
 			"draining": byWorker[protocol.WorkerDraining], "offline": byWorker[protocol.WorkerOffline],
 			"connecting": byWorker[protocol.WorkerConnecting],
+		},
+		"gpus": gpus,
+		"last_24h": map[string]int{
+			"completed": recent[protocol.JobCompleted], "failed": recent[protocol.JobFailed], "cancelled": recent[protocol.JobCancelled],
 		},
 	})
 	return nil

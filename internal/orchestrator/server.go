@@ -89,6 +89,8 @@ type Server struct {
 	storeErr atomic.Pointer[error]
 	// adminSocketPath names the unix socket in connection commands given over it.
 	adminSocketPath string
+	// telemetry holds each worker's latest GPU numbers from its heartbeats.
+	telemetry *telemetryMap
 }
 
 // SetAdminSocketPath tells the server where its admin socket lives.
@@ -97,13 +99,14 @@ func (s *Server) SetAdminSocketPath(p string) { s.adminSocketPath = p }
 // New builds a Server on an open store.
 func New(st store.Store, opt Options, log *slog.Logger) *Server {
 	s := &Server{
-		store:   st,
-		log:     log,
-		metrics: NewMetrics(),
-		started: time.Now(),
-		wake:    make(chan struct{}, 1),
-		opt:     opt,
-		limiter: auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now),
+		store:     st,
+		log:       log,
+		metrics:   NewMetrics(),
+		started:   time.Now(),
+		wake:      make(chan struct{}, 1),
+		opt:       opt,
+		limiter:   auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now),
+		telemetry: newTelemetryMap(),
 	}
 	s.hub = NewHub(s.metrics, log)
 	s.lastTick.Store(time.Now().UnixNano())
@@ -222,6 +225,9 @@ func (s *Server) Handler() http.Handler {
 	r.POST("/api/admin/workers/:id/resume", s.admin(auth.ScopeAdminWorkers, s.resumeWorker))
 	r.POST("/api/admin/workers/:id/token", s.admin(auth.ScopeAdminWorkers, s.rotateToken))
 	r.GET("/api/admin/audit", s.admin(auth.ScopeAdminAudit, s.listAudit))
+	r.GET("/api/admin/audit/verify", s.admin(auth.ScopeAdminAudit, s.verifyAudit))
+	r.GET("/api/auth/whoami", s.admin(scopeAnyCaller, s.whoami))
+	r.GET("/api/configs", s.admin(auth.ScopeQueueSubmit, s.listConfigs))
 	r.GET("/api/admin/tokens", s.admin(auth.ScopeAll, s.listAdminTokens))
 	r.POST("/api/admin/tokens", s.admin(auth.ScopeAll, s.createAdminToken))
 	r.DELETE("/api/admin/tokens/:id", s.admin(auth.ScopeAll, s.revokeAdminToken))

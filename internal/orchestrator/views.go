@@ -87,6 +87,9 @@ type workerView struct {
 	Local           bool              `json:"local"`
 	Protocol        int               `json:"protocol"`
 	AgentVersion    string            `json:"agent_version,omitempty"`
+	// GPUTelemetry is the latest live GPU numbers this instance received in
+	// the worker's heartbeats; null when none (protocol 1, no GPUs, offline).
+	GPUTelemetry *gpuTelemetry `json:"gpu_telemetry"`
 }
 
 func (s *Server) workerView(w store.Worker) workerView {
@@ -109,6 +112,7 @@ func (s *Server) workerView(w store.Worker) workerView {
 		CreatedAt: protocol.Time(w.CreatedAt), Connected: connected,
 		GPUCount: g.Count, GPUName: g.Name, GPUVRAMGB: g.VRAMGB, AcceleratorType: strPtr(g.Accelerator),
 		Local: w.Local, Protocol: w.Protocol, AgentVersion: w.AgentVersion,
+		GPUTelemetry: s.telemetry.get(w.ID),
 	}
 	if connected && w.ConnectedAt != nil {
 		up := math.Round(time.Since(*w.ConnectedAt).Seconds()*10) / 10

@@ -274,6 +274,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, _ httprouter.
 	s.metrics.Heartbeats.Add(1)
 	ctx := r.Context()
 	now := time.Now().UTC()
+	s.telemetry.set(wk.ID, req.GPUs, now)
 	updated, err := s.store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
 		cur.LastHeartbeat = &now
 		switch cur.Status {
@@ -538,6 +539,7 @@ func (s *Server) disconnect(w http.ResponseWriter, r *http.Request, _ httprouter
 // attempt it held.
 func (s *Server) markOffline(ctx context.Context, workerID, actor, ip, why string) error {
 	s.closeWorkerStream(workerID, why)
+	s.telemetry.forget(workerID)
 	wk, err := s.store.UpdateWorker(ctx, workerID, func(cur *store.Worker) (*audit.Record, error) {
 		if cur.Status == protocol.WorkerOffline {
 			return nil, nil

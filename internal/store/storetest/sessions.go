@@ -116,7 +116,7 @@ func testAuditNewestFiltered(t *testing.T, s store.Store) {
 		r := audit.New(actor, "", action, "worker", target, audit.Success, nil)
 		noErr(t, s.AppendAudit(t.Context(), r), "AppendAudit")
 	}
-	add("admin:a", "worker.create", "w_1")      // 1
+	add("admin:a", "worker.create", "w_1")       // 1
 	add("admin:b", "worker.token_rotate", "w_1") // 2
 	add("admin:a", "job.submit", "j_1")          // 3
 	add("admin:a", "worker.drain", "w_2")        // 4
