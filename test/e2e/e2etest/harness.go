@@ -421,6 +421,13 @@ func DemoTrainer() string { return filepath.Join(BinDir, "demo-trainer") }
 func (o *Orch) StartWorker(s WorkerSpec) *Wrk {
 	o.T.Helper()
 	id, token := o.CreateWorker(s.Name, s.Persistent, s.Labels)
+	return o.StartWorkerWithToken(id, token, s)
+}
+
+// StartWorkerWithToken starts a workerd for a worker created elsewhere (the
+// dashboard, say) with the token it was given.
+func (o *Orch) StartWorkerWithToken(id, token string, s WorkerSpec) *Wrk {
+	o.T.Helper()
 	w := &Wrk{ID: id, Token: token, Dir: o.T.TempDir(), Spec: s, o: o}
 	os.WriteFile(filepath.Join(w.Dir, "token"), []byte(w.Token+"\n"), 0o600)
 	url := s.URL
