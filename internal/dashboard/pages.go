@@ -93,7 +93,7 @@ func (d *Dashboard) overviewData(r *http.Request, s *session) (map[string]any, *
 		data["NoAccess"] = true
 		return data, nil
 	}
-	res := d.call(r, s, "GET", "/api/queue/stats", nil)
+	res := d.call(r, s, "GET", "/api/queue/stats?history=0", nil)
 	if !res.OK() {
 		return nil, &res
 	}

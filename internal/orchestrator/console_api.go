@@ -161,15 +161,20 @@ type gpuModelSummary struct {
 	Offline int     `json:"offline"` // on offline workers
 }
 
-// fleetSummary counts workers by status and GPUs by model in one pass.
+// fleetSummary counts workers by status and GPUs by model, from one
+// aggregate read (a few rows per distinct GPU description, not one per worker).
 func (s *Server) fleetSummary(ctx context.Context) (map[protocol.WorkerStatus]int, []gpuModelSummary, error) {
+	groups, err := s.store.SummarizeWorkers(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	byStatus := map[protocol.WorkerStatus]int{}
 	models := map[string]*gpuModelSummary{}
-	err := s.eachWorker(ctx, func(wk store.Worker) {
-		byStatus[wk.Status]++
-		g := parseGPUInfo(wk.GPUInfo)
+	for _, grp := range groups {
+		byStatus[grp.Status] += grp.Count
+		g := parseGPUInfo(grp.GPUInfo)
 		if g.Count <= 0 {
-			return
+			continue
 		}
 		name := g.Name
 		if name == "" {
@@ -180,25 +185,23 @@ func (s *Server) fleetSummary(ctx context.Context) (map[protocol.WorkerStatus]in
 			m = &gpuModelSummary{Model: name, VRAMGB: g.VRAMGB}
 			models[name] = m
 		}
-		switch wk.Status {
-		case protocol.WorkerOffline:
-			m.Offline += g.Count
-		case protocol.WorkerBusy:
-			m.Total += g.Count
-			m.InUse += g.Count
+		n := g.Count * grp.Count
+		switch {
+		case grp.Status == protocol.WorkerOffline:
+			m.Offline += n
+		case grp.Status == protocol.WorkerBusy || grp.HasJob: // draining with a job still running counts too
+			m.Total += n
+			m.InUse += n
 		default:
-			m.Total += g.Count
-			if wk.CurrentJobID != "" { // draining with a job still running
-				m.InUse += g.Count
-			}
+			m.Total += n
 		}
-	})
+	}
 	out := make([]gpuModelSummary, 0, len(models))
 	for _, m := range models {
 		out = append(out, *m)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Model < out[j].Model })
-	return byStatus, out, err
+	return byStatus, out, nil
 }
 
 // recentWindow is the span of the "finished lately" counts in stats.

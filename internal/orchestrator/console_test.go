@@ -139,6 +139,12 @@ func TestGPUTelemetryAndStats(t *testing.T) {
 	if recent := st.JSON["last_24h"].(map[string]any); recent["completed"] != 1.0 {
 		t.Fatalf("last_24h after a completion: %v", recent)
 	}
+	// Without history, by_status holds only the live states.
+	live := e.must(e.adminDo("GET", "/api/queue/stats?history=0", nil), 200)
+	if bs := live.JSON["by_status"].(map[string]any); bs["completed"] != nil || live.JSON["last_24h"].(map[string]any)["completed"] != 1.0 {
+		t.Fatalf("stats without history: %s", live.Body)
+	}
+	e.must(e.adminDo("GET", "/api/queue/stats?history=maybe", nil), 422)
 	// Newest first.
 	id2 := e.submit(map[string]any{"gpu_count": 64})
 	q := e.must(e.adminDo("GET", "/api/queue?order=newest&limit=1", nil), 200)

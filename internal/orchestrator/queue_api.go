@@ -277,7 +277,18 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request, ps httprouter
 }
 
 func (s *Server) stats(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ auth.Principal) error {
-	counts, err := s.store.CountJobs(r.Context())
+	// ?history=0 leaves the all-time counts of finished jobs out of by_status:
+	// counting them reads the whole history, and a live view does not need them.
+	var counts map[protocol.JobStatus]int
+	var err error
+	switch h := r.URL.Query().Get("history"); h {
+	case "", "1", "true":
+		counts, err = s.store.CountJobs(r.Context())
+	case "0", "false":
+		counts, err = s.store.CountJobsIn(r.Context(), append([]protocol.JobStatus{protocol.JobQueued}, activeStatuses...))
+	default:
+		return invalid("query parameter \"history\" must be 0 or 1; got %q", h)
+	}
 	if err != nil {
 		return err
 	}

@@ -182,6 +182,15 @@ type AdminToken struct {
 	RevokedAt *time.Time
 }
 
+// WorkerGroup is how many workers share a status, a reported GPU description
+// and whether they hold a job (SummarizeWorkers).
+type WorkerGroup struct {
+	Status  protocol.WorkerStatus
+	GPUInfo json.RawMessage
+	HasJob  bool
+	Count   int
+}
+
 // DashboardSession is a browser signed in to the web dashboard.
 type DashboardSession struct {
 	IDHash    string // hex SHA-256 of the random session id in the browser's cookie
@@ -229,6 +238,9 @@ type Store interface {
 	// transaction. fn may return an audit record to append in the same transaction;
 	// an error from fn aborts without changes.
 	UpdateWorker(ctx context.Context, id string, fn func(*Worker) (*audit.Record, error)) (Worker, error)
+	// SummarizeWorkers counts all workers grouped by status, GPU info and
+	// whether they hold a job, in one aggregate read.
+	SummarizeWorkers(ctx context.Context) ([]WorkerGroup, error)
 	SetWorkerTokenHash(ctx context.Context, id, hash string, rec *audit.Record) error
 	DeleteWorker(ctx context.Context, id string, rec *audit.Record) error
 	// Jobs.
@@ -239,6 +251,8 @@ type Store interface {
 	// CountJobsEndedSince counts the jobs that reached a terminal state at or
 	// after since, by status.
 	CountJobsEndedSince(ctx context.Context, since time.Time) (map[protocol.JobStatus]int, error)
+	// CountJobsIn counts the jobs in the given statuses (absent: none).
+	CountJobsIn(ctx context.Context, statuses []protocol.JobStatus) (map[protocol.JobStatus]int, error)
 	// QueuePosition counts the queued jobs a claim offers before a job of this
 	// priority and Seq: higher priority, or the same priority and a lower Seq.
 	QueuePosition(ctx context.Context, priority int, seq int64) (int, error)

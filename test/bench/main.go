@@ -43,6 +43,13 @@ type flags struct {
 	cpuProfile   string
 	pprofAddr    string
 	keep         bool
+	// The dashboard measurement.
+	dashboard     bool
+	dashboardOnly bool
+	dashWorkers   int
+	dashJobs      int
+	dashSamples   int
+	dashWindow    time.Duration
 }
 
 func main() {
@@ -62,6 +69,12 @@ func main() {
 	flag.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process to this file")
 	flag.StringVar(&f.pprofAddr, "pprof", "", "serve net/http/pprof of the bench process on this address")
 	flag.BoolVar(&f.keep, "keep", false, "keep the temporary directory (configs, orchestrator logs)")
+	flag.BoolVar(&f.dashboard, "dashboard", true, "also measure the web dashboard on a store filled with -dash-workers and -dash-jobs")
+	flag.BoolVar(&f.dashboardOnly, "dashboard-only", false, "measure only the web dashboard")
+	flag.IntVar(&f.dashWorkers, "dash-workers", 10000, "workers in the dashboard measurement's store")
+	flag.IntVar(&f.dashJobs, "dash-jobs", 1000000, "finished jobs in the dashboard measurement's store")
+	flag.IntVar(&f.dashSamples, "dash-samples", 30, "requests timed per dashboard page")
+	flag.DurationVar(&f.dashWindow, "dash-window", time.Minute, "how long the orchestrator's CPU is measured with and without an open dashboard")
 	flag.Parse()
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
 
@@ -100,18 +113,32 @@ func main() {
 	}
 
 	var results []result
+	var dash []dashResult
 	for _, name := range []string{"sqlite", "postgres"} {
 		if f.stores != "both" && f.stores != name {
 			continue
 		}
-		r, err := runStore(f, name, bin, tmp)
-		if err != nil {
-			pprof.StopCPUProfile()
-			log.Fatalf("%s: %v", name, err)
+		if !f.dashboardOnly {
+			r, err := runStore(f, name, bin, tmp)
+			if err != nil {
+				pprof.StopCPUProfile()
+				log.Fatalf("%s: %v", name, err)
+			}
+			results = append(results, r)
 		}
-		results = append(results, r)
+		if f.dashboard || f.dashboardOnly {
+			r, err := runDashboard(f, name, bin, tmp)
+			if err != nil {
+				pprof.StopCPUProfile()
+				log.Fatalf("%s dashboard: %v", name, err)
+			}
+			dash = append(dash, r)
+		}
 	}
-	printTable(f, results)
+	if len(results) > 0 {
+		printTable(f, results)
+	}
+	printDashboard(dash)
 }
 
 // raiseFileLimit lifts RLIMIT_NOFILE to its hard limit; the orchestrator child

@@ -136,10 +136,29 @@ func (s *Store) CountJobs(ctx context.Context) (map[protocol.JobStatus]int, erro
 }
 
 // CountJobsEndedSince counts terminal jobs by status that ended at or after
-// since; the jobs_by_end index keeps it to the jobs in the window.
+// since. Naming the statuses lets both engines read only the window's part of
+// the jobs_by_end index (status, ended_at).
 func (s *Store) CountJobsEndedSince(ctx context.Context, since time.Time) (map[protocol.JobStatus]int, error) {
-	rows, err := s.reader().query(ctx, `SELECT status, COUNT(*) FROM jobs
-		WHERE ended_at IS NOT NULL AND ended_at >= ? GROUP BY status`, s.tv(since))
+	return s.countJobs(ctx, `SELECT status, COUNT(*) FROM jobs WHERE status IN (?, ?, ?)
+		AND ended_at IS NOT NULL AND ended_at >= ? GROUP BY status`,
+		protocol.JobCompleted, protocol.JobFailed, protocol.JobCancelled, s.tv(since))
+}
+
+// CountJobsIn counts the jobs in the given statuses. For non-terminal ones the
+// jobs_queue index (status, …) makes it cost the matching jobs, not the history.
+func (s *Store) CountJobsIn(ctx context.Context, statuses []protocol.JobStatus) (map[protocol.JobStatus]int, error) {
+	if len(statuses) == 0 {
+		return map[protocol.JobStatus]int{}, nil
+	}
+	args := make([]any, len(statuses))
+	for i, st := range statuses {
+		args[i] = st
+	}
+	return s.countJobs(ctx, `SELECT status, COUNT(*) FROM jobs WHERE status IN (`+placeholders(len(statuses))+`) GROUP BY status`, args...)
+}
+
+func (s *Store) countJobs(ctx context.Context, q string, args ...any) (map[protocol.JobStatus]int, error) {
+	rows, err := s.reader().query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}

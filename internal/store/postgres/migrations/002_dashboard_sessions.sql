@@ -11,6 +11,6 @@ CREATE TABLE dashboard_sessions (
 );
 CREATE INDEX dashboard_sessions_by_last_seen ON dashboard_sessions (last_seen);
 
--- Finished jobs by end time, for counts over a recent window without reading
--- the whole history.
-CREATE INDEX jobs_by_end ON jobs (ended_at, status) WHERE ended_at IS NOT NULL;
+-- Finished jobs by state and end time, for counts over a recent window
+-- without reading the whole history.
+CREATE INDEX jobs_by_end ON jobs (status, ended_at) WHERE ended_at IS NOT NULL;

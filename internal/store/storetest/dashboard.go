@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -15,6 +17,45 @@ var dashboardTests = []test{
 	{"JobsNewestFirst", testJobsNewestFirst},
 	{"CountJobsEndedSince", testCountJobsEndedSince},
 	{"AuditNewestFiltered", testAuditNewestFiltered},
+	{"SummarizeWorkers", testSummarizeWorkers},
+	{"CountJobsIn", testCountJobsIn},
+}
+
+func testSummarizeWorkers(t *testing.T, s store.Store) {
+	a100 := json.RawMessage(`{"count":8,"name":"A100"}`)
+	for range 3 {
+		newWorker(t, s, func(w *store.Worker) { w.GPUInfo = a100 })
+	}
+	newWorker(t, s, func(w *store.Worker) { w.GPUInfo = a100; w.Status = protocol.WorkerOffline })
+	newWorker(t, s, func(w *store.Worker) { w.GPUInfo = json.RawMessage(`{}`) })
+	busy := newWorker(t, s, func(w *store.Worker) { w.GPUInfo = a100 })
+	newJob(t, s)
+	claim(t, s, busy.ID)
+	groups, err := s.SummarizeWorkers(t.Context())
+	noErr(t, err, "SummarizeWorkers")
+	got := map[string]int{}
+	for _, g := range groups {
+		var info map[string]any
+		if err := json.Unmarshal(g.GPUInfo, &info); err != nil {
+			t.Fatalf("group GPU info %q: %v", g.GPUInfo, err)
+		}
+		got[fmt.Sprintf("%s/%v/%v", g.Status, info["name"], g.HasJob)] += g.Count
+	}
+	equal(t, got, map[string]int{"idle/A100/false": 3, "offline/A100/false": 1, "idle/<nil>/false": 1, "busy/A100/true": 1}, "worker groups")
+}
+
+func testCountJobsIn(t *testing.T, s store.Store) {
+	w := newWorker(t, s)
+	newJob(t, s)
+	newJob(t, s)
+	j, _ := claim(t, s, w.ID)
+	transition(t, s, j, store.JobTransition{To: protocol.JobCompleted, EndAttempt: protocol.OutcomeCompleted})
+	got, err := s.CountJobsIn(t.Context(), []protocol.JobStatus{protocol.JobQueued, protocol.JobRunning})
+	noErr(t, err, "CountJobsIn")
+	equal(t, got, map[protocol.JobStatus]int{protocol.JobQueued: 1}, "queued and running")
+	got, err = s.CountJobsIn(t.Context(), nil)
+	noErr(t, err, "CountJobsIn()")
+	equal(t, got, map[protocol.JobStatus]int{}, "no statuses")
 }
 
 func testDashboardSessions(t *testing.T, s store.Store) {
