@@ -427,7 +427,7 @@ func TestWorkerTableShowsAgentGPUAndTelemetry(t *testing.T) {
 	p = b.must(b.get("/ui/live/workers?status=offline", "HX-Request", "true"), 200)
 	lacks(t, p, "gpu-1")
 	p = b.must(b.get("/ui/"), 200)
-	contains(t, p, "<th scope=\"row\">NVIDIA A100</th>", `data-count="workers-idle">1<`)
+	contains(t, p, "<th scope=\"row\">NVIDIA A100</th>", `data-count="workers-idle">1<`, `data-count="workers-total">1<`)
 }
 
 func TestQueueSubmitJobPageAndCancel(t *testing.T) {

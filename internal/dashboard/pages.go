@@ -101,11 +101,7 @@ func (d *Dashboard) overviewData(r *http.Request, s *session) (map[string]any, *
 	if err := res.decode(&st); err != nil {
 		return nil, &apiResult{Status: 502, Detail: "unreadable stats: " + err.Error()}
 	}
-	total := 0
-	for _, n := range st.Workers {
-		total += n
-	}
-	data["Stats"], data["WorkersTotal"] = st, total
+	data["Stats"], data["WorkersTotal"] = st, st.Workers["total"]
 	return data, nil
 }
 

@@ -33,8 +33,10 @@ type dashResult struct {
 	liveOverview, liveWorkers dist
 	window                    time.Duration
 	// Orchestrator CPU seconds over the window: nobody watching, then one tab
-	// polling the overview, then one tab polling the worker page.
+	// polling the overview, then one tab polling the worker page; and the same
+	// for PostgreSQL's processes (zero on SQLite, which runs inside the orchestrator).
 	idleCPU, overviewCPU, workersCPU float64
+	idlePG, overviewPG, workersPG    float64
 }
 
 // dashboardPoll is how often an open page refreshes its live part (the
@@ -114,32 +116,34 @@ func runDashboard(f flags, name, bin, tmp string) (r dashResult, err error) {
 	}
 
 	pid := o.cmd.Process.Pid
-	cpuOver := func(poll string) (float64, error) {
+	cpuOver := func(poll string) (orchCPU, pgCPU float64, err error) {
 		before := sampleCPU(pid)
 		end := time.Now().Add(f.dashWindow)
 		for time.Now().Before(end) {
 			if poll != "" {
 				if _, err := get(poll, true); err != nil {
-					return 0, err
+					return 0, 0, err
 				}
 			}
 			time.Sleep(min(dashboardPoll, time.Until(end)))
 		}
-		return sampleCPU(pid).orch - before.orch, nil
+		after := sampleCPU(pid)
+		return after.orch - before.orch, after.postgres - before.postgres, nil
 	}
 	log.Printf("%s dashboard: orchestrator CPU over %s with no dashboard open", name, f.dashWindow)
-	if r.idleCPU, err = cpuOver(""); err != nil {
+	if r.idleCPU, r.idlePG, err = cpuOver(""); err != nil {
 		return r, err
 	}
 	log.Printf("%s dashboard: … with one overview tab polling every %s", name, dashboardPoll)
-	if r.overviewCPU, err = cpuOver("/ui/live/overview"); err != nil {
+	if r.overviewCPU, r.overviewPG, err = cpuOver("/ui/live/overview"); err != nil {
 		return r, err
 	}
 	log.Printf("%s dashboard: … with one worker-page tab polling every %s", name, dashboardPoll)
-	if r.workersCPU, err = cpuOver("/ui/live/workers?page=1"); err != nil {
+	if r.workersCPU, r.workersPG, err = cpuOver("/ui/live/workers?page=1"); err != nil {
 		return r, err
 	}
-	log.Printf("%s dashboard: CPU idle %.2f s, overview %.2f s, workers %.2f s", name, r.idleCPU, r.overviewCPU, r.workersCPU)
+	log.Printf("%s dashboard: orchestrator CPU idle %.2f s, overview %.2f s, workers %.2f s; postgres %.2f / %.2f / %.2f s",
+		name, r.idleCPU, r.overviewCPU, r.workersCPU, r.idlePG, r.overviewPG, r.workersPG)
 	return r, nil
 }
 
@@ -274,14 +278,21 @@ func printDashboard(rs []dashResult) {
 	pct := func(extra float64, w time.Duration) string {
 		return fmt.Sprintf("%.2f %% of a core", 100*extra/w.Seconds())
 	}
-	row("orchestrator CPU, no dashboard open", "—", func(r dashResult) string {
-		return fmt.Sprintf("%.2f s in %s", r.idleCPU, r.window)
+	row("orchestrator CPU, no dashboard open (postgres processes)", "—", func(r dashResult) string {
+		return fmt.Sprintf("%.2f s in %s (%.2f s)", r.idleCPU, r.window, r.idlePG)
 	})
+	extra := func(orch, orchIdle, pg, pgIdle float64, w time.Duration) string {
+		s := fmt.Sprintf("orchestrator %.2f s in %s = %s", orch-orchIdle, w, pct(orch-orchIdle, w))
+		if pg != 0 || pgIdle != 0 {
+			s += fmt.Sprintf("; postgres %.2f s = %s", pg-pgIdle, pct(pg-pgIdle, w))
+		}
+		return s
+	}
 	row("one open overview tab (CPU above idle)", "≤ 1 % of a core", func(r dashResult) string {
-		return fmt.Sprintf("%.2f s in %s = %s", r.overviewCPU-r.idleCPU, r.window, pct(r.overviewCPU-r.idleCPU, r.window))
+		return extra(r.overviewCPU, r.idleCPU, r.overviewPG, r.idlePG, r.window)
 	})
 	row("one open worker-page tab (CPU above idle)", "≤ 1 % of a core", func(r dashResult) string {
-		return fmt.Sprintf("%.2f s in %s = %s", r.workersCPU-r.idleCPU, r.window, pct(r.workersCPU-r.idleCPU, r.window))
+		return extra(r.workersCPU, r.idleCPU, r.workersPG, r.idlePG, r.window)
 	})
 	row("filling the store (not a dashboard cost)", "—", func(r dashResult) string { return r.fill.Round(time.Second).String() })
 	fmt.Printf("\n%s", b.String())
