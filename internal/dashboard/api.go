@@ -19,6 +19,8 @@ type apiResult struct {
 	// Detail and Code come from an error body ({"detail", "error"}).
 	Detail string
 	Code   string
+	// Truncated: the body is only the end of what the API sent.
+	Truncated bool
 }
 
 func (a apiResult) OK() bool { return a.Status >= 200 && a.Status < 300 }
@@ -37,11 +39,14 @@ func (a apiResult) Field() string {
 	return ""
 }
 
-// bufferedResponse collects what the API writes.
+// bufferedResponse collects what the API writes; with tail set, only about
+// the last tail bytes are kept (a job's log can be hundreds of megabytes).
 type bufferedResponse struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
+	header    http.Header
+	status    int
+	body      bytes.Buffer
+	tail      int
+	truncated bool
 }
 
 func (b *bufferedResponse) Header() http.Header { return b.header }
@@ -49,7 +54,14 @@ func (b *bufferedResponse) Write(p []byte) (int, error) {
 	if b.status == 0 {
 		b.status = http.StatusOK
 	}
-	return b.body.Write(p)
+	n, _ := b.body.Write(p)
+	if b.tail > 0 && b.body.Len() > 2*b.tail {
+		keep := append([]byte(nil), b.body.Bytes()[b.body.Len()-b.tail:]...)
+		b.body.Reset()
+		b.body.Write(keep)
+		b.truncated = true
+	}
+	return n, nil
 }
 func (b *bufferedResponse) WriteHeader(code int) {
 	if b.status == 0 {
@@ -80,13 +92,16 @@ func apiRequest(r *http.Request, p *auth.Principal, method, target string, body 
 }
 
 // do serves req with the API and returns its buffered answer.
-func (d *Dashboard) do(req *http.Request) apiResult {
-	rec := &bufferedResponse{header: http.Header{}}
+func (d *Dashboard) do(req *http.Request) apiResult { return d.doTail(req, 0) }
+
+// doTail is do keeping only about the last tail bytes of a long body (0: all).
+func (d *Dashboard) doTail(req *http.Request, tail int) apiResult {
+	rec := &bufferedResponse{header: http.Header{}, tail: tail}
 	d.opt.API.ServeHTTP(rec, req)
 	if rec.status == 0 {
 		rec.status = http.StatusOK
 	}
-	res := apiResult{Status: rec.status, Header: rec.header, Body: rec.body.Bytes()}
+	res := apiResult{Status: rec.status, Header: rec.header, Body: rec.body.Bytes(), Truncated: rec.truncated}
 	if !res.OK() {
 		var e struct {
 			Detail string `json:"detail"`

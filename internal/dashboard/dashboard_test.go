@@ -671,3 +671,18 @@ func TestSafeNext(t *testing.T) {
 		}
 	}
 }
+
+// A long API body (a job's log) is kept only by its end.
+func TestBufferedResponseKeepsTheTail(t *testing.T) {
+	b := &bufferedResponse{header: http.Header{}, tail: 1500}
+	var all strings.Builder
+	for i := range 100 {
+		chunk := strings.Repeat(string(rune('a'+i%26)), 999) + "\n"
+		all.WriteString(chunk)
+		b.Write([]byte(chunk))
+	}
+	got := b.body.String()
+	if !b.truncated || len(got) > 3000 || len(got) < 1500 || !strings.HasSuffix(all.String(), got) {
+		t.Fatalf("kept %d bytes (truncated %v), not the end of the body", len(got), b.truncated)
+	}
+}

@@ -457,12 +457,14 @@ func (d *Dashboard) jobWithError(w http.ResponseWriter, r *http.Request, s *sess
 	// The log as stored so far, for reading without JavaScript; the page's
 	// script replaces it with the live stream.
 	logText, truncated := "", false
-	if lr := d.call(r, s, "GET", "/api/queue/"+url.PathEscape(j.ID)+"/logs", nil); lr.OK() {
+	lr := d.doTail(apiRequest(r, &s.principal, "GET", "/api/queue/"+url.PathEscape(j.ID)+"/logs", nil), logTailBytes)
+	if lr.OK() {
 		b := lr.Body
+		truncated = lr.Truncated
 		if len(b) > logTailBytes {
 			b, truncated = b[len(b)-logTailBytes:], true
 		}
-		logText = string(b)
+		logText = strings.ToValidUTF8(string(b), "")
 	}
 	d.render(w, r, status, "job", map[string]any{"J": j, "Log": logText, "LogTruncated": truncated, "Error": errMsg}, s)
 }

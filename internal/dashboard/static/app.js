@@ -4,6 +4,9 @@
 (function () {
   "use strict";
 
+  // maxChunks bounds how many log events the page keeps (each is one or more lines).
+  var maxChunks = 5000;
+
   // followLog streams a job's log into its <pre>. The stream always starts at
   // the beginning of the log, so the text rendered with the page is replaced
   // by the first line that arrives (also after a reconnect).
@@ -27,6 +30,10 @@
       }
       var atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
       pre.appendChild(document.createTextNode(ev.data + "\n"));
+      // Keep the page light on a long log: only the latest chunks stay.
+      while (pre.childNodes.length > maxChunks) {
+        pre.removeChild(pre.firstChild);
+      }
       if (atBottom) {
         pre.scrollTop = pre.scrollHeight;
       }
