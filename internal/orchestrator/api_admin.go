@@ -332,6 +332,7 @@ func (s *Server) deleteWorker(w http.ResponseWriter, r *http.Request, ps httprou
 	if err := s.store.DeleteWorker(ctx, wk.ID, &rec); err != nil {
 		return err
 	}
+	s.telemetry.forget(wk.ID)
 	s.log.Info("worker deleted", "worker_id", wk.ID, "force", forced, "by", p.Actor())
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "worker_id": wk.ID})
 	return nil
@@ -382,6 +383,9 @@ func (s *Server) rotateToken(w http.ResponseWriter, r *http.Request, ps httprout
 }
 
 func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ auth.Principal) error {
+	if wantsAuditFilter(r) {
+		return s.listAuditNewest(w, r)
+	}
 	since, err := queryInt(r, "since", 0, 0, 1<<62)
 	if err != nil {
 		return err

@@ -221,6 +221,13 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, _ httprouter.P
 			f.Statuses = []protocol.JobStatus{protocol.JobStatus(st)}
 		}
 	}
+	switch o := r.URL.Query().Get("order"); o {
+	case "", "oldest":
+	case "newest":
+		f.Newest = true
+	default:
+		return invalid("query parameter \"order\" must be \"oldest\" or \"newest\"; got %q", o)
+	}
 	var err error
 	if f.Limit, f.Offset, err = page(r, 50, 200); err != nil {
 		return err
@@ -291,11 +298,26 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request, ps httprouter
 }
 
 func (s *Server) stats(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ auth.Principal) error {
-	counts, err := s.store.CountJobs(r.Context())
+	// ?history=0 leaves the all-time counts of finished jobs out of by_status:
+	// counting them reads the whole history, and a live view does not need them.
+	var counts map[protocol.JobStatus]int
+	var err error
+	switch h := r.URL.Query().Get("history"); h {
+	case "", "1", "true":
+		counts, err = s.store.CountJobs(r.Context())
+	case "0", "false":
+		counts, err = s.store.CountJobsIn(r.Context(), append([]protocol.JobStatus{protocol.JobQueued}, protocol.ActiveJobStatuses()...))
+	default:
+		return invalid("query parameter \"history\" must be 0 or 1; got %q", h)
+	}
 	if err != nil {
 		return err
 	}
-	byWorker, err := s.workerCounts(r.Context())
+	byWorker, gpus, err := s.fleetSummary(r.Context())
+	if err != nil {
+		return err
+	}
+	recent, err := s.store.CountJobsEndedSince(r.Context(), time.Now().Add(-recentWindow))
 	if err != nil {
 		return err
 	}
@@ -315,6 +337,10 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request, _ httprouter.Para
 			"total": total, "idle": byWorker[protocol.WorkerIdle], "busy": byWorker[protocol.WorkerBusy],
 			"draining": byWorker[protocol.WorkerDraining], "offline": byWorker[protocol.WorkerOffline],
 			"connecting": byWorker[protocol.WorkerConnecting], "disconnected": byWorker[protocol.WorkerDisconnected],
+		},
+		"gpus": gpus,
+		"last_24h": map[string]int{
+			"completed": recent[protocol.JobCompleted], "failed": recent[protocol.JobFailed], "cancelled": recent[protocol.JobCancelled],
 		},
 	})
 	return nil

@@ -133,6 +133,9 @@ func (s *Server) workerByToken(r *http.Request, token string) (store.Worker, err
 	return wk, nil
 }
 
+// scopeAnyCaller lets every authenticated admin caller through, whatever its scopes.
+const scopeAnyCaller = ""
+
 // admin authenticates an admin credential (or the local socket's peer) and
 // checks scope.
 func (s *Server) admin(scope string, h adminHandler) httprouter.Handle {
@@ -144,7 +147,7 @@ func (s *Server) admin(scope string, h adminHandler) httprouter.Handle {
 			}
 			return
 		}
-		if !p.Has(scope) {
+		if scope != scopeAnyCaller && !p.Has(scope) {
 			s.writeError(w, r, errorf(http.StatusForbidden, protocol.CodeForbidden, "this credential lacks the scope %q", scope))
 			return
 		}
@@ -154,10 +157,27 @@ func (s *Server) admin(scope string, h adminHandler) httprouter.Handle {
 	}
 }
 
+// inProcessKey marks a request built inside this process, by the dashboard,
+// for a caller it has already authenticated. The key type is unexported and a
+// context value cannot arrive over the network, so only code linked into the
+// daemon that calls WithPrincipal can set it.
+type inProcessKey struct{}
+
+// WithPrincipal returns ctx carrying p as the authenticated caller of an API
+// request that the dashboard constructs and serves through Handler() in
+// process. The API then checks p's scopes like those of a token sent in a
+// header. The caller must have verified p (its session and token) itself.
+func WithPrincipal(ctx context.Context, p auth.Principal) context.Context {
+	return context.WithValue(ctx, inProcessKey{}, p)
+}
+
 // errAnswered means the response was already written.
 var errAnswered = errors.New("answered")
 
 func (s *Server) principal(w http.ResponseWriter, r *http.Request) (auth.Principal, error) {
+	if p, ok := r.Context().Value(inProcessKey{}).(auth.Principal); ok {
+		return p, nil
+	}
 	if peer, ok := peerOf(r); ok {
 		if !peer.allowed {
 			return auth.Principal{}, errorf(http.StatusForbidden, protocol.CodeForbidden,

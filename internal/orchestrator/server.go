@@ -161,6 +161,8 @@ type Server struct {
 	followers followers
 	// failures gathers failed authentications for the audit log.
 	failures failureAudit
+	// telemetry holds each worker's latest GPU numbers from its heartbeats.
+	telemetry *telemetryMap
 }
 
 // SetAdminSocketPath tells the server where its admin socket lives.
@@ -169,14 +171,15 @@ func (s *Server) SetAdminSocketPath(p string) { s.adminSocketPath = p }
 // New builds a Server on an open store.
 func New(st store.Store, opt Options, log *slog.Logger) *Server {
 	s := &Server{
-		store:   st,
-		log:     log,
-		metrics: NewMetrics(),
-		started: time.Now(),
-		wake:    make(chan struct{}, 1),
-		limiter: auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now),
-		logFeed: newLogFeed(),
-		stopped: make(chan struct{}),
+		store:     st,
+		log:       log,
+		metrics:   NewMetrics(),
+		started:   time.Now(),
+		wake:      make(chan struct{}, 1),
+		limiter:   auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now),
+		logFeed:   newLogFeed(),
+		stopped:   make(chan struct{}),
+		telemetry: newTelemetryMap(),
 	}
 	opt = opt.withDefaults()
 	s.opt.Store(&opt)
@@ -323,6 +326,9 @@ func (s *Server) Routes() []Route {
 		{"POST", "/api/admin/workers/:id/resume", "", s.admin(auth.ScopeAdminWorkers, s.resumeWorker)},
 		{"POST", "/api/admin/workers/:id/token", "", s.admin(auth.ScopeAdminWorkers, s.rotateToken)},
 		{"GET", "/api/admin/audit", "", s.admin(auth.ScopeAdminAudit, s.listAudit)},
+		{"GET", "/api/admin/audit/verify", "", s.admin(auth.ScopeAdminAudit, s.verifyAudit)},
+		{"GET", "/api/auth/whoami", "", s.admin(scopeAnyCaller, s.whoami)},
+		{"GET", "/api/configs", "", s.admin(auth.ScopeQueueSubmit, s.listConfigs)},
 		{"GET", "/api/admin/tokens", "", s.admin(auth.ScopeAll, s.listAdminTokens)},
 		{"POST", "/api/admin/tokens", "", s.admin(auth.ScopeAll, s.createAdminToken)},
 		{"DELETE", "/api/admin/tokens/:id", "", s.admin(auth.ScopeAll, s.revokeAdminToken)},

@@ -90,6 +90,9 @@ type workerView struct {
 	AgentVersion    string            `json:"agent_version,omitempty"`
 	// Capabilities is what a protocol-2 worker reported about itself.
 	Capabilities protocol.Capabilities `json:"capabilities"`
+	// GPUTelemetry is the latest live GPU numbers this instance received in
+	// the worker's heartbeats; null when none (protocol 1, no GPUs, offline).
+	GPUTelemetry *gpuTelemetry `json:"gpu_telemetry"`
 }
 
 func (s *Server) workerView(w store.Worker) workerView {
@@ -112,6 +115,7 @@ func (s *Server) workerView(w store.Worker) workerView {
 		CreatedAt: protocol.Time(w.CreatedAt), Connected: connected,
 		GPUCount: g.Count, GPUName: g.Name, GPUVRAMGB: g.VRAMGB, AcceleratorType: strPtr(g.Accelerator),
 		Local: w.Local, Protocol: w.Protocol, AgentVersion: w.AgentVersion, Capabilities: w.Capabilities,
+		GPUTelemetry: s.telemetry.get(w.ID),
 	}
 	if connected && w.ConnectedAt != nil {
 		up := math.Round(time.Since(*w.ConnectedAt).Seconds()*10) / 10

@@ -281,6 +281,7 @@ func (s *Server) streamClosed(workerID string) {
 func (s *Server) heartbeat(ctx context.Context, wk store.Worker, req protocol.HeartbeatRequest) (protocol.HeartbeatResponse, error) {
 	s.metrics.Heartbeats.Add(1)
 	now := time.Now().UTC()
+	s.telemetry.set(wk.ID, req.GPUs, now)
 	updated, err := s.store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
 		cur.LastHeartbeat = &now
 		cur.Status = lifecycle.Alive(cur.Status, running(*cur), 1)
@@ -356,6 +357,7 @@ func (s *Server) heartbeatVerdict(ctx context.Context, wk store.Worker, req prot
 // attempts it held.
 func (s *Server) markOffline(ctx context.Context, workerID, actor, ip, why string) error {
 	s.closeWorkerStream(workerID, why)
+	s.telemetry.forget(workerID)
 	wk, err := s.store.UpdateWorker(ctx, workerID, func(cur *store.Worker) (*audit.Record, error) {
 		if cur.Status == protocol.WorkerOffline {
 			return nil, nil
@@ -444,8 +446,10 @@ func (s *Server) shown(w store.Worker) (status protocol.WorkerStatus, connected 
 	opt := s.options()
 	connected = s.hub.Connected(w.ID) || (w.StreamInstance != "" && w.StreamInstance != opt.InstanceID)
 	status = w.Status
+	// A draining worker stays "draining" (an admin's intent that resume
+	// undoes); connected says whether it is there.
 	switch status {
-	case protocol.WorkerIdle, protocol.WorkerBusy, protocol.WorkerDraining:
+	case protocol.WorkerIdle, protocol.WorkerBusy:
 		missed := w.LastHeartbeat == nil || time.Since(*w.LastHeartbeat) > opt.HeartbeatInterval+opt.HeartbeatInterval/2
 		if !connected && missed {
 			status = protocol.WorkerDisconnected

@@ -133,6 +133,8 @@ type JobFilter struct {
 	WorkerID string // current attempt's worker
 	Limit    int
 	Offset   int
+	// Newest reverses the order: latest submission first.
+	Newest bool
 }
 
 // ClaimRequest asks for the best queued job a worker may run.
@@ -203,6 +205,39 @@ const (
 	NotifyWorkerClose = "worker_close" // close WorkerID's stream; Payload is the reason
 )
 
+// WorkerGroup is how many workers share a status, a reported GPU description
+// and whether they hold a job (SummarizeWorkers).
+type WorkerGroup struct {
+	Status  protocol.WorkerStatus
+	GPUInfo json.RawMessage
+	HasJob  bool
+	Count   int
+}
+
+// DashboardSession is a browser signed in to the web dashboard.
+type DashboardSession struct {
+	IDHash    string // hex SHA-256 of the random session id in the browser's cookie
+	TokenID   string // the admin token the session acts with
+	CreatedAt time.Time
+	LastSeen  time.Time // moved forward by TouchDashboardSession; idle expiry counts from here
+	PeerIP    string
+	UserAgent string
+	// Token is that admin token as it is now, filled on read, so a caller sees
+	// a revocation on the session's next request.
+	Token AdminToken
+}
+
+// AuditFilter narrows ListAuditNewest. Empty fields match everything.
+type AuditFilter struct {
+	Actor string // exact
+	// Action matches exactly, or as a prefix when it ends in "." ("worker.").
+	Action   string
+	TargetID string // exact
+	// BeforeSeq returns only records older than this sequence number (0: from the newest).
+	BeforeSeq int64
+	Limit     int
+}
+
 // Notification wakes other orchestrator instances sharing the database.
 type Notification struct {
 	Kind     string `json:"kind"` // one of the Notify* kinds
@@ -226,6 +261,9 @@ type Store interface {
 	// transaction. fn may return an audit record to append in the same transaction;
 	// an error from fn aborts without changes.
 	UpdateWorker(ctx context.Context, id string, fn func(*Worker) (*audit.Record, error)) (Worker, error)
+	// SummarizeWorkers counts all workers grouped by status, GPU info and
+	// whether they hold a job, in one aggregate read.
+	SummarizeWorkers(ctx context.Context) ([]WorkerGroup, error)
 	SetWorkerTokenHash(ctx context.Context, id, hash string, rec *audit.Record) error
 	DeleteWorker(ctx context.Context, id string, rec *audit.Record) error
 	// Jobs.
@@ -233,6 +271,11 @@ type Store interface {
 	GetJob(ctx context.Context, id string) (Job, error)
 	ListJobs(ctx context.Context, f JobFilter) (jobs []Job, total int, err error)
 	CountJobs(ctx context.Context) (map[protocol.JobStatus]int, error)
+	// CountJobsEndedSince counts the jobs that reached a terminal state at or
+	// after since, by status.
+	CountJobsEndedSince(ctx context.Context, since time.Time) (map[protocol.JobStatus]int, error)
+	// CountJobsIn counts the jobs in the given statuses (absent: none).
+	CountJobsIn(ctx context.Context, statuses []protocol.JobStatus) (map[protocol.JobStatus]int, error)
 	// QueuePosition counts the queued jobs a claim offers before a job of this
 	// priority and Seq: higher priority, or the same priority and a lower Seq.
 	QueuePosition(ctx context.Context, priority int, seq int64) (int, error)
@@ -259,12 +302,24 @@ type Store interface {
 	// Audit. Records are sealed (Seq, PrevHash, Hash) by the store.
 	AppendAudit(ctx context.Context, rec audit.Record) error
 	ListAudit(ctx context.Context, sinceSeq int64, limit int) ([]audit.Record, error)
+	// ListAuditNewest returns up to f.Limit matching records, newest first.
+	ListAuditNewest(ctx context.Context, f AuditFilter) ([]audit.Record, error)
 
 	// Admin tokens.
 	CreateAdminToken(ctx context.Context, t AdminToken, rec *audit.Record) error
 	GetAdminTokenByHash(ctx context.Context, hash string) (AdminToken, error)
 	ListAdminTokens(ctx context.Context) ([]AdminToken, error)
 	RevokeAdminToken(ctx context.Context, id string, rec *audit.Record) error
+
+	// Dashboard sessions. Create refuses an unknown or revoked token
+	// (ErrNotFound) and a used id hash (ErrDuplicate); Get fills Token and is
+	// ErrNotFound once the session is deleted; Touch moves LastSeen forward
+	// (never back); DeleteIdle removes sessions last seen before the cutoff.
+	CreateDashboardSession(ctx context.Context, s DashboardSession, rec *audit.Record) error
+	GetDashboardSession(ctx context.Context, idHash string) (DashboardSession, error)
+	TouchDashboardSession(ctx context.Context, idHash string, seen time.Time) error
+	DeleteDashboardSession(ctx context.Context, idHash string, rec *audit.Record) error
+	DeleteIdleDashboardSessions(ctx context.Context, seenBefore time.Time) (int, error)
 
 	// Notifications between instances. SQLite delivers within the process only.
 	Publish(ctx context.Context, n Notification) error

@@ -48,6 +48,13 @@ type flags struct {
 	launch       launchFlags
 	launchOnly   bool
 	orchBin      string
+	// The dashboard measurement.
+	dashboard     bool
+	dashboardOnly bool
+	dashWorkers   int
+	dashJobs      int
+	dashSamples   int
+	dashWindow    time.Duration
 }
 
 func main() {
@@ -75,6 +82,12 @@ func main() {
 	flag.IntVar(&f.launch.submitters, "launch-submitters", 8, "concurrent submitters for the launch throughput")
 	flag.StringVar(&f.orchBin, "orchestratord-bin", "", "a prebuilt simpletuner-orchestratord; default: build this tree's")
 	flag.StringVar(&f.launch.workerdBin, "workerd-bin", "", "a prebuilt simpletuner-workerd for the launch benchmark (an older version, to compare); default: build this tree's")
+	flag.BoolVar(&f.dashboard, "dashboard", true, "also measure the web dashboard on a store filled with -dash-workers and -dash-jobs")
+	flag.BoolVar(&f.dashboardOnly, "dashboard-only", false, "measure only the web dashboard")
+	flag.IntVar(&f.dashWorkers, "dash-workers", 10000, "workers in the dashboard measurement's store")
+	flag.IntVar(&f.dashJobs, "dash-jobs", 1000000, "finished jobs in the dashboard measurement's store")
+	flag.IntVar(&f.dashSamples, "dash-samples", 30, "requests timed per dashboard page")
+	flag.DurationVar(&f.dashWindow, "dash-window", time.Minute, "how long the orchestrator's CPU is measured with and without an open dashboard")
 	flag.Parse()
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
 
@@ -115,19 +128,30 @@ func main() {
 	}
 
 	var results []result
+	var dash []dashResult
 	for _, name := range []string{"sqlite", "postgres"} {
 		if f.launchOnly || (f.stores != "both" && f.stores != name) {
 			continue
 		}
-		r, err := runStore(f, name, bin, tmp)
-		if err != nil {
-			pprof.StopCPUProfile()
-			log.Fatalf("%s: %v", name, err)
+		if !f.dashboardOnly {
+			r, err := runStore(f, name, bin, tmp)
+			if err != nil {
+				pprof.StopCPUProfile()
+				log.Fatalf("%s: %v", name, err)
+			}
+			results = append(results, r)
 		}
-		results = append(results, r)
+		if f.dashboard || f.dashboardOnly {
+			r, err := runDashboard(f, name, bin, tmp)
+			if err != nil {
+				pprof.StopCPUProfile()
+				log.Fatalf("%s dashboard: %v", name, err)
+			}
+			dash = append(dash, r)
+		}
 	}
 	var launches []launchResult
-	if f.launch.modes != "" {
+	if f.launch.modes != "" && !f.dashboardOnly {
 		if launches, err = runLaunch(f.launch, bin, tmp); err != nil {
 			log.Fatal(err)
 		}
@@ -135,6 +159,7 @@ func main() {
 	if len(results) > 0 {
 		printTable(f, results)
 	}
+	printDashboard(dash)
 	if len(launches) > 0 {
 		printLaunch(f.launch, launches)
 	}

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
@@ -88,8 +89,12 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, i
 		where += " AND worker_id = ?"
 		args = append(args, f.WorkerID)
 	}
+	order := " ORDER BY seq"
+	if f.Newest {
+		order += " DESC"
+	}
 	rows, err := s.reader().query(ctx, `SELECT `+jobCols+`, COUNT(*) OVER () FROM jobs`+where+
-		` ORDER BY seq LIMIT ? OFFSET ?`, append(args, limitArg(f.Limit), f.Offset)...)
+		order+` LIMIT ? OFFSET ?`, append(args, limitArg(f.Limit), f.Offset)...)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -115,6 +120,46 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, i
 // CountJobs returns how many jobs are in each status (absent: none).
 func (s *Store) CountJobs(ctx context.Context) (map[protocol.JobStatus]int, error) {
 	rows, err := s.reader().query(ctx, `SELECT status, COUNT(*) FROM jobs GROUP BY status`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[protocol.JobStatus]int{}
+	for rows.Next() {
+		var st protocol.JobStatus
+		var n int
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, err
+		}
+		out[st] = n
+	}
+	return out, rows.Err()
+}
+
+// CountJobsEndedSince counts terminal jobs by status that ended at or after
+// since. Naming the statuses lets both engines read only the window's part of
+// the jobs_by_end index (status, ended_at).
+func (s *Store) CountJobsEndedSince(ctx context.Context, since time.Time) (map[protocol.JobStatus]int, error) {
+	return s.countJobs(ctx, `SELECT status, COUNT(*) FROM jobs WHERE status IN (?, ?, ?)
+		AND ended_at IS NOT NULL AND ended_at >= ? GROUP BY status`,
+		protocol.JobCompleted, protocol.JobFailed, protocol.JobCancelled, s.tv(since))
+}
+
+// CountJobsIn counts the jobs in the given statuses. For non-terminal ones the
+// jobs_queue index (status, …) makes it cost the matching jobs, not the history.
+func (s *Store) CountJobsIn(ctx context.Context, statuses []protocol.JobStatus) (map[protocol.JobStatus]int, error) {
+	if len(statuses) == 0 {
+		return map[protocol.JobStatus]int{}, nil
+	}
+	args := make([]any, len(statuses))
+	for i, st := range statuses {
+		args[i] = st
+	}
+	return s.countJobs(ctx, `SELECT status, COUNT(*) FROM jobs WHERE status IN (`+placeholders(len(statuses))+`) GROUP BY status`, args...)
+}
+
+func (s *Store) countJobs(ctx context.Context, q string, args ...any) (map[protocol.JobStatus]int, error) {
+	rows, err := s.reader().query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -113,6 +113,30 @@ func (s *Store) ListWorkers(ctx context.Context, f store.WorkerFilter) ([]store.
 	return out, total, err
 }
 
+// SummarizeWorkers counts workers by status, GPU description and whether they
+// hold a job. A fleet has few distinct GPU descriptions, so this returns a
+// handful of rows where ListWorkers would return every worker.
+func (s *Store) SummarizeWorkers(ctx context.Context) ([]store.WorkerGroup, error) {
+	// gpu_info is compared as text: PostgreSQL's json type has no equality.
+	rows, err := s.reader().query(ctx, `SELECT status, CAST(gpu_info AS TEXT), CASE WHEN current_job_id = '' THEN 0 ELSE 1 END, COUNT(*)
+		FROM workers GROUP BY status, CAST(gpu_info AS TEXT), CASE WHEN current_job_id = '' THEN 0 ELSE 1 END`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.WorkerGroup
+	for rows.Next() {
+		var g store.WorkerGroup
+		var hasJob int
+		if err := rows.Scan(&g.Status, rawCol{&g.GPUInfo}, &hasJob, &g.Count); err != nil {
+			return nil, err
+		}
+		g.HasJob = hasJob == 1
+		out = append(out, g)
+	}
+	return out, rows.Err()
+}
+
 // UpdateWorker is a read-modify-write of one worker in one transaction. fn
 // cannot change the ID or the token hash.
 func (s *Store) UpdateWorker(ctx context.Context, id string, fn func(*store.Worker) (*audit.Record, error)) (store.Worker, error) {
