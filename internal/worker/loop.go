@@ -170,4 +170,3 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 	}
 	return false, nil
 }
-

@@ -215,10 +215,10 @@ type Worker struct {
 	hbInterval   time.Duration
 	jobs         map[string]*attempt // running attempts by job id
 	maxJobs      int                 // how many may run at once (see effectiveMaxJobs)
-	localDrain   bool // Drain(): finish the job, then exit
-	orchDrain    bool // the orchestrator said drain
-	connected    bool // the stream is open
-	retries      int  // reconnect attempts since the last good connection
+	localDrain   bool                // Drain(): finish the job, then exit
+	orchDrain    bool                // the orchestrator said drain
+	connected    bool                // the stream is open
+	retries      int                 // reconnect attempts since the last good connection
 	lastAck      time.Time
 	lastRegister time.Time
 	lastProgress time.Time // the loop or a reconnect attempt did something

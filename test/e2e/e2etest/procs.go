@@ -178,10 +178,10 @@ type Sampler struct {
 	// gpuShares lists samples in which two live attempts held one GPU (by
 	// the UUIDs workerd gave them in CUDA_VISIBLE_DEVICES).
 	gpuShares []string
-	samples  int
-	onEvent  func(kind, job, attempt string, at time.Time)
-	cancel   context.CancelFunc
-	done     chan struct{}
+	samples   int
+	onEvent   func(kind, job, attempt string, at time.Time)
+	cancel    context.CancelFunc
+	done      chan struct{}
 }
 
 // StartSampler starts sampling every interval; onEvent (may be nil) hears
