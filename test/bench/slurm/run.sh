@@ -26,6 +26,8 @@
 #         OUT          where records, trace, logs and the row are kept
 #                      (default: a new /tmp/slurm-bench-out.XXXXXX)
 #         SCHED_PARAMS Slurm's SchedulerParameters (default: see sched_params)
+#         LABEL        the scheduler's name in the printed rows
+#                      (default slurm-<version>-backfill)
 #         PORT_BASE    first of the TCP ports used (default 16800): slurmctld
 #                      on +17, the four slurmd on +101..+104
 set -euo pipefail
@@ -259,12 +261,13 @@ fi
 
 # The analyzer names the row after the file.
 version=$(sinfo -V | awk '{print $2}')
-cp "$OUT/records.json" "$OUT/slurm-$version-backfill.json"
-cp "$OUT/records-slurmctld.json" "$OUT/slurm-$version-backfill-ctld-times.json"
+label=${LABEL:-slurm-$version-backfill}
+cp "$OUT/records.json" "$OUT/$label.json"
+cp "$OUT/records-slurmctld.json" "$OUT/$label-ctld-times.json"
 {
 	echo "load before: $load; machine: $(nproc) cores, $(. /etc/os-release && echo "$PRETTY_NAME")"
 	echo "SchedulerParameters=$sched_params"
 } | tee "$OUT/row.md"
-go run ./test/bench "${bench_flags[@]}" -gpu-analyze "$OUT/slurm-$version-backfill.json" | tee -a "$OUT/row.md"
-go run ./test/bench "${bench_flags[@]}" -gpu-analyze "$OUT/slurm-$version-backfill-ctld-times.json" | grep '^| slurm' | tee -a "$OUT/row.md"
+go run ./test/bench "${bench_flags[@]}" -gpu-analyze "$OUT/$label.json" | tee -a "$OUT/row.md"
+go run ./test/bench "${bench_flags[@]}" -gpu-analyze "$OUT/$label-ctld-times.json" | grep -F "| $label-ctld-times |" | tee -a "$OUT/row.md"
 log "records, logs and config kept in $OUT"
