@@ -100,8 +100,9 @@ func matchWorstCase() (store.Job, store.Worker) {
 // idle worker at most, with every label at its limits.
 func BenchmarkMatchWorstCaseAtLimits(b *testing.B) {
 	j, w := matchWorstCase()
+	g := protocol.ParseGPUInfo(w.GPUInfo)
 	for b.Loop() {
-		if matches(j, w) {
+		if matches(j, w, g) {
 			b.Fatal("matched")
 		}
 	}

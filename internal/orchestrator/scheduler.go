@@ -16,10 +16,10 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
-// matches reports whether worker w could ever run job j: target, GPU count,
-// VRAM and every label glob. Whether it has room now is placement's
-// question.
-func matches(j store.Job, w store.Worker) bool {
+// matches reports whether worker w, with GPUs g (its gpu_info, parsed once
+// by the caller), could ever run job j: target, GPU count, VRAM and every
+// label glob. Whether it has room now is placement's question.
+func matches(j store.Job, w store.Worker, g protocol.GPUSummary) bool {
 	switch j.Target {
 	case protocol.TargetWorker:
 		if w.Local {
@@ -30,7 +30,6 @@ func matches(j store.Job, w store.Worker) bool {
 			return false
 		}
 	}
-	g := protocol.ParseGPUInfo(w.GPUInfo)
 	if j.GPUCount > 0 && len(eligibleGPUs(g, j)) < j.GPUCount {
 		return false
 	}
@@ -125,6 +124,9 @@ func (s *Server) schedulePass(ctx context.Context) {
 			// that could ever run it.
 			if res.jobID == "" && j.Priority == top {
 				res = reserveFor(j, pool.read)
+			}
+			if !pool.anyRoom() {
+				break // a full fleet: the jobs behind wait for the next pass
 			}
 			continue
 		}
@@ -235,6 +237,11 @@ func (c *candidate) took(gpus []int) {
 	}
 }
 
+// anyRoom reports whether a worker read so far could still take a job.
+func (p *pool) anyRoom() bool {
+	return slices.ContainsFunc(p.read, func(c *candidate) bool { return !c.stale && lifecycle.CanClaim(c.w.Status, c.load) })
+}
+
 // bestFit picks, among the workers that match j, have room for it now and
 // are not held for another job, the one left with the fewest free GPUs:
 // remote before local, then ties to the one running fewer attempts. It reads
@@ -244,7 +251,7 @@ func bestFit(j store.Job, p *pool, res reservation) (*candidate, []int) {
 	var bestGPUs []int
 	bestLeft := 0
 	consider := func(c *candidate) {
-		if (res.workerID == c.w.ID && res.jobID != j.ID) || !matches(j, c.w) {
+		if (res.workerID == c.w.ID && res.jobID != j.ID) || !matches(j, c.w, c.gpus) {
 			return
 		}
 		gpus, ok := c.fit(j)
@@ -279,7 +286,7 @@ type reservation struct{ jobID, workerID string }
 func reserveFor(j store.Job, cands []*candidate) reservation {
 	var best *candidate
 	for _, c := range cands {
-		if !matches(j, c.w) {
+		if !matches(j, c.w, c.gpus) {
 			continue
 		}
 		if best == nil || len(c.free) > len(best.free) {
@@ -399,5 +406,6 @@ func (s *Server) hasJobFor(ctx context.Context, wk store.Worker) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return slices.ContainsFunc(jobs, func(j store.Job) bool { return matches(j, wk) }), nil
+	g := protocol.ParseGPUInfo(wk.GPUInfo)
+	return slices.ContainsFunc(jobs, func(j store.Job) bool { return matches(j, wk, g) }), nil
 }
