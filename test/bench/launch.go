@@ -122,7 +122,11 @@ func launchMode(lf launchFlags, mode, orchBin, workerdBin, stampBin, tmp string)
 	}
 	var pids []int
 	for i, w := range ws {
-		p, err := startWorkerd(workerdBin, filepath.Join(dir, fmt.Sprintf("w%02d", i)), o.url, w, mode, stampBin, sock)
+		isolation := "" // "default": a workerd that predates the isolation keys
+		if mode != "default" {
+			isolation = fmt.Sprintf("isolation = %q\n", mode) + jobUser()
+		}
+		p, err := startWorkerd(workerdBin, filepath.Join(dir, fmt.Sprintf("w%02d", i)), o.url, w, stampBin, sock, isolation, "backend = \"none\"\n")
 		if err != nil {
 			return r, err
 		}
@@ -198,20 +202,15 @@ func launchMode(lf launchFlags, mode, orchBin, workerdBin, stampBin, tmp string)
 	return r, nil
 }
 
-// startWorkerd configures and starts one workerd for worker w.
-func startWorkerd(bin, dir, url string, w *worker, mode, stampBin, sock string) (*exec.Cmd, error) {
+// startWorkerd configures and starts one workerd for worker w, whose job is
+// stampBin reporting on sock. jobKeys are more [job] keys; gpuKeys the [gpu]
+// table's.
+func startWorkerd(bin, dir, url string, w *worker, stampBin, sock, jobKeys, gpuKeys string) (*exec.Cmd, error) {
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(w.token+"\n"), 0o600); err != nil {
 		return nil, err
-	}
-	isolation := ""
-	if mode != "default" {
-		isolation = fmt.Sprintf("isolation = %q\n", mode)
-		if os.Geteuid() == 0 {
-			isolation += "user = \"nobody\"\n"
-		}
 	}
 	conf := fmt.Sprintf(`[orchestrator]
 url = %q
@@ -224,11 +223,10 @@ state_dir = %q
 command = [%q]
 env = { BENCH_STAMP_SOCKET = %q }
 %s[gpu]
-backend = "none"
-[log]
+%s[log]
 level = "warn"
 format = "text"
-`, url, filepath.Join(dir, "token"), w.id, filepath.Join(dir, "state"), stampBin, sock, isolation)
+`, url, filepath.Join(dir, "token"), w.id, filepath.Join(dir, "state"), stampBin, sock, jobKeys, gpuKeys)
 	path := filepath.Join(dir, "workerd.toml")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		return nil, err
@@ -240,10 +238,16 @@ format = "text"
 	cmd := exec.Command(bin, "--config", path)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET=")
-	if err := cmd.Start(); err != nil {
-		return nil, err
+	return cmd, cmd.Start()
+}
+
+// jobUser is the [job] user key for a workerd run as root: jobs then run as
+// a uid of their own, with nobody standing in for the packaged user.
+func jobUser() string {
+	if os.Geteuid() == 0 {
+		return "user = \"nobody\"\n"
 	}
-	return cmd, nil
+	return ""
 }
 
 // stampBox collects the jobs' first-instruction times.
