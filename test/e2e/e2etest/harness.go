@@ -109,6 +109,9 @@ func StartEnv(t testing.TB, env []string, name string, args ...string) *Proc {
 	t.Cleanup(func() {
 		p.Signal(syscall.SIGKILL)
 		<-p.done
+		if strings.HasPrefix(name, "simpletuner-") && name != "simpletunerctl" {
+			ScanForSecrets(t, fmt.Sprintf("the log of %s (pid %d)", name, p.Pid()), p.Output())
+		}
 		if t.Failed() {
 			out := p.Output()
 			if len(out) > 200<<10 {
@@ -290,6 +293,7 @@ func StartOrchestratorWith(t testing.TB, opt OrchOptions) *Orch {
 		t.Fatalf("token create: %v", err)
 	}
 	o.Admin = strings.TrimSpace(string(out))
+	NoteSecret("admin token", o.Admin)
 	return o
 }
 
@@ -347,8 +351,12 @@ func (o *Orch) Do(method, path string, body any) (int, map[string]any) {
 		return 0, nil
 	}
 	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	if res.StatusCode >= 400 {
+		ScanForSecrets(o.T, fmt.Sprintf("the %d answer to %s %s", res.StatusCode, method, path), string(raw))
+	}
 	var m map[string]any
-	_ = json.NewDecoder(res.Body).Decode(&m)
+	_ = json.Unmarshal(raw, &m)
 	return res.StatusCode, m
 }
 
@@ -420,6 +428,7 @@ func (o *Orch) CreateWorker(name string, persistent bool, labels map[string]stri
 	if st != 201 {
 		o.T.Fatalf("create worker: %d %v", st, m)
 	}
+	NoteSecret("worker token", m["token"].(string))
 	return m["worker_id"].(string), m["token"].(string)
 }
 
@@ -472,6 +481,7 @@ func (o *Orch) StartWorker(s WorkerSpec) *Wrk {
 // StartWorkerFor starts a workerd for a worker created beforehand.
 func (o *Orch) StartWorkerFor(id, token string, s WorkerSpec) *Wrk {
 	o.T.Helper()
+	NoteSecret("worker token", token)
 	w := &Wrk{ID: id, Token: token, Dir: o.T.TempDir(), Spec: s, o: o}
 	OpenToJobs(o.T, w.Dir)
 	os.WriteFile(filepath.Join(w.Dir, "token"), []byte(w.Token+"\n"), 0o600)
