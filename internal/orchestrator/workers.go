@@ -111,6 +111,7 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 		resp.Protocol = protocol.Version
 		resp.HeartbeatIntervalSeconds = opt.HeartbeatInterval.Seconds()
 		resp.HeartbeatTimeoutSeconds = opt.HeartbeatTimeout.Seconds()
+		resp.PingIntervalSeconds = opt.PingInterval.Seconds()
 		resp.Resume, resp.Abandon = resume, abandon
 		resp.WorkerType = updated.Type
 	}

@@ -205,11 +205,15 @@ type RegisterResponse struct {
 	ResumeJob  *ResumeJob `json:"resume_job"`
 	AbandonJob *string    `json:"abandon_job"`
 	// ext (omitted for protocol 1)
-	Protocol                 int              `json:"protocol,omitempty"`
-	HeartbeatIntervalSeconds float64          `json:"heartbeat_interval_seconds,omitempty"`
-	HeartbeatTimeoutSeconds  float64          `json:"heartbeat_timeout_seconds,omitempty"`
-	Resume                   []RunningAttempt `json:"resume,omitempty"`
-	Abandon                  []RunningAttempt `json:"abandon,omitempty"`
+	Protocol                 int     `json:"protocol,omitempty"`
+	HeartbeatIntervalSeconds float64 `json:"heartbeat_interval_seconds,omitempty"`
+	HeartbeatTimeoutSeconds  float64 `json:"heartbeat_timeout_seconds,omitempty"`
+	// PingIntervalSeconds is how often the stream carries a keep-alive when
+	// nothing else is sent: a worker that hears nothing for three of them
+	// takes the stream for dead, whatever the network still pretends.
+	PingIntervalSeconds float64          `json:"ping_interval_seconds,omitempty"`
+	Resume              []RunningAttempt `json:"resume,omitempty"`
+	Abandon             []RunningAttempt `json:"abandon,omitempty"`
 	// WorkerType is the type an admin gave the worker; a worker whose own
 	// configuration does not set one adopts it.
 	WorkerType WorkerType `json:"worker_type,omitempty"`

@@ -100,6 +100,19 @@ func (a *activityReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// streamPingInterval is the stream's keep-alive interval: the one the
+// orchestrator announced at registration, else the built-in one. Trusting our
+// own guess alone would either reconnect healthy streams (the orchestrator
+// pings less often) or sit on a dead one for minutes (it pings more often).
+func (w *Worker) streamPingInterval() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.pingInterval > 0 {
+		return w.pingInterval
+	}
+	return w.opt.Timers.PingInterval
+}
+
 // stream holds GET /api/workers/stream open and posts its events. A watchdog
 // closes it when no byte (not even a ping) arrived for 3 ping intervals: a peer
 // that vanished without a FIN would otherwise leave us waiting forever.
@@ -136,7 +149,7 @@ func (w *Worker) stream(ctx context.Context, gen int, workerID string) {
 	var last atomic.Int64
 	last.Store(time.Now().UnixNano())
 	var silent atomic.Bool
-	silence := 3 * w.opt.Timers.PingInterval
+	silence := 3 * w.streamPingInterval()
 	go func() {
 		t := time.NewTicker(max(silence/8, time.Millisecond))
 		defer t.Stop()

@@ -140,7 +140,7 @@ func OptionsFrom(cfg *config.Worker) Options {
 type Timers struct {
 	ReconnectBase     time.Duration // first back-off step (1s)
 	HeartbeatInterval time.Duration // 0 → what the orchestrator says at registration, else the default interval
-	PingInterval      time.Duration // the orchestrator's ping interval (15s); 3× silence → reconnect
+	PingInterval      time.Duration // the orchestrator's ping interval when it does not announce one (15s); 3× silence → reconnect
 	StableAfter       time.Duration // a stream up this long resets the back-off (30s)
 	ReportRetry       time.Duration // re-send spooled terminal reports this often (15s)
 	LogPoll           time.Duration // the log shipper's poll interval (1s)
@@ -210,6 +210,7 @@ type Worker struct {
 	inv          gpu.Inventory
 	workerID     string
 	hbInterval   time.Duration
+	pingInterval time.Duration // the stream's keep-alive interval the orchestrator announced; 0: Timers.PingInterval
 	job          *attempt
 	localDrain   bool // Drain(): finish the job, then exit
 	orchDrain    bool // the orchestrator said drain

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -16,17 +17,17 @@ import (
 // ends, so both sides start afresh.
 //
 // StallStreams is the asymmetric fault: only the orchestrator → worker
-// direction of worker event streams goes silent while everything else flows,
-// as when a stateful firewall or proxy forgets a long-lived connection but
-// keeps its socket open.
+// direction of the worker event streams open at that moment goes silent while
+// everything else (new streams included) flows, as when a stateful firewall
+// or proxy forgets a long-lived connection but keeps its socket open.
 type Proxy struct {
 	l      net.Listener
 	target string
 	mu     sync.Mutex
 	cut    bool
 	healed chan struct{} // closed when the cut ends (or the proxy closes)
-	stall  bool
 	conns  []net.Conn
+	links []*link
 	// Streams counts the worker event streams opened through the proxy.
 	streams int
 }
@@ -71,42 +72,31 @@ func (p *Proxy) serve() {
 				c.Close()
 				return
 			}
+			l := &link{}
 			p.mu.Lock()
 			p.conns = append(p.conns, up)
+			p.links = append(p.links, l)
 			p.mu.Unlock()
-			// The first bytes tell a worker's event stream from other requests
-			// (an HTTP/1.1 connection carrying a stream carries nothing else).
-			first := make([]byte, 32<<10)
-			n, err := c.Read(first)
-			isStream := bytes.HasPrefix(first[:n], streamRequest)
-			if isStream {
-				p.mu.Lock()
-				p.streams++
-				p.mu.Unlock()
-			}
-			if n > 0 && !p.dropping(false) {
-				if _, werr := up.Write(first[:n]); werr != nil {
-					err = werr
-				}
-			}
-			if err != nil {
-				p.holdWhileCut()
-				c.Close()
-				up.Close()
-				return
-			}
-			go func() { p.pipe(c, up, isStream); c.Close() }()
-			p.pipe(up, c, false)
+			go func() { p.pipe(c, up, l, false); c.Close() }()
+			p.pipe(up, c, l, true)
 			up.Close()
 		}()
 	}
 }
 
-// dropping reports whether bytes in one direction vanish just now.
-func (p *Proxy) dropping(stallable bool) bool {
+// link is one proxied connection. A keep-alive connection carries several
+// requests; once one of them opens a worker event stream it carries nothing
+// else.
+type link struct {
+	stream  atomic.Bool // a request on it opened a worker event stream
+	stalled atomic.Bool // its downstream is dropped
+}
+
+// dropping reports whether bytes in one direction of l vanish just now.
+func (p *Proxy) dropping(l *link, upstream bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.cut || (stallable && p.stall)
+	return p.cut || (!upstream && l.stalled.Load())
 }
 
 // holdWhileCut waits for the cut to end: a side that closed during it must
@@ -120,13 +110,19 @@ func (p *Proxy) holdWhileCut() {
 	}
 }
 
-// pipe copies src to dst, silently dropping everything while cut (and, for a
-// stallable direction, while streams stall).
-func (p *Proxy) pipe(dst io.Writer, src io.Reader, stallable bool) {
+// pipe copies one direction of l (upstream: client to target), silently
+// dropping everything while cut, and a stalled stream's downstream.
+func (p *Proxy) pipe(dst io.Writer, src io.Reader, l *link, upstream bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && !p.dropping(stallable) {
+		if upstream && n > 0 && !l.stream.Load() && bytes.HasPrefix(buf[:n], streamRequest) {
+			l.stream.Store(true)
+			p.mu.Lock()
+			p.streams++
+			p.mu.Unlock()
+		}
+		if n > 0 && !p.dropping(l, upstream) {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -159,13 +155,18 @@ func (p *Proxy) SetCut(cut bool) {
 }
 
 // StallStreams starts (true) or ends (false) the asymmetric fault: what the
-// orchestrator writes on worker event streams is dropped, their sockets stay
-// open, and all other traffic flows. Ending it closes nothing: a stream that
-// went silent is for the worker to notice.
+// orchestrator writes on the worker event streams open now is dropped, their
+// sockets stay open, and all other traffic flows, streams opened later
+// included. Ending it closes nothing: a stream that went silent is for the
+// worker to notice.
 func (p *Proxy) StallStreams(stall bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.stall = stall
+	for _, l := range p.links {
+		if l.stream.Load() {
+			l.stalled.Store(stall)
+		}
+	}
 }
 
 // Streams is how many worker event streams were opened through the proxy.
