@@ -139,6 +139,10 @@ func (t TLSConfig) Enabled() bool { return t.CertFile != "" && t.KeyFile != "" }
 type DatabaseConfig struct {
 	URL     Secret `toml:"url"`
 	URLFile string `toml:"url_file"`
+	// Timeout bounds how long PostgreSQL may leave a request unanswered
+	// before its connection is taken for dead (a path that went silent
+	// without closing); 0 waits forever.
+	Timeout Duration `toml:"timeout"`
 }
 
 // PathsConfig is [paths].
@@ -340,7 +344,8 @@ func DefaultOrchestrator() *Orchestrator {
 			StreamWriteTimeout: D(30 * time.Second),
 			MaxLogFollowers:    8,
 		},
-		Paths: PathsConfig{StateDir: "/var/lib/simpletuner", ConfigsDir: "/etc/simpletuner/configs"},
+		Database: DatabaseConfig{Timeout: D(30 * time.Second)},
+		Paths:    PathsConfig{StateDir: "/var/lib/simpletuner", ConfigsDir: "/etc/simpletuner/configs"},
 		Workers: WorkersConfig{
 			HeartbeatInterval:     D(DefaultHeartbeatInterval),
 			HeartbeatTimeout:      D(DefaultHeartbeatTimeout),

@@ -400,8 +400,18 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	// Anyone may ask: the answer names no host, port or driver message. The
-	// log has the error, once each time readiness is lost.
-	if err := s.store.Ping(ctx); err != nil {
+	// log has the error, once each time readiness is lost. A database that
+	// went silent may hold the ping past the deadline (until the store's own
+	// timeout breaks the connection): the answer does not wait for it.
+	pinged := make(chan error, 1)
+	go func() { pinged <- s.store.Ping(ctx) }()
+	var err error
+	select {
+	case err = <-pinged:
+	case <-ctx.Done():
+		err = fmt.Errorf("no answer within 2s: %w", ctx.Err())
+	}
+	if err != nil {
 		if !s.unready.Swap(true) {
 			s.log.Warn("not ready: the database does not answer", "err", err)
 		}

@@ -35,7 +35,7 @@ func OpenStore(ctx context.Context, cfg *config.Orchestrator, log *slog.Logger) 
 		st, err := sqlite.Open(ctx, where, log)
 		return st, "sqlite " + where, err
 	}
-	st, err := postgres.Open(ctx, where, log)
+	st, err := postgres.OpenWith(ctx, where, postgres.Options{Timeout: cfg.Database.Timeout.Duration}, log)
 	return st, "postgresql", err
 }
 

@@ -45,7 +45,7 @@ func (s *Store) startListener() error {
 	if s.listener != nil {
 		return nil
 	}
-	l := pq.NewListener(s.url, 100*time.Millisecond, 10*time.Second, func(ev pq.ListenerEventType, err error) {
+	l := pq.NewDialListener(answerDialer{timeout: s.opt.Timeout}, s.url, 100*time.Millisecond, 10*time.Second, func(ev pq.ListenerEventType, err error) {
 		switch ev {
 		case pq.ListenerEventDisconnected:
 			s.log.Warn("notification listener disconnected; reconnecting", "err", err)
@@ -61,7 +61,31 @@ func (s *Store) startListener() error {
 	}
 	s.listener = l
 	go s.forward(l)
+	if s.opt.Timeout > 0 {
+		go s.pingListener(l, s.opt.Timeout)
+	}
 	return nil
+}
+
+// pingListener asks the listener's server for an answer every period until
+// the listener closes. The LISTEN connection only ever reads, so a server
+// that went silent would otherwise look like a quiet one for good; a ping
+// that gets no answer within the store's timeout breaks the connection, and
+// the listener reconnects (subscribers then get a wake-up).
+func (s *Store) pingListener(l *pq.Listener, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for range t.C {
+		s.mu.Lock()
+		current := s.listener == l
+		s.mu.Unlock()
+		if !current {
+			return
+		}
+		if err := l.Ping(); err != nil {
+			s.log.Debug("notification listener ping failed", "err", err)
+		}
+	}
 }
 
 // forward moves notifications from the listener to the hub until it closes.

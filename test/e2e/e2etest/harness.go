@@ -152,6 +152,7 @@ func (p *Proc) Kill9() {
 // (heartbeat timeout 1.5 s, ack timeout 3 s, …).
 type OrchOptions struct {
 	DBURL             string // "" → SQLite in the state dir
+	DBTimeout         string // [database] timeout; "" → built-in default
 	HeartbeatInterval string
 	HeartbeatTimeout  string
 	HealthCheck       string
@@ -217,7 +218,10 @@ func orchestratorTOML(dir string, port, metricsPort int, o OrchOptions) string {
 	if maxRetries == 0 {
 		maxRetries = 3
 	}
-	extraJobs, extraServer, tlsSection := "", "", ""
+	extraJobs, extraServer, tlsSection, extraDB := "", "", "", ""
+	if o.DBTimeout != "" {
+		extraDB = fmt.Sprintf("timeout = %q\n", o.DBTimeout)
+	}
 	if t := o.TLS; t != nil {
 		tlsSection = fmt.Sprintf("[tls]\ncert_file = %q\nkey_file = %q\nclient_ca_file = %q\n", t.CertFile, t.KeyFile, t.ClientCAFile)
 	}
@@ -232,7 +236,7 @@ listen = ["127.0.0.1:%d"]
 admin_socket = "%s/o.sock"
 %s%s[database]
 url = %q
-[paths]
+%s[paths]
 state_dir = "%s/state"
 configs_dir = "%s/configs"
 [workers]
@@ -251,7 +255,7 @@ scheduler_interval = %q
 level = %q
 [metrics]
 listen = %q
-`, port, dir, extraServer, tlsSection, o.DBURL, dir, dir,
+`, port, dir, extraServer, tlsSection, o.DBURL, extraDB, dir, dir,
 		or(o.HeartbeatInterval, "200ms"), or(o.HeartbeatTimeout, "1500ms"), or(o.HealthCheck, "200ms"),
 		or(o.StartupGrace, "3s"), or(o.AckTimeout, "3s"), or(o.PingInterval, "500ms"),
 		maxRetries, or(o.SchedulerInterval, "200ms"), extraJobs, or(o.LogLevel, "debug"), metrics)
@@ -322,10 +326,13 @@ func (o *Orch) WaitReady(timeout time.Duration) {
 	Eventually(o.T, timeout, "orchestrator ready", func() bool { return o.Ready() == 200 })
 }
 
-// Ready returns the /readyz status code (0 when unreachable).
-func (o *Orch) Ready() int {
+// Ready returns the /readyz status code (0 when unreachable or no answer within 2 s).
+func (o *Orch) Ready() int { return o.ReadyWithin(2 * time.Second) }
+
+// ReadyWithin returns the /readyz status code (0 when unreachable or no answer within timeout).
+func (o *Orch) ReadyWithin(timeout time.Duration) int {
 	c := *o.client()
-	c.Timeout = 2 * time.Second
+	c.Timeout = timeout
 	res, err := c.Get(o.URL + "/readyz")
 	if err != nil {
 		return 0
