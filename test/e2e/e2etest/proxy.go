@@ -27,7 +27,7 @@ type Proxy struct {
 	cut    bool
 	healed chan struct{} // closed when the cut ends (or the proxy closes)
 	conns  []net.Conn
-	links []*link
+	links  []*link
 	// Streams counts the worker event streams opened through the proxy.
 	streams int
 }
