@@ -131,7 +131,7 @@ func (w *Worker) launch(a *attempt) {
 		Token:           w.opt.Token,
 		Files:           files,
 		Event:           a.ev,
-		OrchestratorURL: w.opt.URL,
+		OrchestratorURL: w.c.currentURL(),
 		VisibleDevices:  visible,
 	})
 	a.proc, err = startProcess(a.settings.Command, files.Dir, env, a.spool, job)

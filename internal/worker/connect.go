@@ -19,6 +19,7 @@ import (
 type (
 	registered struct {
 		gen  int
+		url  string // the orchestrator URL it was sent to
 		resp protocol.RegisterResponse
 		err  error
 	}
@@ -42,8 +43,9 @@ var errStreamSilent = errors.New("no byte on the stream for 3 ping intervals")
 // that job as lost, and its real outcome would then arrive too late (409).
 func (w *Worker) connect(ctx context.Context, gen int) {
 	defer w.wg.Done()
+	at := w.c.currentURL()
 	if err := w.flushReports(ctx, true); isAuthError(err) {
-		w.post(registered{gen: gen, err: err})
+		w.post(registered{gen: gen, url: at, err: err})
 		return
 	}
 	body := w.registerRequest()
@@ -52,7 +54,7 @@ func (w *Worker) connect(ctx context.Context, gen int) {
 	if err == nil && resp.WorkerID == "" {
 		err = errors.New("register: the orchestrator's reply has no worker_id")
 	}
-	w.post(registered{gen: gen, resp: resp, err: err})
+	w.post(registered{gen: gen, url: at, resp: resp, err: err})
 }
 
 func (w *Worker) registerRequest() protocol.RegisterRequest {

@@ -115,6 +115,7 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 				w.stopAndWait(stopFence, "the connection to the orchestrator is misconfigured")
 				return true, err
 			}
+			w.failoverAfter(m)
 			w.reconnect(s, m.err)
 			return false, nil
 		}
