@@ -203,6 +203,10 @@ const (
 	NotifyWake        = "wake"         // a job was queued or a worker freed: run the scheduler
 	NotifyWorkerEvent = "worker_event" // deliver Payload (an SSE frame) to WorkerID's stream
 	NotifyWorkerClose = "worker_close" // close WorkerID's stream; Payload is the reason
+	// NotifyResync comes from the backend itself: notifications may have
+	// been lost (its listener reconnected), so whatever they would have
+	// carried must be found out again.
+	NotifyResync = "resync"
 )
 
 // WorkerGroup is how many workers share a status, a reported GPU description

@@ -26,7 +26,7 @@ func (s *Store) Publish(ctx context.Context, n store.Notification) error {
 
 // Subscribe returns notifications from all instances until ctx ends or the
 // store closes. After the listener reconnects (notifications may have been
-// missed) subscribers get a {Kind: "wake"} so they re-poll.
+// missed) subscribers get a {Kind: "resync"} so they find out again.
 func (s *Store) Subscribe(ctx context.Context) (<-chan store.Notification, error) {
 	if err := s.startListener(); err != nil {
 		return nil, err
@@ -92,7 +92,7 @@ func (s *Store) pingListener(l *pq.Listener, period time.Duration) {
 func (s *Store) forward(l *pq.Listener) {
 	for pn := range l.Notify {
 		if pn == nil { // reconnected: whatever was sent meanwhile is lost
-			s.Hub().Publish(store.Notification{Kind: store.NotifyWake})
+			s.Hub().Publish(store.Notification{Kind: store.NotifyResync})
 			continue
 		}
 		var n store.Notification
