@@ -269,6 +269,9 @@ type WorkerConfig struct {
 	StateDir       string            `toml:"state_dir"`
 	SelfFenceAfter Duration          `toml:"self_fence_after"`
 	ReconnectMax   Duration          `toml:"reconnect_max"`
+	// MaxJobs is how many jobs run at once, each on GPUs of its own; 0 (not
+	// set) means one per GPU, or 1 on a machine without GPUs.
+	MaxJobs int `toml:"max_jobs"`
 }
 
 // JobConfig is the worker's [job].
@@ -317,7 +320,24 @@ func ParseBytes(s string) (int64, error) {
 
 // GPUConfig is the worker's [gpu].
 type GPUConfig struct {
-	Backend string `toml:"backend"` // nvml|none
+	Backend string `toml:"backend"` // nvml | static | none
+	// Vendor says how jobs are told their GPUs: nvidia (CUDA_VISIBLE_DEVICES
+	// and NVIDIA_VISIBLE_DEVICES, UUIDs where known) or amd
+	// (ROCR_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES, indices).
+	Vendor string `toml:"vendor"`
+	// Devices are the GPUs of the static backend, [[gpu.devices]], indexed
+	// in order from 0.
+	Devices []GPUDeviceConfig `toml:"devices"`
+}
+
+// GPUDeviceConfig is one [[gpu.devices]] entry of the static backend.
+type GPUDeviceConfig struct {
+	Name     string  `toml:"name"`
+	MemoryGB float64 `toml:"memory_gb"`
+	UUID     string  `toml:"uuid"`
+	// DeviceNode is the GPU's device file (/dev/nvidia3, /dev/dri/renderD130):
+	// with it, a job that was not given the GPU cannot open it.
+	DeviceNode string `toml:"device_node"`
 }
 
 // Defaults both daemons rely on. Each value is written here once; the
@@ -398,7 +418,7 @@ func DefaultWorker() *Worker {
 			User:          "simpletuner-job",
 			UIDRange:      DefaultJobUIDRange,
 		},
-		GPU: GPUConfig{Backend: "nvml"},
+		GPU: GPUConfig{Backend: "nvml", Vendor: "nvidia"},
 		Log: LogConfig{Level: "info", Format: "auto"},
 	}
 }

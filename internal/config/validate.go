@@ -201,15 +201,52 @@ func (c *Worker) validate(l *loader) {
 	if c.Job.TasksMax < 0 {
 		l.errf("job.tasks_max", "must not be negative (0: no limit)")
 	}
-	if !slices.Contains([]string{"nvml", "none"}, c.GPU.Backend) {
-		l.errf("gpu.backend", "%q is not one of nvml, none", c.GPU.Backend)
+	if c.Worker.MaxJobs < 0 || (c.Worker.MaxJobs == 0 && l.src["worker.max_jobs"].set()) {
+		l.errf("worker.max_jobs", "must be at least 1 (leave it out for one job per GPU)")
 	}
+	l.validateGPU(c.GPU)
 	l.validateLog(c.Log)
 }
 
 // clientCertificate checks the worker's client certificate settings: both
 // files or neither, readable, a matching pair, and an https:// URL to present
 // them to.
+func (l *loader) validateGPU(g GPUConfig) {
+	if !slices.Contains([]string{"nvml", "static", "none"}, g.Backend) {
+		l.errf("gpu.backend", "%q is not one of nvml, static, none", g.Backend)
+	}
+	if !slices.Contains([]string{"nvidia", "amd"}, g.Vendor) {
+		l.errf("gpu.vendor", "%q is not one of nvidia, amd", g.Vendor)
+	}
+	switch {
+	case l.failed["gpu.devices"]:
+		return
+	case g.Backend == "static" && len(g.Devices) == 0:
+		l.errAt(l.src["gpu.backend"].where, "gpu.devices", "backend \"static\" needs at least one [[gpu.devices]] entry (name, memory_gb)")
+	case g.Backend != "static" && len(g.Devices) > 0:
+		l.errf("gpu.devices", "only with backend = \"static\" (backend is %q)", g.Backend)
+	}
+	uuids := map[string]int{}
+	for i, d := range g.Devices {
+		at := func(format string, args ...any) { l.entryErrf("gpu.devices", i, format, args...) }
+		if strings.TrimSpace(d.Name) == "" {
+			at("name is missing")
+		}
+		if d.MemoryGB <= 0 {
+			at("memory_gb must be positive, got %v", d.MemoryGB)
+		}
+		if d.UUID != "" {
+			if j, dup := uuids[d.UUID]; dup {
+				at("uuid %q is also entry %d's", d.UUID, j)
+			}
+			uuids[d.UUID] = i + 1
+		}
+		if d.DeviceNode != "" && !filepath.IsAbs(d.DeviceNode) {
+			at("device_node %q must be an absolute path", d.DeviceNode)
+		}
+	}
+}
+
 func (l *loader) clientCertificate(o ConnectionConfig) {
 	if o.CertFile == "" && o.KeyFile == "" {
 		return

@@ -1,6 +1,7 @@
 package isolation
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -66,6 +67,9 @@ type Isolator struct {
 	ident       identity
 	pool        *uidPool
 	reaper      *reaper
+	// devicesErr says why jobs cannot be kept from other GPUs' device
+	// files; nil when they can.
+	devicesErr error
 }
 
 // New finds out what the machine allows, sets up the jobs' parent cgroups and
@@ -98,6 +102,10 @@ func New(cfg Config) (*Isolator, error) {
 	}
 	if err := iso.checkLimits(); err != nil {
 		return nil, err
+	}
+	iso.devicesErr = errors.New("no cgroup per job")
+	if iso.h != nil {
+		iso.devicesErr = canFilterDevices(iso.h.parent)
 	}
 	if err := iso.setupUsers(cfg); err != nil {
 		return nil, err
@@ -213,6 +221,11 @@ func (iso *Isolator) Describe() string {
 	default:
 		parts = append(parts, "jobs as workerd's own user")
 	}
+	if iso.devicesErr == nil {
+		parts = append(parts, "each job may open only its own GPUs' device files")
+	} else {
+		parts = append(parts, "jobs are told their GPUs but may open any GPU's device file ("+iso.devicesErr.Error()+")")
+	}
 	return strings.Join(parts, "; ")
 }
 
@@ -271,7 +284,9 @@ type Job struct {
 // Start prepares the walls of attempt n of jobID, whose directory is dir:
 // the directory exists and belongs to root while workerd writes the job's
 // files (Handover gives it to the job), a uid is reserved, the cgroup made.
-func (iso *Isolator) Start(jobID string, n int, dir string) (*Job, error) {
+// The job may not open the device files in deny (the GPUs it was not given)
+// where the machine allows such a filter.
+func (iso *Isolator) Start(jobID string, n int, dir string, deny []string) (*Job, error) {
 	j := &Job{iso: iso, dir: dir, cgFD: -1}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -324,8 +339,28 @@ func (iso *Isolator) Start(jobID string, n int, dir string) (*Job, error) {
 			return nil, fmt.Errorf("job cgroup: %w", err)
 		}
 		j.cgFD = fd
+		if err := iso.filterDevices(fd, deny); err != nil {
+			j.release()
+			return nil, err
+		}
 	}
 	return j, nil
+}
+
+// filterDevices keeps the job's cgroup from opening the device files in deny.
+func (iso *Isolator) filterDevices(cgroupFD int, deny []string) error {
+	if len(deny) == 0 || iso.devicesErr != nil {
+		return nil
+	}
+	var devs []charDevice
+	for _, path := range deny {
+		d, err := deviceOf(path)
+		if err != nil {
+			return fmt.Errorf("GPU device file: %w", err)
+		}
+		devs = append(devs, d)
+	}
+	return attachDenyDevices(cgroupFD, devs)
 }
 
 // ownerOf is the uid owning path, 0 when it does not exist.

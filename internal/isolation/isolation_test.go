@@ -112,7 +112,7 @@ func realCgroups(t *testing.T) *Isolator {
 func TestCgroupEndsEscapers(t *testing.T) {
 	iso := realCgroups(t)
 	dir := t.TempDir()
-	job, err := iso.Start("j_escape", 1, dir)
+	job, err := iso.Start("j_escape", 1, dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestCgroupEndsEscapers(t *testing.T) {
 func TestCgroupAccountsCPU(t *testing.T) {
 	iso := realCgroups(t)
 	dir := t.TempDir()
-	job, err := iso.Start("j_burn", 1, dir)
+	job, err := iso.Start("j_burn", 1, dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,4 +201,44 @@ func running(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// A job kept from one of two "GPUs" cannot open its device file and still
+// opens the other. The stand-ins are device files made here with the numbers
+// of /dev/null and /dev/zero.
+func TestJobCannotOpenOtherGPUs(t *testing.T) {
+	iso := realCgroups(t)
+	if iso.devicesErr != nil {
+		t.Fatalf("this machine cannot filter a job's devices: %v", iso.devicesErr)
+	}
+	dir := t.TempDir()
+	mine, other := filepath.Join(dir, "gpu0"), filepath.Join(dir, "gpu1")
+	if err := unix.Mknod(mine, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mknod(other, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 5))); err != nil {
+		t.Fatal(err)
+	}
+	run := func(name string, deny []string) string {
+		job, err := iso.Start(name, 1, filepath.Join(dir, name), deny)
+		if err != nil {
+			t.Fatal(err)
+		}
+		script := `head -c 1 ` + mine + ` > /dev/null && echo mine-ok; head -c 1 ` + other + ` > /dev/null 2>&1 && echo other-opened || echo other-refused`
+		cmd := exec.Command("/bin/sh", "-c", script)
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+		job.Apply(cmd.SysProcAttr)
+		out, err := cmd.Output()
+		job.Finish(nil)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if got := run("j_kept", []string{other}); got != "mine-ok\nother-refused" {
+		t.Errorf("a job kept from gpu1: %q", got)
+	}
+	if got := run("j_free", nil); got != "mine-ok\nother-opened" {
+		t.Errorf("a job given both: %q", got)
+	}
 }

@@ -334,7 +334,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request, _ httprouter.Para
 		"running":     counts[protocol.JobDispatched] + counts[protocol.JobRunning] + counts[protocol.JobCanceling],
 		"by_status":   byStatus,
 		"workers": map[string]int{
-			"total": total, "idle": byWorker[protocol.WorkerIdle], "busy": byWorker[protocol.WorkerBusy],
+			"total": total, "idle": byWorker[protocol.WorkerIdle], "partial": byWorker[protocol.WorkerPartial], "busy": byWorker[protocol.WorkerBusy],
 			"draining": byWorker[protocol.WorkerDraining], "offline": byWorker[protocol.WorkerOffline],
 			"connecting": byWorker[protocol.WorkerConnecting], "disconnected": byWorker[protocol.WorkerDisconnected],
 		},

@@ -172,7 +172,7 @@ func (s *Server) fleetSummary(ctx context.Context) (map[protocol.WorkerStatus]in
 	models := map[string]*gpuModelSummary{}
 	for _, grp := range groups {
 		byStatus[grp.Status] += grp.Count
-		g := parseGPUInfo(grp.GPUInfo)
+		g := protocol.ParseGPUInfo(grp.GPUInfo)
 		if g.Count <= 0 {
 			continue
 		}
@@ -189,9 +189,9 @@ func (s *Server) fleetSummary(ctx context.Context) (map[protocol.WorkerStatus]in
 		switch {
 		case grp.Status == protocol.WorkerOffline:
 			m.Offline += n
-		case grp.Status == protocol.WorkerBusy || grp.HasJob: // draining with a job still running counts too
+		case grp.HasJob: // draining with a job still running counts too
 			m.Total += n
-			m.InUse += n
+			m.InUse += min(grp.GPUsUsed, n)
 		default:
 			m.Total += n
 		}

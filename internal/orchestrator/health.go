@@ -31,7 +31,7 @@ func (s *Server) healthPass(ctx context.Context) {
 	var stale, expired []store.Worker
 	largest := 0
 	err := s.eachWorker(ctx, func(w store.Worker) {
-		largest = max(largest, parseGPUInfo(w.GPUInfo).Count)
+		largest = max(largest, protocol.ParseGPUInfo(w.GPUInfo).Count)
 		switch w.Status {
 		case protocol.WorkerIdle, protocol.WorkerBusy, protocol.WorkerDraining:
 			// Draining workers are checked too: a draining worker that vanished

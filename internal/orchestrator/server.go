@@ -149,6 +149,10 @@ type Server struct {
 	missed missedAttempts
 	// passMu is held by a scheduler pass; shutdown waits on it.
 	passMu sync.Mutex
+	// res is the worker held for a job no worker had room for (see
+	// schedulePass); resMu guards it for the waiting reasons.
+	resMu sync.Mutex
+	res   reservation
 	// largestWorker is the most GPUs any worker has: refreshed by every
 	// health pass, raised by registrations. Submit warns above it.
 	largestWorker atomic.Int64

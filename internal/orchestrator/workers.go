@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
@@ -19,14 +20,6 @@ import (
 // is offline. Worker statuses follow the lifecycle's rule.
 
 func workerActor(wk store.Worker) string { return "worker:" + wk.ID }
-
-// running is how many attempts the store has out on a worker.
-func running(w store.Worker) int {
-	if w.CurrentJobID != "" {
-		return 1
-	}
-	return 0
-}
 
 // registration is what a worker reported when it (re)registered.
 type registration struct {
@@ -47,7 +40,8 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 	if len(reported) == 0 && req.CurrentJobID != nil && *req.CurrentJobID != "" {
 		reported = []protocol.RunningAttempt{{JobID: *req.CurrentJobID}} // protocol 1: no attempt number
 	}
-	resume, abandon, err := s.reconcile(ctx, wk, reported)
+	several := req.Protocol >= 2 && req.Capabilities != nil && req.Capabilities.MaxJobs > 0
+	resume, abandon, err := s.reconcile(ctx, wk, reported, several)
 	if err != nil {
 		return protocol.RegisterResponse{}, err
 	}
@@ -73,7 +67,7 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 		if len(resume) > 0 {
 			cur.CurrentJobID = resume[0].JobID
 		}
-		cur.Status = lifecycle.Alive(cur.Status, running(*cur), 1)
+		cur.Status = lifecycle.Alive(cur.Status, cur.Load())
 		details := map[string]any{"name": cur.Name, "protocol": cur.Protocol, "resume": resume, "abandon": abandon}
 		for k, v := range changes {
 			details[k] = v
@@ -86,7 +80,7 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 	}
 	s.log.Info("worker registered", "worker_id", wk.ID, "name", updated.Name, "protocol", updated.Protocol,
 		"resumed", len(resume), "abandoned", len(abandon))
-	for gpus := int64(parseGPUInfo(updated.GPUInfo).Count); ; {
+	for gpus := int64(protocol.ParseGPUInfo(updated.GPUInfo).Count); ; {
 		cur := s.largestWorker.Load()
 		if gpus <= cur || s.largestWorker.CompareAndSwap(cur, gpus) {
 			break
@@ -214,8 +208,9 @@ func mergeLabels(current, admin, reported map[string]string) map[string]string {
 // reconcile decides, for each attempt the worker reports (running or
 // finishing), whether it resumes (it is the job's current attempt, on this
 // worker, not ended) or is abandoned; attempts the store has out on this
-// worker that it no longer reports are lost.
-func (s *Server) reconcile(ctx context.Context, wk store.Worker, reported []protocol.RunningAttempt) (resume, abandon []protocol.RunningAttempt, err error) {
+// worker that it no longer reports are lost. A worker that runs one job at a
+// time (several false) resumes one at most.
+func (s *Server) reconcile(ctx context.Context, wk store.Worker, reported []protocol.RunningAttempt, several bool) (resume, abandon []protocol.RunningAttempt, err error) {
 	seen := map[string]bool{}
 	for _, ra := range reported {
 		if ra.JobID == "" || seen[ra.JobID] {
@@ -227,7 +222,7 @@ func (s *Server) reconcile(ctx context.Context, wk store.Worker, reported []prot
 			return nil, nil, err
 		}
 		ok := err == nil && lifecycle.Resumable(j.Facts(), j.WorkerID == wk.ID, ra.Attempt)
-		if ok && len(resume) == 0 { // a worker runs one job at a time
+		if ok && (several || len(resume) == 0) {
 			resume = append(resume, protocol.RunningAttempt{JobID: j.ID, Attempt: j.Attempt, State: ra.State})
 			continue
 		}
@@ -238,7 +233,7 @@ func (s *Server) reconcile(ctx context.Context, wk store.Worker, reported []prot
 		return nil, nil, err
 	}
 	for _, j := range active {
-		if len(resume) > 0 && resume[0].JobID == j.ID {
+		if slices.ContainsFunc(resume, func(r protocol.RunningAttempt) bool { return r.JobID == j.ID }) {
 			continue
 		}
 		if err := s.loseAttempt(ctx, j.ID, wk.ID, fmt.Sprintf("worker %s re-registered without it", wk.ID)); err != nil {
@@ -255,7 +250,7 @@ func (s *Server) streamOpened(ctx context.Context, workerID string) error {
 	instance := s.options().InstanceID
 	_, err := s.store.UpdateWorker(ctx, workerID, func(cur *store.Worker) (*audit.Record, error) {
 		cur.ConnectedAt, cur.StreamInstance = &now, instance
-		cur.Status = lifecycle.Alive(cur.Status, running(*cur), 1)
+		cur.Status = lifecycle.Alive(cur.Status, cur.Load())
 		return nil, nil
 	})
 	return err
@@ -285,7 +280,7 @@ func (s *Server) heartbeat(ctx context.Context, wk store.Worker, req protocol.He
 	s.telemetry.set(wk.ID, req.GPUs, now)
 	updated, err := s.store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
 		cur.LastHeartbeat = &now
-		cur.Status = lifecycle.Alive(cur.Status, running(*cur), 1)
+		cur.Status = lifecycle.Alive(cur.Status, cur.Load())
 		return nil, nil
 	})
 	if err != nil {
@@ -411,7 +406,7 @@ func (s *Server) resume(ctx context.Context, id, actor, ip string) (store.Worker
 		if cur.Status != protocol.WorkerDraining {
 			return nil, conflict("worker %s is %s, not draining", id, cur.Status)
 		}
-		cur.Status = lifecycle.Resumed(running(*cur), 1)
+		cur.Status = lifecycle.Resumed(cur.Load())
 		rec := audit.New(actor, ip, "worker.resume", "worker", id, audit.Success, map[string]string{"name": cur.Name})
 		return &rec, nil
 	})

@@ -3,11 +3,12 @@ package orchestrator
 import (
 	"context"
 	"encoding/json"
-	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"

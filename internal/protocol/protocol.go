@@ -22,6 +22,7 @@ type WorkerStatus string
 const (
 	WorkerConnecting WorkerStatus = "connecting"
 	WorkerIdle       WorkerStatus = "idle"
+	WorkerPartial    WorkerStatus = "partial" // running attempts, with room for more
 	WorkerBusy       WorkerStatus = "busy"
 	WorkerDraining   WorkerStatus = "draining"
 	WorkerOffline    WorkerStatus = "offline"
@@ -34,7 +35,7 @@ const (
 // Valid reports whether s is one of the known worker statuses.
 func (s WorkerStatus) Valid() bool {
 	switch s {
-	case WorkerConnecting, WorkerIdle, WorkerBusy, WorkerDraining, WorkerOffline:
+	case WorkerConnecting, WorkerIdle, WorkerPartial, WorkerBusy, WorkerDraining, WorkerOffline:
 		return true
 	}
 	return false
@@ -188,6 +189,10 @@ type Capabilities struct {
 	// when its admin configured one: it overrides the orchestrator's for jobs
 	// on that worker. 0 means the orchestrator's grace applies.
 	CancelGraceSeconds float64 `json:"cancel_grace_seconds,omitempty"`
+	// MaxJobs is how many jobs the worker runs at once, each on GPUs of its
+	// own that the orchestrator assigns (job_submit's gpus). 0: a worker that
+	// runs one job at a time with all its GPUs.
+	MaxJobs int `json:"max_jobs,omitempty"`
 }
 
 // ResumeJob tells a protocol-1 agent to keep the job it reported.
@@ -297,6 +302,18 @@ type JobSubmitEvent struct {
 	TimeoutSeconds     float64 `json:"timeout_seconds,omitempty"`
 	CancelGraceSeconds float64 `json:"cancel_grace_seconds,omitempty"`
 	LogEndpoint        string  `json:"log_endpoint,omitempty"`
+	// GPUs are the worker's GPUs this attempt may use, for a worker that
+	// runs several jobs at once (capabilities.max_jobs); an empty list is a
+	// job that takes no GPU. Absent (nil): every GPU of the worker, which
+	// then runs one job at a time.
+	GPUs *[]AssignedGPU `json:"gpus,omitempty"`
+}
+
+// AssignedGPU is one GPU given to an attempt: the worker's index for it and,
+// where the worker reported one, its UUID.
+type AssignedGPU struct {
+	Index int    `json:"index"`
+	UUID  string `json:"uuid,omitempty"`
 }
 
 // JobCancelEvent asks the worker to stop an attempt.

@@ -64,6 +64,38 @@ type Worker struct {
 	// TokenHash is filled on read (hex SHA-256); UpdateWorker ignores changes to
 	// it: only CreateWorker and SetWorkerTokenHash write it.
 	TokenHash string
+	// Running is how many attempts are out on the worker and GPUsUsed how
+	// many of its GPUs they hold. The store keeps both in the transactions
+	// that open and end attempts; UpdateWorker ignores changes to them.
+	Running, GPUsUsed int
+}
+
+// Slots is how many attempts the worker may run at once: its max_jobs when
+// it runs several jobs on GPUs the orchestrator assigns, else 1 (a job then
+// gets the whole worker).
+func (w Worker) Slots() int {
+	if w.Protocol >= 2 && w.Capabilities.MaxJobs > 0 {
+		return w.Capabilities.MaxJobs
+	}
+	return 1
+}
+
+// SharesGPUs reports whether the worker runs several jobs, each on GPUs of
+// its own.
+func (w Worker) SharesGPUs() bool { return w.Protocol >= 2 && w.Capabilities.MaxJobs > 0 }
+
+// Load is the worker's load for the lifecycle's status rule.
+func (w Worker) Load() lifecycle.Load {
+	return lifecycle.Load{Running: w.Running, Slots: w.Slots(), GPUs: protocol.ParseGPUInfo(w.GPUInfo).Count, GPUsUsed: w.GPUsUsed}
+}
+
+// GPULease is a GPU of a worker held by a job's attempt: no two attempts
+// hold one GPU (the store refuses the second claim).
+type GPULease struct {
+	WorkerID string
+	Index    int
+	JobID    string
+	Attempt  int
 }
 
 // WorkerFilter narrows ListWorkers. Zero values mean "any"/"no limit".
@@ -124,6 +156,8 @@ type Attempt struct {
 	// Usage is what the attempt's processes used, as its worker reported at
 	// the end; nil when not reported.
 	Usage *protocol.Usage
+	// GPUs are the indices of the worker's GPUs the attempt was given.
+	GPUs []int
 }
 
 // JobFilter narrows ListJobs. Zero values mean "any"/"no limit". Results are in
@@ -140,6 +174,12 @@ type JobFilter struct {
 // ClaimRequest asks for the best queued job a worker may run.
 type ClaimRequest struct {
 	WorkerID string
+	// JobID claims exactly that job (while it is queued); "" claims the best
+	// queued job Match accepts.
+	JobID string
+	// GPUs are the indices of the worker's GPUs the attempt gets; the claim
+	// fails with ErrConflict if another attempt holds one of them.
+	GPUs []int
 	// Match decides whether the worker can run the job (GPU count, VRAM, labels,
 	// target). It runs inside the claim transaction and must not block.
 	Match func(Job) bool
@@ -216,6 +256,9 @@ type WorkerGroup struct {
 	GPUInfo json.RawMessage
 	HasJob  bool
 	Count   int
+	// GPUsUsed is how many of the group's GPUs attempts hold, all workers
+	// together.
+	GPUsUsed int
 }
 
 // DashboardSession is a browser signed in to the web dashboard.
@@ -292,6 +335,11 @@ type Store interface {
 	// records the attempt, and sets the worker busy with that job. The worker must
 	// be idle and have no current job, else ErrConflict. No candidate → ErrNoJob.
 	ClaimJob(ctx context.Context, req ClaimRequest) (Job, Attempt, error)
+	// ListQueued returns up to limit queued jobs in the order they are claimed:
+	// priority descending, then submission order.
+	ListQueued(ctx context.Context, limit int) ([]Job, error)
+	// GPULeases lists the GPUs of a worker that attempts hold, by index.
+	GPULeases(ctx context.Context, workerID string) ([]GPULease, error)
 	TransitionJob(ctx context.Context, t JobTransition) (Job, error)
 
 	// Logs. AppendLog stores data at offset of (job, attempt) idempotently: bytes

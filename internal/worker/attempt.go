@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
@@ -31,6 +32,10 @@ type attempt struct {
 	settings JobSettings
 	grace    time.Duration
 	log      *slog.Logger
+	// gpus are the GPUs the attempt may use; whole is set for a dispatch
+	// that gave it the whole worker (then gpus is every GPU).
+	gpus  []gpu.Device
+	whole bool
 
 	proc     *process // nil when the start failed
 	startErr error
@@ -102,7 +107,7 @@ func (w *Worker) launch(a *attempt) {
 		a.startErr = err
 		return
 	}
-	job, err := w.iso.Start(a.ev.JobID, a.n, dir)
+	job, err := w.iso.Start(a.ev.JobID, a.n, dir, w.otherGPUNodes(a))
 	if err != nil {
 		a.startErr = fmt.Errorf("job isolation: %w", err)
 		return
@@ -122,9 +127,6 @@ func (w *Worker) launch(a *attempt) {
 		a.startErr = fmt.Errorf("log spool: %w", err)
 		return
 	}
-	w.mu.Lock()
-	visible := w.inv.VisibleDevices()
-	w.mu.Unlock()
 	env := jobEnv(jobEnvInput{
 		Base:            w.opt.Environ(),
 		Extra:           a.settings.Env,
@@ -132,7 +134,7 @@ func (w *Worker) launch(a *attempt) {
 		Files:           files,
 		Event:           a.ev,
 		OrchestratorURL: w.c.currentURL(),
-		VisibleDevices:  visible,
+		GPUs:            w.gpuEnv(a),
 	})
 	a.proc, err = startProcess(a.settings.Command, files.Dir, env, a.spool, job)
 	if err != nil {

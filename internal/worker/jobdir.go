@@ -159,7 +159,7 @@ type jobEnvInput struct {
 	Files           jobFiles
 	Event           *protocol.JobSubmitEvent
 	OrchestratorURL string
-	VisibleDevices  string // CUDA_VISIBLE_DEVICES; "" leaves the inherited value
+	GPUs            map[string]string // CUDA_VISIBLE_DEVICES and the like; nil leaves the inherited values
 }
 
 // jobEnv builds the environment of a job (see "What a job sees" in simpletuner-workerd(8)): the
@@ -193,8 +193,8 @@ func jobEnv(in jobEnvInput) []string {
 	if in.Files.DataloaderPath != "" {
 		vars["SIMPLETUNER_DATALOADER_PATH"] = in.Files.DataloaderPath
 	}
-	if in.VisibleDevices != "" {
-		vars["CUDA_VISIBLE_DEVICES"] = in.VisibleDevices
+	for k, v := range in.GPUs {
+		vars[k] = v
 	}
 	if in.Token != "" {
 		for k, v := range vars {

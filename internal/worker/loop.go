@@ -145,7 +145,7 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 		w.reconnect(s, m.err)
 	case heartbeatReply:
 		for _, id := range m.resp.Cancel {
-			if a := w.current(); a != nil && a.jobID == id {
+			if a := w.attemptOf(id); a != nil {
 				w.stopJob(a, stopCancel, "cancelled by the orchestrator", a.grace)
 			}
 		}
@@ -159,21 +159,15 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 	case jobEnded:
 		w.endAttempt(ctx, m.a)
 	case jobTimedOut:
-		if a := w.current(); a == m.a {
+		if a := m.a; w.isCurrent(a) {
 			w.stopJob(a, stopTimeout, fmt.Sprintf("timed out after %s", time.Duration(a.ev.TimeoutSeconds*float64(time.Second))), a.grace)
 		}
 	case staleAttempt:
-		if a := w.current(); a == m.a {
+		if a := m.a; w.isCurrent(a) {
 			w.stopJob(a, stopAbandon, "the orchestrator gave this job to another attempt", 0)
 		}
 	case reportDone:
 		return w.afterJob(ctx)
 	}
 	return false, nil
-}
-
-func (w *Worker) current() *attempt {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.job
 }

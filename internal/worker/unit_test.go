@@ -299,7 +299,7 @@ func plainJob(t *testing.T, dir string) *isolation.Job {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := iso.Start("j_test", 1, dir)
+	j, err := iso.Start("j_test", 1, dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,6 +50,8 @@ type Options struct {
 	Labels   map[string]string
 	StateDir string
 	Version  string // reported at registration
+	// MaxJobs is how many jobs run at once; 0: one per GPU (one without GPUs).
+	MaxJobs int
 
 	Command     []string      // the job command
 	WorkDir     string        // "" → <StateDir>/jobs
@@ -125,6 +127,7 @@ func OptionsFrom(cfg *config.Worker) Options {
 		OwnType:            cfg.Origin("worker.persistent") != "",
 		Labels:             cfg.Worker.Labels,
 		StateDir:           cfg.Worker.StateDir,
+		MaxJobs:            cfg.Worker.MaxJobs,
 		Command:            cfg.Job.Command,
 		WorkDir:            cfg.Job.WorkDir,
 		CancelGrace:        cfg.Job.CancelGrace.Duration,
@@ -210,12 +213,13 @@ type Worker struct {
 	inv          gpu.Inventory
 	workerID     string
 	hbInterval   time.Duration
-	pingInterval time.Duration // the stream's keep-alive interval the orchestrator announced; 0: Timers.PingInterval
-	job          *attempt
-	localDrain   bool // Drain(): finish the job, then exit
-	orchDrain    bool // the orchestrator said drain
-	connected    bool // the stream is open
-	retries      int  // reconnect attempts since the last good connection
+	pingInterval time.Duration       // the stream's keep-alive interval the orchestrator announced; 0: Timers.PingInterval
+	jobs         map[string]*attempt // running attempts by job id
+	maxJobs      int                 // how many may run at once (see effectiveMaxJobs)
+	localDrain   bool                // Drain(): finish the job, then exit
+	orchDrain    bool                // the orchestrator said drain
+	connected    bool                // the stream is open
+	retries      int                 // reconnect attempts since the last good connection
 	lastAck      time.Time
 	lastRegister time.Time
 	lastProgress time.Time // the loop or a reconnect attempt did something
@@ -267,6 +271,8 @@ func New(opt Options) (*Worker, error) {
 		loopDone:   make(chan struct{}),
 		registered: make(chan struct{}),
 		held:       map[string]bool{},
+		jobs:       map[string]*attempt{},
+		maxJobs:    1,
 		finishing:  map[string]statusRecord{},
 		fenceAfter: opt.SelfFenceAfter,
 		jobSettings: JobSettings{Command: opt.Command, Env: opt.JobEnv, CancelGrace: opt.CancelGrace,
@@ -315,6 +321,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	now := time.Now()
 	w.mu.Lock()
 	w.inv = inv
+	w.maxJobs = effectiveMaxJobs(w.opt.MaxJobs, inv)
 	w.lastProgress = now
 	w.mu.Unlock()
 	if w.opt.InsecureSkipVerify {
@@ -347,23 +354,21 @@ func (w *Worker) reported(key string) {
 	w.mu.Unlock()
 }
 
-// attemptsLocked lists the attempts this worker answers for: the running one
+// attemptsLocked lists the attempts this worker answers for: the running ones
 // first, then the finishing ones. w.mu is held.
 func (w *Worker) attemptsLocked() []protocol.RunningAttempt {
-	var out []protocol.RunningAttempt
-	if w.job != nil {
-		out = append(out, protocol.RunningAttempt{JobID: w.job.jobID, Attempt: w.job.n, State: protocol.AttemptRunning})
+	var out, finishing []protocol.RunningAttempt
+	for _, a := range w.runningLocked() {
+		out = append(out, protocol.RunningAttempt{JobID: a.jobID, Attempt: a.n, State: protocol.AttemptRunning})
 	}
 	for _, rec := range w.finishing {
-		out = append(out, protocol.RunningAttempt{JobID: rec.JobID, Attempt: rec.Attempt,
+		finishing = append(finishing, protocol.RunningAttempt{JobID: rec.JobID, Attempt: rec.Attempt,
 			State: protocol.AttemptFinishing, Outcome: rec.Status})
 	}
-	if len(out) > 1 {
-		slices.SortFunc(out[1:], func(a, b protocol.RunningAttempt) int {
-			return cmp.Or(strings.Compare(a.JobID, b.JobID), a.Attempt-b.Attempt)
-		})
-	}
-	return out
+	slices.SortFunc(finishing, func(a, b protocol.RunningAttempt) int {
+		return cmp.Or(strings.Compare(a.JobID, b.JobID), a.Attempt-b.Attempt)
+	})
+	return append(out, finishing...)
 }
 
 func (w *Worker) isPersistent() bool {
@@ -413,9 +418,16 @@ func (w *Worker) Status() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var parts []string
+	running := w.runningLocked()
 	switch {
-	case w.job != nil:
-		parts = append(parts, fmt.Sprintf("running job %s (attempt %d)", w.job.jobID, w.job.n))
+	case len(running) == 1:
+		parts = append(parts, fmt.Sprintf("running job %s (attempt %d)", running[0].jobID, running[0].n))
+	case len(running) > 1:
+		ids := make([]string, len(running))
+		for i, a := range running {
+			ids[i] = a.jobID
+		}
+		parts = append(parts, fmt.Sprintf("running %d jobs (%s)", len(running), strings.Join(ids, ", ")))
 	case w.localDrain || w.orchDrain:
 		parts = append(parts, "draining")
 	case w.workerID == "":
@@ -423,7 +435,7 @@ func (w *Worker) Status() string {
 	default:
 		parts = append(parts, "idle")
 	}
-	if w.job != nil && (w.localDrain || w.orchDrain) {
+	if len(running) > 0 && (w.localDrain || w.orchDrain) {
 		parts = append(parts, "draining")
 	}
 	if !w.connected && w.retries > 0 {

@@ -38,7 +38,7 @@ func New(cfg *config.Worker, args []string, getenv func(string) string, log *slo
 		return nil, err
 	}
 	log.Info("job isolation", "mode", iso.Name(), "walls", iso.Describe())
-	gpus := gpuSource(cfg.GPU.Backend, log)
+	gpus := gpuSource(cfg.GPU, log)
 	opt := worker.OptionsFrom(cfg)
 	opt.Version, opt.GPU, opt.Logger, opt.Isolation = version.Version, gpus, log, iso
 	w, err := worker.New(opt)
@@ -107,6 +107,7 @@ func restartKeys(running, next *config.Worker) []string {
 		{"worker.state_dir", running.Worker.StateDir, next.Worker.StateDir},
 		{"worker.self_fence_after", running.Worker.SelfFenceAfter, next.Worker.SelfFenceAfter},
 		{"worker.reconnect_max", running.Worker.ReconnectMax, next.Worker.ReconnectMax},
+		{"worker.max_jobs", running.Worker.MaxJobs, next.Worker.MaxJobs},
 		{"job.work_dir", running.Job.WorkDir, next.Job.WorkDir},
 		{"job.isolation", running.Job.Isolation, next.Job.Isolation},
 		{"job.user", running.Job.User, next.Job.User},

@@ -94,7 +94,7 @@ func StopTimeout(cfg *config.Worker) time.Duration {
 }
 
 func detectGPUs(cfg *config.Worker, log *slog.Logger, stdout, stderr io.Writer) int {
-	gpus := gpuSource(cfg.GPU.Backend, log)
+	gpus := gpuSource(cfg.GPU, log)
 	defer gpus.Close()
 	inv, err := gpus.Inventory()
 	if err != nil {
@@ -110,9 +110,16 @@ func detectGPUs(cfg *config.Worker, log *slog.Logger, stdout, stderr io.Writer) 
 }
 
 // gpuSource picks the GPU backend: nvml (zero GPUs without a driver) or none.
-func gpuSource(backend string, log *slog.Logger) gpu.Source {
-	if backend == "none" {
+func gpuSource(g config.GPUConfig, log *slog.Logger) gpu.Source {
+	switch g.Backend {
+	case "none":
 		return gpu.None()
+	case "static":
+		devs := make([]gpu.Device, len(g.Devices))
+		for i, d := range g.Devices {
+			devs[i] = gpu.Device{UUID: d.UUID, Name: d.Name, MemoryMiB: uint64(d.MemoryGB * 1024), DeviceNode: d.DeviceNode}
+		}
+		return gpu.NewStatic(g.Vendor, devs)
 	}
 	return gpu.NewNVML(log)
 }

@@ -3,6 +3,8 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
@@ -185,17 +187,19 @@ func (s *Store) QueuePosition(ctx context.Context, priority int, seq int64) (int
 }
 
 const attemptCols = `job_id, number, worker_id, upload_token_hash, dispatched_at, acked_at, ended_at, outcome, error,
-	cpu_seconds, peak_memory_bytes`
+	cpu_seconds, peak_memory_bytes, gpus`
 
 func scanAttempt(r scanner) (store.Attempt, error) {
 	var a store.Attempt
 	var cpu sql.NullFloat64
 	var peak sql.NullInt64
+	var gpus string
 	err := r.Scan(&a.JobID, &a.Number, &a.WorkerID, &a.UploadTokenHash, timeCol{&a.DispatchedAt},
-		nullTimeCol{&a.AckedAt}, nullTimeCol{&a.EndedAt}, &a.Outcome, &a.Error, &cpu, &peak)
+		nullTimeCol{&a.AckedAt}, nullTimeCol{&a.EndedAt}, &a.Outcome, &a.Error, &cpu, &peak, &gpus)
 	if cpu.Valid || peak.Valid {
 		a.Usage = &protocol.Usage{CPUSeconds: cpu.Float64, PeakMemoryBytes: uint64(max(peak.Int64, 0))}
 	}
+	a.GPUs = parseIndices(gpus)
 	return a, err
 }
 
@@ -223,4 +227,26 @@ func (s *Store) ListAttempts(ctx context.Context, jobID string) ([]store.Attempt
 		}
 	}
 	return out, nil
+}
+
+// indicesArg stores GPU indices as "0,3"; parseIndices reads them back.
+func indicesArg(ix []int) string {
+	parts := make([]string, len(ix))
+	for i, n := range ix {
+		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ",")
+}
+
+func parseIndices(s string) []int {
+	if s == "" {
+		return nil
+	}
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		if n, err := strconv.Atoi(p); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
 }

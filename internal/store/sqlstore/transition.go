@@ -86,7 +86,7 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 				s.tv(at), t.EndAttempt, errText, cpu, peak, j.ID, j.Attempt); err != nil {
 				return err
 			}
-			if err := s.freeWorker(ctx, c, att.WorkerID, j.ID); err != nil {
+			if err := s.freeWorker(ctx, c, att.WorkerID, j.ID, j.Attempt); err != nil {
 				return err
 			}
 		}

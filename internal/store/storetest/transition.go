@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -127,17 +128,25 @@ func testTransitionDraining(t *testing.T, s store.Store) {
 }
 
 func testTransitionWorkerMovedOn(t *testing.T, s store.Store) {
-	w, j := dispatched(t, s)
-	// The worker has been given another job meanwhile (e.g. re-registered and
-	// reconciled): ending the old attempt must not free it.
-	_, err := s.UpdateWorker(t.Context(), w.ID, func(cur *store.Worker) (*audit.Record, error) {
-		cur.CurrentJobID = "j_newer"
-		return nil, nil
-	})
-	noErr(t, err, "UpdateWorker")
+	// A worker that runs two jobs at once: ending one attempt frees its slot
+	// only, and the worker's current job becomes the other.
+	w, j := dispatched(t, s, sharing(2))
+	newJob(t, s)
+	other, _ := claim(t, s, w.ID)
+	if gw := getWorker(t, s, w.ID); gw.Status != protocol.WorkerBusy || gw.Running != 2 || gw.CurrentJobID != other.ID {
+		t.Fatalf("worker with two jobs: status %s running %d job %q", gw.Status, gw.Running, gw.CurrentJobID)
+	}
 	transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobQueued, By: lifecycle.Loss, EndAttempt: protocol.OutcomeWithdrawn}})
-	if gw := getWorker(t, s, w.ID); gw.Status != protocol.WorkerBusy || gw.CurrentJobID != "j_newer" {
-		t.Fatalf("worker that moved on: status %s job %q", gw.Status, gw.CurrentJobID)
+	if gw := getWorker(t, s, w.ID); gw.Status != protocol.WorkerPartial || gw.Running != 1 || gw.CurrentJobID != other.ID {
+		t.Fatalf("worker after one of its two jobs ended: status %s running %d job %q", gw.Status, gw.Running, gw.CurrentJobID)
+	}
+}
+
+// sharing makes a worker that runs up to n jobs at once, with n GPUs.
+func sharing(n int) func(*store.Worker) {
+	return func(w *store.Worker) {
+		w.Protocol, w.Capabilities.MaxJobs = 2, n
+		w.GPUInfo = json.RawMessage(fmt.Sprintf(`{"count":%d}`, n))
 	}
 }
 

@@ -470,6 +470,10 @@ type WorkerSpec struct {
 	ID, Token string
 	Args      []string // extra command-line flags
 	Env       []string // extra environment of the workerd process
+	// StaticGPUs gives the worker that many GPUs of the static backend
+	// ("Test GPU", 80 GB, UUID GPU-<name>-<i>); 0 is a worker without GPUs.
+	StaticGPUs int
+	MaxJobs    int // [worker] max_jobs; 0 leaves it out
 }
 
 // DemoTrainer is the path of the built demo trainer.
@@ -516,6 +520,16 @@ func (o *Orch) StartWorkerFor(id, token string, s WorkerSpec) *Wrk {
 		// has nobody.
 		extraJob += "user = \"nobody\"\n"
 	}
+	gpuTOML := "[gpu]\nbackend = \"none\"\n"
+	if s.StaticGPUs > 0 {
+		gpuTOML = "[gpu]\nbackend = \"static\"\n"
+		for i := range s.StaticGPUs {
+			gpuTOML += fmt.Sprintf("[[gpu.devices]]\nname = \"Test GPU\"\nmemory_gb = 80\nuuid = \"GPU-%s-%d\"\n", s.Name, i)
+		}
+	}
+	if s.MaxJobs > 0 {
+		persistent += fmt.Sprintf("max_jobs = %d\n", s.MaxJobs)
+	}
 	w.Conf = filepath.Join(w.Dir, "w.toml")
 	os.WriteFile(w.Conf, []byte(fmt.Sprintf(`[orchestrator]
 url = %q
@@ -528,11 +542,9 @@ reconnect_max = "300ms"
 [job]
 command = %s
 cancel_grace = %q
-%s[gpu]
-backend = "none"
-[log]
+%s%s[log]
 level = "debug"
-`, url+s.URLPath, w.Dir, s.OrchestratorTOML, s.Name, persistent, w.Dir, or(s.SelfFenceAfter, "1s"), cmdJSON, or(s.CancelGrace, "1s"), extraJob)), 0o600)
+`, url+s.URLPath, w.Dir, s.OrchestratorTOML, s.Name, persistent, w.Dir, or(s.SelfFenceAfter, "1s"), cmdJSON, or(s.CancelGrace, "1s"), extraJob, gpuTOML)), 0o600)
 	w.Restart()
 	return w
 }

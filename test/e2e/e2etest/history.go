@@ -389,6 +389,9 @@ func (h *History) Check(exp Expect) Summary {
 	if ov := h.sampler.Overlaps(); len(ov) > 0 {
 		h.T.Errorf("%d samples saw two attempts of a job alive together; first: %s; last: %s", len(ov), ov[0], ov[len(ov)-1])
 	}
+	if sh := h.sampler.GPUShares(); len(sh) > 0 {
+		h.T.Errorf("%d samples saw one GPU held by two live attempts; first: %s; last: %s", len(sh), sh[0], sh[len(sh)-1])
+	}
 	h.checkSpans()
 	if left := h.liveJobProcs(); len(left) > 0 {
 		h.T.Errorf("processes of finished jobs still alive: %v", left)
