@@ -52,7 +52,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request, _ httpro
 		req.GPUInfo = json.RawMessage(`{}`)
 	}
 	_, local := peerOf(r)
-	resp, err := s.register(r.Context(), wk, registration{req: req, local: local, ip: peerIP(r)})
+	resp, err := s.register(r.Context(), wk, registration{req: req, local: local, ip: peerIP(r), session: sessionOf(r)})
 	if err != nil {
 		return err
 	}

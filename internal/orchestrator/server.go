@@ -167,6 +167,9 @@ type Server struct {
 	failures failureAudit
 	// telemetry holds each worker's latest GPU numbers from its heartbeats.
 	telemetry *telemetryMap
+	// sessionRefusals spaces out the log line and audit record of a second
+	// workerd refused for using a live worker's token.
+	sessionRefusals refusalLog
 }
 
 // SetAdminSocketPath tells the server where its admin socket lives.

@@ -24,14 +24,21 @@ func workerActor(wk store.Worker) string { return "worker:" + wk.ID }
 // registration is what a worker reported when it (re)registered.
 type registration struct {
 	req   protocol.RegisterRequest
-	local bool // attached through the admin socket
-	ip    string
+	local   bool // attached through the admin socket
+	ip      string
+	session string // the workerd installation's id; "" when it sends none
 }
 
 // register records what the worker reports and reconciles the attempts it
 // says it runs with what the store says it should run.
 func (s *Server) register(ctx context.Context, wk store.Worker, reg registration) (protocol.RegisterResponse, error) {
 	req := reg.req
+	timeout := s.options().HeartbeatTimeout
+	// Another live installation with this token: refuse before touching its
+	// stream or its attempts.
+	if sessionHeld(wk, reg.session, time.Now(), timeout) {
+		return protocol.RegisterResponse{}, s.refuseSession(ctx, wk, reg.session, reg.ip, "/api/workers/register")
+	}
 	// A new registration means any old stream is dead: close it first so the
 	// scheduler cannot hand it a job while we reconcile.
 	s.closeWorkerStream(wk.ID, "worker registered again")
@@ -46,7 +53,16 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 		return protocol.RegisterResponse{}, err
 	}
 	now := time.Now().UTC()
+	var tookOverFrom string
 	updated, err := s.store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
+		if sessionHeld(*cur, reg.session, now, timeout) {
+			return nil, errSessionHeld{*cur} // another installation registered meanwhile
+		}
+		tookOverFrom = ""
+		if cur.Session != "" && reg.session != "" && cur.Session != reg.session {
+			tookOverFrom = cur.Session
+		}
+		cur.Session = reg.session
 		changes := reportedChanges(*cur, req)
 		cur.Name = req.Name
 		cur.GPUInfo = req.GPUInfo
@@ -72,11 +88,24 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 		for k, v := range changes {
 			details[k] = v
 		}
+		if reg.session != "" {
+			details["session"] = shortSession(reg.session)
+		}
+		if tookOverFrom != "" {
+			details["session_taken_over_from"] = shortSession(tookOverFrom)
+		}
 		rec := audit.New(workerActor(wk), reg.ip, "worker.register", "worker", wk.ID, audit.Success, details)
 		return &rec, nil
 	})
+	if held, ok := errors.AsType[errSessionHeld](err); ok {
+		return protocol.RegisterResponse{}, s.refuseSession(ctx, held.wk, reg.session, reg.ip, "/api/workers/register")
+	}
 	if err != nil {
 		return protocol.RegisterResponse{}, err
+	}
+	if tookOverFrom != "" {
+		s.log.Warn("another workerd installation took over this worker: the previous one had gone offline",
+			"worker_id", wk.ID, "name", updated.Name, "session", shortSession(reg.session), "previous_session", shortSession(tookOverFrom), "ip", reg.ip)
 	}
 	s.log.Info("worker registered", "worker_id", wk.ID, "name", updated.Name, "protocol", updated.Protocol,
 		"resumed", len(resume), "abandoned", len(abandon))

@@ -343,6 +343,11 @@ func NewShutdownEvent(reason string) ShutdownEvent {
 	return ShutdownEvent{Type: EventShutdown, Reason: reason, Data: map[string]string{"reason": reason}}
 }
 
+// HeaderWorkerSession carries, on every request of a workerd, the id of its
+// installation (kept in its state directory, so it survives restarts). The
+// orchestrator lets one installation at a time use a worker's token.
+const HeaderWorkerSession = "X-Worker-Session"
+
 // ErrorBody is the JSON body of every error response.
 type ErrorBody struct {
 	Detail string `json:"detail"`
@@ -361,12 +366,15 @@ const (
 	CodeNotFound       = "not_found"
 	CodeConflict       = "conflict"
 	CodeStaleAttempt   = "stale_attempt"
-	CodeInvalidToken   = "invalid_token"
-	CodeUnauthorized   = "unauthorized"
-	CodeForbidden      = "forbidden"
-	CodeRateLimited    = "rate_limited"
-	CodeUnavailable    = "unavailable"
-	CodeInternal       = "internal"
+	// CodeSessionActive refuses a workerd whose token another workerd
+	// installation, still alive, is using (see HeaderWorkerSession).
+	CodeSessionActive = "session_active"
+	CodeInvalidToken  = "invalid_token"
+	CodeUnauthorized  = "unauthorized"
+	CodeForbidden     = "forbidden"
+	CodeRateLimited   = "rate_limited"
+	CodeUnavailable   = "unavailable"
+	CodeInternal      = "internal"
 )
 
 var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)

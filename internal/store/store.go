@@ -59,8 +59,11 @@ type Worker struct {
 	LastHeartbeat  *time.Time
 	ConnectedAt    *time.Time // when the current stream opened
 	StreamInstance string     // orchestrator instance holding the stream; "" when none
-	CreatedAt      time.Time
-	CreatedBy      string
+	// Session names the workerd installation (an id kept in its state
+	// directory) that registered last; "" until one that sends it registers.
+	Session   string
+	CreatedAt time.Time
+	CreatedBy string
 	// TokenHash is filled on read (hex SHA-256); UpdateWorker ignores changes to
 	// it: only CreateWorker and SetWorkerTokenHash write it.
 	TokenHash string

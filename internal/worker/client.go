@@ -30,6 +30,8 @@ type client struct {
 	token   string
 	http    *http.Client // no overall timeout: each call sets its own, the stream none
 	hasCert bool         // a client certificate is configured
+	// session is the installation id sent with every request (set by Start).
+	session atomic.Pointer[string]
 }
 
 // base is the URL requests go to now.
@@ -262,6 +264,13 @@ var ErrAuthRejected = errors.New("the orchestrator rejected the worker token (40
 
 func isAuthError(err error) bool { return statusOf(err) == http.StatusUnauthorized }
 
+// isSessionRefused reports the orchestrator's answer to a workerd whose token
+// another live workerd installation is using.
+func isSessionRefused(err error) bool {
+	var he *httpError
+	return errors.As(err, &he) && he.Status == http.StatusConflict && he.Body.Error == protocol.CodeSessionActive
+}
+
 // ErrNotAnOrchestrator is returned by Serve when the configured URL answers,
 // but not as an orchestrator would: retrying cannot help, the URL is wrong.
 var ErrNotAnOrchestrator = errors.New("the orchestrator URL does not point at simpletuner-orchestratord")
@@ -289,6 +298,9 @@ func (c *client) request(ctx context.Context, method, path string, body io.Reade
 		return nil, err
 	}
 	req.Header.Set("X-Worker-Token", c.token)
+	if sess := c.session.Load(); sess != nil {
+		req.Header.Set(protocol.HeaderWorkerSession, *sess)
+	}
 	req.Header.Set("User-Agent", "simpletuner-workerd")
 	return req, nil
 }

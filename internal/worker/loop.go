@@ -40,6 +40,9 @@ func (w *Worker) Serve(ctx context.Context) error {
 		close(w.loopDone)
 		cancel()
 		w.wg.Wait()
+		if w.stateLock != nil {
+			w.stateLock.Close() // the state directory is free for the next workerd
+		}
 	}()
 	s := &session{
 		retry: newBackoff(w.opt.Timers.ReconnectBase, w.opt.ReconnectMax),
@@ -114,6 +117,11 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 				w.log.Error("configuration error; not retrying", "url", w.opt.URL, "err", err)
 				w.stopAndWait(stopFence, "the connection to the orchestrator is misconfigured")
 				return true, err
+			}
+			if isSessionRefused(m.err) {
+				w.log.Error("another simpletuner-workerd is connected with this worker's token; this one takes no job and "+
+					"keeps asking, and takes over only once that one is offline. Give each machine a worker (and token) of its own",
+					"err", m.err)
 			}
 			w.failoverAfter(m)
 			w.reconnect(s, m.err)

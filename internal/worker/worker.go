@@ -232,6 +232,8 @@ type Worker struct {
 	// orchestrator never takes an attempt for lost while its outcome is on the
 	// way. Self-fenced attempts are left out: they must be reconciled as lost.
 	finishing map[string]statusRecord
+	// stateLock holds the state directory for this process (see lockStateDir).
+	stateLock *os.File
 }
 
 // New checks opt and builds a Worker; nothing is contacted yet.
@@ -303,6 +305,16 @@ func (w *Worker) Start(ctx context.Context) error {
 			return fmt.Errorf("state directory: %w", err)
 		}
 	}
+	lock, err := lockStateDir(w.opt.StateDir)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrMisconfigured, err)
+	}
+	w.stateLock = lock
+	id, err := installationID(w.opt.StateDir)
+	if err != nil {
+		return err
+	}
+	w.c.session.Store(&id)
 	if err := w.iso.CheckReachable(w.opt.WorkDir); err != nil {
 		return fmt.Errorf("%w: job.work_dir: %w", ErrMisconfigured, err)
 	}
