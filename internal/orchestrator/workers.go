@@ -23,7 +23,7 @@ func workerActor(wk store.Worker) string { return "worker:" + wk.ID }
 
 // registration is what a worker reported when it (re)registered.
 type registration struct {
-	req   protocol.RegisterRequest
+	req     protocol.RegisterRequest
 	local   bool // attached through the admin socket
 	ip      string
 	session string // the workerd installation's id; "" when it sends none
