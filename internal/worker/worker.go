@@ -234,6 +234,7 @@ type Worker struct {
 	finishing map[string]statusRecord
 	// stateLock holds the state directory for this process (see lockStateDir).
 	stateLock *os.File
+	crash     *crashHook // the fault suite's crash hook; nil in production
 }
 
 // New checks opt and builds a Worker; nothing is contacted yet.
@@ -280,6 +281,7 @@ func New(opt Options) (*Worker, error) {
 		jobSettings: JobSettings{Command: opt.Command, Env: opt.JobEnv, CancelGrace: opt.CancelGrace,
 			OwnCancelGrace: opt.OwnCancelGrace, LogLimitBytes: opt.LogLimitBytes},
 		persistent: opt.Persistent,
+		crash:      crashHookFromEnv(),
 	}, nil
 }
 

@@ -325,6 +325,7 @@ func (h *History) Check(exp Expect) Summary {
 		case "job.transition":
 			var d struct {
 				From, To, Outcome string
+				RetrySpent        bool `json:"retry_spent"`
 			}
 			_ = json.Unmarshal(r.Details, &d)
 			if terminal(d.From) {
@@ -336,7 +337,7 @@ func (h *History) Check(exp Expect) Summary {
 			if d.To == "queued" && d.From != "queued" {
 				requeues[r.TargetID]++
 				sum.Requeues++
-				if d.Outcome == "withdrawn" {
+				if d.Outcome == "withdrawn" && !d.RetrySpent {
 					sum.Withdrawn++
 				} else {
 					spent[r.TargetID]++
