@@ -307,13 +307,25 @@ func (s *Server) heartbeat(ctx context.Context, wk store.Worker, req protocol.He
 	s.metrics.Heartbeats.Add(1)
 	now := time.Now().UTC()
 	s.telemetry.set(wk.ID, req.GPUs, now)
+	var drainedByWorker bool
 	updated, err := s.store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
 		cur.LastHeartbeat = &now
 		cur.Status = lifecycle.Alive(cur.Status, cur.Load())
+		// A worker draining on its own (a stop signal) says so: no job is
+		// dispatched to it any more. Only an admin's resume undoes a drain.
+		if drainedByWorker = req.Status == string(protocol.WorkerDraining) && cur.Status != protocol.WorkerDraining; drainedByWorker {
+			cur.Status = protocol.WorkerDraining
+			rec := audit.New(workerActor(wk), "", "worker.drain", "worker", wk.ID, audit.Success,
+				map[string]string{"name": cur.Name, "by": "the worker itself (a stop signal)"})
+			return &rec, nil
+		}
 		return nil, nil
 	})
 	if err != nil {
 		return protocol.HeartbeatResponse{}, err
+	}
+	if drainedByWorker {
+		s.log.Info("the worker drains on its own: no new job goes to it", "worker_id", wk.ID, "name", updated.Name)
 	}
 	resp := protocol.HeartbeatResponse{Success: true, Drain: updated.Status == protocol.WorkerDraining}
 	resp.Cancel, err = s.heartbeatVerdict(ctx, updated, req)

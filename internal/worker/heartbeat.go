@@ -32,6 +32,8 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-w.hbNow:
+			t.Stop()
 		}
 		err := w.heartbeat(ctx)
 		switch {
@@ -76,6 +78,11 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 		req.Status = string(protocol.WorkerBusy)
 		id := r[0].jobID
 		req.CurrentJobID = &id
+	}
+	if w.localDrain {
+		// The orchestrator then stops dispatching here at once, instead of
+		// handing the worker jobs it would only ignore until it leaves.
+		req.Status = string(protocol.WorkerDraining)
 	}
 	// One snapshot under the lock: an attempt moves from running to finishing
 	// (and finishing ends only after its report was acknowledged) while the lock

@@ -250,6 +250,37 @@ func TestDrainFinishesJobThenExits(t *testing.T) {
 	}
 }
 
+// A drain that outlasts worker.drain_timeout stops the running job with its
+// grace (reported cancelled, which the orchestrator takes for a loss and
+// requeues), disconnects and exits: the service manager's stop timeout would
+// otherwise kill it with no grace at all.
+func TestDrainTimeoutStopsTheJob(t *testing.T) {
+	t.Parallel()
+	f, r := setup(t, func(o *Options) { o.DrainTimeout = 400 * time.Millisecond })
+	f.connected(1)
+	f.submit(protocol.JobSubmitEvent{JobID: "j_drainlong001", Config: json.RawMessage(`{"steps":600,"step_seconds":0.05}`)})
+	f.started("j_drainlong001")
+	drained := time.Now()
+	r.w.Drain()
+	if err := r.wait(t, 10*time.Second); err != nil {
+		t.Fatalf("Serve = %v", err)
+	}
+	if took := time.Since(drained); took < 400*time.Millisecond {
+		t.Errorf("exited %s after the drain began, before drain_timeout", took)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.hasReportLocked("j_drainlong001", "cancelled") {
+		t.Errorf("the job stopped at the drain timeout was not reported: %+v", f.reportsLocked("j_drainlong001"))
+	}
+	if f.disconnects != 1 {
+		t.Errorf("disconnects %d", f.disconnects)
+	}
+	if !strings.Contains(r.logs.String(), "drain_timeout") {
+		t.Errorf("the drain timeout was not logged")
+	}
+}
+
 func TestDrainWhenIdleExits(t *testing.T) {
 	t.Parallel()
 	f, r := setup(t, nil)

@@ -9,6 +9,7 @@ import (
 // Messages to the loop that are not tied to the connection.
 type (
 	drainRequested struct{}
+	drainExpired   struct{} // worker.drain_timeout passed since the first Drain
 	jobEnded       struct{ a *attempt }
 	jobTimedOut    struct{ a *attempt }
 )
@@ -164,6 +165,13 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 		return true, w.authFailed(m.err)
 	case drainRequested:
 		return w.checkIdleDrain(true)
+	case drainExpired:
+		if len(w.running()) == 0 {
+			return false, nil // the drain ends by itself once the reports are in
+		}
+		w.log.Warn("the drain did not finish within worker.drain_timeout; stopping the running jobs with their grace",
+			"drain_timeout", w.opt.DrainTimeout.String(), "jobs", len(w.running()))
+		return true, w.shutdown("the drain did not finish within worker.drain_timeout (" + w.opt.DrainTimeout.String() + ")")
 	case jobEnded:
 		w.endAttempt(ctx, m.a)
 	case jobTimedOut:

@@ -68,6 +68,9 @@ type Options struct {
 	// fenceLimit), so the job is stopped here before the orchestrator gives it
 	// to another worker. 0 leaves the orchestrator's timeout alone to decide.
 	SelfFenceAfter time.Duration
+	// DrainTimeout bounds a drain started by Drain (a stop signal): jobs
+	// still running then are stopped with their grace. 0: no bound.
+	DrainTimeout time.Duration
 	ReconnectMax   time.Duration // back-off cap
 
 	GPU    gpu.Source   // nil → gpu.None()
@@ -135,6 +138,7 @@ func OptionsFrom(cfg *config.Worker) Options {
 		JobEnv:             cfg.Job.Env,
 		LogLimitBytes:      cfg.Job.LogLimitBytes,
 		SelfFenceAfter:     cfg.Worker.SelfFenceAfter.Duration,
+		DrainTimeout:       cfg.Worker.DrainTimeout.Duration,
 		ReconnectMax:       cfg.Worker.ReconnectMax.Duration,
 	}
 }
@@ -235,6 +239,8 @@ type Worker struct {
 	// stateLock holds the state directory for this process (see lockStateDir).
 	stateLock *os.File
 	crash     *crashHook // the fault suite's crash hook; nil in production
+	// hbNow asks the heartbeat goroutine for a heartbeat now (a drain began).
+	hbNow chan struct{}
 }
 
 // New checks opt and builds a Worker; nothing is contacted yet.
@@ -282,6 +288,7 @@ func New(opt Options) (*Worker, error) {
 			OwnCancelGrace: opt.OwnCancelGrace, LogLimitBytes: opt.LogLimitBytes},
 		persistent: opt.Persistent,
 		crash:      crashHookFromEnv(),
+		hbNow:      make(chan struct{}, 1),
 	}, nil
 }
 
@@ -401,8 +408,16 @@ func (w *Worker) fenceLimit() time.Duration {
 // It does not block.
 func (w *Worker) Drain() {
 	w.mu.Lock()
+	first := !w.localDrain
 	w.localDrain = true
 	w.mu.Unlock()
+	if first && w.opt.DrainTimeout > 0 {
+		time.AfterFunc(w.opt.DrainTimeout, func() { w.post(drainExpired{}) })
+	}
+	select { // tell the orchestrator now (the heartbeat says draining)
+	case w.hbNow <- struct{}{}:
+	default:
+	}
 	select {
 	case w.msgs <- drainRequested{}:
 	default: // the loop is busy or gone; it checks localDrain whenever a job ends

@@ -107,6 +107,7 @@ func restartKeys(running, next *config.Worker) []string {
 		{"worker.state_dir", running.Worker.StateDir, next.Worker.StateDir},
 		{"worker.self_fence_after", running.Worker.SelfFenceAfter, next.Worker.SelfFenceAfter},
 		{"worker.reconnect_max", running.Worker.ReconnectMax, next.Worker.ReconnectMax},
+		{"worker.drain_timeout", running.Worker.DrainTimeout, next.Worker.DrainTimeout},
 		{"worker.max_jobs", running.Worker.MaxJobs, next.Worker.MaxJobs},
 		{"job.work_dir", running.Job.WorkDir, next.Job.WorkDir},
 		{"job.isolation", running.Job.Isolation, next.Job.Isolation},

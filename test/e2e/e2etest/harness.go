@@ -474,6 +474,8 @@ type WorkerSpec struct {
 	// ("Test GPU", 80 GB, UUID GPU-<name>-<i>); 0 is a worker without GPUs.
 	StaticGPUs int
 	MaxJobs    int // [worker] max_jobs; 0 leaves it out
+	// WorkerTOML holds extra lines for [worker] (drain_timeout…).
+	WorkerTOML string
 }
 
 // DemoTrainer is the path of the built demo trainer.
@@ -530,6 +532,7 @@ func (o *Orch) StartWorkerFor(id, token string, s WorkerSpec) *Wrk {
 	if s.MaxJobs > 0 {
 		persistent += fmt.Sprintf("max_jobs = %d\n", s.MaxJobs)
 	}
+	persistent += s.WorkerTOML
 	w.Conf = filepath.Join(w.Dir, "w.toml")
 	os.WriteFile(w.Conf, []byte(fmt.Sprintf(`[orchestrator]
 url = %q
