@@ -71,7 +71,7 @@ type Options struct {
 	// DrainTimeout bounds a drain started by Drain (a stop signal): jobs
 	// still running then are stopped with their grace. 0: no bound.
 	DrainTimeout time.Duration
-	ReconnectMax   time.Duration // back-off cap
+	ReconnectMax time.Duration // back-off cap
 
 	GPU    gpu.Source   // nil → gpu.None()
 	Logger *slog.Logger // nil → slog.Default()
