@@ -21,7 +21,6 @@ func Changes(old, next any) []Change {
 	return out
 }
 
-
 func diffValues(prefix string, a, b reflect.Value, out *[]Change) {
 	t := a.Type()
 	for i := range t.NumField() {
