@@ -170,6 +170,8 @@ type Server struct {
 	// sessionRefusals spaces out the log line and audit record of a second
 	// workerd refused for using a live worker's token.
 	sessionRefusals refusalLog
+	// freezeFile is the fault suite's freeze hook (see freezehook.go); "" in production.
+	freezeFile string
 }
 
 // SetAdminSocketPath tells the server where its admin socket lives.
@@ -178,15 +180,16 @@ func (s *Server) SetAdminSocketPath(p string) { s.adminSocketPath = p }
 // New builds a Server on an open store.
 func New(st store.Store, opt Options, log *slog.Logger) *Server {
 	s := &Server{
-		store:     st,
-		log:       log,
-		metrics:   NewMetrics(),
-		started:   time.Now(),
-		wake:      make(chan struct{}, 1),
-		limiter:   auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now),
-		logFeed:   newLogFeed(),
-		stopped:   make(chan struct{}),
-		telemetry: newTelemetryMap(),
+		freezeFile: os.Getenv(freezeHookEnv),
+		store:      st,
+		log:        log,
+		metrics:    NewMetrics(),
+		started:    time.Now(),
+		wake:       make(chan struct{}, 1),
+		limiter:    auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now),
+		logFeed:    newLogFeed(),
+		stopped:    make(chan struct{}),
+		telemetry:  newTelemetryMap(),
 	}
 	opt = opt.withDefaults()
 	s.opt.Store(&opt)

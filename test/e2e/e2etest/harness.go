@@ -165,6 +165,7 @@ type OrchOptions struct {
 	MaxBodyBytes      int64 // 0 → built-in default
 	Metrics           bool  // serve /metrics on a free port (Orch.MetricsURL)
 	LogLevel          string
+	Env               []string // extra environment of the orchestrator process
 	// TLS serves the API over HTTPS; with ClientCAFile, client certificates
 	// are required (the harness then presents HarnessCert).
 	TLS *TLSOptions
@@ -317,7 +318,7 @@ func (o *Orch) Restart() {
 
 // StartProcess starts the orchestrator process without waiting for it.
 func (o *Orch) StartProcess() {
-	o.P = Start(o.T, "simpletuner-orchestratord", "--config", o.Conf)
+	o.P = StartEnv(o.T, o.Opt.Env, "simpletuner-orchestratord", "--config", o.Conf)
 }
 
 // WaitReady waits for /readyz to answer 200.
