@@ -167,6 +167,8 @@ type Server struct {
 	failures failureAudit
 	// telemetry holds each worker's latest GPU numbers from its heartbeats.
 	telemetry *telemetryMap
+	// clocks holds each worker's clock skew, from its heartbeats.
+	clocks *clockSkews
 	// sessionRefusals spaces out the log line and audit record of a second
 	// workerd refused for using a live worker's token.
 	sessionRefusals refusalLog
@@ -190,6 +192,7 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 		logFeed:    newLogFeed(),
 		stopped:    make(chan struct{}),
 		telemetry:  newTelemetryMap(),
+		clocks:     newClockSkews(),
 	}
 	opt = opt.withDefaults()
 	s.opt.Store(&opt)

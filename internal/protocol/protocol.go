@@ -240,6 +240,9 @@ type HeartbeatRequest struct {
 	// ext
 	GPUs    []GPUTelemetry   `json:"gpus,omitempty"`
 	Running []RunningAttempt `json:"running,omitempty"`
+	// SentAt is the worker's wall clock when it sent the heartbeat (RFC 3339).
+	// The orchestrator only reports the difference to its own clock.
+	SentAt string `json:"sent_at,omitempty"`
 }
 
 // HeartbeatResponse answers a heartbeat; Cancel and Drain repeat what the stream

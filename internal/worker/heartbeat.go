@@ -89,6 +89,7 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 	// is held, so no heartbeat can miss an attempt whose outcome is on the way.
 	req.Running = w.attemptsLocked()
 	w.mu.Unlock()
+	req.SentAt = w.wallClock().UTC().Format(time.RFC3339Nano)
 	if tel, err := w.opt.GPU.Telemetry(); err == nil {
 		req.GPUs = tel
 	}

@@ -241,6 +241,8 @@ type Worker struct {
 	crash     *crashHook // the fault suite's crash hook; nil in production
 	// hbNow asks the heartbeat goroutine for a heartbeat now (a drain began).
 	hbNow chan struct{}
+	// clockOffset shifts the wall clock workerd reports (a fault-suite hook).
+	clockOffset time.Duration
 }
 
 // New checks opt and builds a Worker; nothing is contacted yet.
@@ -286,9 +288,10 @@ func New(opt Options) (*Worker, error) {
 		fenceAfter: opt.SelfFenceAfter,
 		jobSettings: JobSettings{Command: opt.Command, Env: opt.JobEnv, CancelGrace: opt.CancelGrace,
 			OwnCancelGrace: opt.OwnCancelGrace, LogLimitBytes: opt.LogLimitBytes},
-		persistent: opt.Persistent,
-		crash:      crashHookFromEnv(),
-		hbNow:      make(chan struct{}, 1),
+		persistent:  opt.Persistent,
+		crash:       crashHookFromEnv(),
+		hbNow:       make(chan struct{}, 1),
+		clockOffset: clockOffsetFromEnv(),
 	}, nil
 }
 
