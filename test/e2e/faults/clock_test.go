@@ -14,6 +14,7 @@ import (
 // offline, tokens never refused, nothing requeued; the worker list shows each
 // one's skew.
 func TestWorkerClockSkew(t *testing.T) {
+	fullOnly(t)
 	o := StartOrchestratorWith(t, OrchOptions{Metrics: true})
 	h := NewHistory(t, o)
 	offsets := map[string]time.Duration{}

@@ -88,6 +88,7 @@ func TestAsymmetricStreamPartition(t *testing.T) {
 // host comes back with the old attempt still there, that attempt is killed
 // and its late report is refused as stale; the completed job stays completed.
 func TestWorkerHostVanishes(t *testing.T) {
+	fullOnly(t)
 	const timeout, tick = 1500 * time.Millisecond, 200 * time.Millisecond
 	// A short start-up grace: the fault comes soon after the start, and the
 	// grace would hold the verdict back.

@@ -21,6 +21,7 @@ import (
 // with one invalid value (the whole file refused with file:line, the running
 // configuration kept). No job is affected: nothing requeued, no worker offline.
 func TestReloadUnderLoad(t *testing.T) {
+	fullOnly(t)
 	o := StartOrchestratorWith(t, OrchOptions{Metrics: true, LogLevel: "info"})
 	h := NewHistory(t, o)
 	// The jobs go to the pool; the probes below (registered, never running
