@@ -46,8 +46,7 @@ type traceJob struct {
 }
 
 // jobRecord is what happened to one job, in seconds since the trace started:
-// when it was submitted, when its GPUs were given to it, when they were
-// freed.
+// when it was submitted, and when the job's own process began and ended.
 type jobRecord struct {
 	ID     int     `json:"id"`
 	GPUs   int     `json:"gpus"`
@@ -97,7 +96,6 @@ type gpuResult struct {
 	makespan     float64 // first submit → last end
 	idealSpan    float64 // max(total GPU-seconds ÷ fleet, latest submit + its duration)
 	workGPUs     float64 // GPU-seconds of work in the trace
-	heldGPUs     float64 // GPU-seconds the jobs held their GPUs
 	utilPending  float64 // GPUs held ÷ GPUs there while some job waited
 	utilOverall  float64 // work ÷ (fleet × makespan)
 	waitMean     map[int]float64
@@ -138,7 +136,6 @@ func judge(name string, trace []traceJob, recs []jobRecord, fleetGPUs int) (gpuR
 			return res, fmt.Errorf("job %d: submit %.3f, start %.3f, end %.3f out of order", r.ID, r.Submit, r.Start, r.End)
 		}
 		first, last = min(first, r.Submit), max(last, r.End)
-		res.heldGPUs += float64(r.GPUs) * (r.End - r.Start)
 		w := r.Start - r.Submit
 		waits[r.GPUs] = append(waits[r.GPUs], w)
 		if r.GPUs == 8 {
@@ -209,12 +206,16 @@ func runGPUs(gf gpuFlags, orchBin, tmp string) (gpuResult, error) {
 	c := newClient(o)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	stamps, sock, err := listenStamps(ctx, filepath.Join(dir, "stamp.sock"))
+	if err != nil {
+		return gpuResult{}, err
+	}
 	ws, err := c.createWorkers(ctx, 0, gf.workers, 4)
 	if err != nil {
 		return gpuResult{}, err
 	}
 	for i, w := range ws {
-		p, err := startGPUWorkerd(workerdBin, filepath.Join(dir, fmt.Sprintf("w%02d", i)), o.url, w, gf.perHost, stampBin)
+		p, err := startGPUWorkerd(workerdBin, filepath.Join(dir, fmt.Sprintf("w%02d", i)), o.url, w, gf.perHost, stampBin, sock)
 		if err != nil {
 			return gpuResult{}, err
 		}
@@ -228,8 +229,10 @@ func runGPUs(gf gpuFlags, orchBin, tmp string) (gpuResult, error) {
 
 	start := time.Now()
 	ids := make([]string, len(trace))
+	submitted := make([]time.Time, len(trace))
 	for i, j := range trace {
 		time.Sleep(time.Until(start.Add(time.Duration(j.At * float64(time.Second)))))
+		submitted[i] = time.Now()
 		var out struct {
 			JobID string `json:"job_id"`
 		}
@@ -242,9 +245,21 @@ func runGPUs(gf gpuFlags, orchBin, tmp string) (gpuResult, error) {
 	if err := c.waitCompleted(ctx, len(trace)); err != nil {
 		return res, err
 	}
-	recs, err := c.gpuRecords(ctx, trace, ids)
-	if err != nil {
+	if err := c.checkGPUs(ctx, trace, ids); err != nil {
 		return res, err
+	}
+	var recs []jobRecord
+	for i, id := range ids {
+		began, err := stamps.wait(id, time.Second)
+		if err != nil {
+			return res, err
+		}
+		ended, err := stamps.wait(id+":end", time.Second)
+		if err != nil {
+			return res, err
+		}
+		recs = append(recs, jobRecord{ID: trace[i].ID, GPUs: trace[i].GPUs, Submit: submitted[i].Sub(start).Seconds(),
+			Start: began.Sub(start).Seconds(), End: ended.Sub(start).Seconds()})
 	}
 	load := res.load
 	res, err = judge("simpletuner-orchestratord", trace, recs, fleet)
@@ -252,39 +267,29 @@ func runGPUs(gf gpuFlags, orchBin, tmp string) (gpuResult, error) {
 	return res, err
 }
 
-// gpuRecords reads each job's times from the API, relative to the first
-// submit.
-func (c *client) gpuRecords(ctx context.Context, trace []traceJob, ids []string) ([]jobRecord, error) {
-	var recs []jobRecord
-	var origin time.Time
+// checkGPUs checks that every job ran once, on as many GPUs as it asked
+// for.
+func (c *client) checkGPUs(ctx context.Context, trace []traceJob, ids []string) error {
 	for i, id := range ids {
 		var j struct {
-			QueuedAt time.Time `json:"queued_at"`
 			Attempts []struct {
-				DispatchedAt time.Time `json:"dispatched_at"`
-				EndedAt      time.Time `json:"ended_at"`
-				GPUs         []int     `json:"gpus"`
+				GPUs []int `json:"gpus"`
 			} `json:"attempts"`
 		}
 		if err := c.call(ctx, "GET", "/api/queue/"+id, c.adminHdr(), nil, &j, 200); err != nil {
-			return nil, err
+			return err
 		}
 		if len(j.Attempts) != 1 || len(j.Attempts[0].GPUs) != trace[i].GPUs {
-			return nil, fmt.Errorf("job %s (trace %d): %d attempts, want 1 holding %d GPUs", id, i, len(j.Attempts), trace[i].GPUs)
+			return fmt.Errorf("job %s (trace %d): %d attempts, want 1 holding %d GPUs", id, i, len(j.Attempts), trace[i].GPUs)
 		}
-		if i == 0 {
-			origin = j.QueuedAt
-		}
-		a := j.Attempts[0]
-		recs = append(recs, jobRecord{ID: trace[i].ID, GPUs: trace[i].GPUs, Submit: j.QueuedAt.Sub(origin).Seconds(),
-			Start: a.DispatchedAt.Sub(origin).Seconds(), End: a.EndedAt.Sub(origin).Seconds()})
 	}
-	return recs, nil
+	return nil
 }
 
 // startGPUWorkerd starts a workerd whose static backend describes gpus GPUs
-// and whose job holds them for the trace's seconds.
-func startGPUWorkerd(bin, dir, url string, w *worker, gpus int, stampBin string) (*exec.Cmd, error) {
+// and whose job holds them for the trace's seconds, stamping its start and
+// end on sock.
+func startGPUWorkerd(bin, dir, url string, w *worker, gpus int, stampBin, sock string) (*exec.Cmd, error) {
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return nil, err
 	}
@@ -308,12 +313,13 @@ persistent = true
 state_dir = %q
 [job]
 command = [%q]
+env = { BENCH_STAMP_SOCKET = %q }
 %s[gpu]
 backend = "static"
 %s[log]
 level = "warn"
 format = "text"
-`, url, filepath.Join(dir, "token"), w.id, filepath.Join(dir, "state"), stampBin, user, devices.String())
+`, url, filepath.Join(dir, "token"), w.id, filepath.Join(dir, "state"), stampBin, sock, user, devices.String())
 	path := filepath.Join(dir, "workerd.toml")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		return nil, err

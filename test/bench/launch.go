@@ -30,6 +30,7 @@ type launchFlags struct {
 	samples    int
 	submitters int
 	workerdBin string // a prebuilt workerd (an older version, to compare); "" builds this tree's
+	inProcess  bool   // the orchestrator runs inside the bench (for -cpuprofile)
 }
 
 type launchResult struct {
@@ -102,7 +103,7 @@ func launchMode(lf launchFlags, mode, orchBin, workerdBin, stampBin, tmp string)
 	if err := os.Chmod(dir, 0o711); err != nil {
 		return r, err
 	}
-	o, err := startOrch(orchBin, dir, "", false)
+	o, err := startOrch(orchBin, dir, "", lf.inProcess)
 	if err != nil {
 		return r, err
 	}
@@ -155,7 +156,7 @@ func launchMode(lf launchFlags, mode, orchBin, workerdBin, stampBin, tmp string)
 
 	// Throughput: jobs submitted by concurrent clients, all through.
 	before := len(lat)
-	w0, o0 := cpuOf(pids), cpuOf([]int{o.cmd.Process.Pid})
+	w0, o0 := cpuOf(pids), cpuOf([]int{o.pid()})
 	start := time.Now()
 	var next atomic.Int64
 	errc := make(chan error, lf.submitters)
@@ -170,7 +171,16 @@ func launchMode(lf launchFlags, mode, orchBin, workerdBin, stampBin, tmp string)
 		}()
 	}
 	done := make(chan error, 1)
-	go func() { done <- c.waitCompleted(ctx, before+lf.jobs) }()
+	go func() {
+		// The jobs' own stamps tell progress without asking the
+		// orchestrator being measured; its count is read only for the
+		// last reports.
+		if err := stamps.waitCount(before+lf.jobs, 5*time.Minute); err != nil {
+			done <- err
+			return
+		}
+		done <- c.waitCompleted(ctx, before+lf.jobs)
+	}()
 	select {
 	case err := <-errc:
 		return r, err
@@ -182,7 +192,7 @@ func launchMode(lf launchFlags, mode, orchBin, workerdBin, stampBin, tmp string)
 	r.elapsed = time.Since(start)
 	r.jobsPerS = float64(lf.jobs) / r.elapsed.Seconds()
 	r.workerdCPUJob = (cpuOf(pids) - w0) / time.Duration(lf.jobs)
-	r.orchCPUJob = (cpuOf([]int{o.cmd.Process.Pid}) - o0) / time.Duration(lf.jobs)
+	r.orchCPUJob = (cpuOf([]int{o.pid()}) - o0) / time.Duration(lf.jobs)
 	log.Printf("launch %s: %d jobs in %s: %.0f jobs/s; CPU per job: workerd %s, orchestrator %s",
 		mode, lf.jobs, r.elapsed.Round(time.Millisecond), r.jobsPerS, r.workerdCPUJob.Round(10*time.Microsecond), r.orchCPUJob.Round(10*time.Microsecond))
 	return r, nil
@@ -293,6 +303,24 @@ func (b *stampBox) wait(jobID string, timeout time.Duration) (time.Time, error) 
 		case <-b.ch:
 		case <-deadline:
 			return time.Time{}, fmt.Errorf("job %s never started (no stamp within %s)", jobID, timeout)
+		}
+	}
+}
+
+// waitCount waits until n jobs have stamped their first instruction.
+func (b *stampBox) waitCount(n int, timeout time.Duration) error {
+	deadline := time.After(timeout)
+	for {
+		b.mu.Lock()
+		got := len(b.at)
+		b.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-b.ch:
+		case <-deadline:
+			return fmt.Errorf("%d of %d jobs started within %s", got, n, timeout)
 		}
 	}
 }

@@ -99,6 +99,7 @@ func main() {
 	flag.IntVar(&f.dashSamples, "dash-samples", 30, "requests timed per dashboard page")
 	flag.DurationVar(&f.dashWindow, "dash-window", time.Minute, "how long the orchestrator's CPU is measured with and without an open dashboard")
 	flag.Parse()
+	f.launch.inProcess = f.inProcess
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
 	switch {
 	case f.gpus.traceOut != "":
