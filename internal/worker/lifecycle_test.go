@@ -64,6 +64,33 @@ func TestSilentStreamReconnects(t *testing.T) {
 	f.waitFor("a second stream after silence", 5*time.Second, func() bool { return f.streams >= 2 && len(f.registers) >= 2 })
 }
 
+// The silence limit follows the ping interval the orchestrator announced at
+// registration, not workerd's built-in guess: announced 0.5 s, a stream
+// quiet for 0.6 s is still healthy, one quiet for 3 × 0.5 s is dead.
+func TestSilenceLimitFollowsAnnouncedPing(t *testing.T) {
+	t.Parallel()
+	f := newFakeOrch(t)
+	f.regReply = func(req protocol.RegisterRequest) protocol.RegisterResponse {
+		return protocol.RegisterResponse{WorkerID: f.workerID, SSEURL: "/api/workers/stream?worker_id=" + f.workerID,
+			Protocol: 2, HeartbeatIntervalSeconds: 30, HeartbeatTimeoutSeconds: 120, PingIntervalSeconds: 0.5, Resume: req.Running}
+	}
+	startWorker(t, f, nil) // built-in ping interval 50 ms
+	f.connected(1)
+	f.silent.Store(true)
+	quiet := time.Now()
+	time.Sleep(600 * time.Millisecond) // 12 built-in intervals, 1.2 announced ones
+	f.mu.Lock()
+	streams := f.streams
+	f.mu.Unlock()
+	if streams != 1 {
+		t.Fatalf("the worker dropped a stream quiet for %s though the orchestrator announced 0.5 s pings", time.Since(quiet).Round(time.Millisecond))
+	}
+	f.waitFor("a new stream after 3 announced intervals of silence", 5*time.Second, func() bool { return f.streams >= 2 })
+	if took := time.Since(quiet); took < 1500*time.Millisecond {
+		t.Fatalf("reconnected %s after the silence began, before 3 announced intervals", took)
+	}
+}
+
 // A dropped stream is re-established; the job keeps running and is resumed.
 func TestReconnectResumesJob(t *testing.T) {
 	t.Parallel()
