@@ -139,6 +139,10 @@ func (t TLSConfig) Enabled() bool { return t.CertFile != "" && t.KeyFile != "" }
 type DatabaseConfig struct {
 	URL     Secret `toml:"url"`
 	URLFile string `toml:"url_file"`
+	// Timeout bounds how long PostgreSQL may leave a request unanswered
+	// before its connection is taken for dead (a path that went silent
+	// without closing); 0 waits forever.
+	Timeout Duration `toml:"timeout"`
 }
 
 // PathsConfig is [paths].
@@ -265,6 +269,11 @@ type WorkerConfig struct {
 	StateDir       string            `toml:"state_dir"`
 	SelfFenceAfter Duration          `toml:"self_fence_after"`
 	ReconnectMax   Duration          `toml:"reconnect_max"`
+	// DrainTimeout bounds the drain a stop signal starts: running jobs left
+	// after it are stopped with their cancel grace and requeued, so that the
+	// worker leaves cleanly before the service manager's own stop timeout
+	// kills everything.
+	DrainTimeout Duration `toml:"drain_timeout"`
 	// MaxJobs is how many jobs run at once, each on GPUs of its own; 0 (not
 	// set) means one per GPU, or 1 on a machine without GPUs.
 	MaxJobs int `toml:"max_jobs"`
@@ -360,7 +369,8 @@ func DefaultOrchestrator() *Orchestrator {
 			StreamWriteTimeout: D(30 * time.Second),
 			MaxLogFollowers:    8,
 		},
-		Paths: PathsConfig{StateDir: "/var/lib/simpletuner", ConfigsDir: "/etc/simpletuner/configs"},
+		Database: DatabaseConfig{Timeout: D(30 * time.Second)},
+		Paths:    PathsConfig{StateDir: "/var/lib/simpletuner", ConfigsDir: "/etc/simpletuner/configs"},
 		Workers: WorkersConfig{
 			HeartbeatInterval:     D(DefaultHeartbeatInterval),
 			HeartbeatTimeout:      D(DefaultHeartbeatTimeout),
@@ -394,6 +404,10 @@ func DefaultOrchestrator() *Orchestrator {
 	}
 }
 
+// DefaultDrainTimeout fits the packaged unit: 60 s of drain, the default
+// 30 s cancel grace and the final reports stay within TimeoutStopSec=120s.
+const DefaultDrainTimeout = 60 * time.Second
+
 // DefaultWorker returns the built-in defaults; note persistent is false here
 // while the packaged workerd.toml sets it to true.
 func DefaultWorker() *Worker {
@@ -403,6 +417,7 @@ func DefaultWorker() *Worker {
 			StateDir:       "/var/lib/simpletuner-worker",
 			SelfFenceAfter: D(90 * time.Second),
 			ReconnectMax:   D(60 * time.Second),
+			DrainTimeout:   D(DefaultDrainTimeout),
 		},
 		Job: JobConfig{
 			Command:       []string{"python3", "-m", "simpletuner.train"},

@@ -159,8 +159,17 @@ func validS3Bucket(b string) bool {
 func (c *Worker) validate(l *loader) {
 	l.positiveDurations()
 	if u := c.Orchestrator.URL; u != "" {
-		if msg := checkOrchestratorURL(u); msg != "" {
-			l.errf("orchestrator.url", "%q: %s", u, msg)
+		urls := OrchestratorURLs(u)
+		for _, one := range urls {
+			if msg := checkOrchestratorURL(one); one != "" && msg != "" {
+				l.errf("orchestrator.url", "%q: %s", one, msg)
+			}
+		}
+		if len(urls) > 1 && slices.ContainsFunc(urls, func(s string) bool { return strings.HasPrefix(s, "unix:") }) {
+			l.errf("orchestrator.url", "a unix:// socket cannot be one of several URLs: it names this machine's only orchestrator")
+		}
+		if slices.Contains(urls, "") {
+			l.errf("orchestrator.url", "%q has an empty entry; separate URLs with single commas", u)
 		}
 	}
 	l.readable("orchestrator.ca_file", c.Orchestrator.CAFile)
@@ -259,8 +268,11 @@ func (l *loader) clientCertificate(o ConnectionConfig) {
 	if _, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile); err != nil {
 		l.errf("orchestrator.cert_file", "%s and key_file %s are not a usable PEM certificate and key: %v", o.CertFile, o.KeyFile, err)
 	}
-	if u, err := url.Parse(o.URL); o.URL != "" && err == nil && u.Scheme != "https" {
-		l.errf("orchestrator.cert_file", "a client certificate is only sent over TLS; orchestrator.url must start with https://, not %s://", u.Scheme)
+	for _, one := range OrchestratorURLs(o.URL) {
+		if u, err := url.Parse(one); one != "" && err == nil && u.Scheme != "https" {
+			l.errf("orchestrator.cert_file", "a client certificate is only sent over TLS; orchestrator.url must start with https://, not %s://", u.Scheme)
+			break
+		}
 	}
 }
 
@@ -340,6 +352,20 @@ func checkDatabaseURL(u string) string {
 		}
 	}
 	return "want \"\" (SQLite in state_dir), postgres://, postgresql:// or sqlite:///path"
+}
+
+// OrchestratorURLs splits orchestrator.url into the URLs it lists, in
+// order: one URL, or several separated by commas (replicas a worker tries in
+// turn). Blanks around each are dropped; an empty entry stays "".
+func OrchestratorURLs(s string) []string {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		parts[i] = strings.TrimSpace(p)
+	}
+	return parts
 }
 
 func checkOrchestratorURL(s string) string {

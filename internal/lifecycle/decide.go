@@ -70,18 +70,44 @@ func OnReport(j Job, report, errMsg string, hasProgress bool) (s Step, ok bool) 
 	return Step{}, false
 }
 
+// FreeRequeues is how many attempts of a job may end without spending a
+// retry (withdrawn before they started, or evicted) before a further loss of
+// an unacknowledged attempt counts as a retry. A job whose dispatch itself
+// kills its workers (a poison job) dies before it is ever acknowledged; with
+// every such loss free it would be handed from worker to worker forever.
+const FreeRequeues = 3
+
+// freeRequeues counts the job's earlier attempts that ended without spending
+// a retry.
+func (j Job) freeRequeues() int { return max(j.Attempt-1-j.RetriesUsed, 0) }
+
+// withdrawal takes back an attempt that was never acknowledged, at no cost.
+func withdrawal(j Job, why string) Step {
+	return Step{To: protocol.JobQueued, By: Loss, EndAttempt: protocol.OutcomeWithdrawn,
+		Error: text("attempt %d withdrawn before it started: %s", j.Attempt, why)}
+}
+
 // OnLoss ends the current attempt because its worker let go of it: an
-// unacknowledged dispatch is withdrawn (no retry spent), a canceling job ends
-// cancelled, a running one is requeued while retries remain, else failed.
+// unacknowledged dispatch is withdrawn (no retry spent, FreeRequeues times;
+// after that it counts as a retry like a lost running attempt), a canceling
+// job ends cancelled, a running one is requeued while retries remain, else
+// failed.
 // ok is false for a job with no attempt out (queued or terminal).
 func OnLoss(j Job, why string) (s Step, ok bool) {
 	switch {
 	case j.Status == protocol.JobCanceling:
 		return Step{To: protocol.JobCancelled, By: Loss, EndAttempt: protocol.OutcomeCancelled,
 			Error: text("cancelled; the worker was lost before confirming: %s", why)}, true
+	case j.Status == protocol.JobDispatched && j.freeRequeues() < FreeRequeues:
+		return withdrawal(j, why), true
+	case j.Status == protocol.JobDispatched && j.RetriesUsed < j.MaxRetries:
+		return Step{To: protocol.JobQueued, By: Loss, EndAttempt: protocol.OutcomeWithdrawn, SpendRetry: true,
+			Error: text("attempt %d lost before it started: %s; %d attempts were already lost that way, so this one counts: requeued (retry %d of %d)",
+				j.Attempt, why, j.freeRequeues(), j.RetriesUsed+1, j.MaxRetries)}, true
 	case j.Status == protocol.JobDispatched:
-		return Step{To: protocol.JobQueued, By: Loss, EndAttempt: protocol.OutcomeWithdrawn,
-			Error: text("attempt %d withdrawn before it started: %s", j.Attempt, why)}, true
+		return Step{To: protocol.JobFailed, By: Loss, EndAttempt: protocol.OutcomeWithdrawn,
+			Error: text("attempt %d lost before it started: %s; %d attempts were already lost that way and no retries remain (%d used): the job may be crashing its workers",
+				j.Attempt, why, j.freeRequeues(), j.RetriesUsed)}, true
 	case j.Status != protocol.JobRunning:
 		return Step{}, false
 	case j.RetriesUsed < j.MaxRetries:
@@ -97,6 +123,9 @@ func OnLoss(j Job, why string) (s Step, ok bool) {
 // Nothing the job did caused it, so a running job is requeued without
 // spending a retry, whatever retries remain.
 func OnEviction(j Job, why string) (s Step, ok bool) {
+	if j.Status == protocol.JobDispatched {
+		return withdrawal(j, why), true
+	}
 	s, ok = OnLoss(j, why)
 	if ok && j.Status == protocol.JobRunning {
 		s = Step{To: protocol.JobQueued, By: Loss, EndAttempt: protocol.OutcomeWorkerLost,

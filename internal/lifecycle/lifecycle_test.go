@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,6 +139,50 @@ func TestLossRules(t *testing.T) {
 	}
 	if s, _ := OnEviction(Job{Status: protocol.JobRunning, RetriesUsed: 3, MaxRetries: 3}, "deleted"); s.To != protocol.JobQueued || s.SpendRetry {
 		t.Errorf("eviction of a running job with no retries left: %+v", s)
+	}
+}
+
+// A job lost before its start again and again (a job whose dispatch crashes
+// its workers) is withdrawn for free FreeRequeues times, then each such loss
+// spends a retry, and it fails when none remain, saying why.
+func TestRepeatedWithdrawalsSpendRetries(t *testing.T) {
+	j := Job{Status: protocol.JobDispatched, Attempt: 1, MaxRetries: 2}
+	var last Step
+	for j.Status == protocol.JobDispatched {
+		s, ok := OnLoss(j, "the worker re-registered without it")
+		if !ok {
+			t.Fatalf("no step for %+v", j)
+		}
+		if _, err := Check(j.Status, s); err != nil {
+			t.Fatalf("step %+v refused: %v", s, err)
+		}
+		if want := j.Attempt > FreeRequeues; s.SpendRetry != want && s.To == protocol.JobQueued {
+			t.Fatalf("attempt %d: spends a retry %v, want %v", j.Attempt, s.SpendRetry, want)
+		}
+		if s.SpendRetry {
+			j.RetriesUsed++
+		}
+		last = s
+		if s.To != protocol.JobQueued {
+			break
+		}
+		j.Attempt++ // claimed again, lost again
+	}
+	if last.To != protocol.JobFailed || j.Attempt != FreeRequeues+3 || j.RetriesUsed != 2 {
+		t.Fatalf("ended %s after %d attempts with %d retries used; want failed after %d attempts, 2 retries",
+			last.To, j.Attempt, j.RetriesUsed, FreeRequeues+3)
+	}
+	if !strings.Contains(*last.Error, "no retries remain (2 used)") {
+		t.Fatalf("reason %q does not name the retries", *last.Error)
+	}
+	// An admin deleting the worker is never the job's fault.
+	if s, _ := OnEviction(Job{Status: protocol.JobDispatched, Attempt: 9, MaxRetries: 1}, "deleted"); s.To != protocol.JobQueued || s.SpendRetry {
+		t.Errorf("eviction of an unacknowledged attempt after many withdrawals: %+v", s)
+	}
+	// The ack deadline (a slow or unreachable worker) stays free.
+	past := time.Now().Add(-time.Second)
+	if s, _ := OnDeadline(Job{Status: protocol.JobDispatched, Attempt: 9, AckDeadline: &past}, time.Now()); s.SpendRetry {
+		t.Errorf("ack deadline spent a retry: %+v", s)
 	}
 }
 

@@ -84,7 +84,8 @@ var Moves = []Move{
 	{From: protocol.JobDispatched, To: protocol.JobRunning, By: Report, Ack: true, Why: "the worker acknowledged (starting, running or training)"},
 	{From: protocol.JobDispatched, To: protocol.JobCompleted, By: Report, Ends: protocol.OutcomeCompleted, Ack: true, Why: "finished before its start was reported"},
 	{From: protocol.JobDispatched, To: protocol.JobFailed, By: Report, Ends: protocol.OutcomeFailed, Why: "could not start"},
-	{From: protocol.JobDispatched, To: protocol.JobQueued, By: Loss, Ends: protocol.OutcomeWithdrawn, Why: "worker gone before it acknowledged: withdrawn, no retry spent"},
+	{From: protocol.JobDispatched, To: protocol.JobQueued, By: Loss, Ends: protocol.OutcomeWithdrawn, MaySpendRetry: true, Why: "worker gone before it acknowledged: withdrawn, no retry spent for the first 3 such losses, then one each"},
+	{From: protocol.JobDispatched, To: protocol.JobFailed, By: Loss, Ends: protocol.OutcomeWithdrawn, Why: "worker gone before it acknowledged, past the free losses, with no retry left (a job that crashes its workers)"},
 	{From: protocol.JobDispatched, To: protocol.JobQueued, By: Deadline, Ends: protocol.OutcomeWithdrawn, Why: "not acknowledged within the ack deadline: withdrawn, no retry spent"},
 	{From: protocol.JobDispatched, To: protocol.JobCanceling, By: Cancel, Why: "cancel sent to the worker"},
 

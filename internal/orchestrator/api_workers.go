@@ -52,7 +52,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request, _ httpro
 		req.GPUInfo = json.RawMessage(`{}`)
 	}
 	_, local := peerOf(r)
-	resp, err := s.register(r.Context(), wk, registration{req: req, local: local, ip: peerIP(r)})
+	resp, err := s.register(r.Context(), wk, registration{req: req, local: local, ip: peerIP(r), session: sessionOf(r)})
 	if err != nil {
 		return err
 	}
@@ -205,6 +205,7 @@ func (s *Server) runStreamCheck(ctx context.Context) {
 }
 
 func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, _ httprouter.Params, wk store.Worker) error {
+	received := time.Now()
 	var req protocol.HeartbeatRequest
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		return err
@@ -214,6 +215,13 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, _ httpr
 	}
 	if err := sameWorker(req.WorkerID, wk); err != nil {
 		return err
+	}
+	if req.SentAt != "" {
+		sent, err := time.Parse(time.RFC3339Nano, req.SentAt)
+		if err != nil {
+			return invalid("field \"sent_at\" must be an RFC 3339 time, got %q", req.SentAt)
+		}
+		s.clocks.note(s.log, wk.ID, sent, received)
 	}
 	resp, err := s.heartbeat(r.Context(), wk, req)
 	if err != nil {

@@ -103,6 +103,13 @@ func (s *Server) worker(h workerHandler) httprouter.Handle {
 			s.writeError(w, r, err)
 			return
 		}
+		// A registration decides on the session itself (it may take it over).
+		if !strings.HasSuffix(r.URL.Path, "/workers/register") {
+			if err := s.checkSession(r, wk); err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+		}
 		if err := h(w, r, ps, wk); err != nil {
 			s.writeError(w, r, err)
 		}

@@ -35,7 +35,8 @@ func FuzzDecodeBody(f *testing.F) {
 // valid worker token: the answer is never a 5xx.
 func FuzzWorkerEndpoints(f *testing.F) {
 	for _, s := range []string{`{"name":"x"}`, `{"worker_id":"W","status":"busy","current_job_id":"j_x"}`,
-		`{"status":"completed","attempt":0}`, `{"name":"x","running":[{"job_id":"j_1","attempt":-1}]}`, `{}`} {
+		`{"status":"completed","attempt":0}`, `{"name":"x","running":[{"job_id":"j_1","attempt":-1}]}`, `{}`,
+		`{"worker_id":"W","status":"idle","sent_at":"2026-11-23T08:00:00.5+09:00"}`, `{"worker_id":"W","sent_at":"0000-00-00T99"}`} {
 		f.Add(0, []byte(s))
 		f.Add(1, []byte(s))
 		f.Add(2, []byte(s))

@@ -69,5 +69,17 @@ func (s *Server) applyNotification(n store.Notification) {
 		s.hub.SendFrame(n.WorkerID, []byte(n.Payload))
 	case store.NotifyWorkerClose:
 		s.hub.Close(n.WorkerID, n.Payload)
+	case store.NotifyResync:
+		// Lost notifications: a wake-up (the scheduler looks again), a
+		// stream close after a token rotation (the token check finds it
+		// now rather than at its next round). Events for workers are
+		// repeated by heartbeat replies.
+		s.log.Info("notifications may have been missed; checking again")
+		s.Wake()
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			s.checkStreamTokens(ctx)
+		}()
 	}
 }

@@ -102,6 +102,7 @@ func (s *Server) runScheduler(ctx context.Context) {
 func (s *Server) schedulePass(ctx context.Context) {
 	s.passMu.Lock()
 	defer s.passMu.Unlock()
+	s.freezeWhileFileExists(ctx)
 	if s.stopping.Load() {
 		return
 	}

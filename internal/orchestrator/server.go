@@ -167,6 +167,13 @@ type Server struct {
 	failures failureAudit
 	// telemetry holds each worker's latest GPU numbers from its heartbeats.
 	telemetry *telemetryMap
+	// clocks holds each worker's clock skew, from its heartbeats.
+	clocks *clockSkews
+	// sessionRefusals spaces out the log line and audit record of a second
+	// workerd refused for using a live worker's token.
+	sessionRefusals refusalLog
+	// freezeFile is the fault suite's freeze hook (see freezehook.go); "" in production.
+	freezeFile string
 }
 
 // SetAdminSocketPath tells the server where its admin socket lives.
@@ -175,15 +182,17 @@ func (s *Server) SetAdminSocketPath(p string) { s.adminSocketPath = p }
 // New builds a Server on an open store.
 func New(st store.Store, opt Options, log *slog.Logger) *Server {
 	s := &Server{
-		store:     st,
-		log:       log,
-		metrics:   NewMetrics(),
-		started:   time.Now(),
-		wake:      make(chan struct{}, 1),
-		limiter:   auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now),
-		logFeed:   newLogFeed(),
-		stopped:   make(chan struct{}),
-		telemetry: newTelemetryMap(),
+		freezeFile: os.Getenv(freezeHookEnv),
+		store:      st,
+		log:        log,
+		metrics:    NewMetrics(),
+		started:    time.Now(),
+		wake:       make(chan struct{}, 1),
+		limiter:    auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now),
+		logFeed:    newLogFeed(),
+		stopped:    make(chan struct{}),
+		telemetry:  newTelemetryMap(),
+		clocks:     newClockSkews(),
 	}
 	opt = opt.withDefaults()
 	s.opt.Store(&opt)
@@ -404,8 +413,18 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	// Anyone may ask: the answer names no host, port or driver message. The
-	// log has the error, once each time readiness is lost.
-	if err := s.store.Ping(ctx); err != nil {
+	// log has the error, once each time readiness is lost. A database that
+	// went silent may hold the ping past the deadline (until the store's own
+	// timeout breaks the connection): the answer does not wait for it.
+	pinged := make(chan error, 1)
+	go func() { pinged <- s.store.Ping(ctx) }()
+	var err error
+	select {
+	case err = <-pinged:
+	case <-ctx.Done():
+		err = fmt.Errorf("no answer within 2s: %w", ctx.Err())
+	}
+	if err != nil {
 		if !s.unready.Swap(true) {
 			s.log.Warn("not ready: the database does not answer", "err", err)
 		}

@@ -73,6 +73,9 @@ func step(st lifecycle.Step, j store.Job, actor, ip string, details map[string]a
 	if st.EndAttempt != "" {
 		details["outcome"] = st.EndAttempt
 	}
+	if st.SpendRetry {
+		details["retry_spent"] = true
+	}
 	rec := audit.New(actor, ip, "job.transition", "job", j.ID, audit.Success, details)
 	return &store.JobTransition{Step: st, Audit: &rec}
 }

@@ -54,6 +54,10 @@ type workerView struct {
 	// GPUTelemetry is the latest live GPU numbers this instance received in
 	// the worker's heartbeats; null when none (protocol 1, no GPUs, offline).
 	GPUTelemetry *gpuTelemetry `json:"gpu_telemetry"`
+	// ClockSkewSeconds is how far the worker's clock was ahead of this
+	// instance's (negative: behind) at its last heartbeat here; null when
+	// unknown. Informational: nothing depends on worker clocks.
+	ClockSkewSeconds *float64 `json:"clock_skew_seconds"`
 	// RunningJobs is how many attempts are out on the worker, MaxJobs how
 	// many it may run at once, GPUsFree how many of its GPUs none holds.
 	RunningJobs int `json:"running_jobs"`
@@ -81,8 +85,9 @@ func (s *Server) workerView(w store.Worker) workerView {
 		CreatedAt: protocol.Time(w.CreatedAt), Connected: connected,
 		GPUCount: g.Count, GPUName: g.Name, GPUVRAMGB: g.VRAMGB, AcceleratorType: strPtr(g.Accelerator),
 		Local: w.Local, Protocol: w.Protocol, AgentVersion: w.AgentVersion, Capabilities: w.Capabilities,
-		GPUTelemetry: s.telemetry.get(w.ID),
-		RunningJobs:  w.Running, MaxJobs: w.Slots(), GPUsFree: w.Load().FreeGPUs(),
+		GPUTelemetry:     s.telemetry.get(w.ID),
+		ClockSkewSeconds: s.clocks.seconds(w.ID),
+		RunningJobs:      w.Running, MaxJobs: w.Slots(), GPUsFree: w.Load().FreeGPUs(),
 	}
 	if connected && w.ConnectedAt != nil {
 		up := math.Round(time.Since(*w.ConnectedAt).Seconds()*10) / 10

@@ -23,15 +23,22 @@ func workerActor(wk store.Worker) string { return "worker:" + wk.ID }
 
 // registration is what a worker reported when it (re)registered.
 type registration struct {
-	req   protocol.RegisterRequest
-	local bool // attached through the admin socket
-	ip    string
+	req     protocol.RegisterRequest
+	local   bool // attached through the admin socket
+	ip      string
+	session string // the workerd installation's id; "" when it sends none
 }
 
 // register records what the worker reports and reconciles the attempts it
 // says it runs with what the store says it should run.
 func (s *Server) register(ctx context.Context, wk store.Worker, reg registration) (protocol.RegisterResponse, error) {
 	req := reg.req
+	timeout := s.options().HeartbeatTimeout
+	// Another live installation with this token: refuse before touching its
+	// stream or its attempts.
+	if sessionHeld(wk, reg.session, time.Now(), timeout) {
+		return protocol.RegisterResponse{}, s.refuseSession(ctx, wk, reg.session, reg.ip, "/api/workers/register")
+	}
 	// A new registration means any old stream is dead: close it first so the
 	// scheduler cannot hand it a job while we reconcile.
 	s.closeWorkerStream(wk.ID, "worker registered again")
@@ -46,7 +53,16 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 		return protocol.RegisterResponse{}, err
 	}
 	now := time.Now().UTC()
+	var tookOverFrom string
 	updated, err := s.store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
+		if sessionHeld(*cur, reg.session, now, timeout) {
+			return nil, errSessionHeld{*cur} // another installation registered meanwhile
+		}
+		tookOverFrom = ""
+		if cur.Session != "" && reg.session != "" && cur.Session != reg.session {
+			tookOverFrom = cur.Session
+		}
+		cur.Session = reg.session
 		changes := reportedChanges(*cur, req)
 		cur.Name = req.Name
 		cur.GPUInfo = req.GPUInfo
@@ -72,11 +88,24 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 		for k, v := range changes {
 			details[k] = v
 		}
+		if reg.session != "" {
+			details["session"] = shortSession(reg.session)
+		}
+		if tookOverFrom != "" {
+			details["session_taken_over_from"] = shortSession(tookOverFrom)
+		}
 		rec := audit.New(workerActor(wk), reg.ip, "worker.register", "worker", wk.ID, audit.Success, details)
 		return &rec, nil
 	})
+	if held, ok := errors.AsType[errSessionHeld](err); ok {
+		return protocol.RegisterResponse{}, s.refuseSession(ctx, held.wk, reg.session, reg.ip, "/api/workers/register")
+	}
 	if err != nil {
 		return protocol.RegisterResponse{}, err
+	}
+	if tookOverFrom != "" {
+		s.log.Warn("another workerd installation took over this worker: the previous one had gone offline",
+			"worker_id", wk.ID, "name", updated.Name, "session", shortSession(reg.session), "previous_session", shortSession(tookOverFrom), "ip", reg.ip)
 	}
 	s.log.Info("worker registered", "worker_id", wk.ID, "name", updated.Name, "protocol", updated.Protocol,
 		"resumed", len(resume), "abandoned", len(abandon))
@@ -105,6 +134,7 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 		resp.Protocol = protocol.Version
 		resp.HeartbeatIntervalSeconds = opt.HeartbeatInterval.Seconds()
 		resp.HeartbeatTimeoutSeconds = opt.HeartbeatTimeout.Seconds()
+		resp.PingIntervalSeconds = opt.PingInterval.Seconds()
 		resp.Resume, resp.Abandon = resume, abandon
 		resp.WorkerType = updated.Type
 	}
@@ -277,13 +307,25 @@ func (s *Server) heartbeat(ctx context.Context, wk store.Worker, req protocol.He
 	s.metrics.Heartbeats.Add(1)
 	now := time.Now().UTC()
 	s.telemetry.set(wk.ID, req.GPUs, now)
+	var drainedByWorker bool
 	updated, err := s.store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
 		cur.LastHeartbeat = &now
 		cur.Status = lifecycle.Alive(cur.Status, cur.Load())
+		// A worker draining on its own (a stop signal) says so: no job is
+		// dispatched to it any more. Only an admin's resume undoes a drain.
+		if drainedByWorker = req.Status == string(protocol.WorkerDraining) && cur.Status != protocol.WorkerDraining; drainedByWorker {
+			cur.Status = protocol.WorkerDraining
+			rec := audit.New(workerActor(wk), "", "worker.drain", "worker", wk.ID, audit.Success,
+				map[string]string{"name": cur.Name, "by": "the worker itself (a stop signal)"})
+			return &rec, nil
+		}
 		return nil, nil
 	})
 	if err != nil {
 		return protocol.HeartbeatResponse{}, err
+	}
+	if drainedByWorker {
+		s.log.Info("the worker drains on its own: no new job goes to it", "worker_id", wk.ID, "name", updated.Name)
 	}
 	resp := protocol.HeartbeatResponse{Success: true, Drain: updated.Status == protocol.WorkerDraining}
 	resp.Cancel, err = s.heartbeatVerdict(ctx, updated, req)

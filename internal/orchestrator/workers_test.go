@@ -376,3 +376,30 @@ func TestHealthzReadyzMetrics(t *testing.T) {
 		t.Fatalf("readyz while stopping: %d", r.Status)
 	}
 }
+
+// A worker that drains on its own (a stop signal) says so in its heartbeat:
+// it gets no new job from then on, the drain is audited, and going offline
+// (it leaves once drained) ends it, so that it takes jobs again after a restart.
+func TestWorkerOwnDrainStopsDispatch(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t))
+		a := e.startAgent("w1", nil, nil)
+		e.must(a.heartbeat("draining", nil, nil), 200)
+		if got := e.worker(a.id)["status"]; got != "draining" {
+			t.Fatalf("status after a draining heartbeat: %v", got)
+		}
+		job := e.submit(map[string]any{})
+		a.noEvent("job_submit", 500*time.Millisecond)
+		if st := e.job(job)["status"]; st != "queued" {
+			t.Fatalf("a job went to a worker draining on its own: %v", st)
+		}
+		r := e.must(e.adminDo("GET", "/api/admin/audit?action=worker.drain&target="+a.id, nil), 200)
+		if recs := r.JSON["records"].([]any); len(recs) != 1 || recs[0].(map[string]any)["actor"] != "worker:"+a.id {
+			t.Fatalf("worker.drain audit: %v", recs)
+		}
+		a.silence() // the agent's own heartbeats would bring it back
+		e.must(e.do("POST", "/api/workers/disconnect", a.hdr(), map[string]any{"worker_id": a.id}), 200)
+		eventually(t, 3*time.Second, "the drained worker offline once it left", func() bool { return e.worker(a.id)["status"] == "offline" })
+	})
+}

@@ -210,11 +210,15 @@ type RegisterResponse struct {
 	ResumeJob  *ResumeJob `json:"resume_job"`
 	AbandonJob *string    `json:"abandon_job"`
 	// ext (omitted for protocol 1)
-	Protocol                 int              `json:"protocol,omitempty"`
-	HeartbeatIntervalSeconds float64          `json:"heartbeat_interval_seconds,omitempty"`
-	HeartbeatTimeoutSeconds  float64          `json:"heartbeat_timeout_seconds,omitempty"`
-	Resume                   []RunningAttempt `json:"resume,omitempty"`
-	Abandon                  []RunningAttempt `json:"abandon,omitempty"`
+	Protocol                 int     `json:"protocol,omitempty"`
+	HeartbeatIntervalSeconds float64 `json:"heartbeat_interval_seconds,omitempty"`
+	HeartbeatTimeoutSeconds  float64 `json:"heartbeat_timeout_seconds,omitempty"`
+	// PingIntervalSeconds is how often the stream carries a keep-alive when
+	// nothing else is sent: a worker that hears nothing for three of them
+	// takes the stream for dead, whatever the network still pretends.
+	PingIntervalSeconds float64          `json:"ping_interval_seconds,omitempty"`
+	Resume              []RunningAttempt `json:"resume,omitempty"`
+	Abandon             []RunningAttempt `json:"abandon,omitempty"`
 	// WorkerType is the type an admin gave the worker; a worker whose own
 	// configuration does not set one adopts it.
 	WorkerType WorkerType `json:"worker_type,omitempty"`
@@ -236,6 +240,9 @@ type HeartbeatRequest struct {
 	// ext
 	GPUs    []GPUTelemetry   `json:"gpus,omitempty"`
 	Running []RunningAttempt `json:"running,omitempty"`
+	// SentAt is the worker's wall clock when it sent the heartbeat (RFC 3339).
+	// The orchestrator only reports the difference to its own clock.
+	SentAt string `json:"sent_at,omitempty"`
 }
 
 // HeartbeatResponse answers a heartbeat; Cancel and Drain repeat what the stream
@@ -339,6 +346,11 @@ func NewShutdownEvent(reason string) ShutdownEvent {
 	return ShutdownEvent{Type: EventShutdown, Reason: reason, Data: map[string]string{"reason": reason}}
 }
 
+// HeaderWorkerSession carries, on every request of a workerd, the id of its
+// installation (kept in its state directory, so it survives restarts). The
+// orchestrator lets one installation at a time use a worker's token.
+const HeaderWorkerSession = "X-Worker-Session"
+
 // ErrorBody is the JSON body of every error response.
 type ErrorBody struct {
 	Detail string `json:"detail"`
@@ -357,12 +369,15 @@ const (
 	CodeNotFound       = "not_found"
 	CodeConflict       = "conflict"
 	CodeStaleAttempt   = "stale_attempt"
-	CodeInvalidToken   = "invalid_token"
-	CodeUnauthorized   = "unauthorized"
-	CodeForbidden      = "forbidden"
-	CodeRateLimited    = "rate_limited"
-	CodeUnavailable    = "unavailable"
-	CodeInternal       = "internal"
+	// CodeSessionActive refuses a workerd whose token another workerd
+	// installation, still alive, is using (see HeaderWorkerSession).
+	CodeSessionActive = "session_active"
+	CodeInvalidToken  = "invalid_token"
+	CodeUnauthorized  = "unauthorized"
+	CodeForbidden     = "forbidden"
+	CodeRateLimited   = "rate_limited"
+	CodeUnavailable   = "unavailable"
+	CodeInternal      = "internal"
 )
 
 var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)

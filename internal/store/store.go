@@ -59,8 +59,11 @@ type Worker struct {
 	LastHeartbeat  *time.Time
 	ConnectedAt    *time.Time // when the current stream opened
 	StreamInstance string     // orchestrator instance holding the stream; "" when none
-	CreatedAt      time.Time
-	CreatedBy      string
+	// Session names the workerd installation (an id kept in its state
+	// directory) that registered last; "" until one that sends it registers.
+	Session   string
+	CreatedAt time.Time
+	CreatedBy string
 	// TokenHash is filled on read (hex SHA-256); UpdateWorker ignores changes to
 	// it: only CreateWorker and SetWorkerTokenHash write it.
 	TokenHash string
@@ -243,6 +246,10 @@ const (
 	NotifyWake        = "wake"         // a job was queued or a worker freed: run the scheduler
 	NotifyWorkerEvent = "worker_event" // deliver Payload (an SSE frame) to WorkerID's stream
 	NotifyWorkerClose = "worker_close" // close WorkerID's stream; Payload is the reason
+	// NotifyResync comes from the backend itself: notifications may have
+	// been lost (its listener reconnected), so whatever they would have
+	// carried must be found out again.
+	NotifyResync = "resync"
 )
 
 // WorkerGroup is how many workers share a status, a reported GPU description

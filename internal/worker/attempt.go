@@ -133,7 +133,7 @@ func (w *Worker) launch(a *attempt) {
 		Token:           w.opt.Token,
 		Files:           files,
 		Event:           a.ev,
-		OrchestratorURL: w.opt.URL,
+		OrchestratorURL: w.c.currentURL(),
 		GPUs:            w.gpuEnv(a),
 	})
 	a.proc, err = startProcess(a.settings.Command, files.Dir, env, a.spool, job)

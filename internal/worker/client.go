@@ -14,17 +14,50 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
-// client talks to the orchestrator's worker API.
+// client talks to the orchestrator's worker API: at one URL, or at one of
+// several (replicas on one database) that it tries in turn.
 type client struct {
-	base    string // "https://host:8001" or "http://unix" for a unix socket
+	urls    []string // as configured
+	bases   []string // per URL: "https://host:8001", or "http://unix" for a unix socket
+	cur     atomic.Int32
 	token   string
 	http    *http.Client // no overall timeout: each call sets its own, the stream none
 	hasCert bool         // a client certificate is configured
+	// session is the installation id sent with every request (set by Start).
+	session atomic.Pointer[string]
+}
+
+// base is the URL requests go to now.
+func (c *client) base() string { return c.bases[c.cur.Load()] }
+
+// currentURL is the configured URL requests go to now.
+func (c *client) currentURL() string { return c.urls[c.cur.Load()] }
+
+// failover moves on to the next configured URL after a connection to the
+// current one failed; it returns the new URL, or "" when there is no other.
+// Going round the list in order keeps every worker on the first replica
+// while it answers.
+func (c *client) failover(from string) string {
+	if len(c.urls) < 2 {
+		return ""
+	}
+	for {
+		cur := c.cur.Load()
+		if c.urls[cur] != from {
+			return c.urls[cur] // someone else moved on already
+		}
+		next := (cur + 1) % int32(len(c.urls))
+		if c.cur.CompareAndSwap(cur, next) {
+			return c.urls[next]
+		}
+	}
 }
 
 // tlsFiles are the worker's TLS settings.
@@ -34,34 +67,46 @@ type tlsFiles struct {
 	InsecureSkipVerify bool
 }
 
-// newClient builds a client for url: http(s)://host[:port][/prefix] or
-// unix:///path/to.sock (dialled directly, requests go to http://unix).
+// newClient builds a client for rawURL: http(s)://host[:port][/prefix],
+// several of those separated by commas (tried in turn), or
+// unix:///path/to.sock alone (dialled directly, requests go to http://unix).
 func newClient(rawURL, token string, tf tlsFiles) (*client, error) {
-	u, err := url.Parse(strings.TrimSpace(rawURL))
-	if err != nil {
-		return nil, fmt.Errorf("orchestrator url %q: %w", rawURL, err)
-	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.ResponseHeaderTimeout = 0
-	base := strings.TrimRight(u.String(), "/")
-	switch u.Scheme {
-	case "http", "https":
-		if u.Host == "" {
-			return nil, fmt.Errorf("orchestrator url %q has no host", rawURL)
+	urls := config.OrchestratorURLs(rawURL)
+	if len(urls) == 0 {
+		return nil, errors.New("orchestrator url is not set")
+	}
+	var bases []string
+	for _, one := range urls {
+		u, err := url.Parse(one)
+		if err != nil {
+			return nil, fmt.Errorf("orchestrator url %q: %w", one, err)
 		}
-	case "unix":
-		path := u.Path
-		if path == "" {
-			return nil, fmt.Errorf("orchestrator url %q names no socket path", rawURL)
+		base := strings.TrimRight(u.String(), "/")
+		switch u.Scheme {
+		case "http", "https":
+			if u.Host == "" {
+				return nil, fmt.Errorf("orchestrator url %q has no host", one)
+			}
+		case "unix":
+			path := u.Path
+			if path == "" {
+				return nil, fmt.Errorf("orchestrator url %q names no socket path", one)
+			}
+			if len(urls) > 1 {
+				return nil, fmt.Errorf("orchestrator url %q: a unix socket cannot be one of several URLs", one)
+			}
+			var d net.Dialer
+			tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return d.DialContext(ctx, "unix", path)
+			}
+			tr.Proxy = nil
+			base = "http://unix"
+		default:
+			return nil, fmt.Errorf("orchestrator url %q: scheme must be http, https or unix", one)
 		}
-		var d net.Dialer
-		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return d.DialContext(ctx, "unix", path)
-		}
-		tr.Proxy = nil
-		base = "http://unix"
-	default:
-		return nil, fmt.Errorf("orchestrator url %q: scheme must be http, https or unix", rawURL)
+		bases = append(bases, base)
 	}
 	if tf.CAFile != "" || tf.InsecureSkipVerify || tf.CertFile != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: tf.InsecureSkipVerify} //nolint:gosec // opt-in, warned about at every start
@@ -88,7 +133,7 @@ func newClient(rawURL, token string, tf tlsFiles) (*client, error) {
 		}
 		tr.TLSClientConfig = tc
 	}
-	c := &client{base: base, token: token, hasCert: tf.CertFile != ""}
+	c := &client{urls: urls, bases: bases, token: token, hasCert: tf.CertFile != ""}
 	c.http = &http.Client{Transport: tr, CheckRedirect: c.checkRedirect}
 	return c, nil
 }
@@ -219,6 +264,13 @@ var ErrAuthRejected = errors.New("the orchestrator rejected the worker token (40
 
 func isAuthError(err error) bool { return statusOf(err) == http.StatusUnauthorized }
 
+// isSessionRefused reports the orchestrator's answer to a workerd whose token
+// another live workerd installation is using.
+func isSessionRefused(err error) bool {
+	var he *httpError
+	return errors.As(err, &he) && he.Status == http.StatusConflict && he.Body.Error == protocol.CodeSessionActive
+}
+
 // ErrNotAnOrchestrator is returned by Serve when the configured URL answers,
 // but not as an orchestrator would: retrying cannot help, the URL is wrong.
 var ErrNotAnOrchestrator = errors.New("the orchestrator URL does not point at simpletuner-orchestratord")
@@ -232,7 +284,7 @@ func (c *client) notAnOrchestrator(err error) error {
 		return nil
 	}
 	hint := "set [orchestrator] url to the orchestrator's base URL, e.g. http://orchestrator.example:8001"
-	if u, err := url.Parse(c.base); err == nil && u.Path != "" {
+	if u, err := url.Parse(c.base()); err == nil && u.Path != "" {
 		hint = fmt.Sprintf("remove the path %q from [orchestrator] url: the worker adds /api/... itself", u.Path)
 	}
 	return fmt.Errorf("%w: POST %s answered %v; %s", ErrNotAnOrchestrator, c.resolve("/api/workers/register"), err, hint)
@@ -246,6 +298,9 @@ func (c *client) request(ctx context.Context, method, path string, body io.Reade
 		return nil, err
 	}
 	req.Header.Set("X-Worker-Token", c.token)
+	if sess := c.session.Load(); sess != nil {
+		req.Header.Set(protocol.HeaderWorkerSession, *sess)
+	}
 	req.Header.Set("User-Agent", "simpletuner-workerd")
 	return req, nil
 }
@@ -318,8 +373,9 @@ func absURL(orchestratorURL, endpoint string) string {
 // absolute URL), into a URL for this client. Over a unix socket only the path of an
 // absolute URL is used.
 func (c *client) resolve(endpoint string) string {
+	base := c.base()
 	if u, err := url.Parse(endpoint); err == nil && u.IsAbs() {
-		if c.base != "http://unix" {
+		if base != "http://unix" {
 			return endpoint
 		}
 		endpoint = u.RequestURI()
@@ -327,5 +383,5 @@ func (c *client) resolve(endpoint string) string {
 	if !strings.HasPrefix(endpoint, "/") {
 		endpoint = "/" + endpoint
 	}
-	return c.base + endpoint
+	return base + endpoint
 }

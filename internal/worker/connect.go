@@ -19,6 +19,7 @@ import (
 type (
 	registered struct {
 		gen  int
+		url  string // the orchestrator URL it was sent to
 		resp protocol.RegisterResponse
 		err  error
 	}
@@ -42,8 +43,9 @@ var errStreamSilent = errors.New("no byte on the stream for 3 ping intervals")
 // that job as lost, and its real outcome would then arrive too late (409).
 func (w *Worker) connect(ctx context.Context, gen int) {
 	defer w.wg.Done()
+	at := w.c.currentURL()
 	if err := w.flushReports(ctx, true); isAuthError(err) {
-		w.post(registered{gen: gen, err: err})
+		w.post(registered{gen: gen, url: at, err: err})
 		return
 	}
 	body := w.registerRequest()
@@ -52,7 +54,7 @@ func (w *Worker) connect(ctx context.Context, gen int) {
 	if err == nil && resp.WorkerID == "" {
 		err = errors.New("register: the orchestrator's reply has no worker_id")
 	}
-	w.post(registered{gen: gen, resp: resp, err: err})
+	w.post(registered{gen: gen, url: at, resp: resp, err: err})
 }
 
 func (w *Worker) registerRequest() protocol.RegisterRequest {
@@ -100,6 +102,19 @@ func (a *activityReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// streamPingInterval is the stream's keep-alive interval: the one the
+// orchestrator announced at registration, else the built-in one. Trusting our
+// own guess alone would either reconnect healthy streams (the orchestrator
+// pings less often) or sit on a dead one for minutes (it pings more often).
+func (w *Worker) streamPingInterval() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.pingInterval > 0 {
+		return w.pingInterval
+	}
+	return w.opt.Timers.PingInterval
+}
+
 // stream holds GET /api/workers/stream open and posts its events. A watchdog
 // closes it when no byte (not even a ping) arrived for 3 ping intervals: a peer
 // that vanished without a FIN would otherwise leave us waiting forever.
@@ -136,7 +151,7 @@ func (w *Worker) stream(ctx context.Context, gen int, workerID string) {
 	var last atomic.Int64
 	last.Store(time.Now().UnixNano())
 	var silent atomic.Bool
-	silence := 3 * w.opt.Timers.PingInterval
+	silence := 3 * w.streamPingInterval()
 	go func() {
 		t := time.NewTicker(max(silence/8, time.Millisecond))
 		defer t.Stop()

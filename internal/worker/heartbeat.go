@@ -32,6 +32,8 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-w.hbNow:
+			t.Stop()
 		}
 		err := w.heartbeat(ctx)
 		switch {
@@ -77,11 +79,17 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 		id := r[0].jobID
 		req.CurrentJobID = &id
 	}
+	if w.localDrain {
+		// The orchestrator then stops dispatching here at once, instead of
+		// handing the worker jobs it would only ignore until it leaves.
+		req.Status = string(protocol.WorkerDraining)
+	}
 	// One snapshot under the lock: an attempt moves from running to finishing
 	// (and finishing ends only after its report was acknowledged) while the lock
 	// is held, so no heartbeat can miss an attempt whose outcome is on the way.
 	req.Running = w.attemptsLocked()
 	w.mu.Unlock()
+	req.SentAt = w.wallClock().UTC().Format(time.RFC3339Nano)
 	if tel, err := w.opt.GPU.Telemetry(); err == nil {
 		req.GPUs = tel
 	}

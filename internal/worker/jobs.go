@@ -44,6 +44,7 @@ func (w *Worker) onSubmit(ctx context.Context, ev *protocol.JobSubmitEvent) {
 		indices[i] = d.Index
 	}
 	a.log.Info("job received", "config_name", ev.ConfigName, "gpus", indices)
+	w.crash.fire(w, "receive", ev)
 
 	w.wg.Add(1)
 	go w.sendProgress(ctx, a)
@@ -53,6 +54,7 @@ func (w *Worker) onSubmit(ctx context.Context, ev *protocol.JobSubmitEvent) {
 		w.endAttempt(ctx, a)
 		return
 	}
+	w.crash.fire(w, "run", ev)
 	if ev.LogEndpoint != "" {
 		a.ship = newShipper(w.c, ev.LogEndpoint, a.n, a.spool, w.opt.Timers.LogPoll,
 			w.opt.Timers.ReconnectBase, w.opt.ReconnectMax, a.log)

@@ -64,6 +64,33 @@ func TestSilentStreamReconnects(t *testing.T) {
 	f.waitFor("a second stream after silence", 5*time.Second, func() bool { return f.streams >= 2 && len(f.registers) >= 2 })
 }
 
+// The silence limit follows the ping interval the orchestrator announced at
+// registration, not workerd's built-in guess: announced 0.5 s, a stream
+// quiet for 0.6 s is still healthy, one quiet for 3 × 0.5 s is dead.
+func TestSilenceLimitFollowsAnnouncedPing(t *testing.T) {
+	t.Parallel()
+	f := newFakeOrch(t)
+	f.regReply = func(req protocol.RegisterRequest) protocol.RegisterResponse {
+		return protocol.RegisterResponse{WorkerID: f.workerID, SSEURL: "/api/workers/stream?worker_id=" + f.workerID,
+			Protocol: 2, HeartbeatIntervalSeconds: 30, HeartbeatTimeoutSeconds: 120, PingIntervalSeconds: 0.5, Resume: req.Running}
+	}
+	startWorker(t, f, nil) // built-in ping interval 50 ms
+	f.connected(1)
+	f.silent.Store(true)
+	quiet := time.Now()
+	time.Sleep(600 * time.Millisecond) // 12 built-in intervals, 1.2 announced ones
+	f.mu.Lock()
+	streams := f.streams
+	f.mu.Unlock()
+	if streams != 1 {
+		t.Fatalf("the worker dropped a stream quiet for %s though the orchestrator announced 0.5 s pings", time.Since(quiet).Round(time.Millisecond))
+	}
+	f.waitFor("a new stream after 3 announced intervals of silence", 5*time.Second, func() bool { return f.streams >= 2 })
+	if took := time.Since(quiet); took < 1500*time.Millisecond {
+		t.Fatalf("reconnected %s after the silence began, before 3 announced intervals", took)
+	}
+}
+
 // A dropped stream is re-established; the job keeps running and is resumed.
 func TestReconnectResumesJob(t *testing.T) {
 	t.Parallel()
@@ -247,6 +274,37 @@ func TestDrainFinishesJobThenExits(t *testing.T) {
 	}
 	if len(f.heartbeats) != f.hbAtDisc {
 		t.Errorf("%d heartbeat(s) after the disconnect", len(f.heartbeats)-f.hbAtDisc)
+	}
+}
+
+// A drain that outlasts worker.drain_timeout stops the running job with its
+// grace (reported cancelled, which the orchestrator takes for a loss and
+// requeues), disconnects and exits: the service manager's stop timeout would
+// otherwise kill it with no grace at all.
+func TestDrainTimeoutStopsTheJob(t *testing.T) {
+	t.Parallel()
+	f, r := setup(t, func(o *Options) { o.DrainTimeout = 400 * time.Millisecond })
+	f.connected(1)
+	f.submit(protocol.JobSubmitEvent{JobID: "j_drainlong001", Config: json.RawMessage(`{"steps":600,"step_seconds":0.05}`)})
+	f.started("j_drainlong001")
+	drained := time.Now()
+	r.w.Drain()
+	if err := r.wait(t, 10*time.Second); err != nil {
+		t.Fatalf("Serve = %v", err)
+	}
+	if took := time.Since(drained); took < 400*time.Millisecond {
+		t.Errorf("exited %s after the drain began, before drain_timeout", took)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.hasReportLocked("j_drainlong001", "cancelled") {
+		t.Errorf("the job stopped at the drain timeout was not reported: %+v", f.reportsLocked("j_drainlong001"))
+	}
+	if f.disconnects != 1 {
+		t.Errorf("disconnects %d", f.disconnects)
+	}
+	if !strings.Contains(r.logs.String(), "drain_timeout") {
+		t.Errorf("the drain timeout was not logged")
 	}
 }
 

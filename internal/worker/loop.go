@@ -9,6 +9,7 @@ import (
 // Messages to the loop that are not tied to the connection.
 type (
 	drainRequested struct{}
+	drainExpired   struct{} // worker.drain_timeout passed since the first Drain
 	jobEnded       struct{ a *attempt }
 	jobTimedOut    struct{ a *attempt }
 )
@@ -40,6 +41,9 @@ func (w *Worker) Serve(ctx context.Context) error {
 		close(w.loopDone)
 		cancel()
 		w.wg.Wait()
+		if w.stateLock != nil {
+			w.stateLock.Close() // the state directory is free for the next workerd
+		}
 	}()
 	s := &session{
 		retry: newBackoff(w.opt.Timers.ReconnectBase, w.opt.ReconnectMax),
@@ -115,6 +119,12 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 				w.stopAndWait(stopFence, "the connection to the orchestrator is misconfigured")
 				return true, err
 			}
+			if isSessionRefused(m.err) {
+				w.log.Error("another simpletuner-workerd is connected with this worker's token; this one takes no job and "+
+					"keeps asking, and takes over only once that one is offline. Give each machine a worker (and token) of its own",
+					"err", m.err)
+			}
+			w.failoverAfter(m)
 			w.reconnect(s, m.err)
 			return false, nil
 		}
@@ -155,6 +165,13 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 		return true, w.authFailed(m.err)
 	case drainRequested:
 		return w.checkIdleDrain(true)
+	case drainExpired:
+		if len(w.running()) == 0 {
+			return false, nil // the drain ends by itself once the reports are in
+		}
+		w.log.Warn("the drain did not finish within worker.drain_timeout; stopping the running jobs with their grace",
+			"drain_timeout", w.opt.DrainTimeout.String(), "jobs", len(w.running()))
+		return true, w.shutdown("the drain did not finish within worker.drain_timeout (" + w.opt.DrainTimeout.String() + ")")
 	case jobEnded:
 		w.endAttempt(ctx, m.a)
 	case jobTimedOut:

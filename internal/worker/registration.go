@@ -14,6 +14,9 @@ func (w *Worker) onRegistered(ctx context.Context, s *session, resp protocol.Reg
 	if resp.HeartbeatIntervalSeconds > 0 {
 		w.hbInterval = time.Duration(resp.HeartbeatIntervalSeconds * float64(time.Second))
 	}
+	if resp.PingIntervalSeconds > 0 {
+		w.pingInterval = seconds(resp.PingIntervalSeconds)
+	}
 	interval := w.hbInterval
 	adopt := !w.opt.OwnType && resp.WorkerType.Valid() && (resp.WorkerType == protocol.Persistent) != w.persistent
 	if adopt {

@@ -68,7 +68,10 @@ type Options struct {
 	// fenceLimit), so the job is stopped here before the orchestrator gives it
 	// to another worker. 0 leaves the orchestrator's timeout alone to decide.
 	SelfFenceAfter time.Duration
-	ReconnectMax   time.Duration // back-off cap
+	// DrainTimeout bounds a drain started by Drain (a stop signal): jobs
+	// still running then are stopped with their grace. 0: no bound.
+	DrainTimeout time.Duration
+	ReconnectMax time.Duration // back-off cap
 
 	GPU    gpu.Source   // nil → gpu.None()
 	Logger *slog.Logger // nil → slog.Default()
@@ -135,6 +138,7 @@ func OptionsFrom(cfg *config.Worker) Options {
 		JobEnv:             cfg.Job.Env,
 		LogLimitBytes:      cfg.Job.LogLimitBytes,
 		SelfFenceAfter:     cfg.Worker.SelfFenceAfter.Duration,
+		DrainTimeout:       cfg.Worker.DrainTimeout.Duration,
 		ReconnectMax:       cfg.Worker.ReconnectMax.Duration,
 	}
 }
@@ -143,7 +147,7 @@ func OptionsFrom(cfg *config.Worker) Options {
 type Timers struct {
 	ReconnectBase     time.Duration // first back-off step (1s)
 	HeartbeatInterval time.Duration // 0 → what the orchestrator says at registration, else the default interval
-	PingInterval      time.Duration // the orchestrator's ping interval (15s); 3× silence → reconnect
+	PingInterval      time.Duration // the orchestrator's ping interval when it does not announce one (15s); 3× silence → reconnect
 	StableAfter       time.Duration // a stream up this long resets the back-off (30s)
 	ReportRetry       time.Duration // re-send spooled terminal reports this often (15s)
 	LogPoll           time.Duration // the log shipper's poll interval (1s)
@@ -213,6 +217,7 @@ type Worker struct {
 	inv          gpu.Inventory
 	workerID     string
 	hbInterval   time.Duration
+	pingInterval time.Duration       // the stream's keep-alive interval the orchestrator announced; 0: Timers.PingInterval
 	jobs         map[string]*attempt // running attempts by job id
 	maxJobs      int                 // how many may run at once (see effectiveMaxJobs)
 	localDrain   bool                // Drain(): finish the job, then exit
@@ -231,6 +236,13 @@ type Worker struct {
 	// orchestrator never takes an attempt for lost while its outcome is on the
 	// way. Self-fenced attempts are left out: they must be reconciled as lost.
 	finishing map[string]statusRecord
+	// stateLock holds the state directory for this process (see lockStateDir).
+	stateLock *os.File
+	crash     *crashHook // the fault suite's crash hook; nil in production
+	// hbNow asks the heartbeat goroutine for a heartbeat now (a drain began).
+	hbNow chan struct{}
+	// clockOffset shifts the wall clock workerd reports (a fault-suite hook).
+	clockOffset time.Duration
 }
 
 // New checks opt and builds a Worker; nothing is contacted yet.
@@ -276,7 +288,10 @@ func New(opt Options) (*Worker, error) {
 		fenceAfter: opt.SelfFenceAfter,
 		jobSettings: JobSettings{Command: opt.Command, Env: opt.JobEnv, CancelGrace: opt.CancelGrace,
 			OwnCancelGrace: opt.OwnCancelGrace, LogLimitBytes: opt.LogLimitBytes},
-		persistent: opt.Persistent,
+		persistent:  opt.Persistent,
+		crash:       crashHookFromEnv(),
+		hbNow:       make(chan struct{}, 1),
+		clockOffset: clockOffsetFromEnv(),
 	}, nil
 }
 
@@ -302,6 +317,16 @@ func (w *Worker) Start(ctx context.Context) error {
 			return fmt.Errorf("state directory: %w", err)
 		}
 	}
+	lock, err := lockStateDir(w.opt.StateDir)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrMisconfigured, err)
+	}
+	w.stateLock = lock
+	id, err := installationID(w.opt.StateDir)
+	if err != nil {
+		return err
+	}
+	w.c.session.Store(&id)
 	if err := w.iso.CheckReachable(w.opt.WorkDir); err != nil {
 		return fmt.Errorf("%w: job.work_dir: %w", ErrMisconfigured, err)
 	}
@@ -386,8 +411,16 @@ func (w *Worker) fenceLimit() time.Duration {
 // It does not block.
 func (w *Worker) Drain() {
 	w.mu.Lock()
+	first := !w.localDrain
 	w.localDrain = true
 	w.mu.Unlock()
+	if first && w.opt.DrainTimeout > 0 {
+		time.AfterFunc(w.opt.DrainTimeout, func() { w.post(drainExpired{}) })
+	}
+	select { // tell the orchestrator now (the heartbeat says draining)
+	case w.hbNow <- struct{}{}:
+	default:
+	}
 	select {
 	case w.msgs <- drainRequested{}:
 	default: // the loop is busy or gone; it checks localDrain whenever a job ends

@@ -35,7 +35,7 @@ func OpenStore(ctx context.Context, cfg *config.Orchestrator, log *slog.Logger) 
 		st, err := sqlite.Open(ctx, where, log)
 		return st, "sqlite " + where, err
 	}
-	st, err := postgres.Open(ctx, where, log)
+	st, err := postgres.OpenWith(ctx, where, postgres.Options{Timeout: cfg.Database.Timeout.Duration}, log)
 	return st, "postgresql", err
 }
 
@@ -298,8 +298,13 @@ func (a *App) Reload() error {
 		return err
 	}
 	a.mu.Lock()
+	prev := a.cfg
 	a.cfg = cfg
 	a.mu.Unlock()
+	changes := config.Changes(prev, cfg)
+	for _, c := range changes {
+		a.log.Info("configuration changed", "key", c.Key, "old", c.Old, "new", c.New, "set_at", cfg.Origin(c.Key))
+	}
 	for _, key := range restartKeys(a.started, cfg) {
 		a.log.Warn("config change needs a restart to take effect", "key", key)
 	}
@@ -307,7 +312,7 @@ func (a *App) Reload() error {
 		a.level.Set(cfg.Log.SlogLevel())
 	}
 	a.srv.SetOptions(orchestrator.OptionsFrom(cfg))
-	a.log.Info("configuration reloaded")
+	a.log.Info("configuration reloaded", "changed_keys", len(changes))
 	return nil
 }
 

@@ -20,6 +20,7 @@ type App struct {
 	log     *slog.Logger
 	level   *slog.LevelVar
 	started *config.Worker // settings that need a restart are compared against it
+	applied *config.Worker // the configuration last loaded (reloads log what differs)
 	gpus    gpu.Source
 	iso     *isolation.Isolator
 }
@@ -51,7 +52,7 @@ func New(cfg *config.Worker, args []string, getenv func(string) string, log *slo
 		log.Info("job.cancel_grace is set in this worker's configuration; it overrides the orchestrator's for jobs here",
 			"cancel_grace", js.CancelGrace.String(), "set_in", cfg.Origin("job.cancel_grace"))
 	}
-	return &App{Worker: w, args: args, getenv: getenv, log: log, level: level, started: cfg, gpus: gpus, iso: iso}, nil
+	return &App{Worker: w, args: args, getenv: getenv, log: log, level: level, started: cfg, applied: cfg, gpus: gpus, iso: iso}, nil
 }
 
 // IsolationConfig maps the [job] settings onto the job isolation's.
@@ -85,6 +86,10 @@ func (a *App) Reload() error {
 		return err
 	}
 	a.level.Set(cfg.Log.SlogLevel())
+	for _, c := range config.Changes(a.applied, cfg) {
+		a.log.Info("configuration changed", "key", c.Key, "old", c.Old, "new", c.New, "set_at", cfg.Origin(c.Key))
+	}
+	a.applied = cfg
 	for _, key := range restartKeys(a.started, cfg) {
 		a.log.Warn("config change needs a restart to take effect", "key", key)
 	}
@@ -107,6 +112,7 @@ func restartKeys(running, next *config.Worker) []string {
 		{"worker.state_dir", running.Worker.StateDir, next.Worker.StateDir},
 		{"worker.self_fence_after", running.Worker.SelfFenceAfter, next.Worker.SelfFenceAfter},
 		{"worker.reconnect_max", running.Worker.ReconnectMax, next.Worker.ReconnectMax},
+		{"worker.drain_timeout", running.Worker.DrainTimeout, next.Worker.DrainTimeout},
 		{"worker.max_jobs", running.Worker.MaxJobs, next.Worker.MaxJobs},
 		{"job.work_dir", running.Job.WorkDir, next.Job.WorkDir},
 		{"job.isolation", running.Job.Isolation, next.Job.Isolation},

@@ -26,7 +26,7 @@ func (s *Store) Publish(ctx context.Context, n store.Notification) error {
 
 // Subscribe returns notifications from all instances until ctx ends or the
 // store closes. After the listener reconnects (notifications may have been
-// missed) subscribers get a {Kind: "wake"} so they re-poll.
+// missed) subscribers get a {Kind: "resync"} so they find out again.
 func (s *Store) Subscribe(ctx context.Context) (<-chan store.Notification, error) {
 	if err := s.startListener(); err != nil {
 		return nil, err
@@ -45,7 +45,7 @@ func (s *Store) startListener() error {
 	if s.listener != nil {
 		return nil
 	}
-	l := pq.NewListener(s.url, 100*time.Millisecond, 10*time.Second, func(ev pq.ListenerEventType, err error) {
+	l := pq.NewDialListener(answerDialer{timeout: s.opt.Timeout}, s.url, 100*time.Millisecond, 10*time.Second, func(ev pq.ListenerEventType, err error) {
 		switch ev {
 		case pq.ListenerEventDisconnected:
 			s.log.Warn("notification listener disconnected; reconnecting", "err", err)
@@ -61,14 +61,38 @@ func (s *Store) startListener() error {
 	}
 	s.listener = l
 	go s.forward(l)
+	if s.opt.Timeout > 0 {
+		go s.pingListener(l, s.opt.Timeout)
+	}
 	return nil
+}
+
+// pingListener asks the listener's server for an answer every period until
+// the listener closes. The LISTEN connection only ever reads, so a server
+// that went silent would otherwise look like a quiet one for good; a ping
+// that gets no answer within the store's timeout breaks the connection, and
+// the listener reconnects (subscribers then get a wake-up).
+func (s *Store) pingListener(l *pq.Listener, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for range t.C {
+		s.mu.Lock()
+		current := s.listener == l
+		s.mu.Unlock()
+		if !current {
+			return
+		}
+		if err := l.Ping(); err != nil {
+			s.log.Debug("notification listener ping failed", "err", err)
+		}
+	}
 }
 
 // forward moves notifications from the listener to the hub until it closes.
 func (s *Store) forward(l *pq.Listener) {
 	for pn := range l.Notify {
 		if pn == nil { // reconnected: whatever was sent meanwhile is lost
-			s.Hub().Publish(store.Notification{Kind: store.NotifyWake})
+			s.Hub().Publish(store.Notification{Kind: store.NotifyResync})
 			continue
 		}
 		var n store.Notification

@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/lib/pq"
 
@@ -45,21 +46,41 @@ type Store struct {
 	*sqlstore.Store
 	url string
 	log *slog.Logger
+	opt Options
 
 	mu       sync.Mutex
 	listener *pq.Listener // started by the first Subscribe
 	closed   bool
 }
 
-// Open connects to the database at url, migrates it and returns a ready store.
+// Options tune how the store talks to the server.
+type Options struct {
+	// Timeout is how long a request may wait for the server's first answer
+	// byte before its connection is taken for dead (see answerConn); it also
+	// bounds connecting, and the notification listener is pinged this often.
+	// 0: wait forever.
+	Timeout time.Duration
+}
+
+// Open connects to the database at url, migrates it and returns a ready
+// store that waits for the server as long as it takes.
 func Open(ctx context.Context, url string, log *slog.Logger) (*Store, error) {
+	return OpenWith(ctx, url, Options{}, log)
+}
+
+// OpenWith is Open with options.
+func OpenWith(ctx context.Context, url string, opt Options, log *slog.Logger) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	db, err := sql.Open("postgres", url)
+	connector, err := pq.NewConnector(url)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
+	if opt.Timeout > 0 {
+		connector.Dialer(answerDialer{timeout: opt.Timeout})
+	}
+	db := sql.OpenDB(connector)
 	db.SetMaxOpenConns(32)
 	db.SetMaxIdleConns(8)
 	if err := db.PingContext(ctx); err != nil {
@@ -74,7 +95,7 @@ func Open(ctx context.Context, url string, log *slog.Logger) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	return &Store{Store: sqlstore.New(db, nil, Dialect, log), url: url, log: log}, nil
+	return &Store{Store: sqlstore.New(db, nil, Dialect, log), url: url, log: log, opt: opt}, nil
 }
 
 func loadMigrations() ([]sqlstore.Migration, error) {

@@ -13,9 +13,11 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// open opens a store whose connections time out unanswered requests, as
+// the orchestrator's do (and the conformance tests run through them).
 func open(t *testing.T, url string) *Store {
 	t.Helper()
-	s, err := Open(t.Context(), url, nil)
+	s, err := OpenWith(t.Context(), url, Options{Timeout: 10 * time.Second}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

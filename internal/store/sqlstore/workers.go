@@ -18,7 +18,7 @@ import (
 const (
 	workerWriteCols = `id, name, type, status, gpu_info, provider, labels, admin_labels, persistent,
 	local, current_job_id, protocol, agent_version, last_heartbeat, connected_at, stream_instance,
-	created_at, created_by, capabilities, labels_locked, token_hash`
+	created_at, created_by, capabilities, labels_locked, session, token_hash`
 	workerCols = workerWriteCols + `, running, gpus_used`
 )
 
@@ -29,7 +29,7 @@ func scanWorker(r scanner, extra ...any) (store.Worker, error) {
 	dest := append([]any{&w.ID, &w.Name, &w.Type, &w.Status, rawCol{&w.GPUInfo}, &w.Provider,
 		jsonCol{&w.Labels}, jsonCol{&w.AdminLabels}, &w.Persistent, &w.Local, &w.CurrentJobID,
 		&w.Protocol, &w.AgentVersion, nullTimeCol{&w.LastHeartbeat}, nullTimeCol{&w.ConnectedAt},
-		&w.StreamInstance, timeCol{&w.CreatedAt}, &w.CreatedBy, jsonCol{&w.Capabilities}, &w.LabelsLocked, &w.TokenHash,
+		&w.StreamInstance, timeCol{&w.CreatedAt}, &w.CreatedBy, jsonCol{&w.Capabilities}, &w.LabelsLocked, &w.Session, &w.TokenHash,
 		&w.Running, &w.GPUsUsed}, extra...)
 	err := r.Scan(dest...)
 	return w, err
@@ -40,7 +40,7 @@ func (s *Store) workerArgs(w *store.Worker) []any {
 	return []any{w.Name, w.Type, w.Status, rawArg(w.GPUInfo, "{}"), w.Provider,
 		labelsArg(w.Labels), labelsArg(w.AdminLabels), w.Persistent, w.Local, w.CurrentJobID,
 		w.Protocol, w.AgentVersion, s.ntv(w.LastHeartbeat), s.ntv(w.ConnectedAt), w.StreamInstance,
-		s.tv(w.CreatedAt), w.CreatedBy, capabilitiesArg(w.Capabilities), w.LabelsLocked}
+		s.tv(w.CreatedAt), w.CreatedBy, capabilitiesArg(w.Capabilities), w.LabelsLocked, w.Session}
 }
 
 func capabilitiesArg(c protocol.Capabilities) any {
@@ -173,7 +173,7 @@ func (s *Store) putWorker(ctx context.Context, c conn, w store.Worker) (store.Wo
 	_, err := c.exec(ctx, `UPDATE workers SET name = ?, type = ?, status = ?, gpu_info = ?, provider = ?,
 		labels = ?, admin_labels = ?, persistent = ?, local = ?, current_job_id = ?, protocol = ?,
 		agent_version = ?, last_heartbeat = ?, connected_at = ?, stream_instance = ?, created_at = ?,
-		created_by = ?, capabilities = ?, labels_locked = ? WHERE id = ?`, append(s.workerArgs(&w), w.ID)...)
+		created_by = ?, capabilities = ?, labels_locked = ?, session = ? WHERE id = ?`, append(s.workerArgs(&w), w.ID)...)
 	if err != nil {
 		return w, err
 	}

@@ -13,7 +13,7 @@ var notifyTests = []test{
 }
 
 // receive waits for a notification of the given kind, skipping others (a
-// backend may send "wake" on its own, e.g. after reconnecting).
+// backend may send "resync" on its own, e.g. after reconnecting).
 func receive(t *testing.T, ch <-chan store.Notification, kind string) store.Notification {
 	t.Helper()
 	timeout := time.After(10 * time.Second)

@@ -109,6 +109,9 @@ func StartEnv(t testing.TB, env []string, name string, args ...string) *Proc {
 	t.Cleanup(func() {
 		p.Signal(syscall.SIGKILL)
 		<-p.done
+		if strings.HasPrefix(name, "simpletuner-") && name != "simpletunerctl" {
+			ScanForSecrets(t, fmt.Sprintf("the log of %s (pid %d)", name, p.Pid()), p.Output())
+		}
 		if t.Failed() {
 			out := p.Output()
 			if len(out) > 200<<10 {
@@ -149,6 +152,7 @@ func (p *Proc) Kill9() {
 // (heartbeat timeout 1.5 s, ack timeout 3 s, …).
 type OrchOptions struct {
 	DBURL             string // "" → SQLite in the state dir
+	DBTimeout         string // [database] timeout; "" → built-in default
 	HeartbeatInterval string
 	HeartbeatTimeout  string
 	HealthCheck       string
@@ -161,6 +165,7 @@ type OrchOptions struct {
 	MaxBodyBytes      int64 // 0 → built-in default
 	Metrics           bool  // serve /metrics on a free port (Orch.MetricsURL)
 	LogLevel          string
+	Env               []string // extra environment of the orchestrator process
 	// TLS serves the API over HTTPS; with ClientCAFile, client certificates
 	// are required (the harness then presents HarnessCert).
 	TLS *TLSOptions
@@ -214,7 +219,10 @@ func orchestratorTOML(dir string, port, metricsPort int, o OrchOptions) string {
 	if maxRetries == 0 {
 		maxRetries = 3
 	}
-	extraJobs, extraServer, tlsSection := "", "", ""
+	extraJobs, extraServer, tlsSection, extraDB := "", "", "", ""
+	if o.DBTimeout != "" {
+		extraDB = fmt.Sprintf("timeout = %q\n", o.DBTimeout)
+	}
 	if t := o.TLS; t != nil {
 		tlsSection = fmt.Sprintf("[tls]\ncert_file = %q\nkey_file = %q\nclient_ca_file = %q\n", t.CertFile, t.KeyFile, t.ClientCAFile)
 	}
@@ -229,7 +237,7 @@ listen = ["127.0.0.1:%d"]
 admin_socket = "%s/o.sock"
 %s%s[database]
 url = %q
-[paths]
+%s[paths]
 state_dir = "%s/state"
 configs_dir = "%s/configs"
 [workers]
@@ -248,7 +256,7 @@ scheduler_interval = %q
 level = %q
 [metrics]
 listen = %q
-`, port, dir, extraServer, tlsSection, o.DBURL, dir, dir,
+`, port, dir, extraServer, tlsSection, o.DBURL, extraDB, dir, dir,
 		or(o.HeartbeatInterval, "200ms"), or(o.HeartbeatTimeout, "1500ms"), or(o.HealthCheck, "200ms"),
 		or(o.StartupGrace, "3s"), or(o.AckTimeout, "3s"), or(o.PingInterval, "500ms"),
 		maxRetries, or(o.SchedulerInterval, "200ms"), extraJobs, or(o.LogLevel, "debug"), metrics)
@@ -290,6 +298,7 @@ func StartOrchestratorWith(t testing.TB, opt OrchOptions) *Orch {
 		t.Fatalf("token create: %v", err)
 	}
 	o.Admin = strings.TrimSpace(string(out))
+	NoteSecret("admin token", o.Admin)
 	return o
 }
 
@@ -309,7 +318,7 @@ func (o *Orch) Restart() {
 
 // StartProcess starts the orchestrator process without waiting for it.
 func (o *Orch) StartProcess() {
-	o.P = Start(o.T, "simpletuner-orchestratord", "--config", o.Conf)
+	o.P = StartEnv(o.T, o.Opt.Env, "simpletuner-orchestratord", "--config", o.Conf)
 }
 
 // WaitReady waits for /readyz to answer 200.
@@ -318,10 +327,13 @@ func (o *Orch) WaitReady(timeout time.Duration) {
 	Eventually(o.T, timeout, "orchestrator ready", func() bool { return o.Ready() == 200 })
 }
 
-// Ready returns the /readyz status code (0 when unreachable).
-func (o *Orch) Ready() int {
+// Ready returns the /readyz status code (0 when unreachable or no answer within 2 s).
+func (o *Orch) Ready() int { return o.ReadyWithin(2 * time.Second) }
+
+// ReadyWithin returns the /readyz status code (0 when unreachable or no answer within timeout).
+func (o *Orch) ReadyWithin(timeout time.Duration) int {
 	c := *o.client()
-	c.Timeout = 2 * time.Second
+	c.Timeout = timeout
 	res, err := c.Get(o.URL + "/readyz")
 	if err != nil {
 		return 0
@@ -347,8 +359,12 @@ func (o *Orch) Do(method, path string, body any) (int, map[string]any) {
 		return 0, nil
 	}
 	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	if res.StatusCode >= 400 {
+		ScanForSecrets(o.T, fmt.Sprintf("the %d answer to %s %s", res.StatusCode, method, path), string(raw))
+	}
 	var m map[string]any
-	_ = json.NewDecoder(res.Body).Decode(&m)
+	_ = json.Unmarshal(raw, &m)
 	return res.StatusCode, m
 }
 
@@ -420,6 +436,7 @@ func (o *Orch) CreateWorker(name string, persistent bool, labels map[string]stri
 	if st != 201 {
 		o.T.Fatalf("create worker: %d %v", st, m)
 	}
+	NoteSecret("worker token", m["token"].(string))
 	return m["worker_id"].(string), m["token"].(string)
 }
 
@@ -458,6 +475,8 @@ type WorkerSpec struct {
 	// ("Test GPU", 80 GB, UUID GPU-<name>-<i>); 0 is a worker without GPUs.
 	StaticGPUs int
 	MaxJobs    int // [worker] max_jobs; 0 leaves it out
+	// WorkerTOML holds extra lines for [worker] (drain_timeout…).
+	WorkerTOML string
 }
 
 // DemoTrainer is the path of the built demo trainer.
@@ -476,6 +495,7 @@ func (o *Orch) StartWorker(s WorkerSpec) *Wrk {
 // StartWorkerFor starts a workerd for a worker created beforehand.
 func (o *Orch) StartWorkerFor(id, token string, s WorkerSpec) *Wrk {
 	o.T.Helper()
+	NoteSecret("worker token", token)
 	w := &Wrk{ID: id, Token: token, Dir: o.T.TempDir(), Spec: s, o: o}
 	OpenToJobs(o.T, w.Dir)
 	os.WriteFile(filepath.Join(w.Dir, "token"), []byte(w.Token+"\n"), 0o600)
@@ -513,6 +533,7 @@ func (o *Orch) StartWorkerFor(id, token string, s WorkerSpec) *Wrk {
 	if s.MaxJobs > 0 {
 		persistent += fmt.Sprintf("max_jobs = %d\n", s.MaxJobs)
 	}
+	persistent += s.WorkerTOML
 	w.Conf = filepath.Join(w.Dir, "w.toml")
 	os.WriteFile(w.Conf, []byte(fmt.Sprintf(`[orchestrator]
 url = %q

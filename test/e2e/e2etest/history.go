@@ -83,8 +83,18 @@ func (h *History) Fault(format string, args ...any) {
 
 // Submit submits a job; an accepted one (201) is recorded and must reach a
 // terminal state. It returns the status code and the job id.
+//
+// Unless extra sets one, each job carries an hf_token of its own, which the
+// secret scan then looks for everywhere.
 func (h *History) Submit(config map[string]any, extra map[string]any) (int, string) {
 	h.T.Helper()
+	if _, ok := extra["hf_token"]; !ok {
+		with := map[string]any{"hf_token": NewHFToken()}
+		for k, v := range extra {
+			with[k] = v
+		}
+		extra = with
+	}
 	st, id := h.O.TrySubmit(config, extra)
 	if st == 201 {
 		h.mu.Lock()
@@ -255,6 +265,7 @@ func (h *History) readAudit() []AuditRecord {
 		if err != nil {
 			h.T.Fatalf("audit: %v", err)
 		}
+		ScanForSecrets(h.T, "the audit log", body)
 		var page struct {
 			Records []AuditRecord `json:"records"`
 		}
@@ -320,6 +331,7 @@ func (h *History) Check(exp Expect) Summary {
 		case "job.transition":
 			var d struct {
 				From, To, Outcome string
+				RetrySpent        bool `json:"retry_spent"`
 			}
 			_ = json.Unmarshal(r.Details, &d)
 			if terminal(d.From) {
@@ -331,7 +343,7 @@ func (h *History) Check(exp Expect) Summary {
 			if d.To == "queued" && d.From != "queued" {
 				requeues[r.TargetID]++
 				sum.Requeues++
-				if d.Outcome == "withdrawn" {
+				if d.Outcome == "withdrawn" && !d.RetrySpent {
 					sum.Withdrawn++
 				} else {
 					spent[r.TargetID]++
@@ -404,52 +416,81 @@ func (h *History) Check(exp Expect) Summary {
 	return sum
 }
 
-// checkSpans compares the attempts' real lives: attempt n+1's first sign of
-// life (sampled or its wrapper's start line) must come after attempt n's last
-// (sampled or its wrapper's exit line).
+// checkSpans compares the attempts' real lives: the stretches in which an
+// attempt ran (sampled, widened by its wrapper's start and exit lines) must
+// not overlap another attempt's, and attempt n+1 must first run after attempt
+// n first ran. A frozen attempt (stopped processes run nothing) may run again
+// after it thaws; it still must not run beside another attempt.
 func (h *History) checkSpans(mine map[string]bool) {
-	type life struct{ first, last time.Time }
+	type life struct {
+		first, last time.Time
+		lives       []Interval
+	}
 	lives := map[string]map[int]*life{}
-	note := func(job, attempt string, t time.Time) {
+	get := func(job, attempt string) *life {
 		n, err := strconv.Atoi(attempt)
 		if err != nil || !mine[job] {
-			return
+			return nil
 		}
 		if lives[job] == nil {
 			lives[job] = map[int]*life{}
 		}
-		l := lives[job][n]
-		if l == nil {
-			lives[job][n] = &life{t, t}
-			return
+		if lives[job][n] == nil {
+			lives[job][n] = &life{}
 		}
-		if t.Before(l.first) {
-			l.first = t
-		}
-		if t.After(l.last) {
-			l.last = t
-		}
+		return lives[job][n]
 	}
 	for _, sp := range h.sampler.Spans() {
-		note(sp.Job, sp.Attempt, sp.FirstSeen)
-		note(sp.Job, sp.Attempt, sp.LastSeen)
+		if l := get(sp.Job, sp.Attempt); l != nil {
+			l.lives = append(l.lives, sp.Lives...)
+		}
 	}
 	for _, e := range h.Events() {
+		l := (*life)(nil)
 		if e.Kind == "wrap_start" || e.Kind == "wrap_exit" {
-			note(e.Job, e.Attempt, e.At)
+			l = get(e.Job, e.Attempt)
+		}
+		if l == nil {
+			continue
+		}
+		switch {
+		case len(l.lives) == 0:
+			l.lives = []Interval{{e.At, e.At}}
+		case e.Kind == "wrap_start" && e.At.Before(l.lives[0].From):
+			l.lives[0].From = e.At
+		case e.Kind == "wrap_exit" && e.At.After(l.lives[len(l.lives)-1].To):
+			l.lives[len(l.lives)-1].To = e.At
 		}
 	}
 	for job, ls := range lives {
 		var ns []int
-		for n := range ls {
+		for n, l := range ls {
+			if len(l.lives) == 0 {
+				continue
+			}
+			sort.Slice(l.lives, func(i, j int) bool { return l.lives[i].From.Before(l.lives[j].From) })
+			l.first, l.last = l.lives[0].From, l.lives[len(l.lives)-1].To
 			ns = append(ns, n)
 		}
 		sort.Ints(ns)
 		for i := 1; i < len(ns); i++ {
-			a, b := ls[ns[i-1]], ls[ns[i]]
-			if !b.first.After(a.last) {
-				h.T.Errorf("job %s: attempt %d ran %s–%s, attempt %d started %s before it ended", job,
-					ns[i-1], a.first.Format("15:04:05.000"), a.last.Format("15:04:05.000"), ns[i], b.first.Format("15:04:05.000"))
+			if a, b := ls[ns[i-1]], ls[ns[i]]; !b.first.After(a.first) {
+				h.T.Errorf("job %s: attempt %d first ran at %s, not after attempt %d first ran at %s", job,
+					ns[i], b.first.Format("15:04:05.000"), ns[i-1], a.first.Format("15:04:05.000"))
+			}
+		}
+		for i := range ns {
+			for j := i + 1; j < len(ns); j++ {
+				a, b := ls[ns[i]], ls[ns[j]]
+				for _, x := range a.lives {
+					for _, y := range b.lives {
+						if x.Overlaps(y) {
+							h.T.Errorf("job %s: attempt %d ran %s–%s while attempt %d ran %s–%s", job,
+								ns[i], x.From.Format("15:04:05.000"), x.To.Format("15:04:05.000"),
+								ns[j], y.From.Format("15:04:05.000"), y.To.Format("15:04:05.000"))
+						}
+					}
+				}
 			}
 		}
 	}

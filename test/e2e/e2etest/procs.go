@@ -33,13 +33,15 @@ type JobProc struct {
 	Job     string
 	Attempt string
 	Comm    string
+	// Stopped: the process exists but is stopped (SIGSTOP): it runs nothing.
+	Stopped bool
 }
 
 // AllJobProcs lists every live process that belongs to a job.
 func AllJobProcs() []JobProc {
 	var out []JobProc
 	for pid, jp := range scanJobProcs(nil) {
-		out = append(out, JobProc{Pid: pid, Job: jp.job, Attempt: jp.attempt, Comm: jp.comm})
+		out = append(out, JobProc{Pid: pid, Job: jp.job, Attempt: jp.attempt, Comm: jp.comm, Stopped: jp.stopped})
 	}
 	return out
 }
@@ -47,6 +49,7 @@ func AllJobProcs() []JobProc {
 type jobProc struct {
 	job, attempt, comm string
 	gpus               string // CUDA_VISIBLE_DEVICES as workerd set it: the attempt's GPUs
+	stopped            bool   // state T or t: it exists but runs nothing
 }
 
 // procCache remembers, per pid, start time and command name, what environ
@@ -80,10 +83,13 @@ func scanJobProcs(cache procCache) map[int]jobProc {
 			continue // a zombie runs nothing
 		}
 		key := e.Name() + ":" + f[19] + ":" + s[strings.IndexByte(s, '(')+1:i] // pid, starttime, comm
+		stopped := f[0] == "T" || f[0] == "t"
 		if cache != nil {
 			if jp, ok := cache[key]; ok {
 				if jp != nil {
-					out[pid] = *jp
+					p := *jp
+					p.stopped = stopped
+					out[pid] = p
 				}
 				continue
 			}
@@ -105,6 +111,12 @@ func scanJobProcs(cache procCache) map[int]jobProc {
 				if v, ok := bytes.CutPrefix(kv, []byte("SIMPLETUNER_JOB_ID=")); ok {
 					p.job = string(v)
 				}
+				if v, ok := bytes.CutPrefix(kv, []byte("SIMPLETUNER_UPLOAD_TOKEN=")); ok {
+					NoteSecret("upload token", string(v))
+				}
+				if v, ok := bytes.CutPrefix(kv, []byte("HF_TOKEN=")); ok {
+					NoteSecret("hf_token", string(v))
+				}
 				if v, ok := bytes.CutPrefix(kv, []byte("CUDA_VISIBLE_DEVICES=")); ok {
 					p.gpus = string(v)
 				}
@@ -114,6 +126,7 @@ func scanJobProcs(cache procCache) map[int]jobProc {
 			}
 			if p.job != "" {
 				jp = &p
+				p.stopped = stopped
 				out[pid] = p
 			}
 		}
@@ -161,16 +174,26 @@ func WatchOverlap(jobID string) *OverlapWatch {
 // Stop ends the sampling (idempotent).
 func (w *OverlapWatch) Stop() { w.cancel(); <-w.done }
 
-// Span is the observed life of one attempt's processes.
+// Span is the observed life of one attempt's processes. Lives are the
+// stretches in which some process of the attempt was running: a stopped
+// process (SIGSTOP, a frozen host) runs nothing, so a freeze splits a life.
 type Span struct {
 	Job, Attempt        string
 	FirstSeen, LastSeen time.Time
 	Alive               bool
+	Lives               []Interval
 }
 
+// Interval is a stretch of time, both ends included.
+type Interval struct{ From, To time.Time }
+
+// Overlaps reports whether two intervals share a moment.
+func (i Interval) Overlaps(j Interval) bool { return !i.From.After(j.To) && !j.From.After(i.To) }
+
 // Sampler watches every job's processes (one /proc scan every interval) and
-// records, per attempt, when its processes were first and last seen alive,
-// and every sample in which two attempts of one job were alive together.
+// records, per attempt, when its processes were running, and every sample in
+// which two attempts of one job were running together. Stopped processes are
+// left out: they exist but run nothing.
 type Sampler struct {
 	mu       sync.Mutex
 	spans    map[string]*Span // job/attempt
@@ -185,7 +208,7 @@ type Sampler struct {
 }
 
 // StartSampler starts sampling every interval; onEvent (may be nil) hears
-// "proc_start" and "proc_exit" as attempts appear and vanish.
+// "proc_start" and "proc_exit" as attempts start and stop running.
 func StartSampler(interval time.Duration, onEvent func(kind, job, attempt string, at time.Time)) *Sampler {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Sampler{spans: map[string]*Span{}, onEvent: onEvent, cancel: cancel, done: make(chan struct{})}
@@ -213,6 +236,9 @@ func (s *Sampler) sample(cache procCache) {
 	live := map[string]map[string]bool{}
 	holders := map[string]map[string]bool{} // GPU → job/attempt
 	for _, jp := range procs {
+		if jp.stopped {
+			continue
+		}
 		if live[jp.job] == nil {
 			live[jp.job] = map[string]bool{}
 		}
@@ -242,11 +268,15 @@ func (s *Sampler) sample(cache procCache) {
 			if sp == nil {
 				sp = &Span{Job: job, Attempt: a, FirstSeen: now}
 				s.spans[k] = sp
+			}
+			if !sp.Alive {
+				sp.Lives = append(sp.Lives, Interval{From: now, To: now})
 				if s.onEvent != nil {
 					s.onEvent("proc_start", job, a, now)
 				}
 			}
 			sp.LastSeen, sp.Alive = now, true
+			sp.Lives[len(sp.Lives)-1].To = now
 		}
 	}
 	for _, sp := range s.spans {
@@ -276,7 +306,9 @@ func (s *Sampler) Spans() []Span {
 	defer s.mu.Unlock()
 	var out []Span
 	for _, sp := range s.spans {
-		out = append(out, *sp)
+		c := *sp
+		c.Lives = append([]Interval(nil), sp.Lives...)
+		out = append(out, c)
 	}
 	return out
 }

@@ -24,6 +24,7 @@ func (o *Orch) Metric(name string) int64 {
 	}
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
+	ScanForSecrets(o.T, "the metrics page", string(b))
 	for _, line := range strings.Split(string(b), "\n") {
 		if f := strings.Fields(line); len(f) == 2 && f[0] == name {
 			v, err := strconv.ParseFloat(f[1], 64)

@@ -170,3 +170,7 @@ func (w *SimWorker) Connect(ctx context.Context) error {
 	}
 	return fmt.Errorf("%s never connected: %v", w.Name, last)
 }
+
+// SimClient is an HTTP client for one simulated worker: no overall timeout,
+// for its stream lives as long as it is open.
+func SimClient() *http.Client { return &http.Client{Transport: SimTransport()} }
