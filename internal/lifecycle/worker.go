@@ -33,11 +33,17 @@ func (l Load) FreeGPUs() int { return max(l.GPUs-l.GPUsUsed, 0) }
 // claimed for it, or one ended): idle, partial and busy follow its load;
 // draining, offline and connecting are kept.
 func Settle(cur protocol.WorkerStatus, l Load) protocol.WorkerStatus {
-	switch cur {
-	case protocol.WorkerIdle, protocol.WorkerPartial, protocol.WorkerBusy:
+	if Working(cur) {
 		return online(l)
 	}
 	return cur
+}
+
+// Working reports whether a worker in status cur is online and taking work
+// as its load allows: idle, partial or busy (not draining, connecting or
+// offline).
+func Working(cur protocol.WorkerStatus) bool {
+	return cur == protocol.WorkerIdle || cur == protocol.WorkerPartial || cur == protocol.WorkerBusy
 }
 
 // Alive is the status of a worker that just showed a sign of life (it

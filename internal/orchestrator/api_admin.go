@@ -55,7 +55,7 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request, _ httproute
 	}
 	f := store.WorkerFilter{Status: protocol.WorkerStatus(strings.ToLower(status))}
 	if status != "" && !f.Status.Valid() {
-		return invalid("query parameter \"status\" must be one of connecting, idle, busy, draining, offline; got %q", status)
+		return invalid("query parameter \"status\" must be one of connecting, idle, partial, busy, draining, offline; got %q", status)
 	}
 	var err error
 	if f.Limit, f.Offset, err = page(r, 100, 1000); err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -32,14 +33,14 @@ func (s *Server) healthPass(ctx context.Context) {
 	largest := 0
 	err := s.eachWorker(ctx, func(w store.Worker) {
 		largest = max(largest, protocol.ParseGPUInfo(w.GPUInfo).Count)
-		switch w.Status {
-		case protocol.WorkerIdle, protocol.WorkerBusy, protocol.WorkerDraining:
+		switch {
+		case lifecycle.Working(w.Status) || w.Status == protocol.WorkerDraining:
 			// Draining workers are checked too: a draining worker that vanished
 			// must not keep its job forever.
 			if !inGrace && w.LastHeartbeat != nil && now.Sub(*w.LastHeartbeat) > opt.HeartbeatTimeout {
 				stale = append(stale, w)
 			}
-		case protocol.WorkerOffline:
+		case w.Status == protocol.WorkerOffline:
 			if w.Type == protocol.Ephemeral && w.CurrentJobID == "" && w.LastHeartbeat != nil &&
 				now.Sub(*w.LastHeartbeat) > opt.EphemeralCleanupAfter {
 				expired = append(expired, w)

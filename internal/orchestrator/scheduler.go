@@ -179,7 +179,7 @@ func (p *pool) more() *candidate {
 		p.ids = p.ids[1:]
 		w, err := p.s.store.GetWorker(p.ctx, id)
 		// A busy worker has no room now but may be reserved for a job.
-		if err != nil || (w.Status != protocol.WorkerIdle && w.Status != protocol.WorkerPartial && w.Status != protocol.WorkerBusy) {
+		if err != nil || !lifecycle.Working(w.Status) {
 			continue
 		}
 		c := &candidate{w: w, gpus: protocol.ParseGPUInfo(w.GPUInfo), free: map[int]bool{}, load: w.Load()}

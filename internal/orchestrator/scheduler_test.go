@@ -38,6 +38,10 @@ func (e *env) startSlotAgent(name string, gpus int) *slotAgent {
 	go func() {
 		for ctx.Err() == nil {
 			a.mu.Lock()
+			if a.silent {
+				a.mu.Unlock()
+				return
+			}
 			var running []protocol.RunningAttempt
 			for job, n := range a.running {
 				running = append(running, protocol.RunningAttempt{JobID: job, Attempt: n})
@@ -186,5 +190,23 @@ func TestSchedulerReservationAgainstStarvation(t *testing.T) {
 		if !slices.Equal(got, smalls) {
 			t.Errorf("started %v, want %v", got, smalls)
 		}
+	})
+}
+
+// A worker that vanishes while partly busy goes offline at the heartbeat
+// timeout like any other, and its attempt is requeued.
+func TestPartialWorkerThatVanishesGoesOffline(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t))
+	w := e.startSlotAgent("quad", 4)
+	job := e.submit(gpuJobBody(1, 10))
+	if got, _ := w.take(); got != job {
+		t.Fatalf("got %s, want %s", got, job)
+	}
+	eventually(t, 5*time.Second, "the worker partly busy", func() bool { return e.worker(w.id)["status"] == "partial" })
+	w.silence()
+	eventually(t, 10*time.Second, "the silent worker offline and its job requeued", func() bool {
+		j := e.job(job)
+		return e.worker(w.id)["status"] == "offline" && j["status"] == "queued" && j["retries_used"] == float64(1)
 	})
 }

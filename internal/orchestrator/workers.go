@@ -477,7 +477,7 @@ func (s *Server) evictWorker(ctx context.Context, wk store.Worker, actor, ip str
 
 // shown is the status and connection a worker is shown with: a worker that
 // holds no stream on any instance and missed its last heartbeat looks
-// disconnected at once, though the store keeps it idle, busy or draining
+// disconnected at once, though the store keeps it idle, partial, busy or draining
 // (and its attempts) until the heartbeat timeout.
 func (s *Server) shown(w store.Worker) (status protocol.WorkerStatus, connected bool) {
 	opt := s.options()
@@ -485,8 +485,7 @@ func (s *Server) shown(w store.Worker) (status protocol.WorkerStatus, connected 
 	status = w.Status
 	// A draining worker stays "draining" (an admin's intent that resume
 	// undoes); connected says whether it is there.
-	switch status {
-	case protocol.WorkerIdle, protocol.WorkerBusy:
+	if lifecycle.Working(status) {
 		missed := w.LastHeartbeat == nil || time.Since(*w.LastHeartbeat) > opt.HeartbeatInterval+opt.HeartbeatInterval/2
 		if !connected && missed {
 			status = protocol.WorkerDisconnected
