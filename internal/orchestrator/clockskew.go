@@ -53,7 +53,7 @@ func (c *clockSkews) seconds(workerID string) *float64 {
 	if !ok {
 		return nil
 	}
-	s := math.Round(d.Seconds()*10) / 10
+	s := math.Round(d.Seconds()*10)/10 + 0 // + 0: never -0
 	return &s
 }
 

@@ -205,7 +205,7 @@ var (
 	idRE    = regexp.MustCompile(`\b(w|j|tok)_[a-z2-7]{12}\b`)
 	tokenRE = regexp.MustCompile(`\b(sta|wt|stu)_[A-Za-z0-9_-]{40,}`)
 	timeRE  = regexp.MustCompile(`"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)"`)
-	numRE   = regexp.MustCompile(`"(uptime_seconds|cpu_seconds|peak_memory_bytes)": [0-9.e+-]+`)
+	numRE   = regexp.MustCompile(`"(uptime_seconds|cpu_seconds|peak_memory_bytes|clock_skew_seconds)": [0-9.e+-]+`)
 	// Job isolation depends on the machine: cgroups, root.
 	isolationRE = regexp.MustCompile(`"isolation": "[^"]*"`)
 	hashRE      = regexp.MustCompile(`\b[0-9a-f]{64}\b`)
