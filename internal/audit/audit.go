@@ -96,3 +96,20 @@ func Verify(records []Record) error {
 	}
 	return nil
 }
+
+// VerifyFrom checks records like Verify and also that the first one follows
+// the record (prevSeq, prevHash): the last one before them, kept as a
+// checkpoint when older records were deleted ({0, Genesis}: none).
+func VerifyFrom(prevSeq int64, prevHash string, records []Record) error {
+	if len(records) == 0 {
+		return nil
+	}
+	first := records[0]
+	if first.Seq != prevSeq+1 {
+		return fmt.Errorf("audit record %d follows %d: sequence gap", first.Seq, prevSeq)
+	}
+	if first.PrevHash != prevHash {
+		return fmt.Errorf("audit record %d: prev_hash does not match the hash of record %d", first.Seq, prevSeq)
+	}
+	return Verify(records)
+}

@@ -121,12 +121,18 @@ type Attempt struct {
 }
 
 // JobFilter narrows ListJobs. Zero values mean "any"/"no limit". Results are in
-// submission order (Seq ascending).
+// submission order (Seq ascending), or newest first with NewestFirst.
 type JobFilter struct {
 	Statuses []protocol.JobStatus
 	WorkerID string // current attempt's worker
 	Limit    int
 	Offset   int
+	// NewestFirst lists by Seq descending.
+	NewestFirst bool
+	// AfterSeq continues a list after the job with this Seq, in the list's
+	// order (a keyset cursor: it costs the same on every page, unlike
+	// Offset). 0 starts at the beginning.
+	AfterSeq int64
 }
 
 // ClaimRequest asks for the best queued job a worker may run.
@@ -223,7 +229,12 @@ type Store interface {
 	// Jobs.
 	InsertJob(ctx context.Context, j Job, rec *audit.Record) (Job, error)
 	GetJob(ctx context.Context, id string) (Job, error)
+	// ListJobs returns a page of jobs and how many match the filter in all,
+	// from per-status counts kept with every change; with a WorkerID the
+	// total is not counted and is -1.
 	ListJobs(ctx context.Context, f JobFilter) (jobs []Job, total int, err error)
+	// CountJobs returns how many jobs are in each status (absent: none),
+	// from the per-status counts: it costs the same whatever the history.
 	CountJobs(ctx context.Context) (map[protocol.JobStatus]int, error)
 	// QueuePosition counts the queued jobs a claim offers before a job of this
 	// priority and Seq: higher priority, or the same priority and a lower Seq.
@@ -261,4 +272,7 @@ type Store interface {
 	// Notifications between instances. SQLite delivers within the process only.
 	Publish(ctx context.Context, n Notification) error
 	Subscribe(ctx context.Context) (<-chan Notification, error)
+
+	// Retention and sizes.
+	History
 }

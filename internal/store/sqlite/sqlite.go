@@ -26,6 +26,7 @@ var migrationFiles embed.FS
 // Store is the SQLite store.
 type Store struct {
 	*sqlstore.Store
+	path string
 }
 
 // Dialect is SQLite's flavour of SQL: no row locks (the single writer
@@ -64,7 +65,11 @@ func Open(ctx context.Context, path string, log *slog.Logger) (*Store, error) {
 	w.SetMaxOpenConns(1)
 	w.SetConnMaxIdleTime(0)
 	w.SetConnMaxLifetime(0)
-	ms, err := loadMigrations()
+	err = ensureIncremental(ctx, w, path, log)
+	ms, lerr := loadMigrations()
+	if err == nil {
+		err = lerr
+	}
 	if err == nil {
 		err = sqlstore.Migrate(ctx, w, Dialect, ms, log.With("path", path))
 	}
@@ -83,7 +88,7 @@ func Open(ctx context.Context, path string, log *slog.Logger) (*Store, error) {
 	// after each burst of reads, and every new connection opened the file
 	// and prepared its statements again.
 	r.SetMaxIdleConns(8)
-	return &Store{sqlstore.New(w, r, Dialect, log)}, nil
+	return &Store{Store: sqlstore.New(w, r, Dialect, log), path: path}, nil
 }
 
 func loadMigrations() ([]sqlstore.Migration, error) {

@@ -43,17 +43,15 @@ func (s *Store) AppendAudit(ctx context.Context, rec audit.Record) error {
 
 // ListAudit returns up to limit records after sinceSeq, oldest first.
 func (s *Store) ListAudit(ctx context.Context, sinceSeq int64, limit int) ([]audit.Record, error) {
-	rows, err := s.reader().query(ctx, `SELECT seq, time, actor, actor_ip, action, target_type, target_id,
-		outcome, details, prev_hash, hash FROM audit WHERE seq > ? ORDER BY seq LIMIT ?`, sinceSeq, limitArg(limit))
+	rows, err := s.reader().query(ctx, `SELECT `+auditCols+` FROM audit WHERE seq > ? ORDER BY seq LIMIT ?`, sinceSeq, limitArg(limit))
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	var out []audit.Record
 	for rows.Next() {
-		var r audit.Record
-		if err := rows.Scan(&r.Seq, timeCol{&r.Time}, &r.Actor, &r.ActorIP, &r.Action, &r.TargetType,
-			&r.TargetID, &r.Outcome, rawCol{&r.Details}, &r.PrevHash, &r.Hash); err != nil {
+		r, err := scanAudit(rows)
+		if err != nil {
 			return nil, err
 		}
 		out = append(out, r)

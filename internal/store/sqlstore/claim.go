@@ -44,6 +44,9 @@ func (s *Store) ClaimJob(ctx context.Context, req store.ClaimRequest) (store.Job
 			protocol.JobDispatched, j.Attempt, w.ID, s.tv(req.AckDeadline), s.tv(at), j.ID); err != nil {
 			return err
 		}
+		if err := s.countMove(ctx, c, j.Status, protocol.JobDispatched); err != nil {
+			return err
+		}
 		att = store.Attempt{JobID: j.ID, Number: j.Attempt, WorkerID: w.ID,
 			UploadTokenHash: req.UploadTokenHash, DispatchedAt: at}
 		if _, err := c.exec(ctx, `INSERT INTO attempts (job_id, number, worker_id, upload_token_hash,

@@ -52,6 +52,9 @@ func (s *Store) InsertJob(ctx context.Context, j store.Job, rec *audit.Record) (
 		if err != nil {
 			return err
 		}
+		if err := s.countMove(ctx, c, "", j.Status); err != nil {
+			return err
+		}
 		if out, err = s.getJob(ctx, c, j.ID, false); err != nil {
 			return err
 		}
@@ -72,62 +75,6 @@ func (s *Store) getJob(ctx context.Context, c conn, id string, lock bool) (store
 // GetJob returns one job.
 func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
 	return s.getJob(ctx, s.reader(), id, false)
-}
-
-// ListJobs returns a page of jobs in submission order, with the total count.
-func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, int, error) {
-	where, args := " WHERE 1 = 1", []any{}
-	if len(f.Statuses) > 0 {
-		where += " AND status IN (" + placeholders(len(f.Statuses)) + ")"
-		for _, st := range f.Statuses {
-			args = append(args, st)
-		}
-	}
-	if f.WorkerID != "" {
-		where += " AND worker_id = ?"
-		args = append(args, f.WorkerID)
-	}
-	rows, err := s.reader().query(ctx, `SELECT `+jobCols+`, COUNT(*) OVER () FROM jobs`+where+
-		` ORDER BY seq LIMIT ? OFFSET ?`, append(args, limitArg(f.Limit), f.Offset)...)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer rows.Close()
-	var out []store.Job
-	total := 0
-	for rows.Next() {
-		j, err := scanJob(rows, &total)
-		if err != nil {
-			return nil, 0, err
-		}
-		out = append(out, j)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, 0, err
-	}
-	if len(out) == 0 { // a page past the end still reports the total
-		err = s.reader().queryRow(ctx, `SELECT COUNT(*) FROM jobs`+where, args...).Scan(&total)
-	}
-	return out, total, err
-}
-
-// CountJobs returns how many jobs are in each status (absent: none).
-func (s *Store) CountJobs(ctx context.Context) (map[protocol.JobStatus]int, error) {
-	rows, err := s.reader().query(ctx, `SELECT status, COUNT(*) FROM jobs GROUP BY status`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[protocol.JobStatus]int{}
-	for rows.Next() {
-		var st protocol.JobStatus
-		var n int
-		if err := rows.Scan(&st, &n); err != nil {
-			return nil, err
-		}
-		out[st] = n
-	}
-	return out, rows.Err()
 }
 
 // QueuePosition counts the queued jobs ahead of (priority, seq) in claim order.

@@ -39,6 +39,9 @@ func New(db, rdb *sql.DB, d Dialect, log *slog.Logger) *Store {
 // DB returns the write pool (for backend-specific statements).
 func (s *Store) DB() *sql.DB { return s.db }
 
+// ReadDB returns the read pool (the write pool where the engine has one).
+func (s *Store) ReadDB() *sql.DB { return s.rdb }
+
 // Hub returns the in-process fan-out used by Publish and Subscribe.
 func (s *Store) Hub() *Hub { return s.hub }
 

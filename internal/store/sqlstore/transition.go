@@ -65,6 +65,9 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 		if _, err := c.exec(ctx, `UPDATE jobs SET `+set+` WHERE id = ?`, append(args, j.ID)...); err != nil {
 			return err
 		}
+		if err := s.countMove(ctx, c, j.Status, t.To); err != nil {
+			return err
+		}
 
 		if t.Ack {
 			if _, err := c.exec(ctx, `UPDATE attempts SET acked_at = ? WHERE job_id = ? AND number = ?`,

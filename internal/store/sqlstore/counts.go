@@ -1,0 +1,96 @@
+package sqlstore
+
+import (
+	"context"
+	"sort"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+)
+
+// The per-status job counts live in job_counts, one row per status, changed
+// in the same transaction as the job rows they count: InsertJob, ClaimJob,
+// TransitionJob and retention's DeleteJobs. Counting is then one small read
+// whatever the size of the history.
+//
+// On PostgreSQL a count row is locked until its transaction ends, like the
+// audit chain head that the same transactions take after it. Rows are always
+// changed in the order of their status names, so two transactions moving
+// jobs in opposite directions (queued → dispatched, dispatched → queued)
+// cannot wait on each other.
+
+// countMove records that one job left status from and entered status to
+// ("" for none: an insert or a delete).
+func (s *Store) countMove(ctx context.Context, c conn, from, to protocol.JobStatus) error {
+	if from == to {
+		return nil
+	}
+	deltas := map[protocol.JobStatus]int64{}
+	if from != "" {
+		deltas[from]--
+	}
+	if to != "" {
+		deltas[to]++
+	}
+	return s.countAdd(ctx, c, deltas)
+}
+
+// countAdd applies deltas to the counts, in status-name order.
+func (s *Store) countAdd(ctx context.Context, c conn, deltas map[protocol.JobStatus]int64) error {
+	statuses := make([]string, 0, len(deltas))
+	for st, d := range deltas {
+		if d != 0 {
+			statuses = append(statuses, string(st))
+		}
+	}
+	sort.Strings(statuses)
+	for _, st := range statuses {
+		if _, err := c.exec(ctx, `INSERT INTO job_counts (status, n) VALUES (?, ?)
+			ON CONFLICT (status) DO UPDATE SET n = job_counts.n + excluded.n`,
+			st, deltas[protocol.JobStatus(st)]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CountJobs returns how many jobs are in each status (absent: none).
+func (s *Store) CountJobs(ctx context.Context) (map[protocol.JobStatus]int, error) {
+	rows, err := s.reader().query(ctx, `SELECT status, n FROM job_counts WHERE n <> 0`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[protocol.JobStatus]int{}
+	for rows.Next() {
+		var st protocol.JobStatus
+		var n int
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, err
+		}
+		out[st] = n
+	}
+	return out, rows.Err()
+}
+
+// countOf sums the counts of statuses (every status when none is given).
+func (s *Store) countOf(ctx context.Context, statuses []protocol.JobStatus) (int, error) {
+	counts, err := s.CountJobs(ctx)
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	if len(statuses) == 0 {
+		for _, n := range counts {
+			total += n
+		}
+		return total, nil
+	}
+	seen := map[protocol.JobStatus]bool{}
+	for _, st := range statuses {
+		if !seen[st] {
+			seen[st] = true
+			total += counts[st]
+		}
+	}
+	return total, nil
+}
