@@ -195,44 +195,6 @@ func normalizeConfig(data []byte) (json.RawMessage, error) {
 	return out, err
 }
 
-func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ auth.Principal) error {
-	f := store.JobFilter{}
-	if st := strings.ToLower(r.URL.Query().Get("status")); st != "" {
-		switch st {
-		case "pending":
-			f.Statuses = []protocol.JobStatus{protocol.JobQueued}
-		case "active":
-			f.Statuses = protocol.ActiveJobStatuses()
-		default:
-			if !protocol.JobStatus(st).Valid() {
-				return invalid("query parameter \"status\" must be a job status (queued, dispatched, running, canceling, completed, failed, cancelled); got %q", st)
-			}
-			f.Statuses = []protocol.JobStatus{protocol.JobStatus(st)}
-		}
-	}
-	var err error
-	if f.Limit, f.Offset, err = page(r, 50, 200); err != nil {
-		return err
-	}
-	jobs, total, err := s.store.ListJobs(r.Context(), f)
-	if err != nil {
-		return err
-	}
-	counts, err := s.store.CountJobs(r.Context())
-	if err != nil {
-		return err
-	}
-	entries := make([]jobView, 0, len(jobs))
-	for _, j := range jobs {
-		entries = append(entries, newJobView(j))
-	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"entries": entries, "total": total, "total_pending": counts[protocol.JobQueued],
-		"total_running": counts[protocol.JobDispatched] + counts[protocol.JobRunning] + counts[protocol.JobCanceling],
-	})
-	return nil
-}
-
 func (s *Server) loadJob(r *http.Request, id string) (store.Job, error) {
 	j, err := s.store.GetJob(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {

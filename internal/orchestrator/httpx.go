@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
 // apiError is an HTTP error with the protocol's JSON error body.
@@ -50,7 +51,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *apiError
-	if !errors.As(err, &ae) {
+	if !errors.As(err, &ae) && isNoSpace(err) {
+		// Logged once for the whole episode, not per request.
+		disk := diskArtifacts
+		if errors.Is(err, store.ErrDiskFull) {
+			disk = diskDatabase
+		}
+		ae = s.diskFullError(disk, err)
+		w.Header().Set("Retry-After", "30")
+	}
+	if ae == nil {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		ae = errorf(http.StatusInternalServerError, protocol.CodeInternal, "internal error; see the orchestrator's log")
 		if isUnavailable(err) {

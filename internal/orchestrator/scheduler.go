@@ -99,7 +99,9 @@ func (s *Server) schedulePass(ctx context.Context) {
 		if err := s.claimFor(ctx, w); errors.Is(err, store.ErrNoJob) || errors.Is(err, store.ErrConflict) {
 			return true
 		} else if err != nil {
-			s.log.Warn("claim failed", "worker_id", w.ID, "err", err)
+			if !s.logDiskFullOnce(err) {
+				s.log.Warn("claim failed", "worker_id", w.ID, "err", err)
+			}
 			return false
 		}
 		remaining--

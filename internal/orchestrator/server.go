@@ -52,6 +52,8 @@ type Options struct {
 	ArtifactMaxObjectBytes int64
 	ArtifactMaxJobBytes    int64
 	ArtifactUploadGrace    time.Duration
+	// Retention: how long finished jobs and their traces are kept.
+	Retention RetentionOptions
 }
 
 // OptionsFrom maps a loaded configuration onto the orchestrator's settings.
@@ -85,6 +87,8 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 		ArtifactMaxObjectBytes: cfg.Artifacts.MaxObjectBytes,
 		ArtifactMaxJobBytes:    cfg.Artifacts.MaxJobBytes,
 		ArtifactUploadGrace:    cfg.Artifacts.UploadGrace.Duration,
+
+		Retention: retentionFrom(cfg.Retention),
 	}
 }
 
@@ -117,6 +121,10 @@ type Server struct {
 	adminSocketPath string
 	// artifacts stores what jobs upload; nil answers 503 (see SetArtifacts).
 	artifacts atomic.Pointer[artifacts.Store]
+	// sizes is the last measurement of the database and artifacts.
+	sizes atomic.Pointer[sizesSnapshot]
+	// disk tracks full disks (see diskfull.go).
+	disk diskState
 }
 
 // SetAdminSocketPath tells the server where its admin socket lives.
@@ -133,6 +141,7 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 		limiter: auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now),
 	}
 	s.opt.Store(&opt)
+	s.disk.init()
 	s.hub = NewHub(s.metrics, log)
 	s.lastTick.Store(time.Now().UnixNano())
 	return s
@@ -263,6 +272,7 @@ func (s *Server) Routes() []Route {
 		{"POST", "/api/admin/workers/:id/resume", "", s.admin(auth.ScopeAdminWorkers, s.resumeWorker)},
 		{"POST", "/api/admin/workers/:id/token", "", s.admin(auth.ScopeAdminWorkers, s.rotateToken)},
 		{"GET", "/api/admin/audit", "", s.admin(auth.ScopeAdminAudit, s.listAudit)},
+		{"GET", "/api/admin/audit/verify", "", s.admin(auth.ScopeAdminAudit, s.verifyAudit)},
 		{"GET", "/api/admin/tokens", "", s.admin(auth.ScopeAll, s.listAdminTokens)},
 		{"POST", "/api/admin/tokens", "", s.admin(auth.ScopeAll, s.createAdminToken)},
 		{"DELETE", "/api/admin/tokens/:id", "", s.admin(auth.ScopeAll, s.revokeAdminToken)},
@@ -335,6 +345,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	defer cancel()
 	if err := s.store.Ping(ctx); err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": "database unreachable: " + err.Error()})
+		return
+	}
+	if why := s.disk.problem(); why != "" {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": why})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})

@@ -86,6 +86,9 @@ type History interface {
 	// the engine needs to be asked (SQLite's incremental vacuum), a little
 	// at a time; elsewhere it does nothing.
 	Reclaim(ctx context.Context) error
+	// ProbeWrite makes a small write that changes nothing anyone reads, to
+	// see whether writes work again after the disk was full.
+	ProbeWrite(ctx context.Context) error
 	// TryRetentionLock takes the lock that lets one orchestrator run a
 	// retention pass at a time (a PostgreSQL advisory lock shared by every
 	// replica). ok is false when another holds it; unlock releases it.

@@ -33,6 +33,9 @@ var (
 	// ErrIllegalMove: a transition the job lifecycle does not allow (the
 	// error also wraps a *lifecycle.ErrIllegal naming the move).
 	ErrIllegalMove = errors.New("illegal job move")
+	// ErrDiskFull: the database could not write for lack of space (the
+	// error also wraps the engine's own).
+	ErrDiskFull = errors.New("the database's disk is full")
 )
 
 // Worker is a registered (or admin-created) worker.

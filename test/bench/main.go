@@ -43,6 +43,15 @@ type flags struct {
 	cpuProfile   string
 	pprofAddr    string
 	keep         bool
+	// The history scenario.
+	history          int
+	historySamples   int
+	bin              string
+	oldBinary        bool
+	newBinary        bool
+	retention        bool
+	retentionWorkers int
+	retentionDelay   string
 }
 
 func main() {
@@ -62,7 +71,15 @@ func main() {
 	flag.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process to this file")
 	flag.StringVar(&f.pprofAddr, "pprof", "", "serve net/http/pprof of the bench process on this address")
 	flag.BoolVar(&f.keep, "keep", false, "keep the temporary directory (configs, orchestrator logs)")
+	flag.IntVar(&f.history, "history", 0, "instead of the measurements above, load this many finished jobs (with attempts, logs and audit records) and measure the read endpoints, start-up and dispatch on them")
+	flag.IntVar(&f.historySamples, "history-samples", 300, "requests per endpoint in the history scenario")
+	flag.StringVar(&f.bin, "bin", "", "use this simpletuner-orchestratord binary instead of building one (e.g. an older version, for a before/after comparison)")
+	flag.BoolVar(&f.oldBinary, "old-binary", false, "the -bin binary predates [retention], cursors and the audit verify endpoint: measure only what it has")
+	flag.BoolVar(&f.retention, "retention", true, "in the history scenario, also run a retention pass under load")
+	flag.IntVar(&f.retentionWorkers, "retention-workers", 200, "workers heartbeating every second during the retention pass")
+	flag.StringVar(&f.retentionDelay, "retention-delay", "5s", "startup_grace before the first retention pass (workers connect meanwhile)")
 	flag.Parse()
+	f.newBinary = !f.oldBinary
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
 
 	limit := raiseFileLimit()
@@ -93,10 +110,27 @@ func main() {
 	} else {
 		defer os.RemoveAll(tmp)
 	}
-	log.Printf("building simpletuner-orchestratord")
-	bin, err := buildBinary(tmp)
-	if err != nil {
-		log.Fatal(err)
+	bin := f.bin
+	if bin == "" {
+		log.Printf("building simpletuner-orchestratord")
+		if bin, err = buildBinary(tmp); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if f.history > 0 {
+		var hrs []historyResult
+		for _, name := range []string{"sqlite", "postgres"} {
+			if f.stores != "both" && f.stores != name {
+				continue
+			}
+			r, err := runHistory(f, name, bin, tmp)
+			if err != nil {
+				log.Fatalf("%s: %v", name, err)
+			}
+			hrs = append(hrs, r)
+		}
+		printHistory(f, hrs)
+		return
 	}
 
 	var results []result

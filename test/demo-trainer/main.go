@@ -9,6 +9,10 @@
 //	               only SIGKILL to the whole process group ends the tree
 //	publish        upload output.txt as outputs/output.txt to the orchestrator's
 //	               artifact endpoint ($SIMPLETUNER_UPLOAD_ENDPOINT) at the end
+//	publish_bytes  publish that many bytes instead (output.txt's text, repeated)
+//	publish_retry_seconds
+//	               retry a publish the orchestrator answers with 5xx (a full
+//	               disk: 507) for up to that long, once a second
 //
 // It prints "step 3/5 loss=0.41" lines, writes output.txt in its working directory
 // and, for tests, pids.txt (its own pid and its child's).
@@ -17,6 +21,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -35,6 +40,8 @@ type config struct {
 	ExitCode      int      `json:"exit_code"`
 	IgnoreSIGTERM bool     `json:"ignore_sigterm"`
 	Publish       bool     `json:"publish"`
+	PublishBytes  int      `json:"publish_bytes"`
+	PublishRetry  float64  `json:"publish_retry_seconds"`
 }
 
 func main() {
@@ -100,8 +107,22 @@ func run() error {
 		return err
 	}
 	if cfg.Publish {
-		if err := publish("outputs/output.txt", []byte(out)); err != nil {
-			return err
+		data := []byte(out)
+		if cfg.PublishBytes > 0 {
+			data = bytes.Repeat(data, cfg.PublishBytes/len(data)+1)[:cfg.PublishBytes]
+		}
+		deadline := time.Now().Add(time.Duration(cfg.PublishRetry * float64(time.Second)))
+		for {
+			err := publish("outputs/output.txt", data)
+			var se *statusError
+			if err == nil || !errors.As(err, &se) || se.code < 500 || time.Now().After(deadline) {
+				if err != nil {
+					return err
+				}
+				break
+			}
+			fmt.Printf("%v; retrying\n", err)
+			time.Sleep(time.Second)
 		}
 	}
 	fmt.Println("training finished")
@@ -127,10 +148,17 @@ func publish(key string, data []byte) error {
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(res.Body, 1024))
-		return fmt.Errorf("publishing %s: HTTP %d: %s", key, res.StatusCode, body)
+		return &statusError{code: res.StatusCode, msg: fmt.Sprintf("publishing %s: HTTP %d: %s", key, res.StatusCode, bytes.TrimSpace(body))}
 	}
 	return nil
 }
+
+type statusError struct {
+	code int
+	msg  string
+}
+
+func (e *statusError) Error() string { return e.msg }
 
 // sleeper ignores SIGTERM and waits for a long time: a grandchild that only a
 // SIGKILL of the process group removes.

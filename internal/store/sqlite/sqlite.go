@@ -32,10 +32,17 @@ type Store struct {
 // Dialect is SQLite's flavour of SQL: no row locks (the single writer
 // serializes everything), times as integer microseconds.
 var Dialect = sqlstore.Dialect{
-	Name:     "sqlite",
-	NextSeq:  "(SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs)",
-	Time:     sqlstore.UnixMicros,
-	IsUnique: isUnique,
+	Name:       "sqlite",
+	NextSeq:    "(SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs)",
+	Time:       sqlstore.UnixMicros,
+	IsUnique:   isUnique,
+	IsDiskFull: isDiskFull,
+}
+
+// isDiskFull: SQLITE_FULL, whatever the extended code.
+func isDiskFull(err error) bool {
+	var e *sqlite.Error
+	return errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_FULL
 }
 
 func isUnique(err error) bool {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"syscall"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -142,6 +143,9 @@ func (s *Store) write(ctx context.Context, fn func(c conn) error) error {
 func (s *Store) mapErr(err error) error {
 	if err != nil && s.d.IsUnique != nil && s.d.IsUnique(err) && !errors.Is(err, store.ErrDuplicate) {
 		return fmt.Errorf("%w: %v", store.ErrDuplicate, err)
+	}
+	if err != nil && !errors.Is(err, store.ErrDiskFull) && (errors.Is(err, syscall.ENOSPC) || s.d.IsDiskFull != nil && s.d.IsDiskFull(err)) {
+		return fmt.Errorf("%w: %w", store.ErrDiskFull, err)
 	}
 	return err
 }

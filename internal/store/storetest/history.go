@@ -198,7 +198,7 @@ func testCountsConcurrent(t *testing.T, s store.Store) {
 				}
 				if _, err := s.TransitionJob(t.Context(), store.JobTransition{JobID: j.ID, ExpectAttempt: j.Attempt, From: j.Status,
 					Step: lifecycle.Step{To: protocol.JobCompleted, By: lifecycle.Report, EndAttempt: protocol.OutcomeCompleted},
-					Now: at(time.Hour), Audit: rec("job.transition")}); err != nil {
+					Now:  at(time.Hour), Audit: rec("job.transition")}); err != nil {
 					errs <- err
 					return
 				}
