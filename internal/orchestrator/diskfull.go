@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,9 @@ const (
 	diskDatabase  = "database"
 	diskArtifacts = "artifacts"
 )
+
+// diskNames name the disks in messages.
+var diskNames = map[string]string{diskDatabase: "the database's disk", diskArtifacts: "the artifacts' disk"}
 
 // spaceNeeded is the free space a watched filesystem must have again before
 // its disk counts as usable: room for the write-ahead log to grow and be
@@ -117,8 +121,8 @@ func (d *diskState) problem() string {
 			if p != "" {
 				p = " (" + p + ")"
 			}
-			return fmt.Sprintf("disk full: the %s's disk%s has no space left since %s; writes fail until space is freed",
-				disk, p, f.since.UTC().Format(time.RFC3339))
+			return fmt.Sprintf("disk full: %s%s has no space left since %s; writes fail until space is freed",
+				diskNames[disk], p, f.since.UTC().Format(time.RFC3339))
 		}
 	}
 	return ""
@@ -188,10 +192,8 @@ func (s *Server) checkDisks(ctx context.Context) {
 				continue
 			}
 		}
-		if c.disk == diskDatabase {
-			if err := s.store.ProbeWrite(ctx); err != nil {
-				continue
-			}
+		if err := s.probeWrite(ctx, c.disk); err != nil {
+			continue
 		}
 		d.mu.Lock()
 		f := d.full[c.disk]
@@ -200,6 +202,26 @@ func (s *Server) checkDisks(ctx context.Context) {
 		s.log.Info("disk has space again: writes work", "disk", c.disk, "path", c.path,
 			"full_for", time.Since(f.since).Round(time.Second).String())
 	}
+}
+
+// probeName is the object the artifacts probe writes and deletes: not a
+// job's (job ids never start with a dot), so no listing shows it.
+const probeName = ".space-probe"
+
+// probeWrite makes a small real write to disk and undoes it.
+func (s *Server) probeWrite(ctx context.Context, disk string) error {
+	if disk == diskDatabase {
+		return s.store.ProbeWrite(ctx)
+	}
+	a := s.artifacts.Load()
+	if a == nil {
+		return nil
+	}
+	b := a.Backend()
+	if err := b.Put(ctx, probeName, bytes.NewReader(make([]byte, 64<<10)), func() error { return nil }); err != nil {
+		return err
+	}
+	return b.Delete(ctx, probeName)
 }
 
 // freeBytes is the space an unprivileged writer may still use on path's filesystem.

@@ -35,10 +35,10 @@ type retentionMetrics struct {
 
 // runRetention runs a retention pass every interval, the first once the
 // start-up grace is over (a restarted fleet reconnects first). Each pass
-// deletes in batches of batch_size rows, one short transaction each, and
-// pauses between batches as long as the batch took, so heartbeats, reports
-// and dispatch never wait behind it for long. It never touches a job that
-// has not finished.
+// deletes in batches, one short transaction each (sized to hold the writer
+// about batchTarget, at most batch_size rows), and pauses between batches as
+// long as the batch took, so heartbeats, reports and dispatch never wait
+// behind it for long. It never touches a job that has not finished.
 func (s *Server) runRetention(ctx context.Context) {
 	wait := s.options().StartupGrace
 	for {
@@ -77,16 +77,21 @@ func (s *Server) retentionPass(ctx context.Context) {
 	start := time.Now()
 	p := &pass{s: s, batch: max(opt.BatchSize, 1)}
 	now := time.Now().UTC()
+	// Each kind starts small again: its rows cost differently.
+	p.size = min(p.batch, firstBatch)
 	if opt.Jobs > 0 {
 		p.run("jobs", func() error { return p.jobs(ctx, now.Add(-opt.Jobs)) })
 	}
 	if opt.Logs > 0 {
+		p.size = min(p.batch, firstBatch)
 		p.run("logs", func() error { return p.logs(ctx, now.Add(-opt.Logs)) })
 	}
 	if opt.Artifacts > 0 && s.artifacts.Load() != nil {
+		p.size = p.batch // a mark per batch: the deletes are on the artifacts' disk
 		p.run("artifacts", func() error { return p.artifacts(ctx, now.Add(-opt.Artifacts)) })
 	}
 	if opt.Audit > 0 {
+		p.size = min(p.batch, firstBatch)
 		p.run("audit", func() error { return p.audit(ctx, now.Add(-opt.Audit)) })
 	}
 	if p.deleted() > 0 {
@@ -105,10 +110,33 @@ func (s *Server) retentionPass(ctx context.Context) {
 
 // pass is one retention pass's progress.
 type pass struct {
-	s                                *Server
-	batch                            int
+	s     *Server
+	batch int // most rows per transaction (batch_size)
+	// size is the rows of the next transaction: it follows how long the
+	// last one held the writer (see took).
+	size                             int
 	jobsN, logsN, artifactsN, auditN int64
 	logBytes                         int64
+}
+
+// A delete transaction should hold the database's writer about batchTarget:
+// the batch size follows from how long the previous one took, between
+// minBatch and batch_size, starting at firstBatch. Rows cost very different
+// times (a job with a big log, an audit record) and machines differ, so a
+// fixed count is either slow or long.
+const (
+	batchTarget = 15 * time.Millisecond
+	minBatch    = 10
+	firstBatch  = 50
+)
+
+// took adapts the batch size to a write of n rows that took d.
+func (p *pass) took(d time.Duration, n int) {
+	if n <= 0 {
+		return
+	}
+	next := int(float64(n) * float64(batchTarget) / float64(max(d, time.Microsecond)))
+	p.size = min(max(next, minBatch), p.batch)
 }
 
 func (p *pass) deleted() int64 { return p.jobsN + p.logsN + p.artifactsN + p.auditN }
@@ -140,7 +168,7 @@ func (p *pass) jobs(ctx context.Context, cutoff time.Time) error {
 	var after store.RetentionMark
 	for {
 		start := time.Now()
-		batch, err := s.store.EndedJobs(ctx, after, cutoff, p.batch)
+		batch, err := s.store.EndedJobs(ctx, after, cutoff, p.size)
 		if err != nil || len(batch) == 0 {
 			return err
 		}
@@ -159,10 +187,12 @@ func (p *pass) jobs(ctx context.Context, cutoff time.Time) error {
 		if len(ids) == 0 {
 			return fmt.Errorf("deleting the artifacts of %d jobs failed: %w", len(batch), artErr)
 		}
+		w := time.Now()
 		n, err := s.store.DeleteJobs(ctx, ids, cutoff)
 		if err != nil {
 			return err
 		}
+		p.took(time.Since(w), len(ids))
 		p.jobsN += int64(n)
 		s.metrics.retention.jobs.Add(int64(n))
 		if artErr != nil {
@@ -183,7 +213,7 @@ func (p *pass) logs(ctx context.Context, cutoff time.Time) error {
 	}
 	for {
 		start := time.Now()
-		batch, err := s.store.EndedJobs(ctx, mark, cutoff, p.batch)
+		batch, err := s.store.EndedJobs(ctx, mark, cutoff, p.size)
 		if err != nil || len(batch) == 0 {
 			return err
 		}
@@ -192,10 +222,12 @@ func (p *pass) logs(ctx context.Context, cutoff time.Time) error {
 			ids[i] = j.ID
 		}
 		mark = batch[len(batch)-1].Mark()
+		w := time.Now()
 		freed, err := s.store.DeleteJobLogs(ctx, ids, cutoff, mark)
 		if err != nil {
 			return err
 		}
+		p.took(time.Since(w), len(ids))
 		p.logsN += int64(len(batch))
 		p.logBytes += freed
 		s.metrics.retention.logs.Add(int64(len(batch)))
@@ -218,7 +250,7 @@ func (p *pass) artifacts(ctx context.Context, cutoff time.Time) error {
 	}
 	for {
 		start := time.Now()
-		batch, err := s.store.EndedJobs(ctx, mark, cutoff, p.batch)
+		batch, err := s.store.EndedJobs(ctx, mark, cutoff, p.size)
 		if err != nil || len(batch) == 0 {
 			return err
 		}
@@ -254,10 +286,11 @@ func (p *pass) audit(ctx context.Context, cutoff time.Time) error {
 	s := p.s
 	for {
 		start := time.Now()
-		n, _, err := s.store.PruneAudit(ctx, cutoff, p.batch)
+		n, _, err := s.store.PruneAudit(ctx, cutoff, p.size)
 		if err != nil || n == 0 {
 			return err
 		}
+		p.took(time.Since(start), n)
 		p.auditN += int64(n)
 		s.metrics.retention.auditRecs.Add(int64(n))
 		if err := pace(ctx, start); err != nil {

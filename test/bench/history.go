@@ -122,6 +122,12 @@ func runHistory(f flags, name, bin, tmp string) (r historyResult, err error) {
 		o.stop()
 		return r, err
 	}
+	if f.skipReads {
+		cancel()
+		o.stop()
+		r.ret, err = retentionUnderLoad(f, name, bin, dir, dbURL, dsn)
+		return r, err
+	}
 	r.endpoints = measureEndpoints(ctx, c, f, hs)
 	if r.dispatch, err = c.latency(ctx, f.samples, 2*time.Minute); err != nil {
 		cancel()
@@ -162,11 +168,15 @@ func (c *client) get(ctx context.Context, path string) (string, int, error) {
 	return string(b), res.StatusCode, err
 }
 
-// timeGet times n GETs of the paths next() gives, sequentially; a non-200
-// answer is an error.
+// warmup requests of each endpoint are made and not counted: the first ones
+// prepare statements and read cold pages.
+const warmup = 10
+
+// timeGet times n GETs of the paths next() gives, sequentially, after warmup
+// uncounted ones; a non-200 answer is an error.
 func timeGet(ctx context.Context, c *client, n int, next func(i int) string) (dist, error) {
 	var out []time.Duration
-	for i := range n {
+	for i := range n + warmup {
 		p := next(i)
 		t := time.Now()
 		body, code, err := c.get(ctx, p)
@@ -177,7 +187,9 @@ func timeGet(ctx context.Context, c *client, n int, next func(i int) string) (di
 		if code != 200 {
 			return dist{}, fmt.Errorf("GET %s: HTTP %d: %.200s", p, code, body)
 		}
-		out = append(out, d)
+		if i >= warmup {
+			out = append(out, d)
+		}
 	}
 	return summarize(out), nil
 }

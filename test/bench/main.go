@@ -52,6 +52,7 @@ type flags struct {
 	retention        bool
 	retentionWorkers int
 	retentionDelay   string
+	skipReads        bool
 }
 
 func main() {
@@ -78,6 +79,7 @@ func main() {
 	flag.BoolVar(&f.retention, "retention", true, "in the history scenario, also run a retention pass under load")
 	flag.IntVar(&f.retentionWorkers, "retention-workers", 200, "workers heartbeating every second during the retention pass")
 	flag.StringVar(&f.retentionDelay, "retention-delay", "5s", "startup_grace before the first retention pass (workers connect meanwhile)")
+	flag.BoolVar(&f.skipReads, "skip-reads", false, "in the history scenario, skip the read endpoints, dispatch and verify (to iterate on the retention pass)")
 	flag.Parse()
 	f.newBinary = !f.oldBinary
 	log.SetFlags(log.Ltime | log.Lmicroseconds)

@@ -11,16 +11,22 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
-// Space is given back in steps of this many pages (4 KiB each): each step is
-// a short write transaction, so retention never holds the writer for long.
-const reclaimStep = 512
+// Space is given back in steps of pages (4 KiB each), each a write
+// transaction sized to take about reclaimTarget: retention never holds the
+// writer for long.
+const (
+	reclaimTarget = 15 * time.Millisecond
+	reclaimFirst  = 64
+	reclaimMin    = 16
+	reclaimMax    = 4096
+)
 
 // AutoConvertBytes is the largest database that Open switches to incremental
 // auto-vacuum by itself (a VACUUM that rewrites the file, about a second
 // here); a larger one is left alone with a warning, for the vacuum command.
 const AutoConvertBytes = 64 << 20
 
-// reclaimPause separates reclaim steps.
+// reclaimPause is the least pause between reclaim steps.
 const reclaimPause = 5 * time.Millisecond
 
 const incremental = 2 // PRAGMA auto_vacuum's value for INCREMENTAL
@@ -118,14 +124,16 @@ func (s *Store) Sizes(ctx context.Context) (store.Sizes, error) {
 }
 
 // Reclaim gives free pages back to the filesystem in short steps (each its
-// own write transaction) until none is left or ctx ends. A database not in
-// incremental mode keeps its free pages for reuse.
+// own write transaction, sized to take about reclaimTarget) until none is
+// left or ctx ends, pausing after each step as long as it took. A database
+// not in incremental mode keeps its free pages for reuse.
 func (s *Store) Reclaim(ctx context.Context) error {
 	db := s.DB()
 	var mode int
 	if err := db.QueryRowContext(ctx, `PRAGMA auto_vacuum`).Scan(&mode); err != nil || mode != incremental {
 		return err
 	}
+	step := int64(reclaimFirst)
 	for ctx.Err() == nil {
 		var free int64
 		if err := db.QueryRowContext(ctx, `PRAGMA freelist_count`).Scan(&free); err != nil {
@@ -134,13 +142,16 @@ func (s *Store) Reclaim(ctx context.Context) error {
 		if free == 0 {
 			return nil
 		}
-		if _, err := db.ExecContext(ctx, fmt.Sprintf(`PRAGMA incremental_vacuum(%d)`, min(free, reclaimStep))); err != nil {
+		n := min(free, step)
+		start := time.Now()
+		if _, err := db.ExecContext(ctx, fmt.Sprintf(`PRAGMA incremental_vacuum(%d)`, n)); err != nil {
 			return err
 		}
-		// Let waiting writers in between steps.
+		took := time.Since(start)
+		step = min(max(int64(float64(n)*float64(reclaimTarget)/float64(max(took, time.Microsecond))), reclaimMin), reclaimMax)
 		select {
 		case <-ctx.Done():
-		case <-time.After(reclaimPause):
+		case <-time.After(max(took, reclaimPause)):
 		}
 	}
 	return ctx.Err()

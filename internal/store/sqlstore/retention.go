@@ -16,9 +16,11 @@ import (
 // each reading one index range (jobs_by_end from a mark, or the audit log
 // from its checkpoint), so none holds the write lock for long.
 
-// finished is the condition every retention statement repeats: a job that is
-// not finished is never selected, whatever the caller passes.
-const finished = `ended_at IS NOT NULL AND ended_at < ? AND status IN ('completed', 'failed', 'cancelled')`
+// ended is the condition retention walks by: only finished jobs have an end
+// time, and it reads the jobs_by_end index. (A status condition here would
+// lead SQLite's planner to the status index and a sort of every finished job;
+// the deletes check the status, inside their transaction, by primary key.)
+const ended = `ended_at IS NOT NULL AND ended_at < ?`
 
 // uncached returns c without the statement cache: statements whose text
 // depends on a batch's size would otherwise fill it.
@@ -26,7 +28,7 @@ func (c conn) uncached() conn { return conn{q: c.q, d: c.d} }
 
 // EndedJobs lists finished jobs that ended before before, after the mark.
 func (s *Store) EndedJobs(ctx context.Context, after store.RetentionMark, before time.Time, limit int) ([]store.EndedJob, error) {
-	q, args := `SELECT id, seq, ended_at FROM jobs WHERE `+finished, []any{s.tv(before)}
+	q, args := `SELECT id, seq, ended_at FROM jobs WHERE `+ended, []any{s.tv(before)}
 	if !after.EndedAt.IsZero() {
 		q += ` AND (ended_at, seq) > (?, ?)`
 		args = append(args, s.tv(after.EndedAt), after.Seq)
@@ -54,12 +56,14 @@ func (s *Store) eligible(ctx context.Context, c conn, ids []string, before time.
 	if len(ids) == 0 {
 		return out, nil
 	}
-	args := []any{s.tv(before)}
-	for _, id := range ids {
-		args = append(args, id)
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
 	}
-	rows, err := c.uncached().query(ctx, `SELECT id, status FROM jobs WHERE `+finished+
-		` AND id IN (`+placeholders(len(ids))+`)`+s.d.ForUpdate, args...)
+	// By primary key only: the conditions are checked here, so no planner
+	// can pick a range of the history instead.
+	rows, err := c.uncached().query(ctx, `SELECT id, status, ended_at FROM jobs WHERE id IN (`+
+		placeholders(len(ids))+`)`+s.d.ForUpdate, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -67,10 +71,13 @@ func (s *Store) eligible(ctx context.Context, c conn, ids []string, before time.
 	for rows.Next() {
 		var id string
 		var st protocol.JobStatus
-		if err := rows.Scan(&id, &st); err != nil {
+		var end *time.Time
+		if err := rows.Scan(&id, &st, nullTimeCol{&end}); err != nil {
 			return nil, err
 		}
-		out[id] = st
+		if st.Terminal() && end != nil && end.Before(before) {
+			out[id] = st
+		}
 	}
 	return out, rows.Err()
 }
