@@ -104,8 +104,13 @@ func (s *Server) retentionPass(ctx context.Context) {
 	if p.deleted() > 0 {
 		level = s.log.Info
 	}
+	meanWrite := time.Duration(0)
+	if p.writes > 0 {
+		meanWrite = p.writeTime / time.Duration(p.writes)
+	}
 	level("retention pass done", "jobs", p.jobsN, "logs", p.logsN, "log_bytes", p.logBytes,
-		"artifacts", p.artifactsN, "audit_records", p.auditN, "took", took.Round(time.Millisecond).String())
+		"artifacts", p.artifactsN, "audit_records", p.auditN, "took", took.Round(time.Millisecond).String(),
+		"transactions", p.writes, "mean_transaction", meanWrite.Round(100*time.Microsecond).String())
 }
 
 // pass is one retention pass's progress.
@@ -117,6 +122,9 @@ type pass struct {
 	size                             int
 	jobsN, logsN, artifactsN, auditN int64
 	logBytes                         int64
+	// writes and writeTime sum the delete transactions, for the log.
+	writes    int64
+	writeTime time.Duration
 }
 
 // A delete transaction should hold the database's writer about batchTarget:
@@ -135,6 +143,8 @@ func (p *pass) took(d time.Duration, n int) {
 	if n <= 0 {
 		return
 	}
+	p.writes++
+	p.writeTime += d
 	next := int(float64(n) * float64(batchTarget) / float64(max(d, time.Microsecond)))
 	p.size = min(max(next, minBatch), p.batch)
 }

@@ -51,7 +51,7 @@ type flags struct {
 	newBinary        bool
 	retention        bool
 	retentionWorkers int
-	retentionDelay   string
+	controlWindow    time.Duration
 	skipReads        bool
 }
 
@@ -78,7 +78,7 @@ func main() {
 	flag.BoolVar(&f.oldBinary, "old-binary", false, "the -bin binary predates [retention], cursors and the audit verify endpoint: measure only what it has")
 	flag.BoolVar(&f.retention, "retention", true, "in the history scenario, also run a retention pass under load")
 	flag.IntVar(&f.retentionWorkers, "retention-workers", 200, "workers heartbeating every second during the retention pass")
-	flag.StringVar(&f.retentionDelay, "retention-delay", "5s", "startup_grace before the first retention pass (workers connect meanwhile)")
+	flag.DurationVar(&f.controlWindow, "control-window", time.Minute, "before the retention pass, measure the same load this long without it")
 	flag.BoolVar(&f.skipReads, "skip-reads", false, "in the history scenario, skip the read endpoints, dispatch and verify (to iterate on the retention pass)")
 	flag.Parse()
 	f.newBinary = !f.oldBinary

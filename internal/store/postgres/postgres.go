@@ -36,7 +36,8 @@ var Dialect = sqlstore.Dialect{
 	IsDiskFull:    isDiskFull,
 	// The statistics' live-row estimates: counting a table of millions of
 	// rows would read all of it.
-	RowCounts: `SELECT relname, n_live_tup FROM pg_stat_user_tables`,
+	RowCounts:    `SELECT relname, n_live_tup FROM pg_stat_user_tables`,
+	WritableCTEs: true,
 }
 
 // isDiskFull: SQLSTATE 53100, disk_full.

@@ -34,7 +34,9 @@ func (s *Store) countMove(ctx context.Context, c conn, from, to protocol.JobStat
 	return s.countAdd(ctx, c, deltas)
 }
 
-// countAdd applies deltas to the counts, in status-name order.
+// countAdd applies deltas to the counts in one statement, its rows in
+// status-name order (both engines change a multi-row insert's rows in the
+// order given).
 func (s *Store) countAdd(ctx context.Context, c conn, deltas map[protocol.JobStatus]int64) error {
 	statuses := make([]string, 0, len(deltas))
 	for st, d := range deltas {
@@ -42,15 +44,21 @@ func (s *Store) countAdd(ctx context.Context, c conn, deltas map[protocol.JobSta
 			statuses = append(statuses, string(st))
 		}
 	}
-	sort.Strings(statuses)
-	for _, st := range statuses {
-		if _, err := c.exec(ctx, `INSERT INTO job_counts (status, n) VALUES (?, ?)
-			ON CONFLICT (status) DO UPDATE SET n = job_counts.n + excluded.n`,
-			st, deltas[protocol.JobStatus(st)]); err != nil {
-			return err
-		}
+	if len(statuses) == 0 {
+		return nil
 	}
-	return nil
+	sort.Strings(statuses)
+	values, args := "", make([]any, 0, 2*len(statuses))
+	for i, st := range statuses {
+		if i > 0 {
+			values += ", "
+		}
+		values += "(?, ?)"
+		args = append(args, st, deltas[protocol.JobStatus(st)])
+	}
+	_, err := c.exec(ctx, `INSERT INTO job_counts (status, n) VALUES `+values+`
+		ON CONFLICT (status) DO UPDATE SET n = job_counts.n + excluded.n`, args...)
+	return err
 }
 
 // CountJobs returns how many jobs are in each status (absent: none).
