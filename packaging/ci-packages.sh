@@ -85,9 +85,15 @@ dpkgr() { dpkg --root="$root" --force-script-chrootless --force-not-root --force
 
 dpkgr -i "$old"/*.deb
 grep -q '^simpletuner:' "$root/etc/passwd"
-grep -q '^simpletuner-worker:' "$root/etc/passwd"
+grep -q '^simpletuner-job:' "$root/etc/passwd"
 test -d "$root/var/lib/simpletuner"
 test -d "$root/var/lib/simpletuner-worker"
+# Files that may hold secrets: root's alone, or the orchestrator's group's.
+test "$(stat -c %a "$root/etc/simpletuner/workerd.toml")" = 600
+test "$(stat -c %a "$root/etc/simpletuner/orchestratord.toml")" = 640
+for c in worker-token worker-cert worker-key database-url; do
+	test "$(stat -c %a "$root/etc/simpletuner/$c")" = 600
+done
 "$root/usr/bin/simpletuner-orchestratord" --check-config --config "$root/etc/simpletuner/orchestratord.toml" >/dev/null
 "$root/usr/bin/simpletuner-workerd" --version
 "$root/usr/bin/simpletunerctl" --help >/dev/null

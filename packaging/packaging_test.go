@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -199,8 +200,11 @@ func TestUnitContracts(t *testing.T) {
 	if stop := seconds(w["TimeoutStopSec"][0]); stop <= 60*time.Second {
 		t.Errorf("worker TimeoutStopSec=%v, want well above the 30s cancel grace", stop)
 	}
-	if got := w["LoadCredential"]; len(got) != 1 || got[0] != "worker-token:/etc/simpletuner/worker-token" {
+	if got := strings.Join(w["LoadCredential"], " "); got != "worker-token:/etc/simpletuner/worker-token worker-cert:/etc/simpletuner/worker-cert worker-key:/etc/simpletuner/worker-key" {
 		t.Errorf("worker LoadCredential=%v", got)
+	}
+	if got := o["LoadCredential"]; len(got) != 1 || got[0] != "database-url:/etc/simpletuner/database-url" {
+		t.Errorf("orchestrator LoadCredential=%v", got)
 	}
 	for _, k := range []string{"PrivateDevices", "MemoryDenyWriteExecute", "ProcSubset"} {
 		if _, ok := w[k]; ok {
@@ -209,6 +213,26 @@ func TestUnitContracts(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(w["DeviceAllow"], "\n"), "char-nvidia") {
 		t.Error("worker cannot reach /dev/nvidia*")
+	}
+	// Job isolation: workerd makes cgroups below its own and starts jobs as
+	// other uids, with exactly the capabilities that takes and no others.
+	if got := w["Delegate"]; len(got) != 1 || got[0] != "yes" {
+		t.Errorf("worker Delegate=%v, want yes (a cgroup per job)", got)
+	}
+	if got := w["CapabilityBoundingSet"]; len(got) != 1 || got[0] != "CAP_SETUID CAP_SETGID CAP_CHOWN CAP_KILL" {
+		t.Errorf("worker CapabilityBoundingSet=%v", got)
+	}
+	if got := w["AmbientCapabilities"]; len(got) != 1 || got[0] != "" {
+		t.Errorf("worker AmbientCapabilities=%v: jobs would inherit them", got)
+	}
+	if v, ok := w["ProtectControlGroups"]; ok && v[0] == "yes" {
+		t.Error("worker ProtectControlGroups=yes makes its delegated cgroup read-only")
+	}
+	if got := w["ProtectProc"]; len(got) != 1 || got[0] != "invisible" {
+		t.Errorf("worker ProtectProc=%v: jobs could read workerd's /proc", got)
+	}
+	if _, ok := w["User"]; ok {
+		t.Error("worker sets User=: it needs root's uid (with a minimal bounding set) to start jobs as other uids")
 	}
 
 	for unit, name := range map[string]string{
@@ -279,6 +303,7 @@ func TestMaintainerScriptsInRoot(t *testing.T) {
 		copyFile(t, "/dev/null", filepath.Join(root, "etc", f), 0o644)
 	}
 	os.MkdirAll(filepath.Join(root, "etc/simpletuner/configs"), 0o755)
+	copyFile(t, "../etc/orchestratord.toml", filepath.Join(root, "etc/simpletuner/orchestratord.toml"), 0o644)
 
 	run := func(pkg, script string, args ...string) {
 		t.Helper()
@@ -295,7 +320,7 @@ func TestMaintainerScriptsInRoot(t *testing.T) {
 
 	passwd, _ := os.ReadFile(filepath.Join(root, "etc/passwd"))
 	group, _ := os.ReadFile(filepath.Join(root, "etc/group"))
-	for _, u := range []string{"simpletuner:", "simpletuner-worker:"} {
+	for _, u := range []string{"simpletuner:", "simpletuner-job:"} {
 		if !strings.Contains(string(passwd), "\n"+u) && !strings.HasPrefix(string(passwd), u) {
 			t.Errorf("user %s missing:\n%s", u, passwd)
 		}
@@ -303,14 +328,26 @@ func TestMaintainerScriptsInRoot(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^simpletuner-admin:x:\d+:simpletuner$`).Match(group) {
 		t.Errorf("simpletuner is not in simpletuner-admin:\n%s", group)
 	}
-	for dir, mode := range map[string]os.FileMode{"var/lib/simpletuner": 0o750, "var/lib/simpletuner-worker": 0o750, "run/simpletuner": 0o750} {
+	for dir, mode := range map[string]os.FileMode{"var/lib/simpletuner": 0o750, "var/lib/simpletuner-worker": 0o711, "run/simpletuner": 0o750} {
 		fi, err := os.Stat(filepath.Join(root, dir))
 		if err != nil || fi.Mode().Perm() != mode {
 			t.Errorf("%s: %v %v", dir, fi, err)
 		}
 	}
-	if fi, err := os.Stat(filepath.Join(root, "etc/simpletuner/worker-token")); err != nil || fi.Mode().Perm() != 0o600 {
-		t.Errorf("worker-token: %v %v", fi, err)
+	// Secrets loaded as credentials exist (LoadCredential= needs the file),
+	// empty and root's alone.
+	for _, c := range []string{"worker-token", "worker-cert", "worker-key", "database-url"} {
+		if fi, err := os.Stat(filepath.Join(root, "etc/simpletuner", c)); err != nil || fi.Mode().Perm() != 0o600 || fi.Size() != 0 {
+			t.Errorf("%s: %v %v", c, fi, err)
+		}
+	}
+	// The orchestrator's configuration may hold database.url: its group
+	// reads it, nobody else.
+	var st syscall.Stat_t
+	conf := filepath.Join(root, "etc/simpletuner/orchestratord.toml")
+	gid := regexp.MustCompile(`(?m)^simpletuner:x:(\d+):`).FindSubmatch(group)
+	if err := syscall.Stat(conf, &st); err != nil || st.Mode&0o777 != 0o640 || gid == nil || strconv.Itoa(int(st.Gid)) != string(gid[1]) {
+		t.Errorf("orchestratord.toml: mode %o gid %d, want 0640 and group simpletuner (%s) (%v)", st.Mode&0o777, st.Gid, gid, err)
 	}
 
 	for _, pkg := range []string{"orchestratord", "workerd"} {
@@ -323,7 +360,8 @@ func TestMaintainerScriptsInRoot(t *testing.T) {
 	for _, pkg := range []string{"orchestratord", "workerd"} {
 		run(pkg, "deb-postrm.sh", "purge")
 	}
-	for _, p := range []string{"var/lib/simpletuner", "var/lib/simpletuner-worker", "etc/simpletuner/worker-token"} {
+	for _, p := range []string{"var/lib/simpletuner", "var/lib/simpletuner-worker", "etc/simpletuner/worker-token",
+		"etc/simpletuner/worker-cert", "etc/simpletuner/worker-key", "etc/simpletuner/database-url"} {
 		if _, err := os.Stat(filepath.Join(root, p)); !os.IsNotExist(err) {
 			t.Errorf("purge left %s (%v)", p, err)
 		}

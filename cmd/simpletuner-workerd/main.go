@@ -6,13 +6,17 @@ import (
 	"os"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/app/workerd"
-	"github.com/simpletuner/simpletuner-orchestration/internal/worker"
+	"github.com/simpletuner/simpletuner-orchestration/internal/isolation"
+	"github.com/simpletuner/simpletuner-orchestration/internal/secretargs"
 )
 
 func main() {
-	// workerd re-executes itself as each job's supervisor (see worker.Supervise).
-	if len(os.Args) > 1 && os.Args[1] == worker.SuperviseArg {
-		os.Exit(worker.Supervise(os.Args[2:]))
+	// workerd re-executes itself as its jobs' reaper (see isolation.RunReaper).
+	if len(os.Args) > 1 && os.Args[1] == isolation.ReaperArg {
+		os.Exit(isolation.RunReaper(os.Stdin))
 	}
-	os.Exit(workerd.Main(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+	// A token given as --worker-token would be readable by every process,
+	// jobs included, in /proc/<pid>/cmdline.
+	args := secretargs.Hide(os.Args[1:], "worker-token")
+	os.Exit(workerd.Main(args, os.Getenv, os.Stdout, os.Stderr))
 }

@@ -74,24 +74,32 @@ func Seal(r *Record, prevSeq int64, prevHash string) {
 	r.Hash = ComputeHash(*r, prevHash)
 }
 
+// ChainError is what Verify returns: the first record that breaks the chain.
+type ChainError struct {
+	Seq    int64  // sequence number of the bad record
+	Reason string // what is wrong with it
+}
+
+func (e *ChainError) Error() string { return fmt.Sprintf("audit record %d%s", e.Seq, e.Reason) }
+
 // Verify checks that records (in sequence order, starting anywhere in the chain)
-// link up and that each hash matches its content. It returns nil or an error
-// naming the first bad record.
+// link up and that each hash matches its content. It returns nil or a
+// *ChainError naming the first bad record.
 func Verify(records []Record) error {
 	for i, r := range records {
 		if i > 0 {
 			prev := records[i-1]
 			if r.Seq != prev.Seq+1 {
-				return fmt.Errorf("audit record %d follows %d: sequence gap", r.Seq, prev.Seq)
+				return &ChainError{r.Seq, fmt.Sprintf(" follows %d: sequence gap", prev.Seq)}
 			}
 			if r.PrevHash != prev.Hash {
-				return fmt.Errorf("audit record %d: prev_hash does not match the hash of record %d", r.Seq, prev.Seq)
+				return &ChainError{r.Seq, fmt.Sprintf(": prev_hash does not match the hash of record %d", prev.Seq)}
 			}
 		} else if r.Seq == 1 && r.PrevHash != Genesis {
-			return fmt.Errorf("audit record 1: prev_hash is %q, want %q", r.PrevHash, Genesis)
+			return &ChainError{1, fmt.Sprintf(": prev_hash is %q, want %q", r.PrevHash, Genesis)}
 		}
 		if want := ComputeHash(r, r.PrevHash); r.Hash != want {
-			return fmt.Errorf("audit record %d: content does not match its hash", r.Seq)
+			return &ChainError{r.Seq, ": content does not match its hash"}
 		}
 	}
 	return nil
@@ -99,17 +107,18 @@ func Verify(records []Record) error {
 
 // VerifyFrom checks records like Verify and also that the first one follows
 // the record (prevSeq, prevHash): the last one before them, kept as a
-// checkpoint when older records were deleted ({0, Genesis}: none).
+// checkpoint when older records were deleted ({0, Genesis}: none). Its error
+// is a *ChainError too.
 func VerifyFrom(prevSeq int64, prevHash string, records []Record) error {
 	if len(records) == 0 {
 		return nil
 	}
 	first := records[0]
 	if first.Seq != prevSeq+1 {
-		return fmt.Errorf("audit record %d follows %d: sequence gap", first.Seq, prevSeq)
+		return &ChainError{first.Seq, fmt.Sprintf(" follows %d: sequence gap", prevSeq)}
 	}
 	if first.PrevHash != prevHash {
-		return fmt.Errorf("audit record %d: prev_hash does not match the hash of record %d", first.Seq, prevSeq)
+		return &ChainError{first.Seq, fmt.Sprintf(": prev_hash does not match the hash of record %d", prevSeq)}
 	}
 	return Verify(records)
 }

@@ -20,7 +20,7 @@
 // default), "counted before the digest compare", while "a valid credential is
 // never rate limited". FailureLimiter reconciles the two like this:
 //
-//	key := auth.PeerKey(r.RemoteAddr)
+//	key := auth.LimitKey(r.RemoteAddr) // an IPv6 client counts by its /64
 //	if wait, blocked := limiter.Blocked(key); blocked && !auth.WellFormed(token) {
 //		// 429, Retry-After: ceil(wait seconds); no hashing, no lookup
 //	}

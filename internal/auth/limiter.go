@@ -66,7 +66,7 @@ func newFailureLimiter(perMinute int, now func() time.Time, maxPeers int) *Failu
 
 // Blocked reports whether peer has used up its failures (perMinute of them
 // within the last minute; with the default, the 10th failure blocks), and if so how long until its oldest counted failure leaves it
-// (always > 0; send Retry-After as the ceiling in seconds). Use PeerKey for
+// (always > 0; send Retry-After as the ceiling in seconds). Use LimitKey for
 // the key.
 func (l *FailureLimiter) Blocked(peer string) (retryAfter time.Duration, blocked bool) {
 	l.mu.Lock()
@@ -138,6 +138,19 @@ func (f *failures) newest() time.Duration {
 		return f.times[len(f.times)-1]
 	}
 	return f.times[f.next-1]
+}
+
+// LimitKey is the key a client's failures are counted under: its IPv4
+// address, or for IPv6 the /64 it is in (written "2001:db8:1:2::/64"). One
+// host commonly holds a whole /64 and can pick a fresh address for every
+// request, so counting IPv6 addresses one by one would count nothing.
+// Anything unparsable is returned as PeerKey returns it.
+func LimitKey(remoteAddr string) string {
+	a, err := netip.ParseAddr(PeerKey(remoteAddr))
+	if err != nil || a.Is4() {
+		return PeerKey(remoteAddr)
+	}
+	return netip.PrefixFrom(a, 64).Masked().String()
 }
 
 // PeerKey turns a remote address ("ip:port", "[ipv6]:port" or a bare IP) into

@@ -197,6 +197,24 @@ func TestPeerKey(t *testing.T) {
 	}
 }
 
+func TestLimitKey(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"192.0.2.1:54321":                "192.0.2.1",
+		"[2001:db8:1:2:aaaa::1]:443":     "2001:db8:1:2::/64",
+		"[2001:db8:1:2:ffff:ffff::9]:80": "2001:db8:1:2::/64",
+		"[2001:db8:1:3::1]:80":           "2001:db8:1:3::/64",
+		"[::ffff:192.0.2.1]:80":          "192.0.2.1",
+		"[fe80::1%eth0]:80":              "fe80::/64",
+		"[::1]:8001":                     "::/64",
+		"localhost:8080":                 "localhost",
+	} {
+		if got := LimitKey(in); got != want {
+			t.Errorf("LimitKey(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 func (l *FailureLimiter) tracked() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -148,6 +148,11 @@ type ServerConfig struct {
 	AdminGroup   string   `toml:"admin_group"`
 	MaxBodyBytes int64    `toml:"max_body_bytes"`
 	InstanceID   string   `toml:"instance_id"` // "" → hostname+pid, chosen at run time
+	// StreamWriteTimeout bounds each write to an event stream (worker
+	// streams, log follows): a client that stops reading is dropped.
+	StreamWriteTimeout Duration `toml:"stream_write_timeout"`
+	// MaxLogFollowers caps the log follow streams one credential holds open.
+	MaxLogFollowers int `toml:"max_log_followers"`
 }
 
 // TLSConfig is [tls]; cert and key both set → HTTPS.
@@ -196,6 +201,15 @@ type JobsConfig struct {
 // AuthConfig is [auth].
 type AuthConfig struct {
 	FailuresPerMinute int `toml:"failures_per_minute"`
+	// RecheckInterval: how often a long-lived stream checks that the
+	// credential that opened it is still valid.
+	RecheckInterval Duration `toml:"recheck_interval"`
+	// FailureAuditInterval: failed authentications are written to the audit
+	// log as one record per client address per interval, with a count.
+	FailureAuditInterval Duration `toml:"failure_audit_interval"`
+	// FailureAuditMaxPeers caps those records per interval; the rest are
+	// summed up in one record.
+	FailureAuditMaxPeers int `toml:"failure_audit_max_peers"`
 }
 
 // LogConfig is [log] in both daemons.
@@ -276,10 +290,15 @@ func (c *Worker) Origin(key string) string { return c.origins[key] }
 // ConnectionConfig is the worker's [orchestrator]; after loading, Token holds
 // the secret whatever its source (token, token_file or "worker-token" credential).
 type ConnectionConfig struct {
-	URL                string `toml:"url"`
-	Token              Secret `toml:"token"`
-	TokenFile          string `toml:"token_file"`
-	CAFile             string `toml:"ca_file"`
+	URL       string `toml:"url"`
+	Token     Secret `toml:"token"`
+	TokenFile string `toml:"token_file"`
+	CAFile    string `toml:"ca_file"`
+	// CertFile and KeyFile are the worker's client certificate, for an
+	// orchestrator that requires one (mutual TLS). When both are "", the
+	// systemd credentials "worker-cert" and "worker-key" are used if present.
+	CertFile           string `toml:"cert_file"`
+	KeyFile            string `toml:"key_file"`
 	InsecureSkipVerify bool   `toml:"insecure_skip_verify"`
 }
 
@@ -291,6 +310,9 @@ type WorkerConfig struct {
 	StateDir       string            `toml:"state_dir"`
 	SelfFenceAfter Duration          `toml:"self_fence_after"`
 	ReconnectMax   Duration          `toml:"reconnect_max"`
+	// MaxJobs is how many jobs run at once, each on GPUs of its own; 0 (not
+	// set) means one per GPU, or 1 on a machine without GPUs.
+	MaxJobs int `toml:"max_jobs"`
 }
 
 // JobConfig is the worker's [job].
@@ -300,11 +322,63 @@ type JobConfig struct {
 	CancelGrace   Duration          `toml:"cancel_grace"`
 	Env           map[string]string `toml:"env"`
 	LogLimitBytes int64             `toml:"log_limit_bytes"`
+	Isolation     string            `toml:"isolation"` // auto | cgroup | process-group
+	User          string            `toml:"user"`      // jobs' groups; "" runs jobs as workerd itself
+	UIDRange      string            `toml:"uid_range"` // a uid per running job; "" runs every job as user
+	MemoryMax     string            `toml:"memory_max"`
+	TasksMax      int64             `toml:"tasks_max"`
+}
+
+// MemoryMaxBytes is memory_max in bytes (0: no limit); validation has
+// refused anything ParseBytes cannot read.
+func (j JobConfig) MemoryMaxBytes() int64 {
+	n, _ := ParseBytes(j.MemoryMax)
+	return n
+}
+
+// ParseBytes reads a size: a number of bytes, or one with a K, M, G or T
+// suffix (powers of 1024; "KiB" and "KB" are read the same). "" is 0.
+func ParseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	if t == "" {
+		return 0, nil
+	}
+	u := strings.ToUpper(t)
+	u = strings.TrimSuffix(strings.TrimSuffix(u, "B"), "I")
+	mult := int64(1)
+	if n := len(u); n > 0 {
+		if i := strings.IndexByte("KMGT", u[n-1]); i >= 0 {
+			mult = int64(1) << (10 * (i + 1))
+			u = u[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(u), 10, 64)
+	if err != nil || v < 0 || v > (1<<62)/mult {
+		return 0, fmt.Errorf("invalid size %q (want e.g. \"64G\", \"512M\" or a number of bytes)", s)
+	}
+	return v * mult, nil
 }
 
 // GPUConfig is the worker's [gpu].
 type GPUConfig struct {
-	Backend string `toml:"backend"` // nvml|none
+	Backend string `toml:"backend"` // nvml | static | none
+	// Vendor says how jobs are told their GPUs: nvidia (CUDA_VISIBLE_DEVICES
+	// and NVIDIA_VISIBLE_DEVICES, UUIDs where known) or amd
+	// (ROCR_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES, indices).
+	Vendor string `toml:"vendor"`
+	// Devices are the GPUs of the static backend, [[gpu.devices]], indexed
+	// in order from 0.
+	Devices []GPUDeviceConfig `toml:"devices"`
+}
+
+// GPUDeviceConfig is one [[gpu.devices]] entry of the static backend.
+type GPUDeviceConfig struct {
+	Name     string  `toml:"name"`
+	MemoryGB float64 `toml:"memory_gb"`
+	UUID     string  `toml:"uuid"`
+	// DeviceNode is the GPU's device file (/dev/nvidia3, /dev/dri/renderD130):
+	// with it, a job that was not given the GPU cannot open it.
+	DeviceNode string `toml:"device_node"`
 }
 
 // Defaults both daemons rely on. Each value is written here once; the
@@ -315,16 +389,21 @@ const (
 	DefaultPingInterval      = 15 * time.Second  // SSE keep-alive; workerd reconnects after 3 silent intervals
 	DefaultCancelGrace       = 30 * time.Second  // SIGTERM → SIGKILL
 	DefaultLogLimitBytes     = 256 << 20         // per job
+	// DefaultJobUIDRange gives each running job a uid of its own, from a span
+	// above the ranges systemd hands out (dynamic users, containers).
+	DefaultJobUIDRange = "1879048192-1879113727"
 )
 
 // DefaultOrchestrator returns the built-in defaults.
 func DefaultOrchestrator() *Orchestrator {
 	return &Orchestrator{
 		Server: ServerConfig{
-			Listen:       []string{"0.0.0.0:8001"},
-			AdminSocket:  "/run/simpletuner/orchestratord.sock",
-			AdminGroup:   "simpletuner-admin",
-			MaxBodyBytes: 1 << 20,
+			Listen:             []string{"0.0.0.0:8001"},
+			AdminSocket:        "/run/simpletuner/orchestratord.sock",
+			AdminGroup:         "simpletuner-admin",
+			MaxBodyBytes:       1 << 20,
+			StreamWriteTimeout: D(30 * time.Second),
+			MaxLogFollowers:    8,
 		},
 		Paths: PathsConfig{StateDir: "/var/lib/simpletuner", ConfigsDir: "/etc/simpletuner/configs"},
 		Workers: WorkersConfig{
@@ -343,7 +422,12 @@ func DefaultOrchestrator() *Orchestrator {
 			LogLimitBytes:       DefaultLogLimitBytes,
 			SchedulerInterval:   D(5 * time.Second),
 		},
-		Auth:    AuthConfig{FailuresPerMinute: 10},
+		Auth: AuthConfig{
+			FailuresPerMinute:    10,
+			RecheckInterval:      D(10 * time.Second),
+			FailureAuditInterval: D(time.Minute),
+			FailureAuditMaxPeers: 100,
+		},
 		Log:     LogConfig{Level: "info", Format: "auto"},
 		Metrics: MetricsConfig{Listen: "127.0.0.1:9101"},
 		Artifacts: ArtifactsConfig{
@@ -378,8 +462,11 @@ func DefaultWorker() *Worker {
 			CancelGrace:   D(DefaultCancelGrace),
 			Env:           map[string]string{},
 			LogLimitBytes: DefaultLogLimitBytes,
+			Isolation:     "auto",
+			User:          "simpletuner-job",
+			UIDRange:      DefaultJobUIDRange,
 		},
-		GPU: GPUConfig{Backend: "nvml"},
+		GPU: GPUConfig{Backend: "nvml", Vendor: "nvidia"},
 		Log: LogConfig{Level: "info", Format: "auto"},
 	}
 }

@@ -3,7 +3,9 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,12 +26,18 @@ type origin struct {
 	layer int
 }
 
+// set reports whether anything above the defaults set the key.
+func (o origin) set() bool { return o.layer > layerDefault }
+
 // loader fills one config struct and collects every problem on the way.
 type loader struct {
 	fields map[string]reflect.Value // dotted key → settable leaf field
 	tables map[string]bool          // dotted table names ("server")
 	src    map[string]origin
 	errs   []error
+	failed map[string]bool // keys whose value could not be decoded: not validated again
+	// entries holds, per array of tables, where each entry was written.
+	entries map[string][]string
 }
 
 var (
@@ -38,7 +46,8 @@ var (
 )
 
 func newLoader(cfg any) *loader {
-	l := &loader{fields: map[string]reflect.Value{}, tables: map[string]bool{}, src: map[string]origin{}}
+	l := &loader{fields: map[string]reflect.Value{}, tables: map[string]bool{}, src: map[string]origin{}, failed: map[string]bool{},
+		entries: map[string][]string{}}
 	walk(reflect.ValueOf(cfg).Elem(), "", func(key string, v reflect.Value, leaf bool) {
 		if leaf {
 			l.fields[key] = v
@@ -114,6 +123,11 @@ func (l *loader) decodeTOML(path string, data []byte) {
 		dotted := strings.Join(k, ".")
 		parent := strings.Join(k[:len(k)-1], ".")
 		switch f, ok := l.fields[dotted]; {
+		case ok && isTableArray(f):
+			if !l.src[dotted].set() {
+				val, _ := lookup(raw, k)
+				l.setTables(f, dotted, val, arrayTableLines(text, dotted), path)
+			}
 		case ok && len(strings.Split(dotted, ".")) == len(k):
 			val, found := lookup(raw, k)
 			if !found {
@@ -257,6 +271,15 @@ func setValue(f reflect.Value, val any) error {
 			return fmt.Errorf("want an integer, got %s", tomlType(val))
 		}
 		f.SetInt(n)
+	case f.Kind() == reflect.Float64:
+		switch n := val.(type) {
+		case float64:
+			f.SetFloat(n)
+		case int64:
+			f.SetFloat(float64(n))
+		default:
+			return fmt.Errorf("want a number, got %s", tomlType(val))
+		}
 	case f.Kind() == reflect.Slice: // []string
 		arr, ok := val.([]any)
 		if !ok {
@@ -283,6 +306,90 @@ func setValue(f reflect.Value, val any) error {
 		f.Set(reflect.ValueOf(out))
 	default:
 		return fmt.Errorf("unsupported field type %s", f.Type()) // a bug in this package
+	}
+	return nil
+}
+
+func isTableArray(f reflect.Value) bool {
+	return f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.Struct
+}
+
+// setTables fills a slice of structs from an array of tables ([[gpu.devices]]),
+// with an error per bad entry at its own line. The entries are kept even with
+// errors, so that indices stay as written; failed records that validation
+// must not judge them again.
+func (l *loader) setTables(f reflect.Value, key string, val any, lines []int, path string) {
+	where := func(i int) string {
+		if i < len(lines) {
+			return fmt.Sprintf("%s:%d", path, lines[i])
+		}
+		return path
+	}
+	tables, ok := val.([]map[string]any)
+	if !ok {
+		l.errAt(where(0), key, "want an array of tables ([[%s]]), got %s", key, tomlType(val))
+		l.failed[key] = true
+		return
+	}
+	out := reflect.MakeSlice(f.Type(), len(tables), len(tables))
+	for i := range tables {
+		l.entries[key] = append(l.entries[key], where(i))
+	}
+	for i, t := range tables {
+		if err := setTable(out.Index(i), t); err != nil {
+			l.errAt(where(i), key, "entry %d: %v", i+1, err)
+			l.failed[key] = true
+		}
+	}
+	f.Set(out)
+	l.src[key] = origin{where(0), layerFile}
+}
+
+// entryErrf reports a problem with entry i (from 0) of an array of tables,
+// at the entry's own line.
+func (l *loader) entryErrf(key string, i int, format string, args ...any) {
+	where := l.src[key].where
+	if i < len(l.entries[key]) {
+		where = l.entries[key][i]
+	}
+	l.errAt(where, key, "entry %d: %s", i+1, fmt.Sprintf(format, args...))
+}
+
+// arrayTableLines lists the lines of each [[key]] header, in order.
+func arrayTableLines(text, key string) []int {
+	var out []int
+	for i, line := range strings.Split(text, "\n") {
+		s := strings.TrimSpace(line)
+		if strings.HasPrefix(s, "[[") && strings.Join(splitKey(strings.TrimSuffix(strings.TrimPrefix(strings.TrimSuffix(s, "]]"), "[["), " ")), ".") == key {
+			out = append(out, i+1)
+		}
+	}
+	return out
+}
+
+// setTable fills a struct from one table of an array of tables, by its
+// fields' toml tags; an unknown key is an error.
+func setTable(v reflect.Value, t map[string]any) error {
+	fields := map[string]reflect.Value{}
+	for i := range v.NumField() {
+		if tag := v.Type().Field(i).Tag.Get("toml"); tag != "" && tag != "-" {
+			fields[tag] = v.Field(i)
+		}
+	}
+	var errs []string
+	for _, k := range slices.Sorted(maps.Keys(t)) {
+		f, ok := fields[k]
+		if !ok {
+			known := slices.Sorted(maps.Keys(fields))
+			errs = append(errs, fmt.Sprintf("unknown key %q (known: %s)", k, strings.Join(known, ", ")))
+			continue
+		}
+		if err := setValue(f, t[k]); err != nil {
+			errs = append(errs, fmt.Sprintf("%s: %v", k, err))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
 	}
 	return nil
 }

@@ -97,7 +97,7 @@ func workerFlagSet(o *Options) *flag.FlagSet {
 	commonFlags(fs, o, DefaultWorkerPath)
 	fs.BoolVar(&o.DetectGPUs, "detect-gpus", false, "print the GPU inventory as JSON and exit")
 	fs.Var(&textFlag{}, "orchestrator-url", "orchestrator `URL` (orchestrator.url)")
-	fs.Var(&textFlag{}, "worker-token", "worker `token` (orchestrator.token; visible in ps, prefer a credential)")
+	fs.Var(&textFlag{}, "worker-token", "worker `token` (orchestrator.token; hidden from ps once read, but prefer a credential)")
 	fs.Var(&textFlag{}, "name", "worker `name` (worker.name)")
 	fs.Var(&textFlag{isBool: true}, "persistent", "register as a persistent worker (worker.persistent)")
 	fs.Var(&textFlag{isBool: true}, "ssl-no-verify", "skip TLS verification, development only (orchestrator.insecure_skip_verify)")
@@ -197,6 +197,7 @@ func LoadWorker(args []string, getenv func(string) string) (*Worker, Options, er
 		return c, opts, err
 	}
 	l.secret("orchestrator.token", "orchestrator.token_file", "worker-token", getenv)
+	l.credentialFiles(getenv, []string{"orchestrator.cert_file", "orchestrator.key_file"}, []string{"worker-cert", "worker-key"})
 	c.validate(l)
 	c.origins = l.origins()
 	return c, opts, asErrors(l.errs)
@@ -314,6 +315,44 @@ func (l *loader) secret(key, fileKey, cred string, getenv func(string) string) {
 		}
 		f.SetString(s)
 		l.src[key] = origin{p, layerFile}
+	}
+}
+
+// credentialFiles points keys that name files (a client certificate and its
+// key) at systemd credentials, when none of the keys is set and the
+// credentials are there. Empty credential files count as absent, as the
+// package may ship empty ones for LoadCredential=; one present without the
+// other is an error.
+func (l *loader) credentialFiles(getenv func(string) string, keys, creds []string) {
+	dir := getenv("CREDENTIALS_DIRECTORY")
+	if dir == "" {
+		return
+	}
+	for _, k := range keys {
+		if l.fields[k].String() != "" {
+			return
+		}
+	}
+	var found, missing []string
+	for _, c := range creds {
+		if fi, err := os.Stat(filepath.Join(dir, c)); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
+			found = append(found, c)
+		} else {
+			missing = append(missing, c)
+		}
+	}
+	switch {
+	case len(found) == 0:
+		return
+	case len(missing) > 0:
+		l.errAt(filepath.Join(dir, missing[0]), keys[0], "the systemd credential %q is there but %q is not (or is empty); give both or neither",
+			found[0], missing[0])
+		return
+	}
+	for i, k := range keys {
+		p := filepath.Join(dir, creds[i])
+		l.fields[k].SetString(p)
+		l.src[k] = origin{p, layerFile}
 	}
 }
 

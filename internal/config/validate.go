@@ -1,6 +1,8 @@
 package config
 
 import (
+	"crypto/tls"
+	"fmt"
 	"maps"
 	"net"
 	"net/url"
@@ -11,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
 // Validate checks a configuration built in code (tests, other packages).
@@ -56,6 +59,7 @@ func (c *Orchestrator) validate(l *loader) {
 		l.errf("server.admin_socket", "%q must be an absolute path (or \"\" to disable)", s)
 	}
 	l.positive("server.max_body_bytes", c.Server.MaxBodyBytes)
+	l.positive("server.max_log_followers", int64(c.Server.MaxLogFollowers))
 
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		key := "tls.cert_file"
@@ -89,6 +93,7 @@ func (c *Orchestrator) validate(l *loader) {
 	}
 	l.positive("jobs.log_limit_bytes", c.Jobs.LogLimitBytes)
 	l.positive("auth.failures_per_minute", int64(c.Auth.FailuresPerMinute))
+	l.positive("auth.failure_audit_max_peers", int64(c.Auth.FailureAuditMaxPeers))
 	l.validateLog(c.Log)
 	if a := c.Metrics.Listen; a != "" {
 		if msg := checkHostPort(a); msg != "" {
@@ -162,10 +167,9 @@ func (c *Worker) validate(l *loader) {
 		}
 	}
 	l.readable("orchestrator.ca_file", c.Orchestrator.CAFile)
-	for _, k := range slices.Sorted(maps.Keys(c.Worker.Labels)) {
-		if k == "" {
-			l.errf("worker.labels", "label names must not be empty")
-		}
+	l.clientCertificate(c.Orchestrator)
+	if err := protocol.CheckLabels(c.Worker.Labels); err != nil {
+		l.errf("worker.labels", "%v", err)
 	}
 	l.nonEmpty("worker.state_dir", c.Worker.StateDir)
 	if len(c.Job.Command) == 0 || c.Job.Command[0] == "" {
@@ -177,10 +181,90 @@ func (c *Worker) validate(l *loader) {
 		}
 	}
 	l.positive("job.log_limit_bytes", c.Job.LogLimitBytes)
-	if !slices.Contains([]string{"nvml", "none"}, c.GPU.Backend) {
-		l.errf("gpu.backend", "%q is not one of nvml, none", c.GPU.Backend)
+	if !slices.Contains([]string{"auto", "cgroup", "process-group"}, c.Job.Isolation) {
+		l.errf("job.isolation", "%q is not one of auto, cgroup, process-group", c.Job.Isolation)
 	}
+	if c.Job.UIDRange != "" {
+		if _, _, err := ParseUIDRange(c.Job.UIDRange); err != nil {
+			l.errf("job.uid_range", "%v", err)
+		}
+	}
+	if _, err := ParseBytes(c.Job.MemoryMax); err != nil {
+		l.errf("job.memory_max", "%v", err)
+	}
+	if c.Job.TasksMax < 0 {
+		l.errf("job.tasks_max", "must not be negative (0: no limit)")
+	}
+	if c.Worker.MaxJobs < 0 || (c.Worker.MaxJobs == 0 && l.src["worker.max_jobs"].set()) {
+		l.errf("worker.max_jobs", "must be at least 1 (leave it out for one job per GPU)")
+	}
+	l.validateGPU(c.GPU)
 	l.validateLog(c.Log)
+}
+
+// clientCertificate checks the worker's client certificate settings: both
+// files or neither, readable, a matching pair, and an https:// URL to present
+// them to.
+func (l *loader) validateGPU(g GPUConfig) {
+	if !slices.Contains([]string{"nvml", "static", "none"}, g.Backend) {
+		l.errf("gpu.backend", "%q is not one of nvml, static, none", g.Backend)
+	}
+	if !slices.Contains([]string{"nvidia", "amd"}, g.Vendor) {
+		l.errf("gpu.vendor", "%q is not one of nvidia, amd", g.Vendor)
+	}
+	switch {
+	case l.failed["gpu.devices"]:
+		return
+	case g.Backend == "static" && len(g.Devices) == 0:
+		l.errAt(l.src["gpu.backend"].where, "gpu.devices", "backend \"static\" needs at least one [[gpu.devices]] entry (name, memory_gb)")
+	case g.Backend != "static" && len(g.Devices) > 0:
+		l.errf("gpu.devices", "only with backend = \"static\" (backend is %q)", g.Backend)
+	}
+	uuids := map[string]int{}
+	for i, d := range g.Devices {
+		at := func(format string, args ...any) { l.entryErrf("gpu.devices", i, format, args...) }
+		if strings.TrimSpace(d.Name) == "" {
+			at("name is missing")
+		}
+		if d.MemoryGB <= 0 {
+			at("memory_gb must be positive, got %v", d.MemoryGB)
+		}
+		if d.UUID != "" {
+			if j, dup := uuids[d.UUID]; dup {
+				at("uuid %q is also entry %d's", d.UUID, j)
+			}
+			uuids[d.UUID] = i + 1
+		}
+		if d.DeviceNode != "" && !filepath.IsAbs(d.DeviceNode) {
+			at("device_node %q must be an absolute path", d.DeviceNode)
+		}
+	}
+}
+
+func (l *loader) clientCertificate(o ConnectionConfig) {
+	if o.CertFile == "" && o.KeyFile == "" {
+		return
+	}
+	if o.CertFile == "" || o.KeyFile == "" {
+		key := "orchestrator.cert_file"
+		if o.CertFile != "" {
+			key = "orchestrator.key_file"
+		}
+		l.errf(key, "orchestrator.cert_file and orchestrator.key_file must be set together")
+		return
+	}
+	before := len(l.errs)
+	l.readable("orchestrator.cert_file", o.CertFile)
+	l.readable("orchestrator.key_file", o.KeyFile)
+	if len(l.errs) > before {
+		return
+	}
+	if _, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile); err != nil {
+		l.errf("orchestrator.cert_file", "%s and key_file %s are not a usable PEM certificate and key: %v", o.CertFile, o.KeyFile, err)
+	}
+	if u, err := url.Parse(o.URL); o.URL != "" && err == nil && u.Scheme != "https" {
+		l.errf("orchestrator.cert_file", "a client certificate is only sent over TLS; orchestrator.url must start with https://, not %s://", u.Scheme)
+	}
 }
 
 func (l *loader) validateLog(c LogConfig) {
@@ -285,4 +369,15 @@ func checkOrchestratorURL(s string) string {
 		return "unsupported scheme " + strconv.Quote(u.Scheme) + "; want http://, https:// or unix://"
 	}
 	return ""
+}
+
+// ParseUIDRange reads "FIRST-LAST": two uids above 0, in order.
+func ParseUIDRange(s string) (lo, hi uint32, err error) {
+	a, b, ok := strings.Cut(strings.TrimSpace(s), "-")
+	x, err1 := strconv.ParseUint(strings.TrimSpace(a), 10, 32)
+	y, err2 := strconv.ParseUint(strings.TrimSpace(b), 10, 32)
+	if !ok || err1 != nil || err2 != nil || x == 0 || y < x || y >= 1<<32-1 {
+		return 0, 0, fmt.Errorf("%q: want FIRST-LAST, two uids above 0 in order", s)
+	}
+	return uint32(x), uint32(y), nil
 }

@@ -73,7 +73,7 @@ func (r renderer) workers(w io.Writer, ws []Worker) error {
 // workerState is the status, marked when the stream is down although the
 // store still says the worker is up.
 func (r renderer) workerState(wk Worker) string {
-	if !wk.Connected && (wk.Status == "idle" || wk.Status == "busy") {
+	if !wk.Connected && (wk.Status == "idle" || wk.Status == "partial" || wk.Status == "busy") {
 		return wk.Status + "?"
 	}
 	return wk.Status
@@ -124,6 +124,7 @@ func (r renderer) worker(w io.Writer, wk Worker) error {
 		{"Last heartbeat", timeAndAge(r, wk.LastHeartbeat)},
 		{"Created", timeAndAge(r, &wk.CreatedAt)},
 		{"Agent", agentText(wk)},
+		{"Isolation", wk.Capabilities.Isolation},
 		{"Provider", deref(wk.Provider)},
 		{"Labels", labelsText(wk.Labels)},
 	}
@@ -240,12 +241,19 @@ func (r renderer) job(w io.Writer, j Job) error {
 	fmt.Fprintln(w)
 	t := output.NewTable("ATTEMPT", "WORKER", "DISPATCHED", "STARTED", "ENDED", "OUTCOME")
 	if r.wide {
-		t = output.NewTable("ATTEMPT", "WORKER", "DISPATCHED", "STARTED", "ENDED", "OUTCOME", "ERROR")
+		t = output.NewTable("ATTEMPT", "WORKER", "DISPATCHED", "STARTED", "ENDED", "OUTCOME", "CPU", "PEAK MEMORY", "ERROR")
 	}
 	for _, at := range j.Attempts {
 		row := []string{strconv.Itoa(at.Attempt), at.WorkerID, r.age(&at.DispatchedAt), r.age(at.StartedAt), r.age(at.EndedAt), deref(at.Outcome)}
 		if r.wide {
-			row = append(row, deref(at.Error))
+			cpu, mem := "", ""
+			if at.CPUSeconds != nil {
+				cpu = (time.Duration(*at.CPUSeconds * float64(time.Second))).Round(time.Millisecond).String()
+			}
+			if at.PeakMemoryBytes != nil && *at.PeakMemoryBytes > 0 {
+				mem = humanBytes(*at.PeakMemoryBytes)
+			}
+			row = append(row, cpu, mem, deref(at.Error))
 		}
 		t.Row(row...)
 	}
@@ -431,8 +439,7 @@ func (r renderer) status(w io.Writer, s statusReport) error {
 	_ = json.Unmarshal(s.Stats, &st)
 	wk := st.Workers
 	kv = append(kv,
-		[2]string{"Workers", fmt.Sprintf("%d: %d idle, %d busy, %d draining, %d offline, %d connecting",
-			wk["total"], wk["idle"], wk["busy"], wk["draining"], wk["offline"], wk["connecting"])},
+		[2]string{"Workers", workerCounts(wk)},
 		[2]string{"Queue", fmt.Sprintf("%d queued, %d running", st.QueueDepth, st.Running)},
 		[2]string{"Finished", fmt.Sprintf("%d completed, %d failed, %d cancelled",
 			st.ByStatus["completed"], st.ByStatus["failed"], st.ByStatus["cancelled"])},
@@ -451,4 +458,19 @@ func (r renderer) status(w io.Writer, s statusReport) error {
 		kv = append(kv, [2]string{"Other", strings.Join(other, ", ")})
 	}
 	return writeKV(w, kv)
+}
+
+// workerCounts is "10: 2 idle, 4 busy, 1 draining, 3 offline": the total,
+// then each status that has workers, in the order of a worker's life.
+func workerCounts(wk map[string]int) string {
+	var parts []string
+	for _, st := range []string{"idle", "partial", "busy", "draining", "offline", "connecting", "disconnected"} {
+		if n := wk[st]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, st))
+		}
+	}
+	if len(parts) == 0 {
+		return strconv.Itoa(wk["total"])
+	}
+	return fmt.Sprintf("%d: %s", wk["total"], strings.Join(parts, ", "))
 }

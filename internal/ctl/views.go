@@ -36,8 +36,11 @@ type Worker struct {
 
 	// Newer orchestrators report these; older ones leave them out and the
 	// client derives what it can.
-	GPUsFree    *int            `json:"gpus_free"`
-	RunningJobs json.RawMessage `json:"running_jobs"` // a list of ids or {job_id} objects, or a count
+	GPUsFree     *int            `json:"gpus_free"`
+	RunningJobs  json.RawMessage `json:"running_jobs"` // a list of ids or {job_id} objects, or a count
+	Capabilities struct {
+		Isolation string `json:"isolation"` // how the worker walls its jobs off
+	} `json:"capabilities"`
 }
 
 // Jobs lists the jobs the worker runs now: running_jobs when the orchestrator
@@ -138,6 +141,10 @@ type Attempt struct {
 	EndedAt      *string `json:"ended_at"`
 	Outcome      *string `json:"outcome"`
 	Error        *string `json:"error"`
+	// What the attempt's processes used, once it ended on a worker that
+	// measures it.
+	CPUSeconds      *float64 `json:"cpu_seconds,omitempty"`
+	PeakMemoryBytes *int64   `json:"peak_memory_bytes,omitempty"`
 }
 
 // Terminal reports whether a job status can never change again.

@@ -71,11 +71,11 @@ worker up but no orchestrator holds its event stream.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&status, "status", "", "only workers in this state: connecting, idle, busy, draining, offline")
+	f.StringVar(&status, "status", "", "only workers in this state: connecting, idle, partial, busy, draining, offline")
 	f.BoolVarP(&watch, "watch", "w", false, "redraw every --interval until interrupted")
 	f.DurationVar(&interval, "interval", 2*time.Second, "how often --watch redraws")
 	_ = cmd.RegisterFlagCompletionFunc("status", cobra.FixedCompletions(
-		[]string{"connecting", "idle", "busy", "draining", "offline"}, cobra.ShellCompDirectiveNoFileComp))
+		[]string{"connecting", "idle", "partial", "busy", "draining", "offline"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 

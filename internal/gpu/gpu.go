@@ -7,6 +7,7 @@ package gpu
 import (
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
@@ -17,10 +18,20 @@ type Device struct {
 	UUID      string `json:"uuid"`
 	Name      string `json:"name"`
 	MemoryMiB uint64 `json:"memory_mib"`
+	// DeviceNode is the device file jobs open to use the GPU (/dev/nvidia3);
+	// "" when unknown. A job's cgroup lets it open only its own GPUs' files.
+	DeviceNode string `json:"device_node,omitempty"`
 }
+
+// Vendors: how jobs are told their GPUs.
+const (
+	VendorNVIDIA = "nvidia"
+	VendorAMD    = "amd"
+)
 
 // Inventory is what the machine has; it does not change while the daemon runs.
 type Inventory struct {
+	Vendor      string   `json:"vendor,omitempty"` // "" is nvidia
 	Count       int      `json:"count"`
 	Driver      string   `json:"driver,omitempty"`
 	CUDAVersion string   `json:"cuda_version,omitempty"`
@@ -55,6 +66,9 @@ func (inv Inventory) GPUInfo() protocol.GPUInfo {
 	vram := math.Round(float64(first.MemoryMiB)/1024*10) / 10
 	info.VRAMGB = &vram
 	info.Accelerator = "cuda"
+	if inv.Vendor == VendorAMD {
+		info.Accelerator = "rocm"
+	}
 	for _, d := range inv.Devices {
 		info.Devices = append(info.Devices, protocol.GPUDevice{
 			Index: d.Index, UUID: d.UUID, Name: d.Name, MemoryMiB: d.MemoryMiB,
@@ -63,22 +77,37 @@ func (inv Inventory) GPUInfo() protocol.GPUInfo {
 	return info
 }
 
-// VisibleDevices is the value for CUDA_VISIBLE_DEVICES naming every GPU of the
-// inventory: UUIDs where known (stable across PCI renumbering), else indices.
-// It is "" when there is no GPU.
-func (inv Inventory) VisibleDevices() string {
-	var out []byte
-	for i, d := range inv.Devices {
-		if i > 0 {
-			out = append(out, ',')
-		}
+// JobEnv is the environment that tells a job which GPUs are its: for NVIDIA,
+// CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES by UUID where known (stable
+// across PCI renumbering), else by index; for AMD, ROCR_VISIBLE_DEVICES and
+// HIP_VISIBLE_DEVICES by index. No device: the variables are set empty, so a
+// job given no GPU sees none.
+func (inv Inventory) JobEnv(devs []Device) map[string]string {
+	ids := make([]string, len(devs))
+	indices := make([]string, len(devs))
+	for i, d := range devs {
+		indices[i] = strconv.Itoa(d.Index)
+		ids[i] = indices[i]
 		if d.UUID != "" {
-			out = append(out, d.UUID...)
-		} else {
-			out = strconv.AppendInt(out, int64(d.Index), 10)
+			ids[i] = d.UUID
 		}
 	}
-	return string(out)
+	if inv.Vendor == VendorAMD {
+		v := strings.Join(indices, ",")
+		return map[string]string{"ROCR_VISIBLE_DEVICES": v, "HIP_VISIBLE_DEVICES": v}
+	}
+	v := strings.Join(ids, ",")
+	return map[string]string{"CUDA_VISIBLE_DEVICES": v, "NVIDIA_VISIBLE_DEVICES": v}
+}
+
+// Device returns the device with the worker's index i.
+func (inv Inventory) Device(i int) (Device, bool) {
+	for _, d := range inv.Devices {
+		if d.Index == i {
+			return d, true
+		}
+	}
+	return Device{}, false
 }
 
 type none struct{}

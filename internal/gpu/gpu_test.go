@@ -1,6 +1,9 @@
 package gpu
 
-import "testing"
+import (
+	"maps"
+	"testing"
+)
 
 func TestGPUInfoRounding(t *testing.T) {
 	t.Parallel()
@@ -12,15 +15,46 @@ func TestGPUInfoRounding(t *testing.T) {
 	if info.VRAMGB == nil || *info.VRAMGB != 79.6 {
 		t.Errorf("vram_gb = %v; want 79.6", info.VRAMGB)
 	}
-	if got := inv.VisibleDevices(); got != "0,1" {
+	if got := inv.JobEnv(inv.Devices)["CUDA_VISIBLE_DEVICES"]; got != "0,1" {
 		t.Errorf("visible devices %q", got)
+	}
+}
+
+// A job is told its own GPUs only: by UUID for NVIDIA (index where no UUID
+// is known), by index for AMD; a job given no GPU sees an empty list.
+func TestJobEnv(t *testing.T) {
+	t.Parallel()
+	nv := Inventory{Devices: []Device{{Index: 0, UUID: "GPU-a"}, {Index: 1}, {Index: 2, UUID: "GPU-c"}}}
+	for _, tt := range []struct {
+		inv  Inventory
+		devs []Device
+		want map[string]string
+	}{
+		{nv, nv.Devices[1:], map[string]string{"CUDA_VISIBLE_DEVICES": "1,GPU-c", "NVIDIA_VISIBLE_DEVICES": "1,GPU-c"}},
+		{nv, nil, map[string]string{"CUDA_VISIBLE_DEVICES": "", "NVIDIA_VISIBLE_DEVICES": ""}},
+		{Inventory{Vendor: VendorAMD}, []Device{{Index: 3, UUID: "x"}, {Index: 5}}, map[string]string{"ROCR_VISIBLE_DEVICES": "3,5", "HIP_VISIBLE_DEVICES": "3,5"}},
+	} {
+		if got := tt.inv.JobEnv(tt.devs); !maps.Equal(got, tt.want) {
+			t.Errorf("JobEnv(%v) = %v, want %v", tt.devs, got, tt.want)
+		}
+	}
+}
+
+func TestStatic(t *testing.T) {
+	t.Parallel()
+	inv, err := NewStatic(VendorAMD, []Device{{Name: "MI300X", MemoryMiB: 192 << 10}, {Name: "MI300X", MemoryMiB: 192 << 10, DeviceNode: "/dev/dri/renderD129"}}).Inventory()
+	if err != nil || inv.Count != 2 || inv.Devices[1].Index != 1 || inv.Devices[1].DeviceNode != "/dev/dri/renderD129" {
+		t.Fatalf("%+v %v", inv, err)
+	}
+	if info := inv.GPUInfo(); info.Accelerator != "rocm" || *info.VRAMGB != 192 || len(info.Devices) != 2 {
+		t.Errorf("gpu info %+v", info)
 	}
 }
 
 func TestNone(t *testing.T) {
 	t.Parallel()
 	inv, err := None().Inventory()
-	if err != nil || inv.Count != 0 || inv.VisibleDevices() != "" {
+	if err != nil || inv.Count != 0 || len(inv.Devices) != 0 {
 		t.Fatalf("%+v %v", inv, err)
 	}
 }

@@ -69,7 +69,7 @@ func (s *nvmlSource) Inventory() (Inventory, error) {
 }
 
 func (s *nvmlSource) inventory() (Inventory, error) {
-	inv := Inventory{Devices: []Device{}}
+	inv := Inventory{Vendor: VendorNVIDIA, Devices: []Device{}}
 	if v, ret := s.lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
 		inv.Driver = v
 	}
@@ -94,6 +94,9 @@ func (s *nvmlSource) inventory() (Inventory, error) {
 		}
 		if m, ret := dev.GetMemoryInfo(); ret == nvml.SUCCESS {
 			d.MemoryMiB = m.Total / (1 << 20)
+		}
+		if minor, ret := dev.GetMinorNumber(); ret == nvml.SUCCESS {
+			d.DeviceNode = fmt.Sprintf("/dev/nvidia%d", minor)
 		}
 		inv.Devices = append(inv.Devices, d)
 	}

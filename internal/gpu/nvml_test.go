@@ -68,7 +68,7 @@ func TestNVMLInventory(t *testing.T) {
 	if len(info.Devices) != 8 {
 		t.Errorf("devices in gpu_info: %d", len(info.Devices))
 	}
-	if got := inv.VisibleDevices(); strings.Count(got, ",") != 7 || !strings.HasPrefix(got, "GPU-") {
+	if got := inv.JobEnv(inv.Devices)["CUDA_VISIBLE_DEVICES"]; strings.Count(got, ",") != 7 || !strings.HasPrefix(got, "GPU-") {
 		t.Errorf("CUDA_VISIBLE_DEVICES = %q", got)
 	}
 	// The wire form keeps upstream's key names.

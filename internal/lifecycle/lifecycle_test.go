@@ -144,29 +144,49 @@ func TestLossRules(t *testing.T) {
 func TestWorkerStatusRule(t *testing.T) {
 	const (
 		idle       = protocol.WorkerIdle
+		partial    = protocol.WorkerPartial
 		busy       = protocol.WorkerBusy
 		draining   = protocol.WorkerDraining
 		offline    = protocol.WorkerOffline
 		connecting = protocol.WorkerConnecting
 	)
+	one := func(running int) Load { return Load{Running: running, Slots: 1} }
 	for _, c := range []struct {
 		cur           protocol.WorkerStatus
-		running       int
+		load          Load
 		settle, alive protocol.WorkerStatus
 	}{
-		{idle, 0, idle, idle}, {idle, 1, busy, busy}, {busy, 0, idle, idle}, {busy, 1, busy, busy},
-		{draining, 0, draining, draining}, {draining, 1, draining, draining},
-		{offline, 0, offline, idle}, {offline, 1, offline, busy},
-		{connecting, 0, connecting, idle},
+		{idle, one(0), idle, idle}, {idle, one(1), busy, busy}, {busy, one(0), idle, idle}, {busy, one(1), busy, busy},
+		{draining, one(0), draining, draining}, {draining, one(1), draining, draining},
+		{offline, one(0), offline, idle}, {offline, one(1), offline, busy},
+		{connecting, one(0), connecting, idle},
+		// Several slots: room left is partial; no slot or no GPU left is busy.
+		{idle, Load{Running: 1, Slots: 4, GPUs: 4, GPUsUsed: 1}, partial, partial},
+		{partial, Load{Running: 2, Slots: 4, GPUs: 4, GPUsUsed: 4}, busy, busy},
+		{busy, Load{Running: 1, Slots: 4, GPUs: 4, GPUsUsed: 2}, partial, partial},
+		{partial, Load{Running: 2, Slots: 2, GPUs: 8, GPUsUsed: 2}, busy, busy},
+		{partial, Load{Slots: 4, GPUs: 4}, idle, idle},
+		{offline, Load{Running: 1, Slots: 4, GPUs: 4, GPUsUsed: 1}, offline, partial},
 	} {
-		if got := Settle(c.cur, c.running, 1); got != c.settle {
-			t.Errorf("Settle(%s, %d) = %s, want %s", c.cur, c.running, got, c.settle)
+		if got := Settle(c.cur, c.load); got != c.settle {
+			t.Errorf("Settle(%s, %+v) = %s, want %s", c.cur, c.load, got, c.settle)
 		}
-		if got := Alive(c.cur, c.running, 1); got != c.alive {
-			t.Errorf("Alive(%s, %d) = %s, want %s", c.cur, c.running, got, c.alive)
+		if got := Alive(c.cur, c.load); got != c.alive {
+			t.Errorf("Alive(%s, %+v) = %s, want %s", c.cur, c.load, got, c.alive)
 		}
 	}
-	if !CanClaim(idle, 0, 1) || CanClaim(busy, 1, 1) || CanClaim(busy, 0, 1) || CanClaim(draining, 0, 1) || CanClaim(offline, 0, 1) {
-		t.Error("CanClaim")
+	for _, c := range []struct {
+		cur  protocol.WorkerStatus
+		load Load
+		want bool
+	}{
+		{idle, one(0), true}, {busy, one(1), false}, {busy, one(0), false}, {draining, one(0), false}, {offline, one(0), false},
+		{partial, Load{Running: 1, Slots: 4, GPUs: 4, GPUsUsed: 1}, true},
+		{partial, Load{Running: 1, Slots: 4, GPUs: 4, GPUsUsed: 4}, false},
+		{idle, Load{Slots: 2}, true}, // no GPUs: slots alone
+	} {
+		if got := CanClaim(c.cur, c.load); got != c.want {
+			t.Errorf("CanClaim(%s, %+v) = %v", c.cur, c.load, got)
+		}
 	}
 }

@@ -6,45 +6,66 @@ import "github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 //
 //	connecting  created by an admin, never connected yet
 //	idle        connected, running nothing
-//	busy        connected, every slot running an attempt
+//	partial     connected, running attempts, with room for more
+//	busy        connected, with no room for another attempt
 //	draining    an admin asked it to take no new job; it finishes what it runs
 //	offline     its stream closed and its heartbeats stopped
 //
-// A worker has one slot per job it may run at once.
+// Room is a free job slot and, on a worker with GPUs, a free GPU.
+
+// Load is what a worker runs against what it can run.
+type Load struct {
+	Running  int // attempts out on it
+	Slots    int // how many it may run at once; 1 for a worker that gives a job all its GPUs
+	GPUs     int // its GPUs
+	GPUsUsed int // its GPUs held by attempts
+}
+
+// Full reports whether the worker has no room for another attempt.
+func (l Load) Full() bool {
+	return l.Running >= max(l.Slots, 1) || (l.GPUs > 0 && l.GPUsUsed >= l.GPUs)
+}
+
+// FreeGPUs is how many of its GPUs no attempt holds.
+func (l Load) FreeGPUs() int { return max(l.GPUs-l.GPUsUsed, 0) }
 
 // Settle recomputes the status of a worker whose attempts changed (one was
-// claimed for it, or one ended): idle and busy follow the attempts it runs;
+// claimed for it, or one ended): idle, partial and busy follow its load;
 // draining, offline and connecting are kept.
-func Settle(cur protocol.WorkerStatus, running, slots int) protocol.WorkerStatus {
-	if cur != protocol.WorkerIdle && cur != protocol.WorkerBusy {
-		return cur
+func Settle(cur protocol.WorkerStatus, l Load) protocol.WorkerStatus {
+	switch cur {
+	case protocol.WorkerIdle, protocol.WorkerPartial, protocol.WorkerBusy:
+		return online(l)
 	}
-	return online(running, slots)
+	return cur
 }
 
 // Alive is the status of a worker that just showed a sign of life (it
 // registered, opened its stream or sent a heartbeat): an offline or
-// connecting worker is back, idle or busy by what it runs; draining stays.
-func Alive(cur protocol.WorkerStatus, running, slots int) protocol.WorkerStatus {
+// connecting worker is back, by its load; draining stays.
+func Alive(cur protocol.WorkerStatus, l Load) protocol.WorkerStatus {
 	if cur == protocol.WorkerDraining {
 		return cur
 	}
-	return online(running, slots)
+	return online(l)
 }
 
 // Resumed is the status of a draining worker an admin resumed.
-func Resumed(running, slots int) protocol.WorkerStatus { return online(running, slots) }
+func Resumed(l Load) protocol.WorkerStatus { return online(l) }
 
-func online(running, slots int) protocol.WorkerStatus {
-	if running > 0 && running >= max(slots, 1) {
+func online(l Load) protocol.WorkerStatus {
+	switch {
+	case l.Running == 0:
+		return protocol.WorkerIdle
+	case l.Full():
 		return protocol.WorkerBusy
 	}
-	return protocol.WorkerIdle
+	return protocol.WorkerPartial
 }
 
 // CanClaim reports whether the scheduler may hand a worker in status cur,
-// running that many attempts, another one: it must be connected, not
-// draining, and have a free slot (busy means it has none).
-func CanClaim(cur protocol.WorkerStatus, running, slots int) bool {
-	return cur == protocol.WorkerIdle && running < max(slots, 1)
+// with load l, another attempt: it must be connected, not draining, and have
+// room.
+func CanClaim(cur protocol.WorkerStatus, l Load) bool {
+	return (cur == protocol.WorkerIdle || cur == protocol.WorkerPartial) && !l.Full()
 }

@@ -3,7 +3,9 @@ package orchestrator
 import (
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -84,22 +86,99 @@ type createWorkerRequest struct {
 	Name       *string             `json:"name"`
 	WorkerType protocol.WorkerType `json:"worker_type"`
 	Labels     map[string]string   `json:"labels"`
+	// LabelsLocked pins the worker's labels to the admin's: whatever the
+	// worker reports is ignored for placement.
+	LabelsLocked bool `json:"labels_locked"`
 }
 
+// baseURL is the orchestrator's URL as the client reached it, for the
+// connection command. The Host header is the client's word: it is used only
+// when it is a plain host[:port]; otherwise the address the connection
+// arrived on stands in.
 func (s *Server) baseURL(r *http.Request) string {
+	if _, local := peerOf(r); local {
+		return "unix://" + s.adminSocketPath
+	}
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
 	}
 	host := r.Host
-	if _, local := peerOf(r); local || host == "" {
+	if !validHostPort(host) {
+		host = ""
+		if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+			host = a.String()
+		}
+	}
+	if host == "" {
 		return "unix://" + s.adminSocketPath
 	}
 	return scheme + "://" + host
 }
 
+// validHostPort accepts a DNS name, an IPv4 address or a bracketed IPv6
+// address, each with an optional port, and nothing else.
+func validHostPort(hp string) bool {
+	host := hp
+	if h, port, err := net.SplitHostPort(hp); err == nil {
+		host = h
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
+			return false
+		}
+	} else if strings.HasPrefix(hp, "[") && strings.HasSuffix(hp, "]") {
+		host = hp[1 : len(hp)-1]
+	}
+	if strings.HasPrefix(hp, "[") {
+		a, err := netip.ParseAddr(host)
+		return err == nil && a.Is6() && a.Zone() == ""
+	}
+	if strings.ContainsAny(host, "[]:") {
+		return false
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a.Is4()
+	}
+	return validDNSName(host)
+}
+
+func validDNSName(name string) bool {
+	if name == "" || len(name) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(name, "."), ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// connectionCommand is a shell command line that starts a worker. The token
+// travels in the environment: in argv, ps would show it to every user of the
+// machine. Each value is quoted for a POSIX shell.
 func connectionCommand(base, token string) string {
-	return "simpletuner worker --orchestrator-url " + base + " --worker-token " + token
+	return "SIMPLETUNER_WORKER_TOKEN=" + shellQuote(token) + " simpletuner worker --orchestrator-url " + shellQuote(base)
+}
+
+// shellQuote returns s as one POSIX shell word: as is when it holds only
+// characters no shell treats specially, else in single quotes.
+func shellQuote(s string) string {
+	safe := s != ""
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("_-./:@%+,=", c)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func (s *Server) createWorker(w http.ResponseWriter, r *http.Request, _ httprouter.Params, p auth.Principal) error {
@@ -123,30 +202,26 @@ func (s *Server) createWorker(w http.ResponseWriter, r *http.Request, _ httprout
 	wk := store.Worker{
 		ID: protocol.NewWorkerID(), Name: strings.TrimSpace(*req.Name), Type: req.WorkerType,
 		Status: protocol.WorkerConnecting, GPUInfo: json.RawMessage(`{}`),
-		Labels: copyLabels(req.Labels), AdminLabels: copyLabels(req.Labels),
+		Labels: copyLabels(req.Labels), AdminLabels: copyLabels(req.Labels), LabelsLocked: req.LabelsLocked,
 		CreatedAt: time.Now().UTC(), CreatedBy: p.Actor(),
 	}
 	rec := audit.New(p.Actor(), peerIP(r), "worker.create", "worker", wk.ID, audit.Success,
-		map[string]any{"name": wk.Name, "worker_type": wk.Type, "labels": wk.Labels, "token": auth.Accessor(token)})
+		map[string]any{"name": wk.Name, "worker_type": wk.Type, "labels": wk.Labels, "labels_locked": wk.LabelsLocked,
+			"token": auth.Accessor(token)})
 	if err := s.store.CreateWorker(r.Context(), wk, auth.Hash(token), &rec); err != nil {
 		return err
 	}
 	s.log.Info("worker created", "worker_id", wk.ID, "name", wk.Name, "by", p.Actor())
 	writeJSON(w, http.StatusCreated, map[string]any{
 		"worker_id": wk.ID, "id": wk.ID, "name": wk.Name, "worker_type": wk.Type, "labels": wk.Labels,
-		"token": token, "connection_command": connectionCommand(s.baseURL(r), token),
+		"labels_locked": wk.LabelsLocked, "token": token, "connection_command": connectionCommand(s.baseURL(r), token),
 	})
 	return nil
 }
 
 func validLabels(field string, labels map[string]string) error {
-	for k, v := range labels {
-		if strings.TrimSpace(k) == "" {
-			return invalid("field %q has an empty key", field)
-		}
-		if len(k) > 128 || len(v) > 256 {
-			return invalid("field %q: key %q or its value is too long (128/256 characters at most)", field, k)
-		}
+	if err := protocol.CheckLabels(labels); err != nil {
+		return invalid("field %q: %v", field, err)
 	}
 	return nil
 }
@@ -162,9 +237,10 @@ func copyLabels(m map[string]string) map[string]string {
 // patchWorkerRequest follows JSON merge-patch for labels: the keys given are
 // added or replaced, a key given as null is removed, the others stay.
 type patchWorkerRequest struct {
-	Name       *string             `json:"name"`
-	Labels     map[string]*string  `json:"labels"`
-	WorkerType protocol.WorkerType `json:"worker_type"`
+	Name         *string             `json:"name"`
+	Labels       map[string]*string  `json:"labels"`
+	LabelsLocked *bool               `json:"labels_locked"`
+	WorkerType   protocol.WorkerType `json:"worker_type"`
 }
 
 func (s *Server) patchWorker(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
@@ -198,14 +274,11 @@ func (s *Server) patchWorker(w http.ResponseWriter, r *http.Request, ps httprout
 		if req.WorkerType != "" {
 			cur.Type = req.WorkerType
 		}
+		// What the worker reported for keys the admin never owned stays,
+		// unless the labels are (now) locked to the admin's. The patch is a
+		// merge: a key set to null goes.
+		reported := reportedPart(cur.Labels, cur.AdminLabels)
 		if len(req.Labels) > 0 {
-			// Keep what the worker reported for keys the admin never owned.
-			reported := map[string]string{}
-			for k, v := range cur.Labels {
-				if _, owned := cur.AdminLabels[k]; !owned {
-					reported[k] = v
-				}
-			}
 			admin := copyLabels(cur.AdminLabels)
 			for k, v := range req.Labels {
 				if v == nil {
@@ -215,11 +288,17 @@ func (s *Server) patchWorker(w http.ResponseWriter, r *http.Request, ps httprout
 					admin[k] = *v
 				}
 			}
+			if err := validLabels("labels", admin); err != nil {
+				return nil, err
+			}
 			cur.AdminLabels = admin
-			cur.Labels = mergeLabels(nil, cur.AdminLabels, reported)
 		}
+		if req.LabelsLocked != nil {
+			cur.LabelsLocked = *req.LabelsLocked
+		}
+		cur.Labels = placementLabels(nil, cur.AdminLabels, reported, cur.LabelsLocked)
 		rec := audit.New(p.Actor(), peerIP(r), "worker.update", "worker", id, audit.Success,
-			map[string]any{"name": req.Name, "labels": req.Labels, "worker_type": req.WorkerType})
+			map[string]any{"name": req.Name, "labels": req.Labels, "labels_locked": req.LabelsLocked, "worker_type": req.WorkerType})
 		return &rec, nil
 	})
 	if err != nil {
@@ -253,6 +332,7 @@ func (s *Server) deleteWorker(w http.ResponseWriter, r *http.Request, ps httprou
 	if err := s.store.DeleteWorker(ctx, wk.ID, &rec); err != nil {
 		return err
 	}
+	s.telemetry.forget(wk.ID)
 	s.log.Info("worker deleted", "worker_id", wk.ID, "force", forced, "by", p.Actor())
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "worker_id": wk.ID})
 	return nil

@@ -106,7 +106,7 @@ func (s *Server) upload(h uploadHandler) httprouter.Handle {
 			if !uploadTokenShape(token) {
 				why = "an upload token starts with " + uploadPrefix + " (it is in $SIMPLETUNER_UPLOAD_TOKEN)"
 			}
-			s.authFailed(w, r, protocol.CodeInvalidToken, "Invalid upload token: "+why)
+			s.authFailed(w, r, token, protocol.CodeInvalidToken, "Invalid upload token: "+why)
 			return
 		}
 		j, err := s.store.GetJob(r.Context(), att.JobID)

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -15,10 +16,14 @@ import (
 
 // listAudit answers GET /api/admin/audit: records after a sequence number
 // (?since=, or the reply's "next" given back as ?cursor=), oldest first, read
-// by the primary key from there on. Once retention has deleted old records
-// the reply names the checkpoint: the last record deleted, which the first
-// record left links to.
+// by the primary key from there on. Asked for an order or a filter, it lists
+// newest first instead (listAuditNewest). Once retention has deleted old
+// records the reply names the checkpoint: the last record deleted, which the
+// first record left links to.
 func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ auth.Principal) error {
+	if wantsAuditFilter(r) {
+		return s.listAuditNewest(w, r)
+	}
 	since, err := queryInt(r, "since", 0, 0, 1<<62)
 	if err != nil {
 		return err
@@ -66,6 +71,11 @@ type auditVerdict struct {
 	Checkpoint store.AuditLink `json:"checkpoint"`
 	Head       store.AuditLink `json:"head"`
 	Error      string          `json:"error,omitempty"`
+	// The same walk in the dashboard's terms: records checked and intact,
+	// the last of them, and the first record that breaks the chain.
+	Checked  int64 `json:"checked"`
+	HeadSeq  int64 `json:"head_seq"`
+	BrokenAt int64 `json:"broken_at,omitempty"`
 }
 
 // verifyPage is how many records the verification reads at a time.
@@ -82,6 +92,7 @@ func (s *Server) verifyAudit(w http.ResponseWriter, r *http.Request, _ httproute
 	if err != nil {
 		return err
 	}
+	v.Checked, v.HeadSeq = v.Records, v.LastSeq
 	writeJSON(w, http.StatusOK, v)
 	return nil
 }
@@ -115,12 +126,18 @@ func (s *Server) verifyChain(ctx context.Context) (auditVerdict, error) {
 			}
 		}
 		if err := audit.VerifyFrom(prevSeq, prevHash, recs); err != nil {
-			v.Error = err.Error()
+			var ce *audit.ChainError
+			if !errors.As(err, &ce) {
+				return v, err
+			}
+			v.Error, v.BrokenAt = ce.Error(), ce.Seq
+			v.Records += intactBefore(recs, ce.Seq)
 			return v, nil
 		}
 		for _, rec := range recs {
 			if rec.Seq == head.Seq && rec.Hash != head.Hash {
-				v.Error = fmt.Sprintf("audit record %d does not match the chain head the database keeps", rec.Seq)
+				v.Error, v.BrokenAt = fmt.Sprintf("audit record %d does not match the chain head the database keeps", rec.Seq), rec.Seq
+				v.Records += intactBefore(recs, rec.Seq)
 				return v, nil
 			}
 		}
@@ -133,9 +150,22 @@ func (s *Server) verifyChain(ctx context.Context) (auditVerdict, error) {
 		prevSeq, prevHash = last.Seq, last.Hash
 	}
 	if prevSeq < head.Seq {
+		v.BrokenAt = prevSeq + 1
 		v.Error = fmt.Sprintf("the log ends at record %d but the chain head is record %d: the newest records are missing", prevSeq, head.Seq)
 		return v, nil
 	}
 	v.OK = true
 	return v, nil
+}
+
+// intactBefore counts the records of a page before the one numbered seq.
+func intactBefore(recs []audit.Record, seq int64) int64 {
+	var n int64
+	for _, rec := range recs {
+		if rec.Seq >= seq {
+			break
+		}
+		n++
+	}
+	return n
 }

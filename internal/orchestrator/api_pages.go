@@ -121,7 +121,7 @@ func parseJobList(r *http.Request) (jobListQuery, error) {
 		}
 		out.order, f.AfterSeq = order, seq
 	}
-	f.NewestFirst = out.order == newestFirst
+	f.Newest = out.order == newestFirst
 	return out, nil
 }
 

@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
@@ -53,10 +53,10 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	if !j.Target.Valid() {
 		return invalid("field \"target\" must be worker, local or auto; got %q", req.Target)
 	}
-	for k, glob := range req.WorkerLabels {
-		if _, err := path.Match(glob, ""); err != nil {
-			return invalid("field \"worker_labels\": the pattern %q for %q is not a valid glob", glob, k)
-		}
+	// Checked before anything else is done with them: the scheduler matches
+	// them against every idle worker.
+	if err := protocol.CheckLabelPatterns(req.WorkerLabels); err != nil {
+		return invalid("field \"worker_labels\": %v", err)
 	}
 	if err := intField("gpu_count", req.GPUCount, 0, 1024, &j.GPUCount); err != nil {
 		return err
@@ -137,7 +137,13 @@ func (s *Server) queuePosition(r *http.Request, j store.Job) (int, error) {
 	return s.store.QueuePosition(r.Context(), j.Priority, j.Seq)
 }
 
-// resolveConfig finds <dir>/<name>/config.json, else <dir>/<name>.json.
+// maxConfigName bounds config_name: well under every file system's name limit
+// (255 bytes), with room for ".json".
+const maxConfigName = 200
+
+// resolveConfig finds <dir>/<name>/config.json, else <dir>/<name>.json. Its
+// answers never show dir: a client has no business learning the layout of
+// the orchestrator's disk.
 func resolveConfig(dir, raw string) (string, json.RawMessage, error) {
 	name := strings.TrimSpace(raw)
 	if strings.HasSuffix(strings.ToLower(name), ".json") {
@@ -146,24 +152,29 @@ func resolveConfig(dir, raw string) (string, json.RawMessage, error) {
 	if name == "" {
 		return "", nil, invalid("field \"config_name\" must not be empty")
 	}
+	if len(name) > maxConfigName {
+		return "", nil, invalid("field \"config_name\" is %d bytes long; at most %d", len(name), maxConfigName)
+	}
 	if strings.ContainsAny(name, `/\`) || strings.Contains(name, "..") || strings.ContainsRune(name, 0) {
 		return "", nil, invalid("field \"config_name\" must be a plain name without path separators or \"..\"; got %q", raw)
 	}
-	for _, p := range []string{filepath.Join(dir, name, "config.json"), filepath.Join(dir, name+".json")} {
-		data, err := os.ReadFile(p)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return "", nil, fmt.Errorf("reading config %s: %w", p, err)
+	for _, rel := range []string{filepath.Join(name, "config.json"), name + ".json"} {
+		data, err := os.ReadFile(filepath.Join(dir, rel))
+		switch {
+		case errors.Is(err, os.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+			continue // <name> is a plain file: only <name>.json can be it
+		case errors.Is(err, syscall.ENAMETOOLONG), errors.Is(err, syscall.EILSEQ), errors.Is(err, syscall.EINVAL):
+			return "", nil, invalid("field \"config_name\": %q is not a usable file name here", name)
+		case err != nil:
+			return "", nil, fmt.Errorf("reading config %s: %w", filepath.Join(dir, rel), err)
 		}
 		cfg, err := normalizeConfig(data)
 		if err != nil {
-			return "", nil, invalid("config %q (%s) is not usable: %v", name, p, err)
+			return "", nil, invalid("config %q (%s in the configs directory) is not usable: %v", name, rel, err)
 		}
 		return name, cfg, nil
 	}
-	return "", nil, notFound("Config '%s' not found in %s (looked for %s/config.json and %s.json)", name, dir, name, name)
+	return "", nil, notFound("Config '%s' not found (looked for %s/config.json and %s.json in the configs directory)", name, name, name)
 }
 
 // normalizeConfig unwraps upstream's {"_metadata", "config"} envelope and
@@ -242,11 +253,27 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request, ps httprouter
 }
 
 func (s *Server) stats(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ auth.Principal) error {
-	counts, err := s.store.CountJobs(r.Context())
+	// ?history=0 leaves the all-time counts of finished jobs out of by_status
+	// (a live view does not need them). Either way the counts come from the
+	// per-status counters, not from the history.
+	var counts map[protocol.JobStatus]int
+	var err error
+	switch h := r.URL.Query().Get("history"); h {
+	case "", "1", "true":
+		counts, err = s.store.CountJobs(r.Context())
+	case "0", "false":
+		counts, err = s.store.CountJobsIn(r.Context(), append([]protocol.JobStatus{protocol.JobQueued}, protocol.ActiveJobStatuses()...))
+	default:
+		return invalid("query parameter \"history\" must be 0 or 1; got %q", h)
+	}
 	if err != nil {
 		return err
 	}
-	byWorker, err := s.workerCounts(r.Context())
+	byWorker, gpus, err := s.fleetSummary(r.Context())
+	if err != nil {
+		return err
+	}
+	recent, err := s.store.CountJobsEndedSince(r.Context(), time.Now().Add(-recentWindow))
 	if err != nil {
 		return err
 	}
@@ -263,9 +290,13 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request, _ httprouter.Para
 		"running":     counts[protocol.JobDispatched] + counts[protocol.JobRunning] + counts[protocol.JobCanceling],
 		"by_status":   byStatus,
 		"workers": map[string]int{
-			"total": total, "idle": byWorker[protocol.WorkerIdle], "busy": byWorker[protocol.WorkerBusy],
+			"total": total, "idle": byWorker[protocol.WorkerIdle], "partial": byWorker[protocol.WorkerPartial], "busy": byWorker[protocol.WorkerBusy],
 			"draining": byWorker[protocol.WorkerDraining], "offline": byWorker[protocol.WorkerOffline],
 			"connecting": byWorker[protocol.WorkerConnecting], "disconnected": byWorker[protocol.WorkerDisconnected],
+		},
+		"gpus": gpus,
+		"last_24h": map[string]int{
+			"completed": recent[protocol.JobCompleted], "failed": recent[protocol.JobFailed], "cancelled": recent[protocol.JobCancelled],
 		},
 	})
 	return nil

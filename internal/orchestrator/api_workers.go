@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -37,6 +39,9 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request, _ httpro
 	req.Name = strings.TrimSpace(req.Name)
 	if req.Name == "" {
 		return invalid("field \"name\" is required")
+	}
+	if err := validLabels("labels", req.Labels); err != nil {
+		return err
 	}
 	if len(req.GPUInfo) > 0 && string(req.GPUInfo) != "null" {
 		var obj map[string]any
@@ -72,7 +77,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request, _ httprout
 	if err := s.streamOpened(ctx, wk.ID); err != nil {
 		return err
 	}
-	st := s.hub.Attach(wk.ID)
+	st := s.hub.Attach(wk.ID, wk.TokenHash)
 	defer func() {
 		if s.hub.Detach(st) {
 			s.streamClosed(wk.ID)
@@ -93,11 +98,19 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request, _ httprout
 	s.Wake()
 
 	write := func(frame []byte) bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		_ = rc.SetWriteDeadline(time.Now().Add(s.options().StreamWriteTimeout))
 		if _, err := w.Write(frame); err != nil {
 			return false
 		}
 		return rc.Flush() == nil
+	}
+	// A job_submit goes out only while the stream's token is still the
+	// worker's (see dispatchAllowed).
+	send := func(out Outgoing) bool {
+		if out.JobID != "" && !s.dispatchAllowed(ctx, st, out.JobID) {
+			return false
+		}
+		return write(out.Frame)
 	}
 	ping := s.options().PingInterval
 	timer := time.NewTimer(ping)
@@ -113,16 +126,16 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request, _ httprout
 			// the worker, or the attempt would be withdrawn at its return.
 			for {
 				select {
-				case frame := <-st.Events():
-					if !write(frame) {
+				case out := <-st.Events():
+					if !send(out) {
 						return nil
 					}
 				default:
 					return nil
 				}
 			}
-		case frame := <-st.Events():
-			if !write(frame) {
+		case out := <-st.Events():
+			if !send(out) {
 				return nil
 			}
 		case <-timer.C:
@@ -131,6 +144,63 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request, _ httprout
 			}
 		}
 		timer.Reset(ping)
+	}
+}
+
+// dispatchAllowed checks, just before a job_submit (and the secrets it
+// carries) is written, that the token that opened the stream is still the
+// worker's: a rotation whose notification this instance missed must not
+// leave the old token's stream receiving jobs. When it is not, or the store
+// cannot say, the attempt is withdrawn and the stream closed.
+func (s *Server) dispatchAllowed(ctx context.Context, st *Stream, jobID string) bool {
+	cur, err := s.store.GetWorker(ctx, st.WorkerID)
+	if err == nil && auth.Equal(cur.TokenHash, st.TokenHash) {
+		return true
+	}
+	why := "the token that opened the worker's stream is no longer its token"
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		why = "the worker's token could not be checked before dispatch"
+	}
+	s.log.Warn("job not sent: "+why+"; closing the stream", "job_id", jobID, "worker_id", st.WorkerID, "err", err)
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := s.loseAttempt(bg, jobID, st.WorkerID, why); err != nil {
+		s.log.Warn("could not withdraw the attempt; the acknowledgement timeout will", "job_id", jobID, "err", err)
+	}
+	st.close("token no longer valid") // its handler detaches it and clears the store's marker
+	return false
+}
+
+// checkStreamTokens closes the streams here whose worker is gone or whose
+// token changed since they opened: the notification of a rotation may never
+// have reached this instance.
+func (s *Server) checkStreamTokens(ctx context.Context) {
+	streams := s.hub.Streams()
+	if len(streams) == 0 {
+		return
+	}
+	current := make(map[string]string, len(streams))
+	if err := s.eachWorker(ctx, func(w store.Worker) { current[w.ID] = w.TokenHash }); err != nil {
+		s.log.Debug("stream token check: cannot list workers", "err", err)
+		return
+	}
+	for _, st := range streams {
+		if hash, ok := current[st.WorkerID]; !ok || !auth.Equal(hash, st.TokenHash) {
+			s.log.Info("closing a worker stream: its token was rotated or the worker deleted", "worker_id", st.WorkerID)
+			st.close("token no longer valid") // its handler detaches it and clears the store's marker
+		}
+	}
+}
+
+// runStreamCheck runs checkStreamTokens every RecheckInterval.
+func (s *Server) runStreamCheck(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(s.options().RecheckInterval):
+			s.checkStreamTokens(ctx)
+		}
 	}
 }
 
@@ -225,6 +295,12 @@ func (s *Server) handleJobLogs(w http.ResponseWriter, r *http.Request, ps httpro
 	}
 	if err != nil {
 		return err
+	}
+	switch end := offset + int64(len(data)); {
+	case truncated:
+		s.logFeed.changed(jobID)
+	case end == size && len(data) > 0:
+		s.logFeed.stored(jobID, logPiece{Attempt: attempt, Offset: offset, Data: data})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "size": size, "truncated": truncated})
 	return nil

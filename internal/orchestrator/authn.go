@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"errors"
 	"math"
 	"net/http"
@@ -10,7 +11,6 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
-	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -27,14 +27,25 @@ func peerIP(r *http.Request) string {
 	return auth.PeerKey(r.RemoteAddr)
 }
 
-// rateLimited answers 429 when the peer has failed too often. A well-formed
-// credential still gets its lookup, so a valid one is never locked out; garbage
-// from a flooding peer costs no database work.
+// limitKey is what a client's failed authentications are counted under: its
+// address, or the /64 of an IPv6 one ("local" on the unix socket).
+func limitKey(r *http.Request) string {
+	if _, ok := peerOf(r); ok {
+		return "local"
+	}
+	return auth.LimitKey(r.RemoteAddr)
+}
+
+// rateLimited answers 429 when the client has failed too often. A well-formed
+// credential still gets its lookup, so a valid one is never locked out;
+// garbage from a flooding client costs no database work. Neither writes
+// anything: failures are audited in aggregate (see failureAudit).
 func (s *Server) rateLimited(w http.ResponseWriter, r *http.Request, token string) bool {
-	wait, blocked := s.limiter.Blocked(peerIP(r))
+	wait, blocked := s.limiter.Blocked(limitKey(r))
 	if !blocked || auth.WellFormed(token) {
 		return false
 	}
+	s.failures.note(limitKey(r), peerIP(r), r.Method+" "+routeOf(r), token, true)
 	s.tooMany(w, r, wait)
 	return true
 }
@@ -45,16 +56,35 @@ func (s *Server) tooMany(w http.ResponseWriter, r *http.Request, wait time.Durat
 	s.writeError(w, r, errorf(http.StatusTooManyRequests, protocol.CodeRateLimited, "too many failed authentication attempts from %s; retry later", peerIP(r)))
 }
 
-// authFailed records a failed credential and answers 401 (or 429 once over the limit).
-func (s *Server) authFailed(w http.ResponseWriter, r *http.Request, code, detail string) {
-	ip := peerIP(r)
-	s.limiter.Fail(ip)
+// authFailed counts a refused credential and answers 401 (or 429 once over
+// the limit).
+func (s *Server) authFailed(w http.ResponseWriter, r *http.Request, token, code, detail string) {
+	key := limitKey(r)
+	s.limiter.Fail(key)
 	s.metrics.AuthFailures.Add(1)
-	if wait, blocked := s.limiter.Blocked(ip); blocked {
+	wait, blocked := s.limiter.Blocked(key)
+	s.failures.note(key, peerIP(r), r.Method+" "+routeOf(r), token, blocked)
+	if blocked {
 		s.tooMany(w, r, wait)
 		return
 	}
 	s.writeError(w, r, errorf(http.StatusUnauthorized, code, "%s", detail))
+}
+
+// routeOf names the endpoint of a request without the ids in its path, so
+// that failures on many jobs count as one route.
+func routeOf(r *http.Request) string {
+	p := r.URL.Path
+	for _, prefix := range []string{"/api/workers/job/", "/api/queue/", "/api/admin/workers/", "/api/admin/tokens/"} {
+		if rest, ok := strings.CutPrefix(p, prefix); ok && rest != "" && rest != "submit" && rest != "stats" {
+			tail := ""
+			if i := strings.IndexByte(rest, '/'); i >= 0 {
+				tail = rest[i:]
+			}
+			return prefix + ":id" + tail
+		}
+	}
+	return p
 }
 
 // worker authenticates X-Worker-Token and passes the worker on.
@@ -67,14 +97,7 @@ func (s *Server) worker(h workerHandler) httprouter.Handle {
 		wk, err := s.workerByToken(r, token)
 		if err != nil {
 			if errors.Is(err, store.ErrNotFound) {
-				s.authFailed(w, r, protocol.CodeInvalidToken, "Invalid worker token: "+why(token, auth.KindWorker))
-				if r.URL.Path == "/api/workers/register" {
-					rec := audit.New("anonymous", peerIP(r), "worker.register", "worker", "", audit.Failure,
-						map[string]string{"reason": "invalid token", "token": tokenAccessor(token)})
-					if err := s.store.AppendAudit(r.Context(), rec); err != nil {
-						s.log.Warn("audit write failed", "err", err)
-					}
-				}
+				s.authFailed(w, r, token, protocol.CodeInvalidToken, "Invalid worker token: "+why(token, auth.KindWorker))
 				return
 			}
 			s.writeError(w, r, err)
@@ -110,6 +133,9 @@ func (s *Server) workerByToken(r *http.Request, token string) (store.Worker, err
 	return wk, nil
 }
 
+// scopeAnyCaller lets every authenticated admin caller through, whatever its scopes.
+const scopeAnyCaller = ""
+
 // admin authenticates an admin credential (or the local socket's peer) and
 // checks scope.
 func (s *Server) admin(scope string, h adminHandler) httprouter.Handle {
@@ -121,7 +147,7 @@ func (s *Server) admin(scope string, h adminHandler) httprouter.Handle {
 			}
 			return
 		}
-		if !p.Has(scope) {
+		if scope != scopeAnyCaller && !p.Has(scope) {
 			s.writeError(w, r, errorf(http.StatusForbidden, protocol.CodeForbidden, "this credential lacks the scope %q", scope))
 			return
 		}
@@ -131,10 +157,27 @@ func (s *Server) admin(scope string, h adminHandler) httprouter.Handle {
 	}
 }
 
+// inProcessKey marks a request built inside this process, by the dashboard,
+// for a caller it has already authenticated. The key type is unexported and a
+// context value cannot arrive over the network, so only code linked into the
+// daemon that calls WithPrincipal can set it.
+type inProcessKey struct{}
+
+// WithPrincipal returns ctx carrying p as the authenticated caller of an API
+// request that the dashboard constructs and serves through Handler() in
+// process. The API then checks p's scopes like those of a token sent in a
+// header. The caller must have verified p (its session and token) itself.
+func WithPrincipal(ctx context.Context, p auth.Principal) context.Context {
+	return context.WithValue(ctx, inProcessKey{}, p)
+}
+
 // errAnswered means the response was already written.
 var errAnswered = errors.New("answered")
 
 func (s *Server) principal(w http.ResponseWriter, r *http.Request) (auth.Principal, error) {
+	if p, ok := r.Context().Value(inProcessKey{}).(auth.Principal); ok {
+		return p, nil
+	}
 	if peer, ok := peerOf(r); ok {
 		if !peer.allowed {
 			return auth.Principal{}, errorf(http.StatusForbidden, protocol.CodeForbidden,
@@ -142,13 +185,9 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request) (auth.Princip
 		}
 		return auth.LocalPrincipal(peer.uid, true), nil
 	}
-	token := strings.TrimSpace(r.Header.Get("X-API-Key"))
-	if h := r.Header.Get("Authorization"); token == "" && h != "" {
-		scheme, rest, _ := strings.Cut(h, " ")
-		if !strings.EqualFold(scheme, "Bearer") {
-			return auth.Principal{}, errorf(http.StatusUnauthorized, protocol.CodeUnauthorized, "the Authorization header must use the Bearer scheme")
-		}
-		token = strings.TrimSpace(rest)
+	token, err := adminToken(r)
+	if err != nil {
+		return auth.Principal{}, err
 	}
 	if token == "" {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="simpletuner"`)
@@ -164,10 +203,54 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request) (auth.Princip
 		return auth.Principal{}, err
 	}
 	if err != nil || t.RevokedAt != nil || !auth.Equal(t.Hash, hash) {
-		s.authFailed(w, r, protocol.CodeUnauthorized, "invalid admin token: "+why(token, auth.KindAdmin))
+		s.authFailed(w, r, token, protocol.CodeUnauthorized, "invalid admin token: "+why(token, auth.KindAdmin))
 		return auth.Principal{}, errAnswered
 	}
 	return auth.Principal{Kind: "admin_token", ID: t.ID, Name: t.Name, Scopes: t.Scopes}, nil
+}
+
+// adminToken is the admin token a request presents, "" when none.
+func adminToken(r *http.Request) (string, error) {
+	token := strings.TrimSpace(r.Header.Get("X-API-Key"))
+	if h := r.Header.Get("Authorization"); token == "" && h != "" {
+		scheme, rest, _ := strings.Cut(h, " ")
+		if !strings.EqualFold(scheme, "Bearer") {
+			return "", errorf(http.StatusUnauthorized, protocol.CodeUnauthorized, "the Authorization header must use the Bearer scheme")
+		}
+		token = strings.TrimSpace(rest)
+	}
+	return token, nil
+}
+
+// stillAllowed checks again, for a long-lived response, that the credential
+// the request presented still grants scope: the admin token is not revoked,
+// the admin-socket user is still root or in the admin group. An error means
+// the store could not say; the caller decides whether to carry on.
+func (s *Server) stillAllowed(ctx context.Context, r *http.Request, p auth.Principal, scope string) (bool, error) {
+	switch p.Kind {
+	case auth.KindLocal:
+		peer, ok := peerOf(r)
+		if !ok {
+			return false, nil
+		}
+		return s.localAllowed(peer), nil
+	case auth.KindAdminToken:
+		token, err := adminToken(r)
+		if err != nil || token == "" {
+			return false, nil
+		}
+		hash := auth.Hash(token)
+		t, err := s.store.GetAdminTokenByHash(ctx, hash)
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return true, err
+		}
+		now := auth.Principal{Kind: auth.KindAdminToken, ID: t.ID, Scopes: t.Scopes}
+		return t.RevokedAt == nil && auth.Equal(t.Hash, hash) && t.ID == p.ID && now.Has(scope), nil
+	}
+	return false, nil
 }
 
 // why explains a refused credential from its shape where the shape shows it,

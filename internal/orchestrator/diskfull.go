@@ -76,22 +76,21 @@ func isNoSpace(err error) bool {
 }
 
 // diskFullError enters the full state for disk and returns the 507 answer.
+// The answer names the disk by its role, not its path: paths stay in the log,
+// which has the path the one time the state is entered.
 func (s *Server) diskFullError(disk string, err error) *apiError {
-	where := s.noteDiskFull(disk, err)
-	var e *apiError
+	s.noteDiskFull(disk, err)
 	if disk == diskArtifacts {
-		e = errorf(http.StatusInsufficientStorage, protocol.CodeInsufficientStorage,
-			"no space left on the disk that keeps artifacts%s; the upload was not stored. Uploads work again once space is freed", where)
-	} else {
-		e = errorf(http.StatusInsufficientStorage, protocol.CodeInsufficientStorage,
-			"no space left on the database's disk%s; nothing was changed. Writes are refused until space is freed; reads still work", where)
+		return errorf(http.StatusInsufficientStorage, protocol.CodeInsufficientStorage,
+			"no space left on the disk that keeps artifacts; the upload was not stored. Uploads work again once space is freed")
 	}
-	return e
+	return errorf(http.StatusInsufficientStorage, protocol.CodeInsufficientStorage,
+		"no space left on the database's disk; nothing was changed. Writes are refused until space is freed; reads still work")
 }
 
-// noteDiskFull records disk as full, logging once when it becomes so, and
-// returns " (path)" for messages.
-func (s *Server) noteDiskFull(disk string, err error) string {
+// noteDiskFull records disk as full, logging once (with its path) when it
+// becomes so.
+func (s *Server) noteDiskFull(disk string, err error) {
 	d := &s.disk
 	d.mu.Lock()
 	_, already := d.full[disk]
@@ -100,15 +99,10 @@ func (s *Server) noteDiskFull(disk string, err error) string {
 	}
 	path := d.paths[disk]
 	d.mu.Unlock()
-	where := ""
-	if path != "" {
-		where = " (" + path + ")"
-	}
 	if !already {
 		s.log.Error("disk full: writes fail until space is freed; reads and heartbeats go on, /readyz reports not ready",
 			"disk", disk, "path", path, "err", err)
 	}
-	return where
 }
 
 // diskProblem is /readyz's reason while a disk is full ("" when none is).
@@ -117,12 +111,9 @@ func (d *diskState) problem() string {
 	defer d.mu.Unlock()
 	for _, disk := range []string{diskDatabase, diskArtifacts} {
 		if f, ok := d.full[disk]; ok {
-			p := d.paths[disk]
-			if p != "" {
-				p = " (" + p + ")"
-			}
-			return fmt.Sprintf("disk full: %s%s has no space left since %s; writes fail until space is freed",
-				diskNames[disk], p, f.since.UTC().Format(time.RFC3339))
+			// Anyone may read /readyz: the disk's role, never its path.
+			return fmt.Sprintf("disk full: %s has no space left since %s; writes fail until space is freed",
+				diskNames[disk], f.since.UTC().Format(time.RFC3339))
 		}
 	}
 	return ""

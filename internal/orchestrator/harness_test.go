@@ -53,6 +53,8 @@ func testOptions(t testing.TB) Options {
 	o.CancelGrace = 200 * time.Millisecond
 	o.CancelReportTimeout = 300 * time.Millisecond
 	o.EphemeralCleanupAfter = time.Hour
+	o.RecheckInterval = 200 * time.Millisecond
+	o.FailureAuditInterval = 200 * time.Millisecond
 	return o
 }
 
@@ -193,7 +195,7 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

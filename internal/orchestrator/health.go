@@ -31,7 +31,7 @@ func (s *Server) healthPass(ctx context.Context) {
 	var stale, expired []store.Worker
 	largest := 0
 	err := s.eachWorker(ctx, func(w store.Worker) {
-		largest = max(largest, parseGPUInfo(w.GPUInfo).Count)
+		largest = max(largest, protocol.ParseGPUInfo(w.GPUInfo).Count)
 		switch w.Status {
 		case protocol.WorkerIdle, protocol.WorkerBusy, protocol.WorkerDraining:
 			// Draining workers are checked too: a draining worker that vanished
@@ -83,7 +83,8 @@ func (s *Server) Status(ctx context.Context) string {
 
 // Run starts the background loops and blocks until ctx ends.
 func (s *Server) Run(ctx context.Context) {
-	loops := []func(context.Context){s.runScheduler, s.runHealth, s.listen, s.runRetention, s.runSizes, s.runDiskWatch}
+	loops := []func(context.Context){s.runScheduler, s.runHealth, s.listen, s.runFailureAudit, s.runStreamCheck,
+		s.runRetention, s.runSizes, s.runDiskWatch}
 	done := make(chan struct{}, len(loops))
 	for _, loop := range loops {
 		go func() { loop(ctx); done <- struct{}{} }()

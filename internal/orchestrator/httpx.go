@@ -49,6 +49,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// writeError answers err. An *apiError says what to answer; a full disk is
+// 507 (see diskfull.go); anything else is
+// either the database being out of reach (503, worth a retry) or a fault of
+// ours (500). Neither shows the error itself, which may name hosts, paths or
+// driver internals: the log has it, under a request id the reply names.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *apiError
 	if !errors.As(err, &ae) && isNoSpace(err) {
@@ -61,12 +66,17 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", "30")
 	}
 	if ae == nil {
-		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-		ae = errorf(http.StatusInternalServerError, protocol.CodeInternal, "internal error; see the orchestrator's log")
+		id := protocol.NewRequestID()
+		w.Header().Set("X-Request-ID", id)
 		if isUnavailable(err) {
+			s.log.Warn("request failed: database unreachable", "method", r.Method, "path", r.URL.Path, "request_id", id, "err", err)
 			ae = errorf(http.StatusServiceUnavailable, protocol.CodeUnavailable, "the database is unreachable; try again shortly")
 			w.Header().Set("Retry-After", "5")
+		} else {
+			s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "request_id", id, "err", err)
+			ae = errorf(http.StatusInternalServerError, protocol.CodeInternal, "internal error (request id %s); the orchestrator's log has the details", id)
 		}
+		ae.Body.RequestID = id
 	}
 	writeJSON(w, ae.Status, ae.Body)
 }

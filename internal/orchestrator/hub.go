@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
 // streamBuffer bounds the events queued for one worker. A reader that falls
@@ -25,10 +27,21 @@ type Hub struct {
 // Stream is one worker's open event stream.
 type Stream struct {
 	WorkerID string
-	events   chan []byte
-	done     chan struct{}
-	once     sync.Once
-	reason   atomic.Value // string
+	// TokenHash is the digest of the token that opened the stream. A stream
+	// lives only as long as that token is the worker's.
+	TokenHash string
+	events    chan Outgoing
+	done      chan struct{}
+	once      sync.Once
+	reason    atomic.Value // string
+}
+
+// Outgoing is a framed event waiting to be written to a stream.
+type Outgoing struct {
+	Frame []byte
+	// JobID is set on a job_submit: before it is written, the stream's token
+	// is checked once more, for the event carries the job's secrets.
+	JobID string
 }
 
 // NewHub returns an empty hub.
@@ -40,7 +53,7 @@ func NewHub(m *Metrics, log *slog.Logger) *Hub {
 func (st *Stream) Done() <-chan struct{} { return st.done }
 
 // Events yields framed SSE events ready to write.
-func (st *Stream) Events() <-chan []byte { return st.events }
+func (st *Stream) Events() <-chan Outgoing { return st.events }
 
 // Reason says why the stream was closed ("" while open).
 func (st *Stream) Reason() string {
@@ -55,9 +68,10 @@ func (st *Stream) close(reason string) {
 	})
 }
 
-// Attach registers a new stream for a worker, closing the one it replaces.
-func (h *Hub) Attach(workerID string) *Stream {
-	st := &Stream{WorkerID: workerID, events: make(chan []byte, streamBuffer), done: make(chan struct{})}
+// Attach registers a new stream for a worker, opened with the token whose
+// digest is tokenHash, closing the one it replaces.
+func (h *Hub) Attach(workerID, tokenHash string) *Stream {
+	st := &Stream{WorkerID: workerID, TokenHash: tokenHash, events: make(chan Outgoing, streamBuffer), done: make(chan struct{})}
 	h.mu.Lock()
 	old := h.streams[workerID]
 	h.streams[workerID] = st
@@ -93,12 +107,29 @@ func (h *Hub) Connected(workerID string) bool {
 	return ok
 }
 
-// ConnectedIDs lists the workers with an open stream here.
+// Streams lists the open streams here.
+func (h *Hub) Streams() []*Stream {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*Stream, 0, len(h.streams))
+	for _, st := range h.streams {
+		out = append(out, st)
+	}
+	return out
+}
+
+// ConnectedIDs lists the workers with an open stream here; a stream already
+// told to close (and not yet detached by its handler) is left out.
 func (h *Hub) ConnectedIDs() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ids := make([]string, 0, len(h.streams))
-	for id := range h.streams {
+	for id, st := range h.streams {
+		select {
+		case <-st.done:
+			continue
+		default:
+		}
 		ids = append(ids, id)
 	}
 	return ids
@@ -129,11 +160,19 @@ func (h *Hub) Send(workerID, typ string, v any) bool {
 		h.log.Error("cannot encode event", "type", typ, "err", err)
 		return false
 	}
-	return h.SendFrame(workerID, frame)
+	out := Outgoing{Frame: frame}
+	if ev, ok := v.(protocol.JobSubmitEvent); ok {
+		out.JobID = ev.JobID
+	}
+	return h.send(workerID, out)
 }
 
 // SendFrame queues an already framed event.
 func (h *Hub) SendFrame(workerID string, frame []byte) bool {
+	return h.send(workerID, Outgoing{Frame: frame})
+}
+
+func (h *Hub) send(workerID string, out Outgoing) bool {
 	h.mu.Lock()
 	st := h.streams[workerID]
 	h.mu.Unlock()
@@ -146,7 +185,7 @@ func (h *Hub) SendFrame(workerID string, frame []byte) bool {
 	default:
 	}
 	select {
-	case st.events <- frame:
+	case st.events <- out:
 		return true
 	default:
 		h.log.Warn("worker stream is not reading; dropping it", "worker_id", workerID)

@@ -18,7 +18,7 @@ func TestHubSlowReaderIsDroppedOthersServed(t *testing.T) {
 	const n, events = 2000, streamBuffer * 2
 	streams := make([]*Stream, n)
 	for i := range streams {
-		streams[i] = h.Attach(fmt.Sprintf("w_%d", i))
+		streams[i] = h.Attach(fmt.Sprintf("w_%d", i), "")
 	}
 	slow := streams[0]
 	start := time.Now()
@@ -49,8 +49,8 @@ func TestHubSlowReaderIsDroppedOthersServed(t *testing.T) {
 func TestHubReplacedStreamDetachKeepsSuccessor(t *testing.T) {
 	t.Parallel()
 	h := NewHub(NewMetrics(), slog.New(slog.DiscardHandler))
-	old := h.Attach("w_1")
-	cur := h.Attach("w_1")
+	old := h.Attach("w_1", "")
+	cur := h.Attach("w_1", "")
 	select {
 	case <-old.Done():
 	default:

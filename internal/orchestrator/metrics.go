@@ -106,7 +106,7 @@ func (s *Server) writeMetrics(ctx context.Context, w io.Writer) {
 	}
 	if byStatus, err := s.workerCounts(ctx); err == nil {
 		fmt.Fprintf(w, "# HELP simpletuner_workers Workers by status.\n# TYPE simpletuner_workers gauge\n")
-		for _, st := range []protocol.WorkerStatus{protocol.WorkerConnecting, protocol.WorkerIdle, protocol.WorkerBusy, protocol.WorkerDraining, protocol.WorkerDisconnected, protocol.WorkerOffline} {
+		for _, st := range []protocol.WorkerStatus{protocol.WorkerConnecting, protocol.WorkerIdle, protocol.WorkerPartial, protocol.WorkerBusy, protocol.WorkerDraining, protocol.WorkerDisconnected, protocol.WorkerOffline} {
 			fmt.Fprintf(w, "simpletuner_workers{status=%q} %d\n", st, byStatus[st])
 		}
 	}

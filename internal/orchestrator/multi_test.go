@@ -2,7 +2,10 @@ package orchestrator
 
 import (
 	"context"
+	"database/sql"
 	"log/slog"
+	neturl "net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -78,4 +81,128 @@ func TestTwoInstancesOnePostgres(t *testing.T) {
 			t.Errorf("job %s is %v", id, s)
 		}
 	}
+}
+
+// twoReplicas starts alpha and beta on one new PostgreSQL database and
+// returns them with the database URL.
+func twoReplicas(t *testing.T, mutate func(name string, o *Options)) (alpha, beta *env, url string) {
+	t.Helper()
+	url = pgtest.Start(t)
+	var envs []*env
+	for _, name := range []string{"alpha", "beta"} {
+		st, err := postgres.Open(context.Background(), url, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		opt := testOptions(t)
+		opt.InstanceID = name
+		if mutate != nil {
+			mutate(name, &opt)
+		}
+		envs = append(envs, startEnv(t, st, opt))
+	}
+	return envs[0], envs[1], url
+}
+
+// cutListeners keeps every instance from hearing notifications: new
+// connections to the database are refused (the pools keep the ones they
+// have) and the LISTEN connections are ended. undo lets them reconnect.
+func cutListeners(t *testing.T, url string) (undo func()) {
+	t.Helper()
+	u, _ := neturl.Parse(url)
+	name := strings.TrimPrefix(u.Path, "/")
+	u.Path = "/postgres" // a database may not shut itself off
+	db, err := sql.Open("postgres", u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := db.Exec(q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	exec(`ALTER DATABASE ` + name + ` ALLOW_CONNECTIONS false`)
+	var ended int
+	if err := db.QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = $1 AND query ILIKE 'listen %' AND pid <> pg_backend_pid()`, name).Scan(&ended); err != nil {
+		t.Fatal(err)
+	}
+	if ended != 2 {
+		t.Fatalf("ended %d LISTEN connections; want the two instances'", ended)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			exec(`ALTER DATABASE ` + name + ` ALLOW_CONNECTIONS true`)
+			db.Close()
+		})
+	}
+}
+
+// A worker's token is rotated on alpha while beta, which holds the worker's
+// stream, hears no notifications. Before the stream-check timer fires, a job
+// with an hf_token is queued: beta claims it for the worker, but checks the
+// token before writing the job to the stream, withdraws the attempt and
+// closes the stream; the old token never sees the job.
+func TestRotatedTokenGetsNoDispatchOnAReplicaThatMissedTheNotification(t *testing.T) {
+	t.Parallel()
+	alpha, beta, url := twoReplicas(t, func(name string, o *Options) {
+		o.RecheckInterval = time.Hour // only the check at dispatch can help
+		o.SchedulerInterval = 100 * time.Millisecond
+	})
+	a := beta.startAgent("w", nil, nil)
+	undo := cutListeners(t, url)
+	defer undo()
+	alpha.must(alpha.adminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
+	jobID := alpha.submit(map[string]any{"hf_token": "hf_secret_for_the_right_worker"})
+	select {
+	case <-a.closed:
+	case ev := <-a.events:
+		t.Fatalf("the stream of the rotated token got %v", ev)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream of the rotated token is still open")
+	}
+	undo() // the pools may need new connections from here on
+	var j map[string]any
+	eventually(t, 10*time.Second, "the attempt withdrawn", func() bool {
+		j = alpha.job(jobID)
+		return j["status"] == "queued"
+	})
+	// A claim made while the closed stream was still being detached is
+	// withdrawn too; none of them ever started.
+	atts := j["attempts"].([]any)
+	for _, a := range atts {
+		if a.(map[string]any)["outcome"] != "withdrawn" {
+			t.Fatalf("attempts %v; want every one withdrawn", atts)
+		}
+	}
+	if first := atts[0].(map[string]any)["error"].(string); !strings.Contains(first, "no longer its token") {
+		t.Fatalf("the first attempt ended with %q", first)
+	}
+	if !strings.Contains(beta.logs.String(), "job not sent: the token that opened the worker's stream is no longer its token") {
+		t.Errorf("beta did not log why:\n%s", beta.logs.String())
+	}
+}
+
+// The same cut, no job: beta's timer finds the rotated token and closes the
+// stream it opened.
+func TestRotatedTokenLosesItsStreamOnAReplicaThatMissedTheNotification(t *testing.T) {
+	t.Parallel()
+	alpha, beta, url := twoReplicas(t, func(name string, o *Options) { o.RecheckInterval = 200 * time.Millisecond })
+	a := beta.startAgent("w", nil, nil)
+	undo := cutListeners(t, url)
+	defer undo()
+	alpha.must(alpha.adminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
+	select {
+	case <-a.closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream of the rotated token is still open")
+	}
+	undo()
+	eventually(t, 5*time.Second, "the worker shown disconnected", func() bool {
+		return alpha.worker(a.id)["connected"] == false
+	})
 }

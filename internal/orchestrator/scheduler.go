@@ -16,8 +16,9 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
-// matches reports whether worker w may run job j: target, GPU count, VRAM and
-// every label glob.
+// matches reports whether worker w could ever run job j: target, GPU count,
+// VRAM and every label glob. Whether it has room now is placement's
+// question.
 func matches(j store.Job, w store.Worker) bool {
 	switch j.Target {
 	case protocol.TargetWorker:
@@ -29,11 +30,11 @@ func matches(j store.Job, w store.Worker) bool {
 			return false
 		}
 	}
-	g := parseGPUInfo(w.GPUInfo)
-	if j.GPUCount > 0 && g.Count < j.GPUCount {
+	g := protocol.ParseGPUInfo(w.GPUInfo)
+	if j.GPUCount > 0 && len(eligibleGPUs(g, j)) < j.GPUCount {
 		return false
 	}
-	if j.MinVRAMGB > 0 && g.VRAMGB < j.MinVRAMGB {
+	if j.MinVRAMGB > 0 && !w.SharesGPUs() && g.VRAMGB < j.MinVRAMGB {
 		return false
 	}
 	for key, glob := range j.WorkerLabels {
@@ -46,6 +47,21 @@ func matches(j store.Job, w store.Worker) bool {
 		}
 	}
 	return true
+}
+
+// eligibleGPUs lists the worker's GPUs with at least the job's min_vram_gb.
+func eligibleGPUs(g protocol.GPUSummary, j store.Job) []protocol.GPUDevice {
+	var out []protocol.GPUDevice
+	for _, d := range g.Devices {
+		vram := d.VRAMGB()
+		if d.MemoryMiB == 0 {
+			vram = g.VRAMGB // an agent that reports one size for all
+		}
+		if vram >= j.MinVRAMGB {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // runScheduler claims and dispatches jobs whenever woken and on every tick; the
@@ -70,81 +86,237 @@ func (s *Server) runScheduler(ctx context.Context) {
 	}
 }
 
-// schedulePass offers queued jobs to the idle workers streaming to this
-// instance: remote workers first, so "auto" jobs prefer them over local ones.
+// schedulePass places queued jobs, highest priority first, on the workers
+// streaming to this instance, and claims them:
 //
-// A pass ends once as many claims succeeded as jobs were queued when it
-// began: a job queued or requeued later wakes the scheduler for another pass.
-// Workers are read one at a time as they are offered a job, so one queued job
-// costs a read or two however many idle workers are connected, and when the
-// whole queue is at hand a worker none of its jobs matches is not offered one.
+//   - Best fit: among the workers with room for the job now, the one left
+//     with the fewest free GPUs (remote workers before local ones for an
+//     "auto" job), so large gaps stay whole for large jobs. A job never
+//     spans workers.
+//   - No starvation: when the first job of the highest priority that cannot
+//     be placed has a worker large enough, that worker is reserved for it
+//     (the one with the most free GPUs already): no other job starts there
+//     until it is placed or leaves the queue. Reserved workers take no new
+//     jobs; there is no backfill.
+//
+// A job queued or requeued during a pass wakes the scheduler for another.
 func (s *Server) schedulePass(ctx context.Context) {
 	s.passMu.Lock()
 	defer s.passMu.Unlock()
 	if s.stopping.Load() {
 		return
 	}
-	queued, total, err := s.store.ListJobs(ctx, store.JobFilter{Statuses: []protocol.JobStatus{protocol.JobQueued}, Limit: passSnapshot})
+	queued, err := s.store.ListQueued(ctx, passJobs)
 	s.noteStore(err)
-	if err != nil || len(queued) == 0 || total == 0 {
+	if err != nil || len(queued) == 0 {
+		s.setReservation(reservation{})
 		return
 	}
-	complete := len(queued) == total
-	remaining := total
-	// offer claims for w; false ends the pass.
-	offer := func(w store.Worker) bool {
-		if complete && !slices.ContainsFunc(queued, func(j store.Job) bool { return matches(j, w) }) {
-			return true
-		}
-		if err := s.claimFor(ctx, w); errors.Is(err, store.ErrNoJob) || errors.Is(err, store.ErrConflict) {
-			return true
-		} else if err != nil {
-			if !s.logDiskFullOnce(err) {
-				s.log.Warn("claim failed", "worker_id", w.ID, "err", err)
-			}
-			return false
-		}
-		remaining--
-		return remaining > 0
-	}
-	var locals []store.Worker
-	for _, id := range s.hub.ConnectedIDs() {
+	cands := s.candidates(ctx)
+	res := s.currentReservation(queued, cands)
+	top := queued[0].Priority
+	for _, j := range queued {
 		if ctx.Err() != nil {
 			return
 		}
-		w, err := s.store.GetWorker(ctx, id)
-		if err != nil || !lifecycle.CanClaim(w.Status, running(w), 1) {
+		var fits []*candidate
+		for _, c := range cands {
+			if matches(j, c.w) {
+				fits = append(fits, c)
+			}
+		}
+		if len(fits) == 0 {
+			continue // no worker here could run it; GET /api/queue/{id} says why
+		}
+		best, gpus := bestFit(j, fits, res)
+		if best == nil {
+			if res.jobID == "" && j.Priority == top {
+				res = reserveFor(j, fits)
+			}
 			continue
 		}
-		if w.Local {
-			locals = append(locals, w)
+		if err := s.claimFor(ctx, best.w, j.ID, gpus); errors.Is(err, store.ErrNoJob) || errors.Is(err, store.ErrConflict) {
+			// Someone else claimed the job or the GPUs meanwhile: read the
+			// worker again next pass.
+			best.stale = true
 			continue
-		}
-		if !offer(w) {
+		} else if err != nil {
+			if !s.logDiskFullOnce(err) {
+				s.log.Warn("claim failed", "job_id", j.ID, "worker_id", best.w.ID, "err", err)
+			}
 			return
+		}
+		best.took(gpus)
+		if res.jobID == j.ID {
+			res = reservation{}
 		}
 	}
-	for _, w := range locals {
-		if ctx.Err() != nil || !offer(w) {
-			return
+	s.setReservation(res)
+}
+
+// passJobs is how many queued jobs, in priority order, one pass places.
+const passJobs = 200
+
+// candidate is a worker streaming here, as placement sees it.
+type candidate struct {
+	w     store.Worker
+	gpus  protocol.GPUSummary
+	free  map[int]bool // its GPUs no attempt holds
+	load  lifecycle.Load
+	stale bool // a claim on it failed: skipped for the rest of the pass
+}
+
+// candidates reads the workers streaming to this instance that may take
+// work, with their free GPUs, remote ones first.
+func (s *Server) candidates(ctx context.Context) []*candidate {
+	var remote, local []*candidate
+	for _, id := range s.hub.ConnectedIDs() {
+		w, err := s.store.GetWorker(ctx, id)
+		if err != nil || (w.Status != protocol.WorkerIdle && w.Status != protocol.WorkerPartial && w.Status != protocol.WorkerBusy) {
+			continue
 		}
+		c := &candidate{w: w, gpus: protocol.ParseGPUInfo(w.GPUInfo), free: map[int]bool{}, load: w.Load()}
+		for _, d := range c.gpus.Devices {
+			c.free[d.Index] = true
+		}
+		if w.GPUsUsed > 0 {
+			leases, err := s.store.GPULeases(ctx, id)
+			if err != nil {
+				continue
+			}
+			for _, l := range leases {
+				delete(c.free, l.Index)
+			}
+		}
+		if w.Local {
+			local = append(local, c)
+		} else {
+			remote = append(remote, c)
+		}
+	}
+	return append(remote, local...)
+}
+
+// fit is the GPUs c would give j now, or ok false when it has no room for
+// it. A worker that runs one job at a time gives a job all its GPUs.
+func (c *candidate) fit(j store.Job) (gpus []int, ok bool) {
+	if c.stale || !lifecycle.CanClaim(c.w.Status, c.load) {
+		return nil, false
+	}
+	if !c.w.SharesGPUs() {
+		for _, d := range c.gpus.Devices {
+			gpus = append(gpus, d.Index)
+		}
+		return gpus, true
+	}
+	for _, d := range eligibleGPUs(c.gpus, j) {
+		if len(gpus) == j.GPUCount {
+			break
+		}
+		if c.free[d.Index] {
+			gpus = append(gpus, d.Index)
+		}
+	}
+	return gpus, len(gpus) == j.GPUCount
+}
+
+// took records a claim placed on c during the pass.
+func (c *candidate) took(gpus []int) {
+	for _, g := range gpus {
+		delete(c.free, g)
+	}
+	c.load.Running++
+	c.load.GPUsUsed += len(gpus)
+	if c.load.Full() {
+		c.w.Status = protocol.WorkerBusy
+	} else {
+		c.w.Status = protocol.WorkerPartial
 	}
 }
 
-// passSnapshot is how many queued jobs a pass reads up front to skip workers
-// that none of them matches; with more queued, every idle worker tries a claim.
-const passSnapshot = 32
+// bestFit picks, among the candidates with room for j now and not held for
+// another job, the one left with the fewest free GPUs; ties go to the one
+// running fewer attempts, then by id (remote before local is kept by the
+// order of fits).
+func bestFit(j store.Job, fits []*candidate, res reservation) (*candidate, []int) {
+	var best *candidate
+	var bestGPUs []int
+	bestLeft := 0
+	for _, c := range fits {
+		if res.workerID == c.w.ID && res.jobID != j.ID {
+			continue
+		}
+		gpus, ok := c.fit(j)
+		if !ok {
+			continue
+		}
+		left := len(c.free) - len(gpus)
+		if best == nil || (best.w.Local && !c.w.Local) ||
+			(best.w.Local == c.w.Local && (left < bestLeft || (left == bestLeft && c.load.Running < best.load.Running))) {
+			best, bestGPUs, bestLeft = c, gpus, left
+		}
+	}
+	return best, bestGPUs
+}
 
-// claimFor claims the best job for one worker and sends it on the stream. If
-// the stream vanished in between, the attempt is withdrawn at once.
-func (s *Server) claimFor(ctx context.Context, w store.Worker) error {
+// reservation holds a worker for the job at the head of the highest
+// priority that could not be placed.
+type reservation struct{ jobID, workerID string }
+
+// reserveFor holds for j the worker that will fit it soonest: among those
+// large enough, the one with the most free GPUs already.
+func reserveFor(j store.Job, fits []*candidate) reservation {
+	var best *candidate
+	for _, c := range fits {
+		if best == nil || len(c.free) > len(best.free) {
+			best = c
+		}
+	}
+	if best == nil {
+		return reservation{}
+	}
+	return reservation{jobID: j.ID, workerID: best.w.ID}
+}
+
+// currentReservation is the reservation of the last pass while its job is
+// still queued and its worker still here.
+func (s *Server) currentReservation(queued []store.Job, cands []*candidate) reservation {
+	res := s.reservation()
+	if res.jobID == "" ||
+		!slices.ContainsFunc(queued, func(j store.Job) bool { return j.ID == res.jobID }) ||
+		!slices.ContainsFunc(cands, func(c *candidate) bool { return c.w.ID == res.workerID }) {
+		return reservation{}
+	}
+	return res
+}
+
+func (s *Server) reservation() reservation {
+	s.resMu.Lock()
+	defer s.resMu.Unlock()
+	return s.res
+}
+
+func (s *Server) setReservation(r reservation) {
+	s.resMu.Lock()
+	defer s.resMu.Unlock()
+	if r != s.res && r.jobID != "" {
+		s.log.Info("worker reserved for a job no worker has room for", "job_id", r.jobID, "worker_id", r.workerID)
+	}
+	s.res = r
+}
+
+// claimFor claims job jobID for worker w with GPUs gpus and sends it on the
+// stream. If the stream vanished in between, the attempt is withdrawn at
+// once.
+func (s *Server) claimFor(ctx context.Context, w store.Worker, jobID string, gpus []int) error {
 	opt := s.options()
 	uploadToken := newUploadToken()
 	now := time.Now().UTC()
-	rec := audit.New("system", "", "job.dispatch", "worker", w.ID, audit.Success, nil)
+	rec := audit.New("system", "", "job.dispatch", "worker", w.ID, audit.Success, map[string]any{"job_id": jobID, "gpus": gpus})
 	j, a, err := s.store.ClaimJob(ctx, store.ClaimRequest{
 		WorkerID:        w.ID,
-		Match:           func(j store.Job) bool { return matches(j, w) },
+		JobID:           jobID,
+		GPUs:            gpus,
 		UploadTokenHash: auth.Hash(uploadToken),
 		AckDeadline:     now.Add(opt.AckTimeout),
 		Now:             now,
@@ -159,6 +331,9 @@ func (s *Server) claimFor(ctx context.Context, w store.Worker) error {
 		Attempt: a.Number, ConfigName: j.ConfigName, TimeoutSeconds: float64(j.TimeoutSeconds),
 		CancelGraceSeconds: opt.CancelGrace.Seconds(), LogEndpoint: "/api/workers/job/" + j.ID + "/logs",
 	}
+	if w.SharesGPUs() {
+		ev.GPUs = assignedGPUs(protocol.ParseGPUInfo(w.GPUInfo), gpus)
+	}
 	if !s.hub.Send(w.ID, protocol.EventJobSubmit, ev) {
 		s.log.Warn("worker stream vanished during dispatch; withdrawing", "job_id", j.ID, "worker_id", w.ID)
 		_ = s.loseAttempt(ctx, j.ID, w.ID, "the worker's stream closed during dispatch")
@@ -168,8 +343,24 @@ func (s *Server) claimFor(ctx context.Context, w store.Worker) error {
 	if a.Number == 1 {
 		s.metrics.ObserveDispatch(now.Sub(j.CreatedAt))
 	}
-	s.log.Info("job dispatched", "job_id", j.ID, "attempt", a.Number, "worker_id", w.ID, "priority", j.Priority)
+	s.log.Info("job dispatched", "job_id", j.ID, "attempt", a.Number, "worker_id", w.ID, "priority", j.Priority, "gpus", gpus)
 	return nil
+}
+
+// assignedGPUs names the GPUs for job_submit: index and, where the worker
+// reported one, UUID. An empty list (a job that takes no GPU) stays a list.
+func assignedGPUs(g protocol.GPUSummary, indices []int) *[]protocol.AssignedGPU {
+	out := make([]protocol.AssignedGPU, 0, len(indices))
+	for _, i := range indices {
+		a := protocol.AssignedGPU{Index: i}
+		for _, d := range g.Devices {
+			if d.Index == i {
+				a.UUID = d.UUID
+			}
+		}
+		out = append(out, a)
+	}
+	return &out
 }
 
 func newUploadToken() string {

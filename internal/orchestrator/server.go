@@ -6,9 +6,11 @@ package orchestrator
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,7 +18,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
@@ -52,6 +53,11 @@ type Options struct {
 	ArtifactMaxObjectBytes int64
 	ArtifactMaxJobBytes    int64
 	ArtifactUploadGrace    time.Duration
+	StreamWriteTimeout     time.Duration
+	MaxLogFollowers        int
+	RecheckInterval        time.Duration
+	FailureAuditInterval   time.Duration
+	FailureAuditMaxPeers   int
 	// Retention: how long finished jobs and their traces are kept.
 	Retention RetentionOptions
 }
@@ -87,9 +93,44 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 		ArtifactMaxObjectBytes: cfg.Artifacts.MaxObjectBytes,
 		ArtifactMaxJobBytes:    cfg.Artifacts.MaxJobBytes,
 		ArtifactUploadGrace:    cfg.Artifacts.UploadGrace.Duration,
+		StreamWriteTimeout:     cfg.Server.StreamWriteTimeout.Duration,
+		MaxLogFollowers:        cfg.Server.MaxLogFollowers,
+		RecheckInterval:        cfg.Auth.RecheckInterval.Duration,
+		FailureAuditInterval:   cfg.Auth.FailureAuditInterval.Duration,
+		FailureAuditMaxPeers:   cfg.Auth.FailureAuditMaxPeers,
 
 		Retention: retentionFrom(cfg.Retention),
 	}
+}
+
+// withDefaults fills the settings this file's loops and streams cannot do
+// without (a zero ticker period panics, a zero cap refuses everyone) from the
+// configuration's defaults, for Options built by hand.
+func (o Options) withDefaults() Options {
+	def := OptionsFrom(config.DefaultOrchestrator())
+	if o.StreamWriteTimeout <= 0 {
+		o.StreamWriteTimeout = def.StreamWriteTimeout
+	}
+	if o.MaxLogFollowers <= 0 {
+		o.MaxLogFollowers = def.MaxLogFollowers
+	}
+	if o.RecheckInterval <= 0 {
+		o.RecheckInterval = def.RecheckInterval
+	}
+	if o.FailureAuditInterval <= 0 {
+		o.FailureAuditInterval = def.FailureAuditInterval
+	}
+	if o.FailureAuditMaxPeers <= 0 {
+		o.FailureAuditMaxPeers = def.FailureAuditMaxPeers
+	}
+	// The retention loop waits Interval between passes: zero would spin.
+	if o.Retention.Interval <= 0 {
+		o.Retention.Interval = def.Retention.Interval
+	}
+	if o.Retention.BatchSize <= 0 {
+		o.Retention.BatchSize = def.Retention.BatchSize
+	}
+	return o
 }
 
 // Server holds the orchestrator's live state. Create it with New, then serve
@@ -106,6 +147,11 @@ type Server struct {
 	// opt is replaced whole on reload; readers load it once per use.
 	opt      atomic.Pointer[Options]
 	stopping atomic.Bool
+	// stopped is closed by BeginShutdown, for loops that wait on channels.
+	stopped  chan struct{}
+	stopOnce sync.Once
+	// unready is set while /readyz finds the database silent (logged once).
+	unready atomic.Bool
 	// lastTick is when the scheduler last finished a pass (unix nanos); the
 	// watchdog and /readyz look at it.
 	lastTick atomic.Int64
@@ -114,6 +160,10 @@ type Server struct {
 	missed missedAttempts
 	// passMu is held by a scheduler pass; shutdown waits on it.
 	passMu sync.Mutex
+	// res is the worker held for a job no worker had room for (see
+	// schedulePass); resMu guards it for the waiting reasons.
+	resMu sync.Mutex
+	res   reservation
 	// largestWorker is the most GPUs any worker has: refreshed by every
 	// health pass, raised by registrations. Submit warns above it.
 	largestWorker atomic.Int64
@@ -121,6 +171,13 @@ type Server struct {
 	adminSocketPath string
 	// artifacts stores what jobs upload; nil answers 503 (see SetArtifacts).
 	artifacts atomic.Pointer[artifacts.Store]
+	// logFeed passes stored log output to follow streams; followers counts them.
+	logFeed   *logFeed
+	followers followers
+	// failures gathers failed authentications for the audit log.
+	failures failureAudit
+	// telemetry holds each worker's latest GPU numbers from its heartbeats.
+	telemetry *telemetryMap
 	// sizes is the last measurement of the database and artifacts.
 	sizes atomic.Pointer[sizesSnapshot]
 	// disk tracks full disks (see diskfull.go).
@@ -133,13 +190,17 @@ func (s *Server) SetAdminSocketPath(p string) { s.adminSocketPath = p }
 // New builds a Server on an open store.
 func New(st store.Store, opt Options, log *slog.Logger) *Server {
 	s := &Server{
-		store:   st,
-		log:     log,
-		metrics: NewMetrics(),
-		started: time.Now(),
-		wake:    make(chan struct{}, 1),
-		limiter: auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now),
+		store:     st,
+		log:       log,
+		metrics:   NewMetrics(),
+		started:   time.Now(),
+		wake:      make(chan struct{}, 1),
+		limiter:   auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now),
+		logFeed:   newLogFeed(),
+		stopped:   make(chan struct{}),
+		telemetry: newTelemetryMap(),
 	}
+	opt = opt.withDefaults()
 	s.opt.Store(&opt)
 	s.disk.init()
 	s.hub = NewHub(s.metrics, log)
@@ -152,6 +213,7 @@ func (s *Server) options() Options { return *s.opt.Load() }
 
 // SetOptions applies settings that can change without a restart.
 func (s *Server) SetOptions(o Options) {
+	o = o.withDefaults()
 	s.opt.Store(&o)
 	s.applyArtifactLimits(o)
 	s.Wake()
@@ -188,6 +250,7 @@ func (s *Server) BeginShutdown() {
 	s.stopping.Store(true)
 	s.passMu.Lock()
 	s.passMu.Unlock() //nolint:staticcheck // waiting for the pass under way is the point
+	s.stopOnce.Do(func() { close(s.stopped) })
 	s.hub.CloseAll()
 }
 
@@ -198,22 +261,33 @@ const peerKey ctxKey = 1
 // localPeer is what the admin unix socket learned about its client.
 type localPeer struct {
 	uid     uint32
+	peer    auth.Peer
 	allowed bool
 }
 
 // AdminConnContext records the peer credentials of an admin-socket connection;
 // use it as http.Server.ConnContext for that listener.
 func (s *Server) AdminConnContext(ctx context.Context, c net.Conn) context.Context {
-	uid, _, _, err := auth.PeerCred(c)
+	p, err := auth.PeerOf(c)
 	if err != nil {
 		s.log.Warn("admin socket: cannot read peer credentials", "err", err)
 		return context.WithValue(ctx, peerKey, localPeer{uid: ^uint32(0)})
 	}
-	ok, err := auth.InGroup(uid, s.options().AdminGroup)
+	peer := localPeer{uid: p.UID, peer: p}
+	peer.allowed = s.localAllowed(peer)
+	return context.WithValue(ctx, peerKey, peer)
+}
+
+// localAllowed reports whether an admin-socket peer is root or in the admin
+// group, by the groups its process had when it connected.
+func (s *Server) localAllowed(peer localPeer) bool {
+	group := s.options().AdminGroup
+	ok, how, err := auth.PeerAllowed(peer.peer, group)
 	if err != nil {
-		s.log.Warn("admin socket: group lookup failed", "uid", uid, "err", err)
+		s.log.Warn("admin socket: group lookup failed", "uid", peer.uid, "group", group, "err", err)
 	}
-	return context.WithValue(ctx, peerKey, localPeer{uid: uid, allowed: ok})
+	s.log.Debug("admin socket peer", "uid", peer.uid, "pid", peer.peer.PID, "allowed", ok, "decided_by", how)
+	return ok
 }
 
 func peerOf(r *http.Request) (localPeer, bool) {
@@ -273,6 +347,8 @@ func (s *Server) Routes() []Route {
 		{"POST", "/api/admin/workers/:id/token", "", s.admin(auth.ScopeAdminWorkers, s.rotateToken)},
 		{"GET", "/api/admin/audit", "", s.admin(auth.ScopeAdminAudit, s.listAudit)},
 		{"GET", "/api/admin/audit/verify", "", s.admin(auth.ScopeAdminAudit, s.verifyAudit)},
+		{"GET", "/api/auth/whoami", "", s.admin(scopeAnyCaller, s.whoami)},
+		{"GET", "/api/configs", "", s.admin(auth.ScopeQueueSubmit, s.listConfigs)},
 		{"GET", "/api/admin/tokens", "", s.admin(auth.ScopeAll, s.listAdminTokens)},
 		{"POST", "/api/admin/tokens", "", s.admin(auth.ScopeAll, s.createAdminToken)},
 		{"DELETE", "/api/admin/tokens/:id", "", s.admin(auth.ScopeAll, s.revokeAdminToken)},
@@ -343,9 +419,17 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
+	// Anyone may ask: the answer names no host, port or driver message. The
+	// log has the error, once each time readiness is lost.
 	if err := s.store.Ping(ctx); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": "database unreachable: " + err.Error()})
+		if !s.unready.Swap(true) {
+			s.log.Warn("not ready: the database does not answer", "err", err)
+		}
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": "database unreachable"})
 		return
+	}
+	if s.unready.Swap(false) {
+		s.log.Info("ready: the database answers again")
 	}
 	if why := s.disk.problem(); why != "" {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": why})
@@ -354,16 +438,33 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
-// isUnavailable reports whether err means the database could not be reached.
+// isUnavailable reports whether err means the database could not be reached
+// or used just now. Only errors of the database connection count: a file
+// error (a config name too long for the file system, say) carries a syscall
+// errno that looks like a network error to errors.As, and is not one.
 func isUnavailable(err error) bool {
-	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {
+	if err == nil {
+		return false
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return false
+	}
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) {
 		return true
 	}
-	var ne net.Error
-	if errors.As(err, &ne) {
+	var oe *net.OpError // dialling or talking to the database server
+	if errors.As(err, &oe) {
 		return true
 	}
 	msg := err.Error()
-	return strings.Contains(msg, "connection refused") || strings.Contains(msg, "the database system is shutting down") ||
-		strings.Contains(msg, "bad connection") || strings.Contains(msg, "database is closed")
+	for _, s := range []string{
+		"connection refused", "the database system is shutting down", "the database system is starting up",
+		"bad connection", "database is closed", "database is locked", "too many clients",
+	} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }

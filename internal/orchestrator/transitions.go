@@ -50,6 +50,7 @@ func (s *Server) moveJob(ctx context.Context, jobID string, decide decideFunc) (
 
 // afterMove does the in-memory follow-ups of a job change.
 func (s *Server) afterMove(before, after store.Job, t *store.JobTransition) {
+	s.logFeed.moved(after.ID)
 	if after.Status == protocol.JobQueued && before.Status != protocol.JobQueued {
 		s.metrics.Requeues.Add(1)
 	}
@@ -103,6 +104,9 @@ func (s *Server) applyReport(ctx context.Context, wk store.Worker, jobID string,
 		}
 		t := step(st, cur, workerActor(wk), ip, map[string]any{"report": rep.Status})
 		t.ExpectWorker, t.Progress = wk.ID, rep.Progress
+		if st.EndAttempt != "" {
+			t.Usage = rep.Usage
+		}
 		return t, nil
 	})
 	ended := changed && nj.Status.Terminal()

@@ -9,45 +9,6 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
-// gpuSummary reads a worker's reported GPU info in either spelling: upstream's
-// agent (count, name, vram_gb, accelerator) or the names SimpleTuner's guides use
-// (gpu_count, gpu_name, gpu_vram_gb, accelerator_type).
-type gpuSummary struct {
-	Count       int
-	Name        string
-	VRAMGB      float64
-	Accelerator string
-}
-
-func parseGPUInfo(raw json.RawMessage) gpuSummary {
-	var m map[string]any
-	if len(raw) == 0 || json.Unmarshal(raw, &m) != nil {
-		return gpuSummary{}
-	}
-	num := func(keys ...string) float64 {
-		for _, k := range keys {
-			if f, ok := m[k].(float64); ok && !math.IsNaN(f) {
-				return f
-			}
-		}
-		return 0
-	}
-	str := func(keys ...string) string {
-		for _, k := range keys {
-			if s, ok := m[k].(string); ok {
-				return s
-			}
-		}
-		return ""
-	}
-	return gpuSummary{
-		Count:       int(num("count", "gpu_count")),
-		Name:        str("name", "gpu_name"),
-		VRAMGB:      num("vram_gb", "gpu_vram_gb"),
-		Accelerator: str("accelerator", "accelerator_type"),
-	}
-}
-
 func timePtr(t *time.Time) *string {
 	if t == nil {
 		return nil
@@ -74,6 +35,7 @@ type workerView struct {
 	GPUInfo         json.RawMessage   `json:"gpu_info"`
 	Provider        *string           `json:"provider"`
 	Labels          map[string]string `json:"labels"`
+	LabelsLocked    bool              `json:"labels_locked"`
 	CurrentJobID    *string           `json:"current_job_id"`
 	LastHeartbeat   *string           `json:"last_heartbeat"`
 	ConnectedAt     *string           `json:"connected_at"`
@@ -89,10 +51,18 @@ type workerView struct {
 	AgentVersion    string            `json:"agent_version,omitempty"`
 	// Capabilities is what a protocol-2 worker reported about itself.
 	Capabilities protocol.Capabilities `json:"capabilities"`
+	// GPUTelemetry is the latest live GPU numbers this instance received in
+	// the worker's heartbeats; null when none (protocol 1, no GPUs, offline).
+	GPUTelemetry *gpuTelemetry `json:"gpu_telemetry"`
+	// RunningJobs is how many attempts are out on the worker, MaxJobs how
+	// many it may run at once, GPUsFree how many of its GPUs none holds.
+	RunningJobs int `json:"running_jobs"`
+	MaxJobs     int `json:"max_jobs"`
+	GPUsFree    int `json:"gpus_free"`
 }
 
 func (s *Server) workerView(w store.Worker) workerView {
-	g := parseGPUInfo(w.GPUInfo)
+	g := protocol.ParseGPUInfo(w.GPUInfo)
 	gpuInfo := w.GPUInfo
 	if len(gpuInfo) == 0 {
 		gpuInfo = json.RawMessage(`{}`)
@@ -106,11 +76,13 @@ func (s *Server) workerView(w store.Worker) workerView {
 	status, connected := s.shown(w)
 	v := workerView{
 		WorkerID: w.ID, ID: w.ID, Name: w.Name, WorkerType: string(w.Type), Status: string(status),
-		GPUInfo: gpuInfo, Provider: strPtr(w.Provider), Labels: labels, CurrentJobID: strPtr(w.CurrentJobID),
+		GPUInfo: gpuInfo, Provider: strPtr(w.Provider), Labels: labels, LabelsLocked: w.LabelsLocked, CurrentJobID: strPtr(w.CurrentJobID),
 		LastHeartbeat: timePtr(w.LastHeartbeat), ConnectedAt: timePtr(w.ConnectedAt),
 		CreatedAt: protocol.Time(w.CreatedAt), Connected: connected,
 		GPUCount: g.Count, GPUName: g.Name, GPUVRAMGB: g.VRAMGB, AcceleratorType: strPtr(g.Accelerator),
 		Local: w.Local, Protocol: w.Protocol, AgentVersion: w.AgentVersion, Capabilities: w.Capabilities,
+		GPUTelemetry: s.telemetry.get(w.ID),
+		RunningJobs:  w.Running, MaxJobs: w.Slots(), GPUsFree: w.Load().FreeGPUs(),
 	}
 	if connected && w.ConnectedAt != nil {
 		up := math.Round(time.Since(*w.ConnectedAt).Seconds()*10) / 10
@@ -159,6 +131,12 @@ type attemptView struct {
 	EndedAt      *string `json:"ended_at"`
 	Outcome      *string `json:"outcome"`
 	Error        *string `json:"error"`
+	// CPUSeconds and PeakMemoryBytes are what the attempt's processes used,
+	// when its worker reported it.
+	CPUSeconds      *float64 `json:"cpu_seconds,omitempty"`
+	PeakMemoryBytes *uint64  `json:"peak_memory_bytes,omitempty"`
+	// GPUs are the indices of the worker's GPUs the attempt held.
+	GPUs []int `json:"gpus,omitempty"`
 }
 
 func newJobView(j store.Job) jobView {
@@ -177,7 +155,13 @@ func newJobView(j store.Job) jobView {
 }
 
 func newAttemptView(a store.Attempt) attemptView {
+	var cpu *float64
+	var peak *uint64
+	if a.Usage != nil {
+		cpu, peak = &a.Usage.CPUSeconds, &a.Usage.PeakMemoryBytes
+	}
 	return attemptView{
+		CPUSeconds: cpu, PeakMemoryBytes: peak, GPUs: a.GPUs,
 		Attempt: a.Number, WorkerID: a.WorkerID, DispatchedAt: protocol.Time(a.DispatchedAt),
 		StartedAt: timePtr(a.AckedAt), EndedAt: timePtr(a.EndedAt), Outcome: strPtr(string(a.Outcome)), Error: strPtr(a.Error),
 	}

@@ -14,7 +14,9 @@ const (
 	WaitNoWorkerLargeEnough = "no_worker_large_enough" // no worker has gpu_count GPUs
 	WaitNoMatchingWorker    = "no_matching_worker"     // no worker meets target, labels, GPUs and VRAM
 	WaitNoneOnline          = "no_matching_worker_online"
-	WaitWorkersBusy         = "workers_busy" // matching workers are online but busy or draining
+	WaitWorkersBusy         = "workers_busy" // matching workers are online but have no free slot or are draining
+	WaitGPUsBusy            = "gpus_busy"    // matching workers have a slot but not enough free GPUs
+	WaitReserved            = "reserved_for" // the workers that fit it now are held for another job
 	WaitQueuedBehind        = "queued_behind"
 	WaitDispatching         = "dispatching" // first in line with a free matching worker: a claim is imminent
 )
@@ -22,10 +24,11 @@ const (
 // waiting explains why a queued job has not started: the first of the
 // reasons above that holds, with a sentence for people.
 func (s *Server) waiting(ctx context.Context, j store.Job) (reason, detail string, err error) {
-	var large, matching, online, free int
+	var large, matching, online, room, fits, fitsReserved int
 	maxGPUs := 0
+	res := s.reservation()
 	err = s.eachWorker(ctx, func(w store.Worker) {
-		gpus := parseGPUInfo(w.GPUInfo).Count
+		gpus := protocol.ParseGPUInfo(w.GPUInfo).Count
 		maxGPUs = max(maxGPUs, gpus)
 		if gpus >= j.GPUCount {
 			large++
@@ -35,11 +38,21 @@ func (s *Server) waiting(ctx context.Context, j store.Job) (reason, detail strin
 		}
 		matching++
 		status, connected := s.shown(w)
-		if connected && status != protocol.WorkerDisconnected && status != protocol.WorkerOffline {
-			online++
-			if lifecycle.CanClaim(status, running(w), 1) {
-				free++
-			}
+		if !connected || status == protocol.WorkerDisconnected || status == protocol.WorkerOffline {
+			return
+		}
+		online++
+		load := w.Load()
+		if !lifecycle.CanClaim(status, load) {
+			return
+		}
+		room++
+		if w.SharesGPUs() && load.FreeGPUs() < j.GPUCount {
+			return
+		}
+		fits++
+		if res.workerID == w.ID && res.jobID != j.ID {
+			fitsReserved++
 		}
 	})
 	if err != nil {
@@ -52,8 +65,14 @@ func (s *Server) waiting(ctx context.Context, j store.Job) (reason, detail strin
 		return WaitNoMatchingWorker, "no worker meets its target, labels, GPU count and VRAM", nil
 	case online == 0:
 		return WaitNoneOnline, fmt.Sprintf("%d matching worker(s), none connected", matching), nil
-	case free == 0:
+	case res.jobID == j.ID:
+		return WaitGPUsBusy, fmt.Sprintf("it waits for %d free GPU(s) on worker %s, which is held for it: no other job starts there", j.GPUCount, res.workerID), nil
+	case room == 0:
 		return WaitWorkersBusy, fmt.Sprintf("%d matching worker(s) online, all busy or draining", online), nil
+	case fits == 0:
+		return WaitGPUsBusy, fmt.Sprintf("%d matching worker(s) have room for a job, none has %d free GPU(s)", room, j.GPUCount), nil
+	case fits == fitsReserved:
+		return WaitReserved, fmt.Sprintf("the worker with room for it (%s) is held for job %s, which is ahead of it", res.workerID, res.jobID), nil
 	}
 	pos, err := s.store.QueuePosition(ctx, j.Priority, j.Seq)
 	if err != nil {

@@ -2,8 +2,11 @@ package orchestrator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
@@ -17,14 +20,6 @@ import (
 // is offline. Worker statuses follow the lifecycle's rule.
 
 func workerActor(wk store.Worker) string { return "worker:" + wk.ID }
-
-// running is how many attempts the store has out on a worker.
-func running(w store.Worker) int {
-	if w.CurrentJobID != "" {
-		return 1
-	}
-	return 0
-}
 
 // registration is what a worker reported when it (re)registered.
 type registration struct {
@@ -45,19 +40,21 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 	if len(reported) == 0 && req.CurrentJobID != nil && *req.CurrentJobID != "" {
 		reported = []protocol.RunningAttempt{{JobID: *req.CurrentJobID}} // protocol 1: no attempt number
 	}
-	resume, abandon, err := s.reconcile(ctx, wk, reported)
+	several := req.Protocol >= 2 && req.Capabilities != nil && req.Capabilities.MaxJobs > 0
+	resume, abandon, err := s.reconcile(ctx, wk, reported, several)
 	if err != nil {
 		return protocol.RegisterResponse{}, err
 	}
 	now := time.Now().UTC()
 	updated, err := s.store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
+		changes := reportedChanges(*cur, req)
 		cur.Name = req.Name
 		cur.GPUInfo = req.GPUInfo
 		cur.Persistent = req.Persistent
 		if req.Provider != nil && *req.Provider != "" {
 			cur.Provider = *req.Provider
 		}
-		cur.Labels = mergeLabels(cur.Labels, cur.AdminLabels, req.Labels)
+		cur.Labels = placementLabels(cur.Labels, cur.AdminLabels, req.Labels, cur.LabelsLocked)
 		cur.Protocol = max(req.Protocol, 1)
 		cur.AgentVersion = req.Version
 		cur.Capabilities = protocol.Capabilities{}
@@ -70,9 +67,12 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 		if len(resume) > 0 {
 			cur.CurrentJobID = resume[0].JobID
 		}
-		cur.Status = lifecycle.Alive(cur.Status, running(*cur), 1)
-		rec := audit.New(workerActor(wk), reg.ip, "worker.register", "worker", wk.ID, audit.Success,
-			map[string]any{"name": cur.Name, "protocol": cur.Protocol, "resume": resume, "abandon": abandon})
+		cur.Status = lifecycle.Alive(cur.Status, cur.Load())
+		details := map[string]any{"name": cur.Name, "protocol": cur.Protocol, "resume": resume, "abandon": abandon}
+		for k, v := range changes {
+			details[k] = v
+		}
+		rec := audit.New(workerActor(wk), reg.ip, "worker.register", "worker", wk.ID, audit.Success, details)
 		return &rec, nil
 	})
 	if err != nil {
@@ -80,7 +80,7 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 	}
 	s.log.Info("worker registered", "worker_id", wk.ID, "name", updated.Name, "protocol", updated.Protocol,
 		"resumed", len(resume), "abandoned", len(abandon))
-	for gpus := int64(parseGPUInfo(updated.GPUInfo).Count); ; {
+	for gpus := int64(protocol.ParseGPUInfo(updated.GPUInfo).Count); ; {
 		cur := s.largestWorker.Load()
 		if gpus <= cur || s.largestWorker.CompareAndSwap(cur, gpus) {
 			break
@@ -128,6 +128,64 @@ func (s *Server) cancelGrace(ctx context.Context, workerID string) time.Duration
 	return grace
 }
 
+// placementLabels are the labels jobs are matched against after a worker
+// reported its own: the admin's alone when an admin locked them, else the
+// reported ones laid over the current ones (see mergeLabels).
+func placementLabels(current, admin, reported map[string]string, locked bool) map[string]string {
+	if locked {
+		return copyLabels(admin)
+	}
+	return mergeLabels(current, admin, reported)
+}
+
+// reportedChanges describes, for the registration's audit record, how what
+// the worker reports for placement changed: its labels (as far as they take
+// part: an admin's keys win, and a locked worker's are ignored) and its GPU
+// inventory. Since these decide which jobs, and which jobs' secrets, a
+// worker gets, every change is on record. Nothing changed: nil.
+func reportedChanges(cur store.Worker, req protocol.RegisterRequest) map[string]any {
+	out := map[string]any{}
+	before := reportedPart(cur.Labels, cur.AdminLabels)
+	after := reportedPart(placementLabels(cur.Labels, cur.AdminLabels, req.Labels, cur.LabelsLocked), cur.AdminLabels)
+	if !maps.Equal(before, after) {
+		out["reported_labels_before"], out["reported_labels_after"] = before, after
+	}
+	if cur.LabelsLocked {
+		if ignored := reportedPart(req.Labels, cur.AdminLabels); len(ignored) > 0 {
+			out["reported_labels_ignored"] = ignored // locked: on record, not used
+		}
+	}
+	if b, a := canonicalJSON(cur.GPUInfo), canonicalJSON(req.GPUInfo); b != a {
+		out["gpu_info_before"], out["gpu_info_after"] = json.RawMessage(b), json.RawMessage(a)
+	}
+	return out
+}
+
+// reportedPart is the labels whose keys no admin set.
+func reportedPart(labels, admin map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range labels {
+		if _, owned := admin[k]; !owned {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// canonicalJSON re-encodes a JSON value with sorted keys, so that two
+// spellings of the same inventory compare equal; "" and null read as {}.
+func canonicalJSON(raw json.RawMessage) string {
+	var v any
+	if len(raw) == 0 || json.Unmarshal(raw, &v) != nil || v == nil {
+		return "{}"
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "{}"
+	}
+	return string(b)
+}
+
 // mergeLabels lays reported labels over the current ones, except that a key an
 // admin set is never overridden by the worker.
 func mergeLabels(current, admin, reported map[string]string) map[string]string {
@@ -149,8 +207,9 @@ func mergeLabels(current, admin, reported map[string]string) map[string]string {
 // reconcile decides, for each attempt the worker reports (running or
 // finishing), whether it resumes (it is the job's current attempt, on this
 // worker, not ended) or is abandoned; attempts the store has out on this
-// worker that it no longer reports are lost.
-func (s *Server) reconcile(ctx context.Context, wk store.Worker, reported []protocol.RunningAttempt) (resume, abandon []protocol.RunningAttempt, err error) {
+// worker that it no longer reports are lost. A worker that runs one job at a
+// time (several false) resumes one at most.
+func (s *Server) reconcile(ctx context.Context, wk store.Worker, reported []protocol.RunningAttempt, several bool) (resume, abandon []protocol.RunningAttempt, err error) {
 	seen := map[string]bool{}
 	for _, ra := range reported {
 		if ra.JobID == "" || seen[ra.JobID] {
@@ -162,7 +221,7 @@ func (s *Server) reconcile(ctx context.Context, wk store.Worker, reported []prot
 			return nil, nil, err
 		}
 		ok := err == nil && lifecycle.Resumable(j.Facts(), j.WorkerID == wk.ID, ra.Attempt)
-		if ok && len(resume) == 0 { // a worker runs one job at a time
+		if ok && (several || len(resume) == 0) {
 			resume = append(resume, protocol.RunningAttempt{JobID: j.ID, Attempt: j.Attempt, State: ra.State})
 			continue
 		}
@@ -173,7 +232,7 @@ func (s *Server) reconcile(ctx context.Context, wk store.Worker, reported []prot
 		return nil, nil, err
 	}
 	for _, j := range active {
-		if len(resume) > 0 && resume[0].JobID == j.ID {
+		if slices.ContainsFunc(resume, func(r protocol.RunningAttempt) bool { return r.JobID == j.ID }) {
 			continue
 		}
 		if err := s.loseAttempt(ctx, j.ID, wk.ID, fmt.Sprintf("worker %s re-registered without it", wk.ID)); err != nil {
@@ -190,7 +249,7 @@ func (s *Server) streamOpened(ctx context.Context, workerID string) error {
 	instance := s.options().InstanceID
 	_, err := s.store.UpdateWorker(ctx, workerID, func(cur *store.Worker) (*audit.Record, error) {
 		cur.ConnectedAt, cur.StreamInstance = &now, instance
-		cur.Status = lifecycle.Alive(cur.Status, running(*cur), 1)
+		cur.Status = lifecycle.Alive(cur.Status, cur.Load())
 		return nil, nil
 	})
 	return err
@@ -217,9 +276,10 @@ func (s *Server) streamClosed(workerID string) {
 func (s *Server) heartbeat(ctx context.Context, wk store.Worker, req protocol.HeartbeatRequest) (protocol.HeartbeatResponse, error) {
 	s.metrics.Heartbeats.Add(1)
 	now := time.Now().UTC()
+	s.telemetry.set(wk.ID, req.GPUs, now)
 	updated, err := s.store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
 		cur.LastHeartbeat = &now
-		cur.Status = lifecycle.Alive(cur.Status, running(*cur), 1)
+		cur.Status = lifecycle.Alive(cur.Status, cur.Load())
 		return nil, nil
 	})
 	switch {
@@ -300,6 +360,7 @@ func (s *Server) heartbeatVerdict(ctx context.Context, wk store.Worker, req prot
 // attempts it held.
 func (s *Server) markOffline(ctx context.Context, workerID, actor, ip, why string) error {
 	s.closeWorkerStream(workerID, why)
+	s.telemetry.forget(workerID)
 	wk, err := s.store.UpdateWorker(ctx, workerID, func(cur *store.Worker) (*audit.Record, error) {
 		if cur.Status == protocol.WorkerOffline {
 			return nil, nil
@@ -352,7 +413,7 @@ func (s *Server) resume(ctx context.Context, id, actor, ip string) (store.Worker
 		if cur.Status != protocol.WorkerDraining {
 			return nil, conflict("worker %s is %s, not draining", id, cur.Status)
 		}
-		cur.Status = lifecycle.Resumed(running(*cur), 1)
+		cur.Status = lifecycle.Resumed(cur.Load())
 		rec := audit.New(actor, ip, "worker.resume", "worker", id, audit.Success, map[string]string{"name": cur.Name})
 		return &rec, nil
 	})
@@ -388,8 +449,10 @@ func (s *Server) shown(w store.Worker) (status protocol.WorkerStatus, connected 
 	opt := s.options()
 	connected = s.hub.Connected(w.ID) || (w.StreamInstance != "" && w.StreamInstance != opt.InstanceID)
 	status = w.Status
+	// A draining worker stays "draining" (an admin's intent that resume
+	// undoes); connected says whether it is there.
 	switch status {
-	case protocol.WorkerIdle, protocol.WorkerBusy, protocol.WorkerDraining:
+	case protocol.WorkerIdle, protocol.WorkerBusy:
 		missed := w.LastHeartbeat == nil || time.Since(*w.LastHeartbeat) > opt.HeartbeatInterval+opt.HeartbeatInterval/2
 		if !connected && missed {
 			status = protocol.WorkerDisconnected

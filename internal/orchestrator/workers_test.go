@@ -3,11 +3,12 @@ package orchestrator
 import (
 	"context"
 	"encoding/json"
-	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -207,7 +208,7 @@ func TestTokenRotationAndDeleteCloseStream(t *testing.T) {
 		a := e.startAgent("w1", nil, nil)
 		r := e.must(e.adminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
 		newToken := r.JSON["token"].(string)
-		if !strings.Contains(r.JSON["connection_command"].(string), "--worker-token "+newToken) {
+		if !strings.HasPrefix(r.JSON["connection_command"].(string), "SIMPLETUNER_WORKER_TOKEN="+newToken+" ") {
 			t.Fatalf("connection_command: %s", r.Body)
 		}
 		select {
@@ -322,6 +323,9 @@ func TestAuditChainAndNoTokenInLogs(t *testing.T) {
 		e.must(a.report(jobID, "completed", nil), 200)
 		rot := e.must(e.adminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
 		e.do("POST", "/api/workers/register", map[string]string{"X-Worker-Token": "wt_badbadbad"}, map[string]any{"name": "x"})
+		eventually(t, 5*time.Second, "the failure audited", func() bool {
+			return strings.Contains(string(e.must(e.adminDo("GET", "/api/admin/audit?limit=1000", nil), 200).Body), `"auth.failure"`)
+		})
 
 		r := e.must(e.adminDo("GET", "/api/admin/audit?limit=1000", nil), 200)
 		var body struct{ Records []audit.Record }
@@ -335,7 +339,7 @@ func TestAuditChainAndNoTokenInLogs(t *testing.T) {
 		for _, rec := range body.Records {
 			actions[rec.Action+"/"+rec.Outcome]++
 		}
-		for _, want := range []string{"worker.create/success", "worker.register/success", "worker.register/failure",
+		for _, want := range []string{"worker.create/success", "worker.register/success", "auth.failure/failure",
 			"job.submit/success", "job.dispatch/success", "job.transition/success", "worker.token_rotate/success"} {
 			if actions[want] == 0 {
 				t.Errorf("no audit record %s in %v", want, actions)

@@ -22,6 +22,7 @@ type WorkerStatus string
 const (
 	WorkerConnecting WorkerStatus = "connecting"
 	WorkerIdle       WorkerStatus = "idle"
+	WorkerPartial    WorkerStatus = "partial" // running attempts, with room for more
 	WorkerBusy       WorkerStatus = "busy"
 	WorkerDraining   WorkerStatus = "draining"
 	WorkerOffline    WorkerStatus = "offline"
@@ -34,7 +35,7 @@ const (
 // Valid reports whether s is one of the known worker statuses.
 func (s WorkerStatus) Valid() bool {
 	switch s {
-	case WorkerConnecting, WorkerIdle, WorkerBusy, WorkerDraining, WorkerOffline:
+	case WorkerConnecting, WorkerIdle, WorkerPartial, WorkerBusy, WorkerDraining, WorkerOffline:
 		return true
 	}
 	return false
@@ -180,10 +181,18 @@ type RegisterRequest struct {
 // Capabilities is what a protocol-2 worker tells about itself when it
 // registers; the orchestrator stores it and shows it in the worker list.
 type Capabilities struct {
+	// Isolation is how the worker walls jobs off: "cgroup" or
+	// "process-group", with "+uid" when each job runs as a uid of its own
+	// (or "+user" when all share the job user).
+	Isolation string `json:"isolation,omitempty"`
 	// CancelGraceSeconds is the worker's own SIGTERM → SIGKILL grace, set
 	// when its admin configured one: it overrides the orchestrator's for jobs
 	// on that worker. 0 means the orchestrator's grace applies.
 	CancelGraceSeconds float64 `json:"cancel_grace_seconds,omitempty"`
+	// MaxJobs is how many jobs the worker runs at once, each on GPUs of its
+	// own that the orchestrator assigns (job_submit's gpus). 0: a worker that
+	// runs one job at a time with all its GPUs.
+	MaxJobs int `json:"max_jobs,omitempty"`
 }
 
 // ResumeJob tells a protocol-1 agent to keep the job it reported.
@@ -243,6 +252,15 @@ type StatusReport struct {
 	Error    *string         `json:"error,omitempty"`
 	Progress json.RawMessage `json:"progress,omitempty"`
 	Attempt  *int            `json:"attempt,omitempty"` // ext
+	// Usage (ext) comes with a terminal report: what the attempt's processes used.
+	Usage *Usage `json:"usage,omitempty"`
+}
+
+// Usage is what an attempt's processes used: CPU time of all of them, and the
+// peak memory of the job's cgroup (or of its leader where there is none).
+type Usage struct {
+	CPUSeconds      float64 `json:"cpu_seconds"`
+	PeakMemoryBytes uint64  `json:"peak_memory_bytes"`
 }
 
 // DisconnectRequest is the body of POST /api/workers/disconnect.
@@ -280,6 +298,18 @@ type JobSubmitEvent struct {
 	TimeoutSeconds     float64 `json:"timeout_seconds,omitempty"`
 	CancelGraceSeconds float64 `json:"cancel_grace_seconds,omitempty"`
 	LogEndpoint        string  `json:"log_endpoint,omitempty"`
+	// GPUs are the worker's GPUs this attempt may use, for a worker that
+	// runs several jobs at once (capabilities.max_jobs); an empty list is a
+	// job that takes no GPU. Absent (nil): every GPU of the worker, which
+	// then runs one job at a time.
+	GPUs *[]AssignedGPU `json:"gpus,omitempty"`
+}
+
+// AssignedGPU is one GPU given to an attempt: the worker's index for it and,
+// where the worker reported one, its UUID.
+type AssignedGPU struct {
+	Index int    `json:"index"`
+	UUID  string `json:"uuid,omitempty"`
 }
 
 // JobCancelEvent asks the worker to stop an attempt.
@@ -314,6 +344,9 @@ type ErrorBody struct {
 	Detail string `json:"detail"`
 	Error  string `json:"error"`
 	Action string `json:"action,omitempty"`
+	// RequestID names an unexpected failure in the server's log; the detail
+	// of such a failure is only there.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // Error codes used in ErrorBody.Error.
@@ -347,6 +380,9 @@ func newID(prefix string) string {
 
 // NewWorkerID returns "w_" followed by 12 lowercase base32 characters.
 func NewWorkerID() string { return newID("w_") }
+
+// NewRequestID returns "req_" followed by 12 lowercase base32 characters.
+func NewRequestID() string { return newID("req_") }
 
 // NewJobID returns "j_" followed by 12 lowercase base32 characters.
 func NewJobID() string { return newID("j_") }

@@ -48,7 +48,10 @@ type Worker struct {
 	Provider    string
 	Labels      map[string]string // effective labels (admin's win over reported)
 	AdminLabels map[string]string // keys an admin set; reported labels never override these
-	Persistent  bool              // what the agent last reported (fact, not policy)
+	// LabelsLocked: an admin pinned the labels; what the worker reports is
+	// ignored and Labels are the admin's alone.
+	LabelsLocked bool
+	Persistent   bool // what the agent last reported (fact, not policy)
 	// Capabilities is what a protocol-2 worker reported about itself.
 	Capabilities protocol.Capabilities
 	// Local is true for workers attached through the admin unix socket (target "local").
@@ -64,6 +67,38 @@ type Worker struct {
 	// TokenHash is filled on read (hex SHA-256); UpdateWorker ignores changes to
 	// it: only CreateWorker and SetWorkerTokenHash write it.
 	TokenHash string
+	// Running is how many attempts are out on the worker and GPUsUsed how
+	// many of its GPUs they hold. The store keeps both in the transactions
+	// that open and end attempts; UpdateWorker ignores changes to them.
+	Running, GPUsUsed int
+}
+
+// Slots is how many attempts the worker may run at once: its max_jobs when
+// it runs several jobs on GPUs the orchestrator assigns, else 1 (a job then
+// gets the whole worker).
+func (w Worker) Slots() int {
+	if w.Protocol >= 2 && w.Capabilities.MaxJobs > 0 {
+		return w.Capabilities.MaxJobs
+	}
+	return 1
+}
+
+// SharesGPUs reports whether the worker runs several jobs, each on GPUs of
+// its own.
+func (w Worker) SharesGPUs() bool { return w.Protocol >= 2 && w.Capabilities.MaxJobs > 0 }
+
+// Load is the worker's load for the lifecycle's status rule.
+func (w Worker) Load() lifecycle.Load {
+	return lifecycle.Load{Running: w.Running, Slots: w.Slots(), GPUs: protocol.ParseGPUInfo(w.GPUInfo).Count, GPUsUsed: w.GPUsUsed}
+}
+
+// GPULease is a GPU of a worker held by a job's attempt: no two attempts
+// hold one GPU (the store refuses the second claim).
+type GPULease struct {
+	WorkerID string
+	Index    int
+	JobID    string
+	Attempt  int
 }
 
 // WorkerFilter narrows ListWorkers. Zero values mean "any"/"no limit".
@@ -121,6 +156,11 @@ type Attempt struct {
 	EndedAt         *time.Time
 	Outcome         protocol.AttemptOutcome // "" while running
 	Error           string
+	// Usage is what the attempt's processes used, as its worker reported at
+	// the end; nil when not reported.
+	Usage *protocol.Usage
+	// GPUs are the indices of the worker's GPUs the attempt was given.
+	GPUs []int
 }
 
 // JobFilter narrows ListJobs. Zero values mean "any"/"no limit". Results are in
@@ -130,8 +170,8 @@ type JobFilter struct {
 	WorkerID string // current attempt's worker
 	Limit    int
 	Offset   int
-	// NewestFirst lists by Seq descending.
-	NewestFirst bool
+	// Newest reverses the order: latest submission (highest Seq) first.
+	Newest bool
 	// AfterSeq continues a list after the job with this Seq, in the list's
 	// order (a keyset cursor: it costs the same on every page, unlike
 	// Offset). 0 starts at the beginning.
@@ -141,6 +181,12 @@ type JobFilter struct {
 // ClaimRequest asks for the best queued job a worker may run.
 type ClaimRequest struct {
 	WorkerID string
+	// JobID claims exactly that job (while it is queued); "" claims the best
+	// queued job Match accepts.
+	JobID string
+	// GPUs are the indices of the worker's GPUs the attempt gets; the claim
+	// fails with ErrConflict if another attempt holds one of them.
+	GPUs []int
 	// Match decides whether the worker can run the job (GPU count, VRAM, labels,
 	// target). It runs inside the claim transaction and must not block.
 	Match func(Job) bool
@@ -171,7 +217,9 @@ type JobTransition struct {
 	Now            time.Time
 	Progress       json.RawMessage
 	CancelDeadline *time.Time
-	Audit          *audit.Record
+	// Usage is stored on the attempt the step ends (with EndAttempt).
+	Usage *protocol.Usage
+	Audit *audit.Record
 }
 
 // LogChunk is a piece of a job's log.
@@ -204,6 +252,42 @@ const (
 	NotifyWorkerClose = "worker_close" // close WorkerID's stream; Payload is the reason
 )
 
+// WorkerGroup is how many workers share a status, a reported GPU description
+// and whether they hold a job (SummarizeWorkers).
+type WorkerGroup struct {
+	Status  protocol.WorkerStatus
+	GPUInfo json.RawMessage
+	HasJob  bool
+	Count   int
+	// GPUsUsed is how many of the group's GPUs attempts hold, all workers
+	// together.
+	GPUsUsed int
+}
+
+// DashboardSession is a browser signed in to the web dashboard.
+type DashboardSession struct {
+	IDHash    string // hex SHA-256 of the random session id in the browser's cookie
+	TokenID   string // the admin token the session acts with
+	CreatedAt time.Time
+	LastSeen  time.Time // moved forward by TouchDashboardSession; idle expiry counts from here
+	PeerIP    string
+	UserAgent string
+	// Token is that admin token as it is now, filled on read, so a caller sees
+	// a revocation on the session's next request.
+	Token AdminToken
+}
+
+// AuditFilter narrows ListAuditNewest. Empty fields match everything.
+type AuditFilter struct {
+	Actor string // exact
+	// Action matches exactly, or as a prefix when it ends in "." ("worker.").
+	Action   string
+	TargetID string // exact
+	// BeforeSeq returns only records older than this sequence number (0: from the newest).
+	BeforeSeq int64
+	Limit     int
+}
+
 // Notification wakes other orchestrator instances sharing the database.
 type Notification struct {
 	Kind     string `json:"kind"` // one of the Notify* kinds
@@ -227,6 +311,9 @@ type Store interface {
 	// transaction. fn may return an audit record to append in the same transaction;
 	// an error from fn aborts without changes.
 	UpdateWorker(ctx context.Context, id string, fn func(*Worker) (*audit.Record, error)) (Worker, error)
+	// SummarizeWorkers counts all workers grouped by status, GPU info and
+	// whether they hold a job, in one aggregate read.
+	SummarizeWorkers(ctx context.Context) ([]WorkerGroup, error)
 	SetWorkerTokenHash(ctx context.Context, id, hash string, rec *audit.Record) error
 	DeleteWorker(ctx context.Context, id string, rec *audit.Record) error
 	// Jobs.
@@ -239,6 +326,11 @@ type Store interface {
 	// CountJobs returns how many jobs are in each status (absent: none),
 	// from the per-status counts: it costs the same whatever the history.
 	CountJobs(ctx context.Context) (map[protocol.JobStatus]int, error)
+	// CountJobsEndedSince counts the jobs that reached a terminal state at or
+	// after since, by status.
+	CountJobsEndedSince(ctx context.Context, since time.Time) (map[protocol.JobStatus]int, error)
+	// CountJobsIn counts the jobs in the given statuses (absent: none).
+	CountJobsIn(ctx context.Context, statuses []protocol.JobStatus) (map[protocol.JobStatus]int, error)
 	// QueuePosition counts the queued jobs a claim offers before a job of this
 	// priority and Seq: higher priority, or the same priority and a lower Seq.
 	QueuePosition(ctx context.Context, priority int, seq int64) (int, error)
@@ -251,6 +343,11 @@ type Store interface {
 	// records the attempt, and sets the worker busy with that job. The worker must
 	// be idle and have no current job, else ErrConflict. No candidate → ErrNoJob.
 	ClaimJob(ctx context.Context, req ClaimRequest) (Job, Attempt, error)
+	// ListQueued returns up to limit queued jobs in the order they are claimed:
+	// priority descending, then submission order.
+	ListQueued(ctx context.Context, limit int) ([]Job, error)
+	// GPULeases lists the GPUs of a worker that attempts hold, by index.
+	GPULeases(ctx context.Context, workerID string) ([]GPULease, error)
 	TransitionJob(ctx context.Context, t JobTransition) (Job, error)
 
 	// Logs. AppendLog stores data at offset of (job, attempt) idempotently: bytes
@@ -265,12 +362,24 @@ type Store interface {
 	// Audit. Records are sealed (Seq, PrevHash, Hash) by the store.
 	AppendAudit(ctx context.Context, rec audit.Record) error
 	ListAudit(ctx context.Context, sinceSeq int64, limit int) ([]audit.Record, error)
+	// ListAuditNewest returns up to f.Limit matching records, newest first.
+	ListAuditNewest(ctx context.Context, f AuditFilter) ([]audit.Record, error)
 
 	// Admin tokens.
 	CreateAdminToken(ctx context.Context, t AdminToken, rec *audit.Record) error
 	GetAdminTokenByHash(ctx context.Context, hash string) (AdminToken, error)
 	ListAdminTokens(ctx context.Context) ([]AdminToken, error)
 	RevokeAdminToken(ctx context.Context, id string, rec *audit.Record) error
+
+	// Dashboard sessions. Create refuses an unknown or revoked token
+	// (ErrNotFound) and a used id hash (ErrDuplicate); Get fills Token and is
+	// ErrNotFound once the session is deleted; Touch moves LastSeen forward
+	// (never back); DeleteIdle removes sessions last seen before the cutoff.
+	CreateDashboardSession(ctx context.Context, s DashboardSession, rec *audit.Record) error
+	GetDashboardSession(ctx context.Context, idHash string) (DashboardSession, error)
+	TouchDashboardSession(ctx context.Context, idHash string, seen time.Time) error
+	DeleteDashboardSession(ctx context.Context, idHash string, rec *audit.Record) error
+	DeleteIdleDashboardSessions(ctx context.Context, seenBefore time.Time) (int, error)
 
 	// Notifications between instances. SQLite delivers within the process only.
 	Publish(ctx context.Context, n Notification) error

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
@@ -31,6 +32,10 @@ type attempt struct {
 	settings JobSettings
 	grace    time.Duration
 	log      *slog.Logger
+	// gpus are the GPUs the attempt may use; whole is set for a dispatch
+	// that gave it the whole worker (then gpus is every GPU).
+	gpus  []gpu.Device
+	whole bool
 
 	proc     *process // nil when the start failed
 	startErr error
@@ -43,7 +48,7 @@ type attempt struct {
 
 	launched     chan struct{} // closed once the start was tried (success or not)
 	ended        chan struct{} // closed by the loop when the attempt is over
-	progressDone chan struct{} // closed after the starting/running reports were sent
+	progressDone chan struct{} // closed after the starting report was sent
 }
 
 func (a *attempt) key() string { return fmt.Sprintf("%s-%d", a.jobID, a.n) }
@@ -68,7 +73,12 @@ func (a *attempt) record() (rec statusRecord, ok bool) {
 	case stopTimeout:
 		rec.Status = protocol.ReportFailed
 		rec.Error = a.stopDetail
-	default:
+	}
+	if a.proc != nil {
+		u := a.proc.Usage()
+		rec.Usage = &protocol.Usage{CPUSeconds: u.CPU.Seconds(), PeakMemoryBytes: u.PeakMemory}
+	}
+	if rec.Status == "" {
 		switch {
 		case a.startErr != nil:
 			rec.Status = protocol.ReportFailed
@@ -92,8 +102,22 @@ func (a *attempt) record() (rec statusRecord, ok bool) {
 // shipper. Errors end up in a.startErr and make the attempt fail.
 func (w *Worker) launch(a *attempt) {
 	defer close(a.launched)
-	files, err := prepareJobDir(w.opt.WorkDir, a.ev)
+	dir, err := jobDir(w.opt.WorkDir, a.ev.JobID)
 	if err != nil {
+		a.startErr = err
+		return
+	}
+	job, err := w.iso.Start(a.ev.JobID, a.n, dir, w.otherGPUNodes(a))
+	if err != nil {
+		a.startErr = fmt.Errorf("job isolation: %w", err)
+		return
+	}
+	files, err := prepareJobDir(dir, a.ev)
+	if err == nil {
+		err = job.Handover(files.paths()...)
+	}
+	if err != nil {
+		job.Finish(nil)
 		a.startErr = err
 		return
 	}
@@ -103,9 +127,6 @@ func (w *Worker) launch(a *attempt) {
 		a.startErr = fmt.Errorf("log spool: %w", err)
 		return
 	}
-	w.mu.Lock()
-	visible := w.inv.VisibleDevices()
-	w.mu.Unlock()
 	env := jobEnv(jobEnvInput{
 		Base:            w.opt.Environ(),
 		Extra:           a.settings.Env,
@@ -113,12 +134,13 @@ func (w *Worker) launch(a *attempt) {
 		Files:           files,
 		Event:           a.ev,
 		OrchestratorURL: w.opt.URL,
-		VisibleDevices:  visible,
+		GPUs:            w.gpuEnv(a),
 	})
-	a.proc, err = startProcess(a.settings.Command, files.Dir, env, a.spool)
+	a.proc, err = startProcess(a.settings.Command, files.Dir, env, a.spool, job)
 	if err != nil {
+		job.Finish(nil)
 		a.startErr = err
 		return
 	}
-	a.log.Info("training started", "pid", a.proc.pgid, "dir", files.Dir, "command", a.settings.Command)
+	a.log.Info("training started", "pid", a.proc.pgid, "dir", files.Dir, "uid", job.Uid(), "cgroup", job.CgroupDir(), "command", a.settings.Command)
 }

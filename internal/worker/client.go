@@ -21,14 +21,22 @@ import (
 
 // client talks to the orchestrator's worker API.
 type client struct {
-	base  string // "https://host:8001" or "http://unix" for a unix socket
-	token string
-	http  *http.Client // no overall timeout: each call sets its own, the stream none
+	base    string // "https://host:8001" or "http://unix" for a unix socket
+	token   string
+	http    *http.Client // no overall timeout: each call sets its own, the stream none
+	hasCert bool         // a client certificate is configured
+}
+
+// tlsFiles are the worker's TLS settings.
+type tlsFiles struct {
+	CAFile             string // trust these CAs for the orchestrator's certificate ("" system)
+	CertFile, KeyFile  string // client certificate for mutual TLS ("" none)
+	InsecureSkipVerify bool
 }
 
 // newClient builds a client for url: http(s)://host[:port][/prefix] or
 // unix:///path/to.sock (dialled directly, requests go to http://unix).
-func newClient(rawURL, token, caFile string, insecure bool) (*client, error) {
+func newClient(rawURL, token string, tf tlsFiles) (*client, error) {
 	u, err := url.Parse(strings.TrimSpace(rawURL))
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator url %q: %w", rawURL, err)
@@ -55,10 +63,10 @@ func newClient(rawURL, token, caFile string, insecure bool) (*client, error) {
 	default:
 		return nil, fmt.Errorf("orchestrator url %q: scheme must be http, https or unix", rawURL)
 	}
-	if caFile != "" || insecure {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: insecure} //nolint:gosec // opt-in, development only
-		if caFile != "" {
-			pem, err := os.ReadFile(caFile)
+	if tf.CAFile != "" || tf.InsecureSkipVerify || tf.CertFile != "" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: tf.InsecureSkipVerify} //nolint:gosec // opt-in, warned about at every start
+		if tf.CAFile != "" {
+			pem, err := os.ReadFile(tf.CAFile)
 			if err != nil {
 				return nil, fmt.Errorf("orchestrator ca_file: %w", err)
 			}
@@ -67,13 +75,107 @@ func newClient(rawURL, token, caFile string, insecure bool) (*client, error) {
 				pool = x509.NewCertPool()
 			}
 			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("orchestrator ca_file %s: no PEM certificates found", caFile)
+				return nil, fmt.Errorf("orchestrator ca_file %s: no PEM certificates found", tf.CAFile)
 			}
 			tc.RootCAs = pool
 		}
+		if tf.CertFile != "" || tf.KeyFile != "" {
+			cert, err := tls.LoadX509KeyPair(tf.CertFile, tf.KeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("orchestrator cert_file %s / key_file %s: %w", tf.CertFile, tf.KeyFile, err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
 		tr.TLSClientConfig = tc
 	}
-	return &client{base: base, token: token, http: &http.Client{Transport: tr}}, nil
+	c := &client{base: base, token: token, hasCert: tf.CertFile != ""}
+	c.http = &http.Client{Transport: tr, CheckRedirect: c.checkRedirect}
+	return c, nil
+}
+
+// ErrRedirected is returned by Serve when the orchestrator URL redirects to
+// another origin: the worker token is never sent there, and retrying cannot
+// change where the URL points.
+var ErrRedirected = errors.New("the orchestrator URL redirects to another origin")
+
+// checkRedirect follows a redirect only within the origin (scheme, host and
+// port) the request was sent to. The worker token rides in a header the
+// HTTP client would copy to any host a 3xx names, and a redirect from https
+// to http would send it in the clear: neither is allowed.
+func (c *client) checkRedirect(req *http.Request, via []*http.Request) error {
+	from := via[len(via)-1].URL
+	if origin(req.URL) != origin(from) {
+		return fmt.Errorf("%w: %s answered with a redirect to %s; the worker token is not sent there. "+
+			"Set [orchestrator] url to the address that answers itself", ErrRedirected, from.Redacted(), req.URL.Redacted())
+	}
+	if len(via) >= 5 {
+		return errors.New("stopped after 5 redirects")
+	}
+	return nil
+}
+
+// origin is scheme://host:port with the scheme's default port spelled out.
+func origin(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	return strings.ToLower(u.Scheme) + "://" + strings.ToLower(u.Hostname()) + ":" + port
+}
+
+// ErrClientCertificate is returned by Serve when the orchestrator demands a
+// client certificate the worker does not have, or refuses the one it has.
+// Retrying cannot help; the worker's TLS settings must change.
+var ErrClientCertificate = errors.New("the orchestrator refused the TLS connection over the client certificate")
+
+// certificateRefusal explains a TLS alert about the worker's client
+// certificate, or returns nil. The alerts reach the client only as text
+// ("remote error: tls: …"), so that is what is matched.
+func (c *client) certificateRefusal(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	var alert string
+	for _, a := range []string{"certificate required", "unknown certificate authority", "bad certificate",
+		"expired certificate", "revoked certificate", "unsupported certificate", "certificate unknown"} {
+		if strings.Contains(msg, "remote error: tls: "+a) {
+			alert = a
+			break
+		}
+	}
+	switch {
+	case alert == "":
+		return nil
+	case !c.hasCert:
+		return fmt.Errorf("%w: the orchestrator requires a client certificate (TLS alert %q) and none is configured; "+
+			"set [orchestrator] cert_file and key_file, or the systemd credentials worker-cert and worker-key", ErrClientCertificate, alert)
+	default:
+		return fmt.Errorf("%w: the orchestrator refused this worker's client certificate (TLS alert %q); "+
+			"it must be valid and signed by a CA in the orchestrator's tls.client_ca_file", ErrClientCertificate, alert)
+	}
+}
+
+// ErrRegistrationRefused is returned by Serve when the orchestrator found the
+// registration itself invalid (HTTP 422: labels over its limits, say); the
+// same request would be refused again.
+var ErrRegistrationRefused = errors.New("the orchestrator refused the registration as invalid")
+
+// unfixable returns the configuration error a failed registration shows, or
+// nil when waiting and retrying may help: the URL is not an orchestrator's,
+// redirects to another origin, the client certificate is missing or
+// refused, or the registration itself is invalid.
+func (c *client) unfixable(err error) error {
+	if errors.Is(err, ErrRedirected) {
+		return err
+	}
+	if statusOf(err) == http.StatusUnprocessableEntity {
+		return fmt.Errorf("%w: %v; fix the worker's configuration", ErrRegistrationRefused, err)
+	}
+	if e := c.certificateRefusal(err); e != nil {
+		return e
+	}
+	return c.notAnOrchestrator(err)
 }
 
 // tokenHint is what may be logged about a token: its first 8 characters.

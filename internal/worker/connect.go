@@ -60,10 +60,10 @@ func (w *Worker) registerRequest() protocol.RegisterRequest {
 	inv := w.inv
 	running := w.attemptsLocked()
 	var current string
-	if w.job != nil {
-		current = w.job.jobID
+	if r := w.runningLocked(); len(r) > 0 {
+		current = r[0].jobID
 	}
-	var caps protocol.Capabilities
+	caps := protocol.Capabilities{Isolation: w.iso.Name(), MaxJobs: w.maxJobs}
 	if w.jobSettings.OwnCancelGrace {
 		caps.CancelGraceSeconds = w.jobSettings.CancelGrace.Seconds()
 	}

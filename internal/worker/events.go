@@ -33,7 +33,7 @@ func (w *Worker) onEvent(ctx context.Context, ev sseEvent) (bool, error) {
 			w.log.Warn("ignoring a malformed job_cancel", "err", err)
 			return false, nil
 		}
-		a := w.current()
+		a := w.attemptOf(c.JobID)
 		if a == nil || !a.matches(c.JobID, c.Attempt) {
 			w.log.Info("job_cancel for an attempt this worker does not run; ignored", "job_id", c.JobID, "attempt", c.Attempt)
 			return false, nil

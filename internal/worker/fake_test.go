@@ -215,6 +215,21 @@ func (f *fakeOrch) report(jobID, status string) fakeReport {
 	return out
 }
 
+// started waits until the job's trainer runs: its dispatch was acknowledged
+// and its first output (the demo trainer prints a line at once) arrived.
+func (f *fakeOrch) started(jobID string) {
+	f.t.Helper()
+	f.report(jobID, "starting")
+	f.waitFor("output of "+jobID, 20*time.Second, func() bool {
+		for key, out := range f.log {
+			if strings.HasPrefix(key, jobID+"-") && len(out) > 0 {
+				return true
+			}
+		}
+		return false
+	})
+}
+
 // send queues one SSE event for the open stream.
 func (f *fakeOrch) send(typ string, v any) {
 	b, err := json.Marshal(v)

@@ -59,17 +59,24 @@ func (w *Worker) setFenceLimit(timeout, interval time.Duration) time.Duration {
 	return limit
 }
 
-// checkFence stops the running job when heartbeats have not been acknowledged
+// checkFence stops every running job when heartbeats have not been acknowledged
 // for the fence limit: the orchestrator is about to declare this worker lost
 // and run the job elsewhere.
 func (w *Worker) checkFence() {
 	w.mu.Lock()
-	a, last, limit := w.job, w.lastAck, w.fenceAfter
+	running, last, limit := w.runningLocked(), w.lastAck, w.fenceAfter
 	w.mu.Unlock()
-	if a == nil || a.stop != notStopped || last.IsZero() || limit <= 0 {
+	if last.IsZero() || limit <= 0 {
 		return
 	}
-	if since := time.Since(last); since > limit {
+	since := time.Since(last)
+	if since <= limit {
+		return
+	}
+	for _, a := range running {
+		if a.stop != notStopped {
+			continue
+		}
 		detail := fmt.Sprintf("self-fenced: no heartbeat acknowledged for %s", since.Round(time.Second))
 		a.log.Error("stopping the job: the orchestrator has not acknowledged a heartbeat in time and will give it to another worker",
 			"self_fence_after", limit.String())

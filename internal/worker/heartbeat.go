@@ -72,9 +72,9 @@ func (w *Worker) heartbeatInterval() time.Duration {
 func (w *Worker) heartbeat(ctx context.Context) error {
 	w.mu.Lock()
 	req := protocol.HeartbeatRequest{WorkerID: w.workerID, Status: string(protocol.WorkerIdle)}
-	if w.job != nil {
+	if r := w.runningLocked(); len(r) > 0 {
 		req.Status = string(protocol.WorkerBusy)
-		id := w.job.jobID
+		id := r[0].jobID
 		req.CurrentJobID = &id
 	}
 	// One snapshot under the lock: an attempt moves from running to finishing

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
@@ -25,18 +26,28 @@ type jobFiles struct {
 	DataloaderPath string // Dir/dataloader.json, "" when the job has no dataloader
 }
 
-// prepareJobDir creates the working directory and writes config.json (and
-// dataloader.json). When a dataloader is given the config's data_backend_config is
-// pointed at dataloader.json, which SimpleTuner's own agent leaves out; the path is
-// also in SIMPLETUNER_DATALOADER_PATH.
-func prepareJobDir(workDir string, ev *protocol.JobSubmitEvent) (jobFiles, error) {
-	if !safeJobID.MatchString(ev.JobID) {
-		return jobFiles{}, fmt.Errorf("job id %q is not usable as a directory name", ev.JobID)
+// jobDir is <work_dir>/<job_id>, for a job id safe to use as a name.
+func jobDir(workDir, jobID string) (string, error) {
+	if !safeJobID.MatchString(jobID) {
+		return "", fmt.Errorf("job id %q is not usable as a directory name", jobID)
 	}
-	dir := filepath.Join(workDir, ev.JobID)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return jobFiles{}, err
+	return filepath.Join(workDir, jobID), nil
+}
+
+// paths lists the files workerd wrote for the job.
+func (f jobFiles) paths() []string {
+	out := []string{f.ConfigPath}
+	if f.DataloaderPath != "" {
+		out = append(out, f.DataloaderPath)
 	}
+	return out
+}
+
+// prepareJobDir writes config.json (and dataloader.json) into the job's
+// directory, which exists. When a dataloader is given the config's
+// data_backend_config is pointed at dataloader.json, which SimpleTuner's own
+// agent leaves out; the path is also in SIMPLETUNER_DATALOADER_PATH.
+func prepareJobDir(dir string, ev *protocol.JobSubmitEvent) (jobFiles, error) {
 	f := jobFiles{Dir: dir, ConfigPath: filepath.Join(dir, "config.json")}
 
 	cfg := []byte(ev.Config)
@@ -101,8 +112,22 @@ func writeJSONFile(path string, raw []byte) error {
 		return fmt.Errorf("%s: the orchestrator sent invalid JSON: %w", filepath.Base(path), err)
 	}
 	buf.WriteByte('\n')
+	// The directory may hold what an earlier attempt left, running as
+	// another uid: a stale temporary file, or a link planted where workerd
+	// writes. The temporary file is made afresh, never opened through a link.
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, buf.Bytes(), 0o600); err != nil {
+	if err := os.Remove(tmp); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(buf.Bytes()); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)
@@ -134,7 +159,7 @@ type jobEnvInput struct {
 	Files           jobFiles
 	Event           *protocol.JobSubmitEvent
 	OrchestratorURL string
-	VisibleDevices  string // CUDA_VISIBLE_DEVICES; "" leaves the inherited value
+	GPUs            map[string]string // CUDA_VISIBLE_DEVICES and the like; nil leaves the inherited values
 }
 
 // jobEnv builds the environment of a job (see "What a job sees" in simpletuner-workerd(8)): the
@@ -168,8 +193,8 @@ func jobEnv(in jobEnvInput) []string {
 	if in.Files.DataloaderPath != "" {
 		vars["SIMPLETUNER_DATALOADER_PATH"] = in.Files.DataloaderPath
 	}
-	if in.VisibleDevices != "" {
-		vars["CUDA_VISIBLE_DEVICES"] = in.VisibleDevices
+	for k, v := range in.GPUs {
+		vars[k] = v
 	}
 	if in.Token != "" {
 		for k, v := range vars {

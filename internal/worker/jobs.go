@@ -8,19 +8,6 @@ import (
 )
 
 func (w *Worker) onSubmit(ctx context.Context, ev *protocol.JobSubmitEvent) {
-	w.mu.Lock()
-	busy, draining := w.job, w.localDrain
-	w.mu.Unlock()
-	switch {
-	case busy != nil && busy.matches(ev.JobID, ev.Attempt):
-		return // a repeated dispatch of what already runs
-	case busy != nil:
-		w.log.Warn("already running a job; ignoring job_submit", "running", busy.jobID, "job_id", ev.JobID)
-		return
-	case draining:
-		w.log.Warn("draining; not taking job", "job_id", ev.JobID)
-		return
-	}
 	settings := w.currentJobSettings()
 	a := &attempt{
 		jobID: ev.JobID, n: ev.Attempt, ev: ev, settings: settings, grace: settings.grace(ev.CancelGraceSeconds),
@@ -30,10 +17,33 @@ func (w *Worker) onSubmit(ctx context.Context, ev *protocol.JobSubmitEvent) {
 		progressDone: make(chan struct{}),
 	}
 	w.mu.Lock()
-	w.job = a
-	w.orchDrain = false // a dispatch means the orchestrator resumed this worker
+	cur, draining := w.jobs[ev.JobID], w.localDrain
+	devs, whole, refused := w.gpusForLocked(ev)
+	take := cur == nil && !draining && refused == ""
+	if take {
+		a.gpus, a.whole = devs, whole
+		w.jobs[ev.JobID] = a
+		w.orchDrain = false // a dispatch means the orchestrator resumed this worker
+	}
 	w.mu.Unlock()
-	a.log.Info("job received", "config_name", ev.ConfigName)
+	switch {
+	case cur != nil && cur.matches(ev.JobID, ev.Attempt):
+		return // a repeated dispatch of what already runs
+	case cur != nil:
+		w.log.Warn("another attempt of this job runs here; ignoring job_submit", "job_id", ev.JobID, "running", cur.n, "attempt", ev.Attempt)
+		return
+	case draining:
+		w.log.Warn("draining; not taking job", "job_id", ev.JobID)
+		return
+	case refused != "":
+		w.log.Warn("not taking job: "+refused, "job_id", ev.JobID, "attempt", ev.Attempt)
+		return
+	}
+	indices := make([]int, len(a.gpus))
+	for i, d := range a.gpus {
+		indices[i] = d.Index
+	}
+	a.log.Info("job received", "config_name", ev.ConfigName, "gpus", indices)
 
 	w.wg.Add(1)
 	go w.sendProgress(ctx, a)
@@ -116,8 +126,8 @@ func (w *Worker) closeAttempt(a *attempt) (rec statusRecord, report, spooled boo
 	// the same critical section: a heartbeat sees one or the other, never
 	// neither.
 	w.mu.Lock()
-	if w.job == a {
-		w.job = nil
+	if w.jobs[a.jobID] == a {
+		delete(w.jobs, a.jobID)
 	}
 	if report {
 		w.noteFinishingLocked(rec)

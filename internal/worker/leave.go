@@ -14,7 +14,7 @@ func (w *Worker) onOrchestratorDrain(source string) (bool, error) {
 	w.mu.Lock()
 	first := !w.orchDrain
 	w.orchDrain = true
-	idle := w.job == nil
+	idle := len(w.jobs) == 0
 	w.mu.Unlock()
 	if first {
 		w.log.Info("the orchestrator drains this worker", "source", source)
@@ -28,13 +28,13 @@ func (w *Worker) onOrchestratorDrain(source string) (bool, error) {
 // checkIdleDrain ends a locally drained worker once no job runs.
 func (w *Worker) checkIdleDrain(announce bool) (bool, error) {
 	w.mu.Lock()
-	idle, draining := w.job == nil, w.localDrain
+	idle, draining := len(w.jobs) == 0, w.localDrain
 	w.mu.Unlock()
 	if idle && draining {
 		return true, w.leave("drained")
 	}
 	if draining && announce {
-		w.log.Info("draining: the worker exits once the running job ends")
+		w.log.Info("draining: the worker exits once the running jobs end")
 	}
 	return false, nil
 }
@@ -43,7 +43,7 @@ func (w *Worker) checkIdleDrain(announce bool) (bool, error) {
 // workers with nothing queued leave.
 func (w *Worker) afterJob(ctx context.Context) (bool, error) {
 	w.mu.Lock()
-	idle, local, orch := w.job == nil, w.localDrain, w.orchDrain
+	idle, local, orch := len(w.jobs) == 0, w.localDrain, w.orchDrain
 	id := w.workerID
 	w.mu.Unlock()
 	switch {
@@ -95,14 +95,20 @@ func (w *Worker) authFailed(err error) error {
 	return ErrAuthRejected
 }
 
-// stopAndWait stops the running job and waits for the tree to be gone (SIGKILL
+// stopAndWait stops every running job and waits for them to be gone (SIGKILL
 // comes after the grace, so this is bounded).
 func (w *Worker) stopAndWait(why stopReason, detail string) {
-	a := w.current()
-	if a == nil {
-		return
+	running := w.running()
+	for _, a := range running {
+		w.stopJob(a, why, detail, a.grace)
 	}
-	w.stopJob(a, why, detail, a.grace)
+	for _, a := range running {
+		w.waitStopped(a)
+	}
+}
+
+// waitStopped waits for a stopped attempt's processes to be gone and ends it.
+func (w *Worker) waitStopped(a *attempt) {
 	if a.proc != nil {
 		select {
 		case <-a.proc.Done():
@@ -122,7 +128,7 @@ func (w *Worker) stopAndWait(why stopReason, detail string) {
 	if report && !spooled {
 		ctx, cancel := context.WithTimeout(context.Background(), w.opt.Timers.ShutdownTimeout)
 		defer cancel()
-		_ = w.sendStatus(ctx, w.opt.Timers.ShutdownTimeout, rec.JobID, rec.Attempt, rec.Status, rec.Error)
+		_ = w.sendReport(ctx, w.opt.Timers.ShutdownTimeout, rec)
 		w.reported(rec.key())
 	}
 }

@@ -40,7 +40,7 @@ func TestAuthRejectedWhileRunning(t *testing.T) {
 	r := startWorker(t, f, func(o *Options) { opt = *o })
 	f.connected(1)
 	f.submit(protocol.JobSubmitEvent{JobID: "j_auth00000001", Config: json.RawMessage(`{"steps":100000,"step_seconds":0.05}`)})
-	f.report("j_auth00000001", "running")
+	f.started("j_auth00000001")
 	pids := pidsOf(t, filepath.Join(opt.StateDir, "jobs", "j_auth00000001"))
 	f.reject.Store(true)
 	if err := r.wait(t, 10*time.Second); !errors.Is(err, ErrAuthRejected) {
@@ -70,7 +70,7 @@ func TestReconnectResumesJob(t *testing.T) {
 	f, r := setup(t, nil)
 	f.connected(1)
 	f.submit(protocol.JobSubmitEvent{JobID: "j_resume000001", Attempt: 4, Config: json.RawMessage(`{"steps":30,"step_seconds":0.02}`)})
-	f.report("j_resume000001", "running")
+	f.started("j_resume000001")
 	f.dropStreams()
 	f.connected(2)
 	f.mu.Lock()
@@ -94,7 +94,7 @@ func TestAbandonAtRegister(t *testing.T) {
 	f, _ := setup(t, func(o *Options) { opt = *o })
 	f.connected(1)
 	f.submit(protocol.JobSubmitEvent{JobID: "j_abandon00001", Config: json.RawMessage(`{"steps":100000,"step_seconds":0.05,"ignore_sigterm":true}`)})
-	f.report("j_abandon00001", "running")
+	f.started("j_abandon00001")
 	pids := pidsOf(t, filepath.Join(opt.StateDir, "jobs", "j_abandon00001"))
 	f.mu.Lock()
 	f.regReply = func(req protocol.RegisterRequest) protocol.RegisterResponse {
@@ -150,7 +150,7 @@ func TestSelfFence(t *testing.T) {
 	})
 	f.connected(1)
 	f.submit(protocol.JobSubmitEvent{JobID: "j_fence0000001", Config: json.RawMessage(`{"steps":100000,"step_seconds":0.05,"ignore_sigterm":true}`)})
-	f.report("j_fence0000001", "running")
+	f.started("j_fence0000001")
 	pids := pidsOf(t, filepath.Join(opt.StateDir, "jobs", "j_fence0000001"))
 
 	f.down.Store(true) // heartbeats, stream, everything
@@ -221,7 +221,7 @@ func TestDrainFinishesJobThenExits(t *testing.T) {
 	f, r := setup(t, nil)
 	f.connected(1)
 	f.submit(protocol.JobSubmitEvent{JobID: "j_drain0000001", Config: json.RawMessage(`{"steps":15,"step_seconds":0.02}`)})
-	f.report("j_drain0000001", "running")
+	f.started("j_drain0000001")
 	r.w.Drain()
 	if st := r.w.Status(); !strings.Contains(st, "draining") || !strings.Contains(st, "j_drain0000001") {
 		t.Errorf("Status %q", st)
@@ -268,7 +268,7 @@ func TestShutdownCancelsJob(t *testing.T) {
 	f, r := setup(t, func(o *Options) { opt = *o })
 	f.connected(1)
 	f.submit(protocol.JobSubmitEvent{JobID: "j_stop00000001", Config: json.RawMessage(`{"steps":100000,"step_seconds":0.05,"ignore_sigterm":true}`)})
-	f.report("j_stop00000001", "running")
+	f.started("j_stop00000001")
 	pids := pidsOf(t, filepath.Join(opt.StateDir, "jobs", "j_stop00000001"))
 	r.cancel()
 	if err := r.wait(t, 10*time.Second); err != nil {

@@ -110,9 +110,9 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 			if isAuthError(m.err) {
 				return true, w.authFailed(m.err)
 			}
-			if err := w.c.notAnOrchestrator(m.err); err != nil {
-				w.log.Error("configuration error: the orchestrator URL is wrong; not retrying", "url", w.opt.URL, "err", err)
-				w.stopAndWait(stopFence, "the orchestrator URL is wrong")
+			if err := w.c.unfixable(m.err); err != nil {
+				w.log.Error("configuration error; not retrying", "url", w.opt.URL, "err", err)
+				w.stopAndWait(stopFence, "the connection to the orchestrator is misconfigured")
 				return true, err
 			}
 			w.reconnect(s, m.err)
@@ -144,7 +144,7 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 		w.reconnect(s, m.err)
 	case heartbeatReply:
 		for _, id := range m.resp.Cancel {
-			if a := w.current(); a != nil && a.jobID == id {
+			if a := w.attemptOf(id); a != nil {
 				w.stopJob(a, stopCancel, "cancelled by the orchestrator", a.grace)
 			}
 		}
@@ -158,21 +158,15 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 	case jobEnded:
 		w.endAttempt(ctx, m.a)
 	case jobTimedOut:
-		if a := w.current(); a == m.a {
+		if a := m.a; w.isCurrent(a) {
 			w.stopJob(a, stopTimeout, fmt.Sprintf("timed out after %s", time.Duration(a.ev.TimeoutSeconds*float64(time.Second))), a.grace)
 		}
 	case staleAttempt:
-		if a := w.current(); a == m.a {
+		if a := m.a; w.isCurrent(a) {
 			w.stopJob(a, stopAbandon, "the orchestrator gave this job to another attempt", 0)
 		}
 	case reportDone:
 		return w.afterJob(ctx)
 	}
 	return false, nil
-}
-
-func (w *Worker) current() *attempt {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.job
 }

@@ -43,14 +43,17 @@ func (w *Worker) onRegistered(ctx context.Context, s *session, resp protocol.Reg
 	go w.stream(ctx, s.gen, resp.WorkerID)
 }
 
-// reconcile applies the registration's verdict on the attempt this worker runs.
-// An abandoned attempt is stopped without a report: the orchestrator already ended
-// it, and a report could only be refused (409) or, worse, be mistaken for news.
+// reconcile applies the registration's verdict on each attempt this worker
+// runs. An abandoned attempt is stopped without a report: the orchestrator
+// already ended it, and a report could only be refused (409) or, worse, be
+// mistaken for news.
 func (w *Worker) reconcile(resp protocol.RegisterResponse) {
-	a := w.current()
-	if a == nil {
-		return
+	for _, a := range w.running() {
+		w.reconcileOne(a, resp)
 	}
+}
+
+func (w *Worker) reconcileOne(a *attempt, resp protocol.RegisterResponse) {
 	abandon, resume := false, false
 	for _, r := range resp.Abandon {
 		abandon = abandon || a.matches(r.JobID, r.Attempt)

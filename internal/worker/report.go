@@ -33,9 +33,20 @@ func (w *Worker) sendStatus(ctx context.Context, timeout time.Duration, jobID st
 	return w.c.doJSON(ctx, timeout, "report "+status, http.MethodPost, statusPath(jobID), rep, nil)
 }
 
-// sendProgress reports "starting" (the dispatch acknowledgement) and, once the
-// process runs, "running", in that order. Each is retried a few times; a 409 means
-// the attempt is stale and the loop kills it.
+// sendReport POSTs an ended attempt's terminal report, with what it used.
+func (w *Worker) sendReport(ctx context.Context, timeout time.Duration, rec statusRecord) error {
+	n := rec.Attempt
+	rep := protocol.StatusReport{Status: rec.Status, Attempt: &n, Usage: rec.Usage}
+	if rec.Error != "" {
+		rep.Error = &rec.Error
+	}
+	return w.c.doJSON(ctx, timeout, "report "+rec.Status, http.MethodPost, statusPath(rec.JobID), rep, nil)
+}
+
+// sendProgress reports "starting", the dispatch acknowledgement, while the
+// job is being launched; it is retried a few times, and a 409 means the
+// attempt is stale and the loop kills it. No "running" follows: to the
+// orchestrator it would change nothing after the acknowledgement.
 func (w *Worker) sendProgress(ctx context.Context, a *attempt) {
 	defer w.wg.Done()
 	defer close(a.progressDone)
@@ -69,17 +80,7 @@ func (w *Worker) sendProgress(ctx context.Context, a *attempt) {
 		}
 		return true
 	}
-	if !send(protocol.ReportStarting) {
-		return
-	}
-	select {
-	case <-a.launched:
-	case <-ctx.Done():
-		return
-	}
-	if a.proc != nil {
-		send(protocol.ReportRunning)
-	}
+	send(protocol.ReportStarting)
 }
 
 // finish deals with an ended attempt off the loop: it waits (bounded) for the
@@ -107,7 +108,7 @@ func (w *Worker) finish(ctx context.Context, a *attempt, rec statusRecord, repor
 		return
 	case !spooled:
 		// The spool could not be written: one direct try is the best left.
-		if err := w.sendStatus(ctx, w.opt.Timers.RequestTimeout, rec.JobID, rec.Attempt, rec.Status, rec.Error); err != nil {
+		if err := w.sendReport(ctx, w.opt.Timers.RequestTimeout, rec); err != nil {
 			a.log.Error("the job's outcome could not be reported", "status", rec.Status, "err", err)
 		}
 		// Delivered or not, nothing more will come: let the orchestrator's
@@ -156,7 +157,7 @@ func (w *Worker) flushReports(ctx context.Context, beforeRegister bool) error {
 		if held || waiting {
 			continue
 		}
-		err := w.sendStatus(ctx, w.opt.Timers.RequestTimeout, rec.JobID, rec.Attempt, rec.Status, rec.Error)
+		err := w.sendReport(ctx, w.opt.Timers.RequestTimeout, rec)
 		code := statusOf(err)
 		switch {
 		case err == nil:

@@ -10,16 +10,20 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/isolation"
 )
 
-// process is one training run: a child in its own process group whose stdout and
-// stderr are merged into one pipe read by a goroutine. The worker's session loop
-// never reads the pipe itself, so a silent or chatty trainer cannot stall
-// heartbeats or the stream.
+// process is one training run: a child started straight from workerd inside
+// the job's walls (its own cgroup and uid where the machine allows, its own
+// process group always), whose stdout and stderr are merged into one pipe read
+// by a goroutine. The worker's session loop never reads the pipe itself, so a
+// silent or chatty trainer cannot stall heartbeats or the stream.
 type process struct {
 	cmd  *exec.Cmd
+	job  *isolation.Job
 	pgid int
-	done chan struct{} // closed once the leader is reaped, its group killed and the output drained
+	done chan struct{} // closed once the leader is reaped, the job ended and the output drained
 
 	mu       sync.Mutex
 	exited   bool
@@ -28,15 +32,18 @@ type process struct {
 	kill     *time.Timer
 	state    *os.ProcessState
 	waitErr  error
+	usage    isolation.Usage
 	outDrain time.Duration
 }
 
-// outputDrainTimeout bounds how long output is read after the process group died:
-// a grandchild that escaped the group (setsid) may hold the pipe open forever.
+// outputDrainTimeout bounds how long output is read after the job ended: only
+// a process that escaped a process-group job (setsid, no cgroup) can hold the
+// pipe open that long.
 const outputDrainTimeout = 2 * time.Second
 
-// startProcess runs argv in dir with env, copying its merged output to out.
-func startProcess(argv []string, dir string, env []string, out io.Writer) (*process, error) {
+// startProcess runs argv in dir with env inside job's walls, copying its
+// merged output to out.
+func startProcess(argv []string, dir string, env []string, out io.Writer, job *isolation.Job) (*process, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("job command is empty")
 	}
@@ -44,38 +51,19 @@ func startProcess(argv []string, dir string, env []string, out io.Writer) (*proc
 	if err != nil {
 		return nil, err
 	}
-	// With a supervisor, its lifeline's read end becomes its fd 3; workerd keeps
-	// the write end open until the supervisor is reaped.
-	var lifeline, lifelineRead *os.File
-	if len(Supervisor) > 0 {
-		lr, lw, err := os.Pipe()
-		if err != nil {
-			pr.Close()
-			pw.Close()
-			return nil, err
-		}
-		defer lr.Close()
-		lifeline, lifelineRead = lw, lr
-		argv = append(append([]string{}, Supervisor...), argv...)
-	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = dir
-	cmd.Env = env
+	cmd.Env = append(env, job.Env()...)
 	cmd.Stdin = nil // /dev/null
 	cmd.Stdout = pw // the same *os.File for both: exec passes the fd, no copy goroutine
 	cmd.Stderr = pw
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setpgid: true, // own group: stop signals reach every descendant that stays in it
-		// If workerd dies (even SIGKILL) the leader goes too, not left training
-		// unsupervised on a GPU the orchestrator will hand to someone else.
+		// If workerd dies (even SIGKILL) the leader goes too; the reaper ends
+		// the rest of the job.
 		Pdeathsig: syscall.SIGKILL,
 	}
-	if lifeline != nil {
-		// The supervisor must outlive workerd long enough to kill the group.
-		cmd.SysProcAttr.Pdeathsig = 0
-		cmd.ExtraFiles = []*os.File{lifelineRead}
-	}
-	p := &process{cmd: cmd, done: make(chan struct{}), outDrain: outputDrainTimeout}
+	job.Apply(cmd.SysProcAttr)
+	p := &process{cmd: cmd, job: job, done: make(chan struct{}), outDrain: outputDrainTimeout}
 
 	started := make(chan error, 1)
 	reaped := make(chan struct{})
@@ -88,6 +76,7 @@ func startProcess(argv []string, dir string, env []string, out io.Writer) (*proc
 			started <- err
 			return
 		}
+		job.Started(cmd.Process.Pid)
 		started <- nil
 		err := cmd.Wait()
 		p.mu.Lock()
@@ -103,12 +92,9 @@ func startProcess(argv []string, dir string, env []string, out io.Writer) (*proc
 	if err := <-started; err != nil {
 		pr.Close()
 		pw.Close()
-		if lifeline != nil {
-			lifeline.Close()
-		}
 		return nil, err
 	}
-	pw.Close() // only the child holds the write end now: EOF comes when the tree is gone
+	pw.Close() // only the job holds the write end now: EOF comes when the job is gone
 	p.pgid = cmd.Process.Pid
 
 	copied := make(chan struct{})
@@ -118,12 +104,16 @@ func startProcess(argv []string, dir string, env []string, out io.Writer) (*proc
 	}()
 	go func() {
 		<-reaped
-		// The leader is gone; whatever it left behind in its group goes too, so
-		// orphaned dataloader workers or a stuck grandchild never linger on the GPU.
-		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
-		if lifeline != nil {
-			lifeline.Close()
+		// The leader is gone; whatever it left behind goes too, so orphaned
+		// dataloader workers or a stuck grandchild never linger on the GPU.
+		var ru *syscall.Rusage
+		if st := p.state; st != nil {
+			ru, _ = st.SysUsage().(*syscall.Rusage)
 		}
+		usage := job.Finish(ru)
+		p.mu.Lock()
+		p.usage = usage
+		p.mu.Unlock()
 		select {
 		case <-copied:
 		case <-time.After(p.outDrain):
@@ -139,8 +129,9 @@ func startProcess(argv []string, dir string, env []string, out io.Writer) (*proc
 // Done is closed when the whole run is over.
 func (p *process) Done() <-chan struct{} { return p.done }
 
-// Stop sends SIGTERM to the process group and SIGKILL after grace. Calling it again
-// can only bring the SIGKILL forward. Grace 0 kills at once.
+// Stop sends SIGTERM to every process of the job and SIGKILL to all of them
+// after grace. Calling it again can only bring the SIGKILL forward. Grace 0
+// kills at once.
 func (p *process) Stop(grace time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -150,7 +141,7 @@ func (p *process) Stop(grace time.Duration) {
 	at := time.Now().Add(grace)
 	if !p.stopping {
 		p.stopping = true
-		_ = syscall.Kill(-p.pgid, syscall.SIGTERM)
+		p.job.Signal(syscall.SIGTERM)
 	} else if !at.Before(p.killAt) {
 		return
 	}
@@ -159,10 +150,17 @@ func (p *process) Stop(grace time.Duration) {
 		p.kill.Stop()
 	}
 	if grace <= 0 {
-		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+		p.job.Kill()
 		return
 	}
-	p.kill = time.AfterFunc(grace, func() { _ = syscall.Kill(-p.pgid, syscall.SIGKILL) })
+	p.kill = time.AfterFunc(grace, p.job.Kill)
+}
+
+// Usage is what the job used; valid once Done is closed.
+func (p *process) Usage() isolation.Usage {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.usage
 }
 
 // exitDescription says how the leader ended: ok is true for exit status 0.

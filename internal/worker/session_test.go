@@ -79,8 +79,8 @@ func TestJobFilesAndEnvironment(t *testing.T) {
 	for _, rep := range reps {
 		statuses = append(statuses, rep.Status)
 	}
-	if strings.Join(statuses, ",") != "starting,running,completed" {
-		t.Errorf("reports %v; want starting,running,completed", statuses)
+	if strings.Join(statuses, ",") != "starting,completed" {
+		t.Errorf("reports %v; want starting,completed", statuses)
 	}
 
 	dir := filepath.Join(opt.StateDir, "jobs", "j_files0000001")
@@ -173,7 +173,7 @@ func TestCancelKillsTree(t *testing.T) {
 		JobID:  "j_cancel000001",
 		Config: json.RawMessage(`{"steps":100000,"step_seconds":0.05,"ignore_sigterm":true}`),
 	})
-	f.report("j_cancel000001", "running")
+	f.started("j_cancel000001")
 	pids := pidsOf(t, filepath.Join(opt.StateDir, "jobs", "j_cancel000001"))
 	if len(pids) != 2 {
 		t.Fatalf("pids %v; want the trainer and its child", pids)
@@ -192,7 +192,7 @@ func TestCancelOtherAttemptIgnored(t *testing.T) {
 	f, r := setup(t, nil)
 	f.connected(1)
 	f.submit(protocol.JobSubmitEvent{JobID: "j_other0000001", Attempt: 3, Config: json.RawMessage(`{"steps":100000,"step_seconds":0.05}`)})
-	f.report("j_other0000001", "running")
+	f.started("j_other0000001")
 	f.send(protocol.EventJobCancel, protocol.JobCancelEvent{Type: protocol.EventJobCancel, JobID: "j_other0000001", Attempt: 2})
 	f.send(protocol.EventPing, map[string]string{"type": "ping"})
 	f.waitFor("heartbeat while busy", 5*time.Second, func() bool {
@@ -270,7 +270,7 @@ func TestTerminalReportSpooledAndResent(t *testing.T) {
 	f, _ := setup(t, func(o *Options) { opt = *o })
 	f.connected(1)
 	f.submit(protocol.JobSubmitEvent{JobID: "j_spool0000001", Config: json.RawMessage(`{"steps":20,"step_seconds":0.02}`)})
-	f.report("j_spool0000001", "running")
+	f.started("j_spool0000001")
 	f.down.Store(true)
 	f.dropStreams()
 	f.srv.CloseClientConnections()

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
 // statusRecord is a terminal report waiting for the orchestrator's acknowledgement.
@@ -24,6 +26,8 @@ type statusRecord struct {
 	// orchestrator, or "cancelled" would end a job nobody cancelled.
 	AfterRegister bool      `json:"after_register,omitempty"`
 	Created       time.Time `json:"created"`
+	// Usage is what the attempt's processes used, when it ran.
+	Usage *protocol.Usage `json:"usage,omitempty"`
 }
 
 func (r statusRecord) key() string { return fmt.Sprintf("%s-%d", r.JobID, r.Attempt) }

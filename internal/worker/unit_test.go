@@ -14,6 +14,7 @@ import (
 	"testing/iotest"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/isolation"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
@@ -174,7 +175,7 @@ func TestPointAtDataloader(t *testing.T) {
 func TestPrepareJobDirRejectsBadIDs(t *testing.T) {
 	t.Parallel()
 	for _, id := range []string{"", "..", "../etc", "a/b", ".hidden"} {
-		if _, err := prepareJobDir(t.TempDir(), &protocol.JobSubmitEvent{JobID: id}); err == nil {
+		if _, err := jobDir(t.TempDir(), id); err == nil {
 			t.Errorf("job id %q accepted", id)
 		}
 	}
@@ -225,7 +226,8 @@ func TestProcessExitDescriptions(t *testing.T) {
 	}
 	for _, c := range cases {
 		var out testutil.Buffer
-		p, err := startProcess([]string{"/bin/sh", "-c", c.script}, t.TempDir(), nil, &out)
+		dir := t.TempDir()
+		p, err := startProcess([]string{"/bin/sh", "-c", c.script}, dir, nil, &out, plainJob(t, dir))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -241,7 +243,7 @@ func TestProcessGroupKilledWhenLeaderExits(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	var out testutil.Buffer
-	p, err := startProcess([]string{"/bin/sh", "-c", "sleep 300 & echo $! > child.pid; exit 0"}, dir, nil, &out)
+	p, err := startProcess([]string{"/bin/sh", "-c", "sleep 300 & echo $! > child.pid; exit 0"}, dir, nil, &out, plainJob(t, dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +264,8 @@ func TestProcessStopGraceThenKill(t *testing.T) {
 	t.Parallel()
 	var out testutil.Buffer
 	lw := &out
-	p, err := startProcess([]string{"/bin/sh", "-c", `trap 'echo got TERM' TERM; echo ready; while :; do sleep 0.01; done`}, t.TempDir(), nil, lw)
+	dir := t.TempDir()
+	p, err := startProcess([]string{"/bin/sh", "-c", `trap 'echo got TERM' TERM; echo ready; while :; do sleep 0.01; done`}, dir, nil, lw, plainJob(t, dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,4 +289,19 @@ func TestProcessStopGraceThenKill(t *testing.T) {
 	if !strings.Contains(lw.String(), "got TERM") {
 		t.Errorf("SIGTERM not delivered first: %q", lw.String())
 	}
+}
+
+// plainJob is a job that is its own process group and runs as this process's
+// user, as the worker's jobs are in tests without an isolator.
+func plainJob(t *testing.T, dir string) *isolation.Job {
+	t.Helper()
+	iso, err := isolation.New(isolation.Config{Mode: isolation.ModeProcessGroup, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := iso.Start("j_test", 1, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
 }

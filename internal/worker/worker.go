@@ -28,6 +28,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
+	"github.com/simpletuner/simpletuner-orchestration/internal/isolation"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
@@ -38,6 +39,7 @@ type Options struct {
 	URL                string // http(s)://host:port or unix:///path/to.sock
 	Token              string
 	CAFile             string
+	CertFile, KeyFile  string // client certificate for mutual TLS
 	InsecureSkipVerify bool
 
 	Name       string // "" → hostname
@@ -48,6 +50,8 @@ type Options struct {
 	Labels   map[string]string
 	StateDir string
 	Version  string // reported at registration
+	// MaxJobs is how many jobs run at once; 0: one per GPU (one without GPUs).
+	MaxJobs int
 
 	Command     []string      // the job command
 	WorkDir     string        // "" → <StateDir>/jobs
@@ -68,6 +72,9 @@ type Options struct {
 
 	GPU    gpu.Source   // nil → gpu.None()
 	Logger *slog.Logger // nil → slog.Default()
+	// Isolation starts jobs behind their walls; nil → each job is a plain
+	// process group running as workerd's own user (tests in one process).
+	Isolation *isolation.Isolator
 
 	// Environ returns the environment jobs inherit (minus what jobs must not
 	// see); nil → os.Environ.
@@ -112,12 +119,15 @@ func OptionsFrom(cfg *config.Worker) Options {
 		URL:                cfg.Orchestrator.URL,
 		Token:              cfg.Orchestrator.Token.Value(),
 		CAFile:             cfg.Orchestrator.CAFile,
+		CertFile:           cfg.Orchestrator.CertFile,
+		KeyFile:            cfg.Orchestrator.KeyFile,
 		InsecureSkipVerify: cfg.Orchestrator.InsecureSkipVerify,
 		Name:               cfg.Worker.Name,
 		Persistent:         cfg.Worker.Persistent,
 		OwnType:            cfg.Origin("worker.persistent") != "",
 		Labels:             cfg.Worker.Labels,
 		StateDir:           cfg.Worker.StateDir,
+		MaxJobs:            cfg.Worker.MaxJobs,
 		Command:            cfg.Job.Command,
 		WorkDir:            cfg.Job.WorkDir,
 		CancelGrace:        cfg.Job.CancelGrace.Duration,
@@ -169,6 +179,10 @@ func (o *Options) setDefaults() {
 	if o.Environ == nil {
 		o.Environ = os.Environ
 	}
+	if o.Isolation == nil {
+		o.Isolation, _ = isolation.New(isolation.Config{Mode: isolation.ModeProcessGroup,
+			Log: slog.New(slog.DiscardHandler)})
+	}
 	if o.Name == "" {
 		o.Name, _ = os.Hostname()
 	}
@@ -182,6 +196,7 @@ type Worker struct {
 	opt   Options
 	log   *slog.Logger
 	c     *client
+	iso   *isolation.Isolator
 	spool *statusSpool
 
 	msgs     chan any      // to the session loop
@@ -198,11 +213,12 @@ type Worker struct {
 	inv          gpu.Inventory
 	workerID     string
 	hbInterval   time.Duration
-	job          *attempt
-	localDrain   bool // Drain(): finish the job, then exit
-	orchDrain    bool // the orchestrator said drain
-	connected    bool // the stream is open
-	retries      int  // reconnect attempts since the last good connection
+	jobs         map[string]*attempt // running attempts by job id
+	maxJobs      int                 // how many may run at once (see effectiveMaxJobs)
+	localDrain   bool                // Drain(): finish the job, then exit
+	orchDrain    bool                // the orchestrator said drain
+	connected    bool                // the stream is open
+	retries      int                 // reconnect attempts since the last good connection
 	lastAck      time.Time
 	lastRegister time.Time
 	lastProgress time.Time // the loop or a reconnect attempt did something
@@ -239,7 +255,8 @@ func New(opt Options) (*Worker, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	c, err := newClient(opt.URL, opt.Token, opt.CAFile, opt.InsecureSkipVerify)
+	c, err := newClient(opt.URL, opt.Token, tlsFiles{CAFile: opt.CAFile, CertFile: opt.CertFile, KeyFile: opt.KeyFile,
+		InsecureSkipVerify: opt.InsecureSkipVerify})
 	if err != nil {
 		return nil, err
 	}
@@ -247,11 +264,14 @@ func New(opt Options) (*Worker, error) {
 		opt:        opt,
 		log:        opt.Logger,
 		c:          c,
+		iso:        opt.Isolation,
 		spool:      &statusSpool{dir: filepath.Join(opt.StateDir, "spool")},
 		msgs:       make(chan any, 256),
 		loopDone:   make(chan struct{}),
 		registered: make(chan struct{}),
 		held:       map[string]bool{},
+		jobs:       map[string]*attempt{},
+		maxJobs:    1,
 		finishing:  map[string]statusRecord{},
 		fenceAfter: opt.SelfFenceAfter,
 		jobSettings: JobSettings{Command: opt.Command, Env: opt.JobEnv, CancelGrace: opt.CancelGrace,
@@ -260,14 +280,30 @@ func New(opt Options) (*Worker, error) {
 	}, nil
 }
 
+// ErrMisconfigured is returned by Start for a setting it cannot work with;
+// only an admin's change can help.
+var ErrMisconfigured = errors.New("configuration error")
+
 // Start prepares the state directories and reads the GPU inventory. It does not
 // need the orchestrator: a worker that cannot reach it yet is still started and
 // keeps trying.
 func (w *Worker) Start(ctx context.Context) error {
-	for _, dir := range []string{w.opt.StateDir, w.spool.dir, w.opt.WorkDir} {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
+	// Jobs running as other uids must pass through the state and work
+	// directories to reach their own (search only: they cannot list them);
+	// the spool holds every job's output and stays workerd's alone.
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{w.opt.StateDir, 0o711}, {w.spool.dir, 0o700}, {w.opt.WorkDir, 0o711}} {
+		if err := os.MkdirAll(d.path, d.mode); err != nil {
 			return fmt.Errorf("state directory: %w", err)
 		}
+		if err := os.Chmod(d.path, d.mode); err != nil {
+			return fmt.Errorf("state directory: %w", err)
+		}
+	}
+	if err := w.iso.CheckReachable(w.opt.WorkDir); err != nil {
+		return fmt.Errorf("%w: job.work_dir: %w", ErrMisconfigured, err)
 	}
 	w.spool.clean()
 	recs, _ := w.spool.list() // reports a previous run could not deliver
@@ -284,14 +320,19 @@ func (w *Worker) Start(ctx context.Context) error {
 	now := time.Now()
 	w.mu.Lock()
 	w.inv = inv
+	w.maxJobs = effectiveMaxJobs(w.opt.MaxJobs, inv)
 	w.lastProgress = now
 	w.mu.Unlock()
+	if w.opt.InsecureSkipVerify {
+		w.log.Warn("TLS verification of the orchestrator is off (orchestrator.insecure_skip_verify): anyone on the path " +
+			"can pose as the orchestrator and receive this worker's token and its jobs' secrets; set ca_file instead")
+	}
 	names := make([]string, 0, len(inv.Devices))
 	for _, d := range inv.Devices {
 		names = append(names, d.Name)
 	}
 	w.log.Info("worker configured",
-		"orchestrator", w.opt.URL, "token", tokenHint(w.opt.Token), "name", w.opt.Name,
+		"orchestrator", w.opt.URL, "token", tokenHint(w.opt.Token), "client_cert", w.opt.CertFile, "name", w.opt.Name,
 		"persistent", w.opt.Persistent, "gpus", inv.Count, "gpu_names", strings.Join(names, ", "),
 		"state_dir", w.opt.StateDir, "work_dir", w.opt.WorkDir)
 	return ctx.Err()
@@ -312,23 +353,21 @@ func (w *Worker) reported(key string) {
 	w.mu.Unlock()
 }
 
-// attemptsLocked lists the attempts this worker answers for: the running one
+// attemptsLocked lists the attempts this worker answers for: the running ones
 // first, then the finishing ones. w.mu is held.
 func (w *Worker) attemptsLocked() []protocol.RunningAttempt {
-	var out []protocol.RunningAttempt
-	if w.job != nil {
-		out = append(out, protocol.RunningAttempt{JobID: w.job.jobID, Attempt: w.job.n, State: protocol.AttemptRunning})
+	var out, finishing []protocol.RunningAttempt
+	for _, a := range w.runningLocked() {
+		out = append(out, protocol.RunningAttempt{JobID: a.jobID, Attempt: a.n, State: protocol.AttemptRunning})
 	}
 	for _, rec := range w.finishing {
-		out = append(out, protocol.RunningAttempt{JobID: rec.JobID, Attempt: rec.Attempt,
+		finishing = append(finishing, protocol.RunningAttempt{JobID: rec.JobID, Attempt: rec.Attempt,
 			State: protocol.AttemptFinishing, Outcome: rec.Status})
 	}
-	if len(out) > 1 {
-		slices.SortFunc(out[1:], func(a, b protocol.RunningAttempt) int {
-			return cmp.Or(strings.Compare(a.JobID, b.JobID), a.Attempt-b.Attempt)
-		})
-	}
-	return out
+	slices.SortFunc(finishing, func(a, b protocol.RunningAttempt) int {
+		return cmp.Or(strings.Compare(a.JobID, b.JobID), a.Attempt-b.Attempt)
+	})
+	return append(out, finishing...)
 }
 
 func (w *Worker) isPersistent() bool {
@@ -378,9 +417,16 @@ func (w *Worker) Status() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var parts []string
+	running := w.runningLocked()
 	switch {
-	case w.job != nil:
-		parts = append(parts, fmt.Sprintf("running job %s (attempt %d)", w.job.jobID, w.job.n))
+	case len(running) == 1:
+		parts = append(parts, fmt.Sprintf("running job %s (attempt %d)", running[0].jobID, running[0].n))
+	case len(running) > 1:
+		ids := make([]string, len(running))
+		for i, a := range running {
+			ids[i] = a.jobID
+		}
+		parts = append(parts, fmt.Sprintf("running %d jobs (%s)", len(running), strings.Join(ids, ", ")))
 	case w.localDrain || w.orchDrain:
 		parts = append(parts, "draining")
 	case w.workerID == "":
@@ -388,7 +434,7 @@ func (w *Worker) Status() string {
 	default:
 		parts = append(parts, "idle")
 	}
-	if w.job != nil && (w.localDrain || w.orchDrain) {
+	if len(running) > 0 && (w.localDrain || w.orchDrain) {
 		parts = append(parts, "draining")
 	}
 	if !w.connected && w.retries > 0 {

@@ -16,6 +16,29 @@ type cpuUse struct {
 	orch, bench, postgres, total float64
 }
 
+// postmaster, when set, limits the postgres figure to that server and its
+// backends; otherwise every postgres process on the machine counts.
+var postmaster int
+
+// findPostmaster returns the pid of the postgres server listening on port.
+func findPostmaster(port string) int {
+	cmds, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range cmds {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(data), "\x00")
+		for i := 0; i+1 < len(args); i++ {
+			if args[i] == "-p" && args[i+1] == port && strings.HasSuffix(args[0], "/postgres") {
+				pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+				return pid
+			}
+		}
+	}
+	return 0
+}
+
 // sampleCPU reads the CPU time of the orchestrator (orchPID, 0 when it runs
 // inside the bench), the bench, every postgres process, and the machine.
 func sampleCPU(orchPID int) cpuUse {
@@ -48,7 +71,7 @@ func sampleCPU(orchPID int) cpuUse {
 			u.bench += secs
 		case pid == orchPID:
 			u.orch += secs
-		case comm == "postgres":
+		case comm == "postgres" && (postmaster == 0 || pid == postmaster || f[1] == strconv.Itoa(postmaster)):
 			// With the backends the postmaster reaped (cutime, cstime):
 			// pooled connections come and go.
 			cut, _ := strconv.ParseFloat(f[13], 64)

@@ -518,9 +518,13 @@ func printHistory(f flags, rs []historyResult) {
 		row("retention pass: time", "—", func(r historyResult) string { return r.ret.pass.Round(time.Millisecond).String() })
 		row("retention pass: rows deleted", "—", func(r historyResult) string { return r.ret.deleted })
 		row(fmt.Sprintf("heartbeat round trip, %d workers beating every 1 s: %s before the pass (control) / during it", f.retentionWorkers, f.controlWindow),
-			"p99 < 100 ms", func(r historyResult) string { return r.ret.control.heartbeat.String() + " / " + r.ret.during.heartbeat.String() })
+			"p99 < 100 ms", func(r historyResult) string {
+				return r.ret.control.heartbeat.String() + " / " + r.ret.during.heartbeat.String()
+			})
 		row("submit → job_submit, control / during the pass", "p99 < 50 ms",
-			func(r historyResult) string { return r.ret.control.dispatch.String() + " / " + r.ret.during.dispatch.String() })
+			func(r historyResult) string {
+				return r.ret.control.dispatch.String() + " / " + r.ret.during.dispatch.String()
+			})
 		row("GET /api/queue?limit=50 every 100 ms, control / during the pass", "—",
 			func(r historyResult) string { return r.ret.control.list.String() + " / " + r.ret.during.list.String() })
 		row("database file before → after the pass (SQLite)", "—", func(r historyResult) string {

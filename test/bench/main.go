@@ -6,8 +6,10 @@
 //   - memory and heartbeat latency with 10,000 connected idle workers, and
 //     submit → job_submit latency with all of them connected,
 //
-// on the embedded store and on a throwaway PostgreSQL cluster. Run it with
-// `make bench` (go run ./test/bench); see docs/performance.md.
+// on the embedded store and on a throwaway PostgreSQL cluster; then, with real
+// simpletuner-workerd processes (launch.go), submit → a job's first
+// instruction and zero-work jobs per second, per job isolation mode. Run it
+// with `make bench` (go run ./test/bench); see docs/performance.md.
 package main
 
 import (
@@ -43,10 +45,19 @@ type flags struct {
 	cpuProfile   string
 	pprofAddr    string
 	keep         bool
+	launch       launchFlags
+	launchOnly   bool
+	orchBin      string
+	// The dashboard measurement.
+	dashboard     bool
+	dashboardOnly bool
+	dashWorkers   int
+	dashJobs      int
+	dashSamples   int
+	dashWindow    time.Duration
 	// The history scenario.
 	history          int
 	historySamples   int
-	bin              string
 	oldBinary        bool
 	newBinary        bool
 	retention        bool
@@ -72,10 +83,23 @@ func main() {
 	flag.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process to this file")
 	flag.StringVar(&f.pprofAddr, "pprof", "", "serve net/http/pprof of the bench process on this address")
 	flag.BoolVar(&f.keep, "keep", false, "keep the temporary directory (configs, orchestrator logs)")
+	flag.StringVar(&f.launch.modes, "launch", "auto", "isolation modes for the launch benchmark with real workerd processes, comma-separated (cgroup, process-group; default: a workerd without isolation keys); auto: what this machine offers; empty skips it")
+	flag.BoolVar(&f.launchOnly, "launch-only", false, "run only the launch benchmark")
+	flag.IntVar(&f.launch.workers, "launch-workers", 16, "workerd processes in the launch benchmark")
+	flag.IntVar(&f.launch.jobs, "launch-jobs", 600, "zero-work jobs for the launch throughput")
+	flag.IntVar(&f.launch.samples, "launch-samples", 200, "launch latency samples (one job at a time)")
+	flag.IntVar(&f.launch.submitters, "launch-submitters", 8, "concurrent submitters for the launch throughput")
+	flag.StringVar(&f.orchBin, "orchestratord-bin", "", "a prebuilt simpletuner-orchestratord; default: build this tree's")
+	flag.StringVar(&f.launch.workerdBin, "workerd-bin", "", "a prebuilt simpletuner-workerd for the launch benchmark (an older version, to compare); default: build this tree's")
+	flag.BoolVar(&f.dashboard, "dashboard", true, "also measure the web dashboard on a store filled with -dash-workers and -dash-jobs")
+	flag.BoolVar(&f.dashboardOnly, "dashboard-only", false, "measure only the web dashboard")
+	flag.IntVar(&f.dashWorkers, "dash-workers", 10000, "workers in the dashboard measurement's store")
+	flag.IntVar(&f.dashJobs, "dash-jobs", 1000000, "finished jobs in the dashboard measurement's store")
+	flag.IntVar(&f.dashSamples, "dash-samples", 30, "requests timed per dashboard page")
+	flag.DurationVar(&f.dashWindow, "dash-window", time.Minute, "how long the orchestrator's CPU is measured with and without an open dashboard")
 	flag.IntVar(&f.history, "history", 0, "instead of the measurements above, load this many finished jobs (with attempts, logs and audit records) and measure the read endpoints, start-up and dispatch on them")
 	flag.IntVar(&f.historySamples, "history-samples", 300, "requests per endpoint in the history scenario")
-	flag.StringVar(&f.bin, "bin", "", "use this simpletuner-orchestratord binary instead of building one (e.g. an older version, for a before/after comparison)")
-	flag.BoolVar(&f.oldBinary, "old-binary", false, "the -bin binary predates [retention], cursors and the audit verify endpoint: measure only what it has")
+	flag.BoolVar(&f.oldBinary, "old-binary", false, "the -orchestratord-bin binary predates [retention], cursors and the audit verify endpoint: measure only what it has")
 	flag.BoolVar(&f.retention, "retention", true, "in the history scenario, also run a retention pass under load")
 	flag.IntVar(&f.retentionWorkers, "retention-workers", 200, "workers heartbeating every second during the retention pass")
 	flag.DurationVar(&f.controlWindow, "control-window", time.Minute, "before the retention pass, measure the same load this long without it")
@@ -112,7 +136,7 @@ func main() {
 	} else {
 		defer os.RemoveAll(tmp)
 	}
-	bin := f.bin
+	bin := f.orchBin
 	if bin == "" {
 		log.Printf("building simpletuner-orchestratord")
 		if bin, err = buildBinary(tmp); err != nil {
@@ -136,18 +160,41 @@ func main() {
 	}
 
 	var results []result
+	var dash []dashResult
 	for _, name := range []string{"sqlite", "postgres"} {
-		if f.stores != "both" && f.stores != name {
+		if f.launchOnly || (f.stores != "both" && f.stores != name) {
 			continue
 		}
-		r, err := runStore(f, name, bin, tmp)
-		if err != nil {
-			pprof.StopCPUProfile()
-			log.Fatalf("%s: %v", name, err)
+		if !f.dashboardOnly {
+			r, err := runStore(f, name, bin, tmp)
+			if err != nil {
+				pprof.StopCPUProfile()
+				log.Fatalf("%s: %v", name, err)
+			}
+			results = append(results, r)
 		}
-		results = append(results, r)
+		if f.dashboard || f.dashboardOnly {
+			r, err := runDashboard(f, name, bin, tmp)
+			if err != nil {
+				pprof.StopCPUProfile()
+				log.Fatalf("%s dashboard: %v", name, err)
+			}
+			dash = append(dash, r)
+		}
 	}
-	printTable(f, results)
+	var launches []launchResult
+	if f.launch.modes != "" && !f.dashboardOnly {
+		if launches, err = runLaunch(f.launch, bin, tmp); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if len(results) > 0 {
+		printTable(f, results)
+	}
+	printDashboard(dash)
+	if len(launches) > 0 {
+		printLaunch(f.launch, launches)
+	}
 }
 
 // raiseFileLimit lifts RLIMIT_NOFILE to its hard limit; the orchestrator child

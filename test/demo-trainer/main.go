@@ -42,6 +42,9 @@ type config struct {
 	Publish       bool     `json:"publish"`
 	PublishBytes  int      `json:"publish_bytes"`
 	PublishRetry  float64  `json:"publish_retry_seconds"`
+	// BurnCPUSeconds spins until the trainer has used this much CPU time,
+	// for checks of the worker's accounting.
+	BurnCPUSeconds float64 `json:"burn_cpu_seconds"`
 }
 
 func main() {
@@ -97,6 +100,9 @@ func run() error {
 
 	fmt.Printf("demo-trainer: job %s attempt %s, %d steps\n",
 		os.Getenv("SIMPLETUNER_JOB_ID"), os.Getenv("SIMPLETUNER_ATTEMPT"), steps)
+	if cfg.BurnCPUSeconds > 0 {
+		fmt.Printf("burned %.2f s of CPU\n", burnCPU(time.Duration(cfg.BurnCPUSeconds*float64(time.Second))).Seconds())
+	}
 	for i := 1; i <= steps; i++ {
 		time.Sleep(time.Duration(stepSeconds * float64(time.Second)))
 		loss := 1 / math.Sqrt(float64(i)+1)
@@ -159,6 +165,26 @@ type statusError struct {
 }
 
 func (e *statusError) Error() string { return e.msg }
+
+// burnCPU spins until this process has used d of CPU time; it returns how
+// much it used in all.
+func burnCPU(d time.Duration) time.Duration {
+	used := func() time.Duration {
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	x := 1.0
+	for used() < d {
+		for i := 0; i < 100000; i++ {
+			x = math.Sqrt(x + float64(i))
+		}
+	}
+	if x < 0 { // keeps the loop from being optimised away
+		fmt.Print("")
+	}
+	return used()
+}
 
 // sleeper ignores SIGTERM and waits for a long time: a grandchild that only a
 // SIGKILL of the process group removes.

@@ -45,6 +45,7 @@ func TestReadmeQuickStart(t *testing.T) {
 	t.Parallel()
 	script := quickStart(t)
 	dir := t.TempDir()
+	OpenToJobs(t, dir) // as /tmp/st-quick would be
 	port := FreePort(t)
 	for old, repl := range map[string]string{
 		"/tmp/st-quick":                dir,

@@ -19,10 +19,12 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/daemon"
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/dashboard"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store/postgres"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store/sqlite"
+	"github.com/simpletuner/simpletuner-orchestration/internal/version"
 )
 
 // OpenStore opens the configured database: "" → SQLite under state_dir,
@@ -181,6 +183,14 @@ func (a *App) Start(ctx context.Context) error {
 		return err
 	}
 	api := a.srv.Handler()
+	// The web dashboard lives under /ui/ on the API listeners (not the admin
+	// socket) and acts only through api, called in process.
+	dash, err := dashboard.New(dashboard.Options{API: api, Sessions: st, Version: version.Version, Log: a.log})
+	if err != nil {
+		closeAll(listeners)
+		_ = st.Close()
+		return err
+	}
 	a.serveErr = make(chan error, 8)
 	serve := func(l net.Listener, h http.Handler, connCtx func(context.Context, net.Conn) context.Context, tc *tls.Config) {
 		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
@@ -197,7 +207,12 @@ func (a *App) Start(ctx context.Context) error {
 		}()
 	}
 	for _, l := range listeners["api"] {
-		serve(l, api, nil, tlsConf)
+		if tlsConf == nil && reachableFromNetwork(l.Addr()) {
+			a.log.Warn("the API is served over plain HTTP on an address other machines can reach: worker and admin tokens and "+
+				"the jobs' hf_tokens cross the network in the clear; set [tls] cert_file and key_file, or listen on "+
+				"127.0.0.1 behind a TLS proxy", "addr", l.Addr().String())
+		}
+		serve(l, dash.Mount(api), nil, tlsConf)
 	}
 	for _, l := range listeners["admin"] {
 		serve(l, api, a.srv.AdminConnContext, nil)
@@ -210,6 +225,13 @@ func (a *App) Start(ctx context.Context) error {
 	go func() { a.srv.Run(loopCtx); close(a.loopsDone) }()
 	close(a.ready)
 	return nil
+}
+
+// reachableFromNetwork reports whether a listener's address is a TCP
+// address other than loopback (the unspecified address included).
+func reachableFromNetwork(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && !tcp.IP.IsLoopback()
 }
 
 func closeAll(ls map[string][]net.Listener) {

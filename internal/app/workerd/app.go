@@ -7,6 +7,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
+	"github.com/simpletuner/simpletuner-orchestration/internal/isolation"
 	"github.com/simpletuner/simpletuner-orchestration/internal/version"
 	"github.com/simpletuner/simpletuner-orchestration/internal/worker"
 )
@@ -20,33 +21,50 @@ type App struct {
 	level   *slog.LevelVar
 	started *config.Worker // settings that need a restart are compared against it
 	gpus    gpu.Source
+	iso     *isolation.Isolator
 }
 
 // New builds the worker for a loaded configuration; args and getenv are kept
 // for reloads, level changes the logger's level live.
 func New(cfg *config.Worker, args []string, getenv func(string) string, log *slog.Logger, level *slog.LevelVar) (*App, error) {
-	gpus := gpuSource(cfg.GPU.Backend, log)
+	isoCfg := IsolationConfig(cfg, log)
 	if exe, err := os.Executable(); err == nil {
-		worker.Supervisor = []string{exe, worker.SuperviseArg}
+		isoCfg.Reaper = []string{exe, isolation.ReaperArg}
 	} else {
-		log.Warn("cannot find own executable; jobs run without a supervisor", "err", err)
+		log.Warn("cannot find own executable; no reaper ends the jobs if workerd is killed", "err", err)
 	}
+	iso, err := isolation.New(isoCfg)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("job isolation", "mode", iso.Name(), "walls", iso.Describe())
+	gpus := gpuSource(cfg.GPU, log)
 	opt := worker.OptionsFrom(cfg)
-	opt.Version, opt.GPU, opt.Logger = version.Version, gpus, log
+	opt.Version, opt.GPU, opt.Logger, opt.Isolation = version.Version, gpus, log, iso
 	w, err := worker.New(opt)
 	if err != nil {
 		gpus.Close()
+		iso.Close()
 		return nil, err
 	}
 	if js := worker.JobSettingsFrom(cfg); js.OwnCancelGrace {
 		log.Info("job.cancel_grace is set in this worker's configuration; it overrides the orchestrator's for jobs here",
 			"cancel_grace", js.CancelGrace.String(), "set_in", cfg.Origin("job.cancel_grace"))
 	}
-	return &App{Worker: w, args: args, getenv: getenv, log: log, level: level, started: cfg, gpus: gpus}, nil
+	return &App{Worker: w, args: args, getenv: getenv, log: log, level: level, started: cfg, gpus: gpus, iso: iso}, nil
 }
 
-// Close releases the GPU backend.
-func (a *App) Close() { _ = a.gpus.Close() }
+// IsolationConfig maps the [job] settings onto the job isolation's.
+func IsolationConfig(cfg *config.Worker, log *slog.Logger) isolation.Config {
+	return isolation.Config{Mode: cfg.Job.Isolation, User: cfg.Job.User, UIDRange: cfg.Job.UIDRange,
+		Limits: isolation.Limits{MemoryMax: cfg.Job.MemoryMaxBytes(), TasksMax: cfg.Job.TasksMax}, Log: log}
+}
+
+// Close releases the GPU backend and the jobs' cgroups and stops the reaper.
+func (a *App) Close() {
+	_ = a.gpus.Close()
+	a.iso.Close()
+}
 
 // Reload re-reads the configuration (SIGHUP). The log level and the job
 // settings (command, environment, cancel grace, log limit) apply at once to
@@ -89,7 +107,13 @@ func restartKeys(running, next *config.Worker) []string {
 		{"worker.state_dir", running.Worker.StateDir, next.Worker.StateDir},
 		{"worker.self_fence_after", running.Worker.SelfFenceAfter, next.Worker.SelfFenceAfter},
 		{"worker.reconnect_max", running.Worker.ReconnectMax, next.Worker.ReconnectMax},
+		{"worker.max_jobs", running.Worker.MaxJobs, next.Worker.MaxJobs},
 		{"job.work_dir", running.Job.WorkDir, next.Job.WorkDir},
+		{"job.isolation", running.Job.Isolation, next.Job.Isolation},
+		{"job.user", running.Job.User, next.Job.User},
+		{"job.uid_range", running.Job.UIDRange, next.Job.UIDRange},
+		{"job.memory_max", running.Job.MemoryMax, next.Job.MemoryMax},
+		{"job.tasks_max", running.Job.TasksMax, next.Job.TasksMax},
 		{"gpu", running.GPU, next.GPU},
 		{"log.format", running.Log.Format, next.Log.Format},
 	} {

@@ -18,6 +18,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/daemon"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
+	"github.com/simpletuner/simpletuner-orchestration/internal/isolation"
 	"github.com/simpletuner/simpletuner-orchestration/internal/version"
 	"github.com/simpletuner/simpletuner-orchestration/internal/worker"
 )
@@ -25,7 +26,7 @@ import (
 // Exit statuses of simpletuner-workerd.
 const (
 	ExitOK     = 0 // a clean stop: signal, drain, an ephemeral worker with no more jobs
-	ExitConfig = 1 // a configuration or start-up error, or a URL that is not an orchestrator's
+	ExitConfig = 1 // a configuration or start-up error, a URL that is not an orchestrator's or redirects elsewhere, a client certificate missing or refused
 	ExitAuth   = 2 // the orchestrator rejected the worker token (401)
 	ExitFailed = 3 // any other failure
 )
@@ -48,6 +49,7 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) i
 	}
 	if opts.CheckConfig {
 		fmt.Fprint(stdout, cfg.Redacted())
+		fmt.Fprintf(stdout, "\n# job isolation here: %s\n", isolation.Probe(IsolationConfig(cfg, nil)))
 		return ExitOK
 	}
 	log, level := daemon.NewLogger(cfg.Log, os.Stderr)
@@ -71,7 +73,11 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) i
 	case errors.Is(err, worker.ErrAuthRejected):
 		fmt.Fprintln(stderr, "simpletuner-workerd:", worker.ErrAuthRejected)
 		return ExitAuth
-	case errors.Is(err, worker.ErrNotAnOrchestrator):
+	case errors.Is(err, worker.ErrMisconfigured):
+		fmt.Fprintln(stderr, "simpletuner-workerd:", err)
+		return ExitConfig
+	case errors.Is(err, worker.ErrNotAnOrchestrator), errors.Is(err, worker.ErrRedirected), errors.Is(err, worker.ErrClientCertificate),
+		errors.Is(err, worker.ErrRegistrationRefused):
 		fmt.Fprintln(stderr, "simpletuner-workerd: configuration error:", err)
 		return ExitConfig
 	default:
@@ -88,7 +94,7 @@ func StopTimeout(cfg *config.Worker) time.Duration {
 }
 
 func detectGPUs(cfg *config.Worker, log *slog.Logger, stdout, stderr io.Writer) int {
-	gpus := gpuSource(cfg.GPU.Backend, log)
+	gpus := gpuSource(cfg.GPU, log)
 	defer gpus.Close()
 	inv, err := gpus.Inventory()
 	if err != nil {
@@ -104,9 +110,16 @@ func detectGPUs(cfg *config.Worker, log *slog.Logger, stdout, stderr io.Writer) 
 }
 
 // gpuSource picks the GPU backend: nvml (zero GPUs without a driver) or none.
-func gpuSource(backend string, log *slog.Logger) gpu.Source {
-	if backend == "none" {
+func gpuSource(g config.GPUConfig, log *slog.Logger) gpu.Source {
+	switch g.Backend {
+	case "none":
 		return gpu.None()
+	case "static":
+		devs := make([]gpu.Device, len(g.Devices))
+		for i, d := range g.Devices {
+			devs[i] = gpu.Device{UUID: d.UUID, Name: d.Name, MemoryMiB: uint64(d.MemoryGB * 1024), DeviceNode: d.DeviceNode}
+		}
+		return gpu.NewStatic(g.Vendor, devs)
 	}
 	return gpu.NewNVML(log)
 }

@@ -3,8 +3,10 @@ package sqlstore
 import (
 	"context"
 	"encoding/json"
+	"strings"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
 // appendAudit seals rec as the successor of the chain head and inserts it. The
@@ -41,9 +43,44 @@ func (s *Store) AppendAudit(ctx context.Context, rec audit.Record) error {
 	return s.write(ctx, func(c conn) error { return s.appendAudit(ctx, c, &rec) })
 }
 
+const auditCols = `seq, time, actor, actor_ip, action, target_type, target_id, outcome, details, prev_hash, hash`
+
 // ListAudit returns up to limit records after sinceSeq, oldest first.
 func (s *Store) ListAudit(ctx context.Context, sinceSeq int64, limit int) ([]audit.Record, error) {
-	rows, err := s.reader().query(ctx, `SELECT `+auditCols+` FROM audit WHERE seq > ? ORDER BY seq LIMIT ?`, sinceSeq, limitArg(limit))
+	return s.queryAudit(ctx, `SELECT `+auditCols+` FROM audit WHERE seq > ? ORDER BY seq LIMIT ?`, sinceSeq, limitArg(limit))
+}
+
+// ListAuditNewest returns matching records newest first. Walking back from
+// the newest along the primary key costs a page when filters match often.
+func (s *Store) ListAuditNewest(ctx context.Context, f store.AuditFilter) ([]audit.Record, error) {
+	where, args := " WHERE 1 = 1", []any{}
+	if f.BeforeSeq > 0 {
+		where += " AND seq < ?"
+		args = append(args, f.BeforeSeq)
+	}
+	if f.Actor != "" {
+		where += " AND actor = ?"
+		args = append(args, f.Actor)
+	}
+	if f.Action != "" {
+		if strings.HasSuffix(f.Action, ".") {
+			// substr, not LIKE: action names hold "_", a LIKE wildcard.
+			where += " AND substr(action, 1, ?) = ?"
+			args = append(args, len(f.Action), f.Action)
+		} else {
+			where += " AND action = ?"
+			args = append(args, f.Action)
+		}
+	}
+	if f.TargetID != "" {
+		where += " AND target_id = ?"
+		args = append(args, f.TargetID)
+	}
+	return s.queryAudit(ctx, `SELECT `+auditCols+` FROM audit`+where+` ORDER BY seq DESC LIMIT ?`, append(args, limitArg(f.Limit))...)
+}
+
+func (s *Store) queryAudit(ctx context.Context, q string, args ...any) ([]audit.Record, error) {
+	rows, err := s.reader().query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -57,4 +94,11 @@ func (s *Store) ListAudit(ctx context.Context, sinceSeq int64, limit int) ([]aud
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+func scanAudit(r scanner) (audit.Record, error) {
+	var rec audit.Record
+	err := r.Scan(&rec.Seq, timeCol{&rec.Time}, &rec.Actor, &rec.ActorIP, &rec.Action, &rec.TargetType,
+		&rec.TargetID, &rec.Outcome, rawCol{&rec.Details}, &rec.PrevHash, &rec.Hash)
+	return rec, err
 }

@@ -13,10 +13,14 @@ import (
 // whatever the size of the history.
 //
 // On PostgreSQL a count row is locked until its transaction ends, like the
-// audit chain head that the same transactions take after it. Rows are always
-// changed in the order of their status names, so two transactions moving
-// jobs in opposite directions (queued → dispatched, dispatched → queued)
-// cannot wait on each other.
+// audit chain head. So the counts are changed after every other row the
+// transaction changes (jobs, attempts, GPU leases, the worker), just before
+// the audit head: a transaction holding a count row then waits only for
+// other count rows or the head, never for a job or worker row, and a claim
+// (worker, then job) cannot deadlock with a requeue (job, then worker)
+// through them. Rows are changed in the order of their status names, so two
+// transactions moving jobs in opposite directions (queued → dispatched,
+// dispatched → queued) cannot wait on each other either.
 
 // countMove records that one job left status from and entered status to
 // ("" for none: an insert or a delete).
@@ -101,4 +105,23 @@ func (s *Store) countOf(ctx context.Context, statuses []protocol.JobStatus) (int
 		}
 	}
 	return total, nil
+}
+
+// CountJobsIn counts the jobs in the given statuses (absent: none), from the
+// per-status counts like CountJobs.
+func (s *Store) CountJobsIn(ctx context.Context, statuses []protocol.JobStatus) (map[protocol.JobStatus]int, error) {
+	out := map[protocol.JobStatus]int{}
+	if len(statuses) == 0 {
+		return out, nil
+	}
+	counts, err := s.CountJobs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, st := range statuses {
+		if n := counts[st]; n != 0 {
+			out[st] = n
+		}
+	}
+	return out, nil
 }

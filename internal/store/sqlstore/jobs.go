@@ -2,6 +2,10 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
@@ -77,6 +81,30 @@ func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
 	return s.getJob(ctx, s.reader(), id, false)
 }
 
+// CountJobsEndedSince counts terminal jobs by status that ended at or after
+// since. Only terminal jobs have an end time, so the condition on ended_at
+// alone reads the window's part of jobs_by_end (ended_at, seq, status) and
+// nothing else; naming the statuses would tempt SQLite's planner onto
+// jobs_by_status, which holds the whole history of each status.
+func (s *Store) CountJobsEndedSince(ctx context.Context, since time.Time) (map[protocol.JobStatus]int, error) {
+	rows, err := s.reader().query(ctx, `SELECT status, COUNT(*) FROM jobs
+		WHERE ended_at IS NOT NULL AND ended_at >= ? GROUP BY status`, s.tv(since))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[protocol.JobStatus]int{}
+	for rows.Next() {
+		var st protocol.JobStatus
+		var n int
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, err
+		}
+		out[st] = n
+	}
+	return out, rows.Err()
+}
+
 // QueuePosition counts the queued jobs ahead of (priority, seq) in claim order.
 func (s *Store) QueuePosition(ctx context.Context, priority int, seq int64) (int, error) {
 	var n int
@@ -85,12 +113,20 @@ func (s *Store) QueuePosition(ctx context.Context, priority int, seq int64) (int
 	return n, err
 }
 
-const attemptCols = `job_id, number, worker_id, upload_token_hash, dispatched_at, acked_at, ended_at, outcome, error`
+const attemptCols = `job_id, number, worker_id, upload_token_hash, dispatched_at, acked_at, ended_at, outcome, error,
+	cpu_seconds, peak_memory_bytes, gpus`
 
 func scanAttempt(r scanner) (store.Attempt, error) {
 	var a store.Attempt
+	var cpu sql.NullFloat64
+	var peak sql.NullInt64
+	var gpus string
 	err := r.Scan(&a.JobID, &a.Number, &a.WorkerID, &a.UploadTokenHash, timeCol{&a.DispatchedAt},
-		nullTimeCol{&a.AckedAt}, nullTimeCol{&a.EndedAt}, &a.Outcome, &a.Error)
+		nullTimeCol{&a.AckedAt}, nullTimeCol{&a.EndedAt}, &a.Outcome, &a.Error, &cpu, &peak, &gpus)
+	if cpu.Valid || peak.Valid {
+		a.Usage = &protocol.Usage{CPUSeconds: cpu.Float64, PeakMemoryBytes: uint64(max(peak.Int64, 0))}
+	}
+	a.GPUs = parseIndices(gpus)
 	return a, err
 }
 
@@ -118,4 +154,26 @@ func (s *Store) ListAttempts(ctx context.Context, jobID string) ([]store.Attempt
 		}
 	}
 	return out, nil
+}
+
+// indicesArg stores GPU indices as "0,3"; parseIndices reads them back.
+func indicesArg(ix []int) string {
+	parts := make([]string, len(ix))
+	for i, n := range ix {
+		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ",")
+}
+
+func parseIndices(s string) []int {
+	if s == "" {
+		return nil
+	}
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		if n, err := strconv.Atoi(p); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
 }

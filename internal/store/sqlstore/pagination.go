@@ -14,7 +14,7 @@ import (
 var everyStatus = []protocol.JobStatus{protocol.JobQueued, protocol.JobDispatched, protocol.JobRunning,
 	protocol.JobCanceling, protocol.JobCompleted, protocol.JobFailed, protocol.JobCancelled}
 
-// ListJobs returns a page of jobs in Seq order (descending with NewestFirst)
+// ListJobs returns a page of jobs in Seq order (descending with Newest)
 // and how many match in all (-1 with a WorkerID: not counted).
 //
 // Every page costs O(page), whatever the history: each query reads one index
@@ -52,7 +52,7 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, i
 // listQuery builds ListJobs' statement.
 func (s *Store) listQuery(f store.JobFilter) (string, []any) {
 	dir, cmp := "ASC", ">"
-	if f.NewestFirst {
+	if f.Newest {
 		dir, cmp = "DESC", "<"
 	}
 	statuses := dedupe(f.Statuses)

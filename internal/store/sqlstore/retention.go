@@ -251,15 +251,6 @@ func (s *Store) setMark(ctx context.Context, c conn, kind string, m store.Retent
 	return err
 }
 
-const auditCols = `seq, time, actor, actor_ip, action, target_type, target_id, outcome, details, prev_hash, hash`
-
-func scanAudit(r scanner) (audit.Record, error) {
-	var rec audit.Record
-	err := r.Scan(&rec.Seq, timeCol{&rec.Time}, &rec.Actor, &rec.ActorIP, &rec.Action, &rec.TargetType,
-		&rec.TargetID, &rec.Outcome, rawCol{&rec.Details}, &rec.PrevHash, &rec.Hash)
-	return rec, err
-}
-
 func (s *Store) checkpoint(ctx context.Context, c conn, lock bool) (store.AuditLink, error) {
 	q := `SELECT seq, hash, time FROM audit_checkpoint WHERE id = 1`
 	if lock {

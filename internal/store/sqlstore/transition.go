@@ -65,9 +65,6 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 		if _, err := c.exec(ctx, `UPDATE jobs SET `+set+` WHERE id = ?`, append(args, j.ID)...); err != nil {
 			return err
 		}
-		if err := s.countMove(ctx, c, j.Status, t.To); err != nil {
-			return err
-		}
 
 		if t.Ack {
 			if _, err := c.exec(ctx, `UPDATE attempts SET acked_at = ? WHERE job_id = ? AND number = ?`,
@@ -80,14 +77,22 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 			if t.Error != nil {
 				errText = *t.Error
 			}
-			if _, err := c.exec(ctx, `UPDATE attempts SET ended_at = ?, outcome = ?, error = ?
-				WHERE job_id = ? AND number = ? AND ended_at IS NULL`,
-				s.tv(at), t.EndAttempt, errText, j.ID, j.Attempt); err != nil {
+			var cpu, peak any // NULL unless reported
+			if t.Usage != nil {
+				cpu, peak = t.Usage.CPUSeconds, int64(min(t.Usage.PeakMemoryBytes, 1<<62))
+			}
+			if _, err := c.exec(ctx, `UPDATE attempts SET ended_at = ?, outcome = ?, error = ?,
+				cpu_seconds = ?, peak_memory_bytes = ? WHERE job_id = ? AND number = ? AND ended_at IS NULL`,
+				s.tv(at), t.EndAttempt, errText, cpu, peak, j.ID, j.Attempt); err != nil {
 				return err
 			}
-			if err := s.freeWorker(ctx, c, att.WorkerID, j.ID); err != nil {
+			if err := s.freeWorker(ctx, c, att.WorkerID, j.ID, j.Attempt); err != nil {
 				return err
 			}
+		}
+		// The counts, like the audit head, are locked last: see counts.go.
+		if err := s.countMove(ctx, c, j.Status, t.To); err != nil {
+			return err
 		}
 		if out, err = s.getJob(ctx, c, j.ID, false); err != nil {
 			return err

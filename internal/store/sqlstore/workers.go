@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,9 +13,14 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
-const workerCols = `id, name, type, status, gpu_info, provider, labels, admin_labels, persistent,
+// workerWriteCols are the columns CreateWorker writes; workerCols adds those
+// only the attempt transactions change.
+const (
+	workerWriteCols = `id, name, type, status, gpu_info, provider, labels, admin_labels, persistent,
 	local, current_job_id, protocol, agent_version, last_heartbeat, connected_at, stream_instance,
-	created_at, created_by, capabilities, token_hash`
+	created_at, created_by, capabilities, labels_locked, token_hash`
+	workerCols = workerWriteCols + `, running, gpus_used`
+)
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -23,7 +29,8 @@ func scanWorker(r scanner, extra ...any) (store.Worker, error) {
 	dest := append([]any{&w.ID, &w.Name, &w.Type, &w.Status, rawCol{&w.GPUInfo}, &w.Provider,
 		jsonCol{&w.Labels}, jsonCol{&w.AdminLabels}, &w.Persistent, &w.Local, &w.CurrentJobID,
 		&w.Protocol, &w.AgentVersion, nullTimeCol{&w.LastHeartbeat}, nullTimeCol{&w.ConnectedAt},
-		&w.StreamInstance, timeCol{&w.CreatedAt}, &w.CreatedBy, jsonCol{&w.Capabilities}, &w.TokenHash}, extra...)
+		&w.StreamInstance, timeCol{&w.CreatedAt}, &w.CreatedBy, jsonCol{&w.Capabilities}, &w.LabelsLocked, &w.TokenHash,
+		&w.Running, &w.GPUsUsed}, extra...)
 	err := r.Scan(dest...)
 	return w, err
 }
@@ -33,7 +40,7 @@ func (s *Store) workerArgs(w *store.Worker) []any {
 	return []any{w.Name, w.Type, w.Status, rawArg(w.GPUInfo, "{}"), w.Provider,
 		labelsArg(w.Labels), labelsArg(w.AdminLabels), w.Persistent, w.Local, w.CurrentJobID,
 		w.Protocol, w.AgentVersion, s.ntv(w.LastHeartbeat), s.ntv(w.ConnectedAt), w.StreamInstance,
-		s.tv(w.CreatedAt), w.CreatedBy, capabilitiesArg(w.Capabilities)}
+		s.tv(w.CreatedAt), w.CreatedBy, capabilitiesArg(w.Capabilities), w.LabelsLocked}
 }
 
 func capabilitiesArg(c protocol.Capabilities) any {
@@ -52,7 +59,7 @@ func (s *Store) CreateWorker(ctx context.Context, w store.Worker, tokenHash stri
 	w.CreatedAt = now(w.CreatedAt)
 	return s.write(ctx, func(c conn) error {
 		args := append(append([]any{w.ID}, s.workerArgs(&w)...), tokenHash)
-		if _, err := c.exec(ctx, `INSERT INTO workers (`+workerCols+`) VALUES (`+placeholders(len(args))+`)`, args...); err != nil {
+		if _, err := c.exec(ctx, `INSERT INTO workers (`+workerWriteCols+`) VALUES (`+placeholders(len(args))+`)`, args...); err != nil {
 			return err
 		}
 		return s.appendAudit(ctx, c, rec)
@@ -113,6 +120,30 @@ func (s *Store) ListWorkers(ctx context.Context, f store.WorkerFilter) ([]store.
 	return out, total, err
 }
 
+// SummarizeWorkers counts workers by status, GPU description and whether they
+// hold a job. A fleet has few distinct GPU descriptions, so this returns a
+// handful of rows where ListWorkers would return every worker.
+func (s *Store) SummarizeWorkers(ctx context.Context) ([]store.WorkerGroup, error) {
+	// gpu_info is compared as text: PostgreSQL's json type has no equality.
+	rows, err := s.reader().query(ctx, `SELECT status, CAST(gpu_info AS TEXT), CASE WHEN current_job_id = '' THEN 0 ELSE 1 END, COUNT(*),
+		SUM(gpus_used) FROM workers GROUP BY status, CAST(gpu_info AS TEXT), CASE WHEN current_job_id = '' THEN 0 ELSE 1 END`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.WorkerGroup
+	for rows.Next() {
+		var g store.WorkerGroup
+		var hasJob int
+		if err := rows.Scan(&g.Status, rawCol{&g.GPUInfo}, &hasJob, &g.Count, &g.GPUsUsed); err != nil {
+			return nil, err
+		}
+		g.HasJob = hasJob == 1
+		out = append(out, g)
+	}
+	return out, rows.Err()
+}
+
 // UpdateWorker is a read-modify-write of one worker in one transaction. fn
 // cannot change the ID or the token hash.
 func (s *Store) UpdateWorker(ctx context.Context, id string, fn func(*store.Worker) (*audit.Record, error)) (store.Worker, error) {
@@ -142,7 +173,7 @@ func (s *Store) putWorker(ctx context.Context, c conn, w store.Worker) (store.Wo
 	_, err := c.exec(ctx, `UPDATE workers SET name = ?, type = ?, status = ?, gpu_info = ?, provider = ?,
 		labels = ?, admin_labels = ?, persistent = ?, local = ?, current_job_id = ?, protocol = ?,
 		agent_version = ?, last_heartbeat = ?, connected_at = ?, stream_instance = ?, created_at = ?,
-		created_by = ?, capabilities = ? WHERE id = ?`, append(s.workerArgs(&w), w.ID)...)
+		created_by = ?, capabilities = ?, labels_locked = ? WHERE id = ?`, append(s.workerArgs(&w), w.ID)...)
 	if err != nil {
 		return w, err
 	}
@@ -162,27 +193,72 @@ func (s *Store) SetWorkerTokenHash(ctx context.Context, id, hash string, rec *au
 	})
 }
 
-// DeleteWorker removes a worker; its jobs and attempts keep their history.
+// DeleteWorker removes a worker and the GPU leases it had; its jobs and
+// attempts keep their history.
 func (s *Store) DeleteWorker(ctx context.Context, id string, rec *audit.Record) error {
 	return s.write(ctx, func(c conn) error {
 		if err := affected(c.exec(ctx, `DELETE FROM workers WHERE id = ?`, id)); err != nil {
 			return noRows(err, "worker", id)
 		}
+		if _, err := c.exec(ctx, `DELETE FROM gpu_leases WHERE worker_id = ?`, id); err != nil {
+			return err
+		}
 		return s.appendAudit(ctx, c, rec)
 	})
 }
 
-// freeWorker releases a worker from job jobID if that is still its job; its
-// status follows the lifecycle's rule. A deleted worker has nothing to free.
-func (s *Store) freeWorker(ctx context.Context, c conn, workerID, jobID string) error {
+// freeWorker gives back what attempt n of job jobID held on its worker: its
+// GPU leases and its slot. The worker's status follows the lifecycle's rule,
+// and its current job becomes another it still runs, if any. A deleted
+// worker has nothing to free.
+func (s *Store) freeWorker(ctx context.Context, c conn, workerID, jobID string, n int) error {
 	w, err := s.getWorker(ctx, c, workerID, true)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && w.CurrentJobID != jobID) {
+	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	_, err = c.exec(ctx, `UPDATE workers SET current_job_id = '', status = ? WHERE id = ?`,
-		lifecycle.Settle(w.Status, 0, 1), workerID)
+	res, err := c.exec(ctx, `DELETE FROM gpu_leases WHERE job_id = ? AND attempt = ? AND worker_id = ?`, jobID, n, workerID)
+	if err != nil {
+		return err
+	}
+	freed, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	w.Running, w.GPUsUsed = max(w.Running-1, 0), max(w.GPUsUsed-int(freed), 0)
+	current := w.CurrentJobID
+	if current == jobID {
+		current = ""
+		if w.Running > 0 {
+			err := c.queryRow(ctx, `SELECT id FROM jobs WHERE worker_id = ? AND id <> ? AND status IN (?, ?, ?)
+				ORDER BY seq LIMIT 1`, workerID, jobID, protocol.JobDispatched, protocol.JobRunning, protocol.JobCanceling).Scan(&current)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+		}
+	}
+	_, err = c.exec(ctx, `UPDATE workers SET current_job_id = ?, status = ?, running = ?, gpus_used = ? WHERE id = ?`,
+		current, lifecycle.Settle(w.Status, w.Load()), w.Running, w.GPUsUsed, workerID)
 	return err
+}
+
+// GPULeases lists the GPUs of a worker that attempts hold.
+func (s *Store) GPULeases(ctx context.Context, workerID string) ([]store.GPULease, error) {
+	rows, err := s.reader().query(ctx, `SELECT worker_id, gpu_index, job_id, attempt FROM gpu_leases
+		WHERE worker_id = ? ORDER BY gpu_index`, workerID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.GPULease
+	for rows.Next() {
+		var l store.GPULease
+		if err := rows.Scan(&l.WorkerID, &l.Index, &l.JobID, &l.Attempt); err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, rows.Err()
 }

@@ -105,13 +105,17 @@ func testClaimOnlyQueued(t *testing.T, s store.Store) {
 }
 
 func testClaimWorkerNotAvailable(t *testing.T, s store.Store) {
+	// A worker that runs one job at a time and already has one.
+	full, _ := dispatched(t, s)
 	j := newJob(t, s)
+	_, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: full.ID, Now: t0, AckDeadline: t0, Audit: rec("job.dispatch")})
+	wantErr(t, err, store.ErrConflict, "worker with a job")
+	equal(t, getWorker(t, s, full.ID), full, "worker after refused claim (has a job)")
 	cases := map[string]func(*store.Worker){
 		"busy":       func(w *store.Worker) { w.Status = protocol.WorkerBusy },
 		"draining":   func(w *store.Worker) { w.Status = protocol.WorkerDraining },
 		"offline":    func(w *store.Worker) { w.Status = protocol.WorkerOffline },
 		"connecting": func(w *store.Worker) { w.Status = protocol.WorkerConnecting },
-		"has a job":  func(w *store.Worker) { w.CurrentJobID = "j_other" },
 	}
 	for name, mod := range cases {
 		w := newWorker(t, s, mod)
@@ -119,7 +123,7 @@ func testClaimWorkerNotAvailable(t *testing.T, s store.Store) {
 		wantErr(t, err, store.ErrConflict, "worker "+name)
 		equal(t, getWorker(t, s, w.ID), w, "worker after refused claim ("+name+")")
 	}
-	_, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: "w_missing", Now: t0, AckDeadline: t0})
+	_, _, err = s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: "w_missing", Now: t0, AckDeadline: t0})
 	wantErr(t, err, store.ErrConflict, "missing worker")
 	equal(t, getJob(t, s, j.ID), j, "job after refused claims")
 	if n := len(chain(t, s)); n != 0 {

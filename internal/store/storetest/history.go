@@ -106,7 +106,7 @@ func testListJobsKeysetPages(t *testing.T, s store.Store) {
 			// Keyset pages of 4.
 			var got []string
 			pf := f
-			pf.NewestFirst, pf.Limit = newest, 4
+			pf.Newest, pf.Limit = newest, 4
 			for pages := 0; ; pages++ {
 				js, total, err := s.ListJobs(t.Context(), pf)
 				noErr(t, err, "ListJobs "+name)
@@ -128,7 +128,7 @@ func testListJobsKeysetPages(t *testing.T, s store.Store) {
 			got = nil
 			for off := 0; off < len(exp)+3; off += 3 {
 				of := f
-				of.NewestFirst, of.Limit, of.Offset = newest, 3, off
+				of.Newest, of.Limit, of.Offset = newest, 3, off
 				js, _, err := s.ListJobs(t.Context(), of)
 				noErr(t, err, "ListJobs offset "+name)
 				for _, j := range js {

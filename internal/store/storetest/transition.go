@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ var transitionTests = []test{
 	{"TransitionRequeue", testTransitionRequeue},
 	{"TransitionFields", testTransitionFields},
 	{"TransitionAuditIsAtomic", testTransitionAuditAtomic},
+	{"TransitionStoresUsage", testTransitionUsage},
 }
 
 // dispatched returns a worker and the job it was just given.
@@ -126,17 +128,25 @@ func testTransitionDraining(t *testing.T, s store.Store) {
 }
 
 func testTransitionWorkerMovedOn(t *testing.T, s store.Store) {
-	w, j := dispatched(t, s)
-	// The worker has been given another job meanwhile (e.g. re-registered and
-	// reconciled): ending the old attempt must not free it.
-	_, err := s.UpdateWorker(t.Context(), w.ID, func(cur *store.Worker) (*audit.Record, error) {
-		cur.CurrentJobID = "j_newer"
-		return nil, nil
-	})
-	noErr(t, err, "UpdateWorker")
+	// A worker that runs two jobs at once: ending one attempt frees its slot
+	// only, and the worker's current job becomes the other.
+	w, j := dispatched(t, s, sharing(2))
+	newJob(t, s)
+	other, _ := claim(t, s, w.ID)
+	if gw := getWorker(t, s, w.ID); gw.Status != protocol.WorkerBusy || gw.Running != 2 || gw.CurrentJobID != other.ID {
+		t.Fatalf("worker with two jobs: status %s running %d job %q", gw.Status, gw.Running, gw.CurrentJobID)
+	}
 	transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobQueued, By: lifecycle.Loss, EndAttempt: protocol.OutcomeWithdrawn}})
-	if gw := getWorker(t, s, w.ID); gw.Status != protocol.WorkerBusy || gw.CurrentJobID != "j_newer" {
-		t.Fatalf("worker that moved on: status %s job %q", gw.Status, gw.CurrentJobID)
+	if gw := getWorker(t, s, w.ID); gw.Status != protocol.WorkerPartial || gw.Running != 1 || gw.CurrentJobID != other.ID {
+		t.Fatalf("worker after one of its two jobs ended: status %s running %d job %q", gw.Status, gw.Running, gw.CurrentJobID)
+	}
+}
+
+// sharing makes a worker that runs up to n jobs at once, with n GPUs.
+func sharing(n int) func(*store.Worker) {
+	return func(w *store.Worker) {
+		w.Protocol, w.Capabilities.MaxJobs = 2, n
+		w.GPUInfo = json.RawMessage(fmt.Sprintf(`{"count":%d}`, n))
 	}
 }
 
@@ -221,4 +231,22 @@ func finish(t *testing.T, s store.Store, j store.Job, end protocol.JobStatus) st
 	}
 	j = transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobCanceling, By: lifecycle.Cancel}})
 	return transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: end, By: lifecycle.Report, EndAttempt: protocol.OutcomeCancelled}})
+}
+
+// What a worker reports its attempt used is stored with the attempt's end;
+// an attempt ended without a report has none.
+func testTransitionUsage(t *testing.T, s store.Store) {
+	_, j := dispatched(t, s)
+	u := &protocol.Usage{CPUSeconds: 1.25, PeakMemoryBytes: 3 << 30}
+	transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobCompleted, By: lifecycle.Report,
+		EndAttempt: protocol.OutcomeCompleted}, Usage: u})
+	if as := attempts(t, s, j.ID); as[0].Usage == nil || *as[0].Usage != *u {
+		t.Fatalf("usage stored as %+v, want %+v", as[0].Usage, u)
+	}
+	_, j2 := dispatched(t, s)
+	transition(t, s, j2, store.JobTransition{Step: lifecycle.Step{To: protocol.JobQueued, By: lifecycle.Loss,
+		EndAttempt: protocol.OutcomeWithdrawn}})
+	if as := attempts(t, s, j2.ID); as[0].Usage != nil {
+		t.Fatalf("an attempt ended without a report has usage %+v", as[0].Usage)
+	}
 }

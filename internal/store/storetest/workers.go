@@ -31,7 +31,7 @@ func fullWorker() store.Worker {
 		ID: protocol.NewWorkerID(), Name: "box-1", Type: protocol.Ephemeral, Status: protocol.WorkerDraining,
 		GPUInfo:  json.RawMessage(`{"name":"A100","vram_gb":80,"count":8}`),
 		Provider: "runpod", Labels: map[string]string{"zone": "eu", "tier": "gold"},
-		AdminLabels: map[string]string{"tier": "gold"}, Persistent: true, Local: true,
+		AdminLabels: map[string]string{"tier": "gold"}, LabelsLocked: true, Persistent: true, Local: true,
 		CurrentJobID: "j_x", Protocol: 2, AgentVersion: "1.2.3",
 		LastHeartbeat: ptr(at(time.Minute)), ConnectedAt: ptr(at(2 * time.Minute)),
 		StreamInstance: "inst-a", CreatedAt: t0, CreatedBy: "admin:root",
@@ -53,7 +53,7 @@ func testWorkerRoundTrip(t *testing.T, s store.Store) {
 	noErr(t, s.CreateWorker(t.Context(), minimal, "hash-2", nil), "CreateWorker minimal")
 	g := getWorker(t, s, minimal.ID)
 	if len(g.Labels) != 0 || len(g.AdminLabels) != 0 || string(g.GPUInfo) != "{}" ||
-		g.LastHeartbeat != nil || g.ConnectedAt != nil || g.CurrentJobID != "" || g.Persistent {
+		g.LastHeartbeat != nil || g.ConnectedAt != nil || g.CurrentJobID != "" || g.Persistent || g.LabelsLocked {
 		t.Fatalf("minimal worker came back as %+v", g)
 	}
 	if g.Labels == nil || g.AdminLabels == nil {

@@ -8,6 +8,17 @@ set -e
 root="${DPKG_ROOT:-}"
 systemd-sysusers ${root:+--root="$root"} simpletuner-orchestratord.conf
 systemd-tmpfiles ${root:+--root="$root"} --create simpletuner-orchestratord.conf
+# The database URL may carry a password: the unit loads it as the credential
+# database-url, from a file that exists (LoadCredential= refuses to start
+# without it), 0600 root; empty means "not set".
+cred="$root/etc/simpletuner/database-url"
+[ -e "$cred" ] || (umask 077 && : >"$cred")
+# orchestratord.toml may hold database.url inline too: root may write it, the
+# daemon's group read it, nobody else.
+gid=$(awk -F: '$1 == "simpletuner" { print $3 }' "$root/etc/group")
+if [ -n "$gid" ] && [ -e "$root/etc/simpletuner/orchestratord.toml" ] && chown "root:$gid" "$root/etc/simpletuner/orchestratord.toml"; then
+	chmod 0640 "$root/etc/simpletuner/orchestratord.toml"
+fi
 if [ -z "$root" ] && [ -d /run/systemd/system ]; then
 	systemctl --system daemon-reload >/dev/null || true
 	# An upgrade restarts a running orchestrator on the new binary.

@@ -3,6 +3,17 @@
 # user and directories and reloads systemd; it never enables or starts a unit.
 systemd-sysusers simpletuner-orchestratord.conf || :
 systemd-tmpfiles --create simpletuner-orchestratord.conf || :
+# The database URL may carry a password: the unit loads it as the credential
+# database-url, from a file that exists (LoadCredential= refuses to start
+# without it), 0600 root; empty means "not set".
+cred="/etc/simpletuner/database-url"
+[ -e "$cred" ] || (umask 077 && : >"$cred")
+# orchestratord.toml may hold database.url inline too: root may write it, the
+# daemon's group read it, nobody else.
+gid=$(awk -F: '$1 == "simpletuner" { print $3 }' /etc/group)
+if [ -n "$gid" ] && [ -e /etc/simpletuner/orchestratord.toml ] && chown "root:$gid" "/etc/simpletuner/orchestratord.toml"; then
+	chmod 0640 "/etc/simpletuner/orchestratord.toml"
+fi
 if [ -d /run/systemd/system ]; then
 	systemctl daemon-reload || :
 	if [ "$1" -ge 2 ]; then systemctl try-restart simpletuner-orchestratord.service || :; fi

@@ -10,16 +10,18 @@ root="${DPKG_ROOT:-}"
 systemd-sysusers ${root:+--root="$root"} simpletuner-workerd.conf
 systemd-tmpfiles ${root:+--root="$root"} --create simpletuner-workerd.conf
 # GPU device nodes may belong to video (NVIDIA) or render (DRM render nodes):
-# the worker joins those that exist on this machine (not in a DPKG_ROOT).
+# the job user joins those that exist on this machine (not in a DPKG_ROOT).
 if [ -z "$root" ]; then
 	for g in video render; do
-		if getent group "$g" >/dev/null; then usermod -a -G "$g" simpletuner-worker; fi
+		if getent group "$g" >/dev/null; then usermod -a -G "$g" simpletuner-job; fi
 	done
 fi
-# LoadCredential=worker-token refuses to start the unit when its source file
-# is missing, so one exists; empty means "no token from the credential".
-token="$root/etc/simpletuner/worker-token"
-[ -e "$token" ] || (umask 077 && : >"$token")
+# LoadCredential= refuses to start the unit when a source file is missing, so
+# each exists, 0600 root; empty means "not set" (no token, no client
+# certificate from the credential).
+for c in worker-token worker-cert worker-key; do
+	[ -e "$root/etc/simpletuner/$c" ] || (umask 077 && : >"$root/etc/simpletuner/$c")
+done
 if [ -z "$root" ] && [ -d /run/systemd/system ]; then
 	systemctl --system daemon-reload >/dev/null || true
 fi

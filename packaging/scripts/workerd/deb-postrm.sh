@@ -6,7 +6,7 @@ root="${DPKG_ROOT:-}"
 case "$1" in
 purge)
 	rm -rf "$root/var/lib/simpletuner-worker"
-	rm -f "$root/etc/simpletuner/worker-token"
+	rm -f "$root/etc/simpletuner/worker-token" "$root/etc/simpletuner/worker-cert" "$root/etc/simpletuner/worker-key"
 	rmdir "$root/etc/simpletuner" 2>/dev/null || true
 	[ -z "$root" ] && deb-systemd-helper purge simpletuner-workerd.service >/dev/null 2>&1 || true
 	;;

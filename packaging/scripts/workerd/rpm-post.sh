@@ -4,8 +4,9 @@
 systemd-sysusers simpletuner-workerd.conf || :
 systemd-tmpfiles --create simpletuner-workerd.conf || :
 for g in video render; do
-	if getent group "$g" >/dev/null; then usermod -a -G "$g" simpletuner-worker || :; fi
+	if getent group "$g" >/dev/null; then usermod -a -G "$g" simpletuner-job || :; fi
 done
-token=/etc/simpletuner/worker-token
-[ -e "$token" ] || (umask 077 && : >"$token")
+for c in worker-token worker-cert worker-key; do
+	[ -e "/etc/simpletuner/$c" ] || (umask 077 && : >"/etc/simpletuner/$c")
+done
 if [ -d /run/systemd/system ]; then systemctl daemon-reload || :; fi

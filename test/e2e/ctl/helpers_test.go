@@ -202,13 +202,15 @@ type normalizer struct {
 }
 
 var (
-	idRE     = regexp.MustCompile(`\b(w|j|tok)_[a-z2-7]{12}\b`)
-	tokenRE  = regexp.MustCompile(`\b(sta|wt|stu)_[A-Za-z0-9_-]{40,}`)
-	timeRE   = regexp.MustCompile(`"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)"`)
-	numRE    = regexp.MustCompile(`"(uptime_seconds)": [0-9.]+`)
-	hashRE   = regexp.MustCompile(`\b[0-9a-f]{64}\b`)
-	portRE   = regexp.MustCompile(`127\.0\.0\.1:\d+`)
-	socketRE = regexp.MustCompile(`unix://\S+?o\.sock`)
+	idRE    = regexp.MustCompile(`\b(w|j|tok)_[a-z2-7]{12}\b`)
+	tokenRE = regexp.MustCompile(`\b(sta|wt|stu)_[A-Za-z0-9_-]{40,}`)
+	timeRE  = regexp.MustCompile(`"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)"`)
+	numRE   = regexp.MustCompile(`"(uptime_seconds|cpu_seconds|peak_memory_bytes)": [0-9.e+-]+`)
+	// Job isolation depends on the machine: cgroups, root.
+	isolationRE = regexp.MustCompile(`"isolation": "[^"]*"`)
+	hashRE      = regexp.MustCompile(`\b[0-9a-f]{64}\b`)
+	portRE      = regexp.MustCompile(`127\.0\.0\.1:\d+`)
+	socketRE    = regexp.MustCompile(`unix://\S+?o\.sock`)
 )
 
 func newNormalizer(dirs ...string) *normalizer {
@@ -232,6 +234,7 @@ func (n *normalizer) apply(s string) string {
 	})
 	s = timeRE.ReplaceAllString(s, `"<time>"`)
 	s = numRE.ReplaceAllString(s, `"$1": <n>`)
+	s = isolationRE.ReplaceAllString(s, `"isolation": "<isolation>"`)
 	s = hashRE.ReplaceAllString(s, "<hash>")
 	s = socketRE.ReplaceAllString(s, "unix://<socket>")
 	s = portRE.ReplaceAllString(s, "127.0.0.1:<port>")

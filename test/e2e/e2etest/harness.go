@@ -7,6 +7,8 @@ package e2etest
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -35,6 +37,8 @@ func Main(m *testing.M) {
 		panic(err)
 	}
 	BinDir = dir
+	// Jobs may run as other uids (workerd as root): they exec the demo trainer.
+	_ = os.Chmod(dir, 0o755)
 	root, err := moduleRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -87,11 +91,17 @@ type Proc struct {
 // its output is logged if the test failed.
 func Start(t testing.TB, name string, args ...string) *Proc {
 	t.Helper()
+	return StartEnv(t, nil, name, args...)
+}
+
+// StartEnv is Start with env added to the process's environment.
+func StartEnv(t testing.TB, env []string, name string, args ...string) *Proc {
+	t.Helper()
 	p := &Proc{log: &testutil.Buffer{}, done: make(chan struct{})}
 	p.Cmd = exec.Command(filepath.Join(BinDir, name), args...)
 	p.Cmd.Stdout = p.log
 	p.Cmd.Stderr = p.log
-	p.Cmd.Env = append(os.Environ(), "NOTIFY_SOCKET=/nonexistent/notify.sock")
+	p.Cmd.Env = append(append(os.Environ(), "NOTIFY_SOCKET=/nonexistent/notify.sock"), env...)
 	if err := p.Cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -153,6 +163,19 @@ type OrchOptions struct {
 	LogLevel          string
 	StateDir          string // "" → <dir>/state
 	ExtraTOML         string // appended to the file (whole tables, e.g. "[artifacts]\ndir = …")
+	// TLS serves the API over HTTPS; with ClientCAFile, client certificates
+	// are required (the harness then presents HarnessCert).
+	TLS *TLSOptions
+}
+
+// TLSOptions are the orchestrator's [tls] files and what the harness's own
+// client needs to talk to it.
+type TLSOptions struct {
+	CertFile, KeyFile, ClientCAFile string
+	// RootCAs verifies the orchestrator's certificate; HarnessCert is the
+	// harness's client certificate when ClientCAFile is set.
+	RootCAs     *x509.CertPool
+	HarnessCert *tls.Certificate
 }
 
 func or(v, def string) string {
@@ -172,6 +195,16 @@ type Orch struct {
 	Admin      string
 	Opt        OrchOptions
 	P          *Proc
+	// HTTP talks to this orchestrator (set when it serves TLS).
+	HTTP *http.Client
+}
+
+// client is the HTTP client for this orchestrator.
+func (o *Orch) client() *http.Client {
+	if o.HTTP != nil {
+		return o.HTTP
+	}
+	return client
 }
 
 func orchestratorTOML(dir string, port, metricsPort int, o OrchOptions) string {
@@ -183,7 +216,10 @@ func orchestratorTOML(dir string, port, metricsPort int, o OrchOptions) string {
 	if maxRetries == 0 {
 		maxRetries = 3
 	}
-	extraJobs, extraServer := "", ""
+	extraJobs, extraServer, tlsSection := "", "", ""
+	if t := o.TLS; t != nil {
+		tlsSection = fmt.Sprintf("[tls]\ncert_file = %q\nkey_file = %q\nclient_ca_file = %q\n", t.CertFile, t.KeyFile, t.ClientCAFile)
+	}
 	if o.LogLimitBytes > 0 {
 		extraJobs = fmt.Sprintf("log_limit_bytes = %d\n", o.LogLimitBytes)
 	}
@@ -197,7 +233,7 @@ func orchestratorTOML(dir string, port, metricsPort int, o OrchOptions) string {
 	return fmt.Sprintf(`[server]
 listen = ["127.0.0.1:%d"]
 admin_socket = "%s/o.sock"
-%s[database]
+%s%s[database]
 url = %q
 [paths]
 state_dir = %q
@@ -218,7 +254,7 @@ scheduler_interval = %q
 level = %q
 [metrics]
 listen = %q
-%s`, port, dir, extraServer, o.DBURL, stateDir, dir,
+%s`, port, dir, extraServer, tlsSection, o.DBURL, stateDir, dir,
 		or(o.HeartbeatInterval, "200ms"), or(o.HeartbeatTimeout, "1500ms"), or(o.HealthCheck, "200ms"),
 		or(o.StartupGrace, "3s"), or(o.AckTimeout, "3s"), or(o.PingInterval, "500ms"),
 		maxRetries, or(o.SchedulerInterval, "200ms"), extraJobs, or(o.LogLevel, "debug"), metrics, o.ExtraTOML)
@@ -236,6 +272,14 @@ func StartOrchestratorWith(t testing.TB, opt OrchOptions) *Orch {
 	o := &Orch{T: t, Dir: dir, Conf: filepath.Join(dir, "o.toml"), Opt: opt}
 	port := FreePort(t)
 	o.URL = fmt.Sprintf("http://127.0.0.1:%d", port)
+	if opt.TLS != nil {
+		o.URL = fmt.Sprintf("https://127.0.0.1:%d", port)
+		tc := &tls.Config{RootCAs: opt.TLS.RootCAs, MinVersion: tls.VersionTLS12}
+		if opt.TLS.HarnessCert != nil {
+			tc.Certificates = []tls.Certificate{*opt.TLS.HarnessCert}
+		}
+		o.HTTP = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
+	}
 	metricsPort := 0
 	if opt.Metrics {
 		metricsPort = FreePort(t)
@@ -282,7 +326,8 @@ func (o *Orch) WaitReady(timeout time.Duration) {
 
 // Ready returns the /readyz status code (0 when unreachable).
 func (o *Orch) Ready() int {
-	c := http.Client{Timeout: 2 * time.Second}
+	c := *o.client()
+	c.Timeout = 2 * time.Second
 	res, err := c.Get(o.URL + "/readyz")
 	if err != nil {
 		return 0
@@ -303,7 +348,7 @@ func (o *Orch) Do(method, path string, body any) (int, map[string]any) {
 	}
 	req, _ := http.NewRequest(method, o.URL+path, rd)
 	req.Header.Set("Authorization", "Bearer "+o.Admin)
-	res, err := client.Do(req)
+	res, err := o.client().Do(req)
 	if err != nil {
 		return 0, nil
 	}
@@ -406,12 +451,20 @@ type WorkerSpec struct {
 	// then takes the type the admin gave it (Persistent).
 	NoPersistentKey bool
 	URLPath         string // appended to the orchestrator's URL (a misconfiguration)
-	CancelGrace     string // [job] cancel_grace; "" → 1s
-	JobTOML         string // extra lines for [job]
+	// OrchestratorTOML holds extra lines for [orchestrator] (ca_file, cert_file…).
+	OrchestratorTOML string
+	CancelGrace      string // [job] cancel_grace; "" → 1s
+	JobTOML          string // extra lines for [job]
 	// ID and Token name a worker created beforehand (e.g. by simpletunerctl);
 	// empty: StartWorker creates one through the admin API.
 	ID, Token string
-	StateDir  string // [worker] state_dir; "" → <dir>/state
+	StateDir  string   // [worker] state_dir; "" → <dir>/state
+	Args      []string // extra command-line flags
+	Env       []string // extra environment of the workerd process
+	// StaticGPUs gives the worker that many GPUs of the static backend
+	// ("Test GPU", 80 GB, UUID GPU-<name>-<i>); 0 is a worker without GPUs.
+	StaticGPUs int
+	MaxJobs    int // [worker] max_jobs; 0 leaves it out
 }
 
 // DemoTrainer is the path of the built demo trainer.
@@ -431,6 +484,7 @@ func (o *Orch) StartWorker(s WorkerSpec) *Wrk {
 func (o *Orch) StartWorkerFor(id, token string, s WorkerSpec) *Wrk {
 	o.T.Helper()
 	w := &Wrk{ID: id, Token: token, Dir: o.T.TempDir(), Spec: s, o: o}
+	OpenToJobs(o.T, w.Dir)
 	os.WriteFile(filepath.Join(w.Dir, "token"), []byte(w.Token+"\n"), 0o600)
 	url := s.URL
 	if url == "" {
@@ -450,6 +504,22 @@ func (o *Orch) StartWorkerFor(id, token string, s WorkerSpec) *Wrk {
 		persistent = ""
 	}
 	extraJob += s.JobTOML
+	if os.Geteuid() == 0 && !strings.Contains(s.JobTOML, "user =") {
+		// As root workerd runs each job under a uid of its own with the job
+		// user's groups; the packages create simpletuner-job, a test machine
+		// has nobody.
+		extraJob += "user = \"nobody\"\n"
+	}
+	gpuTOML := "[gpu]\nbackend = \"none\"\n"
+	if s.StaticGPUs > 0 {
+		gpuTOML = "[gpu]\nbackend = \"static\"\n"
+		for i := range s.StaticGPUs {
+			gpuTOML += fmt.Sprintf("[[gpu.devices]]\nname = \"Test GPU\"\nmemory_gb = 80\nuuid = \"GPU-%s-%d\"\n", s.Name, i)
+		}
+	}
+	if s.MaxJobs > 0 {
+		persistent += fmt.Sprintf("max_jobs = %d\n", s.MaxJobs)
+	}
 	w.Conf = filepath.Join(w.Dir, "w.toml")
 	stateDir := s.StateDir
 	if stateDir == "" {
@@ -458,7 +528,7 @@ func (o *Orch) StartWorkerFor(id, token string, s WorkerSpec) *Wrk {
 	os.WriteFile(w.Conf, []byte(fmt.Sprintf(`[orchestrator]
 url = %q
 token_file = "%s/token"
-[worker]
+%s[worker]
 name = %q
 %sstate_dir = %q
 self_fence_after = %q
@@ -466,19 +536,34 @@ reconnect_max = "300ms"
 [job]
 command = %s
 cancel_grace = %q
-%s[gpu]
-backend = "none"
-[log]
+%s%s[log]
 level = "debug"
-`, url+s.URLPath, w.Dir, s.Name, persistent, stateDir, or(s.SelfFenceAfter, "1s"), cmdJSON, or(s.CancelGrace, "1s"), extraJob)), 0o600)
+`, url+s.URLPath, w.Dir, s.OrchestratorTOML, s.Name, persistent, stateDir, or(s.SelfFenceAfter, "1s"), cmdJSON, or(s.CancelGrace, "1s"), extraJob, gpuTOML)), 0o600)
 	w.Restart()
 	return w
+}
+
+// OpenToJobs lets jobs running as other uids pass through dir and its
+// parents (search only, no listing), as the packaged state directory does.
+func OpenToJobs(t testing.TB, dir string) {
+	t.Helper()
+	for d := dir; d != "/" && d != "."; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm()&0o001 == 0 {
+			if err := os.Chmod(d, st.Mode().Perm()|0o011); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }
 
 // Restart starts the workerd process again on the same config and state.
 func (w *Wrk) Restart() {
 	w.o.T.Helper()
-	w.P = Start(w.o.T, "simpletuner-workerd", "--config", w.Conf)
+	w.P = StartEnv(w.o.T, w.Spec.Env, "simpletuner-workerd", append([]string{"--config", w.Conf}, w.Spec.Args...)...)
 	if !w.Spec.NoWait {
 		w.o.WaitWorkerIdle(w.ID, 10*time.Second)
 	}

@@ -56,7 +56,13 @@ type AuditRecord struct {
 
 // NewHistory starts recording (and sampling /proc every 10 ms) for o.
 func NewHistory(t testing.TB, o *Orch) *History {
-	h := &History{T: t, O: o, file: filepath.Join(t.TempDir(), "procs.log")}
+	dir := t.TempDir()
+	h := &History{T: t, O: o, file: filepath.Join(dir, "procs.log")}
+	// Jobs append to the file, whatever uid they run as.
+	OpenToJobs(t, dir)
+	if err := os.WriteFile(h.file, nil, 0o666); err != nil || os.Chmod(h.file, 0o666) != nil {
+		t.Fatalf("history file: %v", err)
+	}
 	h.sampler = StartSampler(10*time.Millisecond, func(kind, job, attempt string, at time.Time) {
 		h.add(Event{At: at, Kind: kind, Job: job, Attempt: attempt})
 	})
@@ -388,6 +394,9 @@ func (h *History) Check(exp Expect) Summary {
 	}
 	if ov := h.sampler.Overlaps(); len(ov) > 0 {
 		h.T.Errorf("%d samples saw two attempts of a job alive together; first: %s; last: %s", len(ov), ov[0], ov[len(ov)-1])
+	}
+	if sh := h.sampler.GPUShares(); len(sh) > 0 {
+		h.T.Errorf("%d samples saw one GPU held by two live attempts; first: %s; last: %s", len(sh), sh[0], sh[len(sh)-1])
 	}
 	h.checkSpans()
 	if left := h.liveJobProcs(); len(left) > 0 {

@@ -44,7 +44,10 @@ func AllJobProcs() []JobProc {
 	return out
 }
 
-type jobProc struct{ job, attempt, comm string }
+type jobProc struct {
+	job, attempt, comm string
+	gpus               string // CUDA_VISIBLE_DEVICES as workerd set it: the attempt's GPUs
+}
 
 // procCache remembers, per pid, start time and command name, what environ
 // said. A process's environment changes only when it executes another
@@ -101,6 +104,9 @@ func scanJobProcs(cache procCache) map[int]jobProc {
 				}
 				if v, ok := bytes.CutPrefix(kv, []byte("SIMPLETUNER_JOB_ID=")); ok {
 					p.job = string(v)
+				}
+				if v, ok := bytes.CutPrefix(kv, []byte("CUDA_VISIBLE_DEVICES=")); ok {
+					p.gpus = string(v)
 				}
 			}
 			if p.job != "" && p.attempt == "" {
@@ -169,10 +175,13 @@ type Sampler struct {
 	mu       sync.Mutex
 	spans    map[string]*Span // job/attempt
 	overlaps []string
-	samples  int
-	onEvent  func(kind, job, attempt string, at time.Time)
-	cancel   context.CancelFunc
-	done     chan struct{}
+	// gpuShares lists samples in which two live attempts held one GPU (by
+	// the UUIDs workerd gave them in CUDA_VISIBLE_DEVICES).
+	gpuShares []string
+	samples   int
+	onEvent   func(kind, job, attempt string, at time.Time)
+	cancel    context.CancelFunc
+	done      chan struct{}
 }
 
 // StartSampler starts sampling every interval; onEvent (may be nil) hears
@@ -202,11 +211,26 @@ func (s *Sampler) sample(cache procCache) {
 	defer s.mu.Unlock()
 	s.samples++
 	live := map[string]map[string]bool{}
+	holders := map[string]map[string]bool{} // GPU → job/attempt
 	for _, jp := range procs {
 		if live[jp.job] == nil {
 			live[jp.job] = map[string]bool{}
 		}
 		live[jp.job][jp.attempt] = true
+		for _, g := range strings.Split(jp.gpus, ",") {
+			if g == "" {
+				continue
+			}
+			if holders[g] == nil {
+				holders[g] = map[string]bool{}
+			}
+			holders[g][jp.job+"/"+jp.attempt] = true
+		}
+	}
+	for g, hs := range holders {
+		if len(hs) > 1 {
+			s.gpuShares = append(s.gpuShares, fmt.Sprintf("GPU %s at %s: held by %v", g, now.Format("15:04:05.000"), keys(hs)))
+		}
 	}
 	for job, as := range live {
 		if len(as) > 1 {
@@ -255,6 +279,13 @@ func (s *Sampler) Spans() []Span {
 		out = append(out, *sp)
 	}
 	return out
+}
+
+// GPUShares lists the samples in which two live attempts held one GPU.
+func (s *Sampler) GPUShares() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.gpuShares...)
 }
 
 // Overlaps lists the samples in which two attempts of a job were alive together.

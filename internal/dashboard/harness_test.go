@@ -1,0 +1,260 @@
+package dashboard
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
+	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store/postgres"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store/sqlite"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// clock is a settable time source shared by a dashboard and its test.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// site is a real orchestrator (real store, its API and loops) with the
+// dashboard mounted the way orchestratord mounts it, on a loopback server.
+type site struct {
+	t      testing.TB
+	st     store.Store
+	srv    *orchestrator.Server
+	hs     *httptest.Server
+	clock  *clock
+	admin  string // sta_ token with every scope
+	cfgDir string
+}
+
+func openSQLite(t testing.TB) store.Store {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "o.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func openPostgres(t testing.TB, url string) store.Store {
+	st, err := postgres.Open(context.Background(), url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func newSite(t testing.TB, st store.Store) *site {
+	t.Helper()
+	opt := orchestrator.OptionsFrom(config.DefaultOrchestrator())
+	opt.InstanceID = "test-" + t.Name()
+	opt.ConfigsDir = t.TempDir()
+	opt.HeartbeatInterval, opt.HeartbeatTimeout = 100*time.Millisecond, 2*time.Second
+	opt.HealthCheckInterval, opt.SchedulerInterval = 100*time.Millisecond, 100*time.Millisecond
+	opt.StartupGrace, opt.PingInterval = 0, 200*time.Millisecond
+	opt.CancelGrace, opt.CancelReportTimeout = 200*time.Millisecond, 300*time.Millisecond
+	opt.AuthFailuresPerMinute = 5
+	log := slog.New(slog.DiscardHandler)
+	srv := orchestrator.New(st, opt, log)
+	c := &clock{t: time.Now()}
+	api := srv.Handler()
+	d, err := New(Options{API: api, Sessions: st, Version: "test", Log: log, Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(d.Mount(api))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Run(ctx); close(done) }()
+	t.Cleanup(func() {
+		srv.BeginShutdown()
+		hs.CloseClientConnections()
+		hs.Close()
+		cancel()
+		<-done
+	})
+	s := &site{t: t, st: st, srv: srv, hs: hs, clock: c, cfgDir: opt.ConfigsDir}
+	s.admin = s.token("test-admin", auth.ScopeAll)
+	return s
+}
+
+// token creates an admin token with scopes and returns it.
+func (s *site) token(name string, scopes ...string) string {
+	s.t.Helper()
+	tok, secret, err := orchestrator.NewAdminToken(name, scopes)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if err := s.st.CreateAdminToken(context.Background(), tok, nil); err != nil {
+		s.t.Fatal(err)
+	}
+	return secret
+}
+
+// browser is an HTTP client with cookies that does not follow redirects, so
+// tests see them; it sends the Origin header a browser sends with a form.
+type browser struct {
+	t      testing.TB
+	s      *site
+	c      *http.Client
+	origin string
+	// csrf is the form token of the last page read.
+	csrf string
+}
+
+type page struct {
+	Status int
+	Header http.Header
+	Body   string
+}
+
+func (p page) Location() string { return p.Header.Get("Location") }
+
+func (s *site) browser() *browser {
+	jar, _ := cookiejar.New(nil)
+	return &browser{t: s.t, s: s, origin: s.hs.URL, c: &http.Client{Jar: jar, Timeout: 20 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+func (b *browser) do(req *http.Request) page {
+	b.t.Helper()
+	res, err := b.c.Do(req)
+	if err != nil {
+		b.t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	p := page{Status: res.StatusCode, Header: res.Header, Body: string(body)}
+	if m := csrfField.FindStringSubmatch(p.Body); m != nil {
+		b.csrf = m[1]
+	}
+	return p
+}
+
+func (b *browser) get(path string, hdr ...string) page {
+	b.t.Helper()
+	req, _ := http.NewRequest("GET", b.s.hs.URL+path, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	return b.do(req)
+}
+
+// post sends a form with the page's CSRF token (unless the form sets one).
+func (b *browser) post(path string, form url.Values) page {
+	b.t.Helper()
+	if form == nil {
+		form = url.Values{}
+	}
+	if _, ok := form["csrf"]; !ok {
+		form.Set("csrf", b.csrf)
+	}
+	req, _ := http.NewRequest("POST", b.s.hs.URL+path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if b.origin != "" {
+		req.Header.Set("Origin", b.origin)
+	}
+	return b.do(req)
+}
+
+var formTokenField = regexp.MustCompile(`name="form_token" value="([^"]+)"`)
+
+// signIn signs in with token through the form and returns the reply to the post.
+func (b *browser) signIn(token, next string) page {
+	b.t.Helper()
+	p := b.get("/ui/signin?next=" + url.QueryEscape(next))
+	m := formTokenField.FindStringSubmatch(p.Body)
+	if p.Status != 200 || m == nil {
+		b.t.Fatalf("sign-in form: %d %s", p.Status, p.Body)
+	}
+	return b.post("/ui/signin", url.Values{"form_token": {m[1]}, "token": {token}, "next": {next}})
+}
+
+// mustSignIn signs in and fails the test unless it worked.
+func (b *browser) mustSignIn(token string) {
+	b.t.Helper()
+	if p := b.signIn(token, "/ui/"); p.Status != http.StatusSeeOther || p.Location() != "/ui/" {
+		b.t.Fatalf("sign in: %d %q %s", p.Status, p.Location(), p.Body)
+	}
+}
+
+func (b *browser) must(p page, status int) page {
+	b.t.Helper()
+	if p.Status != status {
+		b.t.Fatalf("got HTTP %d, want %d:\n%s", p.Status, status, p.Body)
+	}
+	return p
+}
+
+func contains(t testing.TB, p page, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(p.Body, w) {
+			t.Fatalf("page lacks %q:\n%s", w, p.Body)
+		}
+	}
+}
+
+func lacks(t testing.TB, p page, unwanted ...string) {
+	t.Helper()
+	for _, w := range unwanted {
+		if strings.Contains(p.Body, w) {
+			t.Fatalf("page has %q but must not:\n%s", w, p.Body)
+		}
+	}
+}
+
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// pgURL starts (or reuses) the test PostgreSQL and returns a fresh database.
+func pgURL(t testing.TB) string { return pgtest.Start(t) }
+
+func openSQLiteAt(t testing.TB, path string) store.Store {
+	st, err := sqlite.Open(context.Background(), path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}

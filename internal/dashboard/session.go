@@ -1,0 +1,353 @@
+package dashboard
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+const (
+	// sessionCookie holds only a random session id; the store keeps its SHA-256.
+	sessionCookie = "st_session"
+	// signinCookie pairs the sign-in form with the browser that loaded it, so
+	// another site cannot sign a visitor in under the attacker's token.
+	signinCookie = "st_signin"
+)
+
+// session is a signed-in browser: its cookie's id and the principal of the
+// admin token it stands for.
+type session struct {
+	id        string // the cookie value; never stored
+	idHash    string
+	principal auth.Principal
+	csrf      string
+}
+
+// Can reports whether the session's token holds scope (templates hide what
+// the token cannot do; the API refuses it regardless).
+func (s *session) Can(scope string) bool { return s.principal.Has(scope) }
+
+// Name is the token's name.
+func (s *session) Name() string { return s.principal.Name }
+
+// CSRF is the session's form token.
+func (s *session) CSRF() string { return s.csrf }
+
+func randomID() string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic("crypto/rand failed: " + err.Error())
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func hashID(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:])
+}
+
+// csrfToken is derived from the secret session id, so it needs no storage, is
+// fixed for the session's life, and reveals nothing about the id.
+func csrfToken(id string) string {
+	m := hmac.New(sha256.New, []byte(id))
+	m.Write([]byte("simpletuner dashboard csrf"))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+func cookie(r *http.Request, name, value, path string, maxAge int) *http.Cookie {
+	return &http.Cookie{Name: name, Value: value, Path: path, MaxAge: maxAge, HttpOnly: true,
+		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode}
+}
+
+// errNoSession: no cookie, an unknown or idle session, or a revoked token.
+var errNoSession = errors.New("no session")
+
+// touchEvery limits how often activity is written to the store.
+func (d *Dashboard) touchEvery() time.Duration { return min(time.Minute, d.opt.IdleTimeout/10) }
+
+// loadSession finds the browser's session and checks, on every request, that
+// it is not idle and that its token is not revoked. touch records activity
+// (live updates do not: an open tab nobody looks at still expires).
+func (d *Dashboard) loadSession(r *http.Request, touch bool) (*session, error) {
+	c, err := r.Cookie(sessionCookie)
+	if err != nil || len(c.Value) != 43 {
+		return nil, errNoSession
+	}
+	hash := hashID(c.Value)
+	ds, err := d.opt.Sessions.GetDashboardSession(r.Context(), hash)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errNoSession
+	}
+	if err != nil {
+		return nil, err
+	}
+	now := d.opt.Now()
+	why := ""
+	switch {
+	case ds.Token.RevokedAt != nil:
+		why = "token revoked"
+	case now.Sub(ds.LastSeen) > d.opt.IdleTimeout:
+		why = "idle"
+	}
+	if why != "" {
+		rec := audit.New("admin:"+ds.TokenID, auth.PeerKey(r.RemoteAddr), "dashboard.session_end", "admin_token", ds.TokenID,
+			audit.Success, map[string]string{"reason": why})
+		if err := d.opt.Sessions.DeleteDashboardSession(r.Context(), hash, &rec); err != nil && !errors.Is(err, store.ErrNotFound) {
+			d.opt.Log.Warn("dashboard: ending a session failed", "err", err)
+		}
+		return nil, errNoSession
+	}
+	if touch && now.Sub(ds.LastSeen) >= d.touchEvery() {
+		if err := d.opt.Sessions.TouchDashboardSession(r.Context(), hash, now); err != nil && !errors.Is(err, store.ErrNotFound) {
+			d.opt.Log.Warn("dashboard: recording session activity failed", "err", err)
+		}
+	}
+	t := ds.Token
+	return &session{id: c.Value, idHash: hash, csrf: csrfToken(c.Value),
+		principal: auth.Principal{Kind: auth.KindAdminToken, ID: t.ID, Name: t.Name, Scopes: t.Scopes}}, nil
+}
+
+// safeNext keeps a post-sign-in destination inside the dashboard.
+func safeNext(next string) string {
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || !strings.HasPrefix(u.Path, Prefix) ||
+		strings.HasPrefix(u.Path, Prefix+"signin") || strings.Contains(u.Path, "..") || strings.HasPrefix(next, "//") {
+		return Prefix
+	}
+	return u.RequestURI()
+}
+
+// signinURL sends the browser to sign in and then back to next.
+func signinURL(next string, expired bool) string {
+	q := url.Values{"next": {safeNext(next)}}
+	if expired {
+		q.Set("expired", "1")
+	}
+	return Prefix + "signin?" + q.Encode()
+}
+
+// needSignIn answers a request that has no valid session: a page goes to the
+// sign-in form and comes back afterwards; an htmx update makes the whole page
+// do so; anything else (the log stream) gets 401.
+func (d *Dashboard) needSignIn(w http.ResponseWriter, r *http.Request, err error) {
+	if err != nil && !errors.Is(err, errNoSession) {
+		d.opt.Log.Error("dashboard: reading the session failed", "err", err)
+		d.errorPage(w, r, nil, http.StatusServiceUnavailable, "The orchestrator's database did not answer. Try again shortly.")
+		return
+	}
+	// A browser that sent a cookie had a session that ended: say so, and drop it.
+	_, noCookie := r.Cookie(sessionCookie)
+	expired := noCookie == nil
+	if expired {
+		http.SetCookie(w, cookie(r, sessionCookie, "", Prefix, -1))
+	}
+	switch {
+	case r.Header.Get("HX-Request") == "true":
+		next := Prefix
+		if u, err := url.Parse(r.Header.Get("HX-Current-URL")); err == nil {
+			next = u.RequestURI()
+		}
+		w.Header().Set("HX-Redirect", signinURL(next, expired))
+		w.WriteHeader(http.StatusUnauthorized)
+	case r.Method == http.MethodGet:
+		http.Redirect(w, r, signinURL(r.URL.RequestURI(), expired), http.StatusSeeOther)
+	case r.Method == http.MethodPost:
+		// The form cannot be sent again after signing in; come back to the page it was on.
+		next := Prefix
+		if u, err := url.Parse(r.Header.Get("Referer")); err == nil && u.Host == r.Host {
+			next = u.RequestURI()
+		}
+		http.Redirect(w, r, signinURL(next, expired), http.StatusSeeOther)
+	default:
+		http.Error(w, "sign in first", http.StatusUnauthorized)
+	}
+}
+
+// sameOrigin refuses state-changing requests that another site started:
+// Origin, when the browser sends it, must be this host; Sec-Fetch-Site must
+// not say cross-site.
+func sameOrigin(r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+		return false
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return origin == scheme+"://"+r.Host
+}
+
+// checkCSRF verifies a state-changing form: same origin and the session's token.
+func checkCSRF(r *http.Request, s *session) bool {
+	if !sameOrigin(r) {
+		return false
+	}
+	got := r.PostFormValue("csrf")
+	return got != "" && hmac.Equal([]byte(got), []byte(s.csrf))
+}
+
+type handler func(w http.ResponseWriter, r *http.Request, s *session)
+
+// page serves a GET page to a signed-in browser.
+func (d *Dashboard) page(h handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s, err := d.loadSession(r, true)
+		if err != nil {
+			d.needSignIn(w, r, err)
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		h(w, r, s)
+	}
+}
+
+// live serves an htmx update; it does not count as activity.
+func (d *Dashboard) live(h handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s, err := d.loadSession(r, false)
+		if err != nil {
+			d.needSignIn(w, r, err)
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		h(w, r, s)
+	}
+}
+
+// action serves a state-changing form post: signed in, same origin, CSRF token.
+func (d *Dashboard) action(h handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+		s, err := d.loadSession(r, true)
+		if err != nil {
+			d.needSignIn(w, r, err)
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		if !checkCSRF(r, s) {
+			d.errorPage(w, r, s, http.StatusForbidden,
+				"The form was refused: it did not come from this dashboard's page (its security token or origin did not match). Reload the page and try again.")
+			return
+		}
+		h(w, r, s)
+	}
+}
+
+// signinForm shows the sign-in page with a fresh form token.
+func (d *Dashboard) signinForm(w http.ResponseWriter, r *http.Request) {
+	if s, err := d.loadSession(r, false); err == nil && s != nil {
+		http.Redirect(w, r, safeNext(r.URL.Query().Get("next")), http.StatusSeeOther)
+		return
+	}
+	d.renderSignin(w, r, http.StatusOK, "", r.URL.Query().Get("expired") == "1")
+}
+
+func (d *Dashboard) renderSignin(w http.ResponseWriter, r *http.Request, status int, tokenErr string, expired bool) {
+	formToken := randomID()
+	http.SetCookie(w, cookie(r, signinCookie, formToken, Prefix+"signin", 3600))
+	w.Header().Set("Cache-Control", "no-store")
+	d.render(w, r, status, "signin", map[string]any{
+		"Next": safeNext(r.FormValue("next")), "FormToken": formToken, "Error": tokenErr, "Expired": expired,
+	}, nil)
+}
+
+// signin exchanges an admin token for a session. The token is checked by the
+// API itself (GET /api/auth/whoami), so a failure counts in the API's failure
+// limiter for this peer like any other bad credential.
+func (d *Dashboard) signin(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	fc, err := r.Cookie(signinCookie)
+	if !sameOrigin(r) || err != nil || !hmac.Equal([]byte(fc.Value), []byte(r.PostFormValue("form_token"))) {
+		d.renderSignin(w, r, http.StatusForbidden, "The sign-in form expired or did not come from this page. Please try again.", false)
+		return
+	}
+	token := strings.TrimSpace(r.PostFormValue("token"))
+	if token == "" {
+		d.renderSignin(w, r, http.StatusUnprocessableEntity, "Enter an admin token (it starts with sta_).", false)
+		return
+	}
+	req := apiRequest(r, nil, http.MethodGet, "/api/auth/whoami", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	res := d.do(req)
+	ip := auth.PeerKey(r.RemoteAddr)
+	if !res.OK() {
+		msg := "That token is not a valid admin token (unknown, revoked or mistyped)."
+		switch res.Status {
+		case http.StatusTooManyRequests:
+			msg = "Too many failed sign-ins from this address; wait " + res.Header.Get("Retry-After") + " s and try again."
+		case http.StatusUnauthorized:
+			// Audited here; a 429 is not, so a flood cannot grow the log.
+			accessor := "(not a token)"
+			if auth.WellFormed(token) {
+				accessor = auth.Accessor(token)
+			}
+			rec := audit.New("anonymous", ip, "dashboard.signin", "admin_token", "", audit.Failure,
+				map[string]string{"token": accessor, "reason": res.Detail})
+			if err := d.opt.Sessions.AppendAudit(r.Context(), rec); err != nil {
+				d.opt.Log.Warn("dashboard: audit write failed", "err", err)
+			}
+		default:
+			msg = "Signing in failed: " + res.Detail
+		}
+		d.renderSignin(w, r, res.Status, msg, false)
+		return
+	}
+	var who struct {
+		Kind, ID, Name string
+		Scopes         []string
+	}
+	if err := res.decode(&who); err != nil || who.Kind != auth.KindAdminToken {
+		d.renderSignin(w, r, http.StatusUnprocessableEntity, "Only admin tokens (sta_…) can sign in.", false)
+		return
+	}
+	id := randomID()
+	now := d.opt.Now().UTC()
+	rec := audit.New("admin:"+who.ID, ip, "dashboard.signin", "admin_token", who.ID, audit.Success, map[string]string{"name": who.Name})
+	ua := r.UserAgent()
+	if len(ua) > 256 {
+		ua = ua[:256]
+	}
+	err = d.opt.Sessions.CreateDashboardSession(r.Context(), store.DashboardSession{
+		IDHash: hashID(id), TokenID: who.ID, CreatedAt: now, LastSeen: now, PeerIP: ip, UserAgent: ua}, &rec)
+	if err != nil {
+		d.opt.Log.Error("dashboard: creating a session failed", "err", err)
+		d.renderSignin(w, r, http.StatusServiceUnavailable, "Could not start a session; try again shortly.", false)
+		return
+	}
+	// Sign-ins clear out sessions that went idle, so the table stays small
+	// without a background loop.
+	if _, err := d.opt.Sessions.DeleteIdleDashboardSessions(r.Context(), now.Add(-d.opt.IdleTimeout)); err != nil {
+		d.opt.Log.Warn("dashboard: removing idle sessions failed", "err", err)
+	}
+	d.opt.Log.Info("dashboard sign-in", "token_id", who.ID, "peer", ip)
+	http.SetCookie(w, cookie(r, signinCookie, "", Prefix+"signin", -1))
+	// No MaxAge: the cookie lives with the browser session; the server decides expiry.
+	http.SetCookie(w, cookie(r, sessionCookie, id, Prefix, 0))
+	http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
+}
+
+// signout ends the session on the server and in the browser.
+func (d *Dashboard) signout(w http.ResponseWriter, r *http.Request, s *session) {
+	rec := audit.New(s.principal.Actor(), auth.PeerKey(r.RemoteAddr), "dashboard.signout", "admin_token", s.principal.ID, audit.Success, nil)
+	if err := d.opt.Sessions.DeleteDashboardSession(r.Context(), s.idHash, &rec); err != nil && !errors.Is(err, store.ErrNotFound) {
+		d.errorPage(w, r, s, http.StatusServiceUnavailable, "Signing out failed; try again.")
+		return
+	}
+	http.SetCookie(w, cookie(r, sessionCookie, "", Prefix, -1))
+	http.Redirect(w, r, Prefix+"signin?signed_out=1", http.StatusSeeOther)
+}

@@ -1,0 +1,163 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+// clientFrom is an HTTP client whose connections come from a loopback
+// address of its own (127.0.0.n), so that one test can be several clients.
+func clientFrom(n int) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(n))}}
+	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 8}}
+}
+
+func auditCount(t *testing.T, st store.Store) (int, []audit.Record) {
+	t.Helper()
+	var all []audit.Record
+	for since := int64(0); ; {
+		recs, err := st.ListAudit(context.Background(), since, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 0 {
+			return len(all), all
+		}
+		all = append(all, recs...)
+		since = recs[len(recs)-1].Seq
+	}
+}
+
+// An anonymous flood of bad tokens — well-formed ones with valid checksums
+// included, which the limiter lets through to their lookup — from several
+// clients writes one auth.failure record per client per interval, at most
+// failure_audit_max_peers of them plus one summing up the rest, and every
+// failure is counted in them.
+func TestAnonymousFloodDoesNotFloodTheAudit(t *testing.T) {
+	t.Parallel()
+	st := backends["sqlite"](t)
+	const clients, maxPeers = 5, 3
+	interval := 300 * time.Millisecond
+	e := setup(t, st, func(o *Options) {
+		o.FailureAuditInterval = interval
+		o.FailureAuditMaxPeers = maxPeers
+	})
+	before, _ := auditCount(t, st)
+
+	var sent atomic.Int64
+	stop := time.Now().Add(time.Second) // the flood lasts a second: the window measured
+	var wg sync.WaitGroup
+	for c := range clients {
+		hc := clientFrom(2 + c)
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; time.Now().Before(stop); i++ {
+					var req *http.Request
+					switch i % 3 {
+					case 0: // well-formed, valid checksum, unknown
+						req, _ = http.NewRequest("POST", e.url+"/api/workers/register", strings.NewReader(`{"name":"x"}`))
+						req.Header.Set("X-Worker-Token", auth.NewWorkerToken())
+					case 1: // garbage
+						req, _ = http.NewRequest("POST", e.url+"/api/workers/heartbeat", strings.NewReader(`{}`))
+						req.Header.Set("X-Worker-Token", fmt.Sprintf("wt_guess%d", i))
+					default: // a well-formed admin token nobody issued
+						req, _ = http.NewRequest("GET", e.url+"/api/queue/j_x", nil)
+						req.Header.Set("Authorization", "Bearer "+auth.NewAdminToken())
+					}
+					res, err := hc.Do(req)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					res.Body.Close()
+					if res.StatusCode != 401 && res.StatusCode != 429 {
+						t.Errorf("a bad token got %d", res.StatusCode)
+						return
+					}
+					sent.Add(1)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	flooded := time.Since(stop.Add(-time.Second))
+	// Everything is flushed within an interval of the last request.
+	var recs []audit.Record
+	eventually(t, 5*time.Second, "every failure audited", func() bool {
+		_, all := auditCount(t, st)
+		recs = all[before:]
+		total := 0
+		for _, r := range recs {
+			var d struct{ Failures int }
+			_ = json.Unmarshal(r.Details, &d)
+			total += d.Failures
+		}
+		return int64(total) == sent.Load()
+	})
+	for _, r := range recs {
+		if r.Action != "auth.failure" || r.Outcome != audit.Failure || r.Actor != "anonymous" {
+			t.Fatalf("unexpected record %+v", r)
+		}
+	}
+	intervals := int(flooded/interval) + 2
+	t.Logf("flood: %d failed requests from %d clients in %s (%.0f/s) wrote %d audit records (%.1f/s)",
+		sent.Load(), clients, flooded.Round(time.Millisecond), float64(sent.Load())/flooded.Seconds(), len(recs),
+		float64(len(recs))/flooded.Seconds())
+	if max := intervals * (maxPeers + 1); len(recs) > max {
+		t.Fatalf("%d audit records for %d intervals; want at most %d (%d clients + 1 summary each)", len(recs), intervals, max, maxPeers)
+	}
+	if sent.Load() < int64(4*len(recs)) {
+		t.Fatalf("too few requests (%d) to show anything", sent.Load())
+	}
+}
+
+// A record says who, how often, where and with what (token accessors only).
+func TestFailureRecordDetails(t *testing.T) {
+	t.Parallel()
+	st := backends["sqlite"](t)
+	e := setup(t, st)
+	before, _ := auditCount(t, st)
+	tok := auth.NewWorkerToken()
+	for range 3 {
+		e.do("POST", "/api/workers/register", map[string]string{"X-Worker-Token": tok}, map[string]any{"name": "x"})
+	}
+	e.do("POST", "/api/workers/job/j_abc/status", map[string]string{"X-Worker-Token": "nope"}, map[string]any{})
+	var rec audit.Record
+	eventually(t, 5*time.Second, "the record", func() bool {
+		_, all := auditCount(t, st)
+		if len(all) > before {
+			rec = all[before]
+			return true
+		}
+		return false
+	})
+	var d struct {
+		Failures int
+		Routes   map[string]int
+		Tokens   []string
+	}
+	if err := json.Unmarshal(rec.Details, &d); err != nil {
+		t.Fatal(err)
+	}
+	if rec.ActorIP != "127.0.0.1" || rec.TargetID != "127.0.0.1" || d.Failures != 4 ||
+		d.Routes["POST /api/workers/register"] != 3 || d.Routes["POST /api/workers/job/:id/status"] != 1 || len(d.Tokens) != 2 {
+		t.Fatalf("record %+v details %s", rec, rec.Details)
+	}
+	if strings.Contains(string(rec.Details), tok) {
+		t.Fatal("the record holds a whole token")
+	}
+}

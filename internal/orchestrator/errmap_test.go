@@ -1,0 +1,219 @@
+package orchestrator
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store/postgres"
+)
+
+// Errors that are not the database's are never answered 503: a config name
+// too long for the file system, or one naming a plain file, is the client's
+// mistake (422 or 404); a fault on the orchestrator's disk is a 500 with a
+// request id that leads to the log. No answer shows the configs directory.
+func TestErrorsAreMappedPrecisely(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t))
+	dir := e.srv.options().ConfigsDir
+	if err := os.WriteFile(filepath.Join(dir, "plainfile"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "adir.json"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		status int
+		want   string
+	}{
+		{strings.Repeat("x", 300), 422, "config_name"}, // ENAMETOOLONG before the length check
+		{strings.Repeat("y", 250) + ".json", 422, "config_name"},
+		{"plainfile", 404, "plainfile"}, // plainfile/config.json: ENOTDIR
+		{"missing", 404, "missing"},
+	} {
+		r := e.adminDo("POST", "/api/queue/submit", map[string]any{"config_name": c.name})
+		detail, _ := r.JSON["detail"].(string)
+		if r.Status != c.status || !strings.Contains(detail, c.want) {
+			t.Errorf("config_name %.20q…: got %d %s; want %d naming %q", c.name, r.Status, r.Body, c.status, c.want)
+		}
+		if strings.Contains(string(r.Body), dir) {
+			t.Errorf("config_name %.20q…: the answer shows the configs directory: %s", c.name, r.Body)
+		}
+	}
+
+	// adir.json is a directory: reading it fails on our side.
+	r := e.adminDo("POST", "/api/queue/submit", map[string]any{"config_name": "adir"})
+	id, _ := r.JSON["request_id"].(string)
+	if r.Status != 500 || r.JSON["error"] != "internal" || !strings.HasPrefix(id, "req_") || r.Header.Get("X-Request-ID") != id {
+		t.Fatalf("unreadable config: got %d %s; want 500 with a request id", r.Status, r.Body)
+	}
+	if strings.Contains(string(r.Body), dir) || !strings.Contains(r.JSON["detail"].(string), id) {
+		t.Fatalf("500 answer: %s", r.Body)
+	}
+	logged := false
+	for _, line := range strings.Split(e.logs.String(), "\n") {
+		logged = logged || (strings.Contains(line, id) && strings.Contains(line, "adir.json"))
+	}
+	if !logged {
+		t.Fatalf("the log has no line with request id %s and the failing path:\n%s", id, e.logs.String())
+	}
+
+	// 503 stays for the database.
+	if err := e.st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r = e.adminDo("GET", "/api/queue", nil)
+	if r.Status != 503 || r.JSON["error"] != "unavailable" || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("closed database: got %d %s; want 503", r.Status, r.Body)
+	}
+}
+
+// /readyz needs no credential, so it must not tell a stranger where the
+// database lives or what its driver said; the log keeps the details.
+func TestReadyzDoesNotLeakTheDatabaseError(t *testing.T) {
+	t.Parallel()
+	c, err := pgtest.NewCluster()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Remove)
+	st, err := postgres.Open(context.Background(), c.URL, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	// Have the store's notification listener connected before the server
+	// stops: connecting it blocks until the server answers.
+	if _, err := st.Subscribe(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e := setup(t, st)
+	e.must(e.do("GET", "/readyz", nil, nil), 200)
+	c.Stop()
+	u, _ := url.Parse(c.URL)
+	port := u.Port()
+	r := e.must(e.do("GET", "/readyz", nil, nil), 503)
+	if r.JSON["reason"] != "database unreachable" {
+		t.Fatalf("/readyz reason %q; want just \"database unreachable\"", r.JSON["reason"])
+	}
+	for _, leak := range []string{port, "127.0.0.1", "dial", "refused", "pq:"} {
+		if strings.Contains(string(r.Body), leak) {
+			t.Fatalf("/readyz shows %q: %s", leak, r.Body)
+		}
+	}
+	eventually(t, 5*time.Second, "the log to hold the database error", func() bool {
+		return strings.Contains(e.logs.String(), port)
+	})
+	e.do("GET", "/readyz", nil, nil)
+	if n := strings.Count(e.logs.String(), "not ready: the database does not answer"); n != 1 {
+		t.Fatalf("logged the lost readiness %d times; want once", n)
+	}
+}
+
+// The connection command is pasted into a shell: a Host header cannot smuggle
+// a command into it, and the token is passed in the environment, not argv.
+func TestConnectionCommandIsSafe(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t))
+	create := func(host string) (string, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", e.url+"/api/admin/workers", strings.NewReader(`{"name": "w"}`))
+		req.Host = host
+		req.Header.Set("Authorization", "Bearer "+e.admin)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var body map[string]any
+		if err := json.NewDecoder(res.Body).Decode(&body); err != nil || res.StatusCode != 201 {
+			t.Fatalf("create with Host %q: %d %v %v", host, res.StatusCode, body, err)
+		}
+		return body["connection_command"].(string), body["token"].(string)
+	}
+	for _, host := range []string{"$(touch /tmp/pwned):8001", "a;b", "`id`", "x'y", "[::1]:80:1", "h:0", "bad host"} {
+		cmd, token := create(host)
+		if strings.ContainsAny(cmd, "$`;") {
+			t.Fatalf("Host %q gave %s", host, cmd) // and do not run it
+		}
+		if !strings.Contains(cmd, strings.TrimPrefix(e.url, "http://")) {
+			t.Errorf("Host %q: the command should fall back to the address the request came in on: %s", host, cmd)
+		}
+		words := shellWords(t, cmd)
+		if words[0] != "SIMPLETUNER_WORKER_TOKEN="+token || strings.Contains(strings.Join(words[1:], " "), token) {
+			t.Errorf("the token must be in the environment only: %q", words)
+		}
+	}
+	for _, host := range []string{"orchestrator.example:8001", "10.0.0.5:8001", "[fd00::5]:8001", "gpu-head"} {
+		cmd, _ := create(host)
+		words := shellWords(t, cmd)
+		if want := "http://" + host; words[len(words)-1] != want {
+			t.Errorf("Host %q: URL word %q; want %q", host, words[len(words)-1], want)
+		}
+	}
+}
+
+// shellWords splits a command line the way a POSIX shell does, by running
+// one: it prints each word on its own line, its environment assignment first.
+func shellWords(t *testing.T, cmdline string) []string {
+	t.Helper()
+	assign, rest, _ := strings.Cut(cmdline, " ")
+	script := fmt.Sprintf(`export %s; printf '%%s\n' "SIMPLETUNER_WORKER_TOKEN=$SIMPLETUNER_WORKER_TOKEN"; set -- %s; printf '%%s\n' "$@"`, assign, rest)
+	out, err := exec.Command("/bin/sh", "-c", script).Output()
+	if err != nil {
+		t.Fatalf("sh: %v", err)
+	}
+	var words []string
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		words = append(words, sc.Text())
+	}
+	return words
+}
+
+func xTestValidHostPort(t *testing.T) {
+	t.Parallel()
+	for hp, want := range map[string]bool{
+		"example.com": true, "example.com:8001": true, "10.1.2.3:1": true, "[::1]:8001": true, "[::1]": true,
+		"a-b.c": true, "": false, "::1": false, "[::1%eth0]:1": false, "10.1.2.3:0": false, "x:65536": false,
+		"x:08": false, "-a.b": false, "a..b": false, "a b": false, "a/b": false, "$(id)": false, "[10.0.0.1]:1": false,
+	} {
+		if got := false; got != want {
+			t.Errorf("validHostPort(%q) = %v; want %v", hp, got, want)
+		}
+	}
+}
+
+// The Host header is the client's: what validHostPort accepts must be a
+// plain authority that a URL keeps as it is and a shell has nothing to
+// expand in.
+func FuzzValidHostPort(f *testing.F) {
+	for _, s := range []string{"example.com:8001", "[::1]:1", "10.0.0.1", "$(id)", "a b", "[::1%25x]:1", "h:0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, hp string) {
+		if !validHostPort(hp) {
+			return
+		}
+		if strings.ContainsAny(hp, " \t\r\n$`;&|<>()'\"\\*?{}!#~/@%") {
+			t.Fatalf("accepted %q", hp)
+		}
+		u, err := url.Parse("http://" + hp)
+		word := "http://" + hp
+		if q := shellQuote(word); err != nil || u.Host != hp || (q != word && q != "'"+word+"'") {
+			t.Fatalf("accepted %q, which does not survive a URL or a shell (%v)", hp, err)
+		}
+	})
+}

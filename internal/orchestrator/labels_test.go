@@ -1,0 +1,108 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+func manyLabels(n int) map[string]string {
+	m := map[string]string{}
+	for i := range n {
+		m[fmt.Sprintf("k%d", i)] = "v"
+	}
+	return m
+}
+
+// The pathological submit of the security review: a label pattern of a
+// megabyte (and its milder cousins) is refused with 422 naming the field,
+// before the scheduler ever sees it; so are labels over the limits, whether
+// an admin sets them or a worker reports them.
+func TestLabelLimits(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t), func(o *Options) { o.MaxBodyBytes = 4 << 20 })
+	huge := "*" + strings.Repeat("a", 1<<20) + "b"
+	for _, c := range []struct {
+		labels map[string]string
+		want   string
+	}{
+		{map[string]string{"gpu_type": huge}, "worker_labels"},
+		{map[string]string{"gpu_type": strings.Repeat("?", protocol.MaxLabelPattern+1)}, "worker_labels"},
+		{map[string]string{strings.Repeat("k", protocol.MaxLabelKey+1): "a*"}, "worker_labels"},
+		{map[string]string{"": "a*"}, "worker_labels"},
+		{manyLabels(protocol.MaxJobLabels + 1), "worker_labels"},
+	} {
+		began := time.Now()
+		r := e.adminDo("POST", "/api/queue/submit", map[string]any{"config": map[string]any{}, "worker_labels": c.labels})
+		if r.Status != 422 || !strings.Contains(r.JSON["detail"].(string), c.want) {
+			t.Errorf("submit with %.40v…: got %d %.200s; want 422 naming %s", c.labels, r.Status, r.Body, c.want)
+		}
+		t.Logf("answered in %s", time.Since(began).Round(time.Millisecond))
+	}
+	at := map[string]string{strings.Repeat("k", protocol.MaxLabelKey): "*" + strings.Repeat("a", protocol.MaxLabelPattern-1)}
+	for k, v := range manyLabels(protocol.MaxJobLabels - 1) {
+		at[k] = v
+	}
+	e.must(e.adminDo("POST", "/api/queue/submit", map[string]any{"config": map[string]any{}, "worker_labels": at}), 201)
+	if n := e.must(e.adminDo("GET", "/api/queue", nil), 200).JSON["total_pending"]; n != float64(1) {
+		t.Fatalf("queue holds %v jobs; only the one within the limits belongs there", n)
+	}
+
+	for _, labels := range []map[string]string{
+		manyLabels(protocol.MaxLabels + 1),
+		{"rack": strings.Repeat("v", protocol.MaxLabelValue+1)},
+		{strings.Repeat("k", protocol.MaxLabelKey+1): "v"},
+	} {
+		r := e.adminDo("POST", "/api/admin/workers", map[string]any{"name": "w", "labels": labels})
+		if r.Status != 422 || !strings.Contains(r.JSON["detail"].(string), `"labels"`) {
+			t.Errorf("create with %.40v…: %d %s", labels, r.Status, r.Body)
+		}
+	}
+	id, token := e.createWorker("w", "persistent", map[string]string{"site": "a"})
+	r := e.adminDo("PATCH", "/api/admin/workers/"+id, map[string]any{"labels": manyLabels(protocol.MaxLabels + 1)})
+	if r.Status != 422 {
+		t.Errorf("patch over the limit: %d", r.Status)
+	}
+	a := e.newAgent(id, token, 2)
+	r = a.register(map[string]any{"labels": map[string]string{"gpu": strings.Repeat("x", 4096)}})
+	if r.Status != 422 || !strings.Contains(r.JSON["detail"].(string), `field "labels"`) || !strings.Contains(r.JSON["detail"].(string), "at most") {
+		t.Fatalf("register with a reported label over the limit: %d %s", r.Status, r.Body)
+	}
+	if got := e.worker(id); got["status"] != "connecting" || len(got["labels"].(map[string]any)) != 1 {
+		t.Fatalf("the refused registration changed the worker: %v", got)
+	}
+}
+
+// matchWorstCase is a job whose patterns are as long and as slow to match as
+// the limits allow, and a worker whose labels make them so: every pattern
+// but one matches only after trying most starting points, and the last
+// fails only at its last byte from every starting point.
+func matchWorstCase() (store.Job, store.Worker) {
+	value := strings.Repeat("a", protocol.MaxLabelValue-1) + "b"
+	slowMatch := "*" + strings.Repeat("a", protocol.MaxLabelValue/2) + "b"
+	slowMiss := "*" + strings.Repeat("a", protocol.MaxLabelPattern-2) + "c"
+	j := store.Job{ID: "j", Target: protocol.TargetAuto, WorkerLabels: map[string]string{}}
+	w := store.Worker{ID: "w", Labels: map[string]string{}, GPUInfo: json.RawMessage(`{"count":8,"vram_gb":80}`)}
+	for i := range protocol.MaxJobLabels {
+		k := fmt.Sprintf("%0*d", protocol.MaxLabelKey, i)
+		j.WorkerLabels[k], w.Labels[k] = slowMatch, value
+	}
+	j.WorkerLabels[fmt.Sprintf("%0*d", protocol.MaxLabelKey, 0)] = slowMiss
+	return j, w
+}
+
+// BenchmarkMatchWorstCaseAtLimits is what one job costs the scheduler per
+// idle worker at most, with every label at its limits.
+func BenchmarkMatchWorstCaseAtLimits(b *testing.B) {
+	j, w := matchWorstCase()
+	for b.Loop() {
+		if matches(j, w) {
+			b.Fatal("matched")
+		}
+	}
+}

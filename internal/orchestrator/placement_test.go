@@ -1,0 +1,111 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+// A worker whose labels an admin locked cannot report its way into jobs
+// meant for others: with a stolen token it advertises the label the
+// targeted job asks for, and gets nothing; the job waits for the worker
+// the admin labelled.
+func TestLockedLabelsPinPlacement(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t))
+		r := e.must(e.adminDo("POST", "/api/admin/workers", map[string]any{"name": "general", "labels_locked": true,
+			"labels": map[string]string{"pool": "general"}}), 201)
+		if r.JSON["labels_locked"] != true {
+			t.Fatalf("create reply: %s", r.Body)
+		}
+		thief := e.newAgent(r.JSON["worker_id"].(string), r.JSON["token"].(string), 2)
+		e.must(thief.register(map[string]any{"labels": map[string]string{"pool": "secure", "tier": "secure"}}), 200)
+		thief.connect()
+		thief.keepAlive(thief.held)
+		if got := e.worker(thief.id); got["labels_locked"] != true || len(got["labels"].(map[string]any)) != 1 {
+			t.Fatalf("locked worker shows %v", got)
+		}
+		job := e.submit(map[string]any{"worker_labels": map[string]string{"tier": "secure"}, "hf_token": "hf_for_secure_only"})
+		thief.noEvent("job_submit", 600*time.Millisecond)
+
+		secure := e.startAgent("secure", map[string]string{"tier": "secure"}, nil)
+		if ev := secure.next("job_submit", 5*time.Second); ev["job_id"] != job {
+			t.Fatalf("the secure worker got %v", ev)
+		}
+
+		// Unlocking lets reported labels count again from the next registration.
+		e.must(e.adminDo("PATCH", "/api/admin/workers/"+thief.id, map[string]any{"labels_locked": false}), 200)
+		e.must(thief.register(map[string]any{"labels": map[string]string{"tier": "secure"}}), 200)
+		if got := e.worker(thief.id)["labels"].(map[string]any); got["tier"] != "secure" {
+			t.Fatalf("unlocked worker's labels %v", got)
+		}
+	})
+}
+
+// Every change of what a worker reports for placement is on record: labels
+// and GPU inventory before and after, and labels a locked worker reported
+// and that were ignored.
+func TestReportedChangesAreAudited(t *testing.T) {
+	t.Parallel()
+	st := backends["sqlite"](t)
+	e := setup(t, st)
+	id, token := e.createWorker("w", "persistent", map[string]string{"site": "a"})
+	a := e.newAgent(id, token, 2)
+	gpus := func(n int) map[string]any { return map[string]any{"count": n, "vram_gb": 80, "name": "H100"} }
+	e.must(a.register(map[string]any{"labels": map[string]string{"gpu": "h100"}, "gpu_info": gpus(8)}), 200)
+	e.must(a.register(map[string]any{"labels": map[string]string{"gpu": "h100"}, "gpu_info": gpus(8)}), 200) // no change
+	e.must(a.register(map[string]any{"labels": map[string]string{"gpu": "b200", "site": "z"}, "gpu_info": gpus(16)}), 200)
+	e.must(e.adminDo("PATCH", "/api/admin/workers/"+id, map[string]any{"labels_locked": true}), 200)
+	e.must(a.register(map[string]any{"labels": map[string]string{"secure": "yes"}, "gpu_info": gpus(16)}), 200)
+
+	_, all := auditCount(t, st)
+	var regs []map[string]json.RawMessage
+	for _, r := range all {
+		if r.Action == "worker.register" && r.Outcome == audit.Success {
+			var d map[string]json.RawMessage
+			if err := json.Unmarshal(r.Details, &d); err != nil {
+				t.Fatal(err)
+			}
+			regs = append(regs, d)
+		}
+	}
+	if len(regs) != 4 {
+		t.Fatalf("%d registrations audited; want 4", len(regs))
+	}
+	str := func(d map[string]json.RawMessage, k string) string { return string(d[k]) }
+	if str(regs[0], "reported_labels_before") != `{}` || str(regs[0], "reported_labels_after") != `{"gpu":"h100"}` ||
+		str(regs[0], "gpu_info_after") != `{"count":8,"name":"H100","vram_gb":80}` {
+		t.Errorf("first registration: %v", regs[0])
+	}
+	if _, ok := regs[1]["reported_labels_after"]; ok {
+		t.Errorf("an unchanged registration records a change: %v", regs[1])
+	}
+	if _, ok := regs[1]["gpu_info_after"]; ok {
+		t.Errorf("an unchanged registration records a GPU change: %v", regs[1])
+	}
+	// The admin owns "site": the worker's "site" is not part of placement.
+	if str(regs[2], "reported_labels_after") != `{"gpu":"b200"}` || str(regs[2], "gpu_info_before") != `{"count":8,"name":"H100","vram_gb":80}` ||
+		str(regs[2], "gpu_info_after") != `{"count":16,"name":"H100","vram_gb":80}` {
+		t.Errorf("changed registration: %v", regs[2])
+	}
+	if str(regs[3], "reported_labels_ignored") != `{"secure":"yes"}` {
+		t.Errorf("locked registration: %v", regs[3])
+	}
+	var upd bool
+	for _, r := range all {
+		upd = upd || (r.Action == "worker.update" && string(r.Details) != "" && json.Valid(r.Details) &&
+			containsJSON(r.Details, "labels_locked", "true"))
+	}
+	if !upd {
+		t.Errorf("locking was not audited")
+	}
+}
+
+func containsJSON(raw json.RawMessage, key, want string) bool {
+	var d map[string]json.RawMessage
+	return json.Unmarshal(raw, &d) == nil && string(d[key]) == want
+}

@@ -1,0 +1,65 @@
+package protocol
+
+import (
+	"encoding/json"
+	"math"
+)
+
+// GPUSummary is a worker's reported gpu_info read in either spelling:
+// upstream's agent sends {name, vram_gb, count, accelerator}, or
+// the names SimpleTuner's guides use (gpu_name, gpu_vram_gb, gpu_count,
+// accelerator_type); simpletuner-workerd adds devices.
+type GPUSummary struct {
+	Count       int
+	Name        string
+	VRAMGB      float64
+	Accelerator string
+	// Devices are the GPUs one by one: as reported, or, for an agent that
+	// reports only a count, indices 0…count-1 each with VRAMGB.
+	Devices []GPUDevice
+}
+
+// ParseGPUInfo reads a worker's gpu_info; anything unreadable is no GPU.
+func ParseGPUInfo(raw json.RawMessage) GPUSummary {
+	var m map[string]any
+	if len(raw) == 0 || json.Unmarshal(raw, &m) != nil {
+		return GPUSummary{}
+	}
+	num := func(keys ...string) float64 {
+		for _, k := range keys {
+			if f, ok := m[k].(float64); ok && !math.IsNaN(f) {
+				return f
+			}
+		}
+		return 0
+	}
+	str := func(keys ...string) string {
+		for _, k := range keys {
+			if s, ok := m[k].(string); ok {
+				return s
+			}
+		}
+		return ""
+	}
+	g := GPUSummary{
+		Count:       max(int(num("count", "gpu_count")), 0),
+		Name:        str("name", "gpu_name"),
+		VRAMGB:      num("vram_gb", "gpu_vram_gb"),
+		Accelerator: str("accelerator", "accelerator_type"),
+	}
+	var withDevices struct {
+		Devices []GPUDevice `json:"devices"`
+	}
+	if json.Unmarshal(raw, &withDevices) == nil && len(withDevices.Devices) > 0 {
+		g.Devices = withDevices.Devices
+		g.Count = len(g.Devices)
+		return g
+	}
+	for i := range min(g.Count, 1024) {
+		g.Devices = append(g.Devices, GPUDevice{Index: i, Name: g.Name, MemoryMiB: uint64(g.VRAMGB * 1024)})
+	}
+	return g
+}
+
+// VRAMGB is the device's memory in GiB.
+func (d GPUDevice) VRAMGB() float64 { return float64(d.MemoryMiB) / 1024 }

@@ -1,0 +1,2 @@
+-- An admin pinned the worker's labels: what it reports is ignored for placement.
+ALTER TABLE workers ADD COLUMN labels_locked boolean NOT NULL DEFAULT false;

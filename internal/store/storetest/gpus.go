@@ -1,0 +1,178 @@
+package storetest
+
+import (
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+var gpuTests = []test{
+	{"GPUClaimLeases", testGPUClaimLeases},
+	{"GPUNeverTwice", testGPUNeverTwice},
+	{"GPUFreedOnceEveryWay", testGPUFreedOnceEveryWay},
+	{"GPUClaimNamedJob", testGPUClaimNamedJob},
+	{"GPULeasesGoWithWorker", testGPULeasesGoWithWorker},
+}
+
+// claimGPUs claims the next queued job for w with the given GPUs.
+func claimGPUs(t *testing.T, s store.Store, w store.Worker, gpus ...int) (store.Job, error) {
+	t.Helper()
+	j, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, GPUs: gpus, UploadTokenHash: "up",
+		AckDeadline: at(60e9), Now: at(1e9)})
+	return j, err
+}
+
+func leaseIndices(t *testing.T, s store.Store, workerID string) []int {
+	t.Helper()
+	ls, err := s.GPULeases(t.Context(), workerID)
+	noErr(t, err, "GPULeases")
+	out := []int{}
+	for _, l := range ls {
+		out = append(out, l.Index)
+	}
+	return out
+}
+
+// A claim leases its GPUs, records them on the attempt, and counts them on
+// the worker, whose status goes partial while room is left, busy when not.
+func testGPUClaimLeases(t *testing.T, s store.Store) {
+	w := newWorker(t, s, sharing(4))
+	newJob(t, s)
+	newJob(t, s)
+	j, err := claimGPUs(t, s, w, 1, 3)
+	noErr(t, err, "claim with GPUs 1 and 3")
+	equal(t, leaseIndices(t, s, w.ID), []int{1, 3}, "leases")
+	equal(t, attempts(t, s, j.ID)[0].GPUs, []int{1, 3}, "the attempt's GPUs")
+	gw := getWorker(t, s, w.ID)
+	if gw.Status != protocol.WorkerPartial || gw.Running != 1 || gw.GPUsUsed != 2 {
+		t.Fatalf("worker after a 2-GPU claim: %s running %d gpus used %d", gw.Status, gw.Running, gw.GPUsUsed)
+	}
+	_, err = claimGPUs(t, s, w, 0, 2)
+	noErr(t, err, "claim with the other two GPUs")
+	if gw := getWorker(t, s, w.ID); gw.Status != protocol.WorkerBusy || gw.GPUsUsed != 4 {
+		t.Fatalf("worker with every GPU leased: %s gpus used %d", gw.Status, gw.GPUsUsed)
+	}
+	newJob(t, s)
+	_, err = claimGPUs(t, s, w)
+	wantErr(t, err, store.ErrConflict, "claim on a worker with every GPU leased")
+	w2 := newWorker(t, s, sharing(2))
+	_, err = claimGPUs(t, s, w2, 5)
+	wantErr(t, err, store.ErrConflict, "a GPU the worker does not have")
+	equal(t, leaseIndices(t, s, w2.ID), []int{}, "leases after a refused claim")
+}
+
+// Claimers racing for one GPU of one worker (on different jobs): one wins,
+// the others get ErrConflict, and the GPU has one lease.
+func testGPUNeverTwice(t *testing.T, s store.Store) {
+	w := newWorker(t, s, sharing(8))
+	const racers = 8
+	for range racers {
+		newJob(t, s)
+	}
+	for round := range 3 {
+		var wg sync.WaitGroup
+		errs := make([]error, racers)
+		for i := range racers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = claimGPUs(t, s, w, round)
+			}()
+		}
+		wg.Wait()
+		won := 0
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				won++
+			case !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNoJob):
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		if won != 1 {
+			t.Fatalf("round %d: %d claims got GPU %d", round, won, round)
+		}
+	}
+	equal(t, leaseIndices(t, s, w.ID), []int{0, 1, 2}, "leases after three rounds")
+	if gw := getWorker(t, s, w.ID); gw.Running != 3 || gw.GPUsUsed != 3 {
+		t.Fatalf("worker counts: running %d gpus used %d", gw.Running, gw.GPUsUsed)
+	}
+}
+
+// However an attempt ends, its GPUs come back exactly once: a second end
+// is refused by the compare-and-set and the counts never go below zero.
+func testGPUFreedOnceEveryWay(t *testing.T, s store.Store) {
+	ends := map[string][]lifecycle.Step{
+		"completed": {{To: protocol.JobRunning, By: lifecycle.Report, Ack: true},
+			{To: protocol.JobCompleted, By: lifecycle.Report, EndAttempt: protocol.OutcomeCompleted}},
+		"failed": {{To: protocol.JobRunning, By: lifecycle.Report, Ack: true},
+			{To: protocol.JobFailed, By: lifecycle.Report, EndAttempt: protocol.OutcomeFailed}},
+		"cancelled": {{To: protocol.JobRunning, By: lifecycle.Report, Ack: true},
+			{To: protocol.JobCanceling, By: lifecycle.Cancel},
+			{To: protocol.JobCancelled, By: lifecycle.Report, EndAttempt: protocol.OutcomeCancelled}},
+		"worker lost": {{To: protocol.JobRunning, By: lifecycle.Report, Ack: true},
+			{To: protocol.JobQueued, By: lifecycle.Loss, EndAttempt: protocol.OutcomeWorkerLost, SpendRetry: true}},
+		"withdrawn": {{To: protocol.JobQueued, By: lifecycle.Loss, EndAttempt: protocol.OutcomeWithdrawn}},
+	}
+	for name, steps := range ends {
+		t.Run(name, func(t *testing.T) {
+			w := newWorker(t, s, sharing(4))
+			newJob(t, s)
+			keep, err := claimGPUs(t, s, w, 0)
+			noErr(t, err, "claim of the job that keeps running")
+			newJob(t, s)
+			j, err := claimGPUs(t, s, w, 2, 3)
+			noErr(t, err, "claim")
+			for _, st := range steps {
+				j = transition(t, s, j, store.JobTransition{Step: st})
+			}
+			equal(t, leaseIndices(t, s, w.ID), []int{0}, "leases after the attempt ended "+name)
+			gw := getWorker(t, s, w.ID)
+			if gw.Running != 1 || gw.GPUsUsed != 1 || gw.Status != protocol.WorkerPartial || gw.CurrentJobID != keep.ID {
+				t.Fatalf("after %s: %s running %d gpus used %d current %q", name, gw.Status, gw.Running, gw.GPUsUsed, gw.CurrentJobID)
+			}
+			// Ending it again is a stale report: nothing changes.
+			last := steps[len(steps)-1]
+			_, err = s.TransitionJob(t.Context(), store.JobTransition{JobID: j.ID, ExpectAttempt: 1,
+				From: protocol.JobRunning, Step: lifecycle.Step{To: last.To, By: last.By, EndAttempt: protocol.OutcomeWorkerLost}})
+			if err == nil {
+				t.Fatalf("a second end of the attempt (%s) was applied", name)
+			}
+			if gw := getWorker(t, s, w.ID); gw.Running != 1 || gw.GPUsUsed != 1 {
+				t.Fatalf("after a refused second end: running %d gpus used %d", gw.Running, gw.GPUsUsed)
+			}
+		})
+	}
+}
+
+// A claim for a named job takes that one, and only while it is queued.
+func testGPUClaimNamedJob(t *testing.T, s store.Store) {
+	w := newWorker(t, s, sharing(2))
+	first := newJob(t, s)
+	second := newJob(t, s)
+	j, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, JobID: second.ID, GPUs: []int{1}, Now: t0, AckDeadline: t0})
+	noErr(t, err, "claim of the second job by name")
+	equal(t, j.ID, second.ID, "claimed job")
+	_, _, err = s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, JobID: second.ID, GPUs: []int{0}, Now: t0, AckDeadline: t0})
+	wantErr(t, err, store.ErrNoJob, "claim of a job no longer queued")
+	equal(t, getJob(t, s, first.ID).Status, protocol.JobQueued, "the first job")
+	equal(t, leaseIndices(t, s, w.ID), []int{1}, "leases")
+}
+
+// Deleting a worker drops its leases.
+func testGPULeasesGoWithWorker(t *testing.T, s store.Store) {
+	w := newWorker(t, s, sharing(2))
+	newJob(t, s)
+	_, err := claimGPUs(t, s, w, 0, 1)
+	noErr(t, err, "claim")
+	r := audit.New("admin:t", "", "worker.delete", "worker", w.ID, audit.Success, nil)
+	noErr(t, s.DeleteWorker(t.Context(), w.ID, &r), "DeleteWorker")
+	if got := leaseIndices(t, s, w.ID); len(got) != 0 {
+		t.Fatalf("leases of a deleted worker: %v", got)
+	}
+}

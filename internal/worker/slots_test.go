@@ -1,0 +1,151 @@
+package worker
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+)
+
+// gpus is a job_submit's assignment; none at all is an empty list (a job
+// that takes no GPU), which JSON must carry as [], not null.
+func gpus(list ...protocol.AssignedGPU) *[]protocol.AssignedGPU {
+	out := append([]protocol.AssignedGPU{}, list...)
+	return &out
+}
+
+// jobEnvOf reads the environment a job wrote into env.txt in its directory.
+func jobEnvOf(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	waitFile(t, filepath.Join(dir, "env.txt"), 10*time.Second)
+	raw, _ := os.ReadFile(filepath.Join(dir, "env.txt"))
+	env := map[string]string{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			env[k] = v
+		}
+	}
+	return env
+}
+
+// Two jobs run at once on a two-GPU worker, each told only its own GPU;
+// dispatches that would share a GPU, exceed max_jobs or take the whole
+// worker are refused while they run; heartbeats carry both attempts.
+func TestSeveralJobsOnTheirOwnGPUs(t *testing.T) {
+	t.Parallel()
+	var opt Options
+	f, r := setup(t, func(o *Options) {
+		o.Command = []string{"/bin/sh", "-c", "env > env.txt; exec " + demoTrainer}
+		opt = *o
+	})
+	f.connected(1)
+	long := json.RawMessage(`{"steps":100000,"step_seconds":0.05}`)
+	f.submit(protocol.JobSubmitEvent{JobID: "j_slot0000001", Config: long, Attempt: 1, GPUs: gpus(protocol.AssignedGPU{Index: 1, UUID: "GPU-bbbb"})})
+	f.submit(protocol.JobSubmitEvent{JobID: "j_slot0000002", Config: long, Attempt: 1, GPUs: gpus(protocol.AssignedGPU{Index: 0})})
+	f.started("j_slot0000001")
+	f.started("j_slot0000002")
+
+	for id, want := range map[string]string{"j_slot0000001": "GPU-bbbb", "j_slot0000002": "GPU-aaaa"} {
+		env := jobEnvOf(t, filepath.Join(opt.StateDir, "jobs", id))
+		if env["CUDA_VISIBLE_DEVICES"] != want || env["NVIDIA_VISIBLE_DEVICES"] != want {
+			t.Errorf("%s sees CUDA_VISIBLE_DEVICES=%q NVIDIA_VISIBLE_DEVICES=%q, want %s", id, env["CUDA_VISIBLE_DEVICES"], env["NVIDIA_VISIBLE_DEVICES"], want)
+		}
+	}
+	f.waitFor("a heartbeat with both attempts", 5*time.Second, func() bool {
+		if len(f.heartbeats) == 0 {
+			return false
+		}
+		var ids []string
+		for _, a := range f.heartbeats[len(f.heartbeats)-1].Running {
+			ids = append(ids, a.JobID)
+		}
+		return slices.Equal(ids, []string{"j_slot0000001", "j_slot0000002"})
+	})
+
+	// Refused while both run: a GPU in use, max_jobs (2, one per GPU), the
+	// whole worker. None of them starts.
+	f.submit(protocol.JobSubmitEvent{JobID: "j_slot0000003", Config: long, Attempt: 1, GPUs: gpus()})
+	f.submit(protocol.JobSubmitEvent{JobID: "j_slot0000004", Config: long, Attempt: 1})
+	waitLog(t, r, "max_jobs (2) jobs run here already")
+	waitLog(t, r, "it asks for the whole worker and 2 job(s) run here")
+	f.mu.Lock()
+	for _, id := range []string{"j_slot0000003", "j_slot0000004"} {
+		if f.hasReportLocked(id, "starting") {
+			t.Errorf("%s was taken beside two running jobs", id)
+		}
+	}
+	f.mu.Unlock()
+	if s := r.w.Status(); !strings.Contains(s, "running 2 jobs (j_slot0000001, j_slot0000002)") {
+		t.Errorf("status %q", s)
+	}
+}
+
+// A dispatch naming a GPU that is busy, unknown, or given twice is refused.
+func TestConflictingGPUsAreRefused(t *testing.T) {
+	t.Parallel()
+	f, r := setup(t, func(o *Options) { o.MaxJobs = 4 })
+	f.connected(1)
+	long := json.RawMessage(`{"steps":100000,"step_seconds":0.05}`)
+	f.submit(protocol.JobSubmitEvent{JobID: "j_conf0000001", Config: long, Attempt: 1, GPUs: gpus(protocol.AssignedGPU{Index: 0})})
+	f.started("j_conf0000001")
+	f.submit(protocol.JobSubmitEvent{JobID: "j_conf0000002", Config: long, Attempt: 1, GPUs: gpus(protocol.AssignedGPU{Index: 0})})
+	waitLog(t, r, "GPU 0 is in use by job j_conf0000001")
+	f.submit(protocol.JobSubmitEvent{JobID: "j_conf0000003", Config: long, Attempt: 1, GPUs: gpus(protocol.AssignedGPU{Index: 7})})
+	waitLog(t, r, "it assigns GPU 7 and this worker has 2")
+	f.submit(protocol.JobSubmitEvent{JobID: "j_conf0000004", Config: long, Attempt: 1, GPUs: gpus(protocol.AssignedGPU{Index: 1}, protocol.AssignedGPU{Index: 1})})
+	waitLog(t, r, "it assigns GPU 1 twice")
+	f.submit(protocol.JobSubmitEvent{JobID: "j_conf0000005", Config: long, Attempt: 1, GPUs: gpus(protocol.AssignedGPU{Index: 1, UUID: "GPU-zzzz"})})
+	waitLog(t, r, "it assigns GPU 1 as GPU-zzzz, which is GPU-bbbb here")
+	// A job that takes no GPU may still run beside it (max_jobs 4).
+	f.submit(protocol.JobSubmitEvent{JobID: "j_conf0000006", Config: long, Attempt: 1, GPUs: gpus()})
+	f.started("j_conf0000006")
+}
+
+// Self-fencing stops every running job, each reported cancelled after the
+// next registration.
+func TestSelfFenceStopsEveryJob(t *testing.T) {
+	t.Parallel()
+	var opt Options
+	f, _ := setup(t, func(o *Options) {
+		o.SelfFenceAfter = 300 * time.Millisecond
+		opt = *o
+	})
+	f.connected(1)
+	long := json.RawMessage(`{"steps":100000,"step_seconds":0.05}`)
+	ids := []string{"j_fall00000001", "j_fall00000002"}
+	for i, id := range ids {
+		f.submit(protocol.JobSubmitEvent{JobID: id, Config: long, Attempt: 1, GPUs: gpus(protocol.AssignedGPU{Index: i})})
+	}
+	var pids []int
+	for _, id := range ids {
+		f.started(id)
+		pids = append(pids, pidsOf(t, filepath.Join(opt.StateDir, "jobs", id))...)
+	}
+	f.down.Store(true)
+	f.dropStreams()
+	f.srv.CloseClientConnections()
+	waitDead(t, pids, 5*time.Second)
+	f.down.Store(false)
+	for _, id := range ids {
+		if rep := f.report(id, "cancelled"); rep.Error == nil || !strings.Contains(*rep.Error, "self-fenced") {
+			t.Errorf("%s: %+v", id, rep)
+		}
+	}
+}
+
+// waitLog waits for the worker's log to contain s.
+func waitLog(t *testing.T, r *running, s string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(r.logs.String(), s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker never logged %q", s)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,379 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The launch benchmark measures the worker side with real processes: one
+// orchestrator on the embedded store, real simpletuner-workerd processes, and
+// a job (test/bench/stamp) whose first instruction reads the clock and
+// reports it over a unix socket. Per isolation mode it measures client submit
+// → the job's first instruction, one job at a time, and zero-work jobs per
+// second through every worker, with workerd's CPU time per job.
+
+type launchFlags struct {
+	modes      string // comma-separated isolation modes; "" skips the launch benchmark
+	workers    int
+	jobs       int
+	samples    int
+	submitters int
+	workerdBin string // a prebuilt workerd (an older version, to compare); "" builds this tree's
+}
+
+type launchResult struct {
+	mode          string
+	latency       dist
+	jobsPerS      float64
+	elapsed       time.Duration
+	workerdCPUJob time.Duration // workerd processes' CPU time per job
+	orchCPUJob    time.Duration // the orchestrator's
+	load          string
+}
+
+// launchModes resolves "auto": every mode this machine offers.
+func launchModes(spec string) []string {
+	if spec != "auto" {
+		return strings.Split(spec, ",")
+	}
+	if os.Geteuid() == 0 {
+		return []string{"cgroup", "process-group"}
+	}
+	return []string{"process-group"}
+}
+
+func runLaunch(lf launchFlags, orchBin, tmp string) ([]launchResult, error) {
+	// Jobs may run as other uids: they pass through tmp to their directories.
+	if err := os.Chmod(tmp, 0o711); err != nil {
+		return nil, err
+	}
+	stampBin := filepath.Join(tmp, "stamp")
+	if err := goBuild(stampBin, "./test/bench/stamp", "0"); err != nil {
+		return nil, err
+	}
+	workerdBin := lf.workerdBin
+	if workerdBin == "" {
+		workerdBin = filepath.Join(tmp, "simpletuner-workerd")
+		log.Printf("building simpletuner-workerd")
+		if err := goBuild(workerdBin, "./cmd/simpletuner-workerd", "1"); err != nil {
+			return nil, err
+		}
+	}
+	var out []launchResult
+	for _, mode := range launchModes(lf.modes) {
+		r, err := launchMode(lf, mode, orchBin, workerdBin, stampBin, tmp)
+		if err != nil {
+			return nil, fmt.Errorf("launch %s: %w", mode, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func goBuild(out, pkg, cgo string) error {
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+// launchMode runs both measurements for one isolation mode; mode "default"
+// writes no isolation keys (a workerd that predates them).
+func launchMode(lf launchFlags, mode, orchBin, workerdBin, stampBin, tmp string) (r launchResult, err error) {
+	r.mode = mode
+	r.load = loadAvg()
+	dir, err := os.MkdirTemp(tmp, "launch-"+mode+"-")
+	if err != nil {
+		return r, err
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return r, err
+	}
+	o, err := startOrch(orchBin, dir, "", false)
+	if err != nil {
+		return r, err
+	}
+	defer o.stop()
+	c := newClient(o)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	stamps, sock, err := listenStamps(ctx, filepath.Join(dir, "stamp.sock"))
+	if err != nil {
+		return r, err
+	}
+	ws, err := c.createWorkers(ctx, 0, lf.workers, 8)
+	if err != nil {
+		return r, err
+	}
+	var pids []int
+	for i, w := range ws {
+		p, err := startWorkerd(workerdBin, filepath.Join(dir, fmt.Sprintf("w%02d", i)), o.url, w, mode, stampBin, sock)
+		if err != nil {
+			return r, err
+		}
+		defer func() { _ = p.Process.Kill(); _ = p.Wait() }()
+		pids = append(pids, p.Process.Pid)
+	}
+	if err := c.waitIdle(ctx, lf.workers); err != nil {
+		return r, err
+	}
+	log.Printf("launch %s: %d workerd processes idle", mode, lf.workers)
+
+	// One job at a time, every worker idle.
+	var lat []time.Duration
+	for range lf.samples {
+		start := time.Now()
+		id, err := c.submit(ctx)
+		if err != nil {
+			return r, err
+		}
+		at, err := stamps.wait(id, 30*time.Second)
+		if err != nil {
+			return r, err
+		}
+		lat = append(lat, at.Sub(start))
+		if err := c.waitCompleted(ctx, len(lat)); err != nil {
+			return r, err
+		}
+	}
+	r.latency = summarize(lat)
+	log.Printf("launch %s: submit → first instruction p50/p90/p99/max %s", mode, r.latency)
+
+	// Throughput: jobs submitted by concurrent clients, all through.
+	before := len(lat)
+	w0, o0 := cpuOf(pids), cpuOf([]int{o.cmd.Process.Pid})
+	start := time.Now()
+	var next atomic.Int64
+	errc := make(chan error, lf.submitters)
+	for range lf.submitters {
+		go func() {
+			for next.Add(1) <= int64(lf.jobs) {
+				if _, err := c.submit(ctx); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.waitCompleted(ctx, before+lf.jobs) }()
+	select {
+	case err := <-errc:
+		return r, err
+	case err := <-done:
+		if err != nil {
+			return r, err
+		}
+	}
+	r.elapsed = time.Since(start)
+	r.jobsPerS = float64(lf.jobs) / r.elapsed.Seconds()
+	r.workerdCPUJob = (cpuOf(pids) - w0) / time.Duration(lf.jobs)
+	r.orchCPUJob = (cpuOf([]int{o.cmd.Process.Pid}) - o0) / time.Duration(lf.jobs)
+	log.Printf("launch %s: %d jobs in %s: %.0f jobs/s; CPU per job: workerd %s, orchestrator %s",
+		mode, lf.jobs, r.elapsed.Round(time.Millisecond), r.jobsPerS, r.workerdCPUJob.Round(10*time.Microsecond), r.orchCPUJob.Round(10*time.Microsecond))
+	return r, nil
+}
+
+// startWorkerd configures and starts one workerd for worker w.
+func startWorkerd(bin, dir, url string, w *worker, mode, stampBin, sock string) (*exec.Cmd, error) {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(w.token+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	isolation := ""
+	if mode != "default" {
+		isolation = fmt.Sprintf("isolation = %q\n", mode)
+		if os.Geteuid() == 0 {
+			isolation += "user = \"nobody\"\n"
+		}
+	}
+	conf := fmt.Sprintf(`[orchestrator]
+url = %q
+token_file = %q
+[worker]
+name = %q
+persistent = true
+state_dir = %q
+[job]
+command = [%q]
+env = { BENCH_STAMP_SOCKET = %q }
+%s[gpu]
+backend = "none"
+[log]
+level = "warn"
+format = "text"
+`, url, filepath.Join(dir, "token"), w.id, filepath.Join(dir, "state"), stampBin, sock, isolation)
+	path := filepath.Join(dir, "workerd.toml")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(filepath.Join(dir, "workerd.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "--config", path)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET=")
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return cmd, nil
+}
+
+// stampBox collects the jobs' first-instruction times.
+type stampBox struct {
+	mu sync.Mutex
+	at map[string]time.Time
+	ch chan struct{} // poked on every arrival
+}
+
+func listenStamps(ctx context.Context, path string) (*stampBox, string, error) {
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := os.Chmod(path, 0o777); err != nil { // jobs run as other uids
+		return nil, "", err
+	}
+	go func() { <-ctx.Done(); l.Close() }()
+	b := &stampBox{at: map[string]time.Time{}, ch: make(chan struct{}, 1)}
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				line, _ := bufio.NewReader(conn).ReadString('\n')
+				f := strings.Fields(line)
+				if len(f) != 2 {
+					return
+				}
+				ns, _ := strconv.ParseInt(f[1], 10, 64)
+				b.mu.Lock()
+				b.at[f[0]] = time.Unix(0, ns)
+				b.mu.Unlock()
+				select {
+				case b.ch <- struct{}{}:
+				default:
+				}
+			}()
+		}
+	}()
+	return b, path, nil
+}
+
+func (b *stampBox) wait(jobID string, timeout time.Duration) (time.Time, error) {
+	deadline := time.After(timeout)
+	for {
+		b.mu.Lock()
+		at, ok := b.at[jobID]
+		b.mu.Unlock()
+		if ok {
+			return at, nil
+		}
+		select {
+		case <-b.ch:
+		case <-deadline:
+			return time.Time{}, fmt.Errorf("job %s never started (no stamp within %s)", jobID, timeout)
+		}
+	}
+}
+
+// queueStats is the part of GET /api/queue/stats the benchmark reads.
+type queueStats struct {
+	ByStatus map[string]int `json:"by_status"`
+	Workers  struct {
+		Idle int `json:"idle"`
+	} `json:"workers"`
+}
+
+func (c *client) stats(ctx context.Context) (queueStats, error) {
+	var s queueStats
+	err := c.call(ctx, "GET", "/api/queue/stats", c.adminHdr(), nil, &s, 200)
+	return s, err
+}
+
+func (c *client) waitIdle(ctx context.Context, n int) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		s, err := c.stats(ctx)
+		if err == nil && s.Workers.Idle >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d workers idle after 60 s (%v)", s.Workers.Idle, n, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitCompleted waits until n jobs in all have completed; a failed job ends
+// the benchmark.
+func (c *client) waitCompleted(ctx context.Context, n int) error {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		s, err := c.stats(ctx)
+		if err != nil {
+			return err
+		}
+		if f := s.ByStatus["failed"]; f > 0 {
+			return fmt.Errorf("%d jobs failed; see the workerd logs (-keep)", f)
+		}
+		if s.ByStatus["completed"] >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d jobs completed after 5 minutes", s.ByStatus["completed"], n)
+		}
+		// Often enough for the throughput's end (1 % of a 1 s run), seldom
+		// enough not to load the orchestrator being measured.
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// cpuOf is the CPU time (user + system) the processes have used so far.
+func cpuOf(pids []int) time.Duration {
+	var total float64
+	for _, pid := range pids {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		s := string(data)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		ut, _ := strconv.ParseFloat(f[11], 64)
+		st, _ := strconv.ParseFloat(f[12], 64)
+		total += (ut + st) / clockTick
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+func printLaunch(lf launchFlags, rs []launchResult) {
+	fmt.Printf("\nlaunch: %d simpletuner-workerd processes, SQLite orchestrator, %d latency samples, %d jobs by %d submitters\n\n",
+		lf.workers, lf.samples, lf.jobs, lf.submitters)
+	fmt.Println("| isolation | submit → first instruction p50 / p90 / p99 / max | zero-work jobs/s | workerd CPU per job | orchestrator CPU per job | load before |")
+	fmt.Println("|---|---|---|---|---|---|")
+	for _, r := range rs {
+		fmt.Printf("| %s | %s | %.0f/s (%s) | %.2f ms | %.2f ms | %s |\n", r.mode, r.latency, r.jobsPerS, r.elapsed.Round(time.Millisecond),
+			float64(r.workerdCPUJob)/float64(time.Millisecond), float64(r.orchCPUJob)/float64(time.Millisecond), r.load)
+	}
+	fmt.Println("\ngoals: p50 ≤ 10 ms, ≥ 400 jobs/s, ≤ 5 ms of workerd CPU per job")
+}

@@ -1,0 +1,123 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/simpletuner/simpletuner-orchestration/test/e2e/e2etest"
+)
+
+// gpuJob trains for about seconds on gpus GPUs.
+func gpuJob(gpus int, seconds float64) (map[string]any, map[string]any) {
+	return slowJob(seconds), map[string]any{"gpu_count": gpus}
+}
+
+// visibleOf waits for a job to write the GPUs it was shown.
+func visibleOf(t *testing.T, w *Wrk, jobID string) string {
+	t.Helper()
+	file := filepath.Join(w.Dir, "state", "jobs", jobID, "visible.txt")
+	var got string
+	Eventually(t, 20*time.Second, "the GPUs "+jobID+" sees", func() bool {
+		b, err := os.ReadFile(file)
+		got = strings.TrimSpace(string(b))
+		return err == nil && got != ""
+	})
+	return got
+}
+
+// One workerd with four GPUs runs four 1-GPU jobs at once, each shown only
+// its own GPU; a 4-GPU job then waits for all four; kill -9 of the workerd
+// requeues every attempt it held and leaks no GPU.
+func TestFourJobsOnFourGPUs(t *testing.T) {
+	t.Parallel()
+	o := StartOrchestrator(t, "")
+	h := NewHistory(t, o)
+	script := `echo "$CUDA_VISIBLE_DEVICES" > visible.txt; exec ` + DemoTrainer()
+	w := o.StartWorker(WorkerSpec{Name: "quad", Persistent: true, StaticGPUs: 4, SelfFenceAfter: "30s",
+		Command: []string{"/bin/sh", "-c", script}})
+
+	var small []string
+	for range 4 {
+		_, id := h.Submit(gpuJob(1, 3))
+		small = append(small, id)
+	}
+	Eventually(t, 20*time.Second, "four jobs running at once", func() bool {
+		for _, id := range small {
+			if o.Job(id)["status"] != "running" {
+				return false
+			}
+		}
+		return true
+	})
+	var seen []string
+	for _, id := range small {
+		v := visibleOf(t, w, id)
+		if strings.Contains(v, ",") || !strings.HasPrefix(v, "GPU-quad-") {
+			t.Errorf("%s sees %q, want one GPU of its own", id, v)
+		}
+		seen = append(seen, v)
+	}
+	slices.Sort(seen)
+	if len(slices.Compact(seen)) != 4 {
+		t.Errorf("four jobs saw %v, want four different GPUs", seen)
+	}
+	wk := o.Worker(w.ID)
+	if wk["status"] != "busy" || wk["gpus_free"] != float64(0) || wk["running_jobs"] != float64(4) {
+		t.Errorf("worker running four 1-GPU jobs: status %v gpus_free %v running_jobs %v", wk["status"], wk["gpus_free"], wk["running_jobs"])
+	}
+
+	// The 4-GPU job waits for the four to end, then gets all four GPUs.
+	_, big := h.Submit(gpuJob(4, 0.5))
+	if j := o.Job(big); j["status"] == "queued" && j["waiting_reason"] != "gpus_busy" {
+		t.Errorf("a 4-GPU job behind four running ones waits for %v (%v), want gpus_busy", j["waiting_reason"], j["waiting_detail"])
+	}
+	o.WaitJob(big, "completed", 30*time.Second)
+	for _, id := range small {
+		if st := o.Job(id)["status"]; st != "completed" {
+			t.Errorf("%s is %v", id, st)
+		}
+	}
+	if v := visibleOf(t, w, big); strings.Count(v, ",") != 3 {
+		t.Errorf("the 4-GPU job sees %q", v)
+	}
+
+	// kill -9 with four attempts out: each is requeued once, and the worker's
+	// GPUs are all free again.
+	var held []string
+	for range 4 {
+		_, id := h.Submit(gpuJob(1, 30))
+		held = append(held, id)
+	}
+	Eventually(t, 20*time.Second, "four long jobs running", func() bool {
+		for _, id := range held {
+			if o.Job(id)["status"] != "running" {
+				return false
+			}
+		}
+		return true
+	})
+	w.P.Kill9()
+	Eventually(t, 20*time.Second, "every attempt of the killed worker requeued", func() bool {
+		for _, id := range held {
+			if j := o.Job(id); j["status"] != "queued" || j["retries_used"] != float64(1) {
+				return false
+			}
+		}
+		return true
+	})
+	wk = o.Worker(w.ID)
+	if wk["gpus_free"] != float64(4) || wk["running_jobs"] != float64(0) {
+		t.Errorf("the killed worker still holds GPUs: gpus_free %v running_jobs %v", wk["gpus_free"], wk["running_jobs"])
+	}
+	for _, id := range held {
+		o.Do("POST", "/api/queue/"+id+"/cancel", nil)
+	}
+	h.WaitAllTerminal(30 * time.Second)
+	h.Finish()
+	sum := h.Check(Expect{MaxRequeues: 4})
+	t.Logf("RESULT %s: %s", t.Name(), sum)
+}
