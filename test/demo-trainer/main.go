@@ -13,6 +13,8 @@
 //	publish_retry_seconds
 //	               retry a publish the orchestrator answers with 5xx (a full
 //	               disk: 507) for up to that long, once a second
+//	step_padding   pad each step line with that many "." (more output per
+//	               step, e.g. to fill a disk's last page quickly)
 //
 // It prints "step 3/5 loss=0.41" lines, writes output.txt in its working directory
 // and, for tests, pids.txt (its own pid and its child's).
@@ -30,6 +32,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -42,6 +45,7 @@ type config struct {
 	Publish       bool     `json:"publish"`
 	PublishBytes  int      `json:"publish_bytes"`
 	PublishRetry  float64  `json:"publish_retry_seconds"`
+	StepPadding   int      `json:"step_padding"`
 	// BurnCPUSeconds spins until the trainer has used this much CPU time,
 	// for checks of the worker's accounting.
 	BurnCPUSeconds float64 `json:"burn_cpu_seconds"`
@@ -106,7 +110,7 @@ func run() error {
 	for i := 1; i <= steps; i++ {
 		time.Sleep(time.Duration(stepSeconds * float64(time.Second)))
 		loss := 1 / math.Sqrt(float64(i)+1)
-		fmt.Printf("step %d/%d loss=%.2f\n", i, steps, loss)
+		fmt.Printf("step %d/%d loss=%.2f%s\n", i, steps, loss, strings.Repeat(".", max(0, cfg.StepPadding)))
 	}
 	out := fmt.Sprintf("trained %d steps\n", steps)
 	if err := os.WriteFile("output.txt", []byte(out), 0o644); err != nil {
