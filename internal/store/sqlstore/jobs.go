@@ -81,14 +81,19 @@ func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
 	return s.getJob(ctx, s.reader(), id, false)
 }
 
+// RecentEndsQuery is CountJobsEndedSince's statement, exported for the
+// engines' query-plan tests.
+const RecentEndsQuery = `SELECT status, COUNT(*) FROM (SELECT status FROM jobs
+	WHERE ended_at IS NOT NULL AND ended_at >= ? ORDER BY ended_at, seq) AS recent GROUP BY status`
+
 // CountJobsEndedSince counts terminal jobs by status that ended at or after
-// since. Only terminal jobs have an end time, so the condition on ended_at
-// alone reads the window's part of jobs_by_end (ended_at, seq, status) and
-// nothing else; naming the statuses would tempt SQLite's planner onto
-// jobs_by_status, which holds the whole history of each status.
+// since. It reads the window's part of jobs_by_end (ended_at, seq, status)
+// and nothing else: only terminal jobs have an end time. The inner query's
+// ORDER BY is what keeps it there: asked to group by status directly, SQLite's
+// planner walks jobs_by_status (already in status order) through the whole
+// history instead.
 func (s *Store) CountJobsEndedSince(ctx context.Context, since time.Time) (map[protocol.JobStatus]int, error) {
-	rows, err := s.reader().query(ctx, `SELECT status, COUNT(*) FROM jobs
-		WHERE ended_at IS NOT NULL AND ended_at >= ? GROUP BY status`, s.tv(since))
+	rows, err := s.reader().query(ctx, RecentEndsQuery, s.tv(since))
 	if err != nil {
 		return nil, err
 	}
