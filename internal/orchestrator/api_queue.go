@@ -273,7 +273,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request, _ httprouter.Para
 	if err != nil {
 		return err
 	}
-	recent, err := s.store.CountJobsEndedSince(r.Context(), time.Now().Add(-recentWindow))
+	recent, err := s.recentEndCounts(r.Context())
 	if err != nil {
 		return err
 	}

@@ -182,6 +182,8 @@ type Server struct {
 	sizes atomic.Pointer[sizesSnapshot]
 	// disk tracks full disks (see diskfull.go).
 	disk diskState
+	// recent holds the last full count of the jobs that ended lately (recent.go).
+	recent recentEnds
 }
 
 // SetAdminSocketPath tells the server where its admin socket lives.

@@ -329,6 +329,10 @@ type Store interface {
 	// CountJobsEndedSince counts the jobs that reached a terminal state at or
 	// after since, by status.
 	CountJobsEndedSince(ctx context.Context, since time.Time) (map[protocol.JobStatus]int, error)
+	// CountJobsEndedBetween counts, by status, the jobs that reached a
+	// terminal state in [from, to) (a zero to: no upper bound), reading only
+	// that part of the history.
+	CountJobsEndedBetween(ctx context.Context, from, to time.Time) (map[protocol.JobStatus]int, error)
 	// CountJobsIn counts the jobs in the given statuses (absent: none).
 	CountJobsIn(ctx context.Context, statuses []protocol.JobStatus) (map[protocol.JobStatus]int, error)
 	// QueuePosition counts the queued jobs a claim offers before a job of this

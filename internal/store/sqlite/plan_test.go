@@ -15,7 +15,7 @@ import (
 func TestRecentEndsReadsTheWindowOnly(t *testing.T) {
 	s := openTemp(t)
 	defer s.Close()
-	rows, err := s.DB().QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+sqlstore.RecentEndsQuery, int64(0))
+	rows, err := s.DB().QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+sqlstore.RecentEndsQuery, int64(0), int64(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestRecentEndsReadsTheWindowOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := strings.Join(plan, "\n")
-	if !strings.Contains(text, "INDEX jobs_by_end (ended_at>?)") || strings.Contains(text, "jobs_by_status") {
+	if !strings.Contains(text, "INDEX jobs_by_end (ended_at>? AND ended_at<?)") || strings.Contains(text, "jobs_by_status") {
 		t.Fatalf("plan:\n%s", text)
 	}
 }

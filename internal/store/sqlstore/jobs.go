@@ -81,19 +81,28 @@ func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
 	return s.getJob(ctx, s.reader(), id, false)
 }
 
-// RecentEndsQuery is CountJobsEndedSince's statement, exported for the
-// engines' query-plan tests.
+// RecentEndsQuery is CountJobsEndedBetween's statement (with ? for the
+// upper bound's condition), exported for the engines' query-plan tests.
 const RecentEndsQuery = `SELECT status, COUNT(*) FROM (SELECT status FROM jobs
-	WHERE ended_at IS NOT NULL AND ended_at >= ? ORDER BY ended_at, seq) AS recent GROUP BY status`
+	WHERE ended_at IS NOT NULL AND ended_at >= ? AND ended_at < ? ORDER BY ended_at, seq) AS recent GROUP BY status`
 
 // CountJobsEndedSince counts terminal jobs by status that ended at or after
-// since. It reads the window's part of jobs_by_end (ended_at, seq, status)
-// and nothing else: only terminal jobs have an end time. The inner query's
-// ORDER BY is what keeps it there: asked to group by status directly, SQLite's
-// planner walks jobs_by_status (already in status order) through the whole
-// history instead.
+// since.
 func (s *Store) CountJobsEndedSince(ctx context.Context, since time.Time) (map[protocol.JobStatus]int, error) {
-	rows, err := s.reader().query(ctx, RecentEndsQuery, s.tv(since))
+	return s.CountJobsEndedBetween(ctx, since, time.Time{})
+}
+
+// CountJobsEndedBetween counts terminal jobs by status that ended in [from,
+// to); a zero to has no upper bound. It reads that part of jobs_by_end
+// (ended_at, seq, status) and nothing else: only terminal jobs have an end
+// time. The inner query's ORDER BY is what keeps it there: asked to group by
+// status directly, SQLite's planner walks jobs_by_status (already in status
+// order) through the whole history instead.
+func (s *Store) CountJobsEndedBetween(ctx context.Context, from, to time.Time) (map[protocol.JobStatus]int, error) {
+	if to.IsZero() {
+		to = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	rows, err := s.reader().query(ctx, RecentEndsQuery, s.tv(from), s.tv(to))
 	if err != nil {
 		return nil, err
 	}
