@@ -43,13 +43,16 @@ func (s *Server) waiting(ctx context.Context, j store.Job) (reason, detail strin
 		}
 		online++
 		load := w.Load()
+		// A GPU-sharing worker that is full because its GPUs are taken is
+		// short of GPUs, not of slots: the job waits for GPUs.
+		if w.SharesGPUs() && status != protocol.WorkerDraining && load.FreeGPUs() < j.GPUCount {
+			room++
+			return
+		}
 		if !lifecycle.CanClaim(status, load) {
 			return
 		}
 		room++
-		if w.SharesGPUs() && load.FreeGPUs() < j.GPUCount {
-			return
-		}
 		fits++
 		if res.workerID == w.ID && res.jobID != j.ID {
 			fitsReserved++

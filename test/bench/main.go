@@ -47,6 +47,7 @@ type flags struct {
 	keep         bool
 	launch       launchFlags
 	launchOnly   bool
+	gpus         gpuFlags
 	orchBin      string
 	// The dashboard measurement.
 	dashboard     bool
@@ -89,6 +90,15 @@ func main() {
 	flag.IntVar(&f.launch.jobs, "launch-jobs", 600, "zero-work jobs for the launch throughput")
 	flag.IntVar(&f.launch.samples, "launch-samples", 200, "launch latency samples (one job at a time)")
 	flag.IntVar(&f.launch.submitters, "launch-submitters", 8, "concurrent submitters for the launch throughput")
+	flag.BoolVar(&f.gpus.run, "gpus", true, "replay the GPU packing trace on real workerd processes with static GPUs")
+	flag.BoolVar(&f.gpus.only, "gpus-only", false, "run only the GPU packing benchmark")
+	flag.IntVar(&f.gpus.workers, "gpu-workers", 4, "workerd processes in the GPU packing benchmark")
+	flag.IntVar(&f.gpus.perHost, "gpu-per-worker", 8, "static GPUs per workerd")
+	flag.IntVar(&f.gpus.jobs, "gpu-jobs", 400, "jobs in the GPU packing trace")
+	flag.Uint64Var(&f.gpus.seed, "gpu-seed", 1, "seed of the GPU packing trace")
+	flag.Float64Var(&f.gpus.scale, "gpu-scale", 1, "stretch every time of the GPU packing trace by this factor")
+	flag.StringVar(&f.gpus.traceOut, "gpu-trace-out", "", "write the GPU packing trace as JSON to this file and exit (to replay it on another scheduler)")
+	flag.StringVar(&f.gpus.analyze, "gpu-analyze", "", "judge another scheduler's run of the trace (JSON: [{id, gpus, submit_s, start_s, end_s}]) and exit")
 	flag.StringVar(&f.orchBin, "orchestratord-bin", "", "a prebuilt simpletuner-orchestratord; default: build this tree's")
 	flag.StringVar(&f.launch.workerdBin, "workerd-bin", "", "a prebuilt simpletuner-workerd for the launch benchmark (an older version, to compare); default: build this tree's")
 	flag.BoolVar(&f.dashboard, "dashboard", true, "also measure the web dashboard on a store filled with -dash-workers and -dash-jobs")
@@ -107,6 +117,21 @@ func main() {
 	flag.Parse()
 	f.newBinary = !f.oldBinary
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
+	switch {
+	case f.gpus.traceOut != "":
+		if err := writeTrace(f.gpus); err != nil {
+			log.Fatal(err)
+		}
+		return
+	case f.gpus.analyze != "":
+		r, err := analyzeRecords(f.gpus)
+		if err != nil {
+			log.Fatal(err)
+		}
+		printGPUs(f.gpus, []gpuResult{r})
+		return
+	}
+	only := f.launchOnly || f.gpus.only || f.dashboardOnly
 
 	limit := raiseFileLimit()
 	if f.inProcess && uint64(2*f.workers+1000) > limit {
@@ -162,7 +187,7 @@ func main() {
 	var results []result
 	var dash []dashResult
 	for _, name := range []string{"sqlite", "postgres"} {
-		if f.launchOnly || (f.stores != "both" && f.stores != name) {
+		if (only && !f.dashboardOnly) || (f.stores != "both" && f.stores != name) {
 			continue
 		}
 		if !f.dashboardOnly {
@@ -183,10 +208,18 @@ func main() {
 		}
 	}
 	var launches []launchResult
-	if f.launch.modes != "" && !f.dashboardOnly {
+	if f.launch.modes != "" && (!only || f.launchOnly) {
 		if launches, err = runLaunch(f.launch, bin, tmp); err != nil {
 			log.Fatal(err)
 		}
+	}
+	var gpus []gpuResult
+	if f.gpus.run && (!only || f.gpus.only) {
+		r, err := runGPUs(f.gpus, bin, tmp)
+		if err != nil {
+			log.Fatalf("gpus: %v", err)
+		}
+		gpus = append(gpus, r)
 	}
 	if len(results) > 0 {
 		printTable(f, results)
@@ -195,6 +228,7 @@ func main() {
 	if len(launches) > 0 {
 		printLaunch(f.launch, launches)
 	}
+	printGPUs(f.gpus, gpus)
 }
 
 // raiseFileLimit lifts RLIMIT_NOFILE to its hard limit; the orchestrator child

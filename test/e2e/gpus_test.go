@@ -30,7 +30,8 @@ func visibleOf(t *testing.T, w *Wrk, jobID string) string {
 }
 
 // One workerd with four GPUs runs four 1-GPU jobs at once, each shown only
-// its own GPU; a 4-GPU job then waits for all four; kill -9 of the workerd
+// its own GPU; a 4-GPU job then waits for all four; kill -9 of the
+// orchestrator loses none of four running attempts; kill -9 of the workerd
 // requeues every attempt it held and leaks no GPU.
 func TestFourJobsOnFourGPUs(t *testing.T) {
 	t.Parallel()
@@ -100,6 +101,20 @@ func TestFourJobsOnFourGPUs(t *testing.T) {
 		}
 		return true
 	})
+	// kill -9 of the orchestrator: the worker's registration lists all four
+	// attempts and the restarted orchestrator resumes every one.
+	o.P.Kill9()
+	o.Restart()
+	Eventually(t, 20*time.Second, "the worker back with its four attempts", func() bool {
+		wk := o.Worker(w.ID)
+		return wk["connected"] == true && wk["running_jobs"] == float64(4)
+	})
+	for _, id := range held {
+		if j := o.Job(id); j["status"] != "running" || j["retries_used"] != float64(0) {
+			t.Errorf("after the orchestrator restart %s is %v with retries_used %v, want running with none", id, j["status"], j["retries_used"])
+		}
+	}
+
 	w.P.Kill9()
 	Eventually(t, 20*time.Second, "every attempt of the killed worker requeued", func() bool {
 		for _, id := range held {

@@ -395,7 +395,11 @@ func (h *History) Check(exp Expect) Summary {
 	if ov := h.sampler.Overlaps(); len(ov) > 0 {
 		h.T.Errorf("%d samples saw two attempts of a job alive together; first: %s; last: %s", len(ov), ov[0], ov[len(ov)-1])
 	}
-	if sh := h.sampler.GPUShares(); len(sh) > 0 {
+	mine := map[string]bool{}
+	for _, id := range h.Jobs() {
+		mine[id] = true
+	}
+	if sh := h.sampler.GPUShares(func(job string) bool { return mine[job] }); len(sh) > 0 {
 		h.T.Errorf("%d samples saw one GPU held by two live attempts; first: %s; last: %s", len(sh), sh[0], sh[len(sh)-1])
 	}
 	h.checkSpans()

@@ -177,7 +177,7 @@ type Sampler struct {
 	overlaps []string
 	// gpuShares lists samples in which two live attempts held one GPU (by
 	// the UUIDs workerd gave them in CUDA_VISIBLE_DEVICES).
-	gpuShares []string
+	gpuShares []gpuShare
 	samples   int
 	onEvent   func(kind, job, attempt string, at time.Time)
 	cancel    context.CancelFunc
@@ -229,7 +229,7 @@ func (s *Sampler) sample(cache procCache) {
 	}
 	for g, hs := range holders {
 		if len(hs) > 1 {
-			s.gpuShares = append(s.gpuShares, fmt.Sprintf("GPU %s at %s: held by %v", g, now.Format("15:04:05.000"), keys(hs)))
+			s.gpuShares = append(s.gpuShares, gpuShare{gpu: g, at: now, holders: keys(hs)})
 		}
 	}
 	for job, as := range live {
@@ -281,11 +281,32 @@ func (s *Sampler) Spans() []Span {
 	return out
 }
 
-// GPUShares lists the samples in which two live attempts held one GPU.
-func (s *Sampler) GPUShares() []string {
+// gpuShare is one GPU seen in the environment of several live attempts.
+type gpuShare struct {
+	gpu     string
+	at      time.Time
+	holders []string // job/attempt
+}
+
+// GPUShares lists the samples in which two live attempts of jobs mine
+// accepts held one GPU. The filter matters: tests running beside this one
+// may give their fake GPUs the same UUIDs.
+func (s *Sampler) GPUShares(mine func(job string) bool) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]string(nil), s.gpuShares...)
+	var out []string
+	for _, sh := range s.gpuShares {
+		var ours []string
+		for _, h := range sh.holders {
+			if job, _, _ := strings.Cut(h, "/"); mine(job) {
+				ours = append(ours, h)
+			}
+		}
+		if len(ours) > 1 {
+			out = append(out, fmt.Sprintf("GPU %s at %s: held by %v", sh.gpu, sh.at.Format("15:04:05.000"), ours))
+		}
+	}
+	return out
 }
 
 // Overlaps lists the samples in which two attempts of a job were alive together.

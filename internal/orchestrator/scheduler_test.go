@@ -1,0 +1,190 @@
+package orchestrator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+// slotAgent is a protocol-2 worker with gpus GPUs that runs several jobs at
+// once, heartbeating every attempt it holds.
+type slotAgent struct {
+	*agent
+	running map[string]int // job → attempt, guarded by agent.mu
+}
+
+func (e *env) startSlotAgent(name string, gpus int) *slotAgent {
+	e.t.Helper()
+	id, token := e.createWorker(name, "persistent", nil)
+	a := &slotAgent{agent: e.newAgent(id, token, 2), running: map[string]int{}}
+	var devices []map[string]any
+	for i := range gpus {
+		devices = append(devices, map[string]any{"index": i, "uuid": fmt.Sprintf("GPU-%s-%d", name, i), "name": "H100", "memory_mib": 81559})
+	}
+	e.must(a.register(map[string]any{"name": name, "capabilities": map[string]any{"max_jobs": gpus},
+		"gpu_info": map[string]any{"name": "H100", "count": gpus, "vram_gb": 80, "devices": devices}}), 200)
+	a.connect()
+	ctx, cancel := context.WithCancel(context.Background())
+	e.t.Cleanup(cancel)
+	go func() {
+		for ctx.Err() == nil {
+			a.mu.Lock()
+			var running []protocol.RunningAttempt
+			for job, n := range a.running {
+				running = append(running, protocol.RunningAttempt{JobID: job, Attempt: n})
+			}
+			a.mu.Unlock()
+			body, _ := json.Marshal(map[string]any{"worker_id": a.id, "status": "idle", "running": running})
+			req, _ := http.NewRequestWithContext(ctx, "POST", e.url+"/api/workers/heartbeat", bytes.NewReader(body))
+			req.Header.Set("X-Worker-Token", a.token)
+			if res, err := http.DefaultClient.Do(req); err == nil {
+				res.Body.Close()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return a
+}
+
+// take waits for the next job_submit, acknowledges it and returns the job
+// and the GPU indexes it was given.
+func (a *slotAgent) take() (string, []int) {
+	a.e.t.Helper()
+	ev := a.next("job_submit", 5*time.Second)
+	job := ev["job_id"].(string)
+	a.mu.Lock()
+	a.running[job] = int(ev["attempt"].(float64))
+	a.mu.Unlock()
+	a.e.must(a.report(job, "starting", map[string]any{"attempt": a.running[job]}), 200)
+	var gpus []int
+	list, _ := ev["gpus"].([]any)
+	for _, g := range list {
+		gpus = append(gpus, int(g.(map[string]any)["index"].(float64)))
+	}
+	slices.Sort(gpus)
+	return job, gpus
+}
+
+// finish reports the job completed.
+func (a *slotAgent) finish(job string) {
+	a.e.t.Helper()
+	a.mu.Lock()
+	n := a.running[job]
+	a.mu.Unlock()
+	a.e.must(a.report(job, "completed", map[string]any{"attempt": n}), 200)
+	a.mu.Lock()
+	delete(a.running, job)
+	a.mu.Unlock()
+}
+
+func gpuJobBody(gpus, priority int) map[string]any {
+	return map[string]any{"gpu_count": gpus, "priority": priority}
+}
+
+// Best fit: a job goes where it leaves the fewest GPUs free, so the whole
+// machine stays whole for the job that needs all of it.
+func TestSchedulerBestFit(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t))
+		a := e.startSlotAgent("a", 8)
+		six := e.submit(gpuJobBody(6, 10))
+		if job, gpus := a.take(); job != six || len(gpus) != 6 {
+			t.Fatalf("a got %s on %v, want %s on six GPUs", job, gpus, six)
+		}
+		b := e.startSlotAgent("b", 8)
+
+		// a has 2 free, b 8: the 2-GPU job fills a.
+		two := e.submit(gpuJobBody(2, 10))
+		if job, gpus := a.take(); job != two || !slices.Equal(gpus, []int{6, 7}) {
+			t.Fatalf("a got %s on %v, want %s on [6 7]", job, gpus, two)
+		}
+		b.noEvent("job_submit", 300*time.Millisecond)
+		if w := e.worker(a.id); w["status"] != "busy" || w["gpus_free"] != float64(0) || w["running_jobs"] != float64(2) {
+			t.Errorf("full worker a: status %v, gpus_free %v, running_jobs %v", w["status"], w["gpus_free"], w["running_jobs"])
+		}
+
+		// The 8-GPU job still has a whole machine.
+		eight := e.submit(gpuJobBody(8, 10))
+		if job, gpus := b.take(); job != eight || len(gpus) != 8 {
+			t.Fatalf("b got %s on %v, want %s on eight GPUs", job, gpus, eight)
+		}
+
+		// Freed GPUs are given again: a keeps its six-GPU job and takes a
+		// 1-GPU one, left partial with one GPU free.
+		a.finish(two)
+		one := e.submit(gpuJobBody(1, 10))
+		if job, gpus := a.take(); job != one || len(gpus) != 1 {
+			t.Fatalf("a got %s on %v after its 2-GPU job ended, want %s on one GPU", job, gpus, one)
+		}
+		if w := e.worker(a.id); w["status"] != "partial" || w["gpus_free"] != float64(1) {
+			t.Errorf("worker a with one GPU free: status %v, gpus_free %v", w["status"], w["gpus_free"])
+		}
+	})
+}
+
+// No starvation: a 4-GPU job of the top priority that finds no room
+// reserves the worker with the most GPUs free; lower-priority 1-GPU jobs
+// that would fit there wait (reserved_for), and the big job starts as soon
+// as the GPUs in use are released.
+func TestSchedulerReservationAgainstStarvation(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t))
+		w := e.startSlotAgent("quad", 4)
+		first := e.submit(gpuJobBody(1, 1))
+		if job, _ := w.take(); job != first {
+			t.Fatalf("got %s, want %s", job, first)
+		}
+
+		big := e.submit(gpuJobBody(4, 50))
+		var smalls []string
+		for range 3 {
+			smalls = append(smalls, e.submit(gpuJobBody(1, 1)))
+		}
+		w.noEvent("job_submit", 400*time.Millisecond)
+		eventually(t, 5*time.Second, "the waiting reasons", func() bool {
+			small := e.job(smalls[0])
+			detail, _ := small["waiting_detail"].(string)
+			return e.job(big)["waiting_reason"] == "gpus_busy" && small["waiting_reason"] == "reserved_for" && strings.Contains(detail, big)
+		})
+
+		w.finish(first)
+		job, gpus := w.take()
+		if job != big || !slices.Equal(gpus, []int{0, 1, 2, 3}) {
+			t.Fatalf("after the 1-GPU job ended the worker got %s on %v, want %s on all four", job, gpus, big)
+		}
+		w.noEvent("job_submit", 300*time.Millisecond)
+		if r := e.job(smalls[0])["waiting_reason"]; r != "gpus_busy" {
+			t.Errorf("a 1-GPU job behind the running 4-GPU job waits for %v, want gpus_busy", r)
+		}
+
+		// Once the big job ends the small ones share the machine.
+		w.finish(big)
+		var got []string
+		for range 3 {
+			job, gpus := w.take()
+			if len(gpus) != 1 {
+				t.Errorf("%s got GPUs %v, want one", job, gpus)
+			}
+			got = append(got, job)
+		}
+		slices.Sort(got)
+		slices.Sort(smalls)
+		if !slices.Equal(got, smalls) {
+			t.Errorf("started %v, want %v", got, smalls)
+		}
+	})
+}

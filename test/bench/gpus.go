@@ -1,0 +1,378 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// The GPU packing benchmark replays a fixed, seeded trace of jobs asking for
+// 1, 2, 4 or 8 GPUs on a fleet of real simpletuner-workerd processes with
+// the static GPU backend (no GPU needed), and judges the schedule: makespan
+// against the ideal bound, GPU utilization while jobs wait, and waits per
+// GPU count. The same trace can be written out (-gpu-trace-out) for another
+// scheduler, and that scheduler's record of the run judged the same way
+// (-gpu-analyze).
+
+type gpuFlags struct {
+	run      bool
+	only     bool
+	workers  int
+	perHost  int
+	jobs     int
+	seed     uint64
+	scale    float64
+	traceOut string // write the trace here and exit
+	analyze  string // judge these records (JSON) against the trace and exit
+}
+
+// traceJob is one job of the trace: submitted At seconds after the start,
+// asking for GPUs GPUs and running for Seconds.
+type traceJob struct {
+	ID      int     `json:"id"`
+	At      float64 `json:"submit_s"`
+	GPUs    int     `json:"gpus"`
+	Seconds float64 `json:"seconds"`
+}
+
+// jobRecord is what happened to one job, in seconds since the trace started:
+// when it was submitted, and when the job's own process began and ended.
+type jobRecord struct {
+	ID     int     `json:"id"`
+	GPUs   int     `json:"gpus"`
+	Submit float64 `json:"submit_s"`
+	Start  float64 `json:"start_s"`
+	End    float64 `json:"end_s"`
+}
+
+// makeTrace draws n jobs: gpu_count 1/2/4/8 with probability 60/20/12/8 %,
+// durations from a Pareto distribution (shape 1.8, minimum 1.5 s, capped at
+// 60 s: most jobs short, a few very long), Poisson arrivals offering 1.2
+// times what fleetGPUs can do, so that a queue builds. scale stretches
+// every time.
+func makeTrace(n int, seed uint64, fleetGPUs int, scale float64) []traceJob {
+	r := rand.New(rand.NewPCG(seed, 0x5eed))
+	const shape, minimum, limit = 1.8, 1.5, 60.0
+	meanGPUs := .6*1 + .2*2 + .12*4 + .08*8
+	meanSeconds := minimum * shape / (shape - 1)
+	rate := 1.2 * float64(fleetGPUs) / (meanGPUs * meanSeconds) // jobs per second
+	var out []traceJob
+	at := 0.0
+	for i := range n {
+		var gpus int
+		switch u := r.Float64(); {
+		case u < .60:
+			gpus = 1
+		case u < .80:
+			gpus = 2
+		case u < .92:
+			gpus = 4
+		default:
+			gpus = 8
+		}
+		seconds := min(minimum/math.Pow(1-r.Float64(), 1/shape), limit)
+		out = append(out, traceJob{ID: i, At: round3(at * scale), GPUs: gpus, Seconds: round3(seconds * scale)})
+		at += r.ExpFloat64() / rate
+	}
+	return out
+}
+
+func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
+
+// gpuResult is the judgement of one run of the trace.
+type gpuResult struct {
+	scheduler    string
+	jobs         int
+	makespan     float64 // first submit → last end
+	idealSpan    float64 // max(total GPU-seconds ÷ fleet, latest submit + its duration)
+	workGPUs     float64 // GPU-seconds of work in the trace
+	utilPending  float64 // GPUs held ÷ GPUs there while some job waited
+	utilOverall  float64 // work ÷ (fleet × makespan)
+	waitMean     map[int]float64
+	waitP95      map[int]float64
+	longest8Wait float64
+	longestJob   float64
+	load         string
+}
+
+// judge computes the result of records for trace on fleetGPUs GPUs.
+func judge(name string, trace []traceJob, recs []jobRecord, fleetGPUs int) (gpuResult, error) {
+	res := gpuResult{scheduler: name, jobs: len(recs), waitMean: map[int]float64{}, waitP95: map[int]float64{}}
+	if len(recs) != len(trace) {
+		return res, fmt.Errorf("%d records for %d jobs", len(recs), len(trace))
+	}
+	byID := map[int]traceJob{}
+	for _, j := range trace {
+		byID[j.ID] = j
+		res.workGPUs += float64(j.GPUs) * j.Seconds
+		res.longestJob = max(res.longestJob, j.Seconds)
+		res.idealSpan = max(res.idealSpan, j.At+j.Seconds)
+	}
+	res.idealSpan = max(res.idealSpan, res.workGPUs/float64(fleetGPUs))
+
+	type event struct {
+		at           float64
+		waiting, gpu int
+	}
+	var events []event
+	waits := map[int][]float64{}
+	first, last := math.Inf(1), 0.0
+	for _, r := range recs {
+		j, ok := byID[r.ID]
+		if !ok || j.GPUs != r.GPUs {
+			return res, fmt.Errorf("record of job %d does not match the trace", r.ID)
+		}
+		if r.Start < r.Submit || r.End < r.Start {
+			return res, fmt.Errorf("job %d: submit %.3f, start %.3f, end %.3f out of order", r.ID, r.Submit, r.Start, r.End)
+		}
+		first, last = min(first, r.Submit), max(last, r.End)
+		w := r.Start - r.Submit
+		waits[r.GPUs] = append(waits[r.GPUs], w)
+		if r.GPUs == 8 {
+			res.longest8Wait = max(res.longest8Wait, w)
+		}
+		events = append(events, event{r.Submit, 1, 0}, event{r.Start, -1, r.GPUs}, event{r.End, 0, -r.GPUs})
+	}
+	res.makespan = last - first
+	res.utilOverall = res.workGPUs / (float64(fleetGPUs) * res.makespan)
+	// Sweep: GPU-seconds held, and there, while at least one job waited.
+	sort.SliceStable(events, func(a, b int) bool { return events[a].at < events[b].at })
+	waiting, held := 0, 0
+	var pendingSpan, pendingHeld float64
+	for i, e := range events {
+		if i > 0 && waiting > 0 {
+			dt := e.at - events[i-1].at
+			pendingSpan += dt
+			pendingHeld += dt * float64(held)
+		}
+		waiting += e.waiting
+		held += e.gpu
+	}
+	if pendingSpan > 0 {
+		res.utilPending = pendingHeld / (float64(fleetGPUs) * pendingSpan)
+	}
+	for g, ws := range waits {
+		slices.Sort(ws)
+		sum := 0.0
+		for _, w := range ws {
+			sum += w
+		}
+		res.waitMean[g] = sum / float64(len(ws))
+		res.waitP95[g] = ws[min(len(ws)-1, int(.95*float64(len(ws))))]
+	}
+	return res, nil
+}
+
+// runGPUs replays the trace on real workerd processes.
+func runGPUs(gf gpuFlags, orchBin, tmp string) (gpuResult, error) {
+	fleet := gf.workers * gf.perHost
+	trace := makeTrace(gf.jobs, gf.seed, fleet, gf.scale)
+	if err := os.Chmod(tmp, 0o711); err != nil {
+		return gpuResult{}, err
+	}
+	stampBin := filepath.Join(tmp, "stamp")
+	if err := goBuild(stampBin, "./test/bench/stamp", "0"); err != nil {
+		return gpuResult{}, err
+	}
+	workerdBin := filepath.Join(tmp, "simpletuner-workerd")
+	if _, err := os.Stat(workerdBin); err != nil {
+		log.Printf("building simpletuner-workerd")
+		if err := goBuild(workerdBin, "./cmd/simpletuner-workerd", "1"); err != nil {
+			return gpuResult{}, err
+		}
+	}
+	dir, err := os.MkdirTemp(tmp, "gpus-")
+	if err != nil {
+		return gpuResult{}, err
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return gpuResult{}, err
+	}
+	o, err := startOrch(orchBin, dir, "", false)
+	if err != nil {
+		return gpuResult{}, err
+	}
+	defer o.stop()
+	c := newClient(o)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stamps, sock, err := listenStamps(ctx, filepath.Join(dir, "stamp.sock"))
+	if err != nil {
+		return gpuResult{}, err
+	}
+	ws, err := c.createWorkers(ctx, 0, gf.workers, 4)
+	if err != nil {
+		return gpuResult{}, err
+	}
+	for i, w := range ws {
+		p, err := startGPUWorkerd(workerdBin, filepath.Join(dir, fmt.Sprintf("w%02d", i)), o.url, w, gf.perHost, stampBin, sock)
+		if err != nil {
+			return gpuResult{}, err
+		}
+		defer func() { _ = p.Process.Kill(); _ = p.Wait() }()
+	}
+	if err := c.waitIdle(ctx, gf.workers); err != nil {
+		return gpuResult{}, err
+	}
+	res := gpuResult{load: loadAvg()}
+	log.Printf("gpus: %d workers × %d GPUs idle; replaying %d jobs (last submitted at %.0f s)", gf.workers, gf.perHost, len(trace), trace[len(trace)-1].At)
+
+	start := time.Now()
+	ids := make([]string, len(trace))
+	submitted := make([]time.Time, len(trace))
+	for i, j := range trace {
+		time.Sleep(time.Until(start.Add(time.Duration(j.At * float64(time.Second)))))
+		submitted[i] = time.Now()
+		var out struct {
+			JobID string `json:"job_id"`
+		}
+		body := map[string]any{"config": map[string]any{"bench_seconds": j.Seconds}, "target": "worker", "gpu_count": j.GPUs, "max_retries": 0}
+		if err := c.call(ctx, "POST", "/api/queue/submit", c.adminHdr(), body, &out, 201); err != nil {
+			return res, err
+		}
+		ids[i] = out.JobID
+	}
+	if err := c.waitCompleted(ctx, len(trace)); err != nil {
+		return res, err
+	}
+	if err := c.checkGPUs(ctx, trace, ids); err != nil {
+		return res, err
+	}
+	var recs []jobRecord
+	for i, id := range ids {
+		began, err := stamps.wait(id, time.Second)
+		if err != nil {
+			return res, err
+		}
+		ended, err := stamps.wait(id+":end", time.Second)
+		if err != nil {
+			return res, err
+		}
+		recs = append(recs, jobRecord{ID: trace[i].ID, GPUs: trace[i].GPUs, Submit: submitted[i].Sub(start).Seconds(),
+			Start: began.Sub(start).Seconds(), End: ended.Sub(start).Seconds()})
+	}
+	load := res.load
+	res, err = judge("simpletuner-orchestratord", trace, recs, fleet)
+	res.load = load
+	return res, err
+}
+
+// checkGPUs checks that every job ran once, on as many GPUs as it asked
+// for.
+func (c *client) checkGPUs(ctx context.Context, trace []traceJob, ids []string) error {
+	for i, id := range ids {
+		var j struct {
+			Attempts []struct {
+				GPUs []int `json:"gpus"`
+			} `json:"attempts"`
+		}
+		if err := c.call(ctx, "GET", "/api/queue/"+id, c.adminHdr(), nil, &j, 200); err != nil {
+			return err
+		}
+		if len(j.Attempts) != 1 || len(j.Attempts[0].GPUs) != trace[i].GPUs {
+			return fmt.Errorf("job %s (trace %d): %d attempts, want 1 holding %d GPUs", id, i, len(j.Attempts), trace[i].GPUs)
+		}
+	}
+	return nil
+}
+
+// startGPUWorkerd starts a workerd whose static backend describes gpus GPUs
+// and whose job holds them for the trace's seconds, stamping its start and
+// end on sock.
+func startGPUWorkerd(bin, dir, url string, w *worker, gpus int, stampBin, sock string) (*exec.Cmd, error) {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(w.token+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	var devices strings.Builder
+	for i := range gpus {
+		fmt.Fprintf(&devices, "[[gpu.devices]]\nname = \"Bench GPU\"\nmemory_gb = 80\nuuid = \"GPU-%s-%d\"\n", w.id, i)
+	}
+	user := ""
+	if os.Geteuid() == 0 { // jobs run as a uid of their own; nobody stands in for the packaged user
+		user = "user = \"nobody\"\n"
+	}
+	conf := fmt.Sprintf(`[orchestrator]
+url = %q
+token_file = %q
+[worker]
+name = %q
+persistent = true
+state_dir = %q
+[job]
+command = [%q]
+env = { BENCH_STAMP_SOCKET = %q }
+%s[gpu]
+backend = "static"
+%s[log]
+level = "warn"
+format = "text"
+`, url, filepath.Join(dir, "token"), w.id, filepath.Join(dir, "state"), stampBin, sock, user, devices.String())
+	path := filepath.Join(dir, "workerd.toml")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(filepath.Join(dir, "workerd.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "--config", path)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET=")
+	return cmd, cmd.Start()
+}
+
+// writeTrace writes the trace as JSON for another scheduler.
+func writeTrace(gf gpuFlags) error {
+	data, err := json.MarshalIndent(makeTrace(gf.jobs, gf.seed, gf.workers*gf.perHost, gf.scale), "", " ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(gf.traceOut, append(data, '\n'), 0o644)
+}
+
+// analyzeRecords judges another scheduler's records of the same trace.
+func analyzeRecords(gf gpuFlags) (gpuResult, error) {
+	data, err := os.ReadFile(gf.analyze)
+	if err != nil {
+		return gpuResult{}, err
+	}
+	var recs []jobRecord
+	if err := json.Unmarshal(data, &recs); err != nil {
+		return gpuResult{}, fmt.Errorf("%s: %w", gf.analyze, err)
+	}
+	trace := makeTrace(gf.jobs, gf.seed, gf.workers*gf.perHost, gf.scale)
+	return judge(strings.TrimSuffix(filepath.Base(gf.analyze), ".json"), trace, recs, gf.workers*gf.perHost)
+}
+
+func printGPUs(gf gpuFlags, rs []gpuResult) {
+	if len(rs) == 0 {
+		return
+	}
+	fmt.Printf("\ngpus: %d workers × %d GPUs, %d jobs (seed %d, scale %g): gpu_count 1/2/4/8 at 60/20/12/8 %%, Pareto durations, offered load 1.2×\n\n",
+		gf.workers, gf.perHost, gf.jobs, gf.seed, gf.scale)
+	fmt.Println("| scheduler | makespan (ideal bound) | ideal ÷ makespan | GPU use while jobs wait | work ÷ capacity | wait mean / p95 by gpu_count 1, 2, 4, 8 | longest 8-GPU wait (longest job) | load before |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	for _, r := range rs {
+		var waits []string
+		for _, g := range []int{1, 2, 4, 8} {
+			waits = append(waits, fmt.Sprintf("%.1f / %.1f s", r.waitMean[g], r.waitP95[g]))
+		}
+		fmt.Printf("| %s | %.1f s (%.1f s) | %.1f %% | %.1f %% | %.1f %% | %s | %.1f s (%.1f s) | %s |\n",
+			r.scheduler, r.makespan, r.idealSpan, 100*r.idealSpan/r.makespan, 100*r.utilPending, 100*r.utilOverall,
+			strings.Join(waits, "; "), r.longest8Wait, r.longestJob, r.load)
+	}
+	fmt.Println("\ngoals: ideal ÷ makespan ≥ 90 %; no 8-GPU job waits more than 3× the longest job")
+}
