@@ -4,7 +4,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X github.com/simpletuner/simpletuner-orchestration/internal/version.Version=$(VERSION)
 BIN      := bin
 
-.PHONY: all build test lint demo bench faults package man completions clean minio
+.PHONY: all build test lint demo bench bench-slurm faults package man completions clean minio
 
 all: build
 
@@ -45,6 +45,11 @@ faults: build
 bench:
 	$(GO) run ./test/bench
 	$(GO) run ./test/bench -history=1000000
+
+# The GPU packing trace replayed through Slurm's backfill scheduler on this
+# machine (root, Debian's slurm-wlm and munge; see test/bench/slurm/README.md).
+bench-slurm:
+	./test/bench/slurm/run.sh
 
 man:
 	./packaging/build-man.sh

@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -430,6 +431,34 @@ func TestWorkerTableShowsAgentGPUAndTelemetry(t *testing.T) {
 	lacks(t, p, "gpu-1")
 	p = b.must(b.get("/ui/"), 200)
 	contains(t, p, "<th scope=\"row\">NVIDIA A100</th>", `data-count="workers-idle">1<`, `data-count="workers-total">1<`)
+}
+
+// A worker that runs several jobs at once shows how many run and how many
+// GPUs are free, and counts as partly busy on the overview.
+func TestWorkerTableShowsGPUSlots(t *testing.T) {
+	t.Parallel()
+	s := newSite(t, openSQLite(t))
+	st, m := s.adminAPI("POST", "/api/admin/workers", map[string]any{"name": "octo"})
+	if st != 201 {
+		t.Fatalf("create worker: %d %v", st, m)
+	}
+	token := m["token"].(string)
+	var devices []map[string]any
+	for i := range 8 {
+		devices = append(devices, map[string]any{"index": i, "uuid": fmt.Sprintf("GPU-%d", i), "name": "NVIDIA H100", "memory_mib": 81559})
+	}
+	if st, m := s.api("POST", "/api/workers/register", "X-Worker-Token", token, map[string]any{"name": "octo", "persistent": true,
+		"protocol": 2, "capabilities": map[string]any{"max_jobs": 8}, "gpu_info": map[string]any{"name": "NVIDIA H100", "count": 8, "devices": devices}}); st != 200 {
+		t.Fatalf("register: %d %v", st, m)
+	}
+	b := s.browser()
+	b.mustSignIn(s.admin)
+	p := b.must(b.get("/ui/workers"), 200)
+	contains(t, p, "8 × NVIDIA H100", "0 of 8 jobs, 8 GPUs free")
+	p = b.must(b.get("/ui/"), 200)
+	contains(t, p, `data-count="workers-partial">0<`)
+	p = b.must(b.get("/ui/workers?status=partial"), 200)
+	contains(t, p, "<option selected>partial</option>", "0 workers partial.")
 }
 
 func TestQueueSubmitJobPageAndCancel(t *testing.T) {

@@ -34,7 +34,7 @@ func (d *Dashboard) parseTemplates() (map[string]*pageTemplate, error) {
 		"query":    func(kv ...string) template.URL { return template.URL(queryString(kv...)) },
 		"statuses": func() []string { return jobStatuses },
 		"wstatuses": func() []string {
-			return []string{"connecting", "idle", "busy", "draining", "offline"}
+			return []string{"connecting", "idle", "partial", "busy", "draining", "offline"}
 		},
 	}
 	out := map[string]*pageTemplate{}

@@ -26,6 +26,9 @@ type workerJSON struct {
 	Local         bool              `json:"local"`
 	Protocol      int               `json:"protocol"`
 	AgentVersion  string            `json:"agent_version"`
+	RunningJobs   int               `json:"running_jobs"`
+	MaxJobs       int               `json:"max_jobs"`
+	GPUsFree      int               `json:"gpus_free"`
 	GPUTelemetry  *struct {
 		At   string    `json:"at"`
 		GPUs []gpuLive `json:"gpus"`

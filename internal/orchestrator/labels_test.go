@@ -1,8 +1,10 @@
 package orchestrator
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -100,9 +102,45 @@ func matchWorstCase() (store.Job, store.Worker) {
 // idle worker at most, with every label at its limits.
 func BenchmarkMatchWorstCaseAtLimits(b *testing.B) {
 	j, w := matchWorstCase()
+	g := protocol.ParseGPUInfo(w.GPUInfo)
 	for b.Loop() {
-		if matches(j, w) {
+		if matches(j, w, g) {
 			b.Fatal("matched")
 		}
+	}
+}
+
+// Matching runs outside every write transaction and a pass takes at most
+// passJobs jobs: with 150 queued jobs whose patterns are the slowest the
+// limits allow and 60 idle workers they never match, heartbeats are still
+// answered at once while the scheduler passes over them again and again.
+func TestHeartbeatsAnsweredDuringSlowPasses(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t))
+	job, worker := matchWorstCase()
+	var agents []*agent
+	for i := range 60 {
+		agents = append(agents, e.startAgent(fmt.Sprintf("slow-%02d", i), worker.Labels, nil))
+	}
+	for range 150 {
+		e.submit(map[string]any{"worker_labels": job.WorkerLabels})
+	}
+	start := time.Now()
+	e.srv.schedulePass(context.Background())
+	t.Logf("one pass over 150 jobs and 60 workers: %s", time.Since(start).Round(time.Millisecond))
+
+	var slowest time.Duration
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		a := agents[rand.IntN(len(agents))]
+		began := time.Now()
+		e.must(a.heartbeat("idle", nil, nil), 200)
+		slowest = max(slowest, time.Since(began))
+	}
+	t.Logf("slowest heartbeat while passes ran: %s", slowest.Round(time.Millisecond))
+	if slowest > time.Second {
+		t.Errorf("a heartbeat took %s while the scheduler matched slow patterns", slowest)
+	}
+	if st := e.worker(agents[0].id)["status"]; st != "idle" {
+		t.Errorf("a worker that matches no job is %v", st)
 	}
 }

@@ -16,10 +16,10 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
-// matches reports whether worker w could ever run job j: target, GPU count,
-// VRAM and every label glob. Whether it has room now is placement's
-// question.
-func matches(j store.Job, w store.Worker) bool {
+// matches reports whether worker w, with GPUs g (its gpu_info, parsed once
+// by the caller), could ever run job j: target, GPU count, VRAM and every
+// label glob. Whether it has room now is placement's question.
+func matches(j store.Job, w store.Worker, g protocol.GPUSummary) bool {
 	switch j.Target {
 	case protocol.TargetWorker:
 		if w.Local {
@@ -30,7 +30,6 @@ func matches(j store.Job, w store.Worker) bool {
 			return false
 		}
 	}
-	g := protocol.ParseGPUInfo(w.GPUInfo)
 	if j.GPUCount > 0 && len(eligibleGPUs(g, j)) < j.GPUCount {
 		return false
 	}
@@ -112,26 +111,22 @@ func (s *Server) schedulePass(ctx context.Context) {
 		s.setReservation(reservation{})
 		return
 	}
-	cands := s.candidates(ctx)
-	res := s.currentReservation(queued, cands)
+	pool := &pool{s: s, ctx: ctx, ids: s.hub.ConnectedIDs()}
+	res := s.currentReservation(queued)
 	top := queued[0].Priority
 	for _, j := range queued {
 		if ctx.Err() != nil {
 			return
 		}
-		var fits []*candidate
-		for _, c := range cands {
-			if matches(j, c.w) {
-				fits = append(fits, c)
-			}
-		}
-		if len(fits) == 0 {
-			continue // no worker here could run it; GET /api/queue/{id} says why
-		}
-		best, gpus := bestFit(j, fits, res)
+		best, gpus := bestFit(j, pool, res)
 		if best == nil {
+			// Every worker was read looking for room: reserve among those
+			// that could ever run it.
 			if res.jobID == "" && j.Priority == top {
-				res = reserveFor(j, fits)
+				res = reserveFor(j, pool.read)
+			}
+			if !pool.anyRoom() {
+				break // a full fleet: the jobs behind wait for the next pass
 			}
 			continue
 		}
@@ -166,12 +161,25 @@ type candidate struct {
 	stale bool // a claim on it failed: skipped for the rest of the pass
 }
 
-// candidates reads the workers streaming to this instance that may take
-// work, with their free GPUs, remote ones first.
-func (s *Server) candidates(ctx context.Context) []*candidate {
-	var remote, local []*candidate
-	for _, id := range s.hub.ConnectedIDs() {
-		w, err := s.store.GetWorker(ctx, id)
+// pool reads the workers streaming to this instance as placement needs
+// them, once per pass: a job that finds a perfect fit early costs a read or
+// two however many workers are connected, and only a job with no room
+// anywhere reads them all.
+type pool struct {
+	s    *Server
+	ctx  context.Context
+	ids  []string // connected workers not read yet
+	read []*candidate
+}
+
+// more reads the next connected worker that is online; nil when every one
+// has been read.
+func (p *pool) more() *candidate {
+	for len(p.ids) > 0 {
+		id := p.ids[0]
+		p.ids = p.ids[1:]
+		w, err := p.s.store.GetWorker(p.ctx, id)
+		// A busy worker has no room now but may be reserved for a job.
 		if err != nil || (w.Status != protocol.WorkerIdle && w.Status != protocol.WorkerPartial && w.Status != protocol.WorkerBusy) {
 			continue
 		}
@@ -180,7 +188,7 @@ func (s *Server) candidates(ctx context.Context) []*candidate {
 			c.free[d.Index] = true
 		}
 		if w.GPUsUsed > 0 {
-			leases, err := s.store.GPULeases(ctx, id)
+			leases, err := p.s.store.GPULeases(p.ctx, id)
 			if err != nil {
 				continue
 			}
@@ -188,13 +196,10 @@ func (s *Server) candidates(ctx context.Context) []*candidate {
 				delete(c.free, l.Index)
 			}
 		}
-		if w.Local {
-			local = append(local, c)
-		} else {
-			remote = append(remote, c)
-		}
+		p.read = append(p.read, c)
+		return c
 	}
-	return append(remote, local...)
+	return nil
 }
 
 // fit is the GPUs c would give j now, or ok false when it has no room for
@@ -234,27 +239,42 @@ func (c *candidate) took(gpus []int) {
 	}
 }
 
-// bestFit picks, among the candidates with room for j now and not held for
-// another job, the one left with the fewest free GPUs; ties go to the one
-// running fewer attempts, then by id (remote before local is kept by the
-// order of fits).
-func bestFit(j store.Job, fits []*candidate, res reservation) (*candidate, []int) {
+// anyRoom reports whether a worker read so far could still take a job.
+func (p *pool) anyRoom() bool {
+	return slices.ContainsFunc(p.read, func(c *candidate) bool { return !c.stale && lifecycle.CanClaim(c.w.Status, c.load) })
+}
+
+// bestFit picks, among the workers that match j, have room for it now and
+// are not held for another job, the one left with the fewest free GPUs:
+// remote before local, then ties to the one running fewer attempts. It reads
+// more of the pool only until a remote worker fits exactly.
+func bestFit(j store.Job, p *pool, res reservation) (*candidate, []int) {
 	var best *candidate
 	var bestGPUs []int
 	bestLeft := 0
-	for _, c := range fits {
-		if res.workerID == c.w.ID && res.jobID != j.ID {
-			continue
+	consider := func(c *candidate) {
+		if (res.workerID == c.w.ID && res.jobID != j.ID) || !matches(j, c.w, c.gpus) {
+			return
 		}
 		gpus, ok := c.fit(j)
 		if !ok {
-			continue
+			return
 		}
 		left := len(c.free) - len(gpus)
 		if best == nil || (best.w.Local && !c.w.Local) ||
 			(best.w.Local == c.w.Local && (left < bestLeft || (left == bestLeft && c.load.Running < best.load.Running))) {
 			best, bestGPUs, bestLeft = c, gpus, left
 		}
+	}
+	for _, c := range p.read {
+		consider(c)
+	}
+	for best == nil || bestLeft > 0 || best.w.Local {
+		c := p.more()
+		if c == nil {
+			break
+		}
+		consider(c)
 	}
 	return best, bestGPUs
 }
@@ -264,10 +284,13 @@ func bestFit(j store.Job, fits []*candidate, res reservation) (*candidate, []int
 type reservation struct{ jobID, workerID string }
 
 // reserveFor holds for j the worker that will fit it soonest: among those
-// large enough, the one with the most free GPUs already.
-func reserveFor(j store.Job, fits []*candidate) reservation {
+// that could ever run it, the one with the most free GPUs already.
+func reserveFor(j store.Job, cands []*candidate) reservation {
 	var best *candidate
-	for _, c := range fits {
+	for _, c := range cands {
+		if !matches(j, c.w, c.gpus) {
+			continue
+		}
 		if best == nil || len(c.free) > len(best.free) {
 			best = c
 		}
@@ -279,12 +302,12 @@ func reserveFor(j store.Job, fits []*candidate) reservation {
 }
 
 // currentReservation is the reservation of the last pass while its job is
-// still queued and its worker still here.
-func (s *Server) currentReservation(queued []store.Job, cands []*candidate) reservation {
+// still queued and its worker still streaming here.
+func (s *Server) currentReservation(queued []store.Job) reservation {
 	res := s.reservation()
 	if res.jobID == "" ||
 		!slices.ContainsFunc(queued, func(j store.Job) bool { return j.ID == res.jobID }) ||
-		!slices.ContainsFunc(cands, func(c *candidate) bool { return c.w.ID == res.workerID }) {
+		!s.hub.Connected(res.workerID) {
 		return reservation{}
 	}
 	return res
@@ -385,5 +408,6 @@ func (s *Server) hasJobFor(ctx context.Context, wk store.Worker) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return slices.ContainsFunc(jobs, func(j store.Job) bool { return matches(j, wk) }), nil
+	g := protocol.ParseGPUInfo(wk.GPUInfo)
+	return slices.ContainsFunc(jobs, func(j store.Job) bool { return matches(j, wk, g) }), nil
 }

@@ -28,12 +28,13 @@ func (s *Server) waiting(ctx context.Context, j store.Job) (reason, detail strin
 	maxGPUs := 0
 	res := s.reservation()
 	err = s.eachWorker(ctx, func(w store.Worker) {
-		gpus := protocol.ParseGPUInfo(w.GPUInfo).Count
+		g := protocol.ParseGPUInfo(w.GPUInfo)
+		gpus := g.Count
 		maxGPUs = max(maxGPUs, gpus)
 		if gpus >= j.GPUCount {
 			large++
 		}
-		if !matches(j, w) {
+		if !matches(j, w, g) {
 			return
 		}
 		matching++

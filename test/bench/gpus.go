@@ -290,48 +290,11 @@ func (c *client) checkGPUs(ctx context.Context, trace []traceJob, ids []string) 
 // and whose job holds them for the trace's seconds, stamping its start and
 // end on sock.
 func startGPUWorkerd(bin, dir, url string, w *worker, gpus int, stampBin, sock string) (*exec.Cmd, error) {
-	if err := os.MkdirAll(dir, 0o711); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(w.token+"\n"), 0o600); err != nil {
-		return nil, err
-	}
-	var devices strings.Builder
+	devices := "backend = \"static\"\n"
 	for i := range gpus {
-		fmt.Fprintf(&devices, "[[gpu.devices]]\nname = \"Bench GPU\"\nmemory_gb = 80\nuuid = \"GPU-%s-%d\"\n", w.id, i)
+		devices += fmt.Sprintf("[[gpu.devices]]\nname = \"Bench GPU\"\nmemory_gb = 80\nuuid = \"GPU-%s-%d\"\n", w.id, i)
 	}
-	user := ""
-	if os.Geteuid() == 0 { // jobs run as a uid of their own; nobody stands in for the packaged user
-		user = "user = \"nobody\"\n"
-	}
-	conf := fmt.Sprintf(`[orchestrator]
-url = %q
-token_file = %q
-[worker]
-name = %q
-persistent = true
-state_dir = %q
-[job]
-command = [%q]
-env = { BENCH_STAMP_SOCKET = %q }
-%s[gpu]
-backend = "static"
-%s[log]
-level = "warn"
-format = "text"
-`, url, filepath.Join(dir, "token"), w.id, filepath.Join(dir, "state"), stampBin, sock, user, devices.String())
-	path := filepath.Join(dir, "workerd.toml")
-	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-		return nil, err
-	}
-	logFile, err := os.Create(filepath.Join(dir, "workerd.log"))
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, "--config", path)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET=")
-	return cmd, cmd.Start()
+	return startWorkerd(bin, dir, url, w, stampBin, sock, jobUser(), devices)
 }
 
 // writeTrace writes the trace as JSON for another scheduler.

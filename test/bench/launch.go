@@ -30,6 +30,7 @@ type launchFlags struct {
 	samples    int
 	submitters int
 	workerdBin string // a prebuilt workerd (an older version, to compare); "" builds this tree's
+	inProcess  bool   // the orchestrator runs inside the bench (for -cpuprofile)
 }
 
 type launchResult struct {
@@ -102,7 +103,7 @@ func launchMode(lf launchFlags, mode, orchBin, workerdBin, stampBin, tmp string)
 	if err := os.Chmod(dir, 0o711); err != nil {
 		return r, err
 	}
-	o, err := startOrch(orchBin, dir, "", false)
+	o, err := startOrch(orchBin, dir, "", lf.inProcess)
 	if err != nil {
 		return r, err
 	}
@@ -121,7 +122,11 @@ func launchMode(lf launchFlags, mode, orchBin, workerdBin, stampBin, tmp string)
 	}
 	var pids []int
 	for i, w := range ws {
-		p, err := startWorkerd(workerdBin, filepath.Join(dir, fmt.Sprintf("w%02d", i)), o.url, w, mode, stampBin, sock)
+		isolation := "" // "default": a workerd that predates the isolation keys
+		if mode != "default" {
+			isolation = fmt.Sprintf("isolation = %q\n", mode) + jobUser()
+		}
+		p, err := startWorkerd(workerdBin, filepath.Join(dir, fmt.Sprintf("w%02d", i)), o.url, w, stampBin, sock, isolation, "backend = \"none\"\n")
 		if err != nil {
 			return r, err
 		}
@@ -155,7 +160,7 @@ func launchMode(lf launchFlags, mode, orchBin, workerdBin, stampBin, tmp string)
 
 	// Throughput: jobs submitted by concurrent clients, all through.
 	before := len(lat)
-	w0, o0 := cpuOf(pids), cpuOf([]int{o.cmd.Process.Pid})
+	w0, o0 := cpuOf(pids), cpuOf([]int{o.pid()})
 	start := time.Now()
 	var next atomic.Int64
 	errc := make(chan error, lf.submitters)
@@ -170,7 +175,16 @@ func launchMode(lf launchFlags, mode, orchBin, workerdBin, stampBin, tmp string)
 		}()
 	}
 	done := make(chan error, 1)
-	go func() { done <- c.waitCompleted(ctx, before+lf.jobs) }()
+	go func() {
+		// The jobs' own stamps tell progress without asking the
+		// orchestrator being measured; its count is read only for the
+		// last reports.
+		if err := stamps.waitCount(before+lf.jobs, 5*time.Minute); err != nil {
+			done <- err
+			return
+		}
+		done <- c.waitCompleted(ctx, before+lf.jobs)
+	}()
 	select {
 	case err := <-errc:
 		return r, err
@@ -182,26 +196,21 @@ func launchMode(lf launchFlags, mode, orchBin, workerdBin, stampBin, tmp string)
 	r.elapsed = time.Since(start)
 	r.jobsPerS = float64(lf.jobs) / r.elapsed.Seconds()
 	r.workerdCPUJob = (cpuOf(pids) - w0) / time.Duration(lf.jobs)
-	r.orchCPUJob = (cpuOf([]int{o.cmd.Process.Pid}) - o0) / time.Duration(lf.jobs)
+	r.orchCPUJob = (cpuOf([]int{o.pid()}) - o0) / time.Duration(lf.jobs)
 	log.Printf("launch %s: %d jobs in %s: %.0f jobs/s; CPU per job: workerd %s, orchestrator %s",
 		mode, lf.jobs, r.elapsed.Round(time.Millisecond), r.jobsPerS, r.workerdCPUJob.Round(10*time.Microsecond), r.orchCPUJob.Round(10*time.Microsecond))
 	return r, nil
 }
 
-// startWorkerd configures and starts one workerd for worker w.
-func startWorkerd(bin, dir, url string, w *worker, mode, stampBin, sock string) (*exec.Cmd, error) {
+// startWorkerd configures and starts one workerd for worker w, whose job is
+// stampBin reporting on sock. jobKeys are more [job] keys; gpuKeys the [gpu]
+// table's.
+func startWorkerd(bin, dir, url string, w *worker, stampBin, sock, jobKeys, gpuKeys string) (*exec.Cmd, error) {
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(w.token+"\n"), 0o600); err != nil {
 		return nil, err
-	}
-	isolation := ""
-	if mode != "default" {
-		isolation = fmt.Sprintf("isolation = %q\n", mode)
-		if os.Geteuid() == 0 {
-			isolation += "user = \"nobody\"\n"
-		}
 	}
 	conf := fmt.Sprintf(`[orchestrator]
 url = %q
@@ -214,11 +223,10 @@ state_dir = %q
 command = [%q]
 env = { BENCH_STAMP_SOCKET = %q }
 %s[gpu]
-backend = "none"
-[log]
+%s[log]
 level = "warn"
 format = "text"
-`, url, filepath.Join(dir, "token"), w.id, filepath.Join(dir, "state"), stampBin, sock, isolation)
+`, url, filepath.Join(dir, "token"), w.id, filepath.Join(dir, "state"), stampBin, sock, jobKeys, gpuKeys)
 	path := filepath.Join(dir, "workerd.toml")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		return nil, err
@@ -230,10 +238,16 @@ format = "text"
 	cmd := exec.Command(bin, "--config", path)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET=")
-	if err := cmd.Start(); err != nil {
-		return nil, err
+	return cmd, cmd.Start()
+}
+
+// jobUser is the [job] user key for a workerd run as root: jobs then run as
+// a uid of their own, with nobody standing in for the packaged user.
+func jobUser() string {
+	if os.Geteuid() == 0 {
+		return "user = \"nobody\"\n"
 	}
-	return cmd, nil
+	return ""
 }
 
 // stampBox collects the jobs' first-instruction times.
@@ -293,6 +307,24 @@ func (b *stampBox) wait(jobID string, timeout time.Duration) (time.Time, error) 
 		case <-b.ch:
 		case <-deadline:
 			return time.Time{}, fmt.Errorf("job %s never started (no stamp within %s)", jobID, timeout)
+		}
+	}
+}
+
+// waitCount waits until n jobs have stamped their first instruction.
+func (b *stampBox) waitCount(n int, timeout time.Duration) error {
+	deadline := time.After(timeout)
+	for {
+		b.mu.Lock()
+		got := len(b.at)
+		b.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-b.ch:
+		case <-deadline:
+			return fmt.Errorf("%d of %d jobs started within %s", got, n, timeout)
 		}
 	}
 }

@@ -116,6 +116,7 @@ func main() {
 	flag.BoolVar(&f.skipReads, "skip-reads", false, "in the history scenario, skip the read endpoints, dispatch and verify (to iterate on the retention pass)")
 	flag.Parse()
 	f.newBinary = !f.oldBinary
+	f.launch.inProcess = f.inProcess
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
 	switch {
 	case f.gpus.traceOut != "":

@@ -168,12 +168,14 @@ func (o *orch) startInProcess(cfgPath string, logFile *os.File) error {
 
 // rss is the orchestrator's resident set size in bytes (the bench's own in
 // -inprocess mode).
-func (o *orch) rss() (int64, error) {
-	pid := os.Getpid()
+func (o *orch) rss() (int64, error) { return readRSS(o.pid()) }
+
+// pid is the orchestrator's process (the bench's own in -inprocess mode).
+func (o *orch) pid() int {
 	if o.cmd != nil {
-		pid = o.cmd.Process.Pid
+		return o.cmd.Process.Pid
 	}
-	return readRSS(pid)
+	return os.Getpid()
 }
 
 func readRSS(pid int) (int64, error) {

@@ -29,6 +29,26 @@ func visibleOf(t *testing.T, w *Wrk, jobID string) string {
 	return got
 }
 
+// startFourOneGPUJobs submits four 1-GPU jobs of about seconds each and
+// waits until all four run at once.
+func startFourOneGPUJobs(t *testing.T, o *Orch, h *History, seconds float64) []string {
+	t.Helper()
+	var ids []string
+	for range 4 {
+		_, id := h.Submit(gpuJob(1, seconds))
+		ids = append(ids, id)
+	}
+	Eventually(t, 20*time.Second, "four 1-GPU jobs running at once", func() bool {
+		for _, id := range ids {
+			if o.Job(id)["status"] != "running" {
+				return false
+			}
+		}
+		return true
+	})
+	return ids
+}
+
 // One workerd with four GPUs runs four 1-GPU jobs at once, each shown only
 // its own GPU; a 4-GPU job then waits for all four; kill -9 of the
 // orchestrator loses none of four running attempts; kill -9 of the workerd
@@ -41,19 +61,7 @@ func TestFourJobsOnFourGPUs(t *testing.T) {
 	w := o.StartWorker(WorkerSpec{Name: "quad", Persistent: true, StaticGPUs: 4, SelfFenceAfter: "30s",
 		Command: []string{"/bin/sh", "-c", script}})
 
-	var small []string
-	for range 4 {
-		_, id := h.Submit(gpuJob(1, 3))
-		small = append(small, id)
-	}
-	Eventually(t, 20*time.Second, "four jobs running at once", func() bool {
-		for _, id := range small {
-			if o.Job(id)["status"] != "running" {
-				return false
-			}
-		}
-		return true
-	})
+	small := startFourOneGPUJobs(t, o, h, 3)
 	var seen []string
 	for _, id := range small {
 		v := visibleOf(t, w, id)
@@ -88,19 +96,7 @@ func TestFourJobsOnFourGPUs(t *testing.T) {
 
 	// kill -9 with four attempts out: each is requeued once, and the worker's
 	// GPUs are all free again.
-	var held []string
-	for range 4 {
-		_, id := h.Submit(gpuJob(1, 30))
-		held = append(held, id)
-	}
-	Eventually(t, 20*time.Second, "four long jobs running", func() bool {
-		for _, id := range held {
-			if o.Job(id)["status"] != "running" {
-				return false
-			}
-		}
-		return true
-	})
+	held := startFourOneGPUJobs(t, o, h, 30)
 	// kill -9 of the orchestrator: the worker's registration lists all four
 	// attempts and the restarted orchestrator resumes every one.
 	o.P.Kill9()
