@@ -235,11 +235,17 @@ func (h *History) Finish() {
 	h.mu.Unlock()
 }
 
-func (h *History) liveJobProcs() []JobProc {
+// mine is the set of this history's jobs.
+func (h *History) mine() map[string]bool {
 	mine := map[string]bool{}
 	for _, id := range h.Jobs() {
 		mine[id] = true
 	}
+	return mine
+}
+
+func (h *History) liveJobProcs() []JobProc {
+	mine := h.mine()
 	var out []JobProc
 	for _, p := range AllJobProcs() {
 		if mine[p.Job] {
@@ -392,17 +398,14 @@ func (h *History) Check(exp Expect) Summary {
 	if exp.MaxRequeues >= 0 && sum.Requeues > exp.MaxRequeues {
 		h.T.Errorf("%d requeues, want at most %d", sum.Requeues, exp.MaxRequeues)
 	}
-	if ov := h.sampler.Overlaps(); len(ov) > 0 {
+	mine := h.mine()
+	if ov := h.sampler.Overlaps(func(job string) bool { return mine[job] }); len(ov) > 0 {
 		h.T.Errorf("%d samples saw two attempts of a job alive together; first: %s; last: %s", len(ov), ov[0], ov[len(ov)-1])
-	}
-	mine := map[string]bool{}
-	for _, id := range h.Jobs() {
-		mine[id] = true
 	}
 	if sh := h.sampler.GPUShares(func(job string) bool { return mine[job] }); len(sh) > 0 {
 		h.T.Errorf("%d samples saw one GPU held by two live attempts; first: %s; last: %s", len(sh), sh[0], sh[len(sh)-1])
 	}
-	h.checkSpans()
+	h.checkSpans(mine)
 	if left := h.liveJobProcs(); len(left) > 0 {
 		h.T.Errorf("processes of finished jobs still alive: %v", left)
 	}
@@ -421,12 +424,12 @@ func (h *History) Check(exp Expect) Summary {
 // checkSpans compares the attempts' real lives: attempt n+1's first sign of
 // life (sampled or its wrapper's start line) must come after attempt n's last
 // (sampled or its wrapper's exit line).
-func (h *History) checkSpans() {
+func (h *History) checkSpans(mine map[string]bool) {
 	type life struct{ first, last time.Time }
 	lives := map[string]map[int]*life{}
 	note := func(job, attempt string, t time.Time) {
 		n, err := strconv.Atoi(attempt)
-		if err != nil {
+		if err != nil || !mine[job] {
 			return
 		}
 		if lives[job] == nil {
