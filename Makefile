@@ -40,8 +40,11 @@ demo: build
 faults: build
 	SIMPLETUNER_FAULTS_FULL=1 $(GO) test -count=1 -timeout 60m -v ./test/e2e/faults
 
+# Both scenarios of docs/performance.md: the fleet (latency, job cycles,
+# 10,000 workers), then a million finished jobs (reads, start-up, retention).
 bench:
 	$(GO) run ./test/bench
+	$(GO) run ./test/bench -history=1000000
 
 # The GPU packing trace replayed through Slurm's backfill scheduler on this
 # machine (root, Debian's slurm-wlm and munge; see test/bench/slurm/README.md).

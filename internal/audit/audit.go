@@ -104,3 +104,21 @@ func Verify(records []Record) error {
 	}
 	return nil
 }
+
+// VerifyFrom checks records like Verify and also that the first one follows
+// the record (prevSeq, prevHash): the last one before them, kept as a
+// checkpoint when older records were deleted ({0, Genesis}: none). Its error
+// is a *ChainError too.
+func VerifyFrom(prevSeq int64, prevHash string, records []Record) error {
+	if len(records) == 0 {
+		return nil
+	}
+	first := records[0]
+	if first.Seq != prevSeq+1 {
+		return &ChainError{first.Seq, fmt.Sprintf(" follows %d: sequence gap", prevSeq)}
+	}
+	if first.PrevHash != prevHash {
+		return &ChainError{first.Seq, fmt.Sprintf(": prev_hash does not match the hash of record %d", prevSeq)}
+	}
+	return Verify(records)
+}

@@ -7,6 +7,7 @@ package config
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,11 +26,12 @@ type Duration struct{ time.Duration }
 // D is shorthand for building a Duration in code and tests.
 func D(d time.Duration) Duration { return Duration{d} }
 
-// UnmarshalText parses a Go duration string; negative durations are refused.
+// UnmarshalText parses a Go duration string, which may start with a number
+// of days ("90d", "1d12h"); negative durations are refused.
 func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
+	v, err := parseDuration(string(b))
 	if err != nil {
-		return fmt.Errorf("invalid duration %q (want e.g. \"30s\", \"5m\")", b)
+		return fmt.Errorf("invalid duration %q (want e.g. \"30s\", \"5m\", \"90d\")", b)
 	}
 	if v < 0 {
 		return fmt.Errorf("duration %q is negative", b)
@@ -38,10 +40,38 @@ func (d *Duration) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// MarshalText writes the shortest natural form: "2m" rather than "2m0s".
+// day is the unit "d" of durations: 24 hours (retention periods are days).
+const day = 24 * time.Hour
+
+// parseDuration is time.ParseDuration with an optional leading "<n>d".
+func parseDuration(s string) (time.Duration, error) {
+	days, rest, ok := strings.Cut(s, "d")
+	if !ok || days == "" || strings.ContainsFunc(days, func(r rune) bool { return r < '0' || r > '9' }) {
+		return time.ParseDuration(s)
+	}
+	n, err := strconv.ParseInt(days, 10, 64)
+	if err != nil || n > int64(math.MaxInt64/day) {
+		return 0, fmt.Errorf("days out of range")
+	}
+	v := time.Duration(n) * day
+	if rest == "" {
+		return v, nil
+	}
+	more, err := time.ParseDuration(rest)
+	if err != nil || more < 0 || v > math.MaxInt64-more {
+		return 0, fmt.Errorf("bad duration after the days")
+	}
+	return v + more, nil
+}
+
+// MarshalText writes the shortest natural form: "2m" rather than "2m0s",
+// "90d" for a whole number of days.
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
 func (d Duration) String() string {
+	if d.Duration >= day && d.Duration%day == 0 {
+		return strconv.FormatInt(int64(d.Duration/day), 10) + "d"
+	}
 	s := d.Duration.String()
 	if strings.HasSuffix(s, "m0s") {
 		s = s[:len(s)-2]
@@ -102,6 +132,7 @@ type Orchestrator struct {
 	Log       LogConfig       `toml:"log"`
 	Metrics   MetricsConfig   `toml:"metrics"`
 	Artifacts ArtifactsConfig `toml:"artifacts"`
+	Retention RetentionConfig `toml:"retention"`
 
 	origins map[string]string // key → where it was set (file:line, variable, flag)
 }
@@ -225,6 +256,20 @@ func (c *Orchestrator) ArtifactsDir() string {
 	}
 	return filepath.Join(c.Paths.StateDir, "artifacts")
 }
+
+// RetentionConfig is [retention]: how long finished jobs and their traces are
+// kept. A period of 0 keeps them forever.
+type RetentionConfig struct {
+	Jobs      Duration `toml:"jobs"`      // finished jobs, with their attempts, logs and artifacts
+	Logs      Duration `toml:"logs"`      // finished jobs' logs
+	Artifacts Duration `toml:"artifacts"` // finished jobs' artifacts
+	Audit     Duration `toml:"audit"`     // audit records
+	Interval  Duration `toml:"interval"`  // how often a retention pass runs
+	BatchSize int      `toml:"batch_size"`
+}
+
+// retentionPeriods are the [retention] keys where 0 means "forever".
+var retentionPeriods = []string{"retention.jobs", "retention.logs", "retention.artifacts", "retention.audit"}
 
 // MetricsConfig is [metrics].
 type MetricsConfig struct {
@@ -400,6 +445,14 @@ func DefaultOrchestrator() *Orchestrator {
 			MaxObjectBytes: 100 << 30,
 			MaxJobBytes:    500 << 30,
 			UploadGrace:    D(15 * time.Minute),
+		},
+		Retention: RetentionConfig{
+			Jobs:      D(365 * day),
+			Logs:      D(90 * day),
+			Artifacts: D(90 * day),
+			Audit:     D(730 * day),
+			Interval:  D(time.Hour),
+			BatchSize: 500,
 		},
 	}
 }

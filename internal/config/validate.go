@@ -101,6 +101,9 @@ func (c *Orchestrator) validate(l *loader) {
 		}
 	}
 	l.validateArtifacts(c.Artifacts)
+	if n := c.Retention.BatchSize; n < 1 || n > 10000 {
+		l.errf("retention.batch_size", "must be from 1 to 10000, got %d", n)
+	}
 }
 
 func (l *loader) validateArtifacts(a ArtifactsConfig) {
@@ -289,6 +292,9 @@ func (l *loader) validateLog(c LogConfig) {
 // ones were refused when parsed).
 func (l *loader) positiveDurations() {
 	for _, key := range slices.Sorted(maps.Keys(l.fields)) {
+		if slices.Contains(retentionPeriods, key) {
+			continue // 0 keeps forever
+		}
 		if f := l.fields[key]; f.Type() == durationType && f.Interface().(Duration).Duration <= 0 {
 			l.errf(key, "must be greater than 0")
 		}

@@ -148,28 +148,40 @@ func (a *app) tokensRevokeCommand() *cobra.Command {
 	}
 }
 
-// auditPage is GET /api/admin/audit.
+// auditPage is GET /api/admin/audit. Checkpoint is the last record
+// retention deleted, when it deleted any.
 type auditPage struct {
-	Records []json.RawMessage `json:"records"`
+	Records    []json.RawMessage `json:"records"`
+	Checkpoint *auditLink        `json:"checkpoint"`
+}
+
+type auditLink struct {
+	Seq  int64  `json:"seq"`
+	Hash string `json:"hash"`
 }
 
 func (a *app) auditRecords(ctx context.Context, since int64, limit int) ([]audit.Record, []json.RawMessage, error) {
+	recs, raws, _, err := a.auditPage(ctx, since, limit)
+	return recs, raws, err
+}
+
+func (a *app) auditPage(ctx context.Context, since int64, limit int) ([]audit.Record, []json.RawMessage, *auditLink, error) {
 	cl, err := a.client()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var p auditPage
 	q := url.Values{"since": {strconv.FormatInt(since, 10)}, "limit": {strconv.Itoa(limit)}}
 	if _, err := cl.GetJSON(ctx, "/api/admin/audit", q, &p); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	recs := make([]audit.Record, len(p.Records))
 	for i, r := range p.Records {
 		if err := json.Unmarshal(r, &recs[i]); err != nil {
-			return nil, nil, fmt.Errorf("GET /api/admin/audit: record %d is not an audit record: %v", i, err)
+			return nil, nil, nil, fmt.Errorf("GET /api/admin/audit: record %d is not an audit record: %v", i, err)
 		}
 	}
-	return recs, p.Records, nil
+	return recs, p.Records, p.Checkpoint, nil
 }
 
 // lastAuditSeq finds the newest record's sequence number. The API pages
@@ -344,7 +356,10 @@ type auditVerdict struct {
 	FirstSeq int64  `json:"first_seq,omitempty"`
 	LastSeq  int64  `json:"last_seq,omitempty"`
 	LastHash string `json:"last_hash,omitempty"`
-	Error    string `json:"error,omitempty"`
+	// CheckpointSeq is where the walk started when retention had deleted
+	// the records before it.
+	CheckpointSeq int64  `json:"checkpoint_seq,omitempty"`
+	Error         string `json:"error,omitempty"`
 }
 
 func (a *app) auditVerifyCommand() *cobra.Command {
@@ -376,23 +391,27 @@ record when the chain is broken.`,
 				_, err := fmt.Fprintln(a.out(), "audit log is empty")
 				return err
 			}
-			_, err = fmt.Fprintf(a.out(), "audit chain intact: %d records (seq %d-%d), last hash %s\n", v.Records, v.FirstSeq, v.LastSeq, v.LastHash)
+			from := ""
+			if v.CheckpointSeq > 0 {
+				from = fmt.Sprintf(" from the retention checkpoint at seq %d", v.CheckpointSeq)
+			}
+			_, err = fmt.Fprintf(a.out(), "audit chain intact: %d records (seq %d-%d)%s, last hash %s\n", v.Records, v.FirstSeq, v.LastSeq, from, v.LastHash)
 			return err
 		},
 	}
 }
 
-// verifyAudit walks the chain page by page, checking each page together with
-// the last record of the one before. A transport error is returned as an
-// error; a broken chain as a verdict.
+// verifyAudit walks the chain page by page, checking each page against the
+// last record of the one before. Where retention has deleted the oldest
+// records, the walk starts from the checkpoint the orchestrator names (the
+// last record deleted): the first record left must link to it. A transport
+// error is returned as an error; a broken chain as a verdict.
 func (a *app) verifyAudit(ctx context.Context) (auditVerdict, error) {
-	var (
-		v    auditVerdict
-		prev *audit.Record
-	)
+	var v auditVerdict
+	prevSeq, prevHash := int64(0), audit.Genesis
 	since := int64(0)
 	for {
-		recs, _, err := a.auditRecords(ctx, since, 1000)
+		recs, _, cp, err := a.auditPage(ctx, since, 1000)
 		if err != nil {
 			return v, err
 		}
@@ -400,22 +419,22 @@ func (a *app) verifyAudit(ctx context.Context) (auditVerdict, error) {
 			v.OK = true
 			return v, nil
 		}
-		if prev == nil {
+		if v.FirstSeq == 0 {
 			v.FirstSeq = recs[0].Seq
 			if recs[0].Seq != 1 {
-				v.Error = fmt.Sprintf("the log starts at record %d: the records before it are missing", recs[0].Seq)
-				return v, nil
+				if cp == nil || cp.Seq != recs[0].Seq-1 {
+					v.Error = fmt.Sprintf("the log starts at record %d: the records before it are missing", recs[0].Seq)
+					return v, nil
+				}
+				// Deleted by retention; the chain goes on from the checkpoint.
+				prevSeq, prevHash, v.CheckpointSeq = cp.Seq, cp.Hash, cp.Seq
 			}
 		}
-		chain := recs
-		if prev != nil {
-			chain = append([]audit.Record{*prev}, recs...)
-		}
-		if err := audit.Verify(chain); err != nil {
+		if err := audit.VerifyFrom(prevSeq, prevHash, recs); err != nil {
 			v.Error = err.Error()
 			// Count the good records of this page for the message.
 			for i := range recs {
-				if audit.Verify(chainUpTo(prev, recs[:i+1])) != nil {
+				if audit.VerifyFrom(prevSeq, prevHash, recs[:i+1]) != nil {
 					break
 				}
 				v.Records++
@@ -423,18 +442,11 @@ func (a *app) verifyAudit(ctx context.Context) (auditVerdict, error) {
 			return v, nil
 		}
 		last := recs[len(recs)-1]
-		prev = &last
+		prevSeq, prevHash = last.Seq, last.Hash
 		v.Records += int64(len(recs))
 		v.LastSeq, v.LastHash = last.Seq, last.Hash
 		since = last.Seq
 	}
-}
-
-func chainUpTo(prev *audit.Record, recs []audit.Record) []audit.Record {
-	if prev == nil {
-		return recs
-	}
-	return append([]audit.Record{*prev}, recs...)
 }
 
 func (a *app) statusCommand() *cobra.Command {

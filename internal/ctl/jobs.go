@@ -334,6 +334,9 @@ func (a *app) jobsCommand() *cobra.Command {
 					return err
 				}
 				keep = func(j Job) bool { return deref(j.WorkerID) == wk.ID }
+				// Filtered by the orchestrator where it can (older ones ignore
+				// the parameter; keep filters in any case).
+				q.Set("worker_id", wk.ID)
 			}
 			render := func(w io.Writer) error {
 				jobs, raws, head, err := a.newestJobs(ctx, q, limit, keep)
@@ -345,12 +348,13 @@ func (a *app) jobsCommand() *cobra.Command {
 						raws = []json.RawMessage{}
 					}
 					// The API's shape, newest first.
+					// A worker filter has no total on this orchestrator.
 					reply := struct {
 						Entries      []json.RawMessage `json:"entries"`
-						Total        int               `json:"total"`
+						Total        json.RawMessage   `json:"total,omitempty"`
 						TotalPending json.RawMessage   `json:"total_pending,omitempty"`
 						TotalRunning json.RawMessage   `json:"total_running,omitempty"`
-					}{raws, head.total, head.raw["total_pending"], head.raw["total_running"]}
+					}{raws, head.raw["total"], head.raw["total_pending"], head.raw["total_running"]}
 					return output.MarshalJSON(w, reply)
 				}
 				if len(jobs) == 0 {

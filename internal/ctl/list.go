@@ -120,12 +120,19 @@ func (a *app) allWorkers(ctx context.Context, status string) ([]Worker, []json.R
 // jobScanLimit bounds how many jobs a filter or an id prefix searches.
 const jobScanLimit = 5000
 
-// newestJobs returns up to limit jobs, newest first, that match keep. The API
-// lists jobs oldest first, so it reads the total and pages backwards from the
-// end. The first reply is returned too, for the queue counters.
+// newestJobs returns up to limit jobs, newest first, that match keep. This
+// orchestrator lists newest first and says so ("order": "newest_first"): the
+// pages are read forwards, following the "next" cursor. Older orchestrators
+// (and upstream's) list oldest first: their total is read and the pages are
+// read backwards from the end by offset. The first reply is returned too, for
+// the queue counters.
 func (a *app) newestJobs(ctx context.Context, q url.Values, limit int, keep func(Job) bool) ([]Job, []json.RawMessage, listPage, error) {
 	q = cloneValues(q)
-	q.Set("limit", "1")
+	pageSize := min(limit, 200) // the API's largest page
+	if keep != nil {
+		pageSize = 200
+	}
+	q.Set("limit", strconv.Itoa(pageSize))
 	head, err := a.getPage(ctx, "/api/queue", q, "entries")
 	if err != nil {
 		return nil, nil, head, err
@@ -135,11 +142,47 @@ func (a *app) newestJobs(ctx context.Context, q url.Values, limit int, keep func
 		raws    []json.RawMessage
 		scanned int
 	)
-	end := head.total
-	pageSize := min(limit, 200) // the API's largest page
-	if keep != nil {
-		pageSize = 200
+	// take keeps the page's items that match, in the order given.
+	take := func(items []json.RawMessage, backwards bool) error {
+		for k := range items {
+			i := k
+			if backwards {
+				i = len(items) - 1 - k
+			}
+			if len(jobs) >= limit {
+				return nil
+			}
+			var j Job
+			if err := json.Unmarshal(items[i], &j); err != nil {
+				return fmt.Errorf("GET /api/queue: an entry is not a job: %v", err)
+			}
+			scanned++
+			if keep == nil || keep(j) {
+				jobs, raws = append(jobs, j), append(raws, items[i])
+			}
+		}
+		return nil
 	}
+	var order string
+	_ = json.Unmarshal(head.raw["order"], &order)
+	if order == "newest_first" {
+		p := head
+		seen := map[string]bool{}
+		for {
+			if err := take(p.items, false); err != nil {
+				return nil, nil, head, err
+			}
+			if len(jobs) >= limit || p.next == "" || seen[p.next] || (keep != nil && scanned >= jobScanLimit) {
+				return jobs, raws, head, nil
+			}
+			seen[p.next] = true
+			q.Set("cursor", p.next)
+			if p, err = a.getPage(ctx, "/api/queue", q, "entries"); err != nil {
+				return nil, nil, head, err
+			}
+		}
+	}
+	end := head.total
 	for end > 0 && len(jobs) < limit && (keep == nil || scanned < jobScanLimit) {
 		start := max(0, end-pageSize)
 		q.Set("offset", strconv.Itoa(start))
@@ -151,15 +194,8 @@ func (a *app) newestJobs(ctx context.Context, q url.Values, limit int, keep func
 		if len(p.items) == 0 {
 			break
 		}
-		for i := len(p.items) - 1; i >= 0 && len(jobs) < limit; i-- {
-			var j Job
-			if err := json.Unmarshal(p.items[i], &j); err != nil {
-				return nil, nil, head, fmt.Errorf("GET /api/queue: an entry is not a job: %v", err)
-			}
-			scanned++
-			if keep == nil || keep(j) {
-				jobs, raws = append(jobs, j), append(raws, p.items[i])
-			}
+		if err := take(p.items, true); err != nil {
+			return nil, nil, head, err
 		}
 		end = start
 	}

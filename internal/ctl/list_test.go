@@ -123,3 +123,82 @@ func TestJobsNewestFirstAcrossPages(t *testing.T) {
 		t.Fatalf("ambiguous job prefix: %d %q", r.code, r.stderr)
 	}
 }
+
+// newestServer lists jobs newest first, as this orchestrator does: it says
+// so in "order", follows its own "next" cursor, and filters by worker_id.
+type newestServer struct {
+	n       int
+	pages   int
+	workers []string // worker_id of each request
+}
+
+func (s *newestServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/api/admin/workers" {
+		fmt.Fprint(w, `{"workers": [{"worker_id": "w_000000000001", "name": "n1", "status": "idle", "connected": true}], "total": 1}`)
+		return
+	}
+	s.pages++
+	q := r.URL.Query()
+	limit, _ := strconv.Atoi(q.Get("limit"))
+	worker := q.Get("worker_id")
+	s.workers = append(s.workers, worker)
+	from := s.n - 1 // newest first: ids count down
+	if c := q.Get("cursor"); c != "" {
+		from, _ = strconv.Atoi(strings.TrimPrefix(c, "before-"))
+		from--
+	}
+	var items []string
+	last := -1
+	for i := from; i >= 0 && len(items) < limit; i-- {
+		if worker != "" && fmt.Sprintf("w_%012d", i%3) != worker {
+			continue
+		}
+		items = append(items, fmt.Sprintf(`{"job_id": "j_%012d", "status": "completed", "worker_id": "w_%012d", "queued_at": "2026-03-01T11:00:00Z"}`, i, i%3))
+		last = i
+	}
+	next := ""
+	if last > 0 && len(items) == limit {
+		next = fmt.Sprintf(`, "next": "before-%d"`, last)
+	}
+	total := ""
+	if worker == "" {
+		total = fmt.Sprintf(`, "total": %d`, s.n)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"entries": [%s], "order": "newest_first", "total_pending": 0%s%s}`, strings.Join(items, ","), total, next)
+}
+
+func TestJobsFollowNewestFirstCursor(t *testing.T) {
+	ns := &newestServer{n: 450}
+	srv := httptest.NewServer(ns)
+	defer srv.Close()
+	env := map[string]string{"SIMPLETUNER_URL": srv.URL}
+	var reply struct {
+		Entries []Job `json:"entries"`
+		Total   *int  `json:"total"`
+	}
+	r := runMain(t, env, "", "jobs", "--limit", "300", "-o", "json")
+	if err := json.Unmarshal([]byte(r.stdout), &reply); err != nil || r.code != 0 {
+		t.Fatalf("exit %d %v %s", r.code, err, r.stderr)
+	}
+	if len(reply.Entries) != 300 || reply.Entries[0].ID != "j_000000000449" || reply.Entries[299].ID != "j_000000000150" ||
+		reply.Total == nil || *reply.Total != 450 {
+		t.Fatalf("jobs --limit 300: %d entries, first %s, last %s, total %v", len(reply.Entries), reply.Entries[0].ID, reply.Entries[len(reply.Entries)-1].ID, reply.Total)
+	}
+	if ns.pages != 2 {
+		t.Fatalf("read %d pages for 300 jobs in pages of 200, want 2", ns.pages)
+	}
+	// The worker filter goes to the orchestrator; the reply then has no total.
+	ns.pages, ns.workers = 0, nil
+	reply.Total = nil
+	r = runMain(t, env, "", "jobs", "--worker", "w_000000000001", "--limit", "20", "-o", "json")
+	if err := json.Unmarshal([]byte(r.stdout), &reply); err != nil || r.code != 0 {
+		t.Fatalf("exit %d %v %s", r.code, err, r.stderr)
+	}
+	if len(reply.Entries) != 20 || reply.Entries[0].ID != "j_000000000448" || reply.Total != nil {
+		t.Fatalf("jobs --worker: %d entries, first %s, total %v", len(reply.Entries), reply.Entries[0].ID, reply.Total)
+	}
+	if len(ns.workers) != 1 || ns.workers[0] != "w_000000000001" {
+		t.Fatalf("worker_id sent: %q", ns.workers)
+	}
+}

@@ -165,6 +165,7 @@ type auditPage struct {
 type verifyJSON struct {
 	OK       bool   `json:"ok"`
 	Checked  int    `json:"checked"`
+	FirstSeq int64  `json:"first_seq"` // after retention, the record after the checkpoint
 	HeadSeq  int64  `json:"head_seq"`
 	BrokenAt int64  `json:"broken_at"`
 	Error    string `json:"error"`

@@ -383,29 +383,6 @@ func (s *Server) rotateToken(w http.ResponseWriter, r *http.Request, ps httprout
 	return nil
 }
 
-func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ auth.Principal) error {
-	if wantsAuditFilter(r) {
-		return s.listAuditNewest(w, r)
-	}
-	since, err := queryInt(r, "since", 0, 0, 1<<62)
-	if err != nil {
-		return err
-	}
-	limit, err := queryInt(r, "limit", 100, 1, 1000)
-	if err != nil {
-		return err
-	}
-	recs, err := s.store.ListAudit(r.Context(), int64(since), limit)
-	if err != nil {
-		return err
-	}
-	if recs == nil {
-		recs = []audit.Record{}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"records": recs, "count": len(recs)})
-	return nil
-}
-
 type createTokenRequest struct {
 	Name   string   `json:"name"`
 	Scopes []string `json:"scopes"`

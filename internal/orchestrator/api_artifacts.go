@@ -218,7 +218,9 @@ func (s *Server) putObject(w http.ResponseWriter, r *http.Request, ps httprouter
 		if errors.As(err, &ae) {
 			return ae // the attempt was replaced meanwhile
 		}
-		s.log.Info("artifact upload failed", "job_id", ref.JobID, "attempt", ref.Attempt, "path", ref.Path(), "err", err)
+		if !isNoSpace(err) { // a full disk is logged once, not per upload
+			s.log.Info("artifact upload failed", "job_id", ref.JobID, "attempt", ref.Attempt, "path", ref.Path(), "err", err)
+		}
 		return s.artifactError(err)
 	}
 	s.metrics.artifacts.uploads.Add(1)

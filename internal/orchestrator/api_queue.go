@@ -206,51 +206,6 @@ func normalizeConfig(data []byte) (json.RawMessage, error) {
 	return out, err
 }
 
-func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ auth.Principal) error {
-	f := store.JobFilter{}
-	if st := strings.ToLower(r.URL.Query().Get("status")); st != "" {
-		switch st {
-		case "pending":
-			f.Statuses = []protocol.JobStatus{protocol.JobQueued}
-		case "active":
-			f.Statuses = protocol.ActiveJobStatuses()
-		default:
-			if !protocol.JobStatus(st).Valid() {
-				return invalid("query parameter \"status\" must be a job status (queued, dispatched, running, canceling, completed, failed, cancelled); got %q", st)
-			}
-			f.Statuses = []protocol.JobStatus{protocol.JobStatus(st)}
-		}
-	}
-	switch o := r.URL.Query().Get("order"); o {
-	case "", "oldest":
-	case "newest":
-		f.Newest = true
-	default:
-		return invalid("query parameter \"order\" must be \"oldest\" or \"newest\"; got %q", o)
-	}
-	var err error
-	if f.Limit, f.Offset, err = page(r, 50, 200); err != nil {
-		return err
-	}
-	jobs, total, err := s.store.ListJobs(r.Context(), f)
-	if err != nil {
-		return err
-	}
-	counts, err := s.store.CountJobs(r.Context())
-	if err != nil {
-		return err
-	}
-	entries := make([]jobView, 0, len(jobs))
-	for _, j := range jobs {
-		entries = append(entries, newJobView(j))
-	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"entries": entries, "total": total, "total_pending": counts[protocol.JobQueued],
-		"total_running": counts[protocol.JobDispatched] + counts[protocol.JobRunning] + counts[protocol.JobCanceling],
-	})
-	return nil
-}
-
 func (s *Server) loadJob(r *http.Request, id string) (store.Job, error) {
 	j, err := s.store.GetJob(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {
@@ -298,8 +253,9 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request, ps httprouter
 }
 
 func (s *Server) stats(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ auth.Principal) error {
-	// ?history=0 leaves the all-time counts of finished jobs out of by_status:
-	// counting them reads the whole history, and a live view does not need them.
+	// ?history=0 leaves the all-time counts of finished jobs out of by_status
+	// (a live view does not need them). Either way the counts come from the
+	// per-status counters, not from the history.
 	var counts map[protocol.JobStatus]int
 	var err error
 	switch h := r.URL.Query().Get("history"); h {
@@ -317,7 +273,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request, _ httprouter.Para
 	if err != nil {
 		return err
 	}
-	recent, err := s.store.CountJobsEndedSince(r.Context(), time.Now().Add(-recentWindow))
+	recent, err := s.recentEndCounts(r.Context())
 	if err != nil {
 		return err
 	}

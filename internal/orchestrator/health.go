@@ -37,6 +37,8 @@ func (s *Server) healthPass(ctx context.Context) {
 		case lifecycle.Working(w.Status) || w.Status == protocol.WorkerDraining:
 			// Draining workers are checked too: a draining worker that vanished
 			// must not keep its job forever.
+			// A heartbeat the full disk kept from the store counts too.
+			w.LastHeartbeat = s.disk.lastBeat(w.ID, w.LastHeartbeat)
 			if !inGrace && w.LastHeartbeat != nil && now.Sub(*w.LastHeartbeat) > opt.HeartbeatTimeout {
 				stale = append(stale, w)
 			}
@@ -82,7 +84,8 @@ func (s *Server) Status(ctx context.Context) string {
 
 // Run starts the background loops and blocks until ctx ends.
 func (s *Server) Run(ctx context.Context) {
-	loops := []func(context.Context){s.runScheduler, s.runHealth, s.listen, s.runFailureAudit, s.runStreamCheck}
+	loops := []func(context.Context){s.runScheduler, s.runHealth, s.listen, s.runFailureAudit, s.runStreamCheck,
+		s.runRetention, s.runSizes, s.runDiskWatch}
 	done := make(chan struct{}, len(loops))
 	for _, loop := range loops {
 		go func() { loop(ctx); done <- struct{}{} }()

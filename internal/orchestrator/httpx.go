@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
 // apiError is an HTTP error with the protocol's JSON error body.
@@ -48,13 +49,23 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// writeError answers err. An *apiError says what to answer; anything else is
+// writeError answers err. An *apiError says what to answer; a full disk is
+// 507 (see diskfull.go); anything else is
 // either the database being out of reach (503, worth a retry) or a fault of
 // ours (500). Neither shows the error itself, which may name hosts, paths or
 // driver internals: the log has it, under a request id the reply names.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *apiError
-	if !errors.As(err, &ae) {
+	if !errors.As(err, &ae) && isNoSpace(err) {
+		// Logged once for the whole episode, not per request.
+		disk := diskArtifacts
+		if errors.Is(err, store.ErrDiskFull) {
+			disk = diskDatabase
+		}
+		ae = s.diskFullError(disk, err)
+		w.Header().Set("Retry-After", "30")
+	}
+	if ae == nil {
 		id := protocol.NewRequestID()
 		w.Header().Set("X-Request-ID", id)
 		if isUnavailable(err) {

@@ -26,6 +26,7 @@ type Metrics struct {
 	Requeues           atomic.Int64
 	dispatchLatency    histogram
 	artifacts          artifactMetrics
+	retention          retentionMetrics
 }
 
 // NewMetrics returns zeroed metrics.
@@ -118,6 +119,7 @@ func (s *Server) writeMetrics(ctx context.Context, w io.Writer) {
 	counter("simpletuner_sse_slow_streams_dropped_total", "Worker streams closed because their reader fell behind.", m.SlowStreamsDropped.Load())
 	m.dispatchLatency.write(w, "simpletuner_dispatch_latency_seconds", "Time from a job becoming queued to its job_submit event.")
 	m.writeArtifacts(counter)
+	s.writeHistoryMetrics(w, counter, gauge)
 }
 
 func sortedStatuses(m map[protocol.JobStatus]int) []string {

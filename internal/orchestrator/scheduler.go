@@ -137,7 +137,9 @@ func (s *Server) schedulePass(ctx context.Context) {
 			best.stale = true
 			continue
 		} else if err != nil {
-			s.log.Warn("claim failed", "job_id", j.ID, "worker_id", best.w.ID, "err", err)
+			if !s.logDiskFullOnce(err) {
+				s.log.Warn("claim failed", "job_id", j.ID, "worker_id", best.w.ID, "err", err)
+			}
 			return
 		}
 		best.took(gpus)

@@ -58,6 +58,8 @@ type Options struct {
 	RecheckInterval        time.Duration
 	FailureAuditInterval   time.Duration
 	FailureAuditMaxPeers   int
+	// Retention: how long finished jobs and their traces are kept.
+	Retention RetentionOptions
 }
 
 // OptionsFrom maps a loaded configuration onto the orchestrator's settings.
@@ -96,6 +98,8 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 		RecheckInterval:        cfg.Auth.RecheckInterval.Duration,
 		FailureAuditInterval:   cfg.Auth.FailureAuditInterval.Duration,
 		FailureAuditMaxPeers:   cfg.Auth.FailureAuditMaxPeers,
+
+		Retention: retentionFrom(cfg.Retention),
 	}
 }
 
@@ -118,6 +122,13 @@ func (o Options) withDefaults() Options {
 	}
 	if o.FailureAuditMaxPeers <= 0 {
 		o.FailureAuditMaxPeers = def.FailureAuditMaxPeers
+	}
+	// The retention loop waits Interval between passes: zero would spin.
+	if o.Retention.Interval <= 0 {
+		o.Retention.Interval = def.Retention.Interval
+	}
+	if o.Retention.BatchSize <= 0 {
+		o.Retention.BatchSize = def.Retention.BatchSize
 	}
 	return o
 }
@@ -174,6 +185,12 @@ type Server struct {
 	sessionRefusals refusalLog
 	// freezeFile is the fault suite's freeze hook (see freezehook.go); "" in production.
 	freezeFile string
+	// sizes is the last measurement of the database and artifacts.
+	sizes atomic.Pointer[sizesSnapshot]
+	// disk tracks full disks (see diskfull.go).
+	disk diskState
+	// recent holds the last full count of the jobs that ended lately (recent.go).
+	recent recentEnds
 }
 
 // SetAdminSocketPath tells the server where its admin socket lives.
@@ -196,6 +213,7 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 	}
 	opt = opt.withDefaults()
 	s.opt.Store(&opt)
+	s.disk.init()
 	s.hub = NewHub(s.metrics, log)
 	s.lastTick.Store(time.Now().UnixNano())
 	return s
@@ -433,6 +451,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	}
 	if s.unready.Swap(false) {
 		s.log.Info("ready: the database answers again")
+	}
+	if why := s.disk.problem(); why != "" {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": why})
+		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }

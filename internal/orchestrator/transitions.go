@@ -239,7 +239,9 @@ func (s *Server) expire(ctx context.Context, j store.Job, now time.Time) {
 		return step(st, cur, "system", "", map[string]any{"reason": *st.Error}), nil
 	})
 	if err != nil {
-		s.log.Warn("deadline update failed", "job_id", j.ID, "err", err)
+		if !s.logDiskFullOnce(err) {
+			s.log.Warn("deadline update failed", "job_id", j.ID, "err", err)
+		}
 		return
 	}
 	if !changed {

@@ -321,7 +321,15 @@ func (s *Server) heartbeat(ctx context.Context, wk store.Worker, req protocol.He
 		}
 		return nil, nil
 	})
-	if err != nil {
+	switch {
+	case err == nil:
+		s.disk.wroteBeat(wk.ID)
+	case errors.Is(err, store.ErrDiskFull):
+		// The worker is alive all the same: keep that in memory.
+		s.noteDiskFull(diskDatabase, err)
+		s.disk.beatInMemory(wk.ID, now)
+		updated, updated.LastHeartbeat = wk, &now
+	default:
 		return protocol.HeartbeatResponse{}, err
 	}
 	if drainedByWorker {

@@ -380,6 +380,9 @@ const (
 	CodeInternal      = "internal"
 )
 
+// CodeInsufficientStorage (HTTP 507): a write found the disk it needs full.
+const CodeInsufficientStorage = "insufficient_storage"
+
 var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 
 func newID(prefix string) string {

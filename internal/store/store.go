@@ -33,6 +33,9 @@ var (
 	// ErrIllegalMove: a transition the job lifecycle does not allow (the
 	// error also wraps a *lifecycle.ErrIllegal naming the move).
 	ErrIllegalMove = errors.New("illegal job move")
+	// ErrDiskFull: the database could not write for lack of space (the
+	// error also wraps the engine's own).
+	ErrDiskFull = errors.New("the database's disk is full")
 )
 
 // Worker is a registered (or admin-created) worker.
@@ -164,14 +167,18 @@ type Attempt struct {
 }
 
 // JobFilter narrows ListJobs. Zero values mean "any"/"no limit". Results are in
-// submission order (Seq ascending).
+// submission order (Seq ascending), or newest first with NewestFirst.
 type JobFilter struct {
 	Statuses []protocol.JobStatus
 	WorkerID string // current attempt's worker
 	Limit    int
 	Offset   int
-	// Newest reverses the order: latest submission first.
+	// Newest reverses the order: latest submission (highest Seq) first.
 	Newest bool
+	// AfterSeq continues a list after the job with this Seq, in the list's
+	// order (a keyset cursor: it costs the same on every page, unlike
+	// Offset). 0 starts at the beginning.
+	AfterSeq int64
 }
 
 // ClaimRequest asks for the best queued job a worker may run.
@@ -319,11 +326,20 @@ type Store interface {
 	// Jobs.
 	InsertJob(ctx context.Context, j Job, rec *audit.Record) (Job, error)
 	GetJob(ctx context.Context, id string) (Job, error)
+	// ListJobs returns a page of jobs and how many match the filter in all,
+	// from per-status counts kept with every change; with a WorkerID the
+	// total is not counted and is -1.
 	ListJobs(ctx context.Context, f JobFilter) (jobs []Job, total int, err error)
+	// CountJobs returns how many jobs are in each status (absent: none),
+	// from the per-status counts: it costs the same whatever the history.
 	CountJobs(ctx context.Context) (map[protocol.JobStatus]int, error)
 	// CountJobsEndedSince counts the jobs that reached a terminal state at or
 	// after since, by status.
 	CountJobsEndedSince(ctx context.Context, since time.Time) (map[protocol.JobStatus]int, error)
+	// CountJobsEndedBetween counts, by status, the jobs that reached a
+	// terminal state in [from, to) (a zero to: no upper bound), reading only
+	// that part of the history.
+	CountJobsEndedBetween(ctx context.Context, from, to time.Time) (map[protocol.JobStatus]int, error)
 	// CountJobsIn counts the jobs in the given statuses (absent: none).
 	CountJobsIn(ctx context.Context, statuses []protocol.JobStatus) (map[protocol.JobStatus]int, error)
 	// QueuePosition counts the queued jobs a claim offers before a job of this
@@ -379,4 +395,7 @@ type Store interface {
 	// Notifications between instances. SQLite delivers within the process only.
 	Publish(ctx context.Context, n Notification) error
 	Subscribe(ctx context.Context) (<-chan Notification, error)
+
+	// Retention and sizes.
+	History
 }

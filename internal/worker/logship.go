@@ -24,6 +24,12 @@ const maxJournalLine = 4096
 // nothing is lost while the orchestrator is unreachable, and each line is echoed to
 // the worker's log (the journal) with the job id. After limit bytes a marker line is
 // written and further output only reaches the journal.
+//
+// A full (or failing) state_dir never stops the job: what the file cannot take
+// waits in memory (up to heldMax bytes) and is written, in order, as soon as it
+// fits again. The worker logs one warning when that starts and one line when it
+// ends; output beyond heldMax is lost, and a marker line in the log says how much.
+// Bytes already in the file stay there and are shipped as before.
 type logSpool struct {
 	path   string
 	limit  int64
@@ -32,11 +38,23 @@ type logSpool struct {
 
 	mu      sync.Mutex
 	f       *os.File
-	size    int64
-	full    bool
+	size    int64 // bytes in the file
+	full    bool  // the limit was reached
 	closed  bool
 	partial []byte // the unterminated tail of the output, for the journal
+
+	held     []byte    // output the disk refused, oldest first
+	lost     int64     // output dropped because held was full
+	diskFull bool      // writing failed and has not succeeded since
+	since    time.Time // when it failed
+	lastTry  time.Time
 }
+
+// heldMax bounds the output kept in memory while the disk refuses it.
+const heldMax = 8 << 20
+
+// retryEvery is how often held output is offered to the disk again.
+const retryEvery = 250 * time.Millisecond
 
 func newLogSpool(path string, limit int64, log *slog.Logger) (*logSpool, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
@@ -55,26 +73,96 @@ func (s *logSpool) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	chunk := p
-	if s.limit > 0 && s.size+int64(len(chunk)) > s.limit {
-		chunk = chunk[:s.limit-s.size]
-		s.full = true
-	}
-	n, err := s.f.Write(chunk)
-	s.size += int64(n)
-	if s.full {
+	if used := s.size + int64(len(s.held)) + s.lost; s.limit > 0 && used+int64(len(chunk)) > s.limit {
+		chunk = chunk[:max(0, s.limit-used)]
 		marker := fmt.Sprintf("\n[simpletuner-workerd: log limit of %d bytes reached; further output is not shipped]\n", s.limit)
-		m, _ := s.f.WriteString(marker)
-		s.size += int64(m)
-	}
-	if err != nil && !s.full {
-		s.log.Warn("cannot spool job output; it still goes to the journal", "path", s.path, "err", err)
+		chunk = append(chunk[:len(chunk):len(chunk)], marker...)
 		s.full = true
 	}
+	s.put(chunk)
 	select {
 	case s.notify <- struct{}{}:
 	default:
 	}
 	return len(p), nil
+}
+
+// put appends b after whatever is held; what the disk refuses is held.
+func (s *logSpool) put(b []byte) {
+	if len(s.held) > 0 || s.lost > 0 {
+		s.retry(false)
+		if len(s.held) > 0 || s.lost > 0 {
+			s.hold(b)
+			return
+		}
+	}
+	n, err := s.f.Write(b)
+	s.size += int64(n)
+	if err != nil {
+		s.refused(err)
+		s.hold(b[n:])
+	}
+}
+
+// hold keeps b in memory, up to heldMax; the rest is counted as lost.
+func (s *logSpool) hold(b []byte) {
+	room := max(0, heldMax-len(s.held))
+	if s.lost > 0 {
+		room = 0 // keep the order: nothing after a gap is held before it
+	}
+	if len(b) > room {
+		s.lost += int64(len(b) - room)
+		b = b[:room]
+	}
+	s.held = append(s.held, b...)
+}
+
+// refused notes that the disk refused output: one warning per episode.
+func (s *logSpool) refused(err error) {
+	if s.diskFull {
+		return
+	}
+	s.diskFull, s.since = true, time.Now()
+	s.log.Warn("cannot spool job output (state_dir full?); the job keeps running, its output is held in memory and written once there is space, and still goes to the journal",
+		"path", s.path, "held_max_bytes", heldMax, "err", err)
+}
+
+// retry offers held output to the disk again, at most every retryEvery
+// unless force.
+func (s *logSpool) retry(force bool) {
+	if len(s.held) == 0 && s.lost == 0 {
+		return
+	}
+	if !force && time.Since(s.lastTry) < retryEvery {
+		return
+	}
+	s.lastTry = time.Now()
+	if len(s.held) > 0 {
+		n, err := s.f.Write(s.held)
+		s.size += int64(n)
+		s.held = append([]byte(nil), s.held[n:]...)
+		if err != nil {
+			return
+		}
+	}
+	if s.lost > 0 {
+		marker := fmt.Sprintf("\n[simpletuner-workerd: %d bytes of output lost: state_dir was full]\n", s.lost)
+		n, err := s.f.WriteString(marker)
+		s.size += int64(n)
+		if err != nil {
+			s.held = append(s.held, marker[n:]...)
+			return
+		}
+		s.lost = 0
+	}
+	if s.diskFull {
+		s.diskFull = false
+		s.log.Info("job output is spooled again", "path", s.path, "after", time.Since(s.since).Round(time.Millisecond).String())
+	}
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
 }
 
 // echo logs complete lines (LF or CR terminated: progress bars redraw with CR).
@@ -115,6 +203,11 @@ func (s *logSpool) Close() error {
 	}
 	s.emit(s.partial)
 	s.partial = nil
+	s.retry(true)
+	if n := int64(len(s.held)) + s.lost; n > 0 {
+		s.log.Warn("job output could not be spooled before the job ended; it is only in the journal", "path", s.path, "bytes", n)
+		s.held, s.lost = nil, 0
+	}
 	s.closed = true
 	select {
 	case s.notify <- struct{}{}:
@@ -123,10 +216,12 @@ func (s *logSpool) Close() error {
 	return s.f.Close()
 }
 
-// state is how many bytes are on disk and whether more may come.
+// state is how many bytes are on disk and whether more may come. The
+// shipper asks often, so held output gets its next chance here too.
 func (s *logSpool) state() (size int64, closed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.retry(false)
 	return s.size, s.closed
 }
 

@@ -56,6 +56,15 @@ type flags struct {
 	dashJobs      int
 	dashSamples   int
 	dashWindow    time.Duration
+	// The history scenario.
+	history          int
+	historySamples   int
+	oldBinary        bool
+	newBinary        bool
+	retention        bool
+	retentionWorkers int
+	controlWindow    time.Duration
+	skipReads        bool
 }
 
 func main() {
@@ -98,7 +107,15 @@ func main() {
 	flag.IntVar(&f.dashJobs, "dash-jobs", 1000000, "finished jobs in the dashboard measurement's store")
 	flag.IntVar(&f.dashSamples, "dash-samples", 30, "requests timed per dashboard page")
 	flag.DurationVar(&f.dashWindow, "dash-window", time.Minute, "how long the orchestrator's CPU is measured with and without an open dashboard")
+	flag.IntVar(&f.history, "history", 0, "instead of the measurements above, load this many finished jobs (with attempts, logs and audit records) and measure the read endpoints, start-up and dispatch on them")
+	flag.IntVar(&f.historySamples, "history-samples", 300, "requests per endpoint in the history scenario")
+	flag.BoolVar(&f.oldBinary, "old-binary", false, "the -orchestratord-bin binary predates [retention], cursors and the audit verify endpoint: measure only what it has")
+	flag.BoolVar(&f.retention, "retention", true, "in the history scenario, also run a retention pass under load")
+	flag.IntVar(&f.retentionWorkers, "retention-workers", 200, "workers heartbeating every second during the retention pass")
+	flag.DurationVar(&f.controlWindow, "control-window", time.Minute, "before the retention pass, measure the same load this long without it")
+	flag.BoolVar(&f.skipReads, "skip-reads", false, "in the history scenario, skip the read endpoints, dispatch and verify (to iterate on the retention pass)")
 	flag.Parse()
+	f.newBinary = !f.oldBinary
 	f.launch.inProcess = f.inProcess
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
 	switch {
@@ -151,6 +168,21 @@ func main() {
 		if bin, err = buildBinary(tmp); err != nil {
 			log.Fatal(err)
 		}
+	}
+	if f.history > 0 {
+		var hrs []historyResult
+		for _, name := range []string{"sqlite", "postgres"} {
+			if f.stores != "both" && f.stores != name {
+				continue
+			}
+			r, err := runHistory(f, name, bin, tmp)
+			if err != nil {
+				log.Fatalf("%s: %v", name, err)
+			}
+			hrs = append(hrs, r)
+		}
+		printHistory(f, hrs)
+		return
 	}
 
 	var results []result

@@ -28,11 +28,15 @@ type orch struct {
 	admin string // admin token with every scope
 	cmd   *exec.Cmd
 	stop  func()
+	// startup is the time from starting the daemon to /readyz answering 200
+	// (polled every 5 ms).
+	startup time.Duration
+	logPath string
 }
 
 // writeConfig writes a TOML config for a loopback orchestrator on dbURL ("" =
-// the embedded store) and returns its path and the API URL.
-func writeConfig(dir, dbURL string) (string, string, error) {
+// the embedded store), with extra appended, and returns its path and the API URL.
+func writeConfig(dir, dbURL, extra string) (string, string, error) {
 	port, err := testutil.FreePort()
 	if err != nil {
 		return "", "", err
@@ -50,10 +54,10 @@ configs_dir = %q
 
 [log]
 format = "text"
-
-[metrics]
-listen = ""
-`, port, dbURL, filepath.Join(dir, "state"), filepath.Join(dir, "configs"))
+%s`, port, dbURL, filepath.Join(dir, "state"), filepath.Join(dir, "configs"), extra)
+	if !strings.Contains(extra, "[metrics]") {
+		cfg += "\n[metrics]\nlisten = \"\"\n"
+	}
 	path := filepath.Join(dir, "orchestratord.toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return "", "", err
@@ -63,15 +67,22 @@ listen = ""
 
 // startOrch starts an orchestrator with the config in dir and waits for /readyz.
 func startOrch(bin, dir, dbURL string, inProcess bool) (*orch, error) {
-	cfgPath, url, err := writeConfig(dir, dbURL)
+	return startOrchWith(bin, dir, dbURL, inProcess, "")
+}
+
+// startOrchWith is startOrch with extra TOML appended to the config; it
+// records how long the daemon took from its start to a ready /readyz.
+func startOrchWith(bin, dir, dbURL string, inProcess bool, extra string) (*orch, error) {
+	cfgPath, url, err := writeConfig(dir, dbURL, extra)
 	if err != nil {
 		return nil, err
 	}
-	o := &orch{url: url}
-	logFile, err := os.Create(filepath.Join(dir, "orchestratord.log"))
+	o := &orch{url: url, logPath: filepath.Join(dir, "orchestratord.log")}
+	logFile, err := os.OpenFile(o.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
+	started := time.Now()
 	if inProcess {
 		err = o.startInProcess(cfgPath, logFile)
 	} else {
@@ -87,6 +98,7 @@ func startOrch(bin, dir, dbURL string, inProcess bool) (*orch, error) {
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == 200 {
+				o.startup = time.Since(started)
 				// The token command needs the database the daemon created.
 				out, err := exec.Command(bin, "--config", cfgPath, "token", "create", "--name", "bench", "--scope", "*").Output()
 				if err != nil {
@@ -101,7 +113,7 @@ func startOrch(bin, dir, dbURL string, inProcess bool) (*orch, error) {
 			o.stop()
 			return nil, fmt.Errorf("orchestrator not ready within 60s; see %s", logFile.Name())
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

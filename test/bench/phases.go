@@ -41,6 +41,7 @@ func (c *client) latency(ctx context.Context, samples int, budget time.Duration)
 			return dist{}, fmt.Errorf("job %s not completed within 30s", id)
 		}
 	}
+	c.lastLatencies = out
 	return summarize(out), nil
 }
 

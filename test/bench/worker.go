@@ -31,6 +31,8 @@ type client struct {
 	hbSlow map[time.Time]int // heartbeats over 100 ms by the second they started
 	hbOn   atomic.Bool
 	errors atomic.Int64
+	// lastLatencies are the samples of the last latency call.
+	lastLatencies []time.Duration
 }
 
 type arrival struct {

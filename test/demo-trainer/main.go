@@ -9,6 +9,12 @@
 //	               only SIGKILL to the whole process group ends the tree
 //	publish        upload output.txt as outputs/output.txt to the orchestrator's
 //	               artifact endpoint ($SIMPLETUNER_UPLOAD_ENDPOINT) at the end
+//	publish_bytes  publish that many bytes instead (output.txt's text, repeated)
+//	publish_retry_seconds
+//	               retry a publish the orchestrator answers with 5xx (a full
+//	               disk: 507) for up to that long, once a second
+//	step_padding   pad each step line with that many "." (more output per
+//	               step, e.g. to fill a disk's last page quickly)
 //
 // It prints "step 3/5 loss=0.41" lines, writes output.txt in its working directory
 // and, for tests, pids.txt (its own pid and its child's).
@@ -17,6 +23,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -25,6 +32,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -35,6 +43,9 @@ type config struct {
 	ExitCode      int      `json:"exit_code"`
 	IgnoreSIGTERM bool     `json:"ignore_sigterm"`
 	Publish       bool     `json:"publish"`
+	PublishBytes  int      `json:"publish_bytes"`
+	PublishRetry  float64  `json:"publish_retry_seconds"`
+	StepPadding   int      `json:"step_padding"`
 	// BurnCPUSeconds spins until the trainer has used this much CPU time,
 	// for checks of the worker's accounting.
 	BurnCPUSeconds float64 `json:"burn_cpu_seconds"`
@@ -99,15 +110,29 @@ func run() error {
 	for i := 1; i <= steps; i++ {
 		time.Sleep(time.Duration(stepSeconds * float64(time.Second)))
 		loss := 1 / math.Sqrt(float64(i)+1)
-		fmt.Printf("step %d/%d loss=%.2f\n", i, steps, loss)
+		fmt.Printf("step %d/%d loss=%.2f%s\n", i, steps, loss, strings.Repeat(".", max(0, cfg.StepPadding)))
 	}
 	out := fmt.Sprintf("trained %d steps\n", steps)
 	if err := os.WriteFile("output.txt", []byte(out), 0o644); err != nil {
 		return err
 	}
 	if cfg.Publish {
-		if err := publish("outputs/output.txt", []byte(out)); err != nil {
-			return err
+		data := []byte(out)
+		if cfg.PublishBytes > 0 {
+			data = bytes.Repeat(data, cfg.PublishBytes/len(data)+1)[:cfg.PublishBytes]
+		}
+		deadline := time.Now().Add(time.Duration(cfg.PublishRetry * float64(time.Second)))
+		for {
+			err := publish("outputs/output.txt", data)
+			var se *statusError
+			if err == nil || !errors.As(err, &se) || se.code < 500 || time.Now().After(deadline) {
+				if err != nil {
+					return err
+				}
+				break
+			}
+			fmt.Printf("%v; retrying\n", err)
+			time.Sleep(time.Second)
 		}
 	}
 	fmt.Println("training finished")
@@ -133,10 +158,17 @@ func publish(key string, data []byte) error {
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(res.Body, 1024))
-		return fmt.Errorf("publishing %s: HTTP %d: %s", key, res.StatusCode, body)
+		return &statusError{code: res.StatusCode, msg: fmt.Sprintf("publishing %s: HTTP %d: %s", key, res.StatusCode, bytes.TrimSpace(body))}
 	}
 	return nil
 }
+
+type statusError struct {
+	code int
+	msg  string
+}
+
+func (e *statusError) Error() string { return e.msg }
 
 // burnCPU spins until this process has used d of CPU time; it returns how
 // much it used in all.

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -61,6 +62,18 @@ func storeLocation(cfg *config.Orchestrator) (kind, where string) {
 		return "sqlite", strings.TrimPrefix(url, "sqlite://")
 	}
 	return "postgres", url
+}
+
+// diskPaths names a path on the filesystem of the database and of the
+// artifacts, where they are local ("" where not), for the full-disk watcher.
+func diskPaths(cfg *config.Orchestrator) (database, arts string) {
+	if kind, path := storeLocation(cfg); kind == "sqlite" {
+		database = filepath.Dir(path)
+	}
+	if cfg.Artifacts.Backend != "s3" {
+		arts = cfg.ArtifactsDir()
+	}
+	return database, arts
 }
 
 // OpenArtifacts opens the configured artifact storage: a directory
@@ -161,6 +174,7 @@ func (a *App) Start(ctx context.Context) error {
 	}
 	a.srv.SetArtifacts(arts)
 	a.log.Info("artifact storage ready", "backend", arts.Backend().String())
+	a.srv.SetDiskPaths(diskPaths(cfg))
 
 	tlsConf, err := tlsConfig(cfg)
 	if err != nil {

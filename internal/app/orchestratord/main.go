@@ -1,7 +1,7 @@
 // Package orchestratord assembles simpletuner-orchestratord: it loads the
 // configuration, opens the store, builds the orchestrator and its listeners,
 // and hands the whole to daemon.Run as a daemon.App. It also runs the
-// "token" subcommand. cmd/simpletuner-orchestratord only calls Main.
+// "token" and "vacuum" subcommands. cmd/simpletuner-orchestratord only calls Main.
 package orchestratord
 
 import (
@@ -50,9 +50,20 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) i
 	}
 	log, level := daemon.NewLogger(cfg.Log, os.Stderr)
 	ctx := context.Background()
+	if len(opts.Args) > 0 && opts.Args[0] == "vacuum" {
+		if len(opts.Args) > 1 {
+			fmt.Fprintln(stderr, "simpletuner-orchestratord: usage: simpletuner-orchestratord [--config FILE] vacuum")
+			return ExitUsage
+		}
+		if err := VacuumCommand(ctx, cfg, stdout); err != nil {
+			fmt.Fprintf(stderr, "simpletuner-orchestratord: vacuum: %v\n", err)
+			return ExitFailed
+		}
+		return ExitOK
+	}
 	if len(opts.Args) > 0 {
 		if opts.Args[0] != "token" {
-			fmt.Fprintf(stderr, "simpletuner-orchestratord: unknown command %q (did you mean: token create|list|revoke?)\n", opts.Args[0])
+			fmt.Fprintf(stderr, "simpletuner-orchestratord: unknown command %q (did you mean: token create|list|revoke, or vacuum?)\n", opts.Args[0])
 			return ExitUsage
 		}
 		if err := TokenCommand(ctx, cfg, opts.ConfigPath, opts.Args[1:], stdout, stderr, log); err != nil {

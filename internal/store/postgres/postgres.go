@@ -34,6 +34,17 @@ var Dialect = sqlstore.Dialect{
 	MigrationLock: "SELECT pg_advisory_xact_lock(1937010023)",
 	Time:          sqlstore.UTCTime,
 	IsUnique:      isUnique,
+	IsDiskFull:    isDiskFull,
+	// The statistics' live-row estimates: counting a table of millions of
+	// rows would read all of it.
+	RowCounts:    `SELECT relname, n_live_tup FROM pg_stat_user_tables`,
+	WritableCTEs: true,
+}
+
+// isDiskFull: SQLSTATE 53100, disk_full.
+func isDiskFull(err error) bool {
+	var e *pq.Error
+	return errors.As(err, &e) && e.Code == "53100"
 }
 
 func isUnique(err error) bool {

@@ -125,3 +125,24 @@ func TestNotifyAcrossInstances(t *testing.T) {
 		}
 	}
 }
+
+// One replica at a time holds the retention lock.
+func TestRetentionLockIsShared(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Start(t)
+	a, b := open(t, url), open(t, url)
+	defer b.Close()
+	unlock, ok, err := a.TryRetentionLock(t.Context())
+	if err != nil || !ok {
+		t.Fatalf("first lock: %v %v", ok, err)
+	}
+	if _, ok, err := b.TryRetentionLock(t.Context()); err != nil || ok {
+		t.Fatalf("second replica got the lock held by the first: %v %v", ok, err)
+	}
+	unlock()
+	unlockB, ok, err := b.TryRetentionLock(t.Context())
+	if err != nil || !ok {
+		t.Fatalf("lock after release: %v %v", ok, err)
+	}
+	unlockB()
+}

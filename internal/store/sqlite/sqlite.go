@@ -26,15 +26,23 @@ var migrationFiles embed.FS
 // Store is the SQLite store.
 type Store struct {
 	*sqlstore.Store
+	path string
 }
 
 // Dialect is SQLite's flavour of SQL: no row locks (the single writer
 // serializes everything), times as integer microseconds.
 var Dialect = sqlstore.Dialect{
-	Name:     "sqlite",
-	NextSeq:  "(SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs)",
-	Time:     sqlstore.UnixMicros,
-	IsUnique: isUnique,
+	Name:       "sqlite",
+	NextSeq:    "(SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs)",
+	Time:       sqlstore.UnixMicros,
+	IsUnique:   isUnique,
+	IsDiskFull: isDiskFull,
+}
+
+// isDiskFull: SQLITE_FULL, whatever the extended code.
+func isDiskFull(err error) bool {
+	var e *sqlite.Error
+	return errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_FULL
 }
 
 func isUnique(err error) bool {
@@ -64,7 +72,11 @@ func Open(ctx context.Context, path string, log *slog.Logger) (*Store, error) {
 	w.SetMaxOpenConns(1)
 	w.SetConnMaxIdleTime(0)
 	w.SetConnMaxLifetime(0)
-	ms, err := loadMigrations()
+	err = ensureIncremental(ctx, w, path, log)
+	ms, lerr := loadMigrations()
+	if err == nil {
+		err = lerr
+	}
 	if err == nil {
 		err = sqlstore.Migrate(ctx, w, Dialect, ms, log.With("path", path))
 	}
@@ -83,7 +95,7 @@ func Open(ctx context.Context, path string, log *slog.Logger) (*Store, error) {
 	// after each burst of reads, and every new connection opened the file
 	// and prepared its statements again.
 	r.SetMaxIdleConns(8)
-	return &Store{sqlstore.New(w, r, Dialect, log)}, nil
+	return &Store{Store: sqlstore.New(w, r, Dialect, log), path: path}, nil
 }
 
 func loadMigrations() ([]sqlstore.Migration, error) {

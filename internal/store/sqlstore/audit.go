@@ -87,12 +87,18 @@ func (s *Store) queryAudit(ctx context.Context, q string, args ...any) ([]audit.
 	defer rows.Close()
 	var out []audit.Record
 	for rows.Next() {
-		var r audit.Record
-		if err := rows.Scan(&r.Seq, timeCol{&r.Time}, &r.Actor, &r.ActorIP, &r.Action, &r.TargetType,
-			&r.TargetID, &r.Outcome, rawCol{&r.Details}, &r.PrevHash, &r.Hash); err != nil {
+		r, err := scanAudit(rows)
+		if err != nil {
 			return nil, err
 		}
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+func scanAudit(r scanner) (audit.Record, error) {
+	var rec audit.Record
+	err := r.Scan(&rec.Seq, timeCol{&rec.Time}, &rec.Actor, &rec.ActorIP, &rec.Action, &rec.TargetType,
+		&rec.TargetID, &rec.Outcome, rawCol{&rec.Details}, &rec.PrevHash, &rec.Hash)
+	return rec, err
 }

@@ -66,6 +66,10 @@ func (s *Store) ClaimJob(ctx context.Context, req store.ClaimRequest) (store.Job
 			lifecycle.Settle(w.Status, w.Load()), j.ID, w.Running, w.GPUsUsed, w.ID); err != nil {
 			return err
 		}
+		// The counts, like the audit head, are locked last: see counts.go.
+		if err := s.countMove(ctx, c, j.Status, protocol.JobDispatched); err != nil {
+			return err
+		}
 		if job, err = s.getJob(ctx, c, j.ID, false); err != nil {
 			return err
 		}

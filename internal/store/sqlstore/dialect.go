@@ -30,6 +30,14 @@ type Dialect struct {
 	Time func(time.Time) any
 	// IsUnique reports whether err is a unique or primary key violation.
 	IsUnique func(error) bool
+	// IsDiskFull reports whether err says the database has no space left.
+	IsDiskFull func(error) bool
+	// WritableCTEs: the engine runs DELETE inside WITH, so a batch of
+	// retention deletes can be one statement.
+	WritableCTEs bool
+	// RowCounts, when set, is a query of (table, rows) pairs that estimates
+	// table sizes without scanning them; without it tables are counted.
+	RowCounts string
 }
 
 // rebind rewrites ? placeholders for engines that number them.

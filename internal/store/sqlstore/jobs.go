@@ -56,6 +56,9 @@ func (s *Store) InsertJob(ctx context.Context, j store.Job, rec *audit.Record) (
 		if err != nil {
 			return err
 		}
+		if err := s.countMove(ctx, c, "", j.Status); err != nil {
+			return err
+		}
 		if out, err = s.getJob(ctx, c, j.ID, false); err != nil {
 			return err
 		}
@@ -78,90 +81,28 @@ func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
 	return s.getJob(ctx, s.reader(), id, false)
 }
 
-// ListJobs returns a page of jobs in submission order, with the total count.
-func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, int, error) {
-	where, args := " WHERE 1 = 1", []any{}
-	if len(f.Statuses) > 0 {
-		where += " AND status IN (" + placeholders(len(f.Statuses)) + ")"
-		for _, st := range f.Statuses {
-			args = append(args, st)
-		}
-	}
-	if f.WorkerID != "" {
-		where += " AND worker_id = ?"
-		args = append(args, f.WorkerID)
-	}
-	order := " ORDER BY seq"
-	if f.Newest {
-		order += " DESC"
-	}
-	rows, err := s.reader().query(ctx, `SELECT `+jobCols+`, COUNT(*) OVER () FROM jobs`+where+
-		order+` LIMIT ? OFFSET ?`, append(args, limitArg(f.Limit), f.Offset)...)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer rows.Close()
-	var out []store.Job
-	total := 0
-	for rows.Next() {
-		j, err := scanJob(rows, &total)
-		if err != nil {
-			return nil, 0, err
-		}
-		out = append(out, j)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, 0, err
-	}
-	if len(out) == 0 { // a page past the end still reports the total
-		err = s.reader().queryRow(ctx, `SELECT COUNT(*) FROM jobs`+where, args...).Scan(&total)
-	}
-	return out, total, err
-}
-
-// CountJobs returns how many jobs are in each status (absent: none).
-func (s *Store) CountJobs(ctx context.Context) (map[protocol.JobStatus]int, error) {
-	rows, err := s.reader().query(ctx, `SELECT status, COUNT(*) FROM jobs GROUP BY status`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[protocol.JobStatus]int{}
-	for rows.Next() {
-		var st protocol.JobStatus
-		var n int
-		if err := rows.Scan(&st, &n); err != nil {
-			return nil, err
-		}
-		out[st] = n
-	}
-	return out, rows.Err()
-}
+// RecentEndsQuery is CountJobsEndedBetween's statement (with ? for the
+// upper bound's condition), exported for the engines' query-plan tests.
+const RecentEndsQuery = `SELECT status, COUNT(*) FROM (SELECT status FROM jobs
+	WHERE ended_at IS NOT NULL AND ended_at >= ? AND ended_at < ? ORDER BY ended_at, seq) AS recent GROUP BY status`
 
 // CountJobsEndedSince counts terminal jobs by status that ended at or after
-// since. Naming the statuses lets both engines read only the window's part of
-// the jobs_by_end index (status, ended_at).
+// since.
 func (s *Store) CountJobsEndedSince(ctx context.Context, since time.Time) (map[protocol.JobStatus]int, error) {
-	return s.countJobs(ctx, `SELECT status, COUNT(*) FROM jobs WHERE status IN (?, ?, ?)
-		AND ended_at IS NOT NULL AND ended_at >= ? GROUP BY status`,
-		protocol.JobCompleted, protocol.JobFailed, protocol.JobCancelled, s.tv(since))
+	return s.CountJobsEndedBetween(ctx, since, time.Time{})
 }
 
-// CountJobsIn counts the jobs in the given statuses. For non-terminal ones the
-// jobs_queue index (status, …) makes it cost the matching jobs, not the history.
-func (s *Store) CountJobsIn(ctx context.Context, statuses []protocol.JobStatus) (map[protocol.JobStatus]int, error) {
-	if len(statuses) == 0 {
-		return map[protocol.JobStatus]int{}, nil
+// CountJobsEndedBetween counts terminal jobs by status that ended in [from,
+// to); a zero to has no upper bound. It reads that part of jobs_by_end
+// (ended_at, seq, status) and nothing else: only terminal jobs have an end
+// time. The inner query's ORDER BY is what keeps it there: asked to group by
+// status directly, SQLite's planner walks jobs_by_status (already in status
+// order) through the whole history instead.
+func (s *Store) CountJobsEndedBetween(ctx context.Context, from, to time.Time) (map[protocol.JobStatus]int, error) {
+	if to.IsZero() {
+		to = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 	}
-	args := make([]any, len(statuses))
-	for i, st := range statuses {
-		args[i] = st
-	}
-	return s.countJobs(ctx, `SELECT status, COUNT(*) FROM jobs WHERE status IN (`+placeholders(len(statuses))+`) GROUP BY status`, args...)
-}
-
-func (s *Store) countJobs(ctx context.Context, q string, args ...any) (map[protocol.JobStatus]int, error) {
-	rows, err := s.reader().query(ctx, q, args...)
+	rows, err := s.reader().query(ctx, RecentEndsQuery, s.tv(from), s.tv(to))
 	if err != nil {
 		return nil, err
 	}

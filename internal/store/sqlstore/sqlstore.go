@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"syscall"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -38,6 +39,9 @@ func New(db, rdb *sql.DB, d Dialect, log *slog.Logger) *Store {
 
 // DB returns the write pool (for backend-specific statements).
 func (s *Store) DB() *sql.DB { return s.db }
+
+// ReadDB returns the read pool (the write pool where the engine has one).
+func (s *Store) ReadDB() *sql.DB { return s.rdb }
 
 // Hub returns the in-process fan-out used by Publish and Subscribe.
 func (s *Store) Hub() *Hub { return s.hub }
@@ -139,6 +143,9 @@ func (s *Store) write(ctx context.Context, fn func(c conn) error) error {
 func (s *Store) mapErr(err error) error {
 	if err != nil && s.d.IsUnique != nil && s.d.IsUnique(err) && !errors.Is(err, store.ErrDuplicate) {
 		return fmt.Errorf("%w: %v", store.ErrDuplicate, err)
+	}
+	if err != nil && !errors.Is(err, store.ErrDiskFull) && (errors.Is(err, syscall.ENOSPC) || s.d.IsDiskFull != nil && s.d.IsDiskFull(err)) {
+		return fmt.Errorf("%w: %w", store.ErrDiskFull, err)
 	}
 	return err
 }

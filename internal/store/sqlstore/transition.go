@@ -90,6 +90,10 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 				return err
 			}
 		}
+		// The counts, like the audit head, are locked last: see counts.go.
+		if err := s.countMove(ctx, c, j.Status, t.To); err != nil {
+			return err
+		}
 		if out, err = s.getJob(ctx, c, j.ID, false); err != nil {
 			return err
 		}

@@ -151,6 +151,13 @@ func testCountJobsEndedSince(t *testing.T, s store.Store) {
 	got, err := s.CountJobsEndedSince(t.Context(), at(24*time.Hour))
 	noErr(t, err, "CountJobsEndedSince")
 	equal(t, got, map[protocol.JobStatus]int{protocol.JobCompleted: 1, protocol.JobFailed: 1}, "ended in the window")
+	// [from, to): the lower bound is in, the upper one out.
+	got, err = s.CountJobsEndedBetween(t.Context(), at(time.Hour), at(49*time.Hour))
+	noErr(t, err, "CountJobsEndedBetween")
+	equal(t, got, map[protocol.JobStatus]int{protocol.JobCompleted: 2}, "ended in [1h, 49h)")
+	got, err = s.CountJobsEndedBetween(t.Context(), at(48*time.Hour), time.Time{})
+	noErr(t, err, "CountJobsEndedBetween, open")
+	equal(t, got, map[protocol.JobStatus]int{protocol.JobCompleted: 1, protocol.JobFailed: 1}, "ended from 48h on")
 }
 
 func testAuditNewestFiltered(t *testing.T, s store.Store) {

@@ -166,6 +166,8 @@ type OrchOptions struct {
 	Metrics           bool  // serve /metrics on a free port (Orch.MetricsURL)
 	LogLevel          string
 	Env               []string // extra environment of the orchestrator process
+	StateDir          string   // "" → <dir>/state
+	ExtraTOML         string   // appended to the file (whole tables, e.g. "[artifacts]\ndir = …")
 	// TLS serves the API over HTTPS; with ClientCAFile, client certificates
 	// are required (the harness then presents HarnessCert).
 	TLS *TLSOptions
@@ -232,13 +234,17 @@ func orchestratorTOML(dir string, port, metricsPort int, o OrchOptions) string {
 	if o.MaxBodyBytes > 0 {
 		extraServer = fmt.Sprintf("max_body_bytes = %d\n", o.MaxBodyBytes)
 	}
+	stateDir := o.StateDir
+	if stateDir == "" {
+		stateDir = dir + "/state"
+	}
 	return fmt.Sprintf(`[server]
 listen = ["127.0.0.1:%d"]
 admin_socket = "%s/o.sock"
 %s%s[database]
 url = %q
 %s[paths]
-state_dir = "%s/state"
+state_dir = %q
 configs_dir = "%s/configs"
 [workers]
 heartbeat_interval = %q
@@ -256,10 +262,10 @@ scheduler_interval = %q
 level = %q
 [metrics]
 listen = %q
-`, port, dir, extraServer, tlsSection, o.DBURL, extraDB, dir, dir,
+%s`, port, dir, extraServer, tlsSection, o.DBURL, extraDB, stateDir, dir,
 		or(o.HeartbeatInterval, "200ms"), or(o.HeartbeatTimeout, "1500ms"), or(o.HealthCheck, "200ms"),
 		or(o.StartupGrace, "3s"), or(o.AckTimeout, "3s"), or(o.PingInterval, "500ms"),
-		maxRetries, or(o.SchedulerInterval, "200ms"), extraJobs, or(o.LogLevel, "debug"), metrics)
+		maxRetries, or(o.SchedulerInterval, "200ms"), extraJobs, or(o.LogLevel, "debug"), metrics, o.ExtraTOML)
 }
 
 // StartOrchestrator starts an orchestrator with the e2e timers on dbURL ("" → SQLite).
@@ -469,6 +475,7 @@ type WorkerSpec struct {
 	// ID and Token name a worker created beforehand (e.g. by simpletunerctl);
 	// empty: StartWorker creates one through the admin API.
 	ID, Token string
+	StateDir  string   // [worker] state_dir; "" → <dir>/state
 	Args      []string // extra command-line flags
 	Env       []string // extra environment of the workerd process
 	// StaticGPUs gives the worker that many GPUs of the static backend
@@ -535,12 +542,16 @@ func (o *Orch) StartWorkerFor(id, token string, s WorkerSpec) *Wrk {
 	}
 	persistent += s.WorkerTOML
 	w.Conf = filepath.Join(w.Dir, "w.toml")
+	stateDir := s.StateDir
+	if stateDir == "" {
+		stateDir = w.Dir + "/state"
+	}
 	os.WriteFile(w.Conf, []byte(fmt.Sprintf(`[orchestrator]
 url = %q
 token_file = "%s/token"
 %s[worker]
 name = %q
-%sstate_dir = "%s/state"
+%sstate_dir = %q
 self_fence_after = %q
 reconnect_max = "300ms"
 [job]
@@ -548,7 +559,7 @@ command = %s
 cancel_grace = %q
 %s%s[log]
 level = "debug"
-`, url+s.URLPath, w.Dir, s.OrchestratorTOML, s.Name, persistent, w.Dir, or(s.SelfFenceAfter, "1s"), cmdJSON, or(s.CancelGrace, "1s"), extraJob, gpuTOML)), 0o600)
+`, url+s.URLPath, w.Dir, s.OrchestratorTOML, s.Name, persistent, stateDir, or(s.SelfFenceAfter, "1s"), cmdJSON, or(s.CancelGrace, "1s"), extraJob, gpuTOML)), 0o600)
 	w.Restart()
 	return w
 }

@@ -107,6 +107,23 @@ func (h *History) Submit(config map[string]any, extra map[string]any) (int, stri
 	return st, id
 }
 
+// SubmitReply submits like Submit and returns the whole reply as well (the
+// detail of a refusal).
+func (h *History) SubmitReply(body map[string]any) (int, map[string]any) {
+	h.T.Helper()
+	st, m := h.O.Do("POST", "/api/queue/submit", body)
+	if st == 201 {
+		id, _ := m["job_id"].(string)
+		h.mu.Lock()
+		h.jobs = append(h.jobs, id)
+		h.mu.Unlock()
+		h.add(Event{At: time.Now(), Kind: "submit", Job: id})
+	} else {
+		h.add(Event{At: time.Now(), Kind: "submit_refused", Detail: strconv.Itoa(st)})
+	}
+	return st, m
+}
+
 // Jobs returns the accepted job ids.
 func (h *History) Jobs() []string {
 	h.mu.Lock()

@@ -1,0 +1,350 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+// RetentionOptions say how long finished jobs and their traces are kept; a
+// period of 0 keeps them forever.
+type RetentionOptions struct {
+	Jobs, Logs, Artifacts, Audit time.Duration
+	Interval                     time.Duration // between passes
+	BatchSize                    int           // rows per transaction
+}
+
+func retentionFrom(c config.RetentionConfig) RetentionOptions {
+	return RetentionOptions{Jobs: c.Jobs.Duration, Logs: c.Logs.Duration, Artifacts: c.Artifacts.Duration,
+		Audit: c.Audit.Duration, Interval: c.Interval.Duration, BatchSize: c.BatchSize}
+}
+
+// retentionMetrics count what retention did.
+type retentionMetrics struct {
+	passes                           atomic.Int64
+	running                          atomic.Int64
+	jobs, logs, artifacts, auditRecs atomic.Int64
+	logBytes                         atomic.Int64
+	lastPassNanos                    atomic.Int64
+}
+
+// runRetention runs a retention pass every interval, the first once the
+// start-up grace is over (a restarted fleet reconnects first). Each pass
+// deletes in batches, one short transaction each (sized to hold the writer
+// about batchTarget, at most batch_size rows), and pauses between batches as
+// long as the batch took, so heartbeats, reports and dispatch never wait
+// behind it for long. It never touches a job that has not finished.
+func (s *Server) runRetention(ctx context.Context) {
+	wait := s.options().StartupGrace
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		s.retentionPass(ctx)
+		s.refreshSizes(ctx)
+		wait = s.options().Retention.Interval
+	}
+}
+
+// retentionPass deletes what has expired: jobs, then logs, artifacts and
+// audit records, then gives the space back. With several orchestrators on
+// one database, one of them runs a pass at a time.
+func (s *Server) retentionPass(ctx context.Context) {
+	opt := s.options().Retention
+	if opt.Jobs <= 0 && opt.Logs <= 0 && opt.Artifacts <= 0 && opt.Audit <= 0 {
+		return
+	}
+	unlock, ok, err := s.store.TryRetentionLock(ctx)
+	if err != nil {
+		s.log.Warn("retention: could not take the retention lock; skipping this pass", "err", err)
+		return
+	}
+	if !ok {
+		s.log.Debug("retention: another orchestrator is running a pass")
+		return
+	}
+	defer unlock()
+	m := &s.metrics.retention
+	m.running.Store(1)
+	defer m.running.Store(0)
+	start := time.Now()
+	p := &pass{s: s, batch: max(opt.BatchSize, 1)}
+	now := time.Now().UTC()
+	// Each kind starts small again: its rows cost differently.
+	p.size = min(p.batch, firstBatch)
+	if opt.Jobs > 0 {
+		p.run("jobs", func() error { return p.jobs(ctx, now.Add(-opt.Jobs)) })
+	}
+	if opt.Logs > 0 {
+		p.size = min(p.batch, firstBatch)
+		p.run("logs", func() error { return p.logs(ctx, now.Add(-opt.Logs)) })
+	}
+	if opt.Artifacts > 0 && s.artifacts.Load() != nil {
+		p.size = p.batch // a mark per batch: the deletes are on the artifacts' disk
+		p.run("artifacts", func() error { return p.artifacts(ctx, now.Add(-opt.Artifacts)) })
+	}
+	if opt.Audit > 0 {
+		p.size = min(p.batch, firstBatch)
+		p.run("audit", func() error { return p.audit(ctx, now.Add(-opt.Audit)) })
+	}
+	if p.deleted() > 0 {
+		p.run("reclaim", func() error { return s.store.Reclaim(ctx) })
+	}
+	took := time.Since(start)
+	m.passes.Add(1)
+	m.lastPassNanos.Store(int64(took))
+	level := s.log.Debug
+	if p.deleted() > 0 {
+		level = s.log.Info
+	}
+	meanWrite := time.Duration(0)
+	if p.writes > 0 {
+		meanWrite = p.writeTime / time.Duration(p.writes)
+	}
+	level("retention pass done", "jobs", p.jobsN, "logs", p.logsN, "log_bytes", p.logBytes,
+		"artifacts", p.artifactsN, "audit_records", p.auditN, "took", took.Round(time.Millisecond).String(),
+		"transactions", p.writes, "mean_transaction", meanWrite.Round(100*time.Microsecond).String())
+}
+
+// pass is one retention pass's progress.
+type pass struct {
+	s     *Server
+	batch int // most rows per transaction (batch_size)
+	// size is the rows of the next transaction: it follows how long the
+	// last one held the writer (see took).
+	size                             int
+	jobsN, logsN, artifactsN, auditN int64
+	logBytes                         int64
+	// writes and writeTime sum the delete transactions, for the log.
+	writes    int64
+	writeTime time.Duration
+}
+
+// A delete transaction should hold the database's writer about batchTarget:
+// the batch size follows from how long the previous one took, between
+// minBatch and batch_size, starting at firstBatch. Rows cost very different
+// times (a job with a big log, an audit record) and machines differ, so a
+// fixed count is either slow or long.
+const (
+	batchTarget = 15 * time.Millisecond
+	minBatch    = 10
+	firstBatch  = 50
+)
+
+// took adapts the batch size to a write of n rows that took d.
+func (p *pass) took(d time.Duration, n int) {
+	if n <= 0 {
+		return
+	}
+	p.writes++
+	p.writeTime += d
+	next := int(float64(n) * float64(batchTarget) / float64(max(d, time.Microsecond)))
+	p.size = min(max(next, minBatch), p.batch)
+}
+
+func (p *pass) deleted() int64 { return p.jobsN + p.logsN + p.artifactsN + p.auditN }
+
+// run runs one kind's part of the pass and logs its failure (once: each
+// part stops at its first error and the next pass tries again).
+func (p *pass) run(kind string, fn func() error) {
+	if err := fn(); err != nil && !errors.Is(err, context.Canceled) && !p.s.logDiskFullOnce(err) {
+		p.s.log.Warn("retention: "+kind+" stopped early; the next pass goes on", "err", err)
+	}
+}
+
+// pace waits as long as the batch that started at start took: a pass holds
+// the database's writer at most half of the time.
+func pace(ctx context.Context, start time.Time) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(max(time.Since(start), time.Millisecond)):
+		return nil
+	}
+}
+
+// jobs deletes finished jobs that ended before cutoff, their artifacts first
+// (so that no file outlives its job's rows), then their rows.
+func (p *pass) jobs(ctx context.Context, cutoff time.Time) error {
+	s := p.s
+	arts := s.artifacts.Load()
+	var after store.RetentionMark
+	for {
+		start := time.Now()
+		batch, err := s.store.EndedJobs(ctx, after, cutoff, p.size)
+		if err != nil || len(batch) == 0 {
+			return err
+		}
+		after = batch[len(batch)-1].Mark()
+		ids := make([]string, 0, len(batch))
+		var artErr error
+		for _, j := range batch {
+			if arts != nil {
+				if err := arts.DeleteJob(ctx, j.ID); err != nil {
+					artErr = err
+					continue // kept, with its rows, for the next pass
+				}
+			}
+			ids = append(ids, j.ID)
+		}
+		if len(ids) == 0 {
+			return fmt.Errorf("deleting the artifacts of %d jobs failed: %w", len(batch), artErr)
+		}
+		w := time.Now()
+		n, err := s.store.DeleteJobs(ctx, ids, cutoff)
+		if err != nil {
+			return err
+		}
+		p.took(time.Since(w), len(ids))
+		p.jobsN += int64(n)
+		s.metrics.retention.jobs.Add(int64(n))
+		if artErr != nil {
+			s.log.Warn("retention: some jobs keep their artifacts and rows until the next pass", "err", artErr)
+		}
+		if err := pace(ctx, start); err != nil {
+			return err
+		}
+	}
+}
+
+// logs deletes the logs of jobs that ended before cutoff, from the logs mark on.
+func (p *pass) logs(ctx context.Context, cutoff time.Time) error {
+	s := p.s
+	mark, err := s.store.RetentionMark(ctx, store.RetainLogs)
+	if err != nil {
+		return err
+	}
+	for {
+		start := time.Now()
+		batch, err := s.store.EndedJobs(ctx, mark, cutoff, p.size)
+		if err != nil || len(batch) == 0 {
+			return err
+		}
+		ids := make([]string, len(batch))
+		for i, j := range batch {
+			ids[i] = j.ID
+		}
+		mark = batch[len(batch)-1].Mark()
+		w := time.Now()
+		freed, err := s.store.DeleteJobLogs(ctx, ids, cutoff, mark)
+		if err != nil {
+			return err
+		}
+		p.took(time.Since(w), len(ids))
+		p.logsN += int64(len(batch))
+		p.logBytes += freed
+		s.metrics.retention.logs.Add(int64(len(batch)))
+		s.metrics.retention.logBytes.Add(freed)
+		if err := pace(ctx, start); err != nil {
+			return err
+		}
+	}
+}
+
+// artifacts deletes the artifacts of jobs that ended before cutoff, from the
+// artifacts mark on; the mark stops before the first job whose deletion
+// failed, so it is tried again next pass.
+func (p *pass) artifacts(ctx context.Context, cutoff time.Time) error {
+	s := p.s
+	arts := s.artifacts.Load()
+	mark, err := s.store.RetentionMark(ctx, store.RetainArtifacts)
+	if err != nil {
+		return err
+	}
+	for {
+		start := time.Now()
+		batch, err := s.store.EndedJobs(ctx, mark, cutoff, p.size)
+		if err != nil || len(batch) == 0 {
+			return err
+		}
+		var failed error
+		done := mark
+		for _, j := range batch {
+			if err := arts.DeleteJob(ctx, j.ID); err != nil {
+				failed = fmt.Errorf("job %s: %w", j.ID, err)
+				break
+			}
+			done = j.Mark()
+			p.artifactsN++
+			s.metrics.retention.artifacts.Add(1)
+		}
+		if done != mark {
+			if err := s.store.SetRetentionMark(ctx, store.RetainArtifacts, done); err != nil {
+				return err
+			}
+			mark = done
+		}
+		if failed != nil {
+			return failed
+		}
+		if err := pace(ctx, start); err != nil {
+			return err
+		}
+	}
+}
+
+// audit deletes audit records made before cutoff, oldest first; the store
+// verifies each batch and keeps its last record as the checkpoint.
+func (p *pass) audit(ctx context.Context, cutoff time.Time) error {
+	s := p.s
+	for {
+		start := time.Now()
+		n, _, err := s.store.PruneAudit(ctx, cutoff, p.size)
+		if err != nil || n == 0 {
+			return err
+		}
+		p.took(time.Since(start), n)
+		p.auditN += int64(n)
+		s.metrics.retention.auditRecs.Add(int64(n))
+		if err := pace(ctx, start); err != nil {
+			return err
+		}
+	}
+}
+
+// sizesSnapshot is what /metrics shows of the store's and artifacts' sizes,
+// refreshed in the background: counting them costs more than a scrape should.
+type sizesSnapshot struct {
+	store         store.Sizes
+	artifactBytes int64 // -1: unknown
+	at            time.Time
+}
+
+// sizesEvery is how often the sizes are refreshed besides after each pass.
+const sizesEvery = 5 * time.Minute
+
+// runSizes refreshes the sizes at start and every sizesEvery.
+func (s *Server) runSizes(ctx context.Context) {
+	for {
+		s.refreshSizes(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(sizesEvery):
+		}
+	}
+}
+
+func (s *Server) refreshSizes(ctx context.Context) {
+	sz, err := s.store.Sizes(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Debug("could not measure the database's size", "err", err)
+		}
+		return
+	}
+	snap := &sizesSnapshot{store: sz, artifactBytes: -1, at: time.Now()}
+	if a := s.artifacts.Load(); a != nil {
+		if n, err := a.TotalBytes(ctx); err == nil {
+			snap.artifactBytes = n
+		}
+	}
+	s.sizes.Store(snap)
+}

@@ -1,0 +1,117 @@
+package sqlstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+// everyStatus is every job status: a list by worker alone reads one index
+// range per status and merges them.
+var everyStatus = []protocol.JobStatus{protocol.JobQueued, protocol.JobDispatched, protocol.JobRunning,
+	protocol.JobCanceling, protocol.JobCompleted, protocol.JobFailed, protocol.JobCancelled}
+
+// ListJobs returns a page of jobs in Seq order (descending with Newest)
+// and how many match in all (-1 with a WorkerID: not counted).
+//
+// Every page costs O(page), whatever the history: each query reads one index
+// range (the Seq index, jobs_by_status or jobs_by_worker) from the cursor on
+// and stops after the page. Several statuses, or a worker without a status,
+// read one such range per status and merge them: an index on (status, seq)
+// is ordered by seq within one status only. Offset still works but reads the
+// rows it skips.
+func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, int, error) {
+	total := -1
+	if f.WorkerID == "" {
+		n, err := s.countOf(ctx, f.Statuses)
+		if err != nil {
+			return nil, 0, err
+		}
+		total = n
+	}
+	q, args := s.listQuery(f)
+	rows, err := s.reader().query(ctx, q, args...)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	var out []store.Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, j)
+	}
+	return out, total, rows.Err()
+}
+
+// listQuery builds ListJobs' statement.
+func (s *Store) listQuery(f store.JobFilter) (string, []any) {
+	dir, cmp := "ASC", ">"
+	if f.Newest {
+		dir, cmp = "DESC", "<"
+	}
+	statuses := dedupe(f.Statuses)
+	if f.WorkerID != "" && len(statuses) == 0 {
+		statuses = everyStatus
+	}
+	// branch is one index range: one status (or none), one worker (or any).
+	branch := func(cols string, st protocol.JobStatus, limit int64) (string, []any) {
+		var conds []string
+		var args []any
+		if st != "" {
+			conds, args = append(conds, "status = ?"), append(args, st)
+		}
+		if f.WorkerID != "" {
+			conds, args = append(conds, "worker_id = ?"), append(args, f.WorkerID)
+		}
+		if f.AfterSeq > 0 {
+			conds, args = append(conds, "seq "+cmp+" ?"), append(args, f.AfterSeq)
+		}
+		where := ""
+		if len(conds) > 0 {
+			where = " WHERE " + strings.Join(conds, " AND ")
+		}
+		return `SELECT ` + cols + ` FROM jobs` + where + ` ORDER BY seq ` + dir + ` LIMIT ?`, append(args, limit)
+	}
+	limit := limitArg(f.Limit)
+	if len(statuses) <= 1 {
+		st := protocol.JobStatus("")
+		if len(statuses) == 1 {
+			st = statuses[0]
+		}
+		q, args := branch(jobCols, st, limit)
+		return q + ` OFFSET ?`, append(args, f.Offset)
+	}
+	// Each branch needs at most offset+limit rows for the merged page.
+	per := limit
+	if per < noLimit-int64(f.Offset) {
+		per += int64(f.Offset)
+	}
+	var parts []string
+	var args []any
+	for i, st := range statuses {
+		q, a := branch("seq", st, per)
+		parts = append(parts, fmt.Sprintf(`SELECT seq FROM (%s) AS b%d`, q, i))
+		args = append(args, a...)
+	}
+	q := `SELECT ` + jobCols + ` FROM jobs WHERE seq IN (SELECT seq FROM (` + strings.Join(parts, ` UNION ALL `) +
+		`) AS u ORDER BY seq ` + dir + ` LIMIT ? OFFSET ?) ORDER BY seq ` + dir
+	return q, append(args, limit, f.Offset)
+}
+
+func dedupe(sts []protocol.JobStatus) []protocol.JobStatus {
+	var out []protocol.JobStatus
+	seen := map[protocol.JobStatus]bool{}
+	for _, st := range sts {
+		if !seen[st] {
+			seen[st] = true
+			out = append(out, st)
+		}
+	}
+	return out
+}
