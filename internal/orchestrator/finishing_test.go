@@ -171,3 +171,25 @@ func TestWaitingReasons(t *testing.T) {
 		t.Fatal("no waiting_reason")
 	}
 }
+
+// While an instance shuts down, acknowledgements, reports and heartbeats
+// can no longer reach it: its loops must not judge deadlines or silence. An
+// attempt dispatched just before the shutdown stays out for the next
+// instance to resume, and its silent worker is not marked offline.
+func TestShuttingDownJudgesNoDeadline(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t))
+	a := e.startAgent("w", nil, nil)
+	job := e.submit(map[string]any{})
+	a.next("job_submit", 5*time.Second)
+	a.silence()
+	e.srv.BeginShutdown()
+	opt := e.srv.options()
+	time.Sleep(opt.AckTimeout + opt.HeartbeatTimeout + 3*opt.SchedulerInterval)
+	if st := e.job(job)["status"]; st != "dispatched" {
+		t.Errorf("an attempt out during shutdown became %v, want dispatched", st)
+	}
+	if st := e.worker(a.id)["status"]; st == "offline" {
+		t.Errorf("a worker silent during shutdown went offline")
+	}
+}

@@ -25,6 +25,10 @@ func (s *Server) runHealth(ctx context.Context) {
 }
 
 func (s *Server) healthPass(ctx context.Context) {
+	if s.stopping.Load() {
+		// Heartbeats can no longer arrive: silence now means nothing.
+		return
+	}
 	opt := s.options()
 	now := time.Now().UTC()
 	// Right after a start every worker looks silent: give them time to reconnect.

@@ -71,7 +71,9 @@ func (s *Server) runScheduler(ctx context.Context) {
 		s.schedulePass(ctx)
 		// Deadlines are seconds apart; wake-ups come with every submit and
 		// every finished job, so scanning active jobs on each would be waste.
-		if every := min(s.options().SchedulerInterval, time.Second); time.Since(lastExpiry) >= every {
+		// Once shutting down, acknowledgements and reports can no longer
+		// arrive, so no deadline is judged: the next instance does that.
+		if every := min(s.options().SchedulerInterval, time.Second); time.Since(lastExpiry) >= every && !s.stopping.Load() {
 			s.expireDeadlines(ctx)
 			lastExpiry = time.Now()
 		}
@@ -116,7 +118,7 @@ func (s *Server) schedulePass(ctx context.Context) {
 	res := s.currentReservation(queued)
 	top := queued[0].Priority
 	for _, j := range queued {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || s.stopping.Load() {
 			return
 		}
 		best, gpus := bestFit(j, pool, res)

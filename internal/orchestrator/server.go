@@ -255,8 +255,10 @@ func (s *Server) Healthy() error {
 }
 
 // BeginShutdown makes /readyz answer 503, stops handing out jobs and closes
-// every worker stream. A scheduler pass under way finishes first, so no job is
-// claimed for a stream that is closing (it would be withdrawn).
+// every worker stream. A scheduler pass under way stops before its next
+// claim, so no job is claimed for a stream that is closing. From here on the
+// loops judge no deadline and no silence: acknowledgements, reports and
+// heartbeats can no longer arrive, and the next instance judges them.
 func (s *Server) BeginShutdown() {
 	s.stopping.Store(true)
 	s.passMu.Lock()
