@@ -90,22 +90,23 @@ func (s *Store) GetWorkerByTokenHash(ctx context.Context, hash string) (store.Wo
 }
 
 // ListWorkers returns a page of workers by creation time, with the total count.
+// The total is a count of its own: a window count over the page query would
+// read every worker's whole row for each page.
 func (s *Store) ListWorkers(ctx context.Context, f store.WorkerFilter) ([]store.Worker, int, error) {
 	where, args := " WHERE 1 = 1", []any{}
 	if f.Status != "" {
 		where += " AND status = ?"
 		args = append(args, f.Status)
 	}
-	rows, err := s.reader().query(ctx, `SELECT `+workerCols+`, COUNT(*) OVER () FROM workers`+where+
+	rows, err := s.reader().query(ctx, `SELECT `+workerCols+` FROM workers`+where+
 		` ORDER BY created_at, id LIMIT ? OFFSET ?`, append(args, limitArg(f.Limit), f.Offset)...)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer rows.Close()
 	var out []store.Worker
-	total := 0
 	for rows.Next() {
-		w, err := scanWorker(rows, &total)
+		w, err := scanWorker(rows)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -114,9 +115,8 @@ func (s *Store) ListWorkers(ctx context.Context, f store.WorkerFilter) ([]store.
 	if err := rows.Err(); err != nil {
 		return nil, 0, err
 	}
-	if len(out) == 0 { // a page past the end still reports the total
-		err = s.reader().queryRow(ctx, `SELECT COUNT(*) FROM workers`+where, args...).Scan(&total)
-	}
+	total := 0
+	err = s.reader().queryRow(ctx, `SELECT COUNT(*) FROM workers`+where, args...).Scan(&total)
 	return out, total, err
 }
 
