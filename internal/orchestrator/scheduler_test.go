@@ -93,6 +93,11 @@ func (a *slotAgent) finish(job string) {
 	a.mu.Unlock()
 }
 
+// patientHeartbeats keeps a worker whose keep-alive loop is starved on a
+// loaded machine from being taken for lost: placement tests expect their
+// workers to stay.
+func patientHeartbeats(o *Options) { o.HeartbeatTimeout = 10 * time.Second }
+
 func gpuJobBody(gpus, priority int) map[string]any {
 	return map[string]any{"gpu_count": gpus, "priority": priority}
 }
@@ -102,7 +107,7 @@ func gpuJobBody(gpus, priority int) map[string]any {
 func TestSchedulerBestFit(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
-		e := setup(t, open(t))
+		e := setup(t, open(t), patientHeartbeats)
 		a := e.startSlotAgent("a", 8)
 		six := e.submit(gpuJobBody(6, 10))
 		if job, gpus := a.take(); job != six || len(gpus) != 6 {
@@ -146,7 +151,7 @@ func TestSchedulerBestFit(t *testing.T) {
 func TestSchedulerReservationAgainstStarvation(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
-		e := setup(t, open(t))
+		e := setup(t, open(t), patientHeartbeats)
 		w := e.startSlotAgent("quad", 4)
 		first := e.submit(gpuJobBody(1, 1))
 		if job, _ := w.take(); job != first {
