@@ -163,6 +163,9 @@ func TestResumeCoversTrainingAndAbandonsOthers(t *testing.T) {
 		if rj == nil || rj["job_id"] != jobID || r.JSON["abandon_job"] != nil {
 			t.Fatalf("training job not resumed: %s", r.Body)
 		}
+		// Registering closed the old stream; the agent opens its new one
+		// (without it, a late heartbeat shows the worker disconnected).
+		a.connect()
 		if w := e.worker(a.id); w["status"] != "busy" || w["current_job_id"] != jobID {
 			t.Fatalf("resumed worker must be busy with its job: %v", w)
 		}

@@ -67,7 +67,12 @@ func (s *Store) countAdd(ctx context.Context, c conn, deltas map[protocol.JobSta
 
 // CountJobs returns how many jobs are in each status (absent: none).
 func (s *Store) CountJobs(ctx context.Context) (map[protocol.JobStatus]int, error) {
-	rows, err := s.reader().query(ctx, `SELECT status, n FROM job_counts WHERE n <> 0`)
+	return s.statusCounts(ctx, `SELECT status, n FROM job_counts WHERE n <> 0`)
+}
+
+// statusCounts runs a query answering (status, count) rows.
+func (s *Store) statusCounts(ctx context.Context, query string, args ...any) (map[protocol.JobStatus]int, error) {
+	rows, err := s.reader().query(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -102,21 +102,7 @@ func (s *Store) CountJobsEndedBetween(ctx context.Context, from, to time.Time) (
 	if to.IsZero() {
 		to = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 	}
-	rows, err := s.reader().query(ctx, RecentEndsQuery, s.tv(from), s.tv(to))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[protocol.JobStatus]int{}
-	for rows.Next() {
-		var st protocol.JobStatus
-		var n int
-		if err := rows.Scan(&st, &n); err != nil {
-			return nil, err
-		}
-		out[st] = n
-	}
-	return out, rows.Err()
+	return s.statusCounts(ctx, RecentEndsQuery, s.tv(from), s.tv(to))
 }
 
 // QueuePosition counts the queued jobs ahead of (priority, seq) in claim order.
