@@ -44,10 +44,10 @@ func testOptions(t testing.TB) Options {
 	o.InstanceID = "test-" + t.Name()
 	o.ConfigsDir = t.TempDir()
 	o.HeartbeatInterval = 100 * time.Millisecond
-	o.HeartbeatTimeout = 600 * time.Millisecond
+	o.HeartbeatTimeout = 1500 * time.Millisecond // 15 beats: a loaded CI machine can miss several
 	o.HealthCheckInterval = 100 * time.Millisecond
 	o.StartupGrace = 0
-	o.AckTimeout = 2 * time.Second
+	o.AckTimeout = 5 * time.Second
 	o.PingInterval = 200 * time.Millisecond
 	o.SchedulerInterval = 100 * time.Millisecond
 	o.CancelGrace = 200 * time.Millisecond
