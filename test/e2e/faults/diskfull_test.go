@@ -226,6 +226,7 @@ func TestDiskFullArtifacts(t *testing.T) {
 // lost, and the output held in memory reaches the orchestrator once space is
 // freed.
 func TestDiskFullWorkerStateDir(t *testing.T) {
+	fullOnly(t) // keeps make test's fast subset under a minute; CI runs make faults too
 	fs := smallFS(t, "8m")
 	o := StartOrchestratorWith(t, OrchOptions{Metrics: true})
 	h := NewHistory(t, o)

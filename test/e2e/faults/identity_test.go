@@ -15,6 +15,7 @@ import (
 // registration closed the first one's stream and, reporting no attempts,
 // had the first one's running job requeued while it still ran.
 func TestDuplicateWorkerIdentity(t *testing.T) {
+	fullOnly(t) // keeps make test's fast subset under a minute; CI runs make faults too
 	o := StartOrchestratorWith(t, OrchOptions{Metrics: true})
 	h := NewHistory(t, o)
 	id, token := o.CreateWorker("twin", true, nil)
