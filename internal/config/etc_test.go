@@ -9,7 +9,7 @@ import (
 )
 
 // The packaged files must load cleanly, spell out every key, and hold the
-// built-in defaults (except workerd.toml's persistent = true).
+// built-in defaults.
 func TestPackagedFiles(t *testing.T) {
 	t.Parallel()
 	o, _, err := LoadOrchestrator([]string{"--config", "../../etc/orchestratord.toml"}, env())
@@ -23,10 +23,16 @@ func TestPackagedFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := DefaultWorker()
-	want.Worker.Persistent = true
-	if !reflect.DeepEqual(valuesW(w), want) {
+	if !reflect.DeepEqual(valuesW(w), DefaultWorker()) {
 		t.Errorf("etc/workerd.toml differs from the defaults:\n%s", w.Redacted())
+	}
+	// Setting these makes the worker overrule the admin's worker type and
+	// the orchestrator's cancel grace; the packaged file must leave both to
+	// the orchestrator.
+	for _, key := range []string{"worker.persistent", "job.cancel_grace"} {
+		if at := w.Origin(key); at != "" {
+			t.Errorf("etc/workerd.toml sets %s at %s", key, at)
+		}
 	}
 	checkAllKeys(t, "../../etc/orchestratord.toml", OrchestratorKeys())
 	checkAllKeys(t, "../../etc/workerd.toml", WorkerKeys())

@@ -183,14 +183,14 @@ func shellWords(t *testing.T, cmdline string) []string {
 	return words
 }
 
-func xTestValidHostPort(t *testing.T) {
+func TestValidHostPort(t *testing.T) {
 	t.Parallel()
 	for hp, want := range map[string]bool{
 		"example.com": true, "example.com:8001": true, "10.1.2.3:1": true, "[::1]:8001": true, "[::1]": true,
 		"a-b.c": true, "": false, "::1": false, "[::1%eth0]:1": false, "10.1.2.3:0": false, "x:65536": false,
 		"x:08": false, "-a.b": false, "a..b": false, "a b": false, "a/b": false, "$(id)": false, "[10.0.0.1]:1": false,
 	} {
-		if got := false; got != want {
+		if got := validHostPort(hp); got != want {
 			t.Errorf("validHostPort(%q) = %v; want %v", hp, got, want)
 		}
 	}

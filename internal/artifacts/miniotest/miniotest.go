@@ -7,7 +7,6 @@ package miniotest
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 // Credentials of every test server.
@@ -88,7 +88,7 @@ func start(bin string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := testutil.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -136,15 +136,6 @@ func Stop() {
 	_ = shared.cmd.Process.Kill()
 	_ = shared.cmd.Wait()
 	_ = os.RemoveAll(shared.dir)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 var bucketSeq struct {

@@ -9,10 +9,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 	. "github.com/simpletuner/simpletuner-orchestration/test/e2e/e2etest"
 )
 
@@ -140,28 +140,16 @@ func (c *ctl) checkNoSecrets(args []string, r result) {
 // background is a simpletunerctl process whose output is read while it runs.
 type background struct {
 	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  bytes.Buffer
-	err  bytes.Buffer
+	out  testutil.Buffer
+	err  testutil.Buffer
 	done chan struct{}
-}
-
-type lockedBuf struct {
-	mu *sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (w lockedBuf) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
 }
 
 func (c *ctl) start(args ...string) *background {
 	c.t.Helper()
 	b := &background{cmd: c.command(args...), done: make(chan struct{})}
-	b.cmd.Stdout = lockedBuf{&b.mu, &b.out}
-	b.cmd.Stderr = lockedBuf{&b.mu, &b.err}
+	b.cmd.Stdout = &b.out
+	b.cmd.Stderr = &b.err
 	if err := b.cmd.Start(); err != nil {
 		c.t.Fatal(err)
 	}
@@ -174,8 +162,6 @@ func (c *ctl) start(args ...string) *background {
 }
 
 func (b *background) output() (string, string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	return b.out.String(), b.err.String()
 }
 
