@@ -350,9 +350,11 @@ type Store interface {
 	// this digest (hex SHA-256); none is ErrNotFound.
 	GetAttemptByUploadTokenHash(ctx context.Context, hash string) (Attempt, error)
 	// ClaimJob atomically picks the queued job with the highest priority (then
-	// lowest Seq) that Match accepts, moves it to dispatched with attempt+1,
-	// records the attempt, and sets the worker busy with that job. The worker must
-	// be idle and have no current job, else ErrConflict. No candidate → ErrNoJob.
+	// lowest Seq) that Match accepts (or exactly JobID), moves it to dispatched
+	// with attempt+1, records the attempt with a lease on each of req.GPUs, and
+	// counts it in the worker's load. The worker must be able to take a job
+	// (lifecycle.CanClaim) and the GPUs free, else ErrConflict. No candidate →
+	// ErrNoJob.
 	ClaimJob(ctx context.Context, req ClaimRequest) (Job, Attempt, error)
 	// ListQueued returns up to limit queued jobs in the order they are claimed:
 	// priority descending, then submission order.
