@@ -31,6 +31,7 @@ check_list() { # check_list PACKAGE FILE...
 	if command -v rpm >/dev/null 2>&1; then
 		list=$(rpm -qlp "$(rpmf "$pkg")")
 		for f in "$@"; do
+			f=$(printf '%s' "$f" | sed 's|^/usr/share/zsh/vendor-completions/|/usr/share/zsh/site-functions/|') # zsh's path on Fedora/RHEL
 			printf '%s\n' "$list" | grep -qx "$f" || { echo "$pkg.rpm lacks $f" >&2; exit 1; }
 		done
 	fi
