@@ -144,6 +144,51 @@ func TestSchedulerBestFit(t *testing.T) {
 	})
 }
 
+// Draining a worker that runs several jobs: they keep running and finish,
+// no new job starts there although GPUs are free, and resume lets the
+// waiting one in.
+func TestDrainWorkerRunningSeveralJobs(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t), patientHeartbeats)
+		w := e.startSlotAgent("quad", 4)
+		first := e.submit(gpuJobBody(1, 10))
+		w.take()
+		second := e.submit(gpuJobBody(1, 10))
+		w.take()
+		e.must(e.adminDo("POST", "/api/admin/workers/"+w.id+"/drain", nil), 200)
+		w.next("drain", 2*time.Second)
+		third := e.submit(gpuJobBody(1, 10))
+		w.noEvent("job_submit", 500*time.Millisecond)
+		if st := e.worker(w.id); st["status"] != "draining" || st["running_jobs"] != float64(2) || st["gpus_free"] != float64(2) {
+			t.Fatalf("draining worker: status %v, running_jobs %v, gpus_free %v", st["status"], st["running_jobs"], st["gpus_free"])
+		}
+		for _, id := range []string{first, second} {
+			if j := e.job(id); j["status"] != "running" {
+				t.Fatalf("job %s on the draining worker: %v", id, j["status"])
+			}
+		}
+		w.finish(first)
+		w.finish(second)
+		w.noEvent("job_submit", 500*time.Millisecond)
+		if st := e.worker(w.id); st["status"] != "draining" || st["running_jobs"] != float64(0) {
+			t.Fatalf("drained worker: status %v, running_jobs %v", st["status"], st["running_jobs"])
+		}
+		for _, id := range []string{first, second} {
+			if j := e.job(id); j["status"] != "completed" {
+				t.Fatalf("job %s after finishing on the draining worker: %v", id, j["status"])
+			}
+		}
+		if j := e.job(third); j["status"] != "queued" {
+			t.Fatalf("job submitted during the drain: %v", j["status"])
+		}
+		e.must(e.adminDo("POST", "/api/admin/workers/"+w.id+"/resume", nil), 200)
+		if job, _ := w.take(); job != third {
+			t.Fatalf("after resume the worker got %s, want %s", job, third)
+		}
+	})
+}
+
 // No starvation: a 4-GPU job of the top priority that finds no room
 // reserves the worker with the most GPUs free; lower-priority 1-GPU jobs
 // that would fit there wait (reserved_for), and the big job starts as soon
