@@ -5,6 +5,7 @@ package gpu
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -38,6 +39,9 @@ func mockServer() *dgxa100.Server {
 func TestNVMLInventory(t *testing.T) {
 	t.Parallel()
 	srv := mockServer()
+	for i, d := range srv.Devices {
+		d.(*dgxa100.Device).Minor = 2*i + 1 // minor numbers need not follow the index
+	}
 	src := NewNVMLFrom(srv, testLogger(&bytes.Buffer{}))
 	defer src.Close()
 
@@ -55,6 +59,11 @@ func TestNVMLInventory(t *testing.T) {
 		want := srv.Devices[i].(*dgxa100.Device)
 		if d.Index != i || d.UUID != want.UUID || d.Name != want.Name || d.MemoryMiB != 40960 {
 			t.Errorf("device %d = %+v", i, d)
+		}
+		// The device node a job's cgroup allows or denies comes from the
+		// minor number NVML reports, not from the index.
+		if node := fmt.Sprintf("/dev/nvidia%d", want.Minor); d.DeviceNode != node {
+			t.Errorf("device %d node %q, want %q", i, d.DeviceNode, node)
 		}
 	}
 
