@@ -170,19 +170,32 @@ func pace(ctx context.Context, start time.Time) error {
 	}
 }
 
+// eachBatch hands fn the finished jobs that ended before cutoff, after
+// mark, a batch of p.size at a time, pacing between batches, until none is
+// left or fn fails.
+func (p *pass) eachBatch(ctx context.Context, mark store.RetentionMark, cutoff time.Time, fn func([]store.EndedJob) error) error {
+	for {
+		start := time.Now()
+		batch, err := p.s.store.EndedJobs(ctx, mark, cutoff, p.size)
+		if err != nil || len(batch) == 0 {
+			return err
+		}
+		mark = batch[len(batch)-1].Mark()
+		if err := fn(batch); err != nil {
+			return err
+		}
+		if err := pace(ctx, start); err != nil {
+			return err
+		}
+	}
+}
+
 // jobs deletes finished jobs that ended before cutoff, their artifacts first
 // (so that no file outlives its job's rows), then their rows.
 func (p *pass) jobs(ctx context.Context, cutoff time.Time) error {
 	s := p.s
 	arts := s.artifacts.Load()
-	var after store.RetentionMark
-	for {
-		start := time.Now()
-		batch, err := s.store.EndedJobs(ctx, after, cutoff, p.size)
-		if err != nil || len(batch) == 0 {
-			return err
-		}
-		after = batch[len(batch)-1].Mark()
+	return p.eachBatch(ctx, store.RetentionMark{}, cutoff, func(batch []store.EndedJob) error {
 		ids := make([]string, 0, len(batch))
 		var artErr error
 		for _, j := range batch {
@@ -208,10 +221,8 @@ func (p *pass) jobs(ctx context.Context, cutoff time.Time) error {
 		if artErr != nil {
 			s.log.Warn("retention: some jobs keep their artifacts and rows until the next pass", "err", artErr)
 		}
-		if err := pace(ctx, start); err != nil {
-			return err
-		}
-	}
+		return nil
+	})
 }
 
 // logs deletes the logs of jobs that ended before cutoff, from the logs mark on.
@@ -221,19 +232,13 @@ func (p *pass) logs(ctx context.Context, cutoff time.Time) error {
 	if err != nil {
 		return err
 	}
-	for {
-		start := time.Now()
-		batch, err := s.store.EndedJobs(ctx, mark, cutoff, p.size)
-		if err != nil || len(batch) == 0 {
-			return err
-		}
+	return p.eachBatch(ctx, mark, cutoff, func(batch []store.EndedJob) error {
 		ids := make([]string, len(batch))
 		for i, j := range batch {
 			ids[i] = j.ID
 		}
-		mark = batch[len(batch)-1].Mark()
 		w := time.Now()
-		freed, err := s.store.DeleteJobLogs(ctx, ids, cutoff, mark)
+		freed, err := s.store.DeleteJobLogs(ctx, ids, cutoff, batch[len(batch)-1].Mark())
 		if err != nil {
 			return err
 		}
@@ -242,10 +247,8 @@ func (p *pass) logs(ctx context.Context, cutoff time.Time) error {
 		p.logBytes += freed
 		s.metrics.retention.logs.Add(int64(len(batch)))
 		s.metrics.retention.logBytes.Add(freed)
-		if err := pace(ctx, start); err != nil {
-			return err
-		}
-	}
+		return nil
+	})
 }
 
 // artifacts deletes the artifacts of jobs that ended before cutoff, from the
@@ -258,12 +261,7 @@ func (p *pass) artifacts(ctx context.Context, cutoff time.Time) error {
 	if err != nil {
 		return err
 	}
-	for {
-		start := time.Now()
-		batch, err := s.store.EndedJobs(ctx, mark, cutoff, p.size)
-		if err != nil || len(batch) == 0 {
-			return err
-		}
+	return p.eachBatch(ctx, mark, cutoff, func(batch []store.EndedJob) error {
 		var failed error
 		done := mark
 		for _, j := range batch {
@@ -281,13 +279,8 @@ func (p *pass) artifacts(ctx context.Context, cutoff time.Time) error {
 			}
 			mark = done
 		}
-		if failed != nil {
-			return failed
-		}
-		if err := pace(ctx, start); err != nil {
-			return err
-		}
-	}
+		return failed
+	})
 }
 
 // audit deletes audit records made before cutoff, oldest first; the store
