@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store/sqlite"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
@@ -96,7 +97,7 @@ func runHistory(f flags, name, bin, tmp string) (r historyResult, err error) {
 	}
 	r.gen = time.Since(start)
 	if name == "sqlite" {
-		r.fileBefore = fileSize(dsn)
+		r.fileBefore = sqlite.FileBytes(dsn)
 		log.Printf("sqlite: database file %s", mib(r.fileBefore))
 	}
 	retentionOff := ""
@@ -271,7 +272,7 @@ func retentionUnderLoad(f flags, name, bin, dir, dbURL, dsn string) (retentionRe
 	var r retentionResult
 	r.ran = true
 	if name == "sqlite" {
-		r.fileBefore = fileSize(dsn)
+		r.fileBefore = sqlite.FileBytes(dsn)
 	}
 	mport, err := testutil.FreePort()
 	if err != nil {
@@ -366,7 +367,7 @@ audit = "480h"
 		m[`simpletuner_retention_deleted_total{kind="jobs"}`], m[`simpletuner_retention_deleted_total{kind="logs"}`],
 		m[`simpletuner_retention_deleted_total{kind="artifacts"}`], m[`simpletuner_retention_deleted_total{kind="audit"}`])
 	if name == "sqlite" {
-		r.fileAfter = fileSize(dsn)
+		r.fileAfter = sqlite.FileBytes(dsn)
 	}
 	r.errors = c.errors.Load()
 	log.Printf("%s: retention pass %s deleted %s; heartbeat %s; dispatch %s; list %s; file %s → %s",
@@ -460,16 +461,6 @@ func scrape(u string) map[string]float64 {
 		}
 	}
 	return out
-}
-
-func fileSize(path string) int64 {
-	var n int64
-	for _, p := range []string{path, path + "-wal"} {
-		if fi, err := os.Stat(p); err == nil {
-			n += fi.Size()
-		}
-	}
-	return n
 }
 
 func printHistory(f flags, rs []historyResult) {

@@ -45,7 +45,7 @@ func ensureIncremental(ctx context.Context, db *sql.DB, path string, log *slog.L
 	if mode == incremental {
 		return nil
 	}
-	size := fileBytes(path)
+	size := FileBytes(path)
 	if size > AutoConvertBytes {
 		log.Warn("the database file cannot give space freed by retention back to the filesystem: it predates incremental auto-vacuum. "+
 			"Freed space is reused, but the file does not shrink. To switch it once, stop the orchestrator and run "+
@@ -83,18 +83,18 @@ func Vacuum(ctx context.Context, path string) (before, after int64, err error) {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	before = fileBytes(path)
+	before = FileBytes(path)
 	if err := convert(ctx, db); err != nil {
 		return before, 0, fmt.Errorf("sqlite %s: %w", path, err)
 	}
 	if _, err := db.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
 		return before, 0, fmt.Errorf("sqlite %s: %w", path, err)
 	}
-	return before, fileBytes(path), nil
+	return before, FileBytes(path), nil
 }
 
-// fileBytes is the size of the database file and its write-ahead log.
-func fileBytes(path string) int64 {
+// FileBytes is the size of the database file and its write-ahead log.
+func FileBytes(path string) int64 {
 	var n int64
 	for _, p := range []string{path, path + "-wal"} {
 		if fi, err := os.Stat(p); err == nil {
@@ -110,7 +110,7 @@ func (s *Store) Sizes(ctx context.Context) (store.Sizes, error) {
 	if err != nil {
 		return out, err
 	}
-	out.FileBytes = fileBytes(s.path)
+	out.FileBytes = FileBytes(s.path)
 	var free, pageSize int64
 	r := s.Store.ReadDB()
 	if err := r.QueryRowContext(ctx, `PRAGMA freelist_count`).Scan(&free); err != nil {
