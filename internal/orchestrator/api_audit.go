@@ -24,32 +24,15 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, _ httprouter.
 	if wantsAuditFilter(r) {
 		return s.listAuditNewest(w, r)
 	}
-	since, err := queryInt(r, "since", 0, 0, 1<<62)
+	since, limit, err := auditPageArgs(r, "since", 0)
 	if err != nil {
 		return err
 	}
-	if c := r.URL.Query().Get("cursor"); c != "" {
-		n, err := strconv.ParseInt(c, 10, 64)
-		if err != nil || n < 0 {
-			return invalid("query parameter \"cursor\" is not a cursor this orchestrator gave out; send back the \"next\" of the previous page")
-		}
-		since = int(n)
-	}
-	limit, err := queryInt(r, "limit", 100, 1, 1000)
+	recs, err := s.store.ListAudit(r.Context(), since, limit)
 	if err != nil {
 		return err
 	}
-	recs, err := s.store.ListAudit(r.Context(), int64(since), limit)
-	if err != nil {
-		return err
-	}
-	if recs == nil {
-		recs = []audit.Record{}
-	}
-	reply := map[string]any{"records": recs, "count": len(recs)}
-	if len(recs) == limit {
-		reply["next"] = strconv.FormatInt(recs[len(recs)-1].Seq, 10)
-	}
+	reply := auditPage(recs, limit)
 	cp, _, err := s.store.AuditBounds(r.Context())
 	if err != nil {
 		return err
@@ -59,6 +42,38 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, _ httprouter.
 	}
 	writeJSON(w, http.StatusOK, reply)
 	return nil
+}
+
+// auditPageArgs reads where an audit page starts (the query parameter
+// param, or a previous reply's "next" sent back as ?cursor=, which is never
+// below minCursor) and how many records it holds.
+func auditPageArgs(r *http.Request, param string, minCursor int64) (from int64, limit int, err error) {
+	n, err := queryInt(r, param, 0, 0, 1<<62)
+	if err != nil {
+		return 0, 0, err
+	}
+	from = int64(n)
+	if c := r.URL.Query().Get("cursor"); c != "" {
+		from, err = strconv.ParseInt(c, 10, 64)
+		if err != nil || from < minCursor {
+			return 0, 0, invalid("query parameter \"cursor\" is not a cursor this orchestrator gave out; send back the \"next\" of the previous page")
+		}
+	}
+	limit, err = queryInt(r, "limit", 100, 1, 1000)
+	return from, limit, err
+}
+
+// auditPage is a page of audit records as both listings answer it: a full
+// page says where the next one starts.
+func auditPage(recs []audit.Record, limit int) map[string]any {
+	if recs == nil {
+		recs = []audit.Record{}
+	}
+	reply := map[string]any{"records": recs, "count": len(recs)}
+	if len(recs) == limit {
+		reply["next"] = strconv.FormatInt(recs[len(recs)-1].Seq, 10)
+	}
+	return reply
 }
 
 // auditVerdict is the reply of GET /api/admin/audit/verify.

@@ -11,13 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
 
-	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -86,37 +84,19 @@ func (s *Server) listAuditNewest(w http.ResponseWriter, r *http.Request) error {
 	if o := r.URL.Query().Get("order"); o != "" && o != "newest" {
 		return invalid("query parameter \"order\" must be \"newest\" (or absent); got %q", o)
 	}
-	before, err := queryInt(r, "before", 0, 0, 1<<62)
-	if err != nil {
-		return err
-	}
 	// A previous page's "next" continues back from its last record.
-	if c := r.URL.Query().Get("cursor"); c != "" {
-		n, err := strconv.ParseInt(c, 10, 64)
-		if err != nil || n <= 0 {
-			return invalid("query parameter \"cursor\" is not a cursor this orchestrator gave out; send back the \"next\" of the previous page")
-		}
-		before = int(n)
-	}
-	limit, err := queryInt(r, "limit", 100, 1, 1000)
+	before, limit, err := auditPageArgs(r, "before", 1)
 	if err != nil {
 		return err
 	}
 	q := r.URL.Query()
 	f := store.AuditFilter{Actor: strings.TrimSpace(q.Get("actor")), Action: strings.TrimSpace(q.Get("action")),
-		TargetID: strings.TrimSpace(q.Get("target")), BeforeSeq: int64(before), Limit: limit}
+		TargetID: strings.TrimSpace(q.Get("target")), BeforeSeq: before, Limit: limit}
 	recs, err := s.store.ListAuditNewest(r.Context(), f)
 	if err != nil {
 		return err
 	}
-	if recs == nil {
-		recs = []audit.Record{}
-	}
-	reply := map[string]any{"records": recs, "count": len(recs)}
-	if len(recs) == limit {
-		reply["next"] = strconv.FormatInt(recs[len(recs)-1].Seq, 10)
-	}
-	writeJSON(w, http.StatusOK, reply)
+	writeJSON(w, http.StatusOK, auditPage(recs, limit))
 	return nil
 }
 
