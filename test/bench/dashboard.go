@@ -307,20 +307,9 @@ func printDashboard(rs []dashResult) {
 	if len(rs) == 0 {
 		return
 	}
-	var b strings.Builder
-	head, sep := "", ""
-	for _, r := range rs {
-		head += " | " + r.store
-		sep += "|---"
-	}
-	fmt.Fprintf(&b, "| dashboard, %d workers and %d finished jobs in the store%s | goal |\n|---%s|---|\n", rs[0].workers, rs[0].jobs, head, sep)
-	row := func(what, goal string, get func(r dashResult) string) {
-		cells := ""
-		for _, r := range rs {
-			cells += " | " + get(r)
-		}
-		fmt.Fprintf(&b, "| %s%s | %s |\n", what, cells, goal)
-	}
+	b := newResultTable(fmt.Sprintf("dashboard, %d workers and %d finished jobs in the store", rs[0].workers, rs[0].jobs),
+		rs, func(r dashResult) string { return r.store })
+	row := b.row
 	row("GET /ui/ (overview page), p50 / p90 / p99 / max", "< 50 ms", func(r dashResult) string { return r.overview.String() })
 	row("GET /ui/workers (first page, 25 rows), p50 / p90 / p99 / max", "< 50 ms", func(r dashResult) string { return r.workersPage.String() })
 	row("GET /ui/live/overview (the overview's 5 s update)", "—", func(r dashResult) string { return r.liveOverview.String() })

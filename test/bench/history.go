@@ -464,19 +464,8 @@ func scrape(u string) map[string]float64 {
 }
 
 func printHistory(f flags, rs []historyResult) {
-	var b strings.Builder
-	col := func(get func(r historyResult) string) string {
-		var cells []string
-		for _, r := range rs {
-			cells = append(cells, get(r))
-		}
-		return strings.Join(cells, " | ")
-	}
-	fmt.Fprintf(&b, "| measurement | %s | goal |\n|---|%s---|\n", col(func(r historyResult) string { return r.store }),
-		strings.Repeat("---|", len(rs)))
-	row := func(what, goal string, get func(r historyResult) string) {
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", what, col(get), goal)
-	}
+	b := newResultTable("measurement", rs, func(r historyResult) string { return r.store })
+	row := b.row
 	row("history generated (bulk SQL)", "—", func(r historyResult) string { return r.gen.Round(time.Second).String() })
 	row("database file (SQLite)", "—", func(r historyResult) string {
 		if r.fileBefore == 0 {

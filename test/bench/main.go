@@ -413,20 +413,8 @@ func loadAvg() string {
 func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 
 func printTable(f flags, rs []result) {
-	var b strings.Builder
-	col := func(get func(r result) string) string {
-		var cells []string
-		for _, r := range rs {
-			cells = append(cells, get(r))
-		}
-		return strings.Join(cells, " | ")
-	}
-	head := col(func(r result) string { return r.store })
-	sep := col(func(result) string { return "---" })
-	fmt.Fprintf(&b, "| measurement | %s | goal |\n|---|%s|---|\n", head, strings.ReplaceAll(sep, " ", ""))
-	row := func(what, goal string, get func(r result) string) {
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", what, col(get), goal)
-	}
+	b := newResultTable("measurement", rs, func(r result) string { return r.store })
+	row := b.row
 	row(fmt.Sprintf("submit → job_submit, %d idle workers, p50 / p90 / p99 / max", f.cycleWorkers), "p99 < 50 ms",
 		func(r result) string { return r.latency.String() })
 	row(fmt.Sprintf("job cycles/s, %d workers, %d zero-work jobs, %d submitters", f.cycleWorkers, f.jobs, f.submitters), "≥ 1,000/s (embedded)",
