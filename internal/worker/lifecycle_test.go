@@ -3,7 +3,6 @@ package worker
 import (
 	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -47,10 +46,8 @@ func TestAuthRejectedWhileRunning(t *testing.T) {
 		t.Fatalf("Serve = %v; want ErrAuthRejected", err)
 	}
 	waitDead(t, pids, 5*time.Second)
-	var rec statusRecord
-	raw, err := os.ReadFile(filepath.Join(opt.StateDir, "spool", "j_auth00000001-1.status"))
-	if err != nil || json.Unmarshal(raw, &rec) != nil || rec.Status != "cancelled" || !rec.AfterRegister {
-		t.Errorf("spooled record %s (%v)", raw, err)
+	if rec, ok := spooledReport(t, opt.StateDir, "j_auth00000001-1"); !ok || rec.Status != "cancelled" || !rec.AfterRegister {
+		t.Errorf("spooled record %+v (spooled: %v)", rec, ok)
 	}
 }
 
@@ -161,8 +158,8 @@ func TestStaleAttemptKilled(t *testing.T) {
 	}
 	pid, _ := strconv.Atoi(m[1])
 	waitDead(t, []int{pid}, 5*time.Second)
-	if left, _ := filepath.Glob(filepath.Join(opt.StateDir, "spool", "*.status")); len(left) > 0 {
-		t.Errorf("a stale attempt's outcome was spooled: %v", left)
+	if left := spooledReports(t, opt.StateDir); len(left) > 0 {
+		t.Errorf("a stale attempt's outcome was spooled: %+v", left)
 	}
 }
 
@@ -184,12 +181,9 @@ func TestSelfFence(t *testing.T) {
 	f.dropStreams()
 	f.srv.CloseClientConnections()
 	waitDead(t, pids, 5*time.Second)
-	statusFile := filepath.Join(opt.StateDir, "spool", "j_fence0000001-1.status")
-	waitFile(t, statusFile, 5*time.Second)
-	var rec statusRecord
-	raw, _ := os.ReadFile(statusFile)
-	if err := json.Unmarshal(raw, &rec); err != nil || rec.Status != "cancelled" || !strings.Contains(rec.Error, "self-fenced") || !rec.AfterRegister {
-		t.Fatalf("spooled %s (%v)", raw, err)
+	rec := waitSpooled(t, opt.StateDir, "j_fence0000001-1", true, 5*time.Second)
+	if rec.Status != "cancelled" || !strings.Contains(rec.Error, "self-fenced") || !rec.AfterRegister {
+		t.Fatalf("spooled %+v", rec)
 	}
 	f.mu.Lock()
 	regsBefore := len(f.registers)

@@ -41,6 +41,7 @@ func (w *Worker) Serve(ctx context.Context) error {
 		close(w.loopDone)
 		cancel()
 		w.wg.Wait()
+		w.spool.close()
 		if w.stateLock != nil {
 			w.stateLock.Close() // the state directory is free for the next workerd
 		}

@@ -156,7 +156,7 @@ func TestJobFilesAndEnvironment(t *testing.T) {
 		t.Errorf("output lines not in the worker log")
 	}
 	// The outcome was acknowledged: nothing stays spooled.
-	waitGone(t, filepath.Join(opt.StateDir, "spool", "j_files0000001-2.status"), 5*time.Second)
+	waitSpooled(t, opt.StateDir, "j_files0000001-2", false, 5*time.Second)
 }
 
 // f0token is the token every fake orchestrator accepts.
@@ -275,12 +275,9 @@ func TestTerminalReportSpooledAndResent(t *testing.T) {
 	f.dropStreams()
 	f.srv.CloseClientConnections()
 
-	statusFile := filepath.Join(opt.StateDir, "spool", "j_spool0000001-1.status")
-	waitFile(t, statusFile, 10*time.Second)
-	var rec statusRecord
-	raw, _ := os.ReadFile(statusFile)
-	if err := json.Unmarshal(raw, &rec); err != nil || rec.Status != "completed" || rec.Attempt != 1 {
-		t.Fatalf("spooled %s (%v)", raw, err)
+	rec := waitSpooled(t, opt.StateDir, "j_spool0000001-1", true, 10*time.Second)
+	if rec.Status != "completed" || rec.Attempt != 1 {
+		t.Fatalf("spooled %+v", rec)
 	}
 	f.mu.Lock()
 	regsBefore := len(f.registers)
@@ -294,7 +291,7 @@ func TestTerminalReportSpooledAndResent(t *testing.T) {
 		t.Errorf("the completed report (#%d) came after the re-registration (#%d)", done.Seq, regSeq)
 	}
 	f.mu.Unlock()
-	waitGone(t, statusFile, 5*time.Second)
+	waitSpooled(t, opt.StateDir, "j_spool0000001-1", false, 5*time.Second)
 	if done.Attempt == nil || *done.Attempt != 1 {
 		t.Errorf("report %+v", done)
 	}

@@ -1,6 +1,6 @@
 // Package worker is simpletuner-workerd's engine: it registers with the
-// orchestrator, holds the SSE stream, heartbeats, runs one training job at a time
-// as a process tree, ships the job's log and reports how it ended (protocol 2
+// orchestrator, holds the SSE stream, heartbeats, runs training jobs (one per GPU
+// slot) each as a process tree, ships the job's log and reports how it ended (protocol 2
 // of docs/protocol.md).
 //
 // Shape: one session loop (Serve) owns all decisions; everything that waits on
@@ -9,7 +9,7 @@
 // to the loop. Nothing the trainer does can stall heartbeats or the stream.
 //
 // Files on disk, under Options.StateDir/spool: <job>-<attempt>.log (the job's
-// output, shipped from there) and <job>-<attempt>.status (a terminal report not yet
+// output, shipped from there) and reports.jsonl (the terminal reports not yet
 // acknowledged; re-sent until the orchestrator answers 2xx or 409).
 package worker
 
@@ -331,7 +331,10 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("%w: job.work_dir: %w", ErrMisconfigured, err)
 	}
 	w.spool.clean()
-	recs, _ := w.spool.list() // reports a previous run could not deliver
+	recs, errs := w.spool.list() // reports a previous run could not deliver
+	for _, err := range errs {
+		w.log.Warn("status spool", "err", err)
+	}
 	w.mu.Lock()
 	for _, rec := range recs {
 		w.noteFinishingLocked(rec)
