@@ -39,7 +39,7 @@ type attempt struct {
 
 	proc     *process // nil when the start failed
 	startErr error
-	spool    *logSpool // nil when it could not be created
+	spool    *logSpool // nil when the launch failed before it
 	ship     *shipper  // nil without a log endpoint
 
 	stop       stopReason
@@ -122,11 +122,7 @@ func (w *Worker) launch(a *attempt) {
 		return
 	}
 	logPath := filepath.Join(w.spool.dir, a.key()+".log")
-	a.spool, err = newLogSpool(logPath, a.settings.LogLimitBytes, a.log.With("stream", "output"))
-	if err != nil {
-		a.startErr = fmt.Errorf("log spool: %w", err)
-		return
-	}
+	a.spool = newLogSpool(logPath, a.settings.LogLimitBytes, a.log.With("stream", "output"))
 	env := jobEnv(jobEnvInput{
 		Base:            w.opt.Environ(),
 		Extra:           a.settings.Env,

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -20,7 +21,8 @@ const maxLogChunk = 256 << 10
 // maxJournalLine caps one output line echoed to the worker's own log.
 const maxJournalLine = 4096
 
-// logSpool receives a job's merged output. Bytes are appended to a file on disk, so
+// logSpool receives a job's merged output. Bytes are appended to a file on disk
+// (made by the first byte), so
 // nothing is lost while the orchestrator is unreachable, and each line is echoed to
 // the worker's log (the journal) with the job id. After limit bytes a marker line is
 // written and further output only reaches the journal.
@@ -56,12 +58,23 @@ const heldMax = 8 << 20
 // retryEvery is how often held output is offered to the disk again.
 const retryEvery = 250 * time.Millisecond
 
-func newLogSpool(path string, limit int64, log *slog.Logger) (*logSpool, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return nil, err
+func newLogSpool(path string, limit int64, log *slog.Logger) *logSpool {
+	return &logSpool{path: path, limit: limit, log: log, notify: make(chan struct{}, 1)}
+}
+
+// write appends b to the file, which is created by the first output: a job
+// that prints nothing costs no file.
+func (s *logSpool) write(b []byte) (int, error) {
+	if s.f == nil {
+		f, err := os.OpenFile(s.path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return 0, err
+		}
+		s.f = f
 	}
-	return &logSpool{path: path, limit: limit, log: log, f: f, notify: make(chan struct{}, 1)}, nil
+	n, err := s.f.Write(b)
+	s.size += int64(n)
+	return n, err
 }
 
 // Write never fails towards the job's pipe: a full disk must not kill training.
@@ -96,8 +109,7 @@ func (s *logSpool) put(b []byte) {
 			return
 		}
 	}
-	n, err := s.f.Write(b)
-	s.size += int64(n)
+	n, err := s.write(b)
 	if err != nil {
 		s.refused(err)
 		s.hold(b[n:])
@@ -138,8 +150,7 @@ func (s *logSpool) retry(force bool) {
 	}
 	s.lastTry = time.Now()
 	if len(s.held) > 0 {
-		n, err := s.f.Write(s.held)
-		s.size += int64(n)
+		n, err := s.write(s.held)
 		s.held = append([]byte(nil), s.held[n:]...)
 		if err != nil {
 			return
@@ -147,8 +158,7 @@ func (s *logSpool) retry(force bool) {
 	}
 	if s.lost > 0 {
 		marker := fmt.Sprintf("\n[simpletuner-workerd: %d bytes of output lost: state_dir was full]\n", s.lost)
-		n, err := s.f.WriteString(marker)
-		s.size += int64(n)
+		n, err := s.write([]byte(marker))
 		if err != nil {
 			s.held = append(s.held, marker[n:]...)
 			return
@@ -213,6 +223,9 @@ func (s *logSpool) Close() error {
 	case s.notify <- struct{}{}:
 	default:
 	}
+	if s.f == nil {
+		return nil
+	}
 	return s.f.Close()
 }
 
@@ -257,12 +270,12 @@ var errStopShipping = errors.New("orchestrator refuses the log")
 // refuses the log, or ctx ends.
 func (sh *shipper) run(ctx context.Context) {
 	defer close(sh.done)
-	f, err := os.Open(sh.spool.path)
-	if err != nil {
-		sh.log.Warn("cannot read the job's log spool; logs are not shipped", "err", err)
-		return
-	}
-	defer f.Close()
+	var f *os.File // opened once there is output: the spool makes the file then
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
 	tick := time.NewTicker(sh.poll)
 	defer tick.Stop()
 	buf := make([]byte, maxLogChunk)
@@ -281,6 +294,13 @@ func (sh *shipper) run(ctx context.Context) {
 			case <-tick.C:
 			}
 			continue
+		}
+		if f == nil {
+			var err error
+			if f, err = os.Open(sh.spool.path); err != nil {
+				sh.log.Warn("cannot read the job's log spool; logs are not shipped", "err", err)
+				return
+			}
 		}
 		n, err := f.ReadAt(buf[:min(int64(len(buf)), size-acked)], acked)
 		if n == 0 {

@@ -188,10 +188,7 @@ func TestLogSpoolLimitAndJournal(t *testing.T) {
 	t.Parallel()
 	var journal bytes.Buffer
 	path := filepath.Join(t.TempDir(), "j-1.log")
-	s, err := newLogSpool(path, 20, slog.New(slog.NewTextHandler(&journal, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newLogSpool(path, 20, slog.New(slog.NewTextHandler(&journal, nil)))
 	_, _ = s.Write([]byte("line one\nprogress 1\rprogress 2\r"))
 	_, _ = s.Write([]byte("line two\n" + strings.Repeat("x", 5000) + "\ntail"))
 	_ = s.Close()
