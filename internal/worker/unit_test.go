@@ -302,3 +302,25 @@ func plainJob(t *testing.T, dir string) *isolation.Job {
 	}
 	return j
 }
+
+// A job that prints nothing costs no file; its first byte makes one.
+func TestLogSpoolFileMadeByFirstOutput(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	silent := newLogSpool(filepath.Join(dir, "j-1.log"), 0, slog.New(slog.DiscardHandler))
+	if err := silent.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "j-1.log")); !os.IsNotExist(err) {
+		t.Errorf("a silent job's spool file: %v", err)
+	}
+	if size, closed := silent.state(); size != 0 || !closed {
+		t.Errorf("state %d %v", size, closed)
+	}
+	talks := newLogSpool(filepath.Join(dir, "j-2.log"), 0, slog.New(slog.DiscardHandler))
+	_, _ = talks.Write([]byte("hello\n"))
+	_ = talks.Close()
+	if got, err := os.ReadFile(filepath.Join(dir, "j-2.log")); string(got) != "hello\n" {
+		t.Errorf("spool %q (%v)", got, err)
+	}
+}
