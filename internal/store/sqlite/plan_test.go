@@ -15,7 +15,30 @@ import (
 func TestRecentEndsReadsTheWindowOnly(t *testing.T) {
 	s := openTemp(t)
 	defer s.Close()
-	rows, err := s.DB().QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+sqlstore.RecentEndsQuery, int64(0), int64(1))
+	text := queryPlan(t, s, sqlstore.RecentEndsQuery, int64(0), int64(1))
+	if !strings.Contains(text, "INDEX jobs_by_end (ended_at>? AND ended_at<?)") || strings.Contains(text, "jobs_by_status") {
+		t.Fatalf("plan:\n%s", text)
+	}
+}
+
+// A submit's queue position walks only the lower priorities and the jobs
+// behind it in jobs_queue, never the jobs ahead (the whole queue, for a job
+// just submitted).
+func TestQueuePositionReadsAroundTheJob(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	text := queryPlan(t, s, sqlstore.QueuePositionQuery, "queued", "queued", 10, "queued", 10, int64(5))
+	for _, want := range []string{"INDEX jobs_queue (status=? AND priority<?)", "INDEX jobs_queue (status=? AND priority=? AND seq>?)"} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("plan lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+// queryPlan is SQLite's EXPLAIN QUERY PLAN of query, one line per step.
+func queryPlan(t *testing.T, s *Store, query string, args ...any) string {
+	t.Helper()
+	rows, err := s.DB().QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+query, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,8 +55,5 @@ func TestRecentEndsReadsTheWindowOnly(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	text := strings.Join(plan, "\n")
-	if !strings.Contains(text, "INDEX jobs_by_end (ended_at>? AND ended_at<?)") || strings.Contains(text, "jobs_by_status") {
-		t.Fatalf("plan:\n%s", text)
-	}
+	return strings.Join(plan, "\n")
 }

@@ -105,12 +105,25 @@ func (s *Store) CountJobsEndedBetween(ctx context.Context, from, to time.Time) (
 	return s.statusCounts(ctx, RecentEndsQuery, s.tv(from), s.tv(to))
 }
 
+// QueuePositionQuery answers QueuePosition; exported for the engines'
+// query-plan tests.
+//
+// The jobs ahead of (priority, seq) are the queued ones less those of a lower
+// priority and those of the same priority from seq on. Counted that way, in
+// one statement (one snapshot) with the queued total from job_counts, the
+// index walks only the lower priorities and the jobs behind: for a job just
+// submitted, nearly nothing, where counting the jobs ahead would walk the
+// whole queue on every submit.
+const QueuePositionQuery = `SELECT COALESCE((SELECT n FROM job_counts WHERE status = ?), 0)
+	- (SELECT COUNT(*) FROM jobs WHERE status = ? AND priority < ?)
+	- (SELECT COUNT(*) FROM jobs WHERE status = ? AND priority = ? AND seq >= ?)`
+
 // QueuePosition counts the queued jobs ahead of (priority, seq) in claim order.
 func (s *Store) QueuePosition(ctx context.Context, priority int, seq int64) (int, error) {
 	var n int
-	err := s.reader().queryRow(ctx, `SELECT COUNT(*) FROM jobs WHERE status = ?
-		AND (priority > ? OR (priority = ? AND seq < ?))`, protocol.JobQueued, priority, priority, seq).Scan(&n)
-	return n, err
+	q := protocol.JobQueued
+	err := s.reader().queryRow(ctx, QueuePositionQuery, q, q, priority, q, priority, seq).Scan(&n)
+	return max(n, 0), err
 }
 
 const attemptCols = `job_id, number, worker_id, upload_token_hash, dispatched_at, acked_at, ended_at, outcome, error,

@@ -1,7 +1,9 @@
 package storetest
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -19,6 +21,7 @@ var jobTests = []test{
 	{"ListJobsFilters", testListJobsFilters},
 	{"CountJobs", testCountJobs},
 	{"QueuePosition", testQueuePosition},
+	{"ConcurrentWritersKeepTheirOutcomes", testConcurrentWriters},
 }
 
 func testJobRoundTrip(t *testing.T, s store.Store) {
@@ -166,14 +169,80 @@ func testQueuePosition(t *testing.T, s store.Store) {
 	b := newJob(t, s, func(j *store.Job) { j.Priority = 10 })
 	high := newJob(t, s, func(j *store.Job) { j.Priority = 20 })
 	claim(t, s, w.ID) // takes high: claimed jobs no longer count
+	// Positions a job not (yet) in the queue would have: a priority no
+	// queued job has, and the newest of a priority some have.
+	between := store.Job{Priority: 15, Seq: b.Seq + 100}
+	newest := store.Job{Priority: 10, Seq: b.Seq + 100}
 	for _, c := range []struct {
 		j    store.Job
 		want int
-	}{{high, 0}, {a, 0}, {b, 1}, {low, 2}} {
+	}{{high, 0}, {a, 0}, {b, 1}, {low, 2}, {between, 0}, {newest, 2}} {
 		got, err := s.QueuePosition(t.Context(), c.j.Priority, c.j.Seq)
 		noErr(t, err, "QueuePosition")
 		if got != c.want {
 			t.Fatalf("QueuePosition(%d, %d) = %d, want %d", c.j.Priority, c.j.Seq, got, c.want)
 		}
+	}
+}
+
+// Writes arriving together each keep their own outcome, whether or not the
+// engine commits them together: a duplicate fails alone, a writer whose
+// context ended before its turn changes nothing, the rest are stored with
+// their audit records in one unbroken chain.
+func testConcurrentWriters(t *testing.T, s store.Store) {
+	first := newJob(t, s)
+	const n = 60
+	type outcome struct {
+		id  string
+		err error
+	}
+	out := make(chan outcome, n)
+	for i := range n {
+		go func() {
+			j := store.Job{ID: protocol.NewJobID(), ConfigName: "cfg", Config: json.RawMessage(`{}`),
+				Target: protocol.TargetAuto, GPUCount: 1, Status: protocol.JobQueued, SubmittedBy: "admin:t", CreatedAt: t0}
+			ctx := t.Context()
+			switch i % 6 {
+			case 1:
+				j.ID = first.ID
+			case 2:
+				c, cancel := context.WithCancel(ctx)
+				cancel()
+				ctx = c
+			}
+			_, err := s.InsertJob(ctx, j, rec("job.submit"))
+			out <- outcome{j.ID, err}
+		}()
+	}
+	stored := 1
+	for range n {
+		o := <-out
+		_, getErr := s.GetJob(t.Context(), o.id)
+		switch {
+		case o.err == nil:
+			stored++
+			noErr(t, getErr, "GetJob of a stored job")
+		case errors.Is(o.err, store.ErrDuplicate):
+			if o.id != first.ID {
+				t.Errorf("job %s: %v", o.id, o.err)
+			}
+		case errors.Is(o.err, context.Canceled):
+			if !errors.Is(getErr, store.ErrNotFound) {
+				t.Errorf("job %s of a cancelled writer: GetJob = %v", o.id, getErr)
+			}
+		default:
+			t.Errorf("job %s: %v", o.id, o.err)
+		}
+	}
+	if want := 1 + n - 2*n/6; stored != want {
+		t.Errorf("%d jobs stored, want %d", stored, want)
+	}
+	counts, err := s.CountJobs(t.Context())
+	noErr(t, err, "CountJobs")
+	if counts[protocol.JobQueued] != stored {
+		t.Errorf("queued count %d, %d stored", counts[protocol.JobQueued], stored)
+	}
+	if recs := chain(t, s); len(recs) != stored-1 { // newJob writes no audit record
+		t.Errorf("%d audit records for %d submits", len(recs), stored-1)
 	}
 }
