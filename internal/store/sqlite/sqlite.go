@@ -32,11 +32,12 @@ type Store struct {
 // Dialect is SQLite's flavour of SQL: no row locks (the single writer
 // serializes everything), times as integer microseconds.
 var Dialect = sqlstore.Dialect{
-	Name:       "sqlite",
-	NextSeq:    "(SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs)",
-	Time:       sqlstore.UnixMicros,
-	IsUnique:   isUnique,
-	IsDiskFull: isDiskFull,
+	GroupCommit: true,
+	Name:        "sqlite",
+	NextSeq:     "(SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs)",
+	Time:        sqlstore.UnixMicros,
+	IsUnique:    isUnique,
+	IsDiskFull:  isDiskFull,
 }
 
 // isDiskFull: SQLITE_FULL, whatever the extended code.

@@ -38,6 +38,9 @@ type Dialect struct {
 	// RowCounts, when set, is a query of (table, rows) pairs that estimates
 	// table sizes without scanning them; without it tables are counted.
 	RowCounts string
+	// GroupCommit: the engine has one writer, so write transactions that
+	// queue up behind each other are committed together (see groupCommit).
+	GroupCommit bool
 }
 
 // rebind rewrites ? placeholders for engines that number them.

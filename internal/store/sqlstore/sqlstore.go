@@ -22,6 +22,8 @@ type Store struct {
 	hub *Hub
 	// stmts caches prepared statements of both pools.
 	stmts *stmtCache
+	// group, on an engine with one writer, commits queued writes together.
+	group *groupCommit
 }
 
 var _ store.Store = (*Store)(nil)
@@ -34,7 +36,11 @@ func New(db, rdb *sql.DB, d Dialect, log *slog.Logger) *Store {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Store{db: db, rdb: rdb, d: &d, log: log, hub: NewHub(), stmts: newStmtCache()}
+	s := &Store{db: db, rdb: rdb, d: &d, log: log, hub: NewHub(), stmts: newStmtCache()}
+	if d.GroupCommit {
+		s.group = &groupCommit{s: s}
+	}
+	return s
 }
 
 // DB returns the write pool (for backend-specific statements).
@@ -90,9 +96,19 @@ type conn struct {
 	pool   *sql.DB
 	tx     *sql.Tx
 	missed *[]string
+	// detached: statements run to their end even when their context ends.
+	detached bool
+}
+
+func (c conn) context(ctx context.Context) context.Context {
+	if c.detached {
+		return context.WithoutCancel(ctx)
+	}
+	return ctx
 }
 
 func (c conn) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	ctx = c.context(ctx)
 	query = c.d.rebind(query)
 	if st := c.stmt(ctx, query); st != nil {
 		return st.ExecContext(ctx, args...)
@@ -101,6 +117,7 @@ func (c conn) exec(ctx context.Context, query string, args ...any) (sql.Result, 
 }
 
 func (c conn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	ctx = c.context(ctx)
 	query = c.d.rebind(query)
 	if st := c.stmt(ctx, query); st != nil {
 		return st.QueryContext(ctx, args...)
@@ -109,6 +126,7 @@ func (c conn) query(ctx context.Context, query string, args ...any) (*sql.Rows, 
 }
 
 func (c conn) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	ctx = c.context(ctx)
 	query = c.d.rebind(query)
 	if st := c.stmt(ctx, query); st != nil {
 		return st.QueryRowContext(ctx, args...)
@@ -122,6 +140,15 @@ func (s *Store) reader() conn { return conn{q: s.rdb, d: s.d, cache: s.stmts, po
 // write runs fn in a write transaction and commits if it returns nil. A unique
 // violation anywhere inside becomes store.ErrDuplicate.
 func (s *Store) write(ctx context.Context, fn func(c conn) error) error {
+	if s.group != nil {
+		return s.group.write(ctx, fn)
+	}
+	return s.writeTx(ctx, false, fn)
+}
+
+// writeTx runs fn in a transaction of its own. detached statements ignore the
+// end of their context (see groupCommit).
+func (s *Store) writeTx(ctx context.Context, detached bool, fn func(c conn) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -133,7 +160,7 @@ func (s *Store) write(ctx context.Context, fn func(c conn) error) error {
 			s.stmts.prepare(context.WithoutCancel(ctx), s.db, q)
 		}
 	}()
-	if err := fn(conn{q: tx, d: s.d, cache: s.stmts, pool: s.db, tx: tx, missed: &missed}); err != nil {
+	if err := fn(conn{q: tx, d: s.d, cache: s.stmts, pool: s.db, tx: tx, missed: &missed, detached: detached}); err != nil {
 		_ = tx.Rollback()
 		return s.mapErr(err)
 	}
