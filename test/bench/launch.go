@@ -18,8 +18,8 @@ import (
 
 // The launch benchmark measures the worker side with real processes: one
 // orchestrator on the embedded store, real simpletuner-workerd processes, and
-// a job (test/bench/stamp) whose first instruction reads the clock and
-// reports it over a unix socket. Per isolation mode it measures client submit
+// a job (test/bench/zerojob, in C) whose first instruction reads the clock
+// and reports it over a unix socket. Per isolation mode it measures client submit
 // → the job's first instruction, one job at a time, and zero-work jobs per
 // second through every worker, with workerd's CPU time per job.
 
@@ -30,6 +30,7 @@ type launchFlags struct {
 	samples    int
 	submitters int
 	workerdBin string // a prebuilt workerd (an older version, to compare); "" builds this tree's
+	workerdDir string // where the workerd processes keep their state and job directories; "" the bench's temporary directory
 	inProcess  bool   // the orchestrator runs inside the bench (for -cpuprofile)
 }
 
@@ -59,8 +60,8 @@ func runLaunch(lf launchFlags, orchBin, tmp string) ([]launchResult, error) {
 	if err := os.Chmod(tmp, 0o711); err != nil {
 		return nil, err
 	}
-	stampBin := filepath.Join(tmp, "stamp")
-	if err := goBuild(stampBin, "./test/bench/stamp", "0"); err != nil {
+	stampBin := filepath.Join(tmp, "zerojob")
+	if err := ccBuild(stampBin, "test/bench/zerojob/zerojob.c"); err != nil {
 		return nil, err
 	}
 	workerdBin := lf.workerdBin
@@ -87,6 +88,16 @@ func goBuild(out, pkg, cgo string) error {
 	cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+// ccBuild compiles a one-file C program, static: no dynamic loader runs when
+// it starts.
+func ccBuild(out, src string) error {
+	cmd := exec.Command("cc", "-O2", "-static", "-o", out, src)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("cc %s: %v\n%s", src, err, b)
 	}
 	return nil
 }
@@ -120,13 +131,23 @@ func launchMode(lf launchFlags, mode, orchBin, workerdBin, stampBin, tmp string)
 	if err != nil {
 		return r, err
 	}
+	workerdDir := dir
+	if lf.workerdDir != "" {
+		if workerdDir, err = os.MkdirTemp(lf.workerdDir, "launch-"+mode+"-"); err != nil {
+			return r, err
+		}
+		defer os.RemoveAll(workerdDir)
+		if err := os.Chmod(workerdDir, 0o711); err != nil {
+			return r, err
+		}
+	}
 	var pids []int
 	for i, w := range ws {
 		isolation := "" // "default": a workerd that predates the isolation keys
 		if mode != "default" {
 			isolation = fmt.Sprintf("isolation = %q\n", mode) + jobUser()
 		}
-		p, err := startWorkerd(workerdBin, filepath.Join(dir, fmt.Sprintf("w%02d", i)), o.url, w, stampBin, sock, isolation, "backend = \"none\"\n")
+		p, err := startWorkerd(workerdBin, filepath.Join(workerdDir, fmt.Sprintf("w%02d", i)), o.url, w, stampBin, sock, isolation, "backend = \"none\"\n")
 		if err != nil {
 			return r, err
 		}

@@ -90,6 +90,7 @@ func main() {
 	flag.IntVar(&f.launch.jobs, "launch-jobs", 600, "zero-work jobs for the launch throughput")
 	flag.IntVar(&f.launch.samples, "launch-samples", 200, "launch latency samples (one job at a time)")
 	flag.IntVar(&f.launch.submitters, "launch-submitters", 8, "concurrent submitters for the launch throughput")
+	flag.StringVar(&f.launch.workerdDir, "launch-workerd-dir", "", "directory for the launch benchmark's workerd state and job directories (a tmpfs such as /dev/shm takes the disk out of the measurement); default: the bench's temporary directory")
 	flag.BoolVar(&f.gpus.run, "gpus", true, "replay the GPU packing trace on real workerd processes with static GPUs")
 	flag.BoolVar(&f.gpus.only, "gpus-only", false, "run only the GPU packing benchmark")
 	flag.IntVar(&f.gpus.workers, "gpu-workers", 4, "workerd processes in the GPU packing benchmark")
