@@ -242,6 +242,9 @@ func (h *hierarchy) makeJob(name string, lim Limits) (*jobCgroup, error) {
 		return fmt.Errorf("no %s controller is available to limit jobs", controller)
 	}
 	for c, parent := range h.v1 {
+		if c == "pids" && lim.TasksMax <= 0 {
+			continue // counts nothing we report: only a limit needs it
+		}
 		d := filepath.Join(parent, name)
 		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			cg.remove()
