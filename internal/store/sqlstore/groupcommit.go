@@ -13,15 +13,16 @@ import (
 // written to the log again), so under load one commit for several saves more
 // than all the rest of their work.
 //
-// There is no goroutine of its own: the first writer to find no batch
-// running runs the queue, batch after batch, until it is empty; the others
-// wait for their outcome.
+// There is no goroutine of its own: a writer that finds no batch running
+// runs the next one, which holds its own write, and then hands the turn to
+// the writer now first in the queue; the others wait for their outcome. A
+// writer waits for the batches ahead of it and its own, never for later ones.
 type groupCommit struct {
 	s *Store
 
 	mu      sync.Mutex
 	queue   []*groupWrite
-	running bool
+	running bool // a writer is running a batch or has been given the turn
 }
 
 // groupWrite is one write transaction waiting for its batch.
@@ -29,44 +30,49 @@ type groupWrite struct {
 	ctx  context.Context
 	fn   func(c conn) error
 	err  error
-	done chan struct{}
+	done chan struct{} // closed once err is its outcome
+	turn chan struct{} // closed when this writer is to run the next batch
 }
 
 // maxGroup bounds a batch: a long one holds back the first of its writers.
 const maxGroup = 64
 
 func (g *groupCommit) write(ctx context.Context, fn func(c conn) error) error {
-	w := &groupWrite{ctx: ctx, fn: fn, done: make(chan struct{})}
+	w := &groupWrite{ctx: ctx, fn: fn, done: make(chan struct{}), turn: make(chan struct{})}
 	g.mu.Lock()
 	g.queue = append(g.queue, w)
 	lead := !g.running
 	g.running = true
 	g.mu.Unlock()
-	if lead {
-		g.lead()
+	if !lead {
+		select {
+		case <-w.done:
+			return w.err
+		case <-w.turn: // first in the queue: the next batch holds w
+		}
 	}
-	<-w.done
+	g.next()
 	return w.err
 }
 
-// lead runs batches until the queue is empty.
-func (g *groupCommit) lead() {
-	for {
-		g.mu.Lock()
-		n := min(len(g.queue), maxGroup)
-		if n == 0 {
-			g.running = false
-			g.mu.Unlock()
-			return
-		}
-		batch := g.queue[:n:n]
-		g.queue = g.queue[n:]
-		g.mu.Unlock()
-		g.run(batch)
-		for _, w := range batch {
-			close(w.done)
-		}
+// next runs the batch at the head of the queue and passes the turn on.
+func (g *groupCommit) next() {
+	g.mu.Lock()
+	n := min(len(g.queue), maxGroup)
+	batch := g.queue[:n:n]
+	g.queue = g.queue[n:]
+	g.mu.Unlock()
+	g.run(batch)
+	for _, w := range batch {
+		close(w.done)
 	}
+	g.mu.Lock()
+	if len(g.queue) > 0 {
+		close(g.queue[0].turn)
+	} else {
+		g.running = false
+	}
+	g.mu.Unlock()
 }
 
 // run commits one batch. A writer whose context ended before its turn does
@@ -80,12 +86,12 @@ func (g *groupCommit) run(batch []*groupWrite) {
 			live = append(live, w)
 		}
 	}
-	if len(live) == 1 {
+	switch len(live) {
+	case 0:
+		return
+	case 1: // no savepoint needed
 		w := live[0]
 		w.err = g.s.writeTx(context.WithoutCancel(w.ctx), true, w.fn)
-		return
-	}
-	if len(live) == 0 {
 		return
 	}
 	err := g.s.writeTx(context.Background(), true, func(c conn) error {
