@@ -239,6 +239,7 @@ func maxD(ds []time.Duration) time.Duration {
 // A job that floods its log (50 MB as fast as it can) completes; the stored
 // log is capped with the truncation marker; the worker's memory stays bounded.
 func TestLogFlood(t *testing.T) {
+	fullOnly(t) // 12–16 s under the race detector on the slower VMs: the fast subset's largest
 	const orchLimit = 256 << 10
 	o := StartOrchestratorWith(t, OrchOptions{Metrics: true, LogLimitBytes: orchLimit})
 	h := NewHistory(t, o)
