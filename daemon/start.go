@@ -23,6 +23,11 @@ func start(ctx, runCtx context.Context, cancel context.CancelFunc, app App, n *n
 	for {
 		select {
 		case err := <-startDone:
+			// runCtx ends with ctx: a Start that saw it may answer before
+			// this loop saw ctx end. That is a stop, not a failure.
+			if ctx.Err() != nil {
+				stoppedEarly = true
+			}
 			if err != nil && !stoppedEarly {
 				n.send("STATUS=Start failed: " + oneLine(err.Error()))
 				log.Error("start failed", "err", err)
