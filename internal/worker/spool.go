@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -104,15 +103,13 @@ func (s *statusSpool) readJournal(live map[string]statusRecord) []error {
 	}
 	// An append cut short by a crash or a full disk leaves a last line
 	// without its newline: it was never acknowledged as spooled.
-	if i := bytes.LastIndexByte(data, '\n'); i < len(data)-1 {
-		data = data[:i+1]
-	}
+	data = data[:bytes.LastIndexByte(data, '\n')+1]
 	var errs []error
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(nil, len(data)+1)
-	for line := 1; sc.Scan(); line++ {
+	line := 0
+	for text := range bytes.Lines(data) {
+		line++
 		var e journalEntry
-		err := json.Unmarshal(sc.Bytes(), &e)
+		err := json.Unmarshal(text, &e)
 		switch {
 		case err == nil && e.Put != nil && e.Put.JobID != "" && e.Put.Status != "":
 			live[e.Put.key()] = *e.Put
