@@ -90,8 +90,7 @@ func (g *groupCommit) run(batch []*groupWrite) {
 	case 0:
 		return
 	case 1: // no savepoint needed
-		w := live[0]
-		w.err = g.s.writeTx(context.WithoutCancel(w.ctx), true, w.fn)
+		g.alone(live[0])
 		return
 	}
 	err := g.s.writeTx(context.Background(), true, func(c conn) error {
@@ -115,9 +114,14 @@ func (g *groupCommit) run(batch []*groupWrite) {
 	// writer's.
 	for _, w := range live {
 		if w.err == nil || isTxError(w.err) {
-			w.err = g.s.writeTx(context.WithoutCancel(w.ctx), true, w.fn)
+			g.alone(w)
 		}
 	}
+}
+
+// alone runs w in a transaction of its own, to its end once started.
+func (g *groupCommit) alone(w *groupWrite) {
+	w.err = g.s.writeTx(context.WithoutCancel(w.ctx), true, w.fn)
 }
 
 // inSavepoint runs fn so that its failure undoes only its own changes.
