@@ -47,6 +47,7 @@ faults: build
 # Both scenarios of docs/performance.md: the fleet (latency, job cycles,
 # 10,000 workers), then a million finished jobs (reads, start-up, retention).
 bench:
+	$(GO) test -run '^$$' -bench JobCycle -benchtime 3000x ./internal/store/sqlite/ ./internal/store/postgres/
 	$(GO) run ./test/bench
 	$(GO) run ./test/bench -history=1000000
 

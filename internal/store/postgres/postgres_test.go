@@ -146,3 +146,12 @@ func TestRetentionLockIsShared(t *testing.T) {
 	}
 	unlockB()
 }
+
+func BenchmarkJobCycle(b *testing.B) {
+	s, err := OpenWith(b.Context(), pgtest.Start(b), Options{Timeout: 10 * time.Second}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	storetest.BenchJobCycle(b, s)
+}

@@ -83,3 +83,12 @@ func TestSchemaTooNew(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+func BenchmarkJobCycle(b *testing.B) {
+	s, err := Open(b.Context(), filepath.Join(b.TempDir(), "orchestrator.db"), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	storetest.BenchJobCycle(b, s)
+}

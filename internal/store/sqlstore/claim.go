@@ -70,9 +70,11 @@ func (s *Store) ClaimJob(ctx context.Context, req store.ClaimRequest) (store.Job
 		if err := s.countMove(ctx, c, j.Status, protocol.JobDispatched); err != nil {
 			return err
 		}
-		if job, err = s.getJob(ctx, c, j.ID, false); err != nil {
-			return err
-		}
+		// The job as written, without reading it back.
+		ackBy := normTime(req.AckDeadline)
+		job = j
+		job.Status, job.WorkerID, job.AckDeadline, job.UpdatedAt = protocol.JobDispatched, w.ID, &ackBy, at
+		job.Error, job.StartedAt, job.CancelDeadline = "", nil, nil
 		return s.appendAudit(ctx, c, req.Audit)
 	})
 	return job, att, err

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
@@ -41,7 +42,26 @@ func (s *Store) InsertJob(ctx context.Context, j store.Job, rec *audit.Record) (
 	if j.UpdatedAt.IsZero() {
 		j.UpdatedAt = j.CreatedAt
 	}
-	var out store.Job
+	// The job handed back is the one stored, as a read would return it.
+	j.UpdatedAt = normTime(j.UpdatedAt)
+	for _, t := range []**time.Time{&j.StartedAt, &j.EndedAt, &j.AckDeadline, &j.CancelDeadline} {
+		if *t != nil {
+			n := normTime(**t)
+			*t = &n
+		}
+	}
+	if len(j.Config) == 0 {
+		j.Config = json.RawMessage("{}")
+	}
+	if len(j.Dataloader) == 0 {
+		j.Dataloader = nil
+	}
+	if len(j.Progress) == 0 {
+		j.Progress = nil
+	}
+	if j.WorkerLabels == nil {
+		j.WorkerLabels = map[string]string{}
+	}
 	err := s.write(ctx, func(c conn) error {
 		args := []any{j.ID, j.ConfigName, rawArg(j.Config, "{}"), rawArg(j.Dataloader, nil), j.HFToken,
 			j.Target, labelsArg(j.WorkerLabels), j.GPUCount, j.MinVRAMGB, j.Priority, j.MaxRetries,
@@ -49,22 +69,23 @@ func (s *Store) InsertJob(ctx context.Context, j store.Job, rec *audit.Record) (
 			rawArg(j.Progress, nil), j.SubmittedBy, s.tv(j.CreatedAt), s.tv(j.UpdatedAt),
 			s.ntv(j.StartedAt), s.ntv(j.EndedAt), s.ntv(j.AckDeadline), s.ntv(j.CancelDeadline)}
 		// seq comes from the engine: the column list is jobCols with seq moved last.
-		_, err := c.exec(ctx, `INSERT INTO jobs (id, config_name, config, dataloader, hf_token, target,
+		err := c.queryRow(ctx, `INSERT INTO jobs (id, config_name, config, dataloader, hf_token, target,
 			worker_labels, gpu_count, min_vram_gb, priority, max_retries, retries_used, timeout_seconds,
 			status, attempt, worker_id, error, progress, submitted_by, created_at, updated_at, started_at,
-			ended_at, ack_deadline, cancel_deadline, seq) VALUES (`+placeholders(len(args))+`, `+s.d.NextSeq+`)`, args...)
+			ended_at, ack_deadline, cancel_deadline, seq) VALUES (`+placeholders(len(args))+`, `+s.d.NextSeq+`)
+			RETURNING seq`, args...).Scan(&j.Seq)
 		if err != nil {
 			return err
 		}
 		if err := s.countMove(ctx, c, "", j.Status); err != nil {
 			return err
 		}
-		if out, err = s.getJob(ctx, c, j.ID, false); err != nil {
-			return err
-		}
 		return s.appendAudit(ctx, c, rec)
 	})
-	return out, err
+	if err != nil {
+		return store.Job{}, err
+	}
+	return j, nil
 }
 
 func (s *Store) getJob(ctx context.Context, c conn, id string, lock bool) (store.Job, error) {

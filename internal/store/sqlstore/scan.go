@@ -79,6 +79,11 @@ func (c jsonCol) Scan(src any) error {
 	if err != nil || !ok {
 		return err
 	}
+	// Most label maps are empty; every worker and job read scans some.
+	if m, isLabels := c.v.(*map[string]string); isLabels && string(b) == "{}" {
+		*m = map[string]string{}
+		return nil
+	}
 	return json.Unmarshal(b, c.v)
 }
 

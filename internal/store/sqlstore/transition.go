@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
@@ -35,6 +36,10 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 			return err
 		}
 
+		// The row is written and the job handed back from the same changes,
+		// so the caller gets the stored job without reading it again.
+		out = j
+		out.Status, out.UpdatedAt = t.To, at
 		set, args := "status = ?, updated_at = ?", []any{t.To, s.tv(at)}
 		add := func(col string, v any) {
 			set += ", " + col + " = ?"
@@ -44,23 +49,34 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 		case t.To == protocol.JobQueued: // back in the queue: no worker, no lease
 			add("worker_id", "")
 			set += ", ack_deadline = NULL, started_at = NULL"
+			out.WorkerID, out.AckDeadline, out.StartedAt = "", nil, nil
 		case t.To.Terminal():
 			add("ended_at", s.tv(at))
+			out.EndedAt = &at
 		}
 		if t.Ack && t.To != protocol.JobQueued {
 			add("started_at", s.tv(at))
+			out.StartedAt = &at
 		}
 		if t.SpendRetry {
 			set += ", retries_used = retries_used + 1"
+			out.RetriesUsed++
 		}
 		if t.Error != nil {
 			add("error", *t.Error)
+			out.Error = *t.Error
 		}
 		if t.Progress != nil {
 			add("progress", rawArg(t.Progress, nil))
+			out.Progress = nil // stored as NULL when empty
+			if len(t.Progress) > 0 {
+				out.Progress = append(json.RawMessage(nil), t.Progress...)
+			}
 		}
 		if t.CancelDeadline != nil {
 			add("cancel_deadline", s.tv(*t.CancelDeadline))
+			cd := normTime(*t.CancelDeadline)
+			out.CancelDeadline = &cd
 		}
 		if _, err := c.exec(ctx, `UPDATE jobs SET `+set+` WHERE id = ?`, append(args, j.ID)...); err != nil {
 			return err
@@ -92,9 +108,6 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 		}
 		// The counts, like the audit head, are locked last: see counts.go.
 		if err := s.countMove(ctx, c, j.Status, t.To); err != nil {
-			return err
-		}
-		if out, err = s.getJob(ctx, c, j.ID, false); err != nil {
 			return err
 		}
 		return s.appendAudit(ctx, c, t.Audit)

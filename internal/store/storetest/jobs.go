@@ -16,6 +16,7 @@ import (
 var jobTests = []test{
 	{"JobRoundTrip", testJobRoundTrip},
 	{"JobDefaults", testJobDefaults},
+	{"InsertJobReturnsTheStoredJob", testInsertReturnsStored},
 	{"JobDuplicate", testJobDuplicate},
 	{"JobNotFound", testJobNotFound},
 	{"ListJobsFilters", testListJobsFilters},
@@ -68,6 +69,18 @@ func testJobDefaults(t *testing.T, s store.Store) {
 		t.Fatalf("times must come back in UTC, got %v", got.CreatedAt.Location())
 	}
 	equal(t, getJob(t, s, got.ID), got, "GetJob")
+}
+
+// What InsertJob hands back is what a read returns: times at stored
+// precision in UTC, empty JSON values as the store keeps them.
+func testInsertReturnsStored(t *testing.T, s store.Store) {
+	zone := time.FixedZone("UTC+5:30", 5*3600+1800)
+	odd := time.Date(2030, 1, 2, 3, 4, 5, 123456789, zone)
+	got, err := s.InsertJob(t.Context(), store.Job{ConfigName: "c", Config: json.RawMessage{},
+		Dataloader: json.RawMessage{}, Progress: json.RawMessage{}, CreatedAt: odd, UpdatedAt: odd.Add(time.Nanosecond),
+		StartedAt: &odd, AckDeadline: &odd}, nil)
+	noErr(t, err, "InsertJob")
+	equal(t, got, getJob(t, s, got.ID), "InsertJob result")
 }
 
 func testJobDuplicate(t *testing.T, s store.Store) {

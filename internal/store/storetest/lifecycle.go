@@ -64,6 +64,7 @@ func testEveryPairOfStates(t *testing.T, s store.Store) {
 					if nj.Status != to {
 						t.Fatalf("%s: job is %s", name, nj.Status)
 					}
+					equal(t, nj, getJob(t, s, j.ID), name+": the job TransitionJob returned is the stored one")
 					after := attempts(t, s, j.ID)
 					if m.Ends != "" && (len(after) == 0 || after[len(after)-1].Outcome != m.Ends) {
 						t.Fatalf("%s: attempts %+v, want the last one ended %s", name, after, m.Ends)

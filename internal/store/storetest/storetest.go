@@ -92,6 +92,7 @@ func newJob(t *testing.T, s store.Store, mod ...func(*store.Job)) store.Job {
 	if err != nil {
 		t.Fatalf("InsertJob: %v", err)
 	}
+	equal(t, got, getJob(t, s, got.ID), "InsertJob returned the job")
 	return got
 }
 
@@ -103,6 +104,7 @@ func claim(t *testing.T, s store.Store, workerID string) (store.Job, store.Attem
 	if err != nil {
 		t.Fatalf("ClaimJob(%s): %v", workerID, err)
 	}
+	equal(t, j, getJob(t, s, j.ID), "ClaimJob returned the job")
 	return j, a
 }
 
@@ -120,6 +122,7 @@ func transition(t *testing.T, s store.Store, j store.Job, tr store.JobTransition
 	if err != nil {
 		t.Fatalf("TransitionJob %s → %s: %v", j.Status, tr.To, err)
 	}
+	equal(t, nj, getJob(t, s, j.ID), fmt.Sprintf("TransitionJob %s → %s returned the job", j.Status, tr.To))
 	return nj
 }
 

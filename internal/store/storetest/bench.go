@@ -1,0 +1,57 @@
+package storetest
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+// BenchJobCycle measures the store's part of one job's life as the
+// orchestrator drives it: submit, claim, the worker's acknowledgement and
+// its terminal report, each with its audit record, and the reads around
+// them (the job before each report, the worker the claim goes to). It is
+// the store's share of a zero-work job, without HTTP.
+func BenchJobCycle(b *testing.B, s store.Store) {
+	ctx := b.Context()
+	w := store.Worker{ID: protocol.NewWorkerID(), Name: "bench", Type: protocol.Persistent,
+		Status: protocol.WorkerIdle, GPUInfo: json.RawMessage(`{"count":1}`), CreatedBy: "admin:bench"}
+	if err := s.CreateWorker(ctx, w, randHex(), nil); err != nil {
+		b.Fatal(err)
+	}
+	record := func(action, id string) *audit.Record {
+		r := audit.New("bench", "127.0.0.1", action, "job", id, audit.Success, map[string]any{"cause": "bench"})
+		return &r
+	}
+	report := func(id string, step lifecycle.Step) {
+		j, err := s.GetJob(ctx, id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.TransitionJob(ctx, store.JobTransition{JobID: id, ExpectAttempt: j.Attempt, ExpectWorker: w.ID,
+			From: j.Status, Step: step, Audit: record("job.transition", id)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		j, err := s.InsertJob(ctx, store.Job{ConfigName: "bench", Config: json.RawMessage(`{"steps":1}`),
+			MaxRetries: 3, SubmittedBy: "admin:bench"}, record("job.submit", ""))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.GetWorker(ctx, w.ID); err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := s.ClaimJob(ctx, store.ClaimRequest{WorkerID: w.ID, JobID: j.ID, UploadTokenHash: "up",
+			AckDeadline: time.Now().Add(time.Minute), Audit: record("job.dispatch", j.ID)}); err != nil {
+			b.Fatal(err)
+		}
+		report(j.ID, lifecycle.Step{To: protocol.JobRunning, By: lifecycle.Report, Ack: true})
+		report(j.ID, lifecycle.Step{To: protocol.JobCompleted, By: lifecycle.Report, EndAttempt: protocol.OutcomeCompleted})
+	}
+}
