@@ -11,6 +11,7 @@ import (
 )
 
 func main() {
+	workerd.LimitGoProcs(os.Getenv)
 	// workerd re-executes itself as its jobs' reaper (see isolation.RunReaper).
 	if len(os.Args) > 1 && os.Args[1] == isolation.ReaperArg {
 		os.Exit(isolation.RunReaper(os.Stdin))
