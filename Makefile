@@ -44,8 +44,9 @@ demo: build
 faults: build
 	SIMPLETUNER_FAULTS_FULL=1 $(GO) test -count=1 -timeout 60m -v ./test/e2e/faults
 
-# Both scenarios of docs/performance.md: the fleet (latency, job cycles,
-# 10,000 workers), then a million finished jobs (reads, start-up, retention).
+# docs/performance.md: the store's job cycle on both stores, the fleet
+# (latency, job cycles, 10,000 workers, GPU packing, launches on real
+# workerd), then a million finished jobs (reads, start-up, retention).
 bench:
 	$(GO) test -run '^$$' -bench JobCycle -benchtime 3000x ./internal/store/sqlite/ ./internal/store/postgres/
 	$(GO) run ./test/bench
