@@ -1,9 +1,11 @@
 package sqlstore
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -42,7 +44,10 @@ func (s *Store) InsertJob(ctx context.Context, j store.Job, rec *audit.Record) (
 	if j.UpdatedAt.IsZero() {
 		j.UpdatedAt = j.CreatedAt
 	}
-	// The job handed back is the one stored, as a read would return it.
+	// The job handed back is the one stored, as a read would return it, and
+	// shares no memory with the caller's.
+	j.Config, j.Dataloader, j.Progress = bytes.Clone(j.Config), bytes.Clone(j.Dataloader), bytes.Clone(j.Progress)
+	j.WorkerLabels = maps.Clone(j.WorkerLabels)
 	j.UpdatedAt = normTime(j.UpdatedAt)
 	for _, t := range []**time.Time{&j.StartedAt, &j.EndedAt, &j.AckDeadline, &j.CancelDeadline} {
 		if *t != nil {

@@ -52,11 +52,13 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 			out.WorkerID, out.AckDeadline, out.StartedAt = "", nil, nil
 		case t.To.Terminal():
 			add("ended_at", s.tv(at))
-			out.EndedAt = &at
+			ended := at
+			out.EndedAt = &ended
 		}
 		if t.Ack && t.To != protocol.JobQueued {
 			add("started_at", s.tv(at))
-			out.StartedAt = &at
+			started := at
+			out.StartedAt = &started
 		}
 		if t.SpendRetry {
 			set += ", retries_used = retries_used + 1"
