@@ -71,9 +71,8 @@ func (s *Store) ClaimJob(ctx context.Context, req store.ClaimRequest) (store.Job
 			return err
 		}
 		// The job as written, without reading it back.
-		ackBy := normTime(req.AckDeadline)
 		job = j
-		job.Status, job.WorkerID, job.AckDeadline, job.UpdatedAt = protocol.JobDispatched, w.ID, &ackBy, at
+		job.Status, job.WorkerID, job.AckDeadline, job.UpdatedAt = protocol.JobDispatched, w.ID, normTimePtr(&req.AckDeadline), at
 		job.Error, job.StartedAt, job.CancelDeadline = "", nil, nil
 		return s.appendAudit(ctx, c, req.Audit)
 	})

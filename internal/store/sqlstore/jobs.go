@@ -1,7 +1,6 @@
 package sqlstore
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -46,24 +45,14 @@ func (s *Store) InsertJob(ctx context.Context, j store.Job, rec *audit.Record) (
 	}
 	// The job handed back is the one stored, as a read would return it, and
 	// shares no memory with the caller's.
-	j.Config, j.Dataloader, j.Progress = bytes.Clone(j.Config), bytes.Clone(j.Dataloader), bytes.Clone(j.Progress)
-	j.WorkerLabels = maps.Clone(j.WorkerLabels)
 	j.UpdatedAt = normTime(j.UpdatedAt)
-	for _, t := range []**time.Time{&j.StartedAt, &j.EndedAt, &j.AckDeadline, &j.CancelDeadline} {
-		if *t != nil {
-			n := normTime(**t)
-			*t = &n
-		}
-	}
-	if len(j.Config) == 0 {
+	j.StartedAt, j.EndedAt = normTimePtr(j.StartedAt), normTimePtr(j.EndedAt)
+	j.AckDeadline, j.CancelDeadline = normTimePtr(j.AckDeadline), normTimePtr(j.CancelDeadline)
+	j.Config, j.Dataloader, j.Progress = storedRaw(j.Config), storedRaw(j.Dataloader), storedRaw(j.Progress)
+	if j.Config == nil {
 		j.Config = json.RawMessage("{}")
 	}
-	if len(j.Dataloader) == 0 {
-		j.Dataloader = nil
-	}
-	if len(j.Progress) == 0 {
-		j.Progress = nil
-	}
+	j.WorkerLabels = maps.Clone(j.WorkerLabels)
 	if j.WorkerLabels == nil {
 		j.WorkerLabels = map[string]string{}
 	}

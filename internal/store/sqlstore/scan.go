@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -85,6 +86,15 @@ func (c jsonCol) Scan(src any) error {
 		return nil
 	}
 	return json.Unmarshal(b, c.v)
+}
+
+// storedRaw is JSON text as a read of what rawArg bound returns it: nil for
+// nil or empty (NULL, or the caller's default), else a copy.
+func storedRaw(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return nil
+	}
+	return bytes.Clone(raw)
 }
 
 // rawArg binds JSON text; nil or empty binds def (nil for NULL).

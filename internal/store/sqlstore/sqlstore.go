@@ -191,6 +191,15 @@ func (s *Store) ntv(t *time.Time) any {
 // normTime is the precision both engines keep: UTC microseconds.
 func normTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 
+// normTimePtr is normTime for a nullable timestamp, in a value of its own.
+func normTimePtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	n := normTime(*t)
+	return &n
+}
+
 // now returns t, or the current time when t is zero, at stored precision.
 func now(t time.Time) time.Time {
 	if t.IsZero() {

@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
@@ -52,13 +51,11 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 			out.WorkerID, out.AckDeadline, out.StartedAt = "", nil, nil
 		case t.To.Terminal():
 			add("ended_at", s.tv(at))
-			ended := at
-			out.EndedAt = &ended
+			out.EndedAt = normTimePtr(&at)
 		}
 		if t.Ack && t.To != protocol.JobQueued {
 			add("started_at", s.tv(at))
-			started := at
-			out.StartedAt = &started
+			out.StartedAt = normTimePtr(&at)
 		}
 		if t.SpendRetry {
 			set += ", retries_used = retries_used + 1"
@@ -70,15 +67,11 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 		}
 		if t.Progress != nil {
 			add("progress", rawArg(t.Progress, nil))
-			out.Progress = nil // stored as NULL when empty
-			if len(t.Progress) > 0 {
-				out.Progress = append(json.RawMessage(nil), t.Progress...)
-			}
+			out.Progress = storedRaw(t.Progress)
 		}
 		if t.CancelDeadline != nil {
 			add("cancel_deadline", s.tv(*t.CancelDeadline))
-			cd := normTime(*t.CancelDeadline)
-			out.CancelDeadline = &cd
+			out.CancelDeadline = normTimePtr(t.CancelDeadline)
 		}
 		if _, err := c.exec(ctx, `UPDATE jobs SET `+set+` WHERE id = ?`, append(args, j.ID)...); err != nil {
 			return err

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -23,24 +22,20 @@ func BenchJobCycle(b *testing.B, s store.Store) {
 	if err := s.CreateWorker(ctx, w, randHex(), nil); err != nil {
 		b.Fatal(err)
 	}
-	record := func(action, id string) *audit.Record {
-		r := audit.New("bench", "127.0.0.1", action, "job", id, audit.Success, map[string]any{"cause": "bench"})
-		return &r
-	}
 	report := func(id string, step lifecycle.Step) {
 		j, err := s.GetJob(ctx, id)
 		if err != nil {
 			b.Fatal(err)
 		}
 		if _, err := s.TransitionJob(ctx, store.JobTransition{JobID: id, ExpectAttempt: j.Attempt, ExpectWorker: w.ID,
-			From: j.Status, Step: step, Audit: record("job.transition", id)}); err != nil {
+			From: j.Status, Step: step, Audit: rec("job.transition")}); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ReportAllocs()
 	for b.Loop() {
 		j, err := s.InsertJob(ctx, store.Job{ConfigName: "bench", Config: json.RawMessage(`{"steps":1}`),
-			MaxRetries: 3, SubmittedBy: "admin:bench"}, record("job.submit", ""))
+			MaxRetries: 3, SubmittedBy: "admin:bench"}, rec("job.submit"))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -48,7 +43,7 @@ func BenchJobCycle(b *testing.B, s store.Store) {
 			b.Fatal(err)
 		}
 		if _, _, err := s.ClaimJob(ctx, store.ClaimRequest{WorkerID: w.ID, JobID: j.ID, UploadTokenHash: "up",
-			AckDeadline: time.Now().Add(time.Minute), Audit: record("job.dispatch", j.ID)}); err != nil {
+			AckDeadline: time.Now().Add(time.Minute), Audit: rec("job.dispatch")}); err != nil {
 			b.Fatal(err)
 		}
 		report(j.ID, lifecycle.Step{To: protocol.JobRunning, By: lifecycle.Report, Ack: true})
