@@ -79,17 +79,27 @@ func sampleCPU(orchPID int) cpuUse {
 			u.postgres += secs + (cut+cst)/clockTick
 		}
 	}
-	if data, err := os.ReadFile("/proc/stat"); err == nil {
-		f := strings.Fields(strings.SplitN(string(data), "\n", 2)[0])
-		// user nice system idle iowait irq softirq steal…: count the busy ones.
-		for _, i := range []int{1, 2, 3, 6, 7} {
-			if i < len(f) {
-				n, _ := strconv.ParseFloat(f[i], 64)
-				u.total += n / clockTick
-			}
+	u.total = busySeconds()
+	return u
+}
+
+// busySeconds is the time every core of the machine has been busy, from
+// /proc/stat.
+func busySeconds() float64 {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	var busy float64
+	f := strings.Fields(strings.SplitN(string(data), "\n", 2)[0])
+	// user nice system idle iowait irq softirq steal…: count the busy ones.
+	for _, i := range []int{1, 2, 3, 6, 7} {
+		if i < len(f) {
+			n, _ := strconv.ParseFloat(f[i], 64)
+			busy += n / clockTick
 		}
 	}
-	return u
+	return busy
 }
 
 // since is the CPU used between two samples, as a table cell.
