@@ -21,14 +21,14 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 		if err := checkTransition(j, t); err != nil {
 			return err
 		}
-		var att store.Attempt
+		attemptWorker := ""
 		if t.ExpectWorker != "" || t.EndAttempt != "" || t.Ack {
-			if att, err = s.getAttempt(ctx, c, j.ID, j.Attempt); err != nil {
+			if attemptWorker, err = s.attemptWorker(ctx, c, j); err != nil {
 				return err
 			}
-			if t.ExpectWorker != "" && att.WorkerID != t.ExpectWorker {
+			if t.ExpectWorker != "" && attemptWorker != t.ExpectWorker {
 				return fmt.Errorf("job %s attempt %d belongs to worker %q, not %q: %w",
-					j.ID, j.Attempt, att.WorkerID, t.ExpectWorker, store.ErrConflict)
+					j.ID, j.Attempt, attemptWorker, t.ExpectWorker, store.ErrConflict)
 			}
 		}
 		if err := checkMove(j, t); err != nil {
@@ -97,7 +97,7 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 				s.tv(at), t.EndAttempt, errText, cpu, peak, j.ID, j.Attempt); err != nil {
 				return err
 			}
-			if err := s.freeWorker(ctx, c, att.WorkerID, j.ID, j.Attempt); err != nil {
+			if err := s.freeWorker(ctx, c, attemptWorker, j.ID, j.Attempt); err != nil {
 				return err
 			}
 		}
@@ -134,6 +134,18 @@ func checkMove(j store.Job, t store.JobTransition) error {
 		return fmt.Errorf("job %s: %w: a claim goes through ClaimJob, which opens the attempt", j.ID, store.ErrIllegalMove)
 	}
 	return nil
+}
+
+// attemptWorker is the worker holding the job's current attempt. A claim
+// writes it to the job row and the attempt row together, and only a move
+// back to the queue clears the job's: while the job row names a worker, it
+// is the attempt's, and the attempt row need not be read.
+func (s *Store) attemptWorker(ctx context.Context, c conn, j store.Job) (string, error) {
+	if j.WorkerID != "" {
+		return j.WorkerID, nil
+	}
+	a, err := s.getAttempt(ctx, c, j.ID, j.Attempt)
+	return a.WorkerID, err
 }
 
 func (s *Store) getAttempt(ctx context.Context, c conn, jobID string, number int) (store.Attempt, error) {
