@@ -153,7 +153,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request, _ httprout
 // leave the old token's stream receiving jobs. When it is not, or the store
 // cannot say, the attempt is withdrawn and the stream closed.
 func (s *Server) dispatchAllowed(ctx context.Context, st *Stream, jobID string) bool {
-	cur, err := s.store.GetWorker(ctx, st.WorkerID)
+	cur, err := s.store.GetWorkerState(ctx, st.WorkerID)
 	if err == nil && auth.Equal(cur.TokenHash, st.TokenHash) {
 		return true
 	}

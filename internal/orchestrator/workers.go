@@ -423,7 +423,7 @@ func (s *Server) markOffline(ctx context.Context, workerID, actor, ip, why strin
 // afterWorkerFreed runs when a worker's job ended: a draining ephemeral worker
 // is told to shut down; anyone else may get the next job.
 func (s *Server) afterWorkerFreed(ctx context.Context, workerID string) {
-	wk, err := s.store.GetWorker(ctx, workerID)
+	wk, err := s.store.GetWorkerState(ctx, workerID)
 	if err != nil {
 		return
 	}

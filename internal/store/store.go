@@ -95,6 +95,17 @@ func (w Worker) Load() lifecycle.Load {
 	return lifecycle.Load{Running: w.Running, Slots: w.Slots(), GPUs: protocol.ParseGPUInfo(w.GPUInfo).Count, GPUsUsed: w.GPUsUsed}
 }
 
+// WorkerState is the part of a worker row that the per-job checks read: its
+// current token (before a job_submit goes out on a stream) and whether a
+// drained ephemeral worker is now idle (after an attempt ends).
+type WorkerState struct {
+	ID           string
+	Type         protocol.WorkerType
+	Status       protocol.WorkerStatus
+	CurrentJobID string
+	TokenHash    string
+}
+
 // GPULease is a GPU of a worker held by a job's attempt: no two attempts
 // hold one GPU (the store refuses the second claim).
 type GPULease struct {
@@ -313,6 +324,9 @@ type Store interface {
 	CreateWorker(ctx context.Context, w Worker, tokenHash string, rec *audit.Record) error
 	GetWorker(ctx context.Context, id string) (Worker, error)
 	GetWorkerByTokenHash(ctx context.Context, hash string) (Worker, error)
+	// GetWorkerState reads the few columns that change as a worker takes and
+	// ends jobs, for checks that need nothing else of the row.
+	GetWorkerState(ctx context.Context, id string) (WorkerState, error)
 	ListWorkers(ctx context.Context, f WorkerFilter) (workers []Worker, total int, err error)
 	// UpdateWorker reads the worker, lets fn change it, and writes it back in one
 	// transaction. fn may return an audit record to append in the same transaction;

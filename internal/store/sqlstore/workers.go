@@ -96,6 +96,14 @@ func (s *Store) GetWorker(ctx context.Context, id string) (store.Worker, error) 
 	return s.getWorker(ctx, s.reader(), id, false)
 }
 
+// GetWorkerState reads a worker's type, status, current job and token hash.
+func (s *Store) GetWorkerState(ctx context.Context, id string) (store.WorkerState, error) {
+	var w store.WorkerState
+	err := s.reader().queryRow(ctx, `SELECT id, type, status, current_job_id, token_hash FROM workers WHERE id = ?`, id).
+		Scan(&w.ID, &w.Type, &w.Status, &w.CurrentJobID, &w.TokenHash)
+	return w, noRows(err, "worker", id)
+}
+
 // GetWorkerByTokenHash finds the worker a token belongs to.
 func (s *Store) GetWorkerByTokenHash(ctx context.Context, hash string) (store.Worker, error) {
 	if hash == "" {

@@ -47,6 +47,9 @@ func testWorkerRoundTrip(t *testing.T, s store.Store) {
 	got, err := s.GetWorkerByTokenHash(t.Context(), "hash-1")
 	noErr(t, err, "GetWorkerByTokenHash")
 	equal(t, got, w, "GetWorkerByTokenHash")
+	state, err := s.GetWorkerState(t.Context(), w.ID)
+	noErr(t, err, "GetWorkerState")
+	equal(t, state, store.WorkerState{ID: w.ID, Type: w.Type, Status: w.Status, CurrentJobID: w.CurrentJobID, TokenHash: "hash-1"}, "GetWorkerState")
 
 	// Zero values come back as zero values (maps empty, GPU info {}).
 	minimal := store.Worker{ID: protocol.NewWorkerID(), CreatedAt: t0}
@@ -87,6 +90,8 @@ func testWorkerNotFound(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	_, err := s.GetWorker(ctx, "w_missing")
 	wantErr(t, err, store.ErrNotFound, "GetWorker")
+	_, err = s.GetWorkerState(ctx, "w_missing")
+	wantErr(t, err, store.ErrNotFound, "GetWorkerState")
 	_, err = s.UpdateWorker(ctx, "w_missing", func(*store.Worker) (*audit.Record, error) { return nil, nil })
 	wantErr(t, err, store.ErrNotFound, "UpdateWorker")
 	wantErr(t, s.SetWorkerTokenHash(ctx, "w_missing", "h", nil), store.ErrNotFound, "SetWorkerTokenHash")
