@@ -324,8 +324,9 @@ type Store interface {
 	CreateWorker(ctx context.Context, w Worker, tokenHash string, rec *audit.Record) error
 	GetWorker(ctx context.Context, id string) (Worker, error)
 	GetWorkerByTokenHash(ctx context.Context, hash string) (Worker, error)
-	// GetWorkerState reads the few columns that change as a worker takes and
-	// ends jobs, for checks that need nothing else of the row.
+	// GetWorkerState reads a worker's type, status, current job and token
+	// hash, for the checks made with every job, which need nothing else of
+	// the row.
 	GetWorkerState(ctx context.Context, id string) (WorkerState, error)
 	ListWorkers(ctx context.Context, f WorkerFilter) (workers []Worker, total int, err error)
 	// UpdateWorker reads the worker, lets fn change it, and writes it back in one
