@@ -124,10 +124,19 @@ func cutListeners(t *testing.T, url string) (undo func()) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
+	// Each instance subscribes when its server starts, and its listener
+	// connects and sends LISTEN in the background: wait for both.
+	const listening = `FROM pg_stat_activity WHERE datname = $1 AND query ILIKE 'listen %' AND pid <> pg_backend_pid()`
+	eventually(t, 10*time.Second, "both instances listening", func() bool {
+		var n int
+		if err := db.QueryRow(`SELECT count(*) `+listening, name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 2
+	})
 	exec(`ALTER DATABASE ` + name + ` ALLOW_CONNECTIONS false`)
 	var ended int
-	if err := db.QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE datname = $1 AND query ILIKE 'listen %' AND pid <> pg_backend_pid()`, name).Scan(&ended); err != nil {
+	if err := db.QueryRow(`SELECT count(pg_terminate_backend(pid)) `+listening, name).Scan(&ended); err != nil {
 		t.Fatal(err)
 	}
 	if ended != 2 {
