@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's demo: an orchestrator on the embedded SQLite store and one
 # worker, both real daemons on loopback, running one job of the demo trainer
-# (test/demo-trainer) to completion. Needs no GPU and no root. Everything lives
+# (test/demo-trainer) to completion. Needs no GPU and no root (as root, each
+# job runs as an unprivileged uid of its own). Everything lives
 # in a temporary directory that is removed at the end (DEMO_KEEP=1 keeps it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +11,10 @@ bin=$PWD/bin
 go build -o "$bin/demo-trainer" ./test/demo-trainer
 
 dir=$(mktemp -d /tmp/simpletuner-demo.XXXXXX)
+# As root, workerd runs each job as an unprivileged user with a uid of its
+# own, and the job must reach its directory and the trainer through $dir.
+chmod 711 "$dir"
+install -m 755 "$bin/demo-trainer" "$dir/demo-trainer"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -65,6 +70,14 @@ printf '%s' "$created" | sed -E 's/"token":"[^"]+"/"token":"(shown once; stored 
 printf '%s' "$created" | sed -E 's/.*"token":"([^"]+)".*/\1/' >"$dir/worker-token"
 chmod 600 "$dir/worker-token"
 
+# The package creates the job user, simpletuner-job; a root run from a
+# source tree without it borrows nobody's groups, still one uid per job.
+job_user=simpletuner-job
+if [ "$(id -u)" = 0 ] && ! id simpletuner-job >/dev/null 2>&1; then
+  job_user=nobody
+  step "no simpletuner-job user here (the package creates it): jobs run as uids of their own with nobody's groups"
+fi
+
 cat >"$dir/workerd.toml" <<TOML
 [orchestrator]
 url = "$api"
@@ -74,7 +87,8 @@ name = "demo-worker"
 persistent = true
 state_dir = "$dir/worker"
 [job]
-command = ["$bin/demo-trainer"]
+command = ["$dir/demo-trainer"]
+user = "$job_user"
 cancel_grace = "5s"
 [log]
 format = "text"
@@ -83,10 +97,12 @@ TOML
 step "starting simpletuner-workerd (GPUs through NVML; none here is fine)"
 "$bin/simpletuner-workerd" --config "$dir/workerd.toml" >"$dir/workerd.log" 2>&1 &
 pids+=($!)
+idle=""
 for _ in $(seq 100); do
-  curl -sf "${auth[@]}" "$api/api/admin/workers/$worker_id" | grep -q '"status":"idle"' && break
+  if curl -sf "${auth[@]}" "$api/api/admin/workers/$worker_id" | grep -q '"status":"idle"'; then idle=1; break; fi
   sleep 0.1
 done
+[ -n "$idle" ] || { echo "the worker did not come online; its log:" >&2; cat "$dir/workerd.log" >&2; exit 1; }
 
 step "submitting a job"
 submitted=$(curl -sf "${auth[@]}" -X POST "$api/api/queue/submit" \
