@@ -104,7 +104,7 @@ func BenchmarkMatchWorstCaseAtLimits(b *testing.B) {
 	j, w := matchWorstCase()
 	g := protocol.ParseGPUInfo(w.GPUInfo)
 	for b.Loop() {
-		if matches(j, w, g) {
+		if matches(j.Queued(), w, g) {
 			b.Fatal("matched")
 		}
 	}

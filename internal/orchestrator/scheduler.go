@@ -19,7 +19,7 @@ import (
 // matches reports whether worker w, with GPUs g (its gpu_info, parsed once
 // by the caller), could ever run job j: target, GPU count, VRAM and every
 // label glob. Whether it has room now is placement's question.
-func matches(j store.Job, w store.Worker, g protocol.GPUSummary) bool {
+func matches(j store.QueuedJob, w store.Worker, g protocol.GPUSummary) bool {
 	switch j.Target {
 	case protocol.TargetWorker:
 		if w.Local {
@@ -49,7 +49,7 @@ func matches(j store.Job, w store.Worker, g protocol.GPUSummary) bool {
 }
 
 // eligibleGPUs lists the worker's GPUs with at least the job's min_vram_gb.
-func eligibleGPUs(g protocol.GPUSummary, j store.Job) []protocol.GPUDevice {
+func eligibleGPUs(g protocol.GPUSummary, j store.QueuedJob) []protocol.GPUDevice {
 	var out []protocol.GPUDevice
 	for _, d := range g.Devices {
 		vram := d.VRAMGB()
@@ -207,7 +207,7 @@ func (p *pool) more() *candidate {
 
 // fit is the GPUs c would give j now, or ok false when it has no room for
 // it. A worker that runs one job at a time gives a job all its GPUs.
-func (c *candidate) fit(j store.Job) (gpus []int, ok bool) {
+func (c *candidate) fit(j store.QueuedJob) (gpus []int, ok bool) {
 	if c.stale || !lifecycle.CanClaim(c.w.Status, c.load) {
 		return nil, false
 	}
@@ -251,7 +251,7 @@ func (p *pool) anyRoom() bool {
 // are not held for another job, the one left with the fewest free GPUs:
 // remote before local, then ties to the one running fewer attempts. It reads
 // more of the pool only until a remote worker fits exactly.
-func bestFit(j store.Job, p *pool, res reservation) (*candidate, []int) {
+func bestFit(j store.QueuedJob, p *pool, res reservation) (*candidate, []int) {
 	var best *candidate
 	var bestGPUs []int
 	bestLeft := 0
@@ -288,7 +288,7 @@ type reservation struct{ jobID, workerID string }
 
 // reserveFor holds for j the worker that will fit it soonest: among those
 // that could ever run it, the one with the most free GPUs already.
-func reserveFor(j store.Job, cands []*candidate) reservation {
+func reserveFor(j store.QueuedJob, cands []*candidate) reservation {
 	var best *candidate
 	for _, c := range cands {
 		if !matches(j, c.w, c.gpus) {
@@ -306,10 +306,10 @@ func reserveFor(j store.Job, cands []*candidate) reservation {
 
 // currentReservation is the reservation of the last pass while its job is
 // still queued and its worker still streaming here.
-func (s *Server) currentReservation(queued []store.Job) reservation {
+func (s *Server) currentReservation(queued []store.QueuedJob) reservation {
 	res := s.reservation()
 	if res.jobID == "" ||
-		!slices.ContainsFunc(queued, func(j store.Job) bool { return j.ID == res.jobID }) ||
+		!slices.ContainsFunc(queued, func(j store.QueuedJob) bool { return j.ID == res.jobID }) ||
 		!s.hub.Connected(res.workerID) {
 		return reservation{}
 	}
@@ -412,5 +412,5 @@ func (s *Server) hasJobFor(ctx context.Context, wk store.Worker) (bool, error) {
 		return false, err
 	}
 	g := protocol.ParseGPUInfo(wk.GPUInfo)
-	return slices.ContainsFunc(jobs, func(j store.Job) bool { return matches(j, wk, g) }), nil
+	return slices.ContainsFunc(jobs, func(j store.Job) bool { return matches(j.Queued(), wk, g) }), nil
 }

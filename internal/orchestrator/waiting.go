@@ -34,7 +34,7 @@ func (s *Server) waiting(ctx context.Context, j store.Job) (reason, detail strin
 		if gpus >= j.GPUCount {
 			large++
 		}
-		if !matches(j, w, g) {
+		if !matches(j.Queued(), w, g) {
 			return
 		}
 		matching++

@@ -95,6 +95,24 @@ func (w Worker) Load() lifecycle.Load {
 	return lifecycle.Load{Running: w.Running, Slots: w.Slots(), GPUs: protocol.ParseGPUInfo(w.GPUInfo).Count, GPUsUsed: w.GPUsUsed}
 }
 
+// QueuedJob is what placement reads of a queued job: where it may run and
+// what it needs there. The scheduler reads the head of the queue on every
+// pass; configs and tokens stay in the database until a claim.
+type QueuedJob struct {
+	ID           string
+	Priority     int
+	Target       protocol.Target
+	WorkerLabels map[string]string // key → glob
+	GPUCount     int
+	MinVRAMGB    float64
+}
+
+// Queued is the part of j that placement reads.
+func (j Job) Queued() QueuedJob {
+	return QueuedJob{ID: j.ID, Priority: j.Priority, Target: j.Target, WorkerLabels: j.WorkerLabels,
+		GPUCount: j.GPUCount, MinVRAMGB: j.MinVRAMGB}
+}
+
 // WorkerState is the part of a worker row that the per-job checks read: its
 // current token (before a job_submit goes out on a stream) and whether a
 // drained ephemeral worker is now idle (after an attempt ends).
@@ -371,9 +389,10 @@ type Store interface {
 	// (lifecycle.CanClaim) and the GPUs free, else ErrConflict. No candidate →
 	// ErrNoJob.
 	ClaimJob(ctx context.Context, req ClaimRequest) (Job, Attempt, error)
-	// ListQueued returns up to limit queued jobs in the order they are claimed:
-	// priority descending, then submission order.
-	ListQueued(ctx context.Context, limit int) ([]Job, error)
+	// ListQueued returns up to limit queued jobs in the order they are claimed
+	// (priority descending, then submission order), each with only what
+	// placement reads: no config, no token.
+	ListQueued(ctx context.Context, limit int) ([]QueuedJob, error)
 	// GPULeases lists the GPUs of a worker that attempts hold, by index.
 	GPULeases(ctx context.Context, workerID string) ([]GPULease, error)
 	TransitionJob(ctx context.Context, t JobTransition) (Job, error)

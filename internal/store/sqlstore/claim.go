@@ -106,18 +106,19 @@ func (s *Store) leaseGPUs(ctx context.Context, c conn, w store.Worker, jobID str
 	return nil
 }
 
-// ListQueued returns up to limit queued jobs in claim order.
-func (s *Store) ListQueued(ctx context.Context, limit int) ([]store.Job, error) {
-	rows, err := s.reader().query(ctx, `SELECT `+jobCols+` FROM jobs WHERE status = ?
-		ORDER BY priority DESC, seq ASC LIMIT ?`, protocol.JobQueued, limitArg(limit))
+// ListQueued returns up to limit queued jobs in claim order, with the
+// columns placement reads.
+func (s *Store) ListQueued(ctx context.Context, limit int) ([]store.QueuedJob, error) {
+	rows, err := s.reader().query(ctx, `SELECT id, priority, target, worker_labels, gpu_count, min_vram_gb
+		FROM jobs WHERE status = ? ORDER BY priority DESC, seq ASC LIMIT ?`, protocol.JobQueued, limitArg(limit))
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []store.Job
+	var out []store.QueuedJob
 	for rows.Next() {
-		j, err := scanJob(rows)
-		if err != nil {
+		var j store.QueuedJob
+		if err := rows.Scan(&j.ID, &j.Priority, &j.Target, jsonCol{&j.WorkerLabels}, &j.GPUCount, &j.MinVRAMGB); err != nil {
 			return nil, err
 		}
 		out = append(out, j)

@@ -22,6 +22,7 @@ var jobTests = []test{
 	{"ListJobsFilters", testListJobsFilters},
 	{"CountJobs", testCountJobs},
 	{"QueuePosition", testQueuePosition},
+	{"ListQueued", testListQueued},
 	{"ConcurrentWritersKeepTheirOutcomes", testConcurrentWriters},
 }
 
@@ -196,6 +197,30 @@ func testQueuePosition(t *testing.T, s store.Store) {
 			t.Fatalf("QueuePosition(%d, %d) = %d, want %d", c.j.Priority, c.j.Seq, got, c.want)
 		}
 	}
+}
+
+// ListQueued lists only queued jobs, in claim order, up to the limit, each
+// with its placement fields as stored.
+func testListQueued(t *testing.T, s store.Store) {
+	w := newWorker(t, s)
+	low := newJob(t, s, func(j *store.Job) { j.Priority = 5 })
+	a := newJob(t, s, func(j *store.Job) {
+		j.Priority, j.Target, j.GPUCount, j.MinVRAMGB = 10, protocol.TargetWorker, 2, 23.9
+		j.WorkerLabels, j.HFToken = map[string]string{"zone": "eu-*"}, "hf_secret"
+	})
+	b := newJob(t, s, func(j *store.Job) { j.Priority, j.Target = 10, protocol.TargetLocal })
+	high := newJob(t, s, func(j *store.Job) { j.Priority = 20 })
+	claimed := newJob(t, s, func(j *store.Job) { j.Priority = 30 })
+	if got, _ := claim(t, s, w.ID); got.ID != claimed.ID {
+		t.Fatalf("claimed %s, want %s", got.ID, claimed.ID)
+	}
+	want := []store.QueuedJob{high.Queued(), a.Queued(), b.Queued(), low.Queued()}
+	got, err := s.ListQueued(t.Context(), 10)
+	noErr(t, err, "ListQueued")
+	equal(t, got, want, "ListQueued")
+	got, err = s.ListQueued(t.Context(), 2)
+	noErr(t, err, "ListQueued with a limit")
+	equal(t, got, want[:2], "ListQueued with a limit")
 }
 
 // Writes arriving together each keep their own outcome, whether or not the
