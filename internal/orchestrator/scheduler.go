@@ -407,10 +407,10 @@ func (s *Server) noteStore(err error) {
 // hasJobFor reports whether a queued job could run on the worker (the
 // ephemeral worker's question before it leaves).
 func (s *Server) hasJobFor(ctx context.Context, wk store.Worker) (bool, error) {
-	jobs, _, err := s.store.ListJobs(ctx, store.JobFilter{Statuses: []protocol.JobStatus{protocol.JobQueued}, Limit: store.ClaimScanLimit})
+	jobs, err := s.store.ListQueued(ctx, store.ClaimScanLimit)
 	if err != nil {
 		return false, err
 	}
 	g := protocol.ParseGPUInfo(wk.GPUInfo)
-	return slices.ContainsFunc(jobs, func(j store.Job) bool { return matches(j.Queued(), wk, g) }), nil
+	return slices.ContainsFunc(jobs, func(j store.QueuedJob) bool { return matches(j, wk, g) }), nil
 }

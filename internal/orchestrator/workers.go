@@ -428,7 +428,7 @@ func (s *Server) afterWorkerFreed(ctx context.Context, workerID string) {
 		return
 	}
 	if wk.Status == protocol.WorkerDraining && wk.Type == protocol.Ephemeral && wk.CurrentJobID == "" {
-		s.sendToWorker(wk.ID, protocol.EventShutdown, protocol.NewShutdownEvent("drained"))
+		s.sendToWorker(workerID, protocol.EventShutdown, protocol.NewShutdownEvent("drained"))
 	}
 	s.Wake()
 }

@@ -406,3 +406,28 @@ func TestWorkerOwnDrainStopsDispatch(t *testing.T) {
 		eventually(t, 3*time.Second, "the drained worker offline once it left", func() bool { return e.worker(a.id)["status"] == "offline" })
 	})
 }
+
+// The queue check an ephemeral worker makes before it leaves says whether a
+// queued job could run on it, by target, GPUs and labels.
+func TestQueueCheckSeesOnlyJobsThatFit(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t))
+		id, token := e.createWorker("leaving", "ephemeral", map[string]string{"zone": "eu-west"})
+		a := e.newAgent(id, token, 2)
+		e.must(a.register(nil), 200) // no stream: nothing is dispatched to it
+		check := func() any {
+			t.Helper()
+			return e.must(e.do("GET", "/api/workers/queue?worker_id="+id, a.hdr(), nil), 200).JSON["has_jobs"]
+		}
+		e.submit(map[string]any{"worker_labels": map[string]string{"zone": "us-*"}})
+		e.submit(map[string]any{"worker_labels": map[string]string{"zone": "eu-*"}, "gpu_count": 4})
+		if got := check(); got != false {
+			t.Fatalf("has_jobs %v with only jobs for other zones or more GPUs", got)
+		}
+		e.submit(map[string]any{"worker_labels": map[string]string{"zone": "eu-*"}})
+		if got := check(); got != true {
+			t.Fatalf("has_jobs %v with a queued job for its zone", got)
+		}
+	})
+}

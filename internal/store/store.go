@@ -117,7 +117,6 @@ func (j Job) Queued() QueuedJob {
 // current token (before a job_submit goes out on a stream) and whether a
 // drained ephemeral worker is now idle (after an attempt ends).
 type WorkerState struct {
-	ID           string
 	Type         protocol.WorkerType
 	Status       protocol.WorkerStatus
 	CurrentJobID string

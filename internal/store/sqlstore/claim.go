@@ -26,7 +26,7 @@ func (s *Store) ClaimJob(ctx context.Context, req store.ClaimRequest) (store.Job
 	var job store.Job
 	var att store.Attempt
 	err := s.write(ctx, func(c conn) error {
-		w, err := s.workerLoad(ctx, c, req.WorkerID, true)
+		w, err := s.workerLoad(ctx, c, req.WorkerID)
 		if err != nil {
 			return fmt.Errorf("%w: %w", store.ErrConflict, err)
 		}

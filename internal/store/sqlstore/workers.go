@@ -75,18 +75,15 @@ func (s *Store) getWorker(ctx context.Context, c conn, id string, lock bool) (st
 	return w, noRows(err, "worker", id)
 }
 
-// workerLoad reads, and with lock locks, the part of a worker row that a
-// claim or a freed attempt reads and changes: status, current job, running
-// attempts and GPUs in use, and what its room follows from (GPUs, protocol,
+// workerLoad reads and locks the part of a worker row that a claim or a
+// freed attempt reads and changes: status, current job, running attempts and
+// GPUs in use, and what its room follows from (GPUs, protocol,
 // capabilities). The rest of the row (labels, times, token) stays unread:
 // these reads run inside the single writer's turn.
-func (s *Store) workerLoad(ctx context.Context, c conn, id string, lock bool) (store.Worker, error) {
-	q := `SELECT id, status, gpu_info, protocol, capabilities, current_job_id, running, gpus_used FROM workers WHERE id = ?`
-	if lock {
-		q += s.d.ForUpdate
-	}
+func (s *Store) workerLoad(ctx context.Context, c conn, id string) (store.Worker, error) {
 	var w store.Worker
-	err := c.queryRow(ctx, q, id).Scan(&w.ID, &w.Status, rawCol{&w.GPUInfo}, &w.Protocol, jsonCol{&w.Capabilities},
+	err := c.queryRow(ctx, `SELECT id, status, gpu_info, protocol, capabilities, current_job_id, running, gpus_used
+		FROM workers WHERE id = ?`+s.d.ForUpdate, id).Scan(&w.ID, &w.Status, rawCol{&w.GPUInfo}, &w.Protocol, jsonCol{&w.Capabilities},
 		&w.CurrentJobID, &w.Running, &w.GPUsUsed)
 	return w, noRows(err, "worker", id)
 }
@@ -99,8 +96,8 @@ func (s *Store) GetWorker(ctx context.Context, id string) (store.Worker, error) 
 // GetWorkerState reads a worker's type, status, current job and token hash.
 func (s *Store) GetWorkerState(ctx context.Context, id string) (store.WorkerState, error) {
 	var w store.WorkerState
-	err := s.reader().queryRow(ctx, `SELECT id, type, status, current_job_id, token_hash FROM workers WHERE id = ?`, id).
-		Scan(&w.ID, &w.Type, &w.Status, &w.CurrentJobID, &w.TokenHash)
+	err := s.reader().queryRow(ctx, `SELECT type, status, current_job_id, token_hash FROM workers WHERE id = ?`, id).
+		Scan(&w.Type, &w.Status, &w.CurrentJobID, &w.TokenHash)
 	return w, noRows(err, "worker", id)
 }
 
@@ -236,7 +233,7 @@ func (s *Store) DeleteWorker(ctx context.Context, id string, rec *audit.Record) 
 // and its current job becomes another it still runs, if any. A deleted
 // worker has nothing to free.
 func (s *Store) freeWorker(ctx context.Context, c conn, workerID, jobID string, n int) error {
-	w, err := s.workerLoad(ctx, c, workerID, true)
+	w, err := s.workerLoad(ctx, c, workerID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}

@@ -49,7 +49,7 @@ func testWorkerRoundTrip(t *testing.T, s store.Store) {
 	equal(t, got, w, "GetWorkerByTokenHash")
 	state, err := s.GetWorkerState(t.Context(), w.ID)
 	noErr(t, err, "GetWorkerState")
-	equal(t, state, store.WorkerState{ID: w.ID, Type: w.Type, Status: w.Status, CurrentJobID: w.CurrentJobID, TokenHash: "hash-1"}, "GetWorkerState")
+	equal(t, state, store.WorkerState{Type: w.Type, Status: w.Status, CurrentJobID: w.CurrentJobID, TokenHash: "hash-1"}, "GetWorkerState")
 
 	// Zero values come back as zero values (maps empty, GPU info {}).
 	minimal := store.Worker{ID: protocol.NewWorkerID(), CreatedAt: t0}
