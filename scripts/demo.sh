@@ -8,13 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$PWD/bin
 [ -x "$bin/simpletuner-orchestratord" ] && [ -x "$bin/simpletuner-workerd" ] && [ -x "$bin/simpletunerctl" ] || make build
-go build -o "$bin/demo-trainer" ./test/demo-trainer
 
 dir=$(mktemp -d /tmp/simpletuner-demo.XXXXXX)
-# As root, workerd runs each job as an unprivileged user with a uid of its
-# own, and the job must reach its directory and the trainer through $dir.
-chmod 711 "$dir"
-install -m 755 "$bin/demo-trainer" "$dir/demo-trainer"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -22,6 +17,11 @@ cleanup() {
   if [ "${DEMO_KEEP:-0}" = 1 ]; then echo "demo files kept in $dir"; else rm -rf "$dir"; fi
 }
 trap cleanup EXIT
+# As root, workerd runs each job as an unprivileged user with a uid of its
+# own, and the job must reach its directory and the trainer through $dir.
+chmod 711 "$dir"
+go build -o "$dir/demo-trainer" ./test/demo-trainer
+chmod 755 "$dir/demo-trainer"
 
 # A free loopback port.
 port=""
