@@ -27,12 +27,14 @@ type fakeOrch struct {
 	token    string
 	workerID string
 
-	down        atomic.Bool  // every request: the connection is dropped
-	reject      atomic.Bool  // every request: 401
-	hbFail      atomic.Bool  // heartbeats: 503
-	silent      atomic.Bool  // the stream sends no pings
-	dropLogs    atomic.Int32 // drop this many log POSTs
-	statusCode  atomic.Int32 // answer status reports with this code (0: 200)
+	down        atomic.Bool   // every request: the connection is dropped
+	reject      atomic.Bool   // every request: 401
+	hbFail      atomic.Bool   // heartbeats: 503
+	hbDelay     atomic.Int64  // heartbeats: answered (and recorded) this many ns late
+	hbHeld      chan struct{} // a delayed heartbeat has arrived
+	silent      atomic.Bool   // the stream sends no pings
+	dropLogs    atomic.Int32  // drop this many log POSTs
+	statusCode  atomic.Int32  // answer status reports with this code (0: 200)
 	queueHasJob atomic.Bool
 
 	mu          sync.Mutex
@@ -84,6 +86,7 @@ func newFakeOrchUnstarted(t *testing.T) *fakeOrch {
 		change:   make(chan struct{}),
 		log:      map[string][]byte{},
 		events:   make(chan string, 64),
+		hbHeld:   make(chan struct{}, 1),
 		kill:     make(chan struct{}),
 	}
 	mux := http.NewServeMux()
@@ -335,6 +338,13 @@ func (f *fakeOrch) heartbeat(w http.ResponseWriter, r *http.Request) {
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		writeJSON(w, http.StatusBadRequest, protocol.ErrorBody{Detail: err.Error(), Error: protocol.CodeInvalidJSON})
 		return
+	}
+	if d := f.hbDelay.Load(); d > 0 {
+		select {
+		case f.hbHeld <- struct{}{}:
+		default:
+		}
+		time.Sleep(time.Duration(d))
 	}
 	if f.hbFail.Load() {
 		writeJSON(w, http.StatusServiceUnavailable, protocol.ErrorBody{Detail: "unavailable", Error: protocol.CodeUnavailable})

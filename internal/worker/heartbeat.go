@@ -17,10 +17,13 @@ type authRejected struct{ err error }
 
 // heartbeatLoop beats on its own goroutine from the first registration on, whatever
 // the stream does: a broken stream must not also make the worker look dead.
-func (w *Worker) heartbeatLoop(ctx context.Context) {
+// It ends with ctx, or at stop once no beat is in flight.
+func (w *Worker) heartbeatLoop(ctx context.Context, stop <-chan struct{}) {
 	defer w.wg.Done()
 	select {
 	case <-ctx.Done():
+		return
+	case <-stop:
 		return
 	case <-w.registered:
 	}
@@ -31,9 +34,16 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-stop:
+			return
 		case <-t.C:
 		case <-w.hbNow:
 			t.Stop()
+		}
+		select {
+		case <-stop: // it may have come with the timer: stop wins
+			return
+		default:
 		}
 		err := w.heartbeat(ctx)
 		switch {

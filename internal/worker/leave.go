@@ -149,7 +149,7 @@ func (w *Worker) finalReportsAndDisconnect() {
 		return
 	}
 	// No heartbeat may follow the goodbye and make the worker look alive again.
-	w.stopHeartbeats()
+	w.stopHeartbeats(ctx)
 	err := w.c.doJSON(ctx, w.opt.Timers.ShutdownTimeout, "disconnect", http.MethodPost, "/api/workers/disconnect",
 		protocol.DisconnectRequest{WorkerID: id}, nil)
 	if err != nil && !errors.Is(err, context.Canceled) {

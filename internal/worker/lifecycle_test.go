@@ -216,6 +216,39 @@ func TestEphemeralExitsWhenQueueEmpty(t *testing.T) {
 	}
 }
 
+// A heartbeat already sent when the worker leaves is answered before the
+// goodbye goes out: the orchestrator must not handle it after the
+// disconnect and take the worker for alive again.
+func TestHeartbeatInFlightLandsBeforeTheDisconnect(t *testing.T) {
+	t.Parallel()
+	f, r := setup(t, nil)
+	f.connected(1)
+	f.hbDelay.Store(int64(300 * time.Millisecond))
+	select {
+	case <-f.hbHeld:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no heartbeat came")
+	}
+	f.mu.Lock()
+	before := len(f.heartbeats)
+	f.mu.Unlock()
+	r.w.Drain() // idle: it leaves at once
+	if err := r.wait(t, 10*time.Second); err != nil {
+		t.Fatalf("Serve = %v", err)
+	}
+	// The held heartbeat is recorded whenever its handler wakes, before or
+	// after the disconnect.
+	f.waitFor("the held heartbeat handled", 5*time.Second, func() bool { return len(f.heartbeats) > before })
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.disconnects != 1 {
+		t.Fatalf("disconnects %d", f.disconnects)
+	}
+	if len(f.heartbeats) != f.hbAtDisc {
+		t.Errorf("%d heartbeat(s) handled after the disconnect", len(f.heartbeats)-f.hbAtDisc)
+	}
+}
+
 func TestEphemeralStaysWhenQueueHasJobs(t *testing.T) {
 	t.Parallel()
 	f := newFakeOrch(t)

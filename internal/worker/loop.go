@@ -51,10 +51,21 @@ func (w *Worker) Serve(ctx context.Context) error {
 		kick:  make(chan struct{}, 1),
 	}
 	hbCtx, hbCancel := context.WithCancel(runCtx)
-	hbDone := make(chan struct{})
-	w.stopHeartbeats = func() { hbCancel(); <-hbDone }
+	hbStop, hbDone := make(chan struct{}), make(chan struct{})
+	w.stopHeartbeats = func(ctx context.Context) {
+		// A beat already on the wire is answered first, so the orchestrator
+		// has handled it before the goodbye; one still unanswered when ctx
+		// ends is cut off.
+		close(hbStop)
+		select {
+		case <-hbDone:
+		case <-ctx.Done():
+			hbCancel()
+			<-hbDone
+		}
+	}
 	w.wg.Add(2)
-	go func() { defer close(hbDone); w.heartbeatLoop(hbCtx) }()
+	go func() { defer close(hbDone); w.heartbeatLoop(hbCtx, hbStop) }()
 	go w.reporterLoop(runCtx, s.kick)
 	w.dial(runCtx, s)
 

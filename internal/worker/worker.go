@@ -208,7 +208,7 @@ type Worker struct {
 	wg       sync.WaitGroup
 	flushMu  sync.Mutex // one spool flush at a time
 
-	stopHeartbeats func() // set by Serve: stops the heartbeat goroutine and waits
+	stopHeartbeats func(context.Context) // set by Serve: stops the heartbeat goroutine and waits
 
 	registered     chan struct{} // closed at the first successful registration
 	registeredOnce sync.Once
