@@ -40,11 +40,15 @@ var errStreamSilent = errors.New("no byte on the stream for 3 ping intervals")
 
 // connect flushes waiting terminal reports, then registers. Reports go first: a
 // registration that no longer lists a finished job makes the orchestrator treat
-// that job as lost, and its real outcome would then arrive too late (409).
+// that job as lost, and its real outcome would then arrive too late (409). So a
+// report that could not reach the orchestrator at all fails this attempt: the
+// orchestrator may come back between the two requests, and the registration
+// must not overtake the report. A report answered with an error (5xx) does not
+// hold the registration back; it keeps being re-sent.
 func (w *Worker) connect(ctx context.Context, gen int) {
 	defer w.wg.Done()
 	at := w.c.currentURL()
-	if err := w.flushReports(ctx, true); isAuthError(err) {
+	if err := w.flushReports(ctx, true); isAuthError(err) || (err != nil && statusOf(err) == 0) {
 		w.post(registered{gen: gen, url: at, err: err})
 		return
 	}

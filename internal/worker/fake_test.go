@@ -35,6 +35,7 @@ type fakeOrch struct {
 	silent      atomic.Bool   // the stream sends no pings
 	dropLogs    atomic.Int32  // drop this many log POSTs
 	statusCode  atomic.Int32  // answer status reports with this code (0: 200)
+	statusDown  atomic.Bool   // status reports only: the connection is dropped
 	queueHasJob atomic.Bool
 
 	mu          sync.Mutex
@@ -47,6 +48,7 @@ type fakeOrch struct {
 	logErrs     []string
 	logPosts    int
 	logDropped  int
+	statusDrops int // status reports dropped by statusDown
 	streams     int
 	disconnects int
 	hbAtDisc    int // heartbeats recorded when the last disconnect came
@@ -360,6 +362,11 @@ func (f *fakeOrch) heartbeat(w http.ResponseWriter, r *http.Request) {
 }
 
 func (f *fakeOrch) status(w http.ResponseWriter, r *http.Request) {
+	if f.statusDown.Load() {
+		f.record(func() { f.statusDrops++ })
+		hijackClose(w)
+		return
+	}
 	var rep protocol.StatusReport
 	if err := json.NewDecoder(r.Body).Decode(&rep); err != nil || rep.Attempt == nil {
 		writeJSON(w, http.StatusUnprocessableEntity, protocol.ErrorBody{Detail: "attempt is required", Error: protocol.CodeInvalidRequest})

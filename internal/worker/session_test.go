@@ -283,7 +283,12 @@ func TestTerminalReportSpooledAndResent(t *testing.T) {
 	regsBefore := len(f.registers)
 	f.mu.Unlock()
 
+	// The orchestrator is back but drops the report: a registration now
+	// would overtake it, so workerd must keep trying the report first.
+	f.statusDown.Store(true)
 	f.down.Store(false)
+	f.waitFor("dropped reports", 5*time.Second, func() bool { return f.statusDrops >= 5 })
+	f.statusDown.Store(false)
 	done := f.report("j_spool0000001", "completed")
 	f.waitFor("re-registration", 5*time.Second, func() bool { return len(f.registers) > regsBefore })
 	f.mu.Lock()
