@@ -20,6 +20,9 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/store/sqlstore"
 )
 
+// maxConns bounds the connections one orchestrator holds to PostgreSQL.
+const maxConns = 32
+
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
@@ -92,8 +95,12 @@ func OpenWith(ctx context.Context, url string, opt Options, log *slog.Logger) (*
 		connector.Dialer(answerDialer{timeout: opt.Timeout})
 	}
 	db := sql.OpenDB(connector)
-	db.SetMaxOpenConns(32)
-	db.SetMaxIdleConns(8)
+	// Keep every connection the pool opens: one closed as surplus after a
+	// burst of reports is opened again in the next, and each new connection
+	// starts a server process. A quiet orchestrator lets them go.
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
+	db.SetConnMaxIdleTime(5 * time.Minute)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
