@@ -100,6 +100,7 @@ func (s *Server) runScheduler(ctx context.Context) {
 //     until it is placed or leaves the queue. Reserved workers take no new
 //     jobs; there is no backfill.
 //
+// A pass's placements are claimed together, in one transaction, then sent.
 // A job queued or requeued during a pass wakes the scheduler for another.
 func (s *Server) schedulePass(ctx context.Context) {
 	s.passMu.Lock()
@@ -108,16 +109,17 @@ func (s *Server) schedulePass(ctx context.Context) {
 	if s.stopping.Load() {
 		return
 	}
-	queued, err := s.store.ListQueued(ctx, passJobs)
-	s.noteStore(err)
-	if err != nil || len(queued) == 0 {
+	q := &queueReader{s: s, ctx: ctx}
+	j, ok := q.next()
+	if !ok {
 		s.setReservation(reservation{})
 		return
 	}
 	pool := &pool{s: s, ctx: ctx, ids: s.hub.ConnectedIDs()}
-	res := s.currentReservation(queued)
-	top := queued[0].Priority
-	for _, j := range queued {
+	res := s.currentReservation(ctx, q.first)
+	top := j.Priority
+	var placed []placement
+	for ; ok; j, ok = q.next() {
 		if ctx.Err() != nil || s.stopping.Load() {
 			return
 		}
@@ -133,82 +135,208 @@ func (s *Server) schedulePass(ctx context.Context) {
 			}
 			continue
 		}
-		if err := s.claimFor(ctx, best.w, j.ID, gpus); errors.Is(err, store.ErrNoJob) || errors.Is(err, store.ErrConflict) {
-			// Someone else claimed the job or the GPUs meanwhile: read the
-			// worker again next pass.
-			best.stale = true
-			continue
-		} else if err != nil {
-			if !s.logDiskFullOnce(err) {
-				s.log.Warn("claim failed", "job_id", j.ID, "worker_id", best.w.ID, "err", err)
-			}
-			return
-		}
 		best.took(gpus)
+		placed = append(placed, placement{w: best.w, jobID: j.ID, gpus: gpus})
 		if res.jobID == j.ID {
 			res = reservation{}
 		}
 	}
 	s.setReservation(res)
+	if len(placed) > 0 {
+		s.claimAndSend(ctx, placed)
+	}
+}
+
+// placement is a job the pass gives to a worker, with the GPUs it gets there.
+type placement struct {
+	w     store.Worker
+	jobID string
+	gpus  []int
+}
+
+// claimAndSend claims the placements in one transaction and sends each
+// claimed job on its worker's stream. If a stream vanished in between, that
+// attempt is withdrawn at once. A refused claim (another replica claimed the
+// job or the GPUs, or the job was cancelled meanwhile) leaves its job for the
+// next pass, which reads the workers again.
+func (s *Server) claimAndSend(ctx context.Context, placed []placement) {
+	opt := s.options()
+	now := time.Now().UTC()
+	reqs := make([]store.ClaimRequest, len(placed))
+	uploadTokens := make([]string, len(placed))
+	for i, p := range placed {
+		uploadTokens[i] = newUploadToken()
+		rec := audit.New("system", "", "job.dispatch", "worker", p.w.ID, audit.Success, map[string]any{"job_id": p.jobID, "gpus": p.gpus})
+		reqs[i] = store.ClaimRequest{
+			WorkerID:        p.w.ID,
+			JobID:           p.jobID,
+			GPUs:            p.gpus,
+			UploadTokenHash: auth.Hash(uploadTokens[i]),
+			AckDeadline:     now.Add(opt.AckTimeout),
+			Now:             now,
+			Audit:           &rec,
+		}
+	}
+	results, err := s.store.ClaimJobs(ctx, reqs)
+	if err != nil {
+		if !errors.Is(err, store.ErrConflict) && !s.logDiskFullOnce(err) {
+			s.log.Warn("claim failed", "jobs", len(placed), "err", err)
+		}
+		return
+	}
+	for i, r := range results {
+		if r.Err != nil {
+			s.log.Debug("claim refused; the job waits for the next pass", "job_id", placed[i].jobID, "worker_id", placed[i].w.ID, "err", r.Err)
+			continue
+		}
+		s.send(ctx, placed[i], r.Job, r.Attempt, uploadTokens[i], now)
+	}
+}
+
+// send puts a claimed job on its worker's stream.
+func (s *Server) send(ctx context.Context, p placement, j store.Job, a store.Attempt, uploadToken string, claimedAt time.Time) {
+	ev := protocol.JobSubmitEvent{
+		Type: protocol.EventJobSubmit, JobID: j.ID, Config: j.Config, Dataloader: j.Dataloader,
+		Provider: "worker", UploadEndpoint: "/api/cloud/storage", UploadToken: uploadToken, HFToken: j.HFToken,
+		Attempt: a.Number, ConfigName: j.ConfigName, TimeoutSeconds: float64(j.TimeoutSeconds),
+		CancelGraceSeconds: s.options().CancelGrace.Seconds(), LogEndpoint: "/api/workers/job/" + j.ID + "/logs",
+	}
+	if p.w.SharesGPUs() {
+		ev.GPUs = assignedGPUs(protocol.ParseGPUInfo(p.w.GPUInfo), p.gpus)
+	}
+	if !s.hub.Send(p.w.ID, protocol.EventJobSubmit, ev) {
+		s.log.Warn("worker stream vanished during dispatch; withdrawing", "job_id", j.ID, "worker_id", p.w.ID)
+		_ = s.loseAttempt(ctx, j.ID, p.w.ID, "the worker's stream closed during dispatch")
+		return
+	}
+	s.metrics.Dispatches.Add(1)
+	if a.Number == 1 {
+		s.metrics.ObserveDispatch(claimedAt.Sub(j.CreatedAt))
+	}
+	s.log.Info("job dispatched", "job_id", j.ID, "attempt", a.Number, "worker_id", p.w.ID, "priority", j.Priority, "gpus", p.gpus)
 }
 
 // passJobs is how many queued jobs, in priority order, one pass places.
 const passJobs = 200
 
+// queueReader reads the head of the queue in claim order a page at a time
+// (16 jobs, then 64, then the rest of passJobs): a pass usually places a
+// few jobs on the workers that just freed up, and reading all passJobs for
+// them was a large part of its cost.
+type queueReader struct {
+	s     *Server
+	ctx   context.Context
+	first []store.QueuedJob // the first page
+	page  []store.QueuedJob // read and not yet taken
+	last  *store.QueuedJob  // the last job read
+	read  int
+	end   bool
+}
+
+// next returns the next queued job; false at the end of the queue, after
+// passJobs jobs, or when the store failed.
+func (q *queueReader) next() (store.QueuedJob, bool) {
+	if len(q.page) == 0 {
+		if q.end || q.read >= passJobs {
+			return store.QueuedJob{}, false
+		}
+		n := min(16<<(2*min(q.read/16, 2)), passJobs-q.read)
+		page, err := q.s.store.ListQueued(q.ctx, q.last, n)
+		q.s.noteStore(err)
+		if err != nil || len(page) == 0 {
+			q.end = true
+			return store.QueuedJob{}, false
+		}
+		if q.first == nil {
+			q.first = page
+		}
+		q.end = len(page) < n
+		q.read += len(page)
+		q.last = &page[len(page)-1]
+		q.page = page
+	}
+	j := q.page[0]
+	q.page = q.page[1:]
+	return j, true
+}
+
 // candidate is a worker streaming here, as placement sees it.
 type candidate struct {
-	w     store.Worker
-	gpus  protocol.GPUSummary
-	free  map[int]bool // its GPUs no attempt holds
-	load  lifecycle.Load
-	stale bool // a claim on it failed: skipped for the rest of the pass
+	w    store.Worker
+	gpus protocol.GPUSummary
+	free map[int]bool // its GPUs no attempt holds
+	load lifecycle.Load
 }
 
 // pool reads the workers streaming to this instance as placement needs
-// them, once per pass: a job that finds a perfect fit early costs a read or
-// two however many workers are connected, and only a job with no room
-// anywhere reads them all.
+// them, once per pass and poolPage at a time: a job that finds a perfect fit
+// early costs one query however many workers are connected, and only a job
+// with no room anywhere reads them all.
 type pool struct {
-	s    *Server
-	ctx  context.Context
-	ids  []string // connected workers not read yet
-	read []*candidate
+	s       *Server
+	ctx     context.Context
+	ids     []string     // connected workers not read yet
+	fetched []*candidate // read and not yet offered
+	read    []*candidate // offered
 }
 
-// more reads the next connected worker that is online; nil when every one
-// has been read.
+// more returns the next connected worker that is online, reading them from
+// the store poolPage at a time; nil when every one has been read.
 func (p *pool) more() *candidate {
-	for len(p.ids) > 0 {
-		id := p.ids[0]
-		p.ids = p.ids[1:]
-		w, err := p.s.store.GetWorker(p.ctx, id)
-		// A busy worker has no room now but may be reserved for a job.
-		if err != nil || !lifecycle.Working(w.Status) {
+	for len(p.fetched) == 0 && len(p.ids) > 0 {
+		ids := p.ids[:min(poolPage, len(p.ids))]
+		p.ids = p.ids[len(ids):]
+		ws, err := p.s.store.GetWorkers(p.ctx, ids)
+		if err != nil {
 			continue
 		}
-		c := &candidate{w: w, gpus: protocol.ParseGPUInfo(w.GPUInfo), free: map[int]bool{}, load: w.Load()}
-		for _, d := range c.gpus.Devices {
-			c.free[d.Index] = true
+		byID := make(map[string]store.Worker, len(ws))
+		for _, w := range ws {
+			byID[w.ID] = w
 		}
-		if w.GPUsUsed > 0 {
-			leases, err := p.s.store.GPULeases(p.ctx, id)
-			if err != nil {
-				continue
-			}
-			for _, l := range leases {
-				delete(c.free, l.Index)
+		for _, id := range ids { // in the hub's order, as placement's ties expect
+			// A busy worker has no room now but may be reserved for a job.
+			if w, ok := byID[id]; ok && lifecycle.Working(w.Status) {
+				if c, err := p.candidate(w); err == nil {
+					p.fetched = append(p.fetched, c)
+				}
 			}
 		}
-		p.read = append(p.read, c)
-		return c
 	}
-	return nil
+	if len(p.fetched) == 0 {
+		return nil
+	}
+	c := p.fetched[0]
+	p.fetched = p.fetched[1:]
+	p.read = append(p.read, c)
+	return c
+}
+
+// poolPage is how many connected workers the pool reads from the store at once.
+const poolPage = 32
+
+// candidate makes w a candidate, with the GPUs no attempt holds.
+func (p *pool) candidate(w store.Worker) (*candidate, error) {
+	c := &candidate{w: w, gpus: protocol.ParseGPUInfo(w.GPUInfo), free: map[int]bool{}, load: w.Load()}
+	for _, d := range c.gpus.Devices {
+		c.free[d.Index] = true
+	}
+	if w.GPUsUsed > 0 {
+		leases, err := p.s.store.GPULeases(p.ctx, w.ID)
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range leases {
+			delete(c.free, l.Index)
+		}
+	}
+	return c, nil
 }
 
 // fit is the GPUs c would give j now, or ok false when it has no room for
 // it. A worker that runs one job at a time gives a job all its GPUs.
 func (c *candidate) fit(j store.QueuedJob) (gpus []int, ok bool) {
-	if c.stale || !lifecycle.CanClaim(c.w.Status, c.load) {
+	if !lifecycle.CanClaim(c.w.Status, c.load) {
 		return nil, false
 	}
 	if !c.w.SharesGPUs() {
@@ -244,7 +372,7 @@ func (c *candidate) took(gpus []int) {
 
 // anyRoom reports whether a worker read so far could still take a job.
 func (p *pool) anyRoom() bool {
-	return slices.ContainsFunc(p.read, func(c *candidate) bool { return !c.stale && lifecycle.CanClaim(c.w.Status, c.load) })
+	return slices.ContainsFunc(p.read, func(c *candidate) bool { return lifecycle.CanClaim(c.w.Status, c.load) })
 }
 
 // bestFit picks, among the workers that match j, have room for it now and
@@ -305,12 +433,17 @@ func reserveFor(j store.QueuedJob, cands []*candidate) reservation {
 }
 
 // currentReservation is the reservation of the last pass while its job is
-// still queued and its worker still streaming here.
-func (s *Server) currentReservation(queued []store.QueuedJob) reservation {
+// still queued and its worker still streaming here. first is the head of the
+// queue; a job behind it is looked up.
+func (s *Server) currentReservation(ctx context.Context, first []store.QueuedJob) reservation {
 	res := s.reservation()
-	if res.jobID == "" ||
-		!slices.ContainsFunc(queued, func(j store.QueuedJob) bool { return j.ID == res.jobID }) ||
-		!s.hub.Connected(res.workerID) {
+	if res.jobID == "" || !s.hub.Connected(res.workerID) {
+		return reservation{}
+	}
+	if slices.ContainsFunc(first, func(j store.QueuedJob) bool { return j.ID == res.jobID }) {
+		return res
+	}
+	if j, err := s.store.GetJob(ctx, res.jobID); err != nil || j.Status != protocol.JobQueued {
 		return reservation{}
 	}
 	return res
@@ -329,48 +462,6 @@ func (s *Server) setReservation(r reservation) {
 		s.log.Info("worker reserved for a job no worker has room for", "job_id", r.jobID, "worker_id", r.workerID)
 	}
 	s.res = r
-}
-
-// claimFor claims job jobID for worker w with GPUs gpus and sends it on the
-// stream. If the stream vanished in between, the attempt is withdrawn at
-// once.
-func (s *Server) claimFor(ctx context.Context, w store.Worker, jobID string, gpus []int) error {
-	opt := s.options()
-	uploadToken := newUploadToken()
-	now := time.Now().UTC()
-	rec := audit.New("system", "", "job.dispatch", "worker", w.ID, audit.Success, map[string]any{"job_id": jobID, "gpus": gpus})
-	j, a, err := s.store.ClaimJob(ctx, store.ClaimRequest{
-		WorkerID:        w.ID,
-		JobID:           jobID,
-		GPUs:            gpus,
-		UploadTokenHash: auth.Hash(uploadToken),
-		AckDeadline:     now.Add(opt.AckTimeout),
-		Now:             now,
-		Audit:           &rec,
-	})
-	if err != nil {
-		return err
-	}
-	ev := protocol.JobSubmitEvent{
-		Type: protocol.EventJobSubmit, JobID: j.ID, Config: j.Config, Dataloader: j.Dataloader,
-		Provider: "worker", UploadEndpoint: "/api/cloud/storage", UploadToken: uploadToken, HFToken: j.HFToken,
-		Attempt: a.Number, ConfigName: j.ConfigName, TimeoutSeconds: float64(j.TimeoutSeconds),
-		CancelGraceSeconds: opt.CancelGrace.Seconds(), LogEndpoint: "/api/workers/job/" + j.ID + "/logs",
-	}
-	if w.SharesGPUs() {
-		ev.GPUs = assignedGPUs(protocol.ParseGPUInfo(w.GPUInfo), gpus)
-	}
-	if !s.hub.Send(w.ID, protocol.EventJobSubmit, ev) {
-		s.log.Warn("worker stream vanished during dispatch; withdrawing", "job_id", j.ID, "worker_id", w.ID)
-		_ = s.loseAttempt(ctx, j.ID, w.ID, "the worker's stream closed during dispatch")
-		return nil
-	}
-	s.metrics.Dispatches.Add(1)
-	if a.Number == 1 {
-		s.metrics.ObserveDispatch(now.Sub(j.CreatedAt))
-	}
-	s.log.Info("job dispatched", "job_id", j.ID, "attempt", a.Number, "worker_id", w.ID, "priority", j.Priority, "gpus", gpus)
-	return nil
 }
 
 // assignedGPUs names the GPUs for job_submit: index and, where the worker
@@ -407,7 +498,7 @@ func (s *Server) noteStore(err error) {
 // hasJobFor reports whether a queued job could run on the worker (the
 // ephemeral worker's question before it leaves).
 func (s *Server) hasJobFor(ctx context.Context, wk store.Worker) (bool, error) {
-	jobs, err := s.store.ListQueued(ctx, store.ClaimScanLimit)
+	jobs, err := s.store.ListQueued(ctx, nil, store.ClaimScanLimit)
 	if err != nil {
 		return false, err
 	}

@@ -260,3 +260,51 @@ func TestPartialWorkerThatVanishesGoesOffline(t *testing.T) {
 		return e.worker(w.id)["status"] == "offline" && j["status"] == "queued" && j["retries_used"] == float64(1)
 	})
 }
+
+// A pass reads the queue a page at a time: jobs at its head that no worker
+// can take do not hide one behind them that a worker can.
+func TestSchedulerLooksPastTheFirstPage(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t), patientHeartbeats)
+		for range 40 {
+			e.submit(map[string]any{"priority": 10, "worker_labels": map[string]string{"pool": "nowhere"}})
+		}
+		want := e.submit(map[string]any{"priority": 1})
+		w := e.startAgent("here", map[string]string{"pool": "here"}, nil)
+		if ev := w.next("job_submit", 5*time.Second); ev["job_id"] != want {
+			t.Fatalf("the worker got %v, want %s", ev["job_id"], want)
+		}
+	})
+}
+
+// A reservation holds while its job waits behind more jobs than a pass's
+// first page of the queue: a small job still cannot take the reserved
+// worker's freed GPU.
+func TestSchedulerReservationBehindTheFirstPage(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t), patientHeartbeats)
+		w := e.startSlotAgent("quad", 4)
+		var first []string
+		for range 2 {
+			e.submit(gpuJobBody(1, 1))
+			job, _ := w.take()
+			first = append(first, job)
+		}
+		big := e.submit(gpuJobBody(4, 40))
+		small := e.submit(gpuJobBody(1, 1))
+		eventually(t, 5*time.Second, "the small job held back for the big one", func() bool {
+			return e.job(small)["waiting_reason"] == "reserved_for"
+		})
+		for range 20 { // ahead of the big job in the queue, and for no worker
+			e.submit(map[string]any{"priority": 50, "gpu_count": 1, "worker_labels": map[string]string{"pool": "nowhere"}})
+		}
+		w.finish(first[0])
+		w.noEvent("job_submit", 400*time.Millisecond)
+		w.finish(first[1])
+		if job, gpus := w.take(); job != big || len(gpus) != 4 {
+			t.Fatalf("the freed worker got %s on %v, want %s on all four", job, gpus, big)
+		}
+	})
+}

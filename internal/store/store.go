@@ -100,6 +100,7 @@ func (w Worker) Load() lifecycle.Load {
 // pass; configs and tokens stay in the database until a claim.
 type QueuedJob struct {
 	ID           string
+	Seq          int64 // submission order: with Priority, the queue position
 	Priority     int
 	Target       protocol.Target
 	WorkerLabels map[string]string // key → glob
@@ -109,7 +110,7 @@ type QueuedJob struct {
 
 // Queued is the part of j that placement reads.
 func (j Job) Queued() QueuedJob {
-	return QueuedJob{ID: j.ID, Priority: j.Priority, Target: j.Target, WorkerLabels: j.WorkerLabels,
+	return QueuedJob{ID: j.ID, Seq: j.Seq, Priority: j.Priority, Target: j.Target, WorkerLabels: j.WorkerLabels,
 		GPUCount: j.GPUCount, MinVRAMGB: j.MinVRAMGB}
 }
 
@@ -231,6 +232,15 @@ type ClaimRequest struct {
 // Claim limits how many queued jobs one claim examines (priority order).
 const ClaimScanLimit = 500
 
+// ClaimResult is the outcome of one claim of ClaimJobs: the job as claimed and
+// its new attempt, or why this claim was refused (ErrNoJob, ErrConflict,
+// ErrIllegalMove), in which case it changed nothing.
+type ClaimResult struct {
+	Job     Job
+	Attempt Attempt
+	Err     error
+}
+
 // JobTransition is a compare-and-set on a job. It applies only when the job is
 // in state From with current attempt ExpectAttempt (and, when ExpectWorker is
 // set, that attempt belongs to that worker); otherwise ErrConflict and nothing
@@ -340,6 +350,9 @@ type Store interface {
 	// Workers.
 	CreateWorker(ctx context.Context, w Worker, tokenHash string, rec *audit.Record) error
 	GetWorker(ctx context.Context, id string) (Worker, error)
+	// GetWorkers reads the workers with the given IDs, each once, in no
+	// particular order; an ID with no worker is left out.
+	GetWorkers(ctx context.Context, ids []string) ([]Worker, error)
 	GetWorkerByTokenHash(ctx context.Context, hash string) (Worker, error)
 	// GetWorkerState reads a worker's type, status, current job and token
 	// hash, for the checks made with every job, which need nothing else of
@@ -388,10 +401,16 @@ type Store interface {
 	// (lifecycle.CanClaim) and the GPUs free, else ErrConflict. No candidate →
 	// ErrNoJob.
 	ClaimJob(ctx context.Context, req ClaimRequest) (Job, Attempt, error)
+	// ClaimJobs makes several claims, each naming its JobID, in one
+	// transaction: a scheduler pass's placements. A refused claim changes
+	// nothing and does not stop the others; its reason is in its result. The
+	// error is the transaction's: then no claim was made.
+	ClaimJobs(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error)
 	// ListQueued returns up to limit queued jobs in the order they are claimed
 	// (priority descending, then submission order), each with only what
 	// placement reads: no config, no token.
-	ListQueued(ctx context.Context, limit int) ([]QueuedJob, error)
+	// With after set, the list starts behind that job (a page after the last).
+	ListQueued(ctx context.Context, after *QueuedJob, limit int) ([]QueuedJob, error)
 	// GPULeases lists the GPUs of a worker that attempts hold, by index.
 	GPULeases(ctx context.Context, workerID string) ([]GPULease, error)
 	TransitionJob(ctx context.Context, t JobTransition) (Job, error)

@@ -3,40 +3,65 @@ package sqlstore
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
-// appendAudit seals rec as the successor of the chain head and inserts it. The
-// head row is locked for the rest of the transaction, so concurrent appends
-// queue up and the chain stays linear. Callers append last, after their other
-// row locks, so the head is always the last lock taken. rec may be nil.
+// appendAudit appends rec (nil: nothing) to the chain; see appendAudits.
 func (s *Store) appendAudit(ctx context.Context, c conn, rec *audit.Record) error {
 	if rec == nil {
 		return nil
 	}
-	// Seal what will be stored: the hash covers the time at stored precision.
-	rec.Time = now(rec.Time)
-	if len(rec.Details) == 0 {
-		rec.Details = json.RawMessage(`{}`)
+	return s.appendAudits(ctx, c, []*audit.Record{rec})
+}
+
+// appendAudits seals recs, in order, as the successors of the chain head and
+// inserts them: one read and one update of the head however many records, and
+// one insert per auditRows of them. The head row is locked for the rest of the
+// transaction, so concurrent appends queue up and the chain stays linear.
+// Callers append last, after their other row locks, so the head is always the
+// last lock taken.
+func (s *Store) appendAudits(ctx context.Context, c conn, recs []*audit.Record) error {
+	if len(recs) == 0 {
+		return nil
 	}
 	var seq int64
 	var hash string
 	if err := c.queryRow(ctx, `SELECT seq, hash FROM audit_head WHERE id = 1`+s.d.ForUpdate).Scan(&seq, &hash); err != nil {
 		return err
 	}
-	audit.Seal(rec, seq, hash)
-	if _, err := c.exec(ctx, `INSERT INTO audit (seq, time, actor, actor_ip, action, target_type, target_id,
-		outcome, details, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		rec.Seq, s.tv(rec.Time), rec.Actor, rec.ActorIP, rec.Action, rec.TargetType, rec.TargetID,
-		rec.Outcome, string(rec.Details), rec.PrevHash, rec.Hash); err != nil {
-		return err
+	for rows := range slices.Chunk(recs, auditRows) {
+		values, args := "", make([]any, 0, 11*len(rows))
+		for i, rec := range rows {
+			// Seal what will be stored: the hash covers the time at stored precision.
+			rec.Time = now(rec.Time)
+			if len(rec.Details) == 0 {
+				rec.Details = json.RawMessage(`{}`)
+			}
+			audit.Seal(rec, seq, hash)
+			seq, hash = rec.Seq, rec.Hash
+			if i > 0 {
+				values += ", "
+			}
+			values += "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+			args = append(args, rec.Seq, s.tv(rec.Time), rec.Actor, rec.ActorIP, rec.Action, rec.TargetType, rec.TargetID,
+				rec.Outcome, string(rec.Details), rec.PrevHash, rec.Hash)
+		}
+		if _, err := c.exec(ctx, `INSERT INTO audit (seq, time, actor, actor_ip, action, target_type, target_id,
+			outcome, details, prev_hash, hash) VALUES `+values, args...); err != nil {
+			return err
+		}
 	}
-	_, err := c.exec(ctx, `UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1`, rec.Seq, rec.Hash)
+	_, err := c.exec(ctx, `UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1`, seq, hash)
 	return err
 }
+
+// auditRows bounds the rows of one audit insert, and so the number of
+// statement texts prepared for it.
+const auditRows = 16
 
 // AppendAudit appends one record on its own.
 func (s *Store) AppendAudit(ctx context.Context, rec audit.Record) error {

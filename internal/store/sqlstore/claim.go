@@ -5,6 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
@@ -12,80 +16,201 @@ import (
 )
 
 // ClaimJob gives a queued job to a worker with room for it: req.JobID, or
-// the best queued job that req.Match accepts. The attempt's GPUs are leased
-// in the same transaction; a GPU another attempt holds fails the claim with
+// the best queued job that req.Match accepts. It is ClaimJobs with one claim.
+func (s *Store) ClaimJob(ctx context.Context, req store.ClaimRequest) (store.Job, store.Attempt, error) {
+	var r store.ClaimResult
+	err := s.write(ctx, func(c conn) error {
+		res, err := s.claimJobs(ctx, c, []store.ClaimRequest{req})
+		if err == nil {
+			r = res[0]
+		}
+		return err
+	})
+	if err != nil {
+		return store.Job{}, store.Attempt{}, err
+	}
+	return r.Job, r.Attempt, r.Err
+}
+
+// ClaimJobs makes a scheduler pass's claims in one transaction: one turn at
+// SQLite's single writer instead of one per claim, and on PostgreSQL one
+// transaction holding the job counts and the audit chain's head, updated once
+// for all the claims.
+func (s *Store) ClaimJobs(ctx context.Context, reqs []store.ClaimRequest) ([]store.ClaimResult, error) {
+	for i, req := range reqs {
+		if req.JobID == "" {
+			return nil, fmt.Errorf("claim %d names no job: ClaimJobs claims named jobs only", i)
+		}
+	}
+	var out []store.ClaimResult
+	err := s.write(ctx, func(c conn) error {
+		var err error
+		out, err = s.claimJobs(ctx, c, reqs)
+		return err
+	})
+	return out, err
+}
+
+// claimJobs makes the claims inside transaction c. The attempts' GPUs are
+// leased there too; a GPU another attempt holds refuses the claim with
 // ErrConflict, so two claimers (two replicas on one database) can never hand
 // out one GPU twice.
 //
-// The worker row is locked first and checked, then the queue is scanned with
-// SKIP LOCKED: a claimer never waits on job rows another claimer holds, so the
-// only lock it waits for is the worker's, and no lock cycle can form with
-// TransitionJob (job, then worker).
-func (s *Store) ClaimJob(ctx context.Context, req store.ClaimRequest) (store.Job, store.Attempt, error) {
-	at := now(req.Now)
-	var job store.Job
-	var att store.Attempt
-	err := s.write(ctx, func(c conn) error {
-		w, err := s.workerLoad(ctx, c, req.WorkerID)
+// Lock order: the workers first, in ID order; then the queued jobs with SKIP
+// LOCKED, so a claimer never waits on job rows another transaction holds;
+// the job counts and the audit chain's head last. TransitionJob takes a job,
+// then its worker, then the counts and the head, so no lock cycle can form.
+//
+// Each claim is checked before it writes anything: a refused claim leaves no
+// trace and the others go on.
+func (s *Store) claimJobs(ctx context.Context, c conn, reqs []store.ClaimRequest) ([]store.ClaimResult, error) {
+	workers, err := s.lockWorkers(ctx, c, reqs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.ClaimResult, len(reqs))
+	var claimed []string // workers that took a job, in the order of their first claim
+	var audits []*audit.Record
+	for i, req := range reqs {
+		w, ok := workers[req.WorkerID]
+		if !ok {
+			out[i].Err = fmt.Errorf("worker %q: %w: %w", req.WorkerID, store.ErrNotFound, store.ErrConflict)
+			continue
+		}
+		j, err := s.checkClaim(ctx, c, w, req)
 		if err != nil {
-			return fmt.Errorf("%w: %w", store.ErrConflict, err)
+			if isRefusal(err) {
+				out[i].Err = err
+				continue
+			}
+			return nil, err
 		}
-		if !lifecycle.CanClaim(w.Status, w.Load()) {
-			return fmt.Errorf("worker %s is %s running %d attempt(s): %w", w.ID, w.Status, w.Running, store.ErrConflict)
-		}
-		var j store.Job
-		if req.JobID != "" {
-			j, err = s.lockQueued(ctx, c, req.JobID)
-		} else {
-			j, err = s.pickQueued(ctx, c, req.Match)
-		}
-		if err != nil {
-			return err
-		}
-		if _, err := lifecycle.Check(j.Status, lifecycle.Step{To: protocol.JobDispatched, By: lifecycle.Claim}); err != nil {
-			return fmt.Errorf("job %s: %w: %w", j.ID, store.ErrIllegalMove, err)
-		}
+		at := now(req.Now)
 		j.Attempt++
-		if err := s.leaseGPUs(ctx, c, w, j.ID, j.Attempt, req.GPUs); err != nil {
-			return err
+		if err := s.writeClaim(ctx, c, w, j, req, at); err != nil {
+			return nil, err
 		}
-		if _, err := c.exec(ctx, `UPDATE jobs SET status = ?, attempt = ?, worker_id = ?, ack_deadline = ?,
-			error = '', started_at = NULL, cancel_deadline = NULL, updated_at = ? WHERE id = ?`,
-			protocol.JobDispatched, j.Attempt, w.ID, s.tv(req.AckDeadline), s.tv(at), j.ID); err != nil {
-			return err
+		if !slices.Contains(claimed, w.ID) {
+			claimed = append(claimed, w.ID)
 		}
-		att = store.Attempt{JobID: j.ID, Number: j.Attempt, WorkerID: w.ID,
-			UploadTokenHash: req.UploadTokenHash, DispatchedAt: at, GPUs: req.GPUs}
-		if _, err := c.exec(ctx, `INSERT INTO attempts (job_id, number, worker_id, upload_token_hash,
-			dispatched_at, gpus) VALUES (?, ?, ?, ?, ?, ?)`, j.ID, j.Attempt, w.ID, req.UploadTokenHash, s.tv(at),
-			indicesArg(req.GPUs)); err != nil {
-			return err
-		}
-		w.Running, w.GPUsUsed = w.Running+1, w.GPUsUsed+len(req.GPUs)
-		if _, err := c.exec(ctx, `UPDATE workers SET status = ?, current_job_id = ?, running = ?, gpus_used = ? WHERE id = ?`,
-			lifecycle.Settle(w.Status, w.Load()), j.ID, w.Running, w.GPUsUsed, w.ID); err != nil {
-			return err
-		}
-		// The counts, like the audit head, are locked last: see counts.go.
-		if err := s.countMove(ctx, c, j.Status, protocol.JobDispatched); err != nil {
-			return err
-		}
+		w.Running, w.GPUsUsed, w.CurrentJobID = w.Running+1, w.GPUsUsed+len(req.GPUs), j.ID
 		// The job as written, without reading it back.
-		job = j
+		job := j
 		job.Status, job.WorkerID, job.AckDeadline, job.UpdatedAt = protocol.JobDispatched, w.ID, normTimePtr(&req.AckDeadline), at
 		job.Error, job.StartedAt, job.CancelDeadline = "", nil, nil
-		return s.appendAudit(ctx, c, req.Audit)
-	})
-	return job, att, err
+		out[i].Job = job
+		out[i].Attempt = store.Attempt{JobID: j.ID, Number: j.Attempt, WorkerID: w.ID,
+			UploadTokenHash: req.UploadTokenHash, DispatchedAt: at, GPUs: req.GPUs}
+		if req.Audit != nil {
+			audits = append(audits, req.Audit)
+		}
+	}
+	if len(claimed) == 0 {
+		return out, nil
+	}
+	for _, id := range claimed {
+		w := workers[id]
+		if _, err := c.exec(ctx, `UPDATE workers SET status = ?, current_job_id = ?, running = ?, gpus_used = ? WHERE id = ?`,
+			lifecycle.Settle(w.Status, w.Load()), w.CurrentJobID, w.Running, w.GPUsUsed, w.ID); err != nil {
+			return nil, err
+		}
+	}
+	var moved int64
+	for _, r := range out {
+		if r.Err == nil {
+			moved++
+		}
+	}
+	// The counts, like the audit head, are locked last: see counts.go.
+	if err := s.countAdd(ctx, c, map[protocol.JobStatus]int64{protocol.JobQueued: -moved, protocol.JobDispatched: moved}); err != nil {
+		return nil, err
+	}
+	return out, s.appendAudits(ctx, c, audits)
 }
 
-// leaseGPUs records that attempt n of jobID holds the worker's GPUs gpus.
-// One already held, or beyond the worker's GPUs, is ErrConflict.
-func (s *Store) leaseGPUs(ctx context.Context, c conn, w store.Worker, jobID string, n int, gpus []int) error {
+// lockWorkers locks and reads the workers the claims name, in ID order. A
+// worker that does not exist is left out.
+func (s *Store) lockWorkers(ctx context.Context, c conn, reqs []store.ClaimRequest) (map[string]*store.Worker, error) {
+	ids := make([]string, 0, len(reqs))
+	for _, req := range reqs {
+		ids = append(ids, req.WorkerID)
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	workers := make(map[string]*store.Worker, len(ids))
+	for _, id := range ids {
+		w, err := s.workerLoad(ctx, c, id)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		workers[id] = &w
+	}
+	return workers, nil
+}
+
+// checkClaim finds and locks the job req claims for worker w and checks that
+// the claim may go ahead, writing nothing. A refusal is ErrConflict, ErrNoJob
+// or ErrIllegalMove.
+func (s *Store) checkClaim(ctx context.Context, c conn, w *store.Worker, req store.ClaimRequest) (store.Job, error) {
+	if !lifecycle.CanClaim(w.Status, w.Load()) {
+		return store.Job{}, fmt.Errorf("worker %s is %s running %d attempt(s): %w", w.ID, w.Status, w.Running, store.ErrConflict)
+	}
+	var j store.Job
+	var err error
+	if req.JobID != "" {
+		j, err = s.lockQueued(ctx, c, req.JobID)
+	} else {
+		j, err = s.pickQueued(ctx, c, req.Match)
+	}
+	if err != nil {
+		return store.Job{}, err
+	}
+	if _, err := lifecycle.Check(j.Status, lifecycle.Step{To: protocol.JobDispatched, By: lifecycle.Claim}); err != nil {
+		return store.Job{}, fmt.Errorf("job %s: %w: %w", j.ID, store.ErrIllegalMove, err)
+	}
+	return j, s.checkGPUs(ctx, c, *w, req.GPUs)
+}
+
+func isRefusal(err error) bool {
+	return errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNoJob) || errors.Is(err, store.ErrIllegalMove)
+}
+
+// writeClaim stores attempt j.Attempt of job j on worker w, with its GPU leases.
+func (s *Store) writeClaim(ctx context.Context, c conn, w *store.Worker, j store.Job, req store.ClaimRequest, at time.Time) error {
+	for _, g := range req.GPUs {
+		if _, err := c.exec(ctx, `INSERT INTO gpu_leases (worker_id, gpu_index, job_id, attempt) VALUES (?, ?, ?, ?)`,
+			w.ID, g, j.ID, j.Attempt); err != nil {
+			if s.d.IsUnique(err) { // checked under the worker's lock: not expected
+				return fmt.Errorf("GPU %d of worker %s was taken meanwhile: %w", g, w.ID, store.ErrConflict)
+			}
+			return err
+		}
+	}
+	if _, err := c.exec(ctx, `UPDATE jobs SET status = ?, attempt = ?, worker_id = ?, ack_deadline = ?,
+		error = '', started_at = NULL, cancel_deadline = NULL, updated_at = ? WHERE id = ?`,
+		protocol.JobDispatched, j.Attempt, w.ID, s.tv(req.AckDeadline), s.tv(at), j.ID); err != nil {
+		return err
+	}
+	_, err := c.exec(ctx, `INSERT INTO attempts (job_id, number, worker_id, upload_token_hash,
+		dispatched_at, gpus) VALUES (?, ?, ?, ?, ?, ?)`, j.ID, j.Attempt, w.ID, req.UploadTokenHash, s.tv(at),
+		indicesArg(req.GPUs))
+	return err
+}
+
+// checkGPUs refuses (ErrConflict) GPUs beyond the worker's, named twice, or
+// held by an attempt. Leases are written under the worker's lock only, so what
+// this reads stays true until the claim's transaction ends.
+func (s *Store) checkGPUs(ctx context.Context, c conn, w store.Worker, gpus []int) error {
 	count := protocol.ParseGPUInfo(w.GPUInfo).Count
-	for _, g := range gpus {
+	for i, g := range gpus {
 		if g < 0 || g >= count {
 			return fmt.Errorf("worker %s has %d GPUs, not GPU %d: %w", w.ID, count, g, store.ErrConflict)
+		}
+		if slices.Contains(gpus[:i], g) {
+			return fmt.Errorf("GPU %d of worker %s is named twice: %w", g, w.ID, store.ErrConflict)
 		}
 		var holder string
 		err := c.queryRow(ctx, `SELECT job_id FROM gpu_leases WHERE worker_id = ? AND gpu_index = ?`, w.ID, g).Scan(&holder)
@@ -95,22 +220,20 @@ func (s *Store) leaseGPUs(ctx context.Context, c conn, w store.Worker, jobID str
 		case !errors.Is(err, sql.ErrNoRows):
 			return err
 		}
-		if _, err := c.exec(ctx, `INSERT INTO gpu_leases (worker_id, gpu_index, job_id, attempt) VALUES (?, ?, ?, ?)`,
-			w.ID, g, jobID, n); err != nil {
-			if s.d.IsUnique(err) {
-				return fmt.Errorf("GPU %d of worker %s was taken meanwhile: %w", g, w.ID, store.ErrConflict)
-			}
-			return err
-		}
 	}
 	return nil
 }
 
-// ListQueued returns up to limit queued jobs in claim order, with the
-// columns placement reads.
-func (s *Store) ListQueued(ctx context.Context, limit int) ([]store.QueuedJob, error) {
-	rows, err := s.reader().query(ctx, `SELECT id, priority, target, worker_labels, gpu_count, min_vram_gb
-		FROM jobs WHERE status = ? ORDER BY priority DESC, seq ASC LIMIT ?`, protocol.JobQueued, limitArg(limit))
+// ListQueued returns up to limit queued jobs in claim order, behind after
+// when it is set, with the columns placement reads.
+func (s *Store) ListQueued(ctx context.Context, after *store.QueuedJob, limit int) ([]store.QueuedJob, error) {
+	where, args := "", []any{protocol.JobQueued}
+	if after != nil {
+		where = ` AND (priority < ? OR (priority = ? AND seq > ?))`
+		args = append(args, after.Priority, after.Priority, after.Seq)
+	}
+	rows, err := s.reader().query(ctx, `SELECT id, seq, priority, target, worker_labels, gpu_count, min_vram_gb
+		FROM jobs WHERE status = ?`+where+` ORDER BY priority DESC, seq ASC LIMIT ?`, append(args, limitArg(limit))...)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +241,7 @@ func (s *Store) ListQueued(ctx context.Context, limit int) ([]store.QueuedJob, e
 	var out []store.QueuedJob
 	for rows.Next() {
 		var j store.QueuedJob
-		if err := rows.Scan(&j.ID, &j.Priority, &j.Target, jsonCol{&j.WorkerLabels}, &j.GPUCount, &j.MinVRAMGB); err != nil {
+		if err := rows.Scan(&j.ID, &j.Seq, &j.Priority, &j.Target, jsonCol{&j.WorkerLabels}, &j.GPUCount, &j.MinVRAMGB); err != nil {
 			return nil, err
 		}
 		out = append(out, j)

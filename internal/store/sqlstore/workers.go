@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
@@ -92,6 +94,41 @@ func (s *Store) workerLoad(ctx context.Context, c conn, id string) (store.Worker
 func (s *Store) GetWorker(ctx context.Context, id string) (store.Worker, error) {
 	return s.getWorker(ctx, s.reader(), id, false)
 }
+
+// GetWorkers reads several workers (each once) in one query per workersPage IDs. The IN
+// list always has workersPage entries (the last ID repeated), so the query
+// has one text and is prepared once.
+func (s *Store) GetWorkers(ctx context.Context, ids []string) ([]store.Worker, error) {
+	in := strings.TrimSuffix(strings.Repeat("?, ", workersPage), ", ")
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	var out []store.Worker
+	for page := range slices.Chunk(ids, workersPage) {
+		args := make([]any, workersPage)
+		for i := range args {
+			args[i] = page[min(i, len(page)-1)]
+		}
+		rows, err := s.reader().query(ctx, `SELECT `+workerCols+` FROM workers WHERE id IN (`+in+`)`, args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			w, err := scanWorker(rows)
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out = append(out, w)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// workersPage is how many workers one query of GetWorkers reads.
+const workersPage = 32
 
 // GetWorkerState reads a worker's type, status, current job and token hash.
 func (s *Store) GetWorkerState(ctx context.Context, id string) (store.WorkerState, error) {

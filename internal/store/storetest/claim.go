@@ -1,9 +1,11 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +25,9 @@ var claimTests = []test{
 	{"ClaimWorkerNotAvailable", testClaimWorkerNotAvailable},
 	{"ClaimAfterRequeue", testClaimAfterRequeue},
 	{"ClaimConcurrent", testClaimConcurrent},
+	{"ClaimJobsEachOnItsOwn", testClaimJobsEachOnItsOwn},
+	{"ClaimJobsNamedOnly", testClaimJobsNamedOnly},
+	{"ClaimJobsAgainstReports", testClaimJobsAgainstReports},
 }
 
 func testClaimOrder(t *testing.T, s store.Store) {
@@ -254,4 +259,187 @@ func testClaimMatchOrderAcrossPages(t *testing.T, s store.Store) {
 		wantIDs = append(wantIDs, j.ID)
 	}
 	equal(t, seen, wantIDs, "jobs offered to Match, in order")
+}
+
+// One transaction of claims: each is made or refused on its own, a refused one
+// changes nothing, and the ones made are stored, counted and audited in order.
+func testClaimJobsEachOnItsOwn(t *testing.T, s store.Store) {
+	shared := newWorker(t, s, sharing(2))
+	idle := newWorker(t, s)
+	full, _ := dispatched(t, s)
+	a, b, c, d, e := newJob(t, s), newJob(t, s), newJob(t, s), newJob(t, s), newJob(t, s)
+	transition(t, s, d, store.JobTransition{Step: lifecycle.Step{To: protocol.JobCancelled, By: lifecycle.Cancel}})
+	before := getWorker(t, s, full.ID)
+	countsBefore, err := s.CountJobs(t.Context())
+	noErr(t, err, "CountJobs")
+	req := func(w store.Worker, j store.Job, gpus ...int) store.ClaimRequest {
+		return store.ClaimRequest{WorkerID: w.ID, JobID: j.ID, GPUs: gpus, UploadTokenHash: "up-" + j.ID,
+			AckDeadline: at(time.Minute), Now: at(time.Second), Audit: rec("job.dispatch")}
+	}
+	reqs := []store.ClaimRequest{
+		req(shared, a, 1),
+		req(full, b),      // refused: the worker runs its one job
+		req(shared, c, 1), // refused: GPU 1 went to a, in this transaction
+		req(idle, d),      // refused: cancelled, not queued
+		req(shared, e, 0), // made: the shared worker's other GPU
+		req(idle, a),      // refused: a was claimed above
+		{WorkerID: "w_missing", JobID: b.ID, Now: t0, AckDeadline: t0},
+	}
+	audited := len(chain(t, s))
+	res, err := s.ClaimJobs(t.Context(), reqs)
+	noErr(t, err, "ClaimJobs")
+	equal(t, len(res), 7, "results")
+	wantErr(t, res[1].Err, store.ErrConflict, "claim on a full worker")
+	wantErr(t, res[2].Err, store.ErrConflict, "claim of a GPU leased earlier in the batch")
+	wantErr(t, res[3].Err, store.ErrNoJob, "claim of a cancelled job")
+	wantErr(t, res[5].Err, store.ErrNoJob, "claim of a job claimed earlier in the batch")
+	wantErr(t, res[6].Err, store.ErrConflict, "claim for a missing worker")
+	for _, i := range []int{0, 4} {
+		noErr(t, res[i].Err, fmt.Sprintf("claim %d", i))
+		got := res[i].Job
+		equal(t, got, getJob(t, s, got.ID), fmt.Sprintf("claim %d: returned and stored job", i))
+		if got.Status != protocol.JobDispatched || got.WorkerID != shared.ID || got.Attempt != 1 {
+			t.Fatalf("claim %d: job %+v", i, got)
+		}
+		equal(t, attempts(t, s, got.ID), []store.Attempt{res[i].Attempt}, fmt.Sprintf("claim %d: attempts", i))
+	}
+	equal(t, res[0].Attempt.GPUs, []int{1}, "a's GPUs")
+	equal(t, leaseIndices(t, s, shared.ID), []int{0, 1}, "the shared worker's leases")
+	gw := getWorker(t, s, shared.ID)
+	if gw.Status != protocol.WorkerBusy || gw.Running != 2 || gw.GPUsUsed != 2 || gw.CurrentJobID != e.ID {
+		t.Fatalf("shared worker after the batch: %s running %d GPUs %d current %q", gw.Status, gw.Running, gw.GPUsUsed, gw.CurrentJobID)
+	}
+	equal(t, getWorker(t, s, idle.ID), idle, "the idle worker, all of whose claims were refused")
+	equal(t, getWorker(t, s, full.ID), before, "the full worker")
+	for _, j := range []store.Job{b, c} {
+		if got := getJob(t, s, j.ID); got.Status != protocol.JobQueued || got.Attempt != 0 || len(attempts(t, s, j.ID)) != 0 {
+			t.Fatalf("job %s changed by refused claims: %+v", j.ID, got)
+		}
+	}
+	counts, err := s.CountJobs(t.Context())
+	noErr(t, err, "CountJobs")
+	if counts[protocol.JobQueued] != countsBefore[protocol.JobQueued]-2 || counts[protocol.JobDispatched] != countsBefore[protocol.JobDispatched]+2 {
+		t.Fatalf("counts %v, before %v: want two jobs moved from queued to dispatched", counts, countsBefore)
+	}
+	recs := chain(t, s)
+	if len(recs) != audited+2 || recs[audited].Hash != reqs[0].Audit.Hash || recs[audited+1].Hash != reqs[4].Audit.Hash {
+		t.Fatalf("audit after the batch: %d records before, now %+v; want the two claims made, in order", audited, recs[audited:])
+	}
+}
+
+// ClaimJobs claims named jobs only; a request without one fails the whole
+// call before anything is written.
+func testClaimJobsNamedOnly(t *testing.T, s store.Store) {
+	w := newWorker(t, s)
+	j := newJob(t, s)
+	_, err := s.ClaimJobs(t.Context(), []store.ClaimRequest{
+		{WorkerID: w.ID, JobID: j.ID, Now: t0, AckDeadline: t0},
+		{WorkerID: w.ID, Now: t0, AckDeadline: t0},
+	})
+	if err == nil || !strings.Contains(err.Error(), "claim 1 names no job") {
+		t.Fatalf("ClaimJobs with an unnamed claim: %v", err)
+	}
+	equal(t, getJob(t, s, j.ID), j, "the named job")
+	equal(t, getWorker(t, s, w.ID), w, "the worker")
+}
+
+// Batches of claims, each naming its workers in a different order, race
+// reports that end attempts and free those workers (TransitionJob takes the
+// job, then the worker): every call ends, without a deadlock, and every job
+// goes out once.
+func testClaimJobsAgainstReports(t *testing.T, s store.Store) {
+	const workers, jobs = 6, 60
+	var ws []store.Worker
+	for i := 0; i < workers; i++ {
+		ws = append(ws, newWorker(t, s))
+	}
+	var queued []store.Job
+	for i := 0; i < jobs; i++ {
+		queued = append(queued, newJob(t, s))
+	}
+	var mu sync.Mutex
+	dispatchedTo := map[string]int{}
+	claimed := make(chan store.Job, 2*jobs)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for c := 0; c < 3; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := 0; ctx.Err() == nil; round++ {
+				mu.Lock()
+				done := len(dispatchedTo) == jobs
+				mu.Unlock()
+				if done {
+					return
+				}
+				var reqs []store.ClaimRequest
+				for k := 0; k < workers; k++ {
+					w := ws[(c*2+round+k)%workers]
+					if c%2 == 1 {
+						w = ws[workers-1-(round+k)%workers]
+					}
+					j := queued[(c*7+round*workers+k)%jobs]
+					reqs = append(reqs, store.ClaimRequest{WorkerID: w.ID, JobID: j.ID, Now: t0,
+						AckDeadline: at(time.Minute), Audit: rec("job.dispatch")})
+				}
+				res, err := s.ClaimJobs(ctx, reqs)
+				if err != nil {
+					errs <- fmt.Errorf("ClaimJobs: %w", err)
+					cancel()
+					return
+				}
+				mu.Lock()
+				for _, r := range res {
+					if r.Err == nil {
+						dispatchedTo[r.Job.ID]++
+						claimed <- r.Job
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() { // the reporter: ends each claimed attempt
+		defer wg.Done()
+		for range jobs {
+			var j store.Job
+			select {
+			case j = <-claimed:
+			case <-ctx.Done():
+				return
+			}
+			_, err := s.TransitionJob(ctx, store.JobTransition{JobID: j.ID, From: protocol.JobDispatched,
+				ExpectAttempt: j.Attempt, ExpectWorker: j.WorkerID, Now: t0,
+				Step:  lifecycle.Step{To: protocol.JobCompleted, By: lifecycle.Report, EndAttempt: protocol.OutcomeCompleted},
+				Audit: rec("job.completed")})
+			if err != nil {
+				errs <- fmt.Errorf("TransitionJob %s: %w", j.ID, err)
+				cancel()
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("claims and reports did not finish within a minute: %d of %d jobs claimed", len(dispatchedTo), jobs)
+	}
+	for id, n := range dispatchedTo {
+		if n != 1 {
+			t.Fatalf("job %s went out %d times", id, n)
+		}
+	}
+	for _, w := range ws {
+		if gw := getWorker(t, s, w.ID); gw.Status != protocol.WorkerIdle || gw.Running != 0 {
+			t.Fatalf("worker after every job completed: %s running %d", gw.Status, gw.Running)
+		}
+	}
+	chain(t, s)
 }

@@ -23,6 +23,7 @@ var jobTests = []test{
 	{"CountJobs", testCountJobs},
 	{"QueuePosition", testQueuePosition},
 	{"ListQueued", testListQueued},
+	{"GetWorkers", testGetWorkers},
 	{"ConcurrentWritersKeepTheirOutcomes", testConcurrentWriters},
 }
 
@@ -215,12 +216,45 @@ func testListQueued(t *testing.T, s store.Store) {
 		t.Fatalf("claimed %s, want %s", got.ID, claimed.ID)
 	}
 	want := []store.QueuedJob{high.Queued(), a.Queued(), b.Queued(), low.Queued()}
-	got, err := s.ListQueued(t.Context(), 10)
+	got, err := s.ListQueued(t.Context(), nil, 10)
 	noErr(t, err, "ListQueued")
 	equal(t, got, want, "ListQueued")
-	got, err = s.ListQueued(t.Context(), 2)
+	got, err = s.ListQueued(t.Context(), nil, 2)
 	noErr(t, err, "ListQueued with a limit")
 	equal(t, got, want[:2], "ListQueued with a limit")
+	// Pages continue behind their last job, across a priority and within one.
+	for i, after := range want[:3] {
+		got, err = s.ListQueued(t.Context(), &after, 10)
+		noErr(t, err, "ListQueued after a job")
+		equal(t, got, want[i+1:], fmt.Sprintf("ListQueued after job %d", i))
+	}
+}
+
+// GetWorkers reads the workers named, over several pages of its query, and
+// leaves out the IDs with no worker.
+func testGetWorkers(t *testing.T, s store.Store) {
+	want := map[string]store.Worker{}
+	var ids []string
+	for range 40 {
+		w := newWorker(t, s)
+		want[w.ID] = w
+		ids = append(ids, w.ID)
+	}
+	ids = append(ids, "w_missing", ids[0])
+	got, err := s.GetWorkers(t.Context(), ids)
+	noErr(t, err, "GetWorkers")
+	byID := map[string]store.Worker{}
+	for _, w := range got {
+		byID[w.ID] = w
+	}
+	equal(t, len(got), len(want), "workers read")
+	equal(t, byID, want, "workers read")
+	got, err = s.GetWorkers(t.Context(), []string{ids[3]})
+	noErr(t, err, "GetWorkers of one")
+	equal(t, got, []store.Worker{want[ids[3]]}, "one worker")
+	got, err = s.GetWorkers(t.Context(), nil)
+	noErr(t, err, "GetWorkers of none")
+	equal(t, len(got), 0, "workers read for no ID")
 }
 
 // Writes arriving together each keep their own outcome, whether or not the
