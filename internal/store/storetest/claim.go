@@ -27,6 +27,7 @@ var claimTests = []test{
 	{"ClaimConcurrent", testClaimConcurrent},
 	{"ClaimJobsEachOnItsOwn", testClaimJobsEachOnItsOwn},
 	{"ClaimJobsNamedOnly", testClaimJobsNamedOnly},
+	{"ClaimJobsCountEarlierClaims", testClaimJobsCountEarlierClaims},
 	{"ClaimJobsAgainstReports", testClaimJobsAgainstReports},
 }
 
@@ -442,4 +443,40 @@ func testClaimJobsAgainstReports(t *testing.T, s store.Store) {
 		}
 	}
 	chain(t, s)
+}
+
+// A claim counts the claims made before it in the same transaction: a worker
+// that runs one job at a time takes the first of two, and a worker with two
+// GPUs does not take a third job after two.
+func testClaimJobsCountEarlierClaims(t *testing.T, s store.Store) {
+	single := newWorker(t, s)
+	shared := newWorker(t, s, sharing(2))
+	var jobs []store.Job
+	for range 5 {
+		jobs = append(jobs, newJob(t, s))
+	}
+	req := func(w store.Worker, j store.Job, gpus ...int) store.ClaimRequest {
+		return store.ClaimRequest{WorkerID: w.ID, JobID: j.ID, GPUs: gpus, Now: t0, AckDeadline: t0}
+	}
+	res, err := s.ClaimJobs(t.Context(), []store.ClaimRequest{
+		req(single, jobs[0]), req(single, jobs[1]),
+		req(shared, jobs[2], 0), req(shared, jobs[3], 1), req(shared, jobs[4]),
+	})
+	noErr(t, err, "ClaimJobs")
+	for i, want := range []error{nil, store.ErrConflict, nil, nil, store.ErrConflict} {
+		if want == nil {
+			noErr(t, res[i].Err, fmt.Sprintf("claim %d", i))
+		} else {
+			wantErr(t, res[i].Err, want, fmt.Sprintf("claim %d", i))
+		}
+	}
+	if w := getWorker(t, s, single.ID); w.Running != 1 || w.Status != protocol.WorkerBusy {
+		t.Fatalf("the one-job worker: %s running %d", w.Status, w.Running)
+	}
+	if w := getWorker(t, s, shared.ID); w.Running != 2 || w.GPUsUsed != 2 || w.Status != protocol.WorkerBusy {
+		t.Fatalf("the two-GPU worker: %s running %d GPUs %d", w.Status, w.Running, w.GPUsUsed)
+	}
+	for _, j := range []store.Job{jobs[1], jobs[4]} {
+		equal(t, getJob(t, s, j.ID).Status, protocol.JobQueued, "a refused job")
+	}
 }
