@@ -274,7 +274,8 @@ func TestDrainFinishesJobThenExits(t *testing.T) {
 	t.Parallel()
 	f, r := setup(t, nil)
 	f.connected(1)
-	f.submit(protocol.JobSubmitEvent{JobID: "j_drain0000001", Config: json.RawMessage(`{"steps":15,"step_seconds":0.02}`)})
+	// Long enough to be still running when the drain starts, on a loaded machine too.
+	f.submit(protocol.JobSubmitEvent{JobID: "j_drain0000001", Config: json.RawMessage(`{"steps":50,"step_seconds":0.02}`)})
 	f.started("j_drain0000001")
 	r.w.Drain()
 	if st := r.w.Status(); !strings.Contains(st, "draining") || !strings.Contains(st, "j_drain0000001") {
