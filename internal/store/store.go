@@ -407,9 +407,9 @@ type Store interface {
 	// error is the transaction's: then no claim was made.
 	ClaimJobs(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error)
 	// ListQueued returns up to limit queued jobs in the order they are claimed
-	// (priority descending, then submission order), each with only what
-	// placement reads: no config, no token.
-	// With after set, the list starts behind that job (a page after the last).
+	// (priority descending, then submission order), behind after when it is
+	// set (the next page), each with only what placement reads: no config, no
+	// token.
 	ListQueued(ctx context.Context, after *QueuedJob, limit int) ([]QueuedJob, error)
 	// GPULeases lists the GPUs of a worker that attempts hold, by index.
 	GPULeases(ctx context.Context, workerID string) ([]GPULease, error)

@@ -18,18 +18,11 @@ import (
 // ClaimJob gives a queued job to a worker with room for it: req.JobID, or
 // the best queued job that req.Match accepts. It is ClaimJobs with one claim.
 func (s *Store) ClaimJob(ctx context.Context, req store.ClaimRequest) (store.Job, store.Attempt, error) {
-	var r store.ClaimResult
-	err := s.write(ctx, func(c conn) error {
-		res, err := s.claimJobs(ctx, c, []store.ClaimRequest{req})
-		if err == nil {
-			r = res[0]
-		}
-		return err
-	})
+	res, err := s.claimJobs(ctx, []store.ClaimRequest{req})
 	if err != nil {
 		return store.Job{}, store.Attempt{}, err
 	}
-	return r.Job, r.Attempt, r.Err
+	return res[0].Job, res[0].Attempt, res[0].Err
 }
 
 // ClaimJobs makes a scheduler pass's claims in one transaction: one turn at
@@ -42,16 +35,20 @@ func (s *Store) ClaimJobs(ctx context.Context, reqs []store.ClaimRequest) ([]sto
 			return nil, fmt.Errorf("claim %d names no job: ClaimJobs claims named jobs only", i)
 		}
 	}
+	return s.claimJobs(ctx, reqs)
+}
+
+func (s *Store) claimJobs(ctx context.Context, reqs []store.ClaimRequest) ([]store.ClaimResult, error) {
 	var out []store.ClaimResult
 	err := s.write(ctx, func(c conn) error {
 		var err error
-		out, err = s.claimJobs(ctx, c, reqs)
+		out, err = s.claimInTx(ctx, c, reqs)
 		return err
 	})
 	return out, err
 }
 
-// claimJobs makes the claims inside transaction c. The attempts' GPUs are
+// claimInTx makes the claims inside transaction c. The attempts' GPUs are
 // leased there too; a GPU another attempt holds refuses the claim with
 // ErrConflict, so two claimers (two replicas on one database) can never hand
 // out one GPU twice.
@@ -63,7 +60,7 @@ func (s *Store) ClaimJobs(ctx context.Context, reqs []store.ClaimRequest) ([]sto
 //
 // Each claim is checked before it writes anything: a refused claim leaves no
 // trace and the others go on.
-func (s *Store) claimJobs(ctx context.Context, c conn, reqs []store.ClaimRequest) ([]store.ClaimResult, error) {
+func (s *Store) claimInTx(ctx context.Context, c conn, reqs []store.ClaimRequest) ([]store.ClaimResult, error) {
 	workers, err := s.lockWorkers(ctx, c, reqs)
 	if err != nil {
 		return nil, err
@@ -71,6 +68,7 @@ func (s *Store) claimJobs(ctx context.Context, c conn, reqs []store.ClaimRequest
 	out := make([]store.ClaimResult, len(reqs))
 	var claimed []string // workers that took a job, in the order of their first claim
 	var audits []*audit.Record
+	var moved int64
 	for i, req := range reqs {
 		w, ok := workers[req.WorkerID]
 		if !ok {
@@ -90,6 +88,7 @@ func (s *Store) claimJobs(ctx context.Context, c conn, reqs []store.ClaimRequest
 		if err := s.writeClaim(ctx, c, w, j, req, at); err != nil {
 			return nil, err
 		}
+		moved++
 		if !slices.Contains(claimed, w.ID) {
 			claimed = append(claimed, w.ID)
 		}
@@ -105,7 +104,7 @@ func (s *Store) claimJobs(ctx context.Context, c conn, reqs []store.ClaimRequest
 			audits = append(audits, req.Audit)
 		}
 	}
-	if len(claimed) == 0 {
+	if moved == 0 {
 		return out, nil
 	}
 	for _, id := range claimed {
@@ -113,12 +112,6 @@ func (s *Store) claimJobs(ctx context.Context, c conn, reqs []store.ClaimRequest
 		if _, err := c.exec(ctx, `UPDATE workers SET status = ?, current_job_id = ?, running = ?, gpus_used = ? WHERE id = ?`,
 			lifecycle.Settle(w.Status, w.Load()), w.CurrentJobID, w.Running, w.GPUsUsed, w.ID); err != nil {
 			return nil, err
-		}
-	}
-	var moved int64
-	for _, r := range out {
-		if r.Err == nil {
-			moved++
 		}
 	}
 	// The counts, like the audit head, are locked last: see counts.go.
