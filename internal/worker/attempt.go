@@ -44,7 +44,11 @@ type attempt struct {
 
 	stop       stopReason
 	stopDetail string
-	timeout    *time.Timer
+	// fenced (guarded by w.mu) leaves a self-fenced attempt out of what the
+	// worker says it runs while it is being stopped: the orchestrator must
+	// take it for lost, not resume it.
+	fenced  bool
+	timeout *time.Timer
 
 	launched     chan struct{} // closed once the start was tried (success or not)
 	ended        chan struct{} // closed by the loop when the attempt is over

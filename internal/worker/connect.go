@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +24,8 @@ type (
 		url  string // the orchestrator URL it was sent to
 		resp protocol.RegisterResponse
 		err  error
+		// leftOut are the self-fenced attempts the registration did not list.
+		leftOut []string
 	}
 	streamOpened struct{ gen int }
 	streamEvent  struct {
@@ -52,23 +56,26 @@ func (w *Worker) connect(ctx context.Context, gen int) {
 		w.post(registered{gen: gen, url: at, err: err})
 		return
 	}
-	body := w.registerRequest()
+	body, leftOut := w.registerRequest()
 	var resp protocol.RegisterResponse
 	err := w.c.doJSON(ctx, 3*w.opt.Timers.RequestTimeout, "register", http.MethodPost, "/api/workers/register", body, &resp)
 	if err == nil && resp.WorkerID == "" {
 		err = errors.New("register: the orchestrator's reply has no worker_id")
 	}
-	w.post(registered{gen: gen, url: at, resp: resp, err: err})
+	w.post(registered{gen: gen, url: at, resp: resp, err: err, leftOut: leftOut})
 }
 
-func (w *Worker) registerRequest() protocol.RegisterRequest {
+// registerRequest is the registration body, and the keys of the self-fenced
+// attempts it leaves out.
+func (w *Worker) registerRequest() (protocol.RegisterRequest, []string) {
 	w.mu.Lock()
 	inv := w.inv
 	running := w.attemptsLocked()
 	var current string
-	if r := w.runningLocked(); len(r) > 0 {
+	if r := w.answeredLocked(); len(r) > 0 {
 		current = r[0].jobID
 	}
+	leftOut := slices.Collect(maps.Keys(w.unreconciled))
 	caps := protocol.Capabilities{Isolation: w.iso.Name(), MaxJobs: w.maxJobs}
 	if w.jobSettings.OwnCancelGrace {
 		caps.CancelGraceSeconds = w.jobSettings.CancelGrace.Seconds()
@@ -89,7 +96,7 @@ func (w *Worker) registerRequest() protocol.RegisterRequest {
 	if current != "" {
 		req.CurrentJobID = &current // protocol-1 orchestrators only know current_job_id
 	}
-	return req
+	return req, leftOut
 }
 
 // activityReader records when the last byte arrived.

@@ -84,7 +84,7 @@ func (w *Worker) heartbeatInterval() time.Duration {
 func (w *Worker) heartbeat(ctx context.Context) error {
 	w.mu.Lock()
 	req := protocol.HeartbeatRequest{WorkerID: w.workerID, Status: string(protocol.WorkerIdle)}
-	if r := w.runningLocked(); len(r) > 0 {
+	if r := w.answeredLocked(); len(r) > 0 {
 		req.Status = string(protocol.WorkerBusy)
 		id := r[0].jobID
 		req.CurrentJobID = &id

@@ -85,6 +85,14 @@ func (w *Worker) stopJob(a *attempt, why stopReason, detail string, grace time.D
 		a.stop, a.stopDetail = why, detail
 		a.log.Info("stopping training", "reason", detail, "grace", grace.String())
 	}
+	if a.stop == stopFence {
+		w.mu.Lock()
+		if !a.fenced {
+			a.fenced = true
+			w.unreconciled[a.key()] = true
+		}
+		w.mu.Unlock()
+	}
 	if a.proc != nil {
 		a.proc.Stop(grace)
 	}

@@ -140,6 +140,10 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 			w.reconnect(s, m.err)
 			return false, nil
 		}
+		if w.settleFences(m.leftOut) {
+			w.reconnect(s, errFencedMeanwhile)
+			return false, nil
+		}
 		w.onRegistered(ctx, s, m.resp)
 	case streamOpened:
 		if m.gen == s.gen {

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
@@ -46,12 +47,32 @@ func (w *Worker) onRegistered(ctx context.Context, s *session, resp protocol.Reg
 	go w.stream(ctx, s.gen, resp.WorkerID)
 }
 
+// errFencedMeanwhile is why a registration that listed an attempt self-fenced
+// after it was composed is made again.
+var errFencedMeanwhile = errors.New("a job was self-fenced while the registration was on its way; registering again without it")
+
+// settleFences forgets the self-fenced attempts a registration left out, and
+// reports whether any is left: one fenced after the registration was composed,
+// which listed it as running. The orchestrator then resumed an attempt that is
+// being stopped, so the worker must register again without it.
+func (w *Worker) settleFences(leftOut []string) (fencedMeanwhile bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, key := range leftOut {
+		delete(w.unreconciled, key)
+	}
+	return len(w.unreconciled) > 0
+}
+
 // reconcile applies the registration's verdict on each attempt this worker
 // runs. An abandoned attempt is stopped without a report: the orchestrator
 // already ended it, and a report could only be refused (409) or, worse, be
 // mistaken for news.
 func (w *Worker) reconcile(resp protocol.RegisterResponse) {
 	for _, a := range w.running() {
+		if a.stop == stopFence {
+			continue // left out of the registration: it is being stopped
+		}
 		w.reconcileOne(a, resp)
 	}
 }

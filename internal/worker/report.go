@@ -138,7 +138,9 @@ func (w *Worker) release(key string) {
 // flushReports sends the spooled terminal reports. A record is dropped once the
 // orchestrator acknowledged it (2xx) or can never take it: 409 (the attempt is
 // stale, the orchestrator moved on), 404 (it does not know the job), other 4xx.
-// A self-fenced record waits for a registration newer than itself; a record whose
+// A self-fenced record waits for a registration that left its attempt out (one
+// made by this process: the attempt of a record from an earlier process can no
+// longer be listed); a record whose
 // log is still shipping waits for it unless beforeRegister (see connect). It stops at
 // the first transport or 5xx error (the orchestrator is down; try later) and
 // returns that error, or the 401.
@@ -152,7 +154,7 @@ func (w *Worker) flushReports(ctx context.Context, beforeRegister bool) error {
 	for _, rec := range recs {
 		w.mu.Lock()
 		held := w.held[rec.key()] && !beforeRegister
-		waiting := rec.AfterRegister && !w.lastRegister.After(rec.Created)
+		waiting := rec.AfterRegister && (w.unreconciled[rec.key()] || w.lastRegister.IsZero())
 		w.mu.Unlock()
 		if held || waiting {
 			continue

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -147,5 +148,85 @@ func waitLog(t *testing.T, r *running, s string) {
 			t.Fatalf("the worker never logged %q", s)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestFencedJobNotResumedWhileItDies: the orchestrator comes back while a
+// self-fenced job is still in its stop grace. The registration must not list
+// the job (the orchestrator would resume an attempt that is being killed), and
+// the job's cancelled report must go once it is dead, without waiting for yet
+// another registration.
+func TestFencedJobNotResumedWhileItDies(t *testing.T) {
+	t.Parallel()
+	f, r := setup(t, func(o *Options) {
+		o.SelfFenceAfter = 300 * time.Millisecond
+		o.CancelGrace = 3 * time.Second
+	})
+	f.connected(1)
+	const id = "j_fencedie0001"
+	f.submit(protocol.JobSubmitEvent{JobID: id, Attempt: 1, GPUs: gpus(protocol.AssignedGPU{Index: 0}),
+		Config: json.RawMessage(`{"steps":100000,"step_seconds":0.05,"ignore_sigterm":true}`)})
+	f.started(id)
+	f.down.Store(true)
+	f.dropStreams()
+	f.srv.CloseClientConnections()
+	waitLog(t, r, "stopping the job: the orchestrator has not acknowledged")
+	f.mu.Lock()
+	before := len(f.registers)
+	f.mu.Unlock()
+	f.down.Store(false)
+	f.waitFor("a registration after the fence", 5*time.Second, func() bool { return len(f.registers) > before })
+	f.mu.Lock()
+	reg := f.registers[before]
+	f.mu.Unlock()
+	if len(reg.Running) != 0 || reg.CurrentJobID != nil {
+		t.Errorf("the registration during the stop grace lists the fenced job: running %+v, current_job_id %v", reg.Running, reg.CurrentJobID)
+	}
+	if rep := f.report(id, "cancelled"); rep.Error == nil || !strings.Contains(*rep.Error, "self-fenced") {
+		t.Errorf("%+v", rep)
+	}
+}
+
+// TestFencedWhileRegistering: a job is self-fenced while a registration that
+// lists it as running is on its way. The orchestrator resumes it; the worker
+// must register again, leaving the job out, and then report it cancelled.
+func TestFencedWhileRegistering(t *testing.T) {
+	t.Parallel()
+	f, r := setup(t, func(o *Options) { o.SelfFenceAfter = 300 * time.Millisecond })
+	f.connected(1)
+	const id = "j_fencereg0001"
+	f.submit(protocol.JobSubmitEvent{JobID: id, Attempt: 1, GPUs: gpus(protocol.AssignedGPU{Index: 0}),
+		Config: json.RawMessage(`{"steps":100000,"step_seconds":0.05}`)})
+	f.started(id)
+	const fenced = "stopping the job: the orchestrator has not acknowledged"
+	var held sync.Once
+	f.mu.Lock()
+	f.regReply = func(req protocol.RegisterRequest) protocol.RegisterResponse {
+		held.Do(func() { // answer the first registration only once the job was fenced
+			for deadline := time.Now().Add(5 * time.Second); !strings.Contains(r.logs.String(), fenced) && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			f.hbFail.Store(false)
+		})
+		return protocol.RegisterResponse{WorkerID: f.workerID, SSEURL: "/api/workers/stream?worker_id=" + f.workerID,
+			Protocol: 2, HeartbeatIntervalSeconds: 30, HeartbeatTimeoutSeconds: 120, Resume: req.Running}
+	}
+	before := len(f.registers)
+	f.mu.Unlock()
+	f.hbFail.Store(true)
+	f.dropStreams()
+	f.waitFor("a second registration after the fence", 10*time.Second, func() bool { return len(f.registers) >= before+2 })
+	f.mu.Lock()
+	first, second := f.registers[before], f.registers[before+1]
+	f.mu.Unlock()
+	if len(first.Running) != 1 {
+		t.Fatalf("the held registration should list the job, composed before the fence: %+v", first.Running)
+	}
+	if len(second.Running) != 0 || second.CurrentJobID != nil {
+		t.Errorf("the registration after the fence lists the fenced job: running %+v, current_job_id %v", second.Running, second.CurrentJobID)
+	}
+	waitLog(t, r, "registering again without it")
+	if rep := f.report(id, "cancelled"); rep.Error == nil || !strings.Contains(*rep.Error, "self-fenced") {
+		t.Errorf("%+v", rep)
 	}
 }

@@ -236,6 +236,10 @@ type Worker struct {
 	// orchestrator never takes an attempt for lost while its outcome is on the
 	// way. Self-fenced attempts are left out: they must be reconciled as lost.
 	finishing map[string]statusRecord
+	// unreconciled holds the keys of self-fenced attempts that no registration
+	// has left out yet: their cancelled reports wait until one has, so the
+	// orchestrator first takes the attempt for lost and requeues the job.
+	unreconciled map[string]bool
 	// stateLock holds the state directory for this process (see lockStateDir).
 	stateLock *os.File
 	crash     *crashHook // the fault suite's crash hook; nil in production
@@ -273,19 +277,20 @@ func New(opt Options) (*Worker, error) {
 		return nil, err
 	}
 	return &Worker{
-		opt:        opt,
-		log:        opt.Logger,
-		c:          c,
-		iso:        opt.Isolation,
-		spool:      &statusSpool{dir: filepath.Join(opt.StateDir, "spool")},
-		msgs:       make(chan any, 256),
-		loopDone:   make(chan struct{}),
-		registered: make(chan struct{}),
-		held:       map[string]bool{},
-		jobs:       map[string]*attempt{},
-		maxJobs:    1,
-		finishing:  map[string]statusRecord{},
-		fenceAfter: opt.SelfFenceAfter,
+		opt:          opt,
+		log:          opt.Logger,
+		c:            c,
+		iso:          opt.Isolation,
+		spool:        &statusSpool{dir: filepath.Join(opt.StateDir, "spool")},
+		msgs:         make(chan any, 256),
+		loopDone:     make(chan struct{}),
+		registered:   make(chan struct{}),
+		held:         map[string]bool{},
+		jobs:         map[string]*attempt{},
+		maxJobs:      1,
+		finishing:    map[string]statusRecord{},
+		unreconciled: map[string]bool{},
+		fenceAfter:   opt.SelfFenceAfter,
 		jobSettings: JobSettings{Command: opt.Command, Env: opt.JobEnv, CancelGrace: opt.CancelGrace,
 			OwnCancelGrace: opt.OwnCancelGrace, LogLimitBytes: opt.LogLimitBytes},
 		persistent:  opt.Persistent,
@@ -381,11 +386,17 @@ func (w *Worker) reported(key string) {
 	w.mu.Unlock()
 }
 
+// answeredLocked lists the running attempts the worker tells the orchestrator
+// about: all but the self-fenced ones. w.mu is held.
+func (w *Worker) answeredLocked() []*attempt {
+	return slices.DeleteFunc(w.runningLocked(), func(a *attempt) bool { return a.fenced })
+}
+
 // attemptsLocked lists the attempts this worker answers for: the running ones
 // first, then the finishing ones. w.mu is held.
 func (w *Worker) attemptsLocked() []protocol.RunningAttempt {
 	var out, finishing []protocol.RunningAttempt
-	for _, a := range w.runningLocked() {
+	for _, a := range w.answeredLocked() {
 		out = append(out, protocol.RunningAttempt{JobID: a.jobID, Attempt: a.n, State: protocol.AttemptRunning})
 	}
 	for _, rec := range w.finishing {
