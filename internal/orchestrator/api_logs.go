@@ -17,9 +17,10 @@ import (
 
 const logReadBytes = 1 << 20
 
-// followFallback is how often a follower looks at the store unprompted: for
-// appends and moves made on another instance, which this one hears nothing of.
-const followFallback = 2 * time.Second
+// defaultFollowFallback is how often a follower looks at the store
+// unprompted: for appends and moves made on another instance, which this one
+// hears nothing of.
+const defaultFollowFallback = 2 * time.Second
 
 // readLogs returns a job's log as text, or with ?follow=1 streams it as SSE
 // ("log" events, one data line per log line) until the job ends.
@@ -166,7 +167,7 @@ func (s *Server) followLog(w http.ResponseWriter, r *http.Request, j store.Job, 
 	ctx := r.Context()
 	recheck := time.NewTicker(opt.RecheckInterval)
 	defer recheck.Stop()
-	fallback := time.NewTicker(followFallback)
+	fallback := time.NewTicker(s.logFeed.fallback)
 	defer fallback.Stop()
 	look := true // read the job's state, then catch up from the store
 	for {

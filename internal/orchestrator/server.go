@@ -5,6 +5,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -60,6 +61,10 @@ type Options struct {
 	FailureAuditMaxPeers   int
 	// Retention: how long finished jobs and their traces are kept.
 	Retention RetentionOptions
+
+	// followFallback replaces defaultFollowFallback when set: tests that
+	// count store reads put the fallback look out of their way.
+	followFallback time.Duration
 }
 
 // OptionsFrom maps a loaded configuration onto the orchestrator's settings.
@@ -206,7 +211,7 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 		started:    time.Now(),
 		wake:       make(chan struct{}, 1),
 		limiter:    auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now),
-		logFeed:    newLogFeed(),
+		logFeed:    newLogFeed(cmp.Or(opt.followFallback, defaultFollowFallback)),
 		stopped:    make(chan struct{}),
 		telemetry:  newTelemetryMap(),
 		clocks:     newClockSkews(),
