@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -508,7 +509,10 @@ func TestQueueSubmitJobPageAndCancel(t *testing.T) {
 	ev := w.next(t, "job_submit")
 	running := ev["job_id"].(string)
 	attempt := ev["attempt"]
-	s.api("POST", "/api/workers/job/"+running+"/status", "X-Worker-Token", token, map[string]any{"status": "starting", "attempt": attempt})
+	w.runs(running, attempt)
+	if st, _ := s.api("POST", "/api/workers/job/"+running+"/status", "X-Worker-Token", token, map[string]any{"status": "starting", "attempt": attempt}); st != 200 {
+		t.Fatalf("starting report: %d", st)
+	}
 	req, _ := http.NewRequest("POST", s.hs.URL+"/api/workers/job/"+running+"/logs", strings.NewReader("step 1/3 loss=0.5\nstep 2/3 loss=0.4\n"))
 	req.Header.Set("X-Worker-Token", token)
 	req.Header.Set("X-Attempt", "1")
@@ -545,7 +549,9 @@ func TestQueueSubmitJobPageAndCancel(t *testing.T) {
 	// Cancel from the page.
 	p = b.must(b.post("/ui/jobs/"+running+"/cancel", nil), http.StatusSeeOther)
 	contains(t, b.must(b.get(p.Location()), 200), "Cancel requested.", "canceling")
-	s.api("POST", "/api/workers/job/"+running+"/status", "X-Worker-Token", token, map[string]any{"status": "cancelled", "attempt": attempt})
+	if st, _ := s.api("POST", "/api/workers/job/"+running+"/status", "X-Worker-Token", token, map[string]any{"status": "cancelled", "attempt": attempt}); st != 200 {
+		t.Fatalf("cancelled report: %d", st)
+	}
 	res.Body.Close()
 	// A finished job's live part tells htmx to stop polling.
 	p = b.get("/ui/live/jobs/"+running, "HX-Request", "true")
@@ -560,7 +566,24 @@ func TestQueueSubmitJobPageAndCancel(t *testing.T) {
 
 // sseWorker is a worker's event stream.
 type sseWorker struct {
-	rd *bufio.Reader
+	rd      *bufio.Reader
+	mu      sync.Mutex
+	running []map[string]any // what its heartbeats list, as workerd's would
+}
+
+// runs makes the worker's heartbeats list the attempt: the orchestrator takes
+// a running job its worker's heartbeats leave out for lost.
+func (w *sseWorker) runs(jobID string, attempt any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.running = append(w.running, map[string]any{"job_id": jobID, "attempt": attempt, "state": "running"})
+}
+
+func (w *sseWorker) heartbeat(id string) []byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	body, _ := json.Marshal(map[string]any{"worker_id": id, "status": "idle", "running": w.running})
+	return body
 }
 
 func connect(t *testing.T, s *site, id, token string) *sseWorker {
@@ -572,6 +595,7 @@ func connect(t *testing.T, s *site, id, token string) *sseWorker {
 		t.Fatalf("stream: %v %v", res, err)
 	}
 	t.Cleanup(func() { res.Body.Close() })
+	w := &sseWorker{rd: bufio.NewReader(res.Body)}
 	go func() { // keep it alive
 		for {
 			select {
@@ -579,15 +603,14 @@ func connect(t *testing.T, s *site, id, token string) *sseWorker {
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
-			body, _ := json.Marshal(map[string]any{"worker_id": id, "status": "idle"})
-			r, _ := http.NewRequest("POST", s.hs.URL+"/api/workers/heartbeat", bytes.NewReader(body))
+			r, _ := http.NewRequest("POST", s.hs.URL+"/api/workers/heartbeat", bytes.NewReader(w.heartbeat(id)))
 			r.Header.Set("X-Worker-Token", token)
 			if res, err := http.DefaultClient.Do(r); err == nil {
 				res.Body.Close()
 			}
 		}
 	}()
-	return &sseWorker{rd: bufio.NewReader(res.Body)}
+	return w
 }
 
 func (w *sseWorker) next(t *testing.T, typ string) map[string]any {

@@ -82,7 +82,9 @@ func newSite(t testing.TB, st store.Store) *site {
 	opt.HeartbeatInterval, opt.HeartbeatTimeout = 100*time.Millisecond, 2*time.Second
 	opt.HealthCheckInterval, opt.SchedulerInterval = 100*time.Millisecond, 100*time.Millisecond
 	opt.StartupGrace, opt.PingInterval = 0, 200*time.Millisecond
-	opt.CancelGrace, opt.CancelReportTimeout = 200*time.Millisecond, 300*time.Millisecond
+	// Long enough that no cancel ends at its deadline while a test looks at
+	// the canceling job, however slow the machine.
+	opt.CancelGrace, opt.CancelReportTimeout = time.Minute, time.Minute
 	opt.AuthFailuresPerMinute = 5
 	log := slog.New(slog.DiscardHandler)
 	srv := orchestrator.New(st, opt, log)
