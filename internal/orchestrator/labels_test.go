@@ -129,7 +129,14 @@ func TestHeartbeatsAnsweredDuringSlowPasses(t *testing.T) {
 	}
 	start := time.Now()
 	e.srv.schedulePass(context.Background())
-	t.Logf("one pass over 150 jobs and 60 workers: %s", time.Since(start).Round(time.Millisecond))
+	pass := time.Since(start)
+	t.Logf("one pass over 150 jobs and 60 workers: %s", pass.Round(time.Millisecond))
+	// A heartbeat held up by the passes waits for most of one, and the
+	// slowest of two seconds of them for nearly all of one. The bound follows
+	// the machine: under -race on a loaded machine a pass takes seconds, and
+	// a heartbeat that merely shares the cores with it is slower too (0.15
+	// of a pass, measured at 1 and at 9 s a pass).
+	limit := pass / 2
 
 	var slowest time.Duration
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
@@ -139,8 +146,8 @@ func TestHeartbeatsAnsweredDuringSlowPasses(t *testing.T) {
 		slowest = max(slowest, time.Since(began))
 	}
 	t.Logf("slowest heartbeat while passes ran: %s", slowest.Round(time.Millisecond))
-	if slowest > time.Second {
-		t.Errorf("a heartbeat took %s while the scheduler matched slow patterns", slowest)
+	if slowest > limit {
+		t.Errorf("a heartbeat took %s (more than half a pass, %s) while the scheduler matched slow patterns", slowest, limit.Round(time.Millisecond))
 	}
 	if st := e.worker(agents[0].id)["status"]; st != "idle" {
 		t.Errorf("a worker that matches no job is %v", st)
