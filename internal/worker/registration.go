@@ -25,7 +25,6 @@ func (w *Worker) onRegistered(ctx context.Context, s *session, resp protocol.Reg
 	}
 	mismatch := w.opt.OwnType && resp.WorkerType.Valid() && (resp.WorkerType == protocol.Persistent) != w.persistent
 	w.lastAck = now // the orchestrator just heard from us
-	w.lastRegister = now
 	w.lastProgress = now
 	w.mu.Unlock()
 	w.registeredOnce.Do(func() { close(w.registered) })

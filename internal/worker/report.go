@@ -154,7 +154,7 @@ func (w *Worker) flushReports(ctx context.Context, beforeRegister bool) error {
 	for _, rec := range recs {
 		w.mu.Lock()
 		held := w.held[rec.key()] && !beforeRegister
-		waiting := rec.AfterRegister && (w.unreconciled[rec.key()] || w.lastRegister.IsZero())
+		waiting := rec.AfterRegister && (w.unreconciled[rec.key()] || !w.hasRegistered())
 		w.mu.Unlock()
 		if held || waiting {
 			continue

@@ -225,7 +225,6 @@ type Worker struct {
 	connected    bool                // the stream is open
 	retries      int                 // reconnect attempts since the last good connection
 	lastAck      time.Time
-	lastRegister time.Time
 	lastProgress time.Time // the loop or a reconnect attempt did something
 	jobSettings  JobSettings
 	persistent   bool          // the worker's type in force: its own, or the admin's
@@ -369,6 +368,16 @@ func (w *Worker) Start(ctx context.Context) error {
 		"persistent", w.opt.Persistent, "gpus", inv.Count, "gpu_names", strings.Join(names, ", "),
 		"state_dir", w.opt.StateDir, "work_dir", w.opt.WorkDir)
 	return ctx.Err()
+}
+
+// hasRegistered reports whether this process has registered at least once.
+func (w *Worker) hasRegistered() bool {
+	select {
+	case <-w.registered:
+		return true
+	default:
+		return false
+	}
 }
 
 // noteFinishingLocked records an ended attempt whose report is outstanding.
