@@ -86,20 +86,31 @@ func sampleCPU(orchPID int) cpuUse {
 // busySeconds is the time every core of the machine has been busy, from
 // /proc/stat.
 func busySeconds() float64 {
+	busy, _ := machineSeconds()
+	return busy
+}
+
+// machineSeconds reads /proc/stat's first line: the time every core has been
+// busy, and the time a hypervisor ran something else while this machine had
+// work for its cores (steal), which a busy time leaves out.
+func machineSeconds() (busy, steal float64) {
 	data, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	var busy float64
 	f := strings.Fields(strings.SplitN(string(data), "\n", 2)[0])
-	// user nice system idle iowait irq softirq steal…: count the busy ones.
-	for _, i := range []int{1, 2, 3, 6, 7} {
-		if i < len(f) {
-			n, _ := strconv.ParseFloat(f[i], 64)
-			busy += n / clockTick
+	field := func(i int) float64 {
+		if i >= len(f) {
+			return 0
 		}
+		n, _ := strconv.ParseFloat(f[i], 64)
+		return n / clockTick
 	}
-	return busy
+	// user nice system idle iowait irq softirq steal…
+	for _, i := range []int{1, 2, 3, 6, 7} {
+		busy += field(i)
+	}
+	return busy, field(8)
 }
 
 // since is the CPU used between two samples, as a table cell.
