@@ -24,10 +24,11 @@ func TestRecentEndCountsSlideExactly(t *testing.T) {
 	now := time.Now()
 	end := func(ago time.Duration, to protocol.JobStatus, outcome protocol.AttemptOutcome) {
 		t.Helper()
-		if _, err := e.st.InsertJob(ctx, store.Job{ConfigName: fmt.Sprint(ago)}, nil); err != nil {
+		j, err := e.st.InsertJob(ctx, store.Job{ConfigName: fmt.Sprint(ago)}, nil)
+		if err != nil {
 			t.Fatal(err)
 		}
-		j, _, err := e.st.ClaimJob(ctx, store.ClaimRequest{WorkerID: w.ID, AckDeadline: now.Add(time.Hour)})
+		j, _, err = e.st.ClaimJob(ctx, store.ClaimRequest{WorkerID: w.ID, JobID: j.ID, AckDeadline: now.Add(time.Hour)})
 		if err != nil {
 			t.Fatal(err)
 		}

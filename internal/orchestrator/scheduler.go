@@ -495,10 +495,13 @@ func (s *Server) noteStore(err error) {
 	s.storeErr.Store(nil)
 }
 
+// hasJobForScan is how many queued jobs, from the head, hasJobFor looks at.
+const hasJobForScan = 500
+
 // hasJobFor reports whether a queued job could run on the worker (the
 // ephemeral worker's question before it leaves).
 func (s *Server) hasJobFor(ctx context.Context, wk store.Worker) (bool, error) {
-	jobs, err := s.store.ListQueued(ctx, nil, store.ClaimScanLimit)
+	jobs, err := s.store.ListQueued(ctx, nil, hasJobForScan)
 	if err != nil {
 		return false, err
 	}

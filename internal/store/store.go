@@ -24,7 +24,8 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrConflict: a compare-and-set found another state, attempt or worker than expected.
 	ErrConflict = errors.New("state changed concurrently")
-	// ErrNoJob: ClaimJob found no queued job the worker may run.
+	// ErrNoJob: the job a claim names is no longer queued (claimed or
+	// cancelled since the scheduler read the queue).
 	ErrNoJob = errors.New("no matching queued job")
 	// ErrDuplicate: an insert collided with an existing id or token hash.
 	ErrDuplicate = errors.New("already exists")
@@ -210,27 +211,21 @@ type JobFilter struct {
 	AfterSeq int64
 }
 
-// ClaimRequest asks for the best queued job a worker may run.
+// ClaimRequest gives one queued job to a worker. Which job goes where is the
+// scheduler's decision (placement); the store only makes it stick.
 type ClaimRequest struct {
 	WorkerID string
-	// JobID claims exactly that job (while it is queued); "" claims the best
-	// queued job Match accepts.
+	// JobID is the job claimed; it must still be queued.
 	JobID string
 	// GPUs are the indices of the worker's GPUs the attempt gets; the claim
 	// fails with ErrConflict if another attempt holds one of them.
 	GPUs []int
-	// Match decides whether the worker can run the job (GPU count, VRAM, labels,
-	// target). It runs inside the claim transaction and must not block.
-	Match func(Job) bool
 	// UploadTokenHash is stored on the new attempt.
 	UploadTokenHash string
 	AckDeadline     time.Time
 	Now             time.Time
 	Audit           *audit.Record // appended in the same transaction
 }
-
-// Claim limits how many queued jobs one claim examines (priority order).
-const ClaimScanLimit = 500
 
 // ClaimResult is the outcome of one claim of ClaimJobs: the job as claimed and
 // its new attempt, or why this claim was refused (ErrNoJob, ErrConflict,
@@ -394,12 +389,11 @@ type Store interface {
 	// GetAttemptByUploadTokenHash finds the attempt whose upload token has
 	// this digest (hex SHA-256); none is ErrNotFound.
 	GetAttemptByUploadTokenHash(ctx context.Context, hash string) (Attempt, error)
-	// ClaimJob atomically picks the queued job with the highest priority (then
-	// lowest Seq) that Match accepts (or exactly JobID), moves it to dispatched
-	// with attempt+1, records the attempt with a lease on each of req.GPUs, and
-	// counts it in the worker's load. The worker must be able to take a job
-	// (lifecycle.CanClaim) and the GPUs free, else ErrConflict. No candidate →
-	// ErrNoJob.
+	// ClaimJob moves queued job req.JobID to dispatched with attempt+1 on
+	// worker req.WorkerID, records the attempt with a lease on each of
+	// req.GPUs, and counts it in the worker's load. The worker must be able to
+	// take a job (lifecycle.CanClaim) and the GPUs free, else ErrConflict; a
+	// job no longer queued is ErrNoJob. It is ClaimJobs with one claim.
 	ClaimJob(ctx context.Context, req ClaimRequest) (Job, Attempt, error)
 	// ClaimJobs makes several claims, each naming its JobID, in one
 	// transaction: a scheduler pass's placements. A refused claim changes

@@ -44,7 +44,7 @@ func TestReclaimShrinksTheFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		j, _, err = s.ClaimJob(ctx, store.ClaimRequest{WorkerID: w.ID, AckDeadline: time.Now().Add(time.Minute)})
+		j, _, err = s.ClaimJob(ctx, store.ClaimRequest{WorkerID: w.ID, JobID: j.ID, AckDeadline: time.Now().Add(time.Minute)})
 		if err != nil {
 			t.Fatal(err)
 		}

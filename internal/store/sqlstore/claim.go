@@ -14,10 +14,10 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
-// ClaimJob gives a queued job to a worker with room for it: req.JobID, or
-// the best queued job that req.Match accepts. It is ClaimJobs with one claim.
+// ClaimJob gives queued job req.JobID to a worker with room for it: ClaimJobs
+// with one claim.
 func (s *Store) ClaimJob(ctx context.Context, req store.ClaimRequest) (store.Job, store.Attempt, error) {
-	res, err := s.claimJobs(ctx, []store.ClaimRequest{req})
+	res, err := s.ClaimJobs(ctx, []store.ClaimRequest{req})
 	if err != nil {
 		return store.Job{}, store.Attempt{}, err
 	}
@@ -31,13 +31,9 @@ func (s *Store) ClaimJob(ctx context.Context, req store.ClaimRequest) (store.Job
 func (s *Store) ClaimJobs(ctx context.Context, reqs []store.ClaimRequest) ([]store.ClaimResult, error) {
 	for i, req := range reqs {
 		if req.JobID == "" {
-			return nil, fmt.Errorf("claim %d names no job: ClaimJobs claims named jobs only", i)
+			return nil, fmt.Errorf("claim %d names no job: a claim names the job placement chose", i)
 		}
 	}
-	return s.claimJobs(ctx, reqs)
-}
-
-func (s *Store) claimJobs(ctx context.Context, reqs []store.ClaimRequest) ([]store.ClaimResult, error) {
 	var out []store.ClaimResult
 	err := s.write(ctx, func(c conn) error {
 		var err error
@@ -150,13 +146,7 @@ func (s *Store) checkClaim(ctx context.Context, c conn, w *store.Worker, req sto
 	if !lifecycle.CanClaim(w.Status, w.Load()) {
 		return store.Job{}, fmt.Errorf("worker %s is %s running %d attempt(s): %w", w.ID, w.Status, w.Running, store.ErrConflict)
 	}
-	var j store.Job
-	var err error
-	if req.JobID != "" {
-		j, err = s.lockQueued(ctx, c, req.JobID)
-	} else {
-		j, err = s.pickQueued(ctx, c, req.Match)
-	}
+	j, err := s.lockQueued(ctx, c, req.JobID)
 	if err != nil {
 		return store.Job{}, err
 	}
@@ -249,49 +239,4 @@ func (s *Store) lockQueued(ctx context.Context, c conn, id string) (store.Job, e
 		return store.Job{}, fmt.Errorf("job %s is no longer queued: %w", id, store.ErrNoJob)
 	}
 	return j, err
-}
-
-// pickQueued locks up to ClaimScanLimit queued jobs in claim order and returns
-// the first that match accepts. It reads them a page at a time (1, 8, 64…
-// rows, each continuing after the last row read) because the first candidate
-// nearly always matches, and reading all of them with their configs was most
-// of a claim's cost.
-func (s *Store) pickQueued(ctx context.Context, c conn, match func(store.Job) bool) (store.Job, error) {
-	after, args := "", []any{protocol.JobQueued}
-	for seen, page := 0, 1; seen < store.ClaimScanLimit; page *= 8 {
-		n := min(page, store.ClaimScanLimit-seen)
-		rows, err := c.query(ctx, `SELECT `+jobCols+` FROM jobs WHERE status = ?`+after+`
-			ORDER BY priority DESC, seq ASC LIMIT ?`+s.d.SkipLocked, append(args, n)...)
-		if err != nil {
-			return store.Job{}, err
-		}
-		// Read every candidate before matching: the transaction's connection is
-		// busy until the rows are closed.
-		var cands []store.Job
-		for rows.Next() {
-			j, err := scanJob(rows)
-			if err != nil {
-				rows.Close()
-				return store.Job{}, err
-			}
-			cands = append(cands, j)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return store.Job{}, err
-		}
-		for _, j := range cands {
-			if match == nil || match(j) {
-				return j, nil
-			}
-		}
-		if len(cands) < n {
-			break
-		}
-		seen += len(cands)
-		last := cands[len(cands)-1]
-		after = ` AND (priority < ? OR (priority = ? AND seq > ?))`
-		args = []any{protocol.JobQueued, last.Priority, last.Priority, last.Seq}
-	}
-	return store.Job{}, store.ErrNoJob
 }

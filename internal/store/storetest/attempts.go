@@ -20,7 +20,7 @@ func testAttemptByUploadToken(t *testing.T, s store.Store) {
 	w := newWorker(t, s)
 	j := newJob(t, s)
 	first, second := randHex(), randHex()
-	j, a1, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, UploadTokenHash: first,
+	j, a1, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, JobID: j.ID, UploadTokenHash: first,
 		AckDeadline: at(time.Minute), Now: at(time.Second)})
 	noErr(t, err, "claim 1")
 	got, err := s.GetAttemptByUploadTokenHash(t.Context(), first)
@@ -29,7 +29,7 @@ func testAttemptByUploadToken(t *testing.T, s store.Store) {
 
 	j = transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobQueued, By: lifecycle.Loss,
 		EndAttempt: protocol.OutcomeWithdrawn}, Now: at(2 * time.Second)})
-	_, a2, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, UploadTokenHash: second,
+	_, a2, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, JobID: j.ID, UploadTokenHash: second,
 		AckDeadline: at(time.Minute), Now: at(3 * time.Second)})
 	noErr(t, err, "claim 2")
 

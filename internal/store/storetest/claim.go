@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -19,8 +18,6 @@ import (
 var claimTests = []test{
 	{"ClaimOrder", testClaimOrder},
 	{"ClaimSetsState", testClaimSetsState},
-	{"ClaimMatch", testClaimMatch},
-	{"ClaimMatchOrderAcrossPages", testClaimMatchOrderAcrossPages},
 	{"ClaimOnlyQueued", testClaimOnlyQueued},
 	{"ClaimWorkerNotAvailable", testClaimWorkerNotAvailable},
 	{"ClaimAfterRequeue", testClaimAfterRequeue},
@@ -46,16 +43,16 @@ func testClaimOrder(t *testing.T, s store.Store) {
 			t.Fatalf("claim %d got job %s (priority %d), want %s", i, j.ID, j.Priority, id)
 		}
 	}
-	w := newWorker(t, s)
-	_, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, Now: t0, AckDeadline: t0})
-	wantErr(t, err, store.ErrNoJob, "claim from an empty queue")
+	left, err := s.ListQueued(t.Context(), nil, 10)
+	noErr(t, err, "ListQueued")
+	equal(t, len(left), 0, "jobs queued after every one was claimed")
 }
 
 func testClaimSetsState(t *testing.T, s store.Store) {
 	w := newWorker(t, s)
 	j := newJob(t, s, func(j *store.Job) { j.Error = "left over" })
 	r := audit.New("system", "", "job.dispatch", "worker", w.ID, audit.Success, nil)
-	got, a, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, UploadTokenHash: "uth",
+	got, a, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, JobID: j.ID, UploadTokenHash: "uth",
 		AckDeadline: at(time.Minute), Now: at(time.Second), Audit: &r})
 	noErr(t, err, "ClaimJob")
 	want := j
@@ -75,29 +72,6 @@ func testClaimSetsState(t *testing.T, s store.Store) {
 	}
 }
 
-func testClaimMatch(t *testing.T, s store.Store) {
-	small := newJob(t, s, func(j *store.Job) { j.GPUCount, j.Priority = 1, 1 })
-	big := newJob(t, s, func(j *store.Job) { j.GPUCount, j.Priority = 8, 9 })
-	w := newWorker(t, s)
-	var seen []string
-	j, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, Now: t0, AckDeadline: t0,
-		Match: func(j store.Job) bool { seen = append(seen, j.ID); return j.GPUCount <= 2 }})
-	noErr(t, err, "ClaimJob")
-	equal(t, j.ID, small.ID, "claimed job")
-	equal(t, seen, []string{big.ID, small.ID}, "jobs offered to Match, in order")
-
-	w2 := newWorker(t, s)
-	_, _, err = s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w2.ID, Now: t0, AckDeadline: t0,
-		Match: func(store.Job) bool { return false }})
-	wantErr(t, err, store.ErrNoJob, "nothing matches")
-	if got := getWorker(t, s, w2.ID); got.Status != protocol.WorkerIdle || got.CurrentJobID != "" {
-		t.Fatalf("worker changed by a failed claim: %+v", got)
-	}
-	if got := getJob(t, s, big.ID); got.Status != protocol.JobQueued || got.Attempt != 0 {
-		t.Fatalf("job changed by a failed claim: %+v", got)
-	}
-}
-
 func testClaimOnlyQueued(t *testing.T, s store.Store) {
 	w := newWorker(t, s)
 	j := newJob(t, s)
@@ -105,16 +79,20 @@ func testClaimOnlyQueued(t *testing.T, s store.Store) {
 	c := newJob(t, s)
 	transition(t, s, c, store.JobTransition{Step: lifecycle.Step{To: protocol.JobCancelled, By: lifecycle.Cancel}})
 	w2 := newWorker(t, s)
-	_, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w2.ID, Now: t0, AckDeadline: t0})
-	wantErr(t, err, store.ErrNoJob, "only dispatched and cancelled jobs left")
+	for _, id := range []string{j.ID, c.ID, "job_missing"} {
+		_, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w2.ID, JobID: id, Now: t0, AckDeadline: t0})
+		wantErr(t, err, store.ErrNoJob, "claim of "+id+", not queued")
+	}
 	equal(t, len(attempts(t, s, j.ID)), 1, "attempts of the dispatched job")
+	equal(t, len(attempts(t, s, c.ID)), 0, "attempts of the cancelled job")
+	equal(t, getWorker(t, s, w2.ID), w2, "worker after refused claims")
 }
 
 func testClaimWorkerNotAvailable(t *testing.T, s store.Store) {
 	// A worker that runs one job at a time and already has one.
 	full, _ := dispatched(t, s)
 	j := newJob(t, s)
-	_, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: full.ID, Now: t0, AckDeadline: t0, Audit: rec("job.dispatch")})
+	_, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: full.ID, JobID: j.ID, Now: t0, AckDeadline: t0, Audit: rec("job.dispatch")})
 	wantErr(t, err, store.ErrConflict, "worker with a job")
 	equal(t, getWorker(t, s, full.ID), full, "worker after refused claim (has a job)")
 	cases := map[string]func(*store.Worker){
@@ -125,11 +103,11 @@ func testClaimWorkerNotAvailable(t *testing.T, s store.Store) {
 	}
 	for name, mod := range cases {
 		w := newWorker(t, s, mod)
-		_, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, Now: t0, AckDeadline: t0, Audit: rec("job.dispatch")})
+		_, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, JobID: j.ID, Now: t0, AckDeadline: t0, Audit: rec("job.dispatch")})
 		wantErr(t, err, store.ErrConflict, "worker "+name)
 		equal(t, getWorker(t, s, w.ID), w, "worker after refused claim ("+name+")")
 	}
-	_, _, err = s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: "w_missing", Now: t0, AckDeadline: t0})
+	_, _, err = s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: "w_missing", JobID: j.ID, Now: t0, AckDeadline: t0})
 	wantErr(t, err, store.ErrConflict, "missing worker")
 	equal(t, getJob(t, s, j.ID), j, "job after refused claims")
 	if n := len(chain(t, s)); n != 0 {
@@ -176,11 +154,12 @@ func testClaimConcurrent(t *testing.T, s store.Store) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// Every claimer tries every worker, starting at a different one.
+			// Every claimer tries every worker, starting at a different one,
+			// each time with one of the first jobs in the queue as it reads it.
 			for k := 0; k < workers; k++ {
 				w := ws[(c+k)%workers]
-				j, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, Now: t0,
-					AckDeadline: at(time.Minute), Audit: rec("job.dispatch")})
+				j, err := claimOneOfHead(t.Context(), s, store.ClaimRequest{WorkerID: w.ID, Now: t0,
+					AckDeadline: at(time.Minute), Audit: rec("job.dispatch")}, c+k)
 				if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNoJob) {
 					continue
 				}
@@ -206,8 +185,8 @@ func testClaimConcurrent(t *testing.T, s store.Store) {
 		t.Fatal(err)
 	}
 	raced := len(byJob)
-	// Claimers that skipped locked candidates may have left workers idle; a
-	// last sequential pass must then fill every worker.
+	// Refused claims may have left workers idle; a last sequential pass must
+	// then fill every worker.
 	for _, w := range ws {
 		if _, ok := byWorker[w.ID]; !ok {
 			j, _ := claim(t, s, w.ID)
@@ -233,33 +212,6 @@ func testClaimConcurrent(t *testing.T, s store.Store) {
 	if n := len(chain(t, s)); n != raced {
 		t.Fatalf("%d dispatch records for %d audited claims", n, raced)
 	}
-}
-
-// The claim reads candidates a page at a time; Match must still see them in
-// claim order (priority descending, then submission order), ties included.
-func testClaimMatchOrderAcrossPages(t *testing.T, s store.Store) {
-	var jobs []store.Job
-	for i := 0; i < 30; i++ {
-		jobs = append(jobs, newJob(t, s, func(j *store.Job) { j.Priority = []int{5, 9, 5, 1, 9}[i%5] }))
-	}
-	sort.Slice(jobs, func(a, b int) bool {
-		if jobs[a].Priority != jobs[b].Priority {
-			return jobs[a].Priority > jobs[b].Priority
-		}
-		return jobs[a].Seq < jobs[b].Seq
-	})
-	want := jobs[:20] // the 20th in claim order is the one that matches
-	w := newWorker(t, s)
-	var seen []string
-	j, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, Now: t0, AckDeadline: t0,
-		Match: func(j store.Job) bool { seen = append(seen, j.ID); return j.ID == want[len(want)-1].ID }})
-	noErr(t, err, "ClaimJob")
-	equal(t, j.ID, want[len(want)-1].ID, "claimed job")
-	var wantIDs []string
-	for _, j := range want {
-		wantIDs = append(wantIDs, j.ID)
-	}
-	equal(t, seen, wantIDs, "jobs offered to Match, in order")
 }
 
 // One transaction of claims: each is made or refused on its own, a refused one

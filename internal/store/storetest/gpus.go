@@ -22,7 +22,7 @@ var gpuTests = []test{
 // claimGPUs claims the next queued job for w with the given GPUs.
 func claimGPUs(t *testing.T, s store.Store, w store.Worker, gpus ...int) (store.Job, error) {
 	t.Helper()
-	j, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, GPUs: gpus, UploadTokenHash: "up",
+	j, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, JobID: headOfQueue(t, s), GPUs: gpus, UploadTokenHash: "up",
 		AckDeadline: at(60e9), Now: at(1e9)})
 	return j, err
 }

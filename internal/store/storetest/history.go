@@ -156,8 +156,8 @@ func testCountsFollowEveryMove(t *testing.T, s store.Store) {
 	w := getWorker(t, s, j.WorkerID)
 	j = transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobQueued, By: lifecycle.Loss, EndAttempt: protocol.OutcomeWorkerLost, SpendRetry: true}})
 	checkCounts(t, s, "after a requeue")
-	_, _, err = s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, UploadTokenHash: "up", AckDeadline: at(time.Minute),
-		Now: at(2 * time.Hour), Match: func(c store.Job) bool { return c.ID == j.ID }})
+	_, _, err = s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, JobID: j.ID, UploadTokenHash: "up", AckDeadline: at(time.Minute),
+		Now: at(2 * time.Hour)})
 	noErr(t, err, "second claim")
 	checkCounts(t, s, "after a second claim")
 	// Progress without a status change.
@@ -187,8 +187,8 @@ func testCountsConcurrent(t *testing.T, s store.Store) {
 		go func(w store.Worker) { // a worker claiming and finishing
 			defer wg.Done()
 			for range 10 {
-				j, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, UploadTokenHash: "up",
-					AckDeadline: at(time.Minute), Now: at(time.Second), Audit: rec("job.dispatch")})
+				j, err := claimOneOfHead(t.Context(), s, store.ClaimRequest{WorkerID: w.ID, UploadTokenHash: "up",
+					AckDeadline: at(time.Minute), Now: at(time.Second), Audit: rec("job.dispatch")}, 0)
 				if errors.Is(err, store.ErrNoJob) {
 					continue
 				}
@@ -217,8 +217,8 @@ func testCountsConcurrent(t *testing.T, s store.Store) {
 func finishedAt(t *testing.T, s store.Store, w store.Worker, end protocol.JobStatus, ended time.Time) store.Job {
 	t.Helper()
 	j := newJob(t, s)
-	j, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, UploadTokenHash: "up", AckDeadline: at(time.Minute),
-		Now: ended.Add(-time.Minute), Match: func(c store.Job) bool { return c.ID == j.ID }})
+	j, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, JobID: j.ID, UploadTokenHash: "up", AckDeadline: at(time.Minute),
+		Now: ended.Add(-time.Minute)})
 	noErr(t, err, "claim")
 	out := map[protocol.JobStatus]protocol.AttemptOutcome{protocol.JobCompleted: protocol.OutcomeCompleted,
 		protocol.JobFailed: protocol.OutcomeFailed}[end]

@@ -23,8 +23,8 @@ func inState(t *testing.T, s store.Store, st protocol.JobStatus) (store.Worker, 
 	if st == protocol.JobQueued {
 		return w, j
 	}
-	j, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, UploadTokenHash: "up",
-		AckDeadline: at(time.Minute), Now: at(time.Second), Match: func(c store.Job) bool { return c.ID == j.ID }})
+	j, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, JobID: j.ID, UploadTokenHash: "up",
+		AckDeadline: at(time.Minute), Now: at(time.Second)})
 	noErr(t, err, "claim")
 	switch st {
 	case protocol.JobDispatched:

@@ -3,6 +3,7 @@
 package storetest
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -96,16 +97,46 @@ func newJob(t *testing.T, s store.Store, mod ...func(*store.Job)) store.Job {
 	return got
 }
 
-// claim claims the best job for workerID and fails the test if there is none.
+// claim gives workerID the job at the head of the queue, as a scheduler pass
+// with one idle worker would, and fails the test if there is none.
 func claim(t *testing.T, s store.Store, workerID string) (store.Job, store.Attempt) {
 	t.Helper()
-	j, a, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: workerID, UploadTokenHash: "up",
+	j, a, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: workerID, JobID: headOfQueue(t, s), UploadTokenHash: "up",
 		AckDeadline: at(time.Minute), Now: at(time.Second)})
 	if err != nil {
 		t.Fatalf("ClaimJob(%s): %v", workerID, err)
 	}
 	equal(t, j, getJob(t, s, j.ID), "ClaimJob returned the job")
 	return j, a
+}
+
+// headOfQueue is the queued job a claim takes first: the highest priority,
+// then the earliest submitted.
+func headOfQueue(t *testing.T, s store.Store) string {
+	t.Helper()
+	head, err := s.ListQueued(t.Context(), nil, 1)
+	noErr(t, err, "ListQueued")
+	if len(head) == 0 {
+		t.Fatal("no job queued")
+	}
+	return head[0].ID
+}
+
+// claimOneOfHead claims for req.WorkerID one of the first three queued jobs
+// (pick picks which, modulo how many there are), as racing schedulers would:
+// ErrNoJob when none is queued or another claimer took it first. It takes
+// no *testing.T, for goroutines.
+func claimOneOfHead(ctx context.Context, s store.Store, req store.ClaimRequest, pick int) (store.Job, error) {
+	head, err := s.ListQueued(ctx, nil, 3)
+	if err != nil {
+		return store.Job{}, err
+	}
+	if len(head) == 0 {
+		return store.Job{}, store.ErrNoJob
+	}
+	req.JobID = head[pick%len(head)].ID
+	j, _, err := s.ClaimJob(ctx, req)
+	return j, err
 }
 
 // transition applies a transition from the job's current state.
