@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -167,7 +168,7 @@ func (s *Server) followLog(w http.ResponseWriter, r *http.Request, j store.Job, 
 	ctx := r.Context()
 	recheck := time.NewTicker(opt.RecheckInterval)
 	defer recheck.Stop()
-	fallback := time.NewTicker(s.logFeed.fallback)
+	fallback := time.NewTicker(cmp.Or(opt.followFallback, defaultFollowFallback))
 	defer fallback.Stop()
 	look := true // read the job's state, then catch up from the store
 	for {

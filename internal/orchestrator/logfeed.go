@@ -1,9 +1,6 @@
 package orchestrator
 
-import (
-	"sync"
-	"time"
-)
+import "sync"
 
 // logFeed hands what a worker's log upload stored to the follow streams of
 // that job on this instance, and tells them when the job moved. A follower
@@ -13,9 +10,6 @@ import (
 type logFeed struct {
 	mu   sync.Mutex
 	subs map[string]map[*logSub]struct{}
-	// fallback is how often a follower looks at the store unprompted (see
-	// defaultFollowFallback).
-	fallback time.Duration
 }
 
 // logPiece is output stored for a job: Data at Offset of Attempt's output,
@@ -40,9 +34,7 @@ type logSub struct {
 	moved   bool // the job changed state
 }
 
-func newLogFeed(fallback time.Duration) *logFeed {
-	return &logFeed{subs: map[string]map[*logSub]struct{}{}, fallback: fallback}
-}
+func newLogFeed() *logFeed { return &logFeed{subs: map[string]map[*logSub]struct{}{}} }
 
 func (f *logFeed) subscribe(jobID string) *logSub {
 	s := &logSub{wake: make(chan struct{}, 1)}

@@ -5,7 +5,6 @@
 package orchestrator
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -211,7 +210,7 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 		started:    time.Now(),
 		wake:       make(chan struct{}, 1),
 		limiter:    auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now),
-		logFeed:    newLogFeed(cmp.Or(opt.followFallback, defaultFollowFallback)),
+		logFeed:    newLogFeed(),
 		stopped:    make(chan struct{}),
 		telemetry:  newTelemetryMap(),
 		clocks:     newClockSkews(),
