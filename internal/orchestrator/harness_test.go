@@ -351,7 +351,8 @@ func (a *agent) held() (string, any) {
 	return "idle", nil
 }
 
-// keepAlive heartbeats every interval until the test ends or the agent is silenced.
+// keepAlive heartbeats every interval until the test ends, the agent is
+// silenced or its token is refused.
 func (a *agent) keepAlive(status func() (string, any)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.e.t.Cleanup(cancel)
@@ -370,6 +371,11 @@ func (a *agent) keepAlive(status func() (string, any)) {
 			req.Header.Set("X-Worker-Token", token)
 			if res, err := http.DefaultClient.Do(req); err == nil {
 				res.Body.Close()
+				// A refused token stays refused: workerd stops there too,
+				// rather than use up its address's failed authentications.
+				if res.StatusCode == http.StatusUnauthorized {
+					return
+				}
 			}
 			select {
 			case <-ctx.Done():

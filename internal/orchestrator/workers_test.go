@@ -207,11 +207,7 @@ func TestReplacedStreamCleanupKeepsSuccessor(t *testing.T) {
 func TestTokenRotationAndDeleteCloseStream(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
-		// The agent's keep-alive heartbeats go on with the rotated token, and
-		// then with the deleted worker's, ten a second: with the default
-		// limit of failures, a slow machine would answer the checks below
-		// 429 instead of 401.
-		e := setup(t, open(t), func(o *Options) { o.AuthFailuresPerMinute = 10000 })
+		e := setup(t, open(t))
 		a := e.startAgent("w1", nil, nil)
 		r := e.must(e.adminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
 		newToken := r.JSON["token"].(string)
