@@ -184,7 +184,7 @@ func (r renderer) jobs(w io.Writer, js []Job) error {
 			if j.Status == "queued" && deref(j.WaitingReason) != "" {
 				note = deref(j.WaitingReason)
 			}
-			t.Row(j.ID, r.style.State(j.Status), strconv.Itoa(j.Priority), configText(j), j.Target, strconv.Itoa(j.GPUCount), vram,
+			t.Row(j.ID, r.style.State(j.Status), strconv.Itoa(j.Priority), configText(j), j.Target, gpusText(j), vram,
 				labelsText(j.WorkerLabels), deref(j.WorkerID), strconv.Itoa(j.Attempt), fmt.Sprintf("%d/%d", j.RetriesUsed, j.MaxRetries),
 				j.SubmittedBy, r.age(&j.QueuedAt), r.age(j.StartedAt), r.age(j.CompletedAt), note)
 			continue
@@ -197,9 +197,6 @@ func (r renderer) jobs(w io.Writer, js []Job) error {
 
 func (r renderer) job(w io.Writer, j Job) error {
 	var req []string
-	if j.GPUCount > 0 {
-		req = append(req, fmt.Sprintf("%d GPU(s)", j.GPUCount))
-	}
 	if j.MinVRAMGB > 0 {
 		req = append(req, fmt.Sprintf("at least %s GB VRAM", trimFloat(j.MinVRAMGB)))
 	}
@@ -221,6 +218,7 @@ func (r renderer) job(w io.Writer, j Job) error {
 		{"Config", configText(j)},
 		{"Target", j.Target},
 		{"Priority", strconv.Itoa(j.Priority)},
+		{"GPUs", j.GPUAllocation},
 		{"Requirements", strings.Join(req, ", ")},
 		{"Timeout", timeout},
 		{"Worker", deref(j.WorkerID)},
@@ -241,23 +239,26 @@ func (r renderer) job(w io.Writer, j Job) error {
 	fmt.Fprintln(w)
 	t := output.NewTable("ATTEMPT", "WORKER", "DISPATCHED", "STARTED", "ENDED", "OUTCOME")
 	if r.wide {
-		t = output.NewTable("ATTEMPT", "WORKER", "DISPATCHED", "STARTED", "ENDED", "OUTCOME", "CPU", "PEAK MEMORY", "ERROR")
+		t = output.NewTable("ATTEMPT", "WORKER", "DISPATCHED", "STARTED", "ENDED", "OUTCOME", "CPU", "PEAK MEMORY",
+			"GPUS", "GPU TIME", "GPU PEAK MEMORY", "GPU UTIL", "ERROR")
 	}
 	for _, at := range j.Attempts {
 		row := []string{strconv.Itoa(at.Attempt), at.WorkerID, r.age(&at.DispatchedAt), r.age(at.StartedAt), r.age(at.EndedAt), deref(at.Outcome)}
 		if r.wide {
-			cpu, mem := "", ""
-			if at.CPUSeconds != nil {
-				cpu = (time.Duration(*at.CPUSeconds * float64(time.Second))).Round(time.Millisecond).String()
-			}
-			if at.PeakMemoryBytes != nil && *at.PeakMemoryBytes > 0 {
-				mem = humanBytes(*at.PeakMemoryBytes)
-			}
-			row = append(row, cpu, mem, deref(at.Error))
+			row = append(row, seconds(at.CPUSeconds), bytesText(at.PeakMemoryBytes), indicesText(at.GPUs), seconds(at.GPUSeconds),
+				bytesText(at.PeakGPUMemoryBytes), percent(at.GPUUtilizationPct), deref(at.Error))
 		}
 		t.Row(row...)
 	}
-	return t.Write(w)
+	if err := t.Write(w); err != nil {
+		return err
+	}
+	for _, at := range j.Attempts {
+		for _, ev := range at.GPUEvents {
+			fmt.Fprintf(w, "attempt %d: %s\n", at.Attempt, ev)
+		}
+	}
+	return nil
 }
 
 func (r renderer) tokens(w io.Writer, ts []Token) error {
@@ -473,4 +474,44 @@ func workerCounts(wk map[string]int) string {
 		return strconv.Itoa(wk["total"])
 	}
 	return fmt.Sprintf("%d: %s", wk["total"], strings.Join(parts, ", "))
+}
+
+// gpusText is a job's GPUs in a table cell: "whole" for the whole worker,
+// else the count.
+func gpusText(j Job) string {
+	if j.GPUAllocation == "whole worker" {
+		return "whole"
+	}
+	return strconv.Itoa(j.GPUCount)
+}
+
+// seconds shows a duration given in seconds; "" when not measured.
+func seconds(s *float64) string {
+	if s == nil {
+		return ""
+	}
+	return (time.Duration(*s * float64(time.Second))).Round(time.Millisecond).String()
+}
+
+// bytesText shows a byte count; "" when not measured or zero.
+func bytesText(n *int64) string {
+	if n == nil || *n <= 0 {
+		return ""
+	}
+	return humanBytes(*n)
+}
+
+func percent(p *float64) string {
+	if p == nil {
+		return ""
+	}
+	return strconv.FormatFloat(*p, 'f', 0, 64) + "%"
+}
+
+func indicesText(ix []int) string {
+	parts := make([]string, len(ix))
+	for i, n := range ix {
+		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ",")
 }

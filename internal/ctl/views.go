@@ -114,6 +114,7 @@ type Job struct {
 	Priority       int               `json:"priority"`
 	WorkerLabels   map[string]string `json:"worker_labels"`
 	GPUCount       int               `json:"gpu_count"`
+	GPUAllocation  string            `json:"gpu_allocation"`
 	MinVRAMGB      float64           `json:"min_vram_gb"`
 	MaxRetries     int               `json:"max_retries"`
 	RetriesUsed    int               `json:"retries_used"`
@@ -143,8 +144,13 @@ type Attempt struct {
 	Error        *string `json:"error"`
 	// What the attempt's processes used, once it ended on a worker that
 	// measures it.
-	CPUSeconds      *float64 `json:"cpu_seconds,omitempty"`
-	PeakMemoryBytes *int64   `json:"peak_memory_bytes,omitempty"`
+	CPUSeconds         *float64 `json:"cpu_seconds,omitempty"`
+	PeakMemoryBytes    *int64   `json:"peak_memory_bytes,omitempty"`
+	GPUs               []int    `json:"gpus,omitempty"`
+	GPUSeconds         *float64 `json:"gpu_seconds,omitempty"`
+	PeakGPUMemoryBytes *int64   `json:"peak_gpu_memory_bytes,omitempty"`
+	GPUUtilizationPct  *float64 `json:"gpu_utilization_pct,omitempty"`
+	GPUEvents          []string `json:"gpu_events,omitempty"`
 }
 
 // Terminal reports whether a job status can never change again.

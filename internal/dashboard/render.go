@@ -27,6 +27,8 @@ func (d *Dashboard) parseTemplates() (map[string]*pageTemplate, error) {
 		"duration": duration,
 		"gib":      func(mib float64) string { return strconv.FormatFloat(mib/1024, 'f', 1, 64) },
 		"pct":      func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) + "%" },
+		"mib":      func(bytes float64) float64 { return bytes / (1 << 20) },
+		"indices":  formatIndices,
 		"labels":   formatLabels,
 		"pretty":   prettyJSON,
 		"add":      func(a, b int) int { return a + b },
@@ -181,4 +183,13 @@ func queryString(kv ...string) string {
 		return "?"
 	}
 	return "?" + q.Encode()
+}
+
+// formatIndices shows GPU indices as "0, 3".
+func formatIndices(ix []int) string {
+	parts := make([]string, len(ix))
+	for i, n := range ix {
+		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ", ")
 }

@@ -127,6 +127,7 @@ type jobJSON struct {
 	Priority     int               `json:"priority"`
 	WorkerLabels map[string]string `json:"worker_labels"`
 	GPUCount     int               `json:"gpu_count"`
+	GPUAlloc     string            `json:"gpu_allocation"`
 	MinVRAMGB    float64           `json:"min_vram_gb"`
 	MaxRetries   int               `json:"max_retries"`
 	RetriesUsed  int               `json:"retries_used"`
@@ -147,7 +148,19 @@ type jobJSON struct {
 		EndedAt      *string `json:"ended_at"`
 		Outcome      *string `json:"outcome"`
 		Error        *string `json:"error"`
+		attemptUsage
 	} `json:"attempts"`
+}
+
+// attemptUsage is what an attempt used, as its worker measured it.
+type attemptUsage struct {
+	CPUSeconds         *float64 `json:"cpu_seconds"`
+	PeakMemoryBytes    *float64 `json:"peak_memory_bytes"`
+	GPUs               []int    `json:"gpus"`
+	GPUSeconds         *float64 `json:"gpu_seconds"`
+	PeakGPUMemoryBytes *float64 `json:"peak_gpu_memory_bytes"`
+	GPUUtilizationPct  *float64 `json:"gpu_utilization_pct"`
+	GPUEvents          []string `json:"gpu_events"`
 }
 
 // Terminal reports whether the job can no longer change.

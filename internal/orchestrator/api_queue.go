@@ -58,9 +58,6 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	if err := protocol.CheckLabelPatterns(req.WorkerLabels); err != nil {
 		return invalid("field \"worker_labels\": %v", err)
 	}
-	if err := intField("gpu_count", req.GPUCount, 0, 1024, &j.GPUCount); err != nil {
-		return err
-	}
 	if err := intField("priority", req.Priority, 0, 50, &j.Priority); err != nil {
 		return err
 	}
@@ -97,22 +94,29 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	default:
 		return invalid("field \"config_name\" (or an inline \"config\" object) is required")
 	}
+	var err error
+	if j.GPUCount, j.WholeWorker, err = gpuRequest(req.GPUCount, j.Config); err != nil {
+		return err
+	}
 	now := time.Now().UTC()
 	j.CreatedAt, j.UpdatedAt = now, now
 	rec := audit.New(p.Actor(), peerIP(r), "job.submit", "job", j.ID, audit.Success,
-		map[string]any{"config_name": j.ConfigName, "target": j.Target, "priority": j.Priority, "worker_labels": j.WorkerLabels})
-	j, err := s.store.InsertJob(r.Context(), j, &rec)
+		map[string]any{"config_name": j.ConfigName, "target": j.Target, "priority": j.Priority, "worker_labels": j.WorkerLabels,
+			"gpus": protocol.GPUAllocation(j.GPUCount, j.WholeWorker)})
+	j, err = s.store.InsertJob(r.Context(), j, &rec)
 	if err != nil {
 		return err
 	}
-	s.log.Info("job submitted", "job_id", j.ID, "config_name", j.ConfigName, "target", j.Target, "by", p.Actor())
+	s.log.Info("job submitted", "job_id", j.ID, "config_name", j.ConfigName, "target", j.Target,
+		"gpus", protocol.GPUAllocation(j.GPUCount, j.WholeWorker), "by", p.Actor())
 	s.Wake()
 	s.publish(store.Notification{Kind: store.NotifyWake})
 	pos, err := s.queuePosition(r, j)
 	if err != nil {
 		return err
 	}
-	reply := map[string]any{"success": true, "job_id": j.ID, "status": j.Status, "queue_position": pos}
+	reply := map[string]any{"success": true, "job_id": j.ID, "status": j.Status, "queue_position": pos,
+		"gpu_count": gpuCountView(j), "whole_worker": j.WholeWorker, "gpu_allocation": protocol.GPUAllocation(j.GPUCount, j.WholeWorker)}
 	// Accepted all the same: a larger worker may be added later.
 	if largest := int(s.largestWorker.Load()); j.GPUCount > largest {
 		reply["warning"] = fmt.Sprintf("no worker can run this job yet: it asks for %d GPUs; the largest worker has %d", j.GPUCount, largest)

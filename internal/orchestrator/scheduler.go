@@ -36,6 +36,10 @@ func matches(j store.QueuedJob, w store.Worker, g protocol.GPUSummary) bool {
 	if j.MinVRAMGB > 0 && !w.SharesGPUs() && g.VRAMGB < j.MinVRAMGB {
 		return false
 	}
+	// A job that takes the whole worker needs every GPU of it large enough.
+	if j.WholeWorker && j.MinVRAMGB > 0 && len(eligibleGPUs(g, j)) < len(g.Devices) {
+		return false
+	}
 	for key, glob := range j.WorkerLabels {
 		v, ok := w.Labels[key]
 		if !ok {
@@ -135,8 +139,8 @@ func (s *Server) schedulePass(ctx context.Context) {
 			}
 			continue
 		}
-		best.took(gpus)
-		placed = append(placed, placement{w: best.w, jobID: j.ID, gpus: gpus})
+		best.took(j, gpus)
+		placed = append(placed, placement{w: best.w, jobID: j.ID, gpus: gpus, whole: j.WholeWorker})
 		if res.jobID == j.ID {
 			res = reservation{}
 		}
@@ -147,11 +151,13 @@ func (s *Server) schedulePass(ctx context.Context) {
 	}
 }
 
-// placement is a job the pass gives to a worker, with the GPUs it gets there.
+// placement is a job the pass gives to a worker, with the GPUs it gets
+// there, and whether it takes the worker whole.
 type placement struct {
 	w     store.Worker
 	jobID string
 	gpus  []int
+	whole bool
 }
 
 // claimAndSend claims the placements in one transaction and sends each
@@ -171,6 +177,7 @@ func (s *Server) claimAndSend(ctx context.Context, placed []placement) {
 			WorkerID:        p.w.ID,
 			JobID:           p.jobID,
 			GPUs:            p.gpus,
+			Whole:           p.whole,
 			UploadTokenHash: auth.Hash(uploadTokens[i]),
 			AckDeadline:     now.Add(opt.AckTimeout),
 			Now:             now,
@@ -315,11 +322,15 @@ func (p *pool) more() *candidate {
 // poolPage is how many connected workers the pool reads from the store at once.
 const poolPage = 32
 
-// candidate makes w a candidate, with the GPUs no attempt holds.
+// candidate makes w a candidate, with the GPUs no attempt holds and the
+// worker does not keep out of use.
 func (p *pool) candidate(w store.Worker) (*candidate, error) {
 	c := &candidate{w: w, gpus: protocol.ParseGPUInfo(w.GPUInfo), free: map[int]bool{}, load: w.Load()}
+	unavailable := w.UnavailableGPUs()
 	for _, d := range c.gpus.Devices {
-		c.free[d.Index] = true
+		if !unavailable[d.Index] {
+			c.free[d.Index] = true
+		}
 	}
 	if w.GPUsUsed > 0 {
 		leases, err := p.s.store.GPULeases(p.ctx, w.ID)
@@ -334,7 +345,9 @@ func (p *pool) candidate(w store.Worker) (*candidate, error) {
 }
 
 // fit is the GPUs c would give j now, or ok false when it has no room for
-// it. A worker that runs one job at a time gives a job all its GPUs.
+// it. A worker that runs one job at a time gives a job all its GPUs. A job
+// that takes the whole worker needs one running nothing, and gets every GPU
+// of it that is not kept out of use (at least one, on a worker with GPUs).
 func (c *candidate) fit(j store.QueuedJob) (gpus []int, ok bool) {
 	if !lifecycle.CanClaim(c.w.Status, c.load) {
 		return nil, false
@@ -344,6 +357,17 @@ func (c *candidate) fit(j store.QueuedJob) (gpus []int, ok bool) {
 			gpus = append(gpus, d.Index)
 		}
 		return gpus, true
+	}
+	if j.WholeWorker {
+		if c.load.Running > 0 {
+			return nil, false
+		}
+		for _, d := range c.gpus.Devices {
+			if c.free[d.Index] {
+				gpus = append(gpus, d.Index)
+			}
+		}
+		return gpus, len(gpus) > 0 || len(c.gpus.Devices) == 0
 	}
 	for _, d := range eligibleGPUs(c.gpus, j) {
 		if len(gpus) == j.GPUCount {
@@ -357,12 +381,13 @@ func (c *candidate) fit(j store.QueuedJob) (gpus []int, ok bool) {
 }
 
 // took records a claim placed on c during the pass.
-func (c *candidate) took(gpus []int) {
+func (c *candidate) took(j store.QueuedJob, gpus []int) {
 	for _, g := range gpus {
 		delete(c.free, g)
 	}
 	c.load.Running++
 	c.load.GPUsUsed += len(gpus)
+	c.load.Whole = j.WholeWorker
 	if c.load.Full() {
 		c.w.Status = protocol.WorkerBusy
 	} else {

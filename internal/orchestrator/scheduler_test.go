@@ -308,3 +308,73 @@ func TestSchedulerReservationBehindTheFirstPage(t *testing.T) {
 		}
 	})
 }
+
+// The documented submit, with no gpu_count, reaches the GPUs: without a
+// process count in the config the job takes the whole worker (every GPU,
+// alone); with --num_processes it gets that many; gpu_count 0 gets none and
+// runs beside others. Each says what it will get in the submit reply and in
+// the job view.
+func TestSubmitWithoutGPUCountReachesTheGPUs(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t), patientHeartbeats)
+		a := e.startSlotAgent("a", 2)
+
+		r := e.must(e.adminDo("POST", "/api/queue/submit", map[string]any{"config": map[string]any{"model_type": "lora"}}), 201)
+		whole := r.JSON["job_id"].(string)
+		if r.JSON["gpu_allocation"] != "whole worker" || r.JSON["whole_worker"] != true || r.JSON["gpu_count"] != nil {
+			t.Fatalf("submit reply for a job without a GPU count: %s", r.Body)
+		}
+		if v := e.job(whole); v["gpu_allocation"] != "whole worker" || v["gpu_count"] != nil {
+			t.Fatalf("job view: gpu_allocation %v gpu_count %v", v["gpu_allocation"], v["gpu_count"])
+		}
+		if job, gpus := a.take(); job != whole || !slices.Equal(gpus, []int{0, 1}) {
+			t.Fatalf("a got %s on %v, want %s on both GPUs", job, gpus, whole)
+		}
+		if w := e.worker(a.id); w["status"] != "busy" {
+			t.Fatalf("a worker held whole is %v, want busy", w["status"])
+		}
+
+		// Nothing runs beside a whole-worker job, not even one without GPUs.
+		cpu := e.must(e.adminDo("POST", "/api/queue/submit", map[string]any{"config": map[string]any{"model_type": "lora"}, "gpu_count": 0}), 201)
+		if cpu.JSON["gpu_allocation"] != "no GPU (CPU only)" {
+			t.Fatalf("submit reply for gpu_count 0: %s", cpu.Body)
+		}
+		cpuJob := cpu.JSON["job_id"].(string)
+		a.noEvent("job_submit", 300*time.Millisecond)
+		eventually(t, 5*time.Second, "the CPU job's waiting reason", func() bool {
+			return e.job(cpuJob)["waiting_reason"] == "workers_busy"
+		})
+		a.finish(whole)
+		if job, gpus := a.take(); job != cpuJob || len(gpus) != 0 {
+			t.Fatalf("a got %s on %v, want %s on no GPU", job, gpus, cpuJob)
+		}
+
+		// The config's process count: one GPU, beside the CPU job.
+		one := e.submit(map[string]any{"config": map[string]any{"model_type": "lora", "--num_processes": 1}})
+		if v := e.job(one); v["gpu_allocation"] != "1 GPU" || v["gpu_count"] != float64(1) {
+			t.Fatalf("job with --num_processes 1: gpu_allocation %v gpu_count %v", v["gpu_allocation"], v["gpu_count"])
+		}
+		if job, gpus := a.take(); job != one || len(gpus) != 1 {
+			t.Fatalf("a got %s on %v, want %s on one GPU", job, gpus, one)
+		}
+
+		// A whole-worker job waits while the worker runs others, and says so.
+		next := e.submit(map[string]any{})
+		eventually(t, 5*time.Second, "the whole-worker job's waiting reason", func() bool {
+			v := e.job(next)
+			return v["waiting_reason"] == "gpus_busy" && strings.Contains(v["waiting_detail"].(string), "whole worker")
+		})
+		a.finish(cpuJob)
+		a.finish(one)
+		if job, gpus := a.take(); job != next || !slices.Equal(gpus, []int{0, 1}) {
+			t.Fatalf("a got %s on %v, want %s on both GPUs", job, gpus, next)
+		}
+
+		// A process count that is not one is refused, naming the field.
+		bad := e.must(e.adminDo("POST", "/api/queue/submit", map[string]any{"config": map[string]any{"--num_processes": "auto"}}), 422)
+		if !strings.Contains(string(bad.Body), `config.--num_processes`) {
+			t.Fatalf("refusal of a bad process count: %s", bad.Body)
+		}
+	})
+}

@@ -99,29 +99,33 @@ func (s *Server) workerView(w store.Worker) workerView {
 // jobView is a job as the queue API shows it. Secrets (hf_token, upload
 // tokens) are never part of it.
 type jobView struct {
-	JobID          string            `json:"job_id"`
-	ID             string            `json:"id"`
-	Status         string            `json:"status"`
-	ConfigName     *string           `json:"config_name"`
-	Target         string            `json:"target"`
-	Priority       int               `json:"priority"`
-	WorkerLabels   map[string]string `json:"worker_labels"`
-	GPUCount       int               `json:"gpu_count"`
-	MinVRAMGB      float64           `json:"min_vram_gb"`
-	MaxRetries     int               `json:"max_retries"`
-	RetriesUsed    int               `json:"retries_used"`
-	Attempt        int               `json:"attempt"`
-	WorkerID       *string           `json:"worker_id"`
-	Error          *string           `json:"error_message"`
-	Progress       json.RawMessage   `json:"progress,omitempty"`
-	TimeoutSeconds int               `json:"timeout_seconds,omitempty"`
-	SubmittedBy    string            `json:"submitted_by,omitempty"`
-	QueuedAt       string            `json:"queued_at"`
-	UpdatedAt      string            `json:"updated_at"`
-	StartedAt      *string           `json:"started_at"`
-	CompletedAt    *string           `json:"completed_at"`
-	Config         json.RawMessage   `json:"config,omitempty"`
-	Attempts       []attemptView     `json:"attempts,omitempty"`
+	JobID        string            `json:"job_id"`
+	ID           string            `json:"id"`
+	Status       string            `json:"status"`
+	ConfigName   *string           `json:"config_name"`
+	Target       string            `json:"target"`
+	Priority     int               `json:"priority"`
+	WorkerLabels map[string]string `json:"worker_labels"`
+	// GPUCount is null for a job that takes the whole worker (WholeWorker);
+	// GPUAllocation says either in words.
+	GPUCount       *int            `json:"gpu_count"`
+	WholeWorker    bool            `json:"whole_worker"`
+	GPUAllocation  string          `json:"gpu_allocation"`
+	MinVRAMGB      float64         `json:"min_vram_gb"`
+	MaxRetries     int             `json:"max_retries"`
+	RetriesUsed    int             `json:"retries_used"`
+	Attempt        int             `json:"attempt"`
+	WorkerID       *string         `json:"worker_id"`
+	Error          *string         `json:"error_message"`
+	Progress       json.RawMessage `json:"progress,omitempty"`
+	TimeoutSeconds int             `json:"timeout_seconds,omitempty"`
+	SubmittedBy    string          `json:"submitted_by,omitempty"`
+	QueuedAt       string          `json:"queued_at"`
+	UpdatedAt      string          `json:"updated_at"`
+	StartedAt      *string         `json:"started_at"`
+	CompletedAt    *string         `json:"completed_at"`
+	Config         json.RawMessage `json:"config,omitempty"`
+	Attempts       []attemptView   `json:"attempts,omitempty"`
 	// WaitingReason and WaitingDetail say why a queued job has not started
 	// (single-job view only).
 	WaitingReason string `json:"waiting_reason,omitempty"`
@@ -137,9 +141,15 @@ type attemptView struct {
 	Outcome      *string `json:"outcome"`
 	Error        *string `json:"error"`
 	// CPUSeconds and PeakMemoryBytes are what the attempt's processes used,
-	// when its worker reported it.
-	CPUSeconds      *float64 `json:"cpu_seconds,omitempty"`
-	PeakMemoryBytes *uint64  `json:"peak_memory_bytes,omitempty"`
+	// when its worker reported it; the GPU fields what they used of its GPUs.
+	CPUSeconds         *float64 `json:"cpu_seconds,omitempty"`
+	PeakMemoryBytes    *uint64  `json:"peak_memory_bytes,omitempty"`
+	GPUSeconds         *float64 `json:"gpu_seconds,omitempty"`
+	PeakGPUMemoryBytes *uint64  `json:"peak_gpu_memory_bytes,omitempty"`
+	GPUUtilizationPct  *float64 `json:"gpu_utilization_pct,omitempty"`
+	// GPUEvents are the GPU errors the driver raised that were the job's
+	// own (application XIDs).
+	GPUEvents []string `json:"gpu_events,omitempty"`
 	// GPUs are the indices of the worker's GPUs the attempt held.
 	GPUs []int `json:"gpus,omitempty"`
 }
@@ -151,7 +161,8 @@ func newJobView(j store.Job) jobView {
 	}
 	return jobView{
 		JobID: j.ID, ID: j.ID, Status: string(j.Status), ConfigName: strPtr(j.ConfigName), Target: string(j.Target),
-		Priority: j.Priority, WorkerLabels: labels, GPUCount: j.GPUCount, MinVRAMGB: j.MinVRAMGB,
+		Priority: j.Priority, WorkerLabels: labels, GPUCount: gpuCountView(j), WholeWorker: j.WholeWorker,
+		GPUAllocation: protocol.GPUAllocation(j.GPUCount, j.WholeWorker), MinVRAMGB: j.MinVRAMGB,
 		MaxRetries: j.MaxRetries, RetriesUsed: j.RetriesUsed, Attempt: j.Attempt, WorkerID: strPtr(j.WorkerID),
 		Error: strPtr(j.Error), Progress: j.Progress, TimeoutSeconds: j.TimeoutSeconds, SubmittedBy: j.SubmittedBy,
 		QueuedAt: protocol.Time(j.CreatedAt), UpdatedAt: protocol.Time(j.UpdatedAt),
@@ -160,14 +171,32 @@ func newJobView(j store.Job) jobView {
 }
 
 func newAttemptView(a store.Attempt) attemptView {
-	var cpu *float64
-	var peak *uint64
-	if a.Usage != nil {
-		cpu, peak = &a.Usage.CPUSeconds, &a.Usage.PeakMemoryBytes
-	}
-	return attemptView{
-		CPUSeconds: cpu, PeakMemoryBytes: peak, GPUs: a.GPUs,
+	v := attemptView{
+		GPUs:    a.GPUs,
 		Attempt: a.Number, WorkerID: a.WorkerID, DispatchedAt: protocol.Time(a.DispatchedAt),
 		StartedAt: timePtr(a.AckedAt), EndedAt: timePtr(a.EndedAt), Outcome: strPtr(string(a.Outcome)), Error: strPtr(a.Error),
 	}
+	if u := a.Usage; u != nil {
+		v.CPUSeconds, v.PeakMemoryBytes, v.GPUUtilizationPct, v.GPUEvents = &u.CPUSeconds, &u.PeakMemoryBytes, u.GPUUtilizationPct, u.GPUEvents
+		if len(a.GPUs) > 0 || u.GPUSeconds > 0 {
+			v.GPUSeconds, v.PeakGPUMemoryBytes = &u.GPUSeconds, &u.PeakGPUMemoryBytes
+		}
+	}
+	if v.GPUSeconds == nil && len(a.GPUs) > 0 && a.AckedAt != nil && a.EndedAt != nil {
+		// A worker that does not measure its GPUs (SimpleTuner's own agent):
+		// the GPUs it held for as long as the attempt ran.
+		s := float64(len(a.GPUs)) * a.EndedAt.Sub(*a.AckedAt).Seconds()
+		v.GPUSeconds = &s
+	}
+	return v
+}
+
+// gpuCountView is a job's gpu_count as the API shows it: null for a job that
+// takes the whole worker.
+func gpuCountView(j store.Job) *int {
+	if j.WholeWorker {
+		return nil
+	}
+	n := j.GPUCount
+	return &n
 }

@@ -34,7 +34,8 @@ func (s *Server) waiting(ctx context.Context, j store.Job) (reason, detail strin
 		if gpus >= j.GPUCount {
 			large++
 		}
-		if !matches(j.Queued(), w, g) {
+		q := j.Queued()
+		if !matches(q, w, g) {
 			return
 		}
 		matching++
@@ -45,8 +46,10 @@ func (s *Server) waiting(ctx context.Context, j store.Job) (reason, detail strin
 		online++
 		load := w.Load()
 		// A GPU-sharing worker that is full because its GPUs are taken is
-		// short of GPUs, not of slots: the job waits for GPUs.
-		if w.SharesGPUs() && status != protocol.WorkerDraining && load.FreeGPUs() < j.GPUCount {
+		// short of GPUs, not of slots: the job waits for GPUs. A job that
+		// takes the whole worker waits for one running nothing.
+		if w.SharesGPUs() && status != protocol.WorkerDraining &&
+			(w.FreeUsableGPUs() < j.GPUCount || (j.WholeWorker && (load.Running > 0 || (gpus > 0 && w.FreeUsableGPUs() == 0)))) {
 			room++
 			return
 		}
@@ -69,10 +72,16 @@ func (s *Server) waiting(ctx context.Context, j store.Job) (reason, detail strin
 		return WaitNoMatchingWorker, "no worker meets its target, labels, GPU count and VRAM", nil
 	case online == 0:
 		return WaitNoneOnline, fmt.Sprintf("%d matching worker(s), none connected", matching), nil
+	case res.jobID == j.ID && j.WholeWorker:
+		return WaitGPUsBusy, fmt.Sprintf("it takes a whole worker and waits for worker %s to finish its jobs; the worker is held for it: no other job starts there", res.workerID), nil
+	case res.jobID == j.ID && j.GPUCount == 0:
+		return WaitWorkersBusy, fmt.Sprintf("it waits for a free job slot on worker %s, which is held for it: no other job starts there", res.workerID), nil
 	case res.jobID == j.ID:
 		return WaitGPUsBusy, fmt.Sprintf("it waits for %d free GPU(s) on worker %s, which is held for it: no other job starts there", j.GPUCount, res.workerID), nil
 	case room == 0:
 		return WaitWorkersBusy, fmt.Sprintf("%d matching worker(s) online, all busy or draining", online), nil
+	case fits == 0 && j.WholeWorker:
+		return WaitGPUsBusy, fmt.Sprintf("it takes a whole worker; %d matching worker(s) are online, each running other jobs", room), nil
 	case fits == 0:
 		return WaitGPUsBusy, fmt.Sprintf("%d matching worker(s) have room for a job, none has %d free GPU(s)", room, j.GPUCount), nil
 	case fits == fitsReserved:

@@ -3,6 +3,7 @@ package protocol
 import (
 	"encoding/json"
 	"math"
+	"strconv"
 )
 
 // GPUSummary is a worker's reported gpu_info read in either spelling:
@@ -63,3 +64,17 @@ func ParseGPUInfo(raw json.RawMessage) GPUSummary {
 
 // VRAMGB is the device's memory in GiB.
 func (d GPUDevice) VRAMGB() float64 { return float64(d.MemoryMiB) / 1024 }
+
+// GPUAllocation says in words what GPUs a job gets: "whole worker", "no GPU
+// (CPU only)", "1 GPU", "4 GPUs".
+func GPUAllocation(count int, whole bool) string {
+	switch {
+	case whole:
+		return "whole worker"
+	case count == 0:
+		return "no GPU (CPU only)"
+	case count == 1:
+		return "1 GPU"
+	}
+	return strconv.Itoa(count) + " GPUs"
+}

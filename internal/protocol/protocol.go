@@ -176,6 +176,9 @@ type RegisterRequest struct {
 	Version      string           `json:"version,omitempty"`
 	Running      []RunningAttempt `json:"running,omitempty"`
 	Capabilities *Capabilities    `json:"capabilities,omitempty"`
+	// GPUConditions are the GPUs the worker keeps out of use; nil when the
+	// worker does not say (protocol 1), an empty list when none.
+	GPUConditions *[]GPUCondition `json:"gpu_conditions,omitempty"`
 }
 
 // Capabilities is what a protocol-2 worker tells about itself when it
@@ -226,10 +229,47 @@ type RegisterResponse struct {
 
 // GPUTelemetry is one GPU's live numbers in a protocol-2 heartbeat.
 type GPUTelemetry struct {
+	Index          int     `json:"index"`
 	UUID           string  `json:"uuid"`
 	UtilizationPct float64 `json:"utilization_pct"`
 	MemoryUsedMiB  uint64  `json:"memory_used_mib"`
+	MemoryTotalMiB uint64  `json:"memory_total_mib,omitempty"`
 	TemperatureC   float64 `json:"temperature_c"`
+	PowerW         float64 `json:"power_w,omitempty"`
+	// Health is "ok", or the GPU's condition ("held: …", "unhealthy: …"),
+	// or a hardware slowdown in force ("slowdown: thermal").
+	Health string `json:"health,omitempty"`
+}
+
+// GPUCondition is a GPU a protocol-2 worker keeps out of use:
+//
+//   - held: a job left a process on it. The worker checks it again and
+//     releases it by itself once nothing is left.
+//   - unhealthy: the GPU had a hardware fault (an XID the driver raises for
+//     hardware, uncorrectable ECC errors, a row-remapping failure, lost from
+//     the bus). It stays fenced until an admin clears it.
+//
+// The orchestrator places no job on such a GPU.
+type GPUCondition struct {
+	Index  int    `json:"index"`
+	UUID   string `json:"uuid,omitempty"`
+	State  string `json:"state"`
+	Reason string `json:"reason"`
+	Since  string `json:"since"` // RFC 3339
+}
+
+// States of a GPUCondition.
+const (
+	GPUHeld      = "held"
+	GPUUnhealthy = "unhealthy"
+)
+
+// GPUFault, with a terminal report, says the attempt was stopped because one
+// of its GPUs failed: the machine failed, not the job, so the job is
+// requeued without spending a retry.
+type GPUFault struct {
+	GPUs   []int  `json:"gpus"`
+	Reason string `json:"reason"`
 }
 
 // HeartbeatRequest is the body of POST /api/workers/heartbeat.
@@ -243,6 +283,8 @@ type HeartbeatRequest struct {
 	// SentAt is the worker's wall clock when it sent the heartbeat (RFC 3339).
 	// The orchestrator only reports the difference to its own clock.
 	SentAt string `json:"sent_at,omitempty"`
+	// GPUConditions: as at registration.
+	GPUConditions *[]GPUCondition `json:"gpu_conditions,omitempty"`
 }
 
 // HeartbeatResponse answers a heartbeat; Cancel and Drain repeat what the stream
@@ -251,6 +293,9 @@ type HeartbeatResponse struct {
 	Success bool     `json:"success"`
 	Cancel  []string `json:"cancel,omitempty"`
 	Drain   bool     `json:"drain,omitempty"`
+	// ClearGPUs names the unhealthy GPUs (by index) an admin cleared, until
+	// the worker no longer reports them.
+	ClearGPUs []int `json:"clear_gpus,omitempty"`
 }
 
 // StatusReport is the body of POST /api/workers/job/{job_id}/status.
@@ -261,13 +306,27 @@ type StatusReport struct {
 	Attempt  *int            `json:"attempt,omitempty"` // ext
 	// Usage (ext) comes with a terminal report: what the attempt's processes used.
 	Usage *Usage `json:"usage,omitempty"`
+	// Fault (ext) comes with a failed report of an attempt stopped because
+	// one of its GPUs failed.
+	Fault *GPUFault `json:"fault,omitempty"`
+	// GPUConditions (ext, terminal reports): the worker's GPU conditions as
+	// the attempt ends, so that a GPU it left dirty is held back before it is
+	// freed.
+	GPUConditions *[]GPUCondition `json:"gpu_conditions,omitempty"`
 }
 
 // Usage is what an attempt's processes used: CPU time of all of them, and the
-// peak memory of the job's cgroup (or of its leader where there is none).
+// peak memory of the job's cgroup (or of its leader where there is none); for
+// its GPUs, GPU-seconds (GPUs held × wall time), the peak GPU memory of its
+// processes, the mean utilisation of its GPUs while it ran (nil when not
+// measured) and the GPU errors the driver raised that are the job's own.
 type Usage struct {
-	CPUSeconds      float64 `json:"cpu_seconds"`
-	PeakMemoryBytes uint64  `json:"peak_memory_bytes"`
+	CPUSeconds         float64  `json:"cpu_seconds"`
+	PeakMemoryBytes    uint64   `json:"peak_memory_bytes"`
+	GPUSeconds         float64  `json:"gpu_seconds,omitempty"`
+	PeakGPUMemoryBytes uint64   `json:"peak_gpu_memory_bytes,omitempty"`
+	GPUUtilizationPct  *float64 `json:"gpu_utilization_pct,omitempty"`
+	GPUEvents          []string `json:"gpu_events,omitempty"`
 }
 
 // DisconnectRequest is the body of POST /api/workers/disconnect.
@@ -287,7 +346,15 @@ const (
 	EventDrain     = "drain"
 	EventShutdown  = "shutdown"
 	EventPing      = "ping"
+	EventGPUClear  = "gpu_clear"
 )
+
+// GPUClearEvent tells a worker that an admin cleared the fence of its
+// unhealthy GPUs (by index).
+type GPUClearEvent struct {
+	Type string `json:"type"`
+	GPUs []int  `json:"gpus"`
+}
 
 // JobSubmitEvent is sent on a worker's stream to start an attempt.
 type JobSubmitEvent struct {
@@ -307,8 +374,8 @@ type JobSubmitEvent struct {
 	LogEndpoint        string  `json:"log_endpoint,omitempty"`
 	// GPUs are the worker's GPUs this attempt may use, for a worker that
 	// runs several jobs at once (capabilities.max_jobs); an empty list is a
-	// job that takes no GPU. Absent (nil): every GPU of the worker, which
-	// then runs one job at a time.
+	// job that takes no GPU. Absent (nil): the whole worker, every GPU of
+	// it, with no other job beside it.
 	GPUs *[]AssignedGPU `json:"gpus,omitempty"`
 }
 

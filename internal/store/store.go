@@ -72,9 +72,17 @@ type Worker struct {
 	// it: only CreateWorker and SetWorkerTokenHash write it.
 	TokenHash string
 	// Running is how many attempts are out on the worker and GPUsUsed how
-	// many of its GPUs they hold. The store keeps both in the transactions
+	// many of its GPUs they hold; HeldWhole is set while an attempt that
+	// took the whole worker runs. The store keeps them in the transactions
 	// that open and end attempts; UpdateWorker ignores changes to them.
 	Running, GPUsUsed int
+	HeldWhole         bool
+	// GPUConditions are the GPUs the worker keeps out of use, as it last
+	// reported them; placement gives them to no job.
+	GPUConditions []protocol.GPUCondition
+	// GPUClears are the indices of unhealthy GPUs an admin cleared that the
+	// worker still reports: it is told until it no longer does.
+	GPUClears []int
 }
 
 // Slots is how many attempts the worker may run at once: its max_jobs when
@@ -93,7 +101,23 @@ func (w Worker) SharesGPUs() bool { return w.Protocol >= 2 && w.Capabilities.Max
 
 // Load is the worker's load for the lifecycle's status rule.
 func (w Worker) Load() lifecycle.Load {
-	return lifecycle.Load{Running: w.Running, Slots: w.Slots(), GPUs: protocol.ParseGPUInfo(w.GPUInfo).Count, GPUsUsed: w.GPUsUsed}
+	return lifecycle.Load{Running: w.Running, Slots: w.Slots(), GPUs: protocol.ParseGPUInfo(w.GPUInfo).Count,
+		GPUsUsed: w.GPUsUsed, Whole: w.HeldWhole}
+}
+
+// FreeUsableGPUs is how many of the worker's GPUs no attempt holds and the
+// worker does not keep out of use (a GPU both held by an attempt and kept
+// out of use, briefly, counts once each way: the figure errs low).
+func (w Worker) FreeUsableGPUs() int { return max(w.Load().FreeGPUs()-len(w.GPUConditions), 0) }
+
+// UnavailableGPUs are the indices of the worker's GPUs it keeps out of use
+// (held or unhealthy).
+func (w Worker) UnavailableGPUs() map[int]bool {
+	out := make(map[int]bool, len(w.GPUConditions))
+	for _, c := range w.GPUConditions {
+		out[c.Index] = true
+	}
+	return out
 }
 
 // QueuedJob is what placement reads of a queued job: where it may run and
@@ -106,13 +130,14 @@ type QueuedJob struct {
 	Target       protocol.Target
 	WorkerLabels map[string]string // key → glob
 	GPUCount     int
+	WholeWorker  bool
 	MinVRAMGB    float64
 }
 
 // Queued is the part of j that placement reads.
 func (j Job) Queued() QueuedJob {
 	return QueuedJob{ID: j.ID, Seq: j.Seq, Priority: j.Priority, Target: j.Target, WorkerLabels: j.WorkerLabels,
-		GPUCount: j.GPUCount, MinVRAMGB: j.MinVRAMGB}
+		GPUCount: j.GPUCount, WholeWorker: j.WholeWorker, MinVRAMGB: j.MinVRAMGB}
 }
 
 // WorkerState is the part of a worker row that the per-job checks read: its
@@ -143,14 +168,17 @@ type WorkerFilter struct {
 
 // Job is one queued training job and the state of its current attempt.
 type Job struct {
-	ID             string
-	ConfigName     string
-	Config         json.RawMessage // JSON object sent to the worker
-	Dataloader     json.RawMessage // optional, nil when absent
-	HFToken        string          // secret: never in API responses
-	Target         protocol.Target
-	WorkerLabels   map[string]string // key → glob
+	ID           string
+	ConfigName   string
+	Config       json.RawMessage // JSON object sent to the worker
+	Dataloader   json.RawMessage // optional, nil when absent
+	HFToken      string          // secret: never in API responses
+	Target       protocol.Target
+	WorkerLabels map[string]string // key → glob
+	// GPUCount is how many GPUs the job gets; with WholeWorker it gets the
+	// whole worker instead (all its GPUs, alone) and GPUCount is 0.
 	GPUCount       int
+	WholeWorker    bool
 	MinVRAMGB      float64
 	Priority       int
 	MaxRetries     int
@@ -218,8 +246,13 @@ type ClaimRequest struct {
 	// JobID is the job claimed; it must still be queued.
 	JobID string
 	// GPUs are the indices of the worker's GPUs the attempt gets; the claim
-	// fails with ErrConflict if another attempt holds one of them.
+	// fails with ErrConflict if another attempt holds one of them, or the
+	// worker keeps one of them out of use.
 	GPUs []int
+	// Whole gives the attempt the whole worker: the claim fails with
+	// ErrConflict unless nothing runs there, and nothing else is claimed
+	// there until the attempt ends.
+	Whole bool
 	// UploadTokenHash is stored on the new attempt.
 	UploadTokenHash string
 	AckDeadline     time.Time

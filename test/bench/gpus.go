@@ -37,11 +37,15 @@ type gpuFlags struct {
 }
 
 // traceJob is one job of the trace: submitted At seconds after the start,
-// asking for GPUs GPUs and running for Seconds.
+// asking for GPUs GPUs and running for Seconds. A Whole job is submitted as
+// SimpleTuner's documentation shows, without a GPU count, and takes a whole
+// worker (GPUs is then a worker's GPU count: another scheduler asks for
+// that many).
 type traceJob struct {
 	ID      int     `json:"id"`
 	At      float64 `json:"submit_s"`
 	GPUs    int     `json:"gpus"`
+	Whole   bool    `json:"whole,omitempty"`
 	Seconds float64 `json:"seconds"`
 }
 
@@ -56,6 +60,7 @@ type jobRecord struct {
 }
 
 // makeTrace draws n jobs: gpu_count 1/2/4/8 with probability 60/20/12/8 %,
+// every other 8-GPU job submitted without a count (the whole worker),
 // durations from a Pareto distribution (shape 1.8, minimum 1.5 s, capped at
 // 60 s: most jobs short, a few very long), Poisson arrivals offering 1.2
 // times what fleetGPUs can do, so that a queue builds. scale stretches
@@ -81,7 +86,7 @@ func makeTrace(n int, seed uint64, fleetGPUs int, scale float64) []traceJob {
 			gpus = 8
 		}
 		seconds := min(minimum/math.Pow(1-r.Float64(), 1/shape), limit)
-		out = append(out, traceJob{ID: i, At: round3(at * scale), GPUs: gpus, Seconds: round3(seconds * scale)})
+		out = append(out, traceJob{ID: i, At: round3(at * scale), GPUs: gpus, Whole: gpus == 8 && i%2 == 0, Seconds: round3(seconds * scale)})
 		at += r.ExpFloat64() / rate
 	}
 	return out
@@ -236,7 +241,10 @@ func runGPUs(gf gpuFlags, orchBin, tmp string) (gpuResult, error) {
 		var out struct {
 			JobID string `json:"job_id"`
 		}
-		body := map[string]any{"config": map[string]any{"bench_seconds": j.Seconds}, "target": "worker", "gpu_count": j.GPUs, "max_retries": 0}
+		body := map[string]any{"config": map[string]any{"bench_seconds": j.Seconds}, "target": "worker", "max_retries": 0}
+		if !j.Whole || gf.perHost != j.GPUs {
+			body["gpu_count"] = j.GPUs
+		}
 		if err := c.call(ctx, "POST", "/api/queue/submit", c.adminHdr(), body, &out, 201); err != nil {
 			return res, err
 		}
@@ -324,7 +332,7 @@ func printGPUs(gf gpuFlags, rs []gpuResult) {
 	if len(rs) == 0 {
 		return
 	}
-	fmt.Printf("\ngpus: %d workers × %d GPUs, %d jobs (seed %d, scale %g): gpu_count 1/2/4/8 at 60/20/12/8 %%, Pareto durations, offered load 1.2×\n\n",
+	fmt.Printf("\ngpus: %d workers × %d GPUs, %d jobs (seed %d, scale %g): gpu_count 1/2/4/8 at 60/20/12/8 %% (half the 8-GPU jobs without a count: the whole worker), Pareto durations, offered load 1.2×\n\n",
 		gf.workers, gf.perHost, gf.jobs, gf.seed, gf.scale)
 	fmt.Println("| scheduler | makespan (ideal bound) | ideal ÷ makespan | GPU use while jobs wait | work ÷ capacity | wait mean / p95 by gpu_count 1, 2, 4, 8 | longest 8-GPU wait (longest job) | load before |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")

@@ -132,3 +132,39 @@ func TestFourJobsOnFourGPUs(t *testing.T) {
 	sum := h.Check(Expect{MaxRequeues: 4})
 	t.Logf("RESULT %s: %s", t.Name(), sum)
 }
+
+// A job submitted as SimpleTuner's documentation shows, with no gpu_count,
+// reaches the worker's GPUs: without a process count in its config it is
+// shown every GPU and runs alone; with --num_processes it is shown that
+// many; gpu_count 0 is shown none, and its log says so first.
+func TestDocumentedSubmitReachesTheGPUs(t *testing.T) {
+	t.Parallel()
+	o := StartOrchestrator(t, "")
+	script := `echo "$CUDA_VISIBLE_DEVICES" > visible.txt; echo "visible: [$CUDA_VISIBLE_DEVICES]"; exec ` + DemoTrainer()
+	w := o.StartWorker(WorkerSpec{Name: "pair", Persistent: true, StaticGPUs: 2, Command: []string{"/bin/sh", "-c", script}})
+
+	whole := o.Submit(map[string]any{"model_type": "lora", "steps": 3, "step_seconds": 0.1}, nil)
+	if j := o.Job(whole); j["gpu_allocation"] != "whole worker" {
+		t.Fatalf("a job without gpu_count gets %v", j["gpu_allocation"])
+	}
+	o.WaitJob(whole, "completed", 30*time.Second)
+	if v := visibleOf(t, w, whole); v != "GPU-pair-0,GPU-pair-1" {
+		t.Errorf("the whole-worker job sees %q, want both GPUs", v)
+	}
+
+	one := o.Submit(map[string]any{"model_type": "lora", "--num_processes": 1, "steps": 3, "step_seconds": 0.1}, nil)
+	o.WaitJob(one, "completed", 30*time.Second)
+	if v := visibleOf(t, w, one); strings.Contains(v, ",") || !strings.HasPrefix(v, "GPU-pair-") {
+		t.Errorf("the job with --num_processes 1 sees %q, want one GPU", v)
+	}
+
+	cpu := o.Submit(map[string]any{"model_type": "lora", "steps": 1, "step_seconds": 0.1}, map[string]any{"gpu_count": 0})
+	o.WaitJob(cpu, "completed", 30*time.Second)
+	log := o.Logs(cpu)
+	if first, _, _ := strings.Cut(log, "\n"); !strings.Contains(first, "no GPU") || !strings.Contains(first, "CPU only") {
+		t.Errorf("the CPU-only job's log starts with %q", first)
+	}
+	if !strings.Contains(log, "visible: []") {
+		t.Errorf("the CPU-only job was shown GPUs:\n%s", log)
+	}
+}

@@ -87,7 +87,7 @@ func (s *Store) claimInTx(ctx context.Context, c conn, reqs []store.ClaimRequest
 		if !slices.Contains(claimed, w.ID) {
 			claimed = append(claimed, w.ID)
 		}
-		w.Running, w.GPUsUsed, w.CurrentJobID = w.Running+1, w.GPUsUsed+len(req.GPUs), j.ID
+		w.Running, w.GPUsUsed, w.CurrentJobID, w.HeldWhole = w.Running+1, w.GPUsUsed+len(req.GPUs), j.ID, req.Whole
 		// The job as written, without reading it back.
 		job := j
 		job.Status, job.WorkerID, job.AckDeadline, job.UpdatedAt = protocol.JobDispatched, w.ID, normTimePtr(&req.AckDeadline), at
@@ -104,8 +104,8 @@ func (s *Store) claimInTx(ctx context.Context, c conn, reqs []store.ClaimRequest
 	}
 	for _, id := range claimed {
 		w := workers[id]
-		if _, err := c.exec(ctx, `UPDATE workers SET status = ?, current_job_id = ?, running = ?, gpus_used = ? WHERE id = ?`,
-			lifecycle.Settle(w.Status, w.Load()), w.CurrentJobID, w.Running, w.GPUsUsed, w.ID); err != nil {
+		if _, err := c.exec(ctx, `UPDATE workers SET status = ?, current_job_id = ?, running = ?, gpus_used = ?, held_whole = ? WHERE id = ?`,
+			lifecycle.Settle(w.Status, w.Load()), w.CurrentJobID, w.Running, w.GPUsUsed, w.HeldWhole, w.ID); err != nil {
 			return nil, err
 		}
 	}
@@ -146,6 +146,9 @@ func (s *Store) checkClaim(ctx context.Context, c conn, w *store.Worker, req sto
 	if !lifecycle.CanClaim(w.Status, w.Load()) {
 		return store.Job{}, fmt.Errorf("worker %s is %s running %d attempt(s): %w", w.ID, w.Status, w.Running, store.ErrConflict)
 	}
+	if req.Whole && w.Running > 0 {
+		return store.Job{}, fmt.Errorf("worker %s runs %d attempt(s) and the job takes it whole: %w", w.ID, w.Running, store.ErrConflict)
+	}
 	j, err := s.lockQueued(ctx, c, req.JobID)
 	if err != nil {
 		return store.Job{}, err
@@ -182,17 +185,22 @@ func (s *Store) writeClaim(ctx context.Context, c conn, w *store.Worker, j store
 	return err
 }
 
-// checkGPUs refuses (ErrConflict) GPUs beyond the worker's, named twice, or
-// held by an attempt. Leases are written under the worker's lock only, so what
+// checkGPUs refuses (ErrConflict) GPUs beyond the worker's, named twice,
+// kept out of use by the worker, or held by an attempt. Leases and the
+// worker's GPU conditions are written under the worker's lock only, so what
 // this reads stays true until the claim's transaction ends.
 func (s *Store) checkGPUs(ctx context.Context, c conn, w store.Worker, gpus []int) error {
 	count := protocol.ParseGPUInfo(w.GPUInfo).Count
+	unavailable := w.UnavailableGPUs()
 	for i, g := range gpus {
 		if g < 0 || g >= count {
 			return fmt.Errorf("worker %s has %d GPUs, not GPU %d: %w", w.ID, count, g, store.ErrConflict)
 		}
 		if slices.Contains(gpus[:i], g) {
 			return fmt.Errorf("GPU %d of worker %s is named twice: %w", g, w.ID, store.ErrConflict)
+		}
+		if unavailable[g] {
+			return fmt.Errorf("GPU %d of worker %s is kept out of use: %w", g, w.ID, store.ErrConflict)
 		}
 		var holder string
 		err := c.queryRow(ctx, `SELECT job_id FROM gpu_leases WHERE worker_id = ? AND gpu_index = ?`, w.ID, g).Scan(&holder)
@@ -214,7 +222,7 @@ func (s *Store) ListQueued(ctx context.Context, after *store.QueuedJob, limit in
 		where = ` AND (priority < ? OR (priority = ? AND seq > ?))`
 		args = append(args, after.Priority, after.Priority, after.Seq)
 	}
-	rows, err := s.reader().query(ctx, `SELECT id, seq, priority, target, worker_labels, gpu_count, min_vram_gb
+	rows, err := s.reader().query(ctx, `SELECT id, seq, priority, target, worker_labels, gpu_count, whole_worker, min_vram_gb
 		FROM jobs WHERE status = ?`+where+` ORDER BY priority DESC, seq ASC LIMIT ?`, append(args, limitArg(limit))...)
 	if err != nil {
 		return nil, err
@@ -223,7 +231,7 @@ func (s *Store) ListQueued(ctx context.Context, after *store.QueuedJob, limit in
 	var out []store.QueuedJob
 	for rows.Next() {
 		var j store.QueuedJob
-		if err := rows.Scan(&j.ID, &j.Seq, &j.Priority, &j.Target, jsonCol{&j.WorkerLabels}, &j.GPUCount, &j.MinVRAMGB); err != nil {
+		if err := rows.Scan(&j.ID, &j.Seq, &j.Priority, &j.Target, jsonCol{&j.WorkerLabels}, &j.GPUCount, &j.WholeWorker, &j.MinVRAMGB); err != nil {
 			return nil, err
 		}
 		out = append(out, j)

@@ -16,7 +16,7 @@ import (
 
 const jobCols = `id, seq, config_name, config, dataloader, hf_token, target, worker_labels, gpu_count,
 	min_vram_gb, priority, max_retries, retries_used, timeout_seconds, status, attempt, worker_id, error,
-	progress, submitted_by, created_at, updated_at, started_at, ended_at, ack_deadline, cancel_deadline`
+	progress, submitted_by, created_at, updated_at, started_at, ended_at, ack_deadline, cancel_deadline, whole_worker`
 
 func scanJob(r scanner, extra ...any) (store.Job, error) {
 	var j store.Job
@@ -25,7 +25,7 @@ func scanJob(r scanner, extra ...any) (store.Job, error) {
 		&j.MaxRetries, &j.RetriesUsed, &j.TimeoutSeconds, &j.Status, &j.Attempt, &j.WorkerID, &j.Error,
 		rawCol{&j.Progress}, &j.SubmittedBy, timeCol{&j.CreatedAt}, timeCol{&j.UpdatedAt},
 		nullTimeCol{&j.StartedAt}, nullTimeCol{&j.EndedAt}, nullTimeCol{&j.AckDeadline},
-		nullTimeCol{&j.CancelDeadline}}, extra...)
+		nullTimeCol{&j.CancelDeadline}, &j.WholeWorker}, extra...)
 	err := r.Scan(dest...)
 	return j, err
 }
@@ -61,12 +61,12 @@ func (s *Store) InsertJob(ctx context.Context, j store.Job, rec *audit.Record) (
 			j.Target, labelsArg(j.WorkerLabels), j.GPUCount, j.MinVRAMGB, j.Priority, j.MaxRetries,
 			j.RetriesUsed, j.TimeoutSeconds, j.Status, j.Attempt, j.WorkerID, j.Error,
 			rawArg(j.Progress, nil), j.SubmittedBy, s.tv(j.CreatedAt), s.tv(j.UpdatedAt),
-			s.ntv(j.StartedAt), s.ntv(j.EndedAt), s.ntv(j.AckDeadline), s.ntv(j.CancelDeadline)}
+			s.ntv(j.StartedAt), s.ntv(j.EndedAt), s.ntv(j.AckDeadline), s.ntv(j.CancelDeadline), j.WholeWorker}
 		// seq comes from the engine: the column list is jobCols with seq moved last.
 		err := c.queryRow(ctx, `INSERT INTO jobs (id, config_name, config, dataloader, hf_token, target,
 			worker_labels, gpu_count, min_vram_gb, priority, max_retries, retries_used, timeout_seconds,
 			status, attempt, worker_id, error, progress, submitted_by, created_at, updated_at, started_at,
-			ended_at, ack_deadline, cancel_deadline, seq) VALUES (`+placeholders(len(args))+`, `+s.d.NextSeq+`)
+			ended_at, ack_deadline, cancel_deadline, whole_worker, seq) VALUES (`+placeholders(len(args))+`, `+s.d.NextSeq+`)
 			RETURNING seq`, args...).Scan(&j.Seq)
 		if err != nil {
 			return err
@@ -142,17 +142,23 @@ func (s *Store) QueuePosition(ctx context.Context, priority int, seq int64) (int
 }
 
 const attemptCols = `job_id, number, worker_id, upload_token_hash, dispatched_at, acked_at, ended_at, outcome, error,
-	cpu_seconds, peak_memory_bytes, gpus`
+	cpu_seconds, peak_memory_bytes, gpus, gpu_seconds, peak_gpu_memory_bytes, gpu_utilization_pct, gpu_events`
 
 func scanAttempt(r scanner) (store.Attempt, error) {
 	var a store.Attempt
-	var cpu sql.NullFloat64
-	var peak sql.NullInt64
+	var cpu, gpuSeconds, gpuUtil sql.NullFloat64
+	var peak, gpuPeak sql.NullInt64
 	var gpus string
+	var events []string
 	err := r.Scan(&a.JobID, &a.Number, &a.WorkerID, &a.UploadTokenHash, timeCol{&a.DispatchedAt},
-		nullTimeCol{&a.AckedAt}, nullTimeCol{&a.EndedAt}, &a.Outcome, &a.Error, &cpu, &peak, &gpus)
-	if cpu.Valid || peak.Valid {
-		a.Usage = &protocol.Usage{CPUSeconds: cpu.Float64, PeakMemoryBytes: uint64(max(peak.Int64, 0))}
+		nullTimeCol{&a.AckedAt}, nullTimeCol{&a.EndedAt}, &a.Outcome, &a.Error, &cpu, &peak, &gpus,
+		&gpuSeconds, &gpuPeak, &gpuUtil, jsonCol{&events})
+	if cpu.Valid || peak.Valid || gpuSeconds.Valid {
+		a.Usage = &protocol.Usage{CPUSeconds: cpu.Float64, PeakMemoryBytes: uint64(max(peak.Int64, 0)),
+			GPUSeconds: gpuSeconds.Float64, PeakGPUMemoryBytes: uint64(max(gpuPeak.Int64, 0)), GPUEvents: events}
+		if gpuUtil.Valid {
+			a.Usage.GPUUtilizationPct = &gpuUtil.Float64
+		}
 	}
 	a.GPUs = parseIndices(gpus)
 	return a, err

@@ -88,13 +88,11 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 			if t.Error != nil {
 				errText = *t.Error
 			}
-			var cpu, peak any // NULL unless reported
-			if t.Usage != nil {
-				cpu, peak = t.Usage.CPUSeconds, int64(min(t.Usage.PeakMemoryBytes, 1<<62))
-			}
+			u := usageArgs(t.Usage)
 			if _, err := c.exec(ctx, `UPDATE attempts SET ended_at = ?, outcome = ?, error = ?,
-				cpu_seconds = ?, peak_memory_bytes = ? WHERE job_id = ? AND number = ? AND ended_at IS NULL`,
-				s.tv(at), t.EndAttempt, errText, cpu, peak, j.ID, j.Attempt); err != nil {
+				cpu_seconds = ?, peak_memory_bytes = ?, gpu_seconds = ?, peak_gpu_memory_bytes = ?,
+				gpu_utilization_pct = ?, gpu_events = ? WHERE job_id = ? AND number = ? AND ended_at IS NULL`,
+				append(append([]any{s.tv(at), t.EndAttempt, errText}, u...), j.ID, j.Attempt)...); err != nil {
 				return err
 			}
 			if err := s.freeWorker(ctx, c, attemptWorker, j.ID, j.Attempt); err != nil {
@@ -151,4 +149,22 @@ func (s *Store) attemptWorker(ctx context.Context, c conn, j store.Job) (string,
 func (s *Store) getAttempt(ctx context.Context, c conn, jobID string, number int) (store.Attempt, error) {
 	a, err := scanAttempt(c.queryRow(ctx, `SELECT `+attemptCols+` FROM attempts WHERE job_id = ? AND number = ?`, jobID, number))
 	return a, noRows(err, "attempt of job", fmt.Sprintf("%s#%d", jobID, number))
+}
+
+// usageArgs binds an attempt's usage columns (cpu_seconds,
+// peak_memory_bytes, gpu_seconds, peak_gpu_memory_bytes,
+// gpu_utilization_pct, gpu_events): all NULL when nothing was reported.
+func usageArgs(u *protocol.Usage) []any {
+	if u == nil {
+		return []any{nil, nil, nil, nil, nil, nil}
+	}
+	var util, events any
+	if u.GPUUtilizationPct != nil {
+		util = *u.GPUUtilizationPct
+	}
+	if len(u.GPUEvents) > 0 {
+		events = plainJSON(u.GPUEvents)
+	}
+	return []any{u.CPUSeconds, int64(min(u.PeakMemoryBytes, 1<<62)), u.GPUSeconds,
+		int64(min(u.PeakGPUMemoryBytes, 1<<62)), util, events}
 }

@@ -20,8 +20,8 @@ import (
 const (
 	workerWriteCols = `id, name, type, status, gpu_info, provider, labels, admin_labels, persistent,
 	local, current_job_id, protocol, agent_version, last_heartbeat, connected_at, stream_instance,
-	created_at, created_by, capabilities, labels_locked, session, token_hash`
-	workerCols = workerWriteCols + `, running, gpus_used`
+	created_at, created_by, capabilities, labels_locked, session, gpu_conditions, gpu_clears, token_hash`
+	workerCols = workerWriteCols + `, running, gpus_used, held_whole`
 )
 
 type scanner interface{ Scan(dest ...any) error }
@@ -31,9 +31,16 @@ func scanWorker(r scanner, extra ...any) (store.Worker, error) {
 	dest := append([]any{&w.ID, &w.Name, &w.Type, &w.Status, rawCol{&w.GPUInfo}, &w.Provider,
 		jsonCol{&w.Labels}, jsonCol{&w.AdminLabels}, &w.Persistent, &w.Local, &w.CurrentJobID,
 		&w.Protocol, &w.AgentVersion, nullTimeCol{&w.LastHeartbeat}, nullTimeCol{&w.ConnectedAt},
-		&w.StreamInstance, timeCol{&w.CreatedAt}, &w.CreatedBy, jsonCol{&w.Capabilities}, &w.LabelsLocked, &w.Session, &w.TokenHash,
-		&w.Running, &w.GPUsUsed}, extra...)
+		&w.StreamInstance, timeCol{&w.CreatedAt}, &w.CreatedBy, jsonCol{&w.Capabilities}, &w.LabelsLocked, &w.Session,
+		jsonCol{&w.GPUConditions}, jsonCol{&w.GPUClears}, &w.TokenHash,
+		&w.Running, &w.GPUsUsed, &w.HeldWhole}, extra...)
 	err := r.Scan(dest...)
+	if len(w.GPUConditions) == 0 {
+		w.GPUConditions = nil // as stored: no conditions, however written
+	}
+	if len(w.GPUClears) == 0 {
+		w.GPUClears = nil
+	}
 	return w, err
 }
 
@@ -42,12 +49,23 @@ func (s *Store) workerArgs(w *store.Worker) []any {
 	return []any{w.Name, w.Type, w.Status, rawArg(w.GPUInfo, "{}"), w.Provider,
 		labelsArg(w.Labels), labelsArg(w.AdminLabels), w.Persistent, w.Local, w.CurrentJobID,
 		w.Protocol, w.AgentVersion, s.ntv(w.LastHeartbeat), s.ntv(w.ConnectedAt), w.StreamInstance,
-		s.tv(w.CreatedAt), w.CreatedBy, capabilitiesArg(w.Capabilities), w.LabelsLocked, w.Session}
+		s.tv(w.CreatedAt), w.CreatedBy, plainJSON(w.Capabilities), w.LabelsLocked, w.Session,
+		listArg(w.GPUConditions), listArg(w.GPUClears)}
 }
 
-func capabilitiesArg(c protocol.Capabilities) any {
-	b, _ := json.Marshal(c) // a struct of numbers and strings always marshals
+// plainJSON binds a value of plain fields (numbers, strings, lists of
+// them), which always marshals, as JSON text.
+func plainJSON(v any) any {
+	b, _ := json.Marshal(v) // plain fields always marshal
 	return string(b)
+}
+
+// listArg stores a list as JSON text, an empty list for nil.
+func listArg[T any](l []T) any {
+	if l == nil {
+		return "[]"
+	}
+	return plainJSON(l)
 }
 
 // CreateWorker inserts w with its token hash.
@@ -78,15 +96,15 @@ func (s *Store) getWorker(ctx context.Context, c conn, id string, lock bool) (st
 }
 
 // workerLoad reads and locks the part of a worker row that a claim or a
-// freed attempt reads and changes: status, current job, running attempts and
-// GPUs in use, and what its room follows from (GPUs, protocol,
-// capabilities). The rest of the row (labels, times, token) stays unread:
+// freed attempt reads and changes: status, current job, running attempts,
+// GPUs in use and whether an attempt holds it whole, and what its room
+// follows from (GPUs, the ones it keeps out of use, protocol, capabilities). The rest of the row (labels, times, token) stays unread:
 // these reads run inside the single writer's turn.
 func (s *Store) workerLoad(ctx context.Context, c conn, id string) (store.Worker, error) {
 	var w store.Worker
-	err := c.queryRow(ctx, `SELECT id, status, gpu_info, protocol, capabilities, current_job_id, running, gpus_used
-		FROM workers WHERE id = ?`+s.d.ForUpdate, id).Scan(&w.ID, &w.Status, rawCol{&w.GPUInfo}, &w.Protocol, jsonCol{&w.Capabilities},
-		&w.CurrentJobID, &w.Running, &w.GPUsUsed)
+	err := c.queryRow(ctx, `SELECT id, status, gpu_info, protocol, capabilities, current_job_id, running, gpus_used,
+		held_whole, gpu_conditions FROM workers WHERE id = ?`+s.d.ForUpdate, id).Scan(&w.ID, &w.Status, rawCol{&w.GPUInfo},
+		&w.Protocol, jsonCol{&w.Capabilities}, &w.CurrentJobID, &w.Running, &w.GPUsUsed, &w.HeldWhole, jsonCol{&w.GPUConditions})
 	return w, noRows(err, "worker", id)
 }
 
@@ -231,7 +249,8 @@ func (s *Store) putWorker(ctx context.Context, c conn, w store.Worker) (store.Wo
 	_, err := c.exec(ctx, `UPDATE workers SET name = ?, type = ?, status = ?, gpu_info = ?, provider = ?,
 		labels = ?, admin_labels = ?, persistent = ?, local = ?, current_job_id = ?, protocol = ?,
 		agent_version = ?, last_heartbeat = ?, connected_at = ?, stream_instance = ?, created_at = ?,
-		created_by = ?, capabilities = ?, labels_locked = ?, session = ? WHERE id = ?`, append(s.workerArgs(&w), w.ID)...)
+		created_by = ?, capabilities = ?, labels_locked = ?, session = ?, gpu_conditions = ?, gpu_clears = ?
+		WHERE id = ?`, append(s.workerArgs(&w), w.ID)...)
 	if err != nil {
 		return w, err
 	}
@@ -285,7 +304,9 @@ func (s *Store) freeWorker(ctx context.Context, c conn, workerID, jobID string, 
 	if err != nil {
 		return err
 	}
-	w.Running, w.GPUsUsed = max(w.Running-1, 0), max(w.GPUsUsed-int(freed), 0)
+	// An attempt holding the worker whole runs alone: whichever ends, none
+	// holds it whole any more.
+	w.Running, w.GPUsUsed, w.HeldWhole = max(w.Running-1, 0), max(w.GPUsUsed-int(freed), 0), false
 	current := w.CurrentJobID
 	if current == jobID {
 		current = ""
@@ -297,8 +318,8 @@ func (s *Store) freeWorker(ctx context.Context, c conn, workerID, jobID string, 
 			}
 		}
 	}
-	_, err = c.exec(ctx, `UPDATE workers SET current_job_id = ?, status = ?, running = ?, gpus_used = ? WHERE id = ?`,
-		current, lifecycle.Settle(w.Status, w.Load()), w.Running, w.GPUsUsed, workerID)
+	_, err = c.exec(ctx, `UPDATE workers SET current_job_id = ?, status = ?, running = ?, gpus_used = ?, held_whole = ? WHERE id = ?`,
+		current, lifecycle.Settle(w.Status, w.Load()), w.Running, w.GPUsUsed, w.HeldWhole, workerID)
 	return err
 }
 

@@ -17,6 +17,9 @@ var gpuTests = []test{
 	{"GPUFreedOnceEveryWay", testGPUFreedOnceEveryWay},
 	{"GPUClaimNamedJob", testGPUClaimNamedJob},
 	{"GPULeasesGoWithWorker", testGPULeasesGoWithWorker},
+	{"GPUWholeWorkerAlone", testGPUWholeWorkerAlone},
+	{"GPUKeptOutOfUse", testGPUKeptOutOfUse},
+	{"GPUWholeWorkerJobRoundTrip", testGPUWholeWorkerJobRoundTrip},
 }
 
 // claimGPUs claims the next queued job for w with the given GPUs.
@@ -174,5 +177,64 @@ func testGPULeasesGoWithWorker(t *testing.T, s store.Store) {
 	noErr(t, s.DeleteWorker(t.Context(), w.ID, &r), "DeleteWorker")
 	if got := leaseIndices(t, s, w.ID); len(got) != 0 {
 		t.Fatalf("leases of a deleted worker: %v", got)
+	}
+}
+
+// A claim that takes the whole worker needs a worker running nothing, and
+// while its attempt runs nothing else is claimed there, not even a job
+// without GPUs; when it ends, the worker takes jobs again.
+func testGPUWholeWorkerAlone(t *testing.T, s store.Store) {
+	w := newWorker(t, s, sharing(4))
+	busy := newJob(t, s)
+	_, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, JobID: busy.ID, GPUs: []int{0}, Now: t0, AckDeadline: t0})
+	noErr(t, err, "a one-GPU claim")
+	whole := newJob(t, s)
+	_, _, err = s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, JobID: whole.ID, GPUs: []int{1, 2, 3}, Whole: true, Now: t0, AckDeadline: t0})
+	wantErr(t, err, store.ErrConflict, "a whole-worker claim beside a running attempt")
+	equal(t, getJob(t, s, whole.ID).Status, protocol.JobQueued, "the refused job")
+
+	w2 := newWorker(t, s, sharing(2))
+	j, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w2.ID, JobID: whole.ID, GPUs: []int{0, 1}, Whole: true, Now: t0, AckDeadline: t0})
+	noErr(t, err, "a whole-worker claim on an idle worker")
+	if gw := getWorker(t, s, w2.ID); !gw.HeldWhole || gw.Status != protocol.WorkerBusy || gw.Running != 1 {
+		t.Fatalf("worker held whole: held %v status %s running %d", gw.HeldWhole, gw.Status, gw.Running)
+	}
+	cpuOnly := newJob(t, s)
+	_, _, err = s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w2.ID, JobID: cpuOnly.ID, Now: t0, AckDeadline: t0})
+	wantErr(t, err, store.ErrConflict, "a job without GPUs beside a whole-worker attempt")
+
+	transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobQueued, By: lifecycle.Loss,
+		EndAttempt: protocol.OutcomeWithdrawn}})
+	if gw := getWorker(t, s, w2.ID); gw.HeldWhole || gw.Status != protocol.WorkerIdle || gw.Running != 0 {
+		t.Fatalf("worker after the whole-worker attempt ended: held %v status %s running %d", gw.HeldWhole, gw.Status, gw.Running)
+	}
+	_, _, err = s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w2.ID, JobID: cpuOnly.ID, Now: t0, AckDeadline: t0})
+	noErr(t, err, "a job without GPUs once the worker is free")
+}
+
+// A GPU the worker keeps out of use (held or unhealthy) is refused to a claim.
+func testGPUKeptOutOfUse(t *testing.T, s store.Store) {
+	w := newWorker(t, s, sharing(2), func(w *store.Worker) {
+		w.GPUConditions = []protocol.GPUCondition{{Index: 1, State: protocol.GPUUnhealthy, Reason: "XID 79 (fell off the bus)", Since: "2030-01-01T00:00:00Z"}}
+	})
+	newJob(t, s)
+	_, err := claimGPUs(t, s, w, 1)
+	wantErr(t, err, store.ErrConflict, "a claim of an unhealthy GPU")
+	equal(t, leaseIndices(t, s, w.ID), []int{}, "leases after the refused claim")
+	_, err = claimGPUs(t, s, w, 0)
+	noErr(t, err, "a claim of the healthy GPU")
+	if gw := getWorker(t, s, w.ID); gw.FreeUsableGPUs() != 0 {
+		t.Fatalf("free usable GPUs with one leased and one unhealthy: %d", gw.FreeUsableGPUs())
+	}
+}
+
+// A job that takes the whole worker says so when read back, and in the queue.
+func testGPUWholeWorkerJobRoundTrip(t *testing.T, s store.Store) {
+	j := newJob(t, s, func(j *store.Job) { j.WholeWorker, j.GPUCount = true, 0 })
+	equal(t, getJob(t, s, j.ID).WholeWorker, true, "whole_worker read back")
+	q, err := s.ListQueued(t.Context(), nil, 10)
+	noErr(t, err, "ListQueued")
+	if len(q) != 1 || !q[0].WholeWorker {
+		t.Fatalf("queued job: %+v", q)
 	}
 }

@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -237,11 +238,21 @@ func finish(t *testing.T, s store.Store, j store.Job, end protocol.JobStatus) st
 // an attempt ended without a report has none.
 func testTransitionUsage(t *testing.T, s store.Store) {
 	_, j := dispatched(t, s)
-	u := &protocol.Usage{CPUSeconds: 1.25, PeakMemoryBytes: 3 << 30}
+	util := 63.5
+	u := &protocol.Usage{CPUSeconds: 1.25, PeakMemoryBytes: 3 << 30, GPUSeconds: 7.5, PeakGPUMemoryBytes: 1 << 30,
+		GPUUtilizationPct: &util, GPUEvents: []string{"XID 13 (graphics engine exception) on GPU 0"}}
 	transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobCompleted, By: lifecycle.Report,
 		EndAttempt: protocol.OutcomeCompleted}, Usage: u})
-	if as := attempts(t, s, j.ID); as[0].Usage == nil || *as[0].Usage != *u {
+	if as := attempts(t, s, j.ID); as[0].Usage == nil || !reflect.DeepEqual(*as[0].Usage, *u) {
 		t.Fatalf("usage stored as %+v, want %+v", as[0].Usage, u)
+	}
+	// Without GPUs the GPU part stays empty, the utilisation unmeasured.
+	_, j3 := dispatched(t, s)
+	cpuOnly := &protocol.Usage{CPUSeconds: 2, PeakMemoryBytes: 1 << 20}
+	transition(t, s, j3, store.JobTransition{Step: lifecycle.Step{To: protocol.JobCompleted, By: lifecycle.Report,
+		EndAttempt: protocol.OutcomeCompleted}, Usage: cpuOnly})
+	if as := attempts(t, s, j3.ID); as[0].Usage == nil || !reflect.DeepEqual(*as[0].Usage, *cpuOnly) {
+		t.Fatalf("usage stored as %+v, want %+v", as[0].Usage, cpuOnly)
 	}
 	_, j2 := dispatched(t, s)
 	transition(t, s, j2, store.JobTransition{Step: lifecycle.Step{To: protocol.JobQueued, By: lifecycle.Loss,

@@ -36,6 +36,11 @@ func fullWorker() store.Worker {
 		LastHeartbeat: ptr(at(time.Minute)), ConnectedAt: ptr(at(2 * time.Minute)),
 		StreamInstance: "inst-a", CreatedAt: t0, CreatedBy: "admin:root",
 		Capabilities: protocol.Capabilities{CancelGraceSeconds: 5},
+		GPUConditions: []protocol.GPUCondition{
+			{Index: 1, UUID: "GPU-b", State: protocol.GPUHeld, Reason: "pid 4411 uid 1879 (python3): 1,002 MiB", Since: "2030-01-02T03:04:05Z"},
+			{Index: 3, UUID: "GPU-d", State: protocol.GPUUnhealthy, Reason: "XID 79 (fell off the bus)", Since: "2030-01-02T03:04:06Z"},
+		},
+		GPUClears: []int{3},
 	}
 }
 
@@ -56,7 +61,8 @@ func testWorkerRoundTrip(t *testing.T, s store.Store) {
 	noErr(t, s.CreateWorker(t.Context(), minimal, "hash-2", nil), "CreateWorker minimal")
 	g := getWorker(t, s, minimal.ID)
 	if len(g.Labels) != 0 || len(g.AdminLabels) != 0 || string(g.GPUInfo) != "{}" ||
-		g.LastHeartbeat != nil || g.ConnectedAt != nil || g.CurrentJobID != "" || g.Persistent || g.LabelsLocked {
+		g.LastHeartbeat != nil || g.ConnectedAt != nil || g.CurrentJobID != "" || g.Persistent || g.LabelsLocked ||
+		g.GPUConditions != nil || g.GPUClears != nil || g.HeldWhole {
 		t.Fatalf("minimal worker came back as %+v", g)
 	}
 	if g.Labels == nil || g.AdminLabels == nil {
