@@ -41,11 +41,12 @@ type Inventory struct {
 // Telemetry is one GPU's live numbers (the heartbeat's gpus entries).
 type Telemetry = protocol.GPUTelemetry
 
-// Source yields the inventory and telemetry. Implementations are safe for
-// concurrent use.
+// Source yields the inventory and telemetry, and watches the GPUs' health.
+// Implementations are safe for concurrent use.
 type Source interface {
 	Inventory() (Inventory, error)
 	Telemetry() ([]protocol.GPUTelemetry, error)
+	Watcher
 	Close() error
 }
 
@@ -110,7 +111,7 @@ func (inv Inventory) Device(i int) (Device, bool) {
 	return Device{}, false
 }
 
-type none struct{}
+type none struct{ quiet }
 
 // None returns a Source with no GPUs (gpu.backend = "none").
 func None() Source { return none{} }

@@ -3,10 +3,14 @@
 package gpu
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -33,7 +37,7 @@ func NewNVMLFrom(lib nvml.Interface, log *slog.Logger) Source {
 		}
 		return None()
 	}
-	return &nvmlSource{lib: lib, log: log}
+	return &nvmlSource{lib: lib, log: log, stop: make(chan struct{})}
 }
 
 type nvmlSource struct {
@@ -44,6 +48,10 @@ type nvmlSource struct {
 	closed bool
 	inv    *Inventory // cached: the hardware does not change under a running daemon
 	warned map[string]bool
+	// events are the goroutines waiting on event sets: Close waits for them
+	// to leave NVML before shutting it down.
+	events sync.WaitGroup
+	stop   chan struct{}
 }
 
 func (s *nvmlSource) Inventory() (Inventory, error) {
@@ -123,7 +131,7 @@ func (s *nvmlSource) Telemetry() ([]protocol.GPUTelemetry, error) {
 			if err := nvmlErr(ret); err != nil {
 				return fmt.Errorf("gpu: device %d: %w", d.Index, err)
 			}
-			t := protocol.GPUTelemetry{UUID: d.UUID}
+			t := protocol.GPUTelemetry{Index: d.Index, UUID: d.UUID}
 			s.read("utilization", func() nvml.Return {
 				u, ret := dev.GetUtilizationRates()
 				t.UtilizationPct = float64(u.Gpu)
@@ -131,12 +139,17 @@ func (s *nvmlSource) Telemetry() ([]protocol.GPUTelemetry, error) {
 			})
 			s.read("memory", func() nvml.Return {
 				m, ret := dev.GetMemoryInfo()
-				t.MemoryUsedMiB = m.Used / (1 << 20)
+				t.MemoryUsedMiB, t.MemoryTotalMiB = m.Used/(1<<20), m.Total/(1<<20)
 				return ret
 			})
 			s.read("temperature", func() nvml.Return {
 				c, ret := dev.GetTemperature(nvml.TEMPERATURE_GPU)
 				t.TemperatureC = float64(c)
+				return ret
+			})
+			s.read("power", func() nvml.Return {
+				mw, ret := dev.GetPowerUsage()
+				t.PowerW = float64(mw) / 1000
 				return ret
 			})
 			out = append(out, t)
@@ -167,12 +180,246 @@ func (s *nvmlSource) read(what string, f func() nvml.Return) {
 
 func (s *nvmlSource) Close() error {
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.stop)
+	s.mu.Unlock()
+	s.events.Wait()
+	return call(func() error { return nvmlErr(s.lib.Shutdown()) })
+}
+
+// eachDevice calls f with each device's handle, under the source's lock; a
+// device whose handle cannot be had is passed as nil with the error.
+func (s *nvmlSource) eachDevice(f func(d Device, dev nvml.Device, err error)) error {
+	inv, err := s.Inventory()
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("gpu: NVML source is closed")
+	}
+	for _, d := range inv.Devices {
+		var dev nvml.Device
+		err := call(func() error {
+			var ret nvml.Return
+			dev, ret = s.lib.DeviceGetHandleByIndex(d.Index)
+			return nvmlErr(ret)
+		})
+		f(d, dev, err)
+	}
+	return nil
+}
+
+// Processes lists each GPU's compute processes and the memory they hold.
+func (s *nvmlSource) Processes() (map[int][]Process, error) {
+	out := map[int][]Process{}
+	var failed error
+	err := s.eachDevice(func(d Device, dev nvml.Device, err error) {
+		if err == nil {
+			err = call(func() error {
+				ps, ret := dev.GetComputeRunningProcesses()
+				for _, p := range ps {
+					used := p.UsedGpuMemory
+					if used == math.MaxUint64 { // the driver cannot say (MIG, no privilege)
+						used = 0
+					}
+					out[d.Index] = append(out[d.Index], Process{PID: int(p.Pid), UsedBytes: used})
+				}
+				return nvmlErr(ret)
+			})
+		}
+		if err != nil && failed == nil {
+			failed = fmt.Errorf("gpu: processes on GPU %d: %w", d.Index, err)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, failed
+}
+
+// Health reads what tells a failing GPU from a healthy one: whether it
+// still answers, its uncorrectable ECC errors, row remapping and hardware
+// slowdowns.
+func (s *nvmlSource) Health() ([]Reading, error) {
+	var out []Reading
+	err := s.eachDevice(func(d Device, dev nvml.Device, err error) {
+		r := Reading{Index: d.Index, UUID: d.UUID}
+		lost := func(ret nvml.Return) nvml.Return {
+			r.Lost = r.Lost || ret == nvml.ERROR_GPU_IS_LOST
+			return ret
+		}
+		if err != nil {
+			r.Lost = errors.Is(err, nvml.ERROR_GPU_IS_LOST)
+			out = append(out, r)
+			return
+		}
+		s.read("ecc", func() nvml.Return {
+			n, ret := dev.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC)
+			r.UncorrectableECC, r.ECC = n, ret == nvml.SUCCESS
+			return lost(ret)
+		})
+		s.read("remapped rows", func() nvml.Return {
+			_, _, pending, failure, ret := dev.GetRemappedRows()
+			r.RemapPending, r.RemapFailed = pending, failure
+			return lost(ret)
+		})
+		s.read("clock event reasons", func() nvml.Return {
+			reasons, ret := dev.GetCurrentClocksEventReasons()
+			r.Slowdown = slowdown(reasons)
+			return lost(ret)
+		})
+		out = append(out, r)
+	})
+	return out, err
+}
+
+// slowdown names the hardware slowdowns among NVML's clock event reasons.
+func slowdown(reasons uint64) string {
+	var names []string
+	for _, b := range []struct {
+		bit  uint64
+		name string
+	}{
+		{nvml.ClocksThrottleReasonHwThermalSlowdown, "thermal"},
+		{nvml.ClocksThrottleReasonHwPowerBrakeSlowdown, "power brake"},
+		{nvml.ClocksThrottleReasonHwSlowdown, "hardware"},
+	} {
+		if reasons&b.bit != 0 {
+			names = append(names, b.name)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// eventWait is how long one wait on the event set lasts: the longest a
+// closing source waits for the watching goroutine.
+const eventWait = 500 // ms
+
+// Events registers for XIDs and uncorrectable ECC errors on every GPU that
+// supports them and delivers them until ctx ends or the source closes.
+func (s *nvmlSource) Events(ctx context.Context) <-chan Event {
+	inv, err := s.Inventory()
+	if err != nil {
+		return nil
+	}
+	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil
 	}
-	s.closed = true
-	return call(func() error { return nvmlErr(s.lib.Shutdown()) })
+	var set nvml.EventSet
+	if err := call(func() error {
+		var ret nvml.Return
+		set, ret = s.lib.EventSetCreate()
+		return nvmlErr(ret)
+	}); err != nil {
+		s.log.Warn("GPU error events unavailable: XIDs are not watched", "err", err)
+		return nil
+	}
+	byUUID := map[string]int{}
+	registered := 0
+	for _, d := range inv.Devices {
+		byUUID[d.UUID] = d.Index
+		err := call(func() error {
+			dev, ret := s.lib.DeviceGetHandleByIndex(d.Index)
+			if ret != nvml.SUCCESS {
+				return nvmlErr(ret)
+			}
+			supported, ret := dev.GetSupportedEventTypes()
+			if ret != nvml.SUCCESS {
+				return nvmlErr(ret)
+			}
+			return nvmlErr(dev.RegisterEvents(supported&(nvml.EventTypeXidCriticalError|nvml.EventTypeDoubleBitEccError), set))
+		})
+		if err != nil {
+			s.log.Warn("GPU error events unavailable on this GPU", "index", d.Index, "uuid", d.UUID, "err", err)
+			continue
+		}
+		registered++
+	}
+	if registered == 0 {
+		_ = call(func() error { return nvmlErr(set.Free()) })
+		return nil
+	}
+	out := make(chan Event, 16)
+	s.events.Add(1)
+	go func() {
+		defer s.events.Done()
+		defer close(out)
+		defer func() { _ = call(func() error { return nvmlErr(set.Free()) }) }()
+		for ctx.Err() == nil {
+			select {
+			case <-s.stop:
+				return
+			default:
+			}
+			var data nvml.EventData
+			var ret nvml.Return
+			if err := call(func() error { data, ret = set.Wait(eventWait); return nil }); err != nil {
+				s.log.Warn("waiting for GPU error events failed; XIDs are no longer watched", "err", err)
+				return
+			}
+			ev, ok := s.event(data, ret, byUUID)
+			if !ok {
+				if ret != nvml.SUCCESS && ret != nvml.ERROR_TIMEOUT {
+					// Not a timeout: do not spin on a broken set.
+					select {
+					case <-time.After(time.Second):
+					case <-ctx.Done():
+					case <-s.stop:
+					}
+				}
+				continue
+			}
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				return
+			case <-s.stop:
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// event turns what a wait returned into an Event; ok is false when there is
+// nothing to deliver.
+func (s *nvmlSource) event(data nvml.EventData, ret nvml.Return, byUUID map[string]int) (Event, bool) {
+	ev := Event{Index: -1, At: time.Now()}
+	switch ret {
+	case nvml.SUCCESS:
+	case nvml.ERROR_GPU_IS_LOST:
+		ev.Lost = true
+		return ev, true
+	default:
+		return ev, false
+	}
+	if data.Device != nil {
+		_ = call(func() error {
+			if uuid, ret := data.Device.GetUUID(); ret == nvml.SUCCESS {
+				if i, ok := byUUID[uuid]; ok {
+					ev.Index, ev.UUID = i, uuid
+				}
+			}
+			return nil
+		})
+	}
+	switch {
+	case data.EventType&nvml.EventTypeXidCriticalError != 0:
+		ev.XID = data.EventData
+	case data.EventType&nvml.EventTypeDoubleBitEccError != 0:
+		ev.ECC = true
+	default:
+		return ev, false
+	}
+	return ev, true
 }
 
 // nvmlErr turns an NVML return code into an error (nil on success).

@@ -5,7 +5,10 @@ import "github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 // static is an inventory written in the configuration ([gpu] backend =
 // "static"): accelerators NVML cannot see, or a fleet of many-GPU workers on
 // a test machine. It reports no telemetry.
-type static struct{ inv Inventory }
+type static struct {
+	quiet
+	inv Inventory
+}
 
 // NewStatic returns a Source holding devs, indexed in order from 0.
 func NewStatic(vendor string, devs []Device) Source {
@@ -14,7 +17,7 @@ func NewStatic(vendor string, devs []Device) Source {
 		d.Index = i
 		inv.Devices[i] = d
 	}
-	return static{inv}
+	return static{inv: inv}
 }
 
 func (s static) Inventory() (Inventory, error)             { return s.inv, nil }
