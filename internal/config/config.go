@@ -378,6 +378,10 @@ type GPUConfig struct {
 	// Devices are the GPUs of the static backend, [[gpu.devices]], indexed
 	// in order from 0.
 	Devices []GPUDeviceConfig `toml:"devices"`
+	// WatchInterval is how often workerd reads its GPUs' health, checks the
+	// GPUs it holds back for leftover processes, and samples what each job
+	// uses of its GPUs (NVML only).
+	WatchInterval Duration `toml:"watch_interval"`
 }
 
 // GPUDeviceConfig is one [[gpu.devices]] entry of the static backend.
@@ -398,6 +402,7 @@ const (
 	DefaultPingInterval      = 15 * time.Second  // SSE keep-alive; workerd reconnects after 3 silent intervals
 	DefaultCancelGrace       = 30 * time.Second  // SIGTERM → SIGKILL
 	DefaultLogLimitBytes     = 256 << 20         // per job
+	DefaultGPUWatchInterval  = 5 * time.Second   // GPU health, held GPUs, per-job GPU use
 	// DefaultJobUIDRange gives each running job a uid of its own, from a span
 	// above the ranges systemd hands out (dynamic users, containers).
 	DefaultJobUIDRange = "1879048192-1879113727"
@@ -481,7 +486,7 @@ func DefaultWorker() *Worker {
 			User:          "simpletuner-job",
 			UIDRange:      DefaultJobUIDRange,
 		},
-		GPU: GPUConfig{Backend: "nvml", Vendor: "nvidia"},
+		GPU: GPUConfig{Backend: "nvml", Vendor: "nvidia", WatchInterval: D(DefaultGPUWatchInterval)},
 		Log: LogConfig{Level: "info", Format: "auto"},
 	}
 }

@@ -111,7 +111,7 @@ func (inv Inventory) Device(i int) (Device, bool) {
 	return Device{}, false
 }
 
-type none struct{ quiet }
+type none struct{ Unwatched }
 
 // None returns a Source with no GPUs (gpu.backend = "none").
 func None() Source { return none{} }

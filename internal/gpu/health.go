@@ -148,9 +148,9 @@ type Watcher interface {
 	Events(ctx context.Context) <-chan Event
 }
 
-// quiet is the Watcher of a source with no driver to ask.
-type quiet struct{}
+// Unwatched is the Watcher of a source with no driver to ask: embed it.
+type Unwatched struct{}
 
-func (quiet) Processes() (map[int][]Process, error) { return nil, nil }
-func (quiet) Health() ([]Reading, error)             { return nil, nil }
-func (quiet) Events(context.Context) <-chan Event    { return nil }
+func (Unwatched) Processes() (map[int][]Process, error) { return nil, nil }
+func (Unwatched) Health() ([]Reading, error)             { return nil, nil }
+func (Unwatched) Events(context.Context) <-chan Event    { return nil }

@@ -6,7 +6,7 @@ import "github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 // "static"): accelerators NVML cannot see, or a fleet of many-GPU workers on
 // a test machine. It reports no telemetry.
 type static struct {
-	quiet
+	Unwatched
 	inv Inventory
 }
 

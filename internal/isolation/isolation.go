@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -416,6 +417,16 @@ func (j *Job) Started(pid int) {
 	if j.iso.reaper != nil && j.cg == nil {
 		j.iso.reaper.send(fmt.Sprintf("+%d", pid))
 	}
+}
+
+// Contains reports whether process pid belongs to the job: it is in the
+// job's cgroup, or, without one, in the job's process group.
+func (j *Job) Contains(pid int) bool {
+	if j.cg != nil {
+		return slices.Contains(j.cg.pids(), pid)
+	}
+	pgid, err := syscall.Getpgid(pid)
+	return err == nil && j.pgid > 0 && pgid == j.pgid
 }
 
 // Signal sends sig to every process of the job.

@@ -70,6 +70,22 @@ func OnReport(j Job, report, errMsg string, hasProgress bool) (s Step, ok bool) 
 	return Step{}, false
 }
 
+// OnGPUFault answers a worker's report that it stopped the attempt because
+// one of its GPUs failed: the machine failed, not the job, so the job goes
+// back to the queue without spending a retry (a canceling job ends
+// cancelled, as asked). ok is false for a job with no attempt out.
+func OnGPUFault(j Job, why string) (s Step, ok bool) {
+	switch j.Status {
+	case protocol.JobCanceling:
+		return Step{To: protocol.JobCancelled, By: Report, EndAttempt: protocol.OutcomeCancelled,
+			Error: text("cancelled; its GPU failed meanwhile: %s", why)}, true
+	case protocol.JobDispatched, protocol.JobRunning:
+		return Step{To: protocol.JobQueued, By: Report, EndAttempt: protocol.OutcomeGPUFault,
+			Error: text("attempt %d stopped: %s; requeued without spending a retry", j.Attempt, why)}, true
+	}
+	return Step{}, false
+}
+
 // FreeRequeues is how many attempts of a job may end without spending a
 // retry (withdrawn before they started, or evicted) before a further loss of
 // an unacknowledged attempt counts as a retry. A job whose dispatch itself

@@ -103,6 +103,11 @@ func TestDecisionsStayInTheTable(t *testing.T) {
 			try("eviction", s, ok)
 			s, ok = OnDeadline(j, time.Now())
 			try("deadline", s, ok)
+			s, ok = OnGPUFault(j, "GPU 0 is unhealthy")
+			try("GPU fault", s, ok)
+			if ok && s.SpendRetry {
+				t.Errorf("a GPU fault from %s spends a retry", st)
+			}
 			s, ok, err := OnCancel(j)
 			if st.Terminal() != (err != nil) || (err != nil && !errors.Is(err, ErrFinished)) {
 				t.Errorf("cancel of a %s job: err %v", st, err)

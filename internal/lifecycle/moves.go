@@ -88,6 +88,7 @@ var Moves = []Move{
 	{From: protocol.JobDispatched, To: protocol.JobFailed, By: Loss, Ends: protocol.OutcomeWithdrawn, Why: "worker gone before it acknowledged, past the free losses, with no retry left (a job that crashes its workers)"},
 	{From: protocol.JobDispatched, To: protocol.JobQueued, By: Deadline, Ends: protocol.OutcomeWithdrawn, Why: "not acknowledged within the ack deadline: withdrawn, no retry spent"},
 	{From: protocol.JobDispatched, To: protocol.JobCanceling, By: Cancel, Why: "cancel sent to the worker"},
+	{From: protocol.JobDispatched, To: protocol.JobQueued, By: Report, Ends: protocol.OutcomeGPUFault, Why: "one of its GPUs failed as it started: requeued, no retry spent"},
 
 	{From: protocol.JobRunning, To: protocol.JobRunning, By: Report, Why: "progress"},
 	{From: protocol.JobRunning, To: protocol.JobCompleted, By: Report, Ends: protocol.OutcomeCompleted, Why: "training succeeded"},
@@ -96,6 +97,7 @@ var Moves = []Move{
 	{From: protocol.JobRunning, To: protocol.JobFailed, By: Loss, Ends: protocol.OutcomeWorkerLost, Why: "worker lost with no retry left"},
 	{From: protocol.JobRunning, To: protocol.JobFailed, By: Deadline, Ends: protocol.OutcomeTimeout, Why: "ran past timeout_seconds"},
 	{From: protocol.JobRunning, To: protocol.JobCanceling, By: Cancel, Why: "cancel sent to the worker"},
+	{From: protocol.JobRunning, To: protocol.JobQueued, By: Report, Ends: protocol.OutcomeGPUFault, Why: "the worker stopped it because one of its GPUs failed: requeued, no retry spent"},
 
 	{From: protocol.JobCanceling, To: protocol.JobCancelled, By: Report, Ends: protocol.OutcomeCancelled, Why: "the worker confirmed the cancel"},
 	{From: protocol.JobCanceling, To: protocol.JobCompleted, By: Report, Ends: protocol.OutcomeCompleted, Why: "finished before the cancel took effect"},

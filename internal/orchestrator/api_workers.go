@@ -252,6 +252,11 @@ func (s *Server) handleJobStatus(w http.ResponseWriter, r *http.Request, ps http
 		}
 		attempt = *req.Attempt
 	}
+	// A GPU the job left dirty is held back before the report frees it.
+	wk, err := s.noteGPUConditions(r.Context(), wk, req.GPUConditions, peerIP(r))
+	if err != nil {
+		return err
+	}
 	jobID := ps.ByName("job_id")
 	j, _, err := s.applyReport(r.Context(), wk, jobID, attempt, req, peerIP(r))
 	if errors.Is(err, store.ErrNotFound) {

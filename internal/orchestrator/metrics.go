@@ -27,6 +27,33 @@ type Metrics struct {
 	dispatchLatency    histogram
 	artifacts          artifactMetrics
 	retention          retentionMetrics
+	gpuSeconds         gpuSecondsByWorker
+}
+
+// gpuSecondsByWorker sums the GPU-seconds of the attempts whose end this
+// instance recorded, per worker.
+type gpuSecondsByWorker struct {
+	mu sync.Mutex
+	m  map[string]float64
+}
+
+func (g *gpuSecondsByWorker) add(workerID string, seconds float64) {
+	if seconds <= 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.m == nil {
+		g.m = map[string]float64{}
+	}
+	g.m[workerID] += seconds
+}
+
+func (g *gpuSecondsByWorker) get(workerID string) (float64, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	v, ok := g.m[workerID]
+	return v, ok
 }
 
 // NewMetrics returns zeroed metrics.
@@ -104,11 +131,18 @@ func (s *Server) writeMetrics(ctx context.Context, w io.Writer) {
 			fmt.Fprintf(w, "simpletuner_jobs{status=%q} %d\n", st, counts[protocol.JobStatus(st)])
 		}
 	}
-	if byStatus, err := s.workerCounts(ctx); err == nil {
+	byStatus := map[protocol.WorkerStatus]int{}
+	var workers []store.Worker
+	if err := s.eachWorker(ctx, func(wk store.Worker) {
+		status, _ := s.shown(wk)
+		byStatus[status]++
+		workers = append(workers, wk)
+	}); err == nil {
 		fmt.Fprintf(w, "# HELP simpletuner_workers Workers by status.\n# TYPE simpletuner_workers gauge\n")
 		for _, st := range []protocol.WorkerStatus{protocol.WorkerConnecting, protocol.WorkerIdle, protocol.WorkerPartial, protocol.WorkerBusy, protocol.WorkerDraining, protocol.WorkerDisconnected, protocol.WorkerOffline} {
 			fmt.Fprintf(w, "simpletuner_workers{status=%q} %d\n", st, byStatus[st])
 		}
+		s.writeGPUMetrics(w, workers)
 	}
 	gauge("simpletuner_sse_connections", "Worker event streams open on this instance.", m.SSEConnections.Load())
 	counter("simpletuner_heartbeats_total", "Heartbeats received.", m.Heartbeats.Load())
@@ -129,16 +163,6 @@ func sortedStatuses(m map[protocol.JobStatus]int) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// workerCounts counts workers by status across all pages.
-func (s *Server) workerCounts(ctx context.Context) (map[protocol.WorkerStatus]int, error) {
-	out := map[protocol.WorkerStatus]int{}
-	err := s.eachWorker(ctx, func(w store.Worker) {
-		status, _ := s.shown(w)
-		out[status]++
-	})
-	return out, err
 }
 
 // eachWorker visits every worker, a page at a time (no 100-row cap, unlike upstream).

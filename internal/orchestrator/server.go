@@ -362,6 +362,7 @@ func (s *Server) Routes() []Route {
 		{"POST", "/api/admin/workers/:id/drain", "", s.admin(auth.ScopeAdminWorkers, s.drainWorker)},
 		{"POST", "/api/admin/workers/:id/resume", "", s.admin(auth.ScopeAdminWorkers, s.resumeWorker)},
 		{"POST", "/api/admin/workers/:id/token", "", s.admin(auth.ScopeAdminWorkers, s.rotateToken)},
+		{"POST", "/api/admin/workers/:id/gpus/:index/clear", "", s.admin(auth.ScopeAdminWorkers, s.clearGPU)},
 		{"GET", "/api/admin/audit", "", s.admin(auth.ScopeAdminAudit, s.listAudit)},
 		{"GET", "/api/admin/audit/verify", "", s.admin(auth.ScopeAdminAudit, s.verifyAudit)},
 		{"GET", "/api/auth/whoami", "", s.admin(scopeAnyCaller, s.whoami)},

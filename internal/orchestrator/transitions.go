@@ -88,6 +88,7 @@ func (s *Server) applyReport(ctx context.Context, wk store.Worker, jobID string,
 	if rep.Error != nil {
 		errMsg = *rep.Error
 	}
+	endedAttempt := false
 	nj, changed, err := s.moveJob(ctx, jobID, func(cur store.Job) (*store.JobTransition, error) {
 		if attempt == 0 {
 			attempt = cur.Attempt // protocol 1 does not say
@@ -102,16 +103,23 @@ func (s *Server) applyReport(ctx context.Context, wk store.Worker, jobID string,
 			return nil, s.stale(wk, cur, attempt, rep.Status)
 		}
 		st, ok := lifecycle.OnReport(cur.Facts(), rep.Status, errMsg, len(rep.Progress) > 0)
+		if rep.Fault != nil && rep.Status == protocol.ReportFailed {
+			st, ok = lifecycle.OnGPUFault(cur.Facts(), errMsg)
+		}
 		if !ok {
 			return nil, nil
 		}
 		t := step(st, cur, workerActor(wk), ip, map[string]any{"report": rep.Status})
 		t.ExpectWorker, t.Progress = wk.ID, rep.Progress
-		if st.EndAttempt != "" {
+		endedAttempt = st.EndAttempt != ""
+		if endedAttempt {
 			t.Usage = rep.Usage
 		}
 		return t, nil
 	})
+	if changed && endedAttempt {
+		s.countGPUSeconds(wk, nj, rep.Usage)
+	}
 	ended := changed && nj.Status.Terminal()
 	if ended {
 		s.log.Info("job finished", "job_id", nj.ID, "attempt", nj.Attempt, "status", nj.Status, "worker_id", wk.ID)

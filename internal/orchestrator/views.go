@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"encoding/json"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
@@ -63,6 +64,15 @@ type workerView struct {
 	RunningJobs int `json:"running_jobs"`
 	MaxJobs     int `json:"max_jobs"`
 	GPUsFree    int `json:"gpus_free"`
+	// GPUConditions are the GPUs the worker keeps out of use: held back
+	// (something was left on them) or unhealthy (a hardware fault), with
+	// clearing set once an admin cleared a fence the worker still reports.
+	GPUConditions []gpuConditionView `json:"gpu_conditions"`
+}
+
+type gpuConditionView struct {
+	protocol.GPUCondition
+	Clearing bool `json:"clearing,omitempty"`
 }
 
 func (s *Server) workerView(w store.Worker) workerView {
@@ -87,7 +97,11 @@ func (s *Server) workerView(w store.Worker) workerView {
 		Local: w.Local, Protocol: w.Protocol, AgentVersion: w.AgentVersion, Capabilities: w.Capabilities,
 		GPUTelemetry:     s.telemetry.get(w.ID),
 		ClockSkewSeconds: s.clocks.seconds(w.ID),
-		RunningJobs:      w.Running, MaxJobs: w.Slots(), GPUsFree: w.Load().FreeGPUs(),
+		RunningJobs:      w.Running, MaxJobs: w.Slots(), GPUsFree: w.FreeUsableGPUs(),
+		GPUConditions: []gpuConditionView{},
+	}
+	for _, c := range w.GPUConditions {
+		v.GPUConditions = append(v.GPUConditions, gpuConditionView{GPUCondition: c, Clearing: slices.Contains(w.GPUClears, c.Index)})
 	}
 	if connected && w.ConnectedAt != nil {
 		up := math.Round(time.Since(*w.ConnectedAt).Seconds()*10) / 10

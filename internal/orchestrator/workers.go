@@ -103,6 +103,9 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 	if err != nil {
 		return protocol.RegisterResponse{}, err
 	}
+	if updated, err = s.noteGPUConditions(ctx, updated, req.GPUConditions, reg.ip); err != nil {
+		return protocol.RegisterResponse{}, err
+	}
 	if tookOverFrom != "" {
 		s.log.Warn("another workerd installation took over this worker: the previous one had gone offline",
 			"worker_id", wk.ID, "name", updated.Name, "session", shortSession(reg.session), "previous_session", shortSession(tookOverFrom), "ip", reg.ip)
@@ -307,6 +310,10 @@ func (s *Server) heartbeat(ctx context.Context, wk store.Worker, req protocol.He
 	s.metrics.Heartbeats.Add(1)
 	now := time.Now().UTC()
 	s.telemetry.set(wk.ID, req.GPUs, now)
+	wk, err := s.noteGPUConditions(ctx, wk, req.GPUConditions, "")
+	if err != nil {
+		return protocol.HeartbeatResponse{}, err
+	}
 	var drainedByWorker bool
 	updated, err := s.store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
 		cur.LastHeartbeat = &now
@@ -335,7 +342,7 @@ func (s *Server) heartbeat(ctx context.Context, wk store.Worker, req protocol.He
 	if drainedByWorker {
 		s.log.Info("the worker drains on its own: no new job goes to it", "worker_id", wk.ID, "name", updated.Name)
 	}
-	resp := protocol.HeartbeatResponse{Success: true, Drain: updated.Status == protocol.WorkerDraining}
+	resp := protocol.HeartbeatResponse{Success: true, Drain: updated.Status == protocol.WorkerDraining, ClearGPUs: updated.GPUClears}
 	resp.Cancel, err = s.heartbeatVerdict(ctx, updated, req)
 	return resp, err
 }

@@ -94,6 +94,9 @@ const (
 	OutcomeCancelled  AttemptOutcome = "cancelled"
 	OutcomeWithdrawn  AttemptOutcome = "withdrawn"
 	OutcomeTimeout    AttemptOutcome = "timeout"
+	// OutcomeGPUFault: the worker stopped the attempt because one of its
+	// GPUs failed; the job is requeued without spending a retry.
+	OutcomeGPUFault AttemptOutcome = "gpu_fault"
 )
 
 // Statuses a worker may report on POST /api/workers/job/{id}/status.

@@ -20,6 +20,7 @@ const (
 	stopFence               // self-fenced: report cancelled, but only after re-registering
 	stopTimeout             // timeout_seconds passed: report failed
 	stopAbandon             // the orchestrator moved on (abandon, 409): report nothing
+	stopGPUFault            // one of its GPUs failed: report failed with the fault
 )
 
 // attempt is one dispatch of a job running on this worker. Its fields are owned
@@ -37,10 +38,17 @@ type attempt struct {
 	gpus  []gpu.Device
 	whole bool
 
-	proc     *process // nil when the start failed
-	startErr error
-	spool    *logSpool // nil when the launch failed before it
-	ship     *shipper  // nil without a log endpoint
+	proc      *process // nil when the start failed
+	startedAt time.Time
+	startErr  error
+	// use, gpuEvents and fault are what the attempt met on its GPUs: its
+	// sampled use, the errors the driver raised that are its own, and the
+	// hardware fault it was stopped for.
+	use       gpuUse
+	gpuEvents []string
+	fault     *protocol.GPUFault
+	spool     *logSpool // nil when the launch failed before it
+	ship      *shipper  // nil without a log endpoint
 
 	stop       stopReason
 	stopDetail string
@@ -77,10 +85,15 @@ func (a *attempt) record() (rec statusRecord, ok bool) {
 	case stopTimeout:
 		rec.Status = protocol.ReportFailed
 		rec.Error = a.stopDetail
+	case stopGPUFault:
+		rec.Status = protocol.ReportFailed
+		rec.Error = a.stopDetail
+		rec.Fault = a.fault
 	}
 	if a.proc != nil {
 		u := a.proc.Usage()
-		rec.Usage = &protocol.Usage{CPUSeconds: u.CPU.Seconds(), PeakMemoryBytes: u.PeakMemory}
+		rec.Usage = &protocol.Usage{CPUSeconds: u.CPU.Seconds(), PeakMemoryBytes: u.PeakMemory, GPUEvents: a.gpuEvents}
+		a.use.fill(rec.Usage, len(a.gpus), time.Since(a.startedAt))
 	}
 	if rec.Status == "" {
 		switch {
@@ -147,5 +160,6 @@ func (w *Worker) launch(a *attempt) {
 		a.startErr = err
 		return
 	}
+	a.startedAt = time.Now()
 	a.log.Info("training started", "pid", a.proc.pgid, "dir", files.Dir, "uid", job.Uid(), "cgroup", job.CgroupDir(), "command", a.settings.Command)
 }

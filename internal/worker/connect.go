@@ -84,14 +84,15 @@ func (w *Worker) registerRequest() (protocol.RegisterRequest, []string) {
 	w.mu.Unlock()
 	info, _ := json.Marshal(inv.GPUInfo())
 	req := protocol.RegisterRequest{
-		Name:         w.opt.Name,
-		GPUInfo:      info,
-		Persistent:   persistent,
-		Labels:       w.opt.Labels,
-		Protocol:     protocol.Version,
-		Version:      w.opt.Version,
-		Running:      running,
-		Capabilities: &caps,
+		Name:          w.opt.Name,
+		GPUInfo:       info,
+		Persistent:    persistent,
+		Labels:        w.opt.Labels,
+		Protocol:      protocol.Version,
+		Version:       w.opt.Version,
+		Running:       running,
+		Capabilities:  &caps,
+		GPUConditions: w.gpus.conditions(),
 	}
 	if current != "" {
 		req.CurrentJobID = &current // protocol-1 orchestrators only know current_job_id

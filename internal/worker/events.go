@@ -41,6 +41,13 @@ func (w *Worker) onEvent(ctx context.Context, ev sseEvent) (bool, error) {
 		w.stopJob(a, stopCancel, "cancelled by the orchestrator", a.settings.grace(c.GraceSeconds))
 	case protocol.EventDrain:
 		return w.onOrchestratorDrain("drain event")
+	case protocol.EventGPUClear:
+		var c protocol.GPUClearEvent
+		if err := json.Unmarshal([]byte(ev.Data), &c); err != nil {
+			w.log.Warn("ignoring a malformed gpu_clear", "err", err)
+			return false, nil
+		}
+		w.clearFences(c.GPUs)
 	case protocol.EventShutdown:
 		var sh protocol.ShutdownEvent
 		_ = json.Unmarshal([]byte(ev.Data), &sh)

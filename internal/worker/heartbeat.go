@@ -9,8 +9,12 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
-// heartbeatReply carries what a heartbeat answer asks of the loop.
-type heartbeatReply struct{ resp protocol.HeartbeatResponse }
+// heartbeatReply carries what a heartbeat answer asks of the loop, with the
+// attempts that heartbeat listed as running, by job.
+type heartbeatReply struct {
+	resp   protocol.HeartbeatResponse
+	listed map[string]int
+}
 
 // authRejected tells the loop the orchestrator answered 401.
 type authRejected struct{ err error }
@@ -101,8 +105,12 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 	w.mu.Unlock()
 	req.SentAt = w.wallClock().UTC().Format(time.RFC3339Nano)
 	if tel, err := w.opt.GPU.Telemetry(); err == nil {
+		for i := range tel {
+			tel[i].Health = w.gpus.health(tel[i].Index)
+		}
 		req.GPUs = tel
 	}
+	req.GPUConditions = w.gpus.conditions()
 	var resp protocol.HeartbeatResponse
 	if err := w.c.doJSON(ctx, w.opt.Timers.RequestTimeout, "heartbeat", http.MethodPost, "/api/workers/heartbeat", req, &resp); err != nil {
 		return err
@@ -110,8 +118,14 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 	w.mu.Lock()
 	w.lastAck = time.Now()
 	w.mu.Unlock()
-	if len(resp.Cancel) > 0 || resp.Drain {
-		w.post(heartbeatReply{resp: resp})
+	if len(resp.Cancel) > 0 || resp.Drain || len(resp.ClearGPUs) > 0 {
+		listed := map[string]int{}
+		for _, r := range req.Running {
+			if !r.Finishing() {
+				listed[r.JobID] = r.Attempt
+			}
+		}
+		w.post(heartbeatReply{resp: resp, listed: listed})
 	}
 	return nil
 }

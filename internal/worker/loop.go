@@ -64,9 +64,10 @@ func (w *Worker) Serve(ctx context.Context) error {
 			<-hbDone
 		}
 	}
-	w.wg.Add(2)
+	w.wg.Add(3)
 	go func() { defer close(hbDone); w.heartbeatLoop(hbCtx, hbStop) }()
 	go w.reporterLoop(runCtx, s.kick)
+	go w.watchGPUs(runCtx)
 	w.dial(runCtx, s)
 
 	s.fence = time.NewTicker(fenceTick(w.fenceLimit()))
@@ -169,8 +170,13 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 		}
 		w.reconnect(s, m.err)
 	case heartbeatReply:
+		w.clearFences(m.resp.ClearGPUs)
+		// A cancel names a job; it is for the attempt the heartbeat listed.
+		// A newer attempt of the job, dispatched here since (a requeue after
+		// a GPU fault comes back at once), is not the one meant; if it is to
+		// stop too, the next heartbeat, which lists it, says so.
 		for _, id := range m.resp.Cancel {
-			if a := w.attemptOf(id); a != nil {
+			if a := w.attemptOf(id); a != nil && a.n == m.listed[id] {
 				w.stopJob(a, stopCancel, "cancelled by the orchestrator", a.grace)
 			}
 		}
@@ -200,6 +206,12 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 		}
 	case reportDone:
 		return w.afterJob(ctx)
+	case gpuEvent:
+		w.onGPUEvent(m.ev)
+	case gpuFaulted:
+		w.onGPUFault(m.index, m.reason)
+	case gpuSample:
+		w.onGPUSample(m)
 	}
 	return false, nil
 }

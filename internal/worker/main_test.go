@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 }
 
 // fakeGPUs is a two-GPU machine.
-type fakeGPUs struct{}
+type fakeGPUs struct{ gpu.Unwatched }
 
 func (fakeGPUs) Inventory() (gpu.Inventory, error) {
 	return gpu.Inventory{Count: 2, Driver: "550.54.15", Devices: []gpu.Device{

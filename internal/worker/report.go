@@ -36,7 +36,8 @@ func (w *Worker) sendStatus(ctx context.Context, timeout time.Duration, jobID st
 // sendReport POSTs an ended attempt's terminal report, with what it used.
 func (w *Worker) sendReport(ctx context.Context, timeout time.Duration, rec statusRecord) error {
 	n := rec.Attempt
-	rep := protocol.StatusReport{Status: rec.Status, Attempt: &n, Usage: rec.Usage}
+	rep := protocol.StatusReport{Status: rec.Status, Attempt: &n, Usage: rec.Usage, Fault: rec.Fault,
+		GPUConditions: w.gpus.conditions()}
 	if rec.Error != "" {
 		rep.Error = &rec.Error
 	}
@@ -101,6 +102,13 @@ func (w *Worker) finish(ctx context.Context, a *attempt, rec statusRecord, repor
 		case <-wait.C:
 			a.log.Warn("the job's log is still shipping; reporting the outcome first")
 		case <-ctx.Done():
+		}
+	}
+	if len(a.gpus) > 0 && a.proc != nil {
+		// Before the report frees its GPUs at the orchestrator: one the job
+		// left a process on is held back first, and the report says so.
+		if held := w.gpus.holdLeftovers(a.gpus, w.opt.Timers.GPUSettle); len(held) > 0 {
+			a.log.Warn("the job's GPUs are not clean after it ended; holding them back", "gpus", held)
 		}
 	}
 	switch {

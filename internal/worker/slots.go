@@ -59,7 +59,12 @@ func (w *Worker) gpusForLocked(ev *protocol.JobSubmitEvent) (devs []gpu.Device, 
 		if len(w.jobs) > 0 {
 			return nil, true, fmt.Sprintf("it asks for the whole worker and %d job(s) run here", len(w.jobs))
 		}
-		return w.inv.Devices, true, ""
+		for _, d := range w.inv.Devices {
+			if w.gpus.unavailable(d.Index) == "" {
+				devs = append(devs, d)
+			}
+		}
+		return devs, true, ""
 	}
 	if len(w.jobs) >= w.maxJobs {
 		return nil, false, fmt.Sprintf("max_jobs (%d) jobs run here already", w.maxJobs)
@@ -82,6 +87,8 @@ func (w *Worker) gpusForLocked(ev *protocol.JobSubmitEvent) (devs []gpu.Device, 
 			return nil, false, fmt.Sprintf("it assigns GPU %d as %s, which is %s here", g.Index, g.UUID, d.UUID)
 		case used[g.Index] != "":
 			return nil, false, fmt.Sprintf("GPU %d is in use by job %s", g.Index, used[g.Index])
+		case w.gpus.unavailable(g.Index) != "":
+			return nil, false, fmt.Sprintf("GPU %d is %s", g.Index, w.gpus.unavailable(g.Index))
 		case slices.ContainsFunc(devs, func(x gpu.Device) bool { return x.Index == g.Index }):
 			return nil, false, fmt.Sprintf("it assigns GPU %d twice", g.Index)
 		}

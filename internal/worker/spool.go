@@ -32,6 +32,8 @@ type statusRecord struct {
 	Created       time.Time `json:"created"`
 	// Usage is what the attempt's processes used, when it ran.
 	Usage *protocol.Usage `json:"usage,omitempty"`
+	// Fault is the GPU fault the attempt was stopped for.
+	Fault *protocol.GPUFault `json:"fault,omitempty"`
 }
 
 func (r statusRecord) key() string { return fmt.Sprintf("%s-%d", r.JobID, r.Attempt) }

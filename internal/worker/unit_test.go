@@ -324,3 +324,29 @@ func TestLogSpoolFileMadeByFirstOutput(t *testing.T) {
 		t.Errorf("spool %q (%v)", got, err)
 	}
 }
+
+// A heartbeat reply's cancel is for the attempt that heartbeat listed: a
+// newer attempt of the same job, dispatched here since, keeps running.
+func TestHeartbeatCancelIsForTheListedAttempt(t *testing.T) {
+	t.Parallel()
+	w, err := New(Options{URL: "http://127.0.0.1:1", Token: "wt_x", StateDir: t.TempDir(), Command: []string{"true"},
+		ReconnectMax: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &attempt{jobID: "j_a", n: 2, log: slog.New(slog.DiscardHandler)}
+	w.jobs["j_a"] = a
+	reply := protocol.HeartbeatResponse{Success: true, Cancel: []string{"j_a"}}
+	if _, err := w.handle(t.Context(), &session{}, heartbeatReply{resp: reply, listed: map[string]int{"j_a": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if a.stop != notStopped {
+		t.Fatalf("attempt 2 stopped by a cancel meant for attempt 1: %v", a.stop)
+	}
+	if _, err := w.handle(t.Context(), &session{}, heartbeatReply{resp: reply, listed: map[string]int{"j_a": 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if a.stop != stopCancel {
+		t.Fatalf("attempt 2 not stopped by a cancel meant for it: %v", a.stop)
+	}
+}

@@ -73,8 +73,11 @@ type Options struct {
 	DrainTimeout time.Duration
 	ReconnectMax time.Duration // back-off cap
 
-	GPU    gpu.Source   // nil → gpu.None()
-	Logger *slog.Logger // nil → slog.Default()
+	GPU gpu.Source // nil → gpu.None()
+	// GPUWatchInterval is how often the GPUs' health is read, held GPUs are
+	// checked again and the jobs' GPU use is sampled ([gpu] watch_interval).
+	GPUWatchInterval time.Duration
+	Logger           *slog.Logger // nil → slog.Default()
 	// Isolation starts jobs behind their walls; nil → each job is a plain
 	// process group running as workerd's own user (tests in one process).
 	Isolation *isolation.Isolator
@@ -140,6 +143,7 @@ func OptionsFrom(cfg *config.Worker) Options {
 		SelfFenceAfter:     cfg.Worker.SelfFenceAfter.Duration,
 		DrainTimeout:       cfg.Worker.DrainTimeout.Duration,
 		ReconnectMax:       cfg.Worker.ReconnectMax.Duration,
+		GPUWatchInterval:   cfg.GPU.WatchInterval.Duration,
 	}
 }
 
@@ -154,6 +158,9 @@ type Timers struct {
 	LogDrain          time.Duration // wait this long for the log to ship before the terminal report (10s)
 	RequestTimeout    time.Duration // heartbeat, status, queue (10s); register takes 3×
 	ShutdownTimeout   time.Duration // final report and disconnect on the way out (5s)
+	// GPUSettle is how long an ended job's GPUs may take to drop its
+	// processes before they are held back (3s).
+	GPUSettle time.Duration
 }
 
 func (o *Options) setDefaults() {
@@ -171,6 +178,8 @@ func (o *Options) setDefaults() {
 	def(&t.LogDrain, 10*time.Second)
 	def(&t.RequestTimeout, 10*time.Second)
 	def(&t.ShutdownTimeout, 5*time.Second)
+	def(&t.GPUSettle, 3*time.Second)
+	def(&o.GPUWatchInterval, config.DefaultGPUWatchInterval)
 	if o.LogLimitBytes < 0 {
 		o.LogLimitBytes = 0 // logSpool: 0 means unlimited
 	}
@@ -202,6 +211,7 @@ type Worker struct {
 	c     *client
 	iso   *isolation.Isolator
 	spool *statusSpool
+	gpus  *gpuWatch
 
 	msgs     chan any      // to the session loop
 	loopDone chan struct{} // closed when the loop stops reading msgs
@@ -281,6 +291,7 @@ func New(opt Options) (*Worker, error) {
 		c:            c,
 		iso:          opt.Isolation,
 		spool:        &statusSpool{dir: filepath.Join(opt.StateDir, "spool")},
+		gpus:         newGPUWatch(opt.GPU, opt.StateDir, opt.Logger),
 		msgs:         make(chan any, 256),
 		loopDone:     make(chan struct{}),
 		registered:   make(chan struct{}),
@@ -348,6 +359,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err != nil {
 		w.log.Warn("cannot read the GPU inventory; reporting 0 GPUs", "err", err)
 		inv = gpu.Inventory{}
+	}
+	if err := w.gpus.start(inv); err != nil {
+		return fmt.Errorf("%w: %w", ErrMisconfigured, err)
 	}
 	now := time.Now()
 	w.mu.Lock()

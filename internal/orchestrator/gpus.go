@@ -1,0 +1,225 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"slices"
+	"strconv"
+
+	"github.com/julienschmidt/httprouter"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+// A protocol-2 worker reports the GPUs it keeps out of use (held back
+// because a job left a process on them, or unhealthy after a hardware
+// fault) with every registration, heartbeat and terminal report. They are
+// stored on the worker; placement and the store's claim give them to no
+// job. An unhealthy GPU stays so until an admin clears it: the clear is
+// kept on the worker and told to it (a gpu_clear event, and in every
+// heartbeat reply) until it no longer reports the fence.
+
+// maxGPUConditions bounds what one report can make the store keep.
+const maxGPUConditions = 1024
+
+// noteGPUConditions stores the conditions a worker reported when they
+// differ from those stored, and audits the change. reported nil (the worker
+// does not report them) changes nothing.
+func (s *Server) noteGPUConditions(ctx context.Context, wk store.Worker, reported *[]protocol.GPUCondition, ip string) (store.Worker, error) {
+	if reported == nil {
+		return wk, nil
+	}
+	conds := *reported
+	if len(conds) > maxGPUConditions {
+		return wk, invalid("field \"gpu_conditions\" lists %d GPUs; at most %d", len(conds), maxGPUConditions)
+	}
+	for i, c := range conds {
+		if c.State != protocol.GPUHeld && c.State != protocol.GPUUnhealthy {
+			return wk, invalid("field \"gpu_conditions[%d].state\" must be held or unhealthy; got %q", i, c.State)
+		}
+	}
+	if len(conds) == 0 {
+		conds = nil
+	}
+	if sameConditions(wk.GPUConditions, conds) && len(wk.GPUClears) == 0 {
+		return wk, nil
+	}
+	var changes map[string]any
+	updated, err := s.store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
+		changes = conditionChanges(cur.GPUConditions, conds)
+		cur.GPUConditions = conds
+		// A clear is done once the worker no longer reports the fence.
+		cur.GPUClears = slices.DeleteFunc(cur.GPUClears, func(i int) bool { return !fenced(conds, i) })
+		if len(changes) == 0 {
+			return nil, nil
+		}
+		changes["name"] = cur.Name
+		rec := audit.New(workerActor(wk), ip, "worker.gpus", "worker", wk.ID, audit.Success, changes)
+		return &rec, nil
+	})
+	if err != nil {
+		return wk, err
+	}
+	if len(changes) > 0 {
+		s.log.Warn("the worker's GPU conditions changed", "worker_id", wk.ID, "name", updated.Name, "changes", changes)
+		s.Wake() // a released GPU may take a job now
+	}
+	return updated, nil
+}
+
+func sameConditions(a, b []protocol.GPUCondition) bool {
+	return reflect.DeepEqual(a, b) || (len(a) == 0 && len(b) == 0)
+}
+
+// conditionChanges describes what moved between two reports, by GPU:
+// newly held or unhealthy, released, fence lifted.
+func conditionChanges(before, after []protocol.GPUCondition) map[string]any {
+	changes := map[string]any{}
+	add := func(key string, c protocol.GPUCondition) {
+		list, _ := changes[key].([]string)
+		changes[key] = append(list, fmt.Sprintf("GPU %d (%s): %s", c.Index, c.UUID, c.Reason))
+	}
+	was := map[int]protocol.GPUCondition{}
+	for _, c := range before {
+		was[c.Index] = c
+	}
+	for _, c := range after {
+		if old, ok := was[c.Index]; !ok || old.State != c.State || old.Reason != c.Reason {
+			add(c.State, c)
+		}
+		delete(was, c.Index)
+	}
+	for _, c := range was {
+		if c.State == protocol.GPUUnhealthy {
+			add("fence_lifted", c)
+		} else {
+			add("released", c)
+		}
+	}
+	return changes
+}
+
+// fenced reports whether GPU i is unhealthy in conds.
+func fenced(conds []protocol.GPUCondition, i int) bool {
+	return slices.ContainsFunc(conds, func(c protocol.GPUCondition) bool { return c.Index == i && c.State == protocol.GPUUnhealthy })
+}
+
+// clearGPU is POST /api/admin/workers/{id}/gpus/{index}/clear: an admin
+// lifts the fence of an unhealthy GPU (the hardware was serviced, or the
+// fault was a fluke). The worker is told now and with every heartbeat reply
+// until it no longer reports the fence.
+func (s *Server) clearGPU(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
+	wk, err := s.loadWorker(r, ps.ByName("id"))
+	if err != nil {
+		return err
+	}
+	index, err := strconv.Atoi(ps.ByName("index"))
+	if err != nil || index < 0 {
+		return invalid("the GPU index in the path must be a whole number from 0; got %q", ps.ByName("index"))
+	}
+	var cond protocol.GPUCondition
+	errNotFenced := errors.New("not fenced")
+	_, err = s.store.UpdateWorker(r.Context(), wk.ID, func(cur *store.Worker) (*audit.Record, error) {
+		i := slices.IndexFunc(cur.GPUConditions, func(c protocol.GPUCondition) bool { return c.Index == index })
+		if i < 0 || cur.GPUConditions[i].State != protocol.GPUUnhealthy {
+			return nil, errNotFenced
+		}
+		cond = cur.GPUConditions[i]
+		if !slices.Contains(cur.GPUClears, index) {
+			cur.GPUClears = append(cur.GPUClears, index)
+		}
+		rec := audit.New(p.Actor(), peerIP(r), "worker.gpu_clear", "worker", wk.ID, audit.Success,
+			map[string]any{"name": cur.Name, "gpu": index, "uuid": cond.UUID, "was": cond.Reason})
+		return &rec, nil
+	})
+	if errors.Is(err, errNotFenced) {
+		return conflict("GPU %d of worker %s is not fenced as unhealthy; a GPU held back for a leftover process is released by the worker once it is clean", index, wk.ID)
+	}
+	if err != nil {
+		return err
+	}
+	s.log.Info("GPU fence cleared by an admin", "worker_id", wk.ID, "gpu", index, "uuid", cond.UUID, "was", cond.Reason, "by", p.Actor())
+	s.sendToWorker(wk.ID, protocol.EventGPUClear, protocol.GPUClearEvent{Type: protocol.EventGPUClear, GPUs: []int{index}})
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "worker_id": wk.ID, "gpu": index, "status": "clearing"})
+	return nil
+}
+
+// writeGPUMetrics writes each worker's GPUs: the live numbers its heartbeats
+// to this instance carried, labelled by worker and GPU; the GPUs it keeps
+// out of use (from the store: every instance says the same); and the
+// GPU-seconds of the attempts that ended here.
+func (s *Server) writeGPUMetrics(w io.Writer, workers []store.Worker) {
+	type series struct {
+		name, help, typ string
+		lines           []string
+	}
+	all := []*series{
+		{name: "simpletuner_gpu_utilization_percent", help: "GPU utilisation, from the worker's last heartbeat here.", typ: "gauge"},
+		{name: "simpletuner_gpu_memory_used_bytes", help: "GPU memory in use, from the worker's last heartbeat here.", typ: "gauge"},
+		{name: "simpletuner_gpu_memory_total_bytes", help: "GPU memory in all.", typ: "gauge"},
+		{name: "simpletuner_gpu_temperature_celsius", help: "GPU temperature.", typ: "gauge"},
+		{name: "simpletuner_gpu_power_watts", help: "GPU power draw.", typ: "gauge"},
+		{name: "simpletuner_gpu_healthy", help: "1 while the GPU may be given to jobs, 0 while it is held back or unhealthy.", typ: "gauge"},
+		{name: "simpletuner_gpu_condition", help: "1 for each GPU a worker keeps out of use, by state (held, unhealthy).", typ: "gauge"},
+		{name: "simpletuner_worker_gpu_seconds_total", help: "GPU-seconds of the attempts whose end this instance recorded (GPUs held × time run).", typ: "counter"},
+	}
+	add := func(i int, labels string, v float64) {
+		all[i].lines = append(all[i].lines, fmt.Sprintf("%s{%s} %g", all[i].name, labels, v))
+	}
+	for _, wk := range workers {
+		who := fmt.Sprintf("worker=%q,name=%q", wk.ID, wk.Name)
+		out := wk.UnavailableGPUs()
+		if t := s.telemetry.get(wk.ID); t != nil {
+			for _, g := range t.GPUs {
+				l := fmt.Sprintf("%s,index=\"%d\",uuid=%q", who, g.Index, g.UUID)
+				add(0, l, g.UtilizationPct)
+				add(1, l, float64(g.MemoryUsedMiB)*(1<<20))
+				if g.MemoryTotalMiB > 0 {
+					add(2, l, float64(g.MemoryTotalMiB)*(1<<20))
+				}
+				add(3, l, g.TemperatureC)
+				if g.PowerW > 0 {
+					add(4, l, g.PowerW)
+				}
+				healthy := 1.0
+				if out[g.Index] {
+					healthy = 0
+				}
+				add(5, l, healthy)
+			}
+		}
+		for _, c := range wk.GPUConditions {
+			add(6, fmt.Sprintf("%s,index=\"%d\",uuid=%q,state=%q", who, c.Index, c.UUID, c.State), 1)
+		}
+		if v, ok := s.metrics.gpuSeconds.get(wk.ID); ok {
+			add(7, who, v)
+		}
+	}
+	for _, m := range all {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", m.name, m.help, m.name, m.typ)
+		for _, l := range m.lines {
+			fmt.Fprintln(w, l)
+		}
+	}
+}
+
+// countGPUSeconds adds an ended attempt's GPU-seconds to its worker's sum:
+// as the worker measured them, or, from a worker that does not (SimpleTuner's
+// agent, which runs a job with all its GPUs), its GPUs times the time the
+// attempt ran.
+func (s *Server) countGPUSeconds(wk store.Worker, j store.Job, u *protocol.Usage) {
+	if u != nil {
+		s.metrics.gpuSeconds.add(wk.ID, u.GPUSeconds)
+		return
+	}
+	if j.StartedAt != nil && j.EndedAt != nil {
+		s.metrics.gpuSeconds.add(wk.ID, float64(protocol.ParseGPUInfo(wk.GPUInfo).Count)*j.EndedAt.Sub(*j.StartedAt).Seconds())
+	}
+}
