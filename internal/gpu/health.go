@@ -152,5 +152,5 @@ type Watcher interface {
 type Unwatched struct{}
 
 func (Unwatched) Processes() (map[int][]Process, error) { return nil, nil }
-func (Unwatched) Health() ([]Reading, error)             { return nil, nil }
-func (Unwatched) Events(context.Context) <-chan Event    { return nil }
+func (Unwatched) Health() ([]Reading, error)            { return nil, nil }
+func (Unwatched) Events(context.Context) <-chan Event   { return nil }
