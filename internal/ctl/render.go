@@ -65,7 +65,7 @@ func (r renderer) workers(w io.Writer, ws []Worker) error {
 		if n := len(ids) - 1 + extra; n > 0 {
 			job += fmt.Sprintf("+%d", n)
 		}
-		t.Row(output.Truncate(wk.Name, nameWidth), wk.ID, r.style.State(r.workerState(wk)), wk.GPUsFreeText(), job, r.age(wk.LastHeartbeat))
+		t.Row(output.Truncate(wk.Name, nameWidth), wk.ID, r.style.State(r.workerState(wk)), wk.gpusFree(), job, r.age(wk.LastHeartbeat))
 	}
 	return t.Write(w)
 }
@@ -99,7 +99,10 @@ func (r renderer) worker(w io.Writer, wk Worker) error {
 	if extra > 0 {
 		jobs = strings.TrimPrefix(jobs+fmt.Sprintf(", +%d more", extra), ", ")
 	}
-	gpu := fmt.Sprintf("%s free/total", wk.GPUsFreeText())
+	gpu := fmt.Sprintf("%s free/total", wk.gpusFree())
+	if out := wk.GPUsOut(); out != "" {
+		gpu += " (" + out + ")"
+	}
 	if wk.GPUName != "" {
 		gpu += fmt.Sprintf(", %s", wk.GPUName)
 	}
@@ -131,7 +134,68 @@ func (r renderer) worker(w io.Writer, wk Worker) error {
 	if wk.Local {
 		kv = append(kv, [2]string{"Local", "yes (attached through the admin socket)"})
 	}
-	return writeKV(w, kv)
+	if err := writeKV(w, kv); err != nil {
+		return err
+	}
+	return r.workerGPUs(w, wk)
+}
+
+// workerGPUs is the worker's GPUs one by one: health and the latest
+// numbers, then, for a GPU held back or fenced, why and since when.
+func (r renderer) workerGPUs(w io.Writer, wk Worker) error {
+	live := map[int]GPULive{}
+	if wk.GPUTelemetry != nil {
+		for _, g := range wk.GPUTelemetry.GPUs {
+			live[g.Index] = g
+		}
+	}
+	conds := map[int]GPUCondition{}
+	for _, c := range wk.GPUConditions {
+		conds[c.Index] = c
+	}
+	if len(live) == 0 && len(conds) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	head := []string{"GPU", "HEALTH", "UTIL", "MEMORY", "TEMP", "POWER"}
+	if r.wide {
+		head = append(head, "UUID")
+	}
+	t := output.NewTable(head...)
+	for i := range wk.GPUCount {
+		g := live[i]
+		health, _, _ := strings.Cut(g.Health, ":")
+		uuid := g.UUID
+		if c, ok := conds[i]; ok {
+			health, uuid = c.State, c.UUID
+		}
+		row := []string{strconv.Itoa(i), health, "", "", "", ""}
+		if _, ok := live[i]; ok {
+			row[2], row[3], row[4] = fmt.Sprintf("%.0f%%", g.UtilizationPct), fmt.Sprintf("%.1f/%.1f GiB", g.MemoryUsedMiB/1024, g.MemoryTotalMiB/1024), fmt.Sprintf("%.0f°C", g.TemperatureC)
+			if g.PowerW > 0 {
+				row[5] = fmt.Sprintf("%.0f W", g.PowerW)
+			}
+		}
+		if r.wide {
+			row = append(row, uuid)
+		}
+		t.Row(row...)
+	}
+	if err := t.Write(w); err != nil {
+		return err
+	}
+	for i := range wk.GPUCount {
+		if c, ok := conds[i]; ok {
+			clearing := ""
+			if c.Clearing {
+				clearing = "; an admin cleared it, the worker is taking it back"
+			}
+			fmt.Fprintf(w, "GPU %d %s since %s: %s%s\n", i, c.State, r.age(&c.Since), c.Reason, clearing)
+		} else if h := live[i].Health; h != "" && h != "ok" {
+			fmt.Fprintf(w, "GPU %d: %s\n", i, h)
+		}
+	}
+	return nil
 }
 
 func timeAndAge(r renderer, s *string) string {

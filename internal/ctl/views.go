@@ -41,6 +41,49 @@ type Worker struct {
 	Capabilities struct {
 		Isolation string `json:"isolation"` // how the worker walls its jobs off
 	} `json:"capabilities"`
+	// GPUConditions are the GPUs the worker keeps out of use.
+	GPUConditions []GPUCondition `json:"gpu_conditions"`
+	GPUTelemetry  *struct {
+		GPUs []GPULive `json:"gpus"`
+	} `json:"gpu_telemetry"`
+}
+
+// GPUCondition is a GPU held back or fenced as unhealthy.
+type GPUCondition struct {
+	Index    int    `json:"index"`
+	UUID     string `json:"uuid"`
+	State    string `json:"state"`
+	Reason   string `json:"reason"`
+	Since    string `json:"since"`
+	Clearing bool   `json:"clearing"`
+}
+
+// GPULive is one GPU's latest numbers.
+type GPULive struct {
+	Index          int     `json:"index"`
+	UUID           string  `json:"uuid"`
+	UtilizationPct float64 `json:"utilization_pct"`
+	MemoryUsedMiB  float64 `json:"memory_used_mib"`
+	MemoryTotalMiB float64 `json:"memory_total_mib"`
+	TemperatureC   float64 `json:"temperature_c"`
+	PowerW         float64 `json:"power_w"`
+	Health         string  `json:"health"`
+}
+
+// GPUsOut says how many GPUs the worker keeps out of use, for the tables:
+// "1 unhealthy", "2 held"; "" when none.
+func (w Worker) GPUsOut() string {
+	n := map[string]int{}
+	for _, c := range w.GPUConditions {
+		n[c.State]++
+	}
+	var parts []string
+	for _, st := range []string{"unhealthy", "held"} {
+		if n[st] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n[st], st))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Jobs lists the jobs the worker runs now: running_jobs when the orchestrator
@@ -83,10 +126,19 @@ func (w Worker) Jobs() (ids []string, extra int) {
 	return nil, 0
 }
 
-// GPUsFreeText is "free/total". Without gpus_free from the orchestrator an
-// idle connected worker has all its GPUs free and any other none, which is
-// what the scheduler acts on.
+// GPUsFreeText is "free/total", and how many GPUs the worker keeps out of
+// use: "0/8 (1 held)".
 func (w Worker) GPUsFreeText() string {
+	if out := w.GPUsOut(); out != "" {
+		return w.gpusFree() + " (" + out + ")"
+	}
+	return w.gpusFree()
+}
+
+// gpusFree is "free/total". Without gpus_free from the orchestrator an idle
+// connected worker has all its GPUs free and any other none, which is what
+// the scheduler acts on.
+func (w Worker) gpusFree() string {
 	free := 0
 	switch {
 	case w.GPUsFree != nil:

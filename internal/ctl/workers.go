@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,7 +25,46 @@ import (
 func (a *app) workerCommands() []*cobra.Command {
 	return []*cobra.Command{a.workersCommand(), group("worker", "Create, inspect and manage one worker",
 		a.workerCreateCommand(), a.workerShowCommand(), a.workerDrainCommand(), a.workerResumeCommand(),
-		a.workerRotateCommand(), a.workerDeleteCommand(), a.workerLabelsCommand())}
+		a.workerRotateCommand(), a.workerDeleteCommand(), a.workerLabelsCommand(), a.workerClearGPUCommand())}
+}
+
+func (a *app) workerClearGPUCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "clear-gpu ID INDEX",
+		Short: "Lift the fence of a GPU the worker found unhealthy",
+		Long: `Lift the fence of a GPU the worker fenced after a hardware fault (an XID
+that blames the hardware, uncorrectable ECC errors, a row-remapping failure,
+a GPU lost from the bus), once the GPU was serviced or the fault judged a
+fluke. The worker is told at once and takes jobs on the GPU again. A GPU held
+back for a leftover process is released by the worker itself once clean.`,
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: a.completeWorkers,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			index, err := strconv.Atoi(args[1])
+			if err != nil || index < 0 {
+				return usagef("INDEX must be a GPU's index, a whole number from 0; got %q", args[1])
+			}
+			wk, err := a.resolveWorker(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			cl, err := a.client()
+			if err != nil {
+				return err
+			}
+			raw, err := cl.JSON(ctx, client.Request{Method: http.MethodPost,
+				Path: "/api/admin/workers/" + client.PathEscape(wk.ID) + "/gpus/" + strconv.Itoa(index) + "/clear"}, nil)
+			if err != nil {
+				return err
+			}
+			if a.format == output.JSONFormat {
+				return output.WriteJSON(a.out(), raw)
+			}
+			_, err = fmt.Fprintf(a.out(), "worker %s (%s): GPU %d cleared; the worker takes it back into use\n", wk.ID, wk.Name, index)
+			return err
+		},
+	}
 }
 
 func (a *app) workersCommand() *cobra.Command {
