@@ -740,3 +740,43 @@ func TestBufferedResponseKeepsTheTail(t *testing.T) {
 		t.Fatalf("kept %d bytes (truncated %v), not the end of the body", len(got), b.truncated)
 	}
 }
+
+// A worker's page shows each GPU's health and charts of its last hours; an
+// unhealthy GPU says why, with a button that clears its fence; the overview
+// charts the fleet's GPUs in use against those asked for.
+func TestWorkerPageShowsGPUHealthAndCharts(t *testing.T) {
+	t.Parallel()
+	s := newSite(t, openSQLite(t))
+	id, token := s.registeredWorker("gpu-1")
+	fenced := []map[string]any{{"index": 0, "uuid": "GPU-aaa", "state": "unhealthy", "reason": "XID 79 (fell off the bus)", "since": "2026-01-01T00:00:00Z"}}
+	beat := func(conds []map[string]any) map[string]any {
+		st, m := s.api("POST", "/api/workers/heartbeat", "X-Worker-Token", token, map[string]any{"worker_id": id, "status": "idle",
+			"gpus": []map[string]any{{"index": 0, "uuid": "GPU-aaa", "utilization_pct": 87, "memory_used_mib": 40960,
+				"memory_total_mib": 81920, "temperature_c": 66, "power_w": 612, "health": "unhealthy: XID 79 (fell off the bus)"}},
+			"gpu_conditions": conds})
+		if st != 200 {
+			t.Fatalf("heartbeat: %d %v", st, m)
+		}
+		return m
+	}
+	beat(fenced)
+	b := s.browser()
+	b.mustSignIn(s.admin)
+	p := b.must(b.get("/ui/workers/"+id), 200)
+	contains(t, p, `<span class="badge g-unhealthy">unhealthy</span>`, "GPU 0 is <strong>unhealthy</strong>", "XID 79 (fell off the bus)",
+		"Clear the fence of GPU 0", `<svg class="chart"`, `class="util" cx="360.0"`, "612 W")
+	p = b.must(b.post("/ui/workers/"+id+"/gpus/0/clear", nil), http.StatusSeeOther)
+	p = b.must(b.get(p.Location()), 200)
+	contains(t, p, "GPU cleared", "An admin cleared it")
+	if m := beat(fenced); fmt.Sprint(m["clear_gpus"]) != "[0]" {
+		t.Fatalf("the heartbeat reply does not pass the clear on: %v", m)
+	}
+	beat([]map[string]any{})
+	p = b.must(b.get("/ui/workers/"+id), 200)
+	lacks(t, p, "Clear the fence", "g-unhealthy")
+	// A GPU that is not fenced cannot be cleared.
+	p = b.must(b.post("/ui/workers/"+id+"/gpus/0/clear", nil), http.StatusConflict)
+	contains(t, p, "not fenced")
+	p = b.must(b.get("/ui/"), 200)
+	contains(t, p, "The fleet&#39;s GPUs, last 6 hours", `class="online"`)
+}

@@ -41,6 +41,7 @@ func (d *Dashboard) routes() {
 	handle("POST "+Prefix+"workers/{id}/resume", d.action(d.workerSimple("resume", "resumed")))
 	handle("POST "+Prefix+"workers/{id}/token", d.action(d.rotateToken))
 	handle("POST "+Prefix+"workers/{id}/delete", d.action(d.deleteWorker))
+	handle("POST "+Prefix+"workers/{id}/gpus/{index}/clear", d.action(d.clearGPU))
 
 	handle("GET "+Prefix+"queue", d.page(d.queue))
 	handle("GET "+Prefix+"live/queue", d.live(d.queueLive))
@@ -102,6 +103,10 @@ func (d *Dashboard) overviewData(r *http.Request, s *session) (map[string]any, *
 		return nil, &apiResult{Status: 502, Detail: "unreadable stats: " + err.Error()}
 	}
 	data["Stats"], data["WorkersTotal"] = st, st.Workers["total"]
+	var hist fleetHistoryJSON
+	if res := d.call(r, s, "GET", "/api/admin/fleet/gpu-history", nil); res.OK() && res.decode(&hist) == nil {
+		data["FleetChart"] = hist.chart()
+	}
 	return data, nil
 }
 
@@ -236,7 +241,24 @@ func (d *Dashboard) workerWithForm(w http.ResponseWriter, r *http.Request, s *se
 		f = newForm()
 		f.Values["labels"] = formatLabels(wk.Labels)
 	}
-	d.render(w, r, status, "worker", map[string]any{"W": wk, "Form": f, "Back": Prefix + "workers/" + wk.ID}, s)
+	var hist workerHistoryJSON
+	if res := d.call(r, s, "GET", "/api/admin/workers/"+url.PathEscape(wk.ID)+"/gpu-history", nil); res.OK() {
+		_ = res.decode(&hist)
+	}
+	d.render(w, r, status, "worker", map[string]any{"W": wk, "Form": f, "Back": Prefix + "workers/" + wk.ID, "Charts": hist.charts()}, s)
+}
+
+// clearGPU lifts the fence of an unhealthy GPU.
+func (d *Dashboard) clearGPU(w http.ResponseWriter, r *http.Request, s *session) {
+	id := r.PathValue("id")
+	res := d.call(r, s, "POST", "/api/admin/workers/"+url.PathEscape(id)+"/gpus/"+url.PathEscape(r.PathValue("index"))+"/clear", nil)
+	if !res.OK() {
+		f := newForm()
+		f.apiError(res, nil)
+		d.workerWithForm(w, r, s, res.Status, f)
+		return
+	}
+	http.Redirect(w, r, Prefix+"workers/"+url.PathEscape(id)+"?ok=gpu_cleared", http.StatusSeeOther)
 }
 
 func (d *Dashboard) workerLabels(w http.ResponseWriter, r *http.Request, s *session) {

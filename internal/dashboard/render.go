@@ -63,11 +63,12 @@ type view struct {
 // flashes are the fixed messages a redirect may ask a page to show; a query
 // parameter picks one, so nothing from the URL is shown as is.
 var flashes = map[string]string{
-	"drained": "Worker drained: it finishes its job and takes no new one.",
-	"resumed": "Worker resumed: it takes jobs again.",
-	"labels":  "Labels saved.",
-	"deleted": "Worker deleted.",
-	"cancel":  "Cancel requested.",
+	"drained":     "Worker drained: it finishes its job and takes no new one.",
+	"resumed":     "Worker resumed: it takes jobs again.",
+	"labels":      "Labels saved.",
+	"deleted":     "Worker deleted.",
+	"cancel":      "Cancel requested.",
+	"gpu_cleared": "GPU cleared: the worker takes it back into use.",
 }
 
 // render writes a whole page (status, layout and page) to w.

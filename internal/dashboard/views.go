@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"encoding/json"
+	"fmt"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 )
@@ -33,6 +34,7 @@ type workerJSON struct {
 		At   string    `json:"at"`
 		GPUs []gpuLive `json:"gpus"`
 	} `json:"gpu_telemetry"`
+	GPUConditions []gpuCondition `json:"gpu_conditions"`
 }
 
 type gpuLive struct {
@@ -40,6 +42,17 @@ type gpuLive struct {
 	UtilizationPct float64 `json:"utilization_pct"`
 	MemoryUsedMiB  float64 `json:"memory_used_mib"`
 	TemperatureC   float64 `json:"temperature_c"`
+	PowerW         float64 `json:"power_w"`
+	Health         string  `json:"health"`
+}
+
+// gpuCondition is a GPU the worker keeps out of use.
+type gpuCondition struct {
+	Index    int    `json:"index"`
+	State    string `json:"state"`
+	Reason   string `json:"reason"`
+	Since    string `json:"since"`
+	Clearing bool   `json:"clearing"`
 }
 
 // Agent names the software on the worker: simpletuner-workerd speaks
@@ -58,7 +71,8 @@ func (w workerJSON) Agent() string {
 	return name
 }
 
-// gpuDevice is one GPU with its live numbers when a heartbeat brought them.
+// gpuDevice is one GPU with its live numbers when a heartbeat brought them,
+// and its condition when the worker keeps it out of use.
 type gpuDevice struct {
 	Index       int
 	Name        string
@@ -67,6 +81,9 @@ type gpuDevice struct {
 	Utilization float64
 	MemUsedMiB  float64
 	Temperature float64
+	PowerW      float64
+	Health      string // the live health: ok, or a warning
+	Condition   *gpuCondition
 }
 
 // Devices pairs the GPUs the worker registered with its latest telemetry.
@@ -93,6 +110,12 @@ func (w workerJSON) Devices() []gpuDevice {
 		g := gpuDevice{Index: d.Index, Name: d.Name, MemoryMiB: d.MemoryMiB}
 		if l, ok := live[d.UUID]; ok {
 			g.Live, g.Utilization, g.MemUsedMiB, g.Temperature = true, l.UtilizationPct, l.MemoryUsedMiB, l.TemperatureC
+			g.PowerW, g.Health = l.PowerW, l.Health
+		}
+		for i := range w.GPUConditions {
+			if w.GPUConditions[i].Index == d.Index {
+				g.Condition = &w.GPUConditions[i]
+			}
 		}
 		out = append(out, g)
 	}
@@ -182,4 +205,38 @@ type verifyJSON struct {
 	HeadSeq  int64  `json:"head_seq"`
 	BrokenAt int64  `json:"broken_at"`
 	Error    string `json:"error"`
+}
+
+// workerHistoryJSON is GET /api/admin/workers/{id}/gpu-history.
+type workerHistoryJSON struct {
+	GPUs []struct {
+		Index          int        `json:"index"`
+		UtilizationPct []*float64 `json:"utilization_pct"`
+		MemoryUsedPct  []*float64 `json:"memory_used_pct"`
+	} `json:"gpus"`
+}
+
+// charts are the worker's GPU charts, one per GPU.
+func (h workerHistoryJSON) charts() []chart {
+	var out []chart
+	for _, g := range h.GPUs {
+		out = append(out, newChart(fmt.Sprintf("GPU %d, last 6 hours: utilisation and memory in use, percent", g.Index), "%", 100,
+			line{Class: "util", Label: "utilisation", Points: g.UtilizationPct},
+			line{Class: "mem", Label: "memory in use", Points: g.MemoryUsedPct}))
+	}
+	return out
+}
+
+// fleetHistoryJSON is GET /api/admin/fleet/gpu-history.
+type fleetHistoryJSON struct {
+	InUse  []*float64 `json:"in_use"`
+	Asked  []*float64 `json:"asked"`
+	Online []*float64 `json:"online"`
+}
+
+func (h fleetHistoryJSON) chart() chart {
+	return newChart("The fleet's GPUs, last 6 hours: in use, asked for by queued jobs, online", "GPUs", 1,
+		line{Class: "online", Label: "online", Points: h.Online},
+		line{Class: "asked", Label: "asked for by queued jobs", Points: h.Asked},
+		line{Class: "util", Label: "in use", Points: h.InUse})
 }

@@ -333,6 +333,7 @@ func (s *Server) deleteWorker(w http.ResponseWriter, r *http.Request, ps httprou
 		return err
 	}
 	s.telemetry.forget(wk.ID)
+	s.gpuHistory.forget(wk.ID)
 	s.clocks.forget(wk.ID)
 	s.log.Info("worker deleted", "worker_id", wk.ID, "force", forced, "by", p.Actor())
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "worker_id": wk.ID})

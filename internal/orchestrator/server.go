@@ -64,6 +64,9 @@ type Options struct {
 	// followFallback replaces defaultFollowFallback when set: tests that
 	// count store reads put the fallback look out of their way.
 	followFallback time.Duration
+	// fleetHistoryEvery replaces the minute between two counts of the
+	// fleet's GPUs for the charts (tests).
+	fleetHistoryEvery time.Duration
 }
 
 // OptionsFrom maps a loaded configuration onto the orchestrator's settings.
@@ -180,8 +183,10 @@ type Server struct {
 	followers followers
 	// failures gathers failed authentications for the audit log.
 	failures failureAudit
-	// telemetry holds each worker's latest GPU numbers from its heartbeats.
-	telemetry *telemetryMap
+	// telemetry holds each worker's latest GPU numbers from its heartbeats,
+	// gpuHistory the last hours of them and of the fleet's GPUs.
+	telemetry  *telemetryMap
+	gpuHistory *gpuHistory
 	// clocks holds each worker's clock skew, from its heartbeats.
 	clocks *clockSkews
 	// sessionRefusals spaces out the log line and audit record of a second
@@ -213,6 +218,7 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 		logFeed:    newLogFeed(),
 		stopped:    make(chan struct{}),
 		telemetry:  newTelemetryMap(),
+		gpuHistory: newGPUHistory(),
 		clocks:     newClockSkews(),
 	}
 	opt = opt.withDefaults()
@@ -363,6 +369,8 @@ func (s *Server) Routes() []Route {
 		{"POST", "/api/admin/workers/:id/resume", "", s.admin(auth.ScopeAdminWorkers, s.resumeWorker)},
 		{"POST", "/api/admin/workers/:id/token", "", s.admin(auth.ScopeAdminWorkers, s.rotateToken)},
 		{"POST", "/api/admin/workers/:id/gpus/:index/clear", "", s.admin(auth.ScopeAdminWorkers, s.clearGPU)},
+		{"GET", "/api/admin/workers/:id/gpu-history", "", s.admin(auth.ScopeAdminWorkers, s.workerGPUHistory)},
+		{"GET", "/api/admin/fleet/gpu-history", "", s.admin(auth.ScopeQueueView, s.fleetGPUHistory)},
 		{"GET", "/api/admin/audit", "", s.admin(auth.ScopeAdminAudit, s.listAudit)},
 		{"GET", "/api/admin/audit/verify", "", s.admin(auth.ScopeAdminAudit, s.verifyAudit)},
 		{"GET", "/api/auth/whoami", "", s.admin(scopeAnyCaller, s.whoami)},

@@ -310,6 +310,7 @@ func (s *Server) heartbeat(ctx context.Context, wk store.Worker, req protocol.He
 	s.metrics.Heartbeats.Add(1)
 	now := time.Now().UTC()
 	s.telemetry.set(wk.ID, req.GPUs, now)
+	s.gpuHistory.noteTelemetry(wk.ID, req.GPUs, now)
 	wk, err := s.noteGPUConditions(ctx, wk, req.GPUConditions, "")
 	if err != nil {
 		return protocol.HeartbeatResponse{}, err

@@ -415,6 +415,9 @@ type Store interface {
 	CountJobsEndedBetween(ctx context.Context, from, to time.Time) (map[protocol.JobStatus]int, error)
 	// CountJobsIn counts the jobs in the given statuses (absent: none).
 	CountJobsIn(ctx context.Context, statuses []protocol.JobStatus) (map[protocol.JobStatus]int, error)
+	// QueuedGPUDemand sums what the queued jobs ask for: GPUs by count, and
+	// how many take a whole worker.
+	QueuedGPUDemand(ctx context.Context) (gpus, wholeWorkerJobs int, err error)
 	// QueuePosition counts the queued jobs a claim offers before a job of this
 	// priority and Seq: higher priority, or the same priority and a lower Seq.
 	QueuePosition(ctx context.Context, priority int, seq int64) (int, error)

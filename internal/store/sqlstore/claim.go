@@ -248,3 +248,11 @@ func (s *Store) lockQueued(ctx context.Context, c conn, id string) (store.Job, e
 	}
 	return j, err
 }
+
+// QueuedGPUDemand sums the GPU counts of the queued jobs and counts those
+// that take a whole worker, over the queued part of jobs_by_status.
+func (s *Store) QueuedGPUDemand(ctx context.Context) (gpus, whole int, err error) {
+	err = s.reader().queryRow(ctx, `SELECT COALESCE(SUM(gpu_count), 0), COUNT(*) FILTER (WHERE whole_worker)
+		FROM jobs WHERE status = ?`, protocol.JobQueued).Scan(&gpus, &whole)
+	return gpus, whole, err
+}

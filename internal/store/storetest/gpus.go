@@ -20,6 +20,7 @@ var gpuTests = []test{
 	{"GPUWholeWorkerAlone", testGPUWholeWorkerAlone},
 	{"GPUKeptOutOfUse", testGPUKeptOutOfUse},
 	{"GPUWholeWorkerJobRoundTrip", testGPUWholeWorkerJobRoundTrip},
+	{"QueuedGPUDemand", testQueuedGPUDemand},
 }
 
 // claimGPUs claims the next queued job for w with the given GPUs.
@@ -237,4 +238,19 @@ func testGPUWholeWorkerJobRoundTrip(t *testing.T, s store.Store) {
 	if len(q) != 1 || !q[0].WholeWorker {
 		t.Fatalf("queued job: %+v", q)
 	}
+}
+
+// What the queued jobs ask for: GPUs by count, and whole workers; jobs no
+// longer queued do not count.
+func testQueuedGPUDemand(t *testing.T, s store.Store) {
+	gpus, whole, err := s.QueuedGPUDemand(t.Context())
+	noErr(t, err, "QueuedGPUDemand of an empty queue")
+	equal(t, [2]int{gpus, whole}, [2]int{0, 0}, "demand of an empty queue")
+	newJob(t, s, func(j *store.Job) { j.GPUCount = 4 })
+	newJob(t, s, func(j *store.Job) { j.GPUCount = 0 })
+	newJob(t, s, func(j *store.Job) { j.GPUCount, j.WholeWorker = 0, true })
+	newJob(t, s, func(j *store.Job) { j.GPUCount, j.Status = 8, protocol.JobCompleted })
+	gpus, whole, err = s.QueuedGPUDemand(t.Context())
+	noErr(t, err, "QueuedGPUDemand")
+	equal(t, [2]int{gpus, whole}, [2]int{4, 1}, "demand")
 }

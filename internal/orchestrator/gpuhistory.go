@@ -1,0 +1,287 @@
+package orchestrator
+
+import (
+	"context"
+	"math"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/julienschmidt/httprouter"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+)
+
+// The dashboard's GPU charts: each worker's GPUs (utilisation and memory in
+// use) and the fleet's GPUs in use against those the queued jobs ask for,
+// over the last six hours, a point a minute. They are kept in memory by the
+// instance that sees them (the heartbeats it receives; the fleet it reads
+// from the store), start empty after a restart, and cost two bytes per GPU
+// and minute.
+
+const (
+	historyStep   = time.Minute
+	historyPoints = 360
+)
+
+// noSample marks a minute without a sample.
+const noSample = math.MaxUint8
+
+// ring holds one number per minute for the last historyPoints minutes. The
+// open minute keeps a sum and a count; minutes before it are stored rounded.
+type ring struct {
+	last   int64 // the open minute (Unix minutes); 0 before the first sample
+	vals   [historyPoints]uint8
+	sum    float64
+	n      int
+	useMax bool // the minute's value is its largest sample, else the mean
+}
+
+func newRing(useMax bool) *ring {
+	r := &ring{useMax: useMax}
+	for i := range r.vals {
+		r.vals[i] = noSample
+	}
+	return r
+}
+
+// add records v (0–100) at minute m.
+func (r *ring) add(m int64, v float64) {
+	v = min(max(v, 0), 100)
+	if m < r.last {
+		return // a late sample of a closed minute
+	}
+	if m > r.last {
+		r.close()
+		for gap := min(m-r.last, historyPoints); r.last != 0 && gap > 1; gap-- {
+			r.vals[(m-gap+1)%historyPoints] = noSample // minutes nothing came in
+		}
+		r.last, r.sum, r.n = m, 0, 0
+	}
+	if r.useMax {
+		r.sum = max(r.sum, v)
+		r.n = 1
+		return
+	}
+	r.sum += v
+	r.n++
+}
+
+// close stores the open minute's value.
+func (r *ring) close() {
+	if r.n == 0 {
+		return
+	}
+	v := r.sum
+	if !r.useMax {
+		v /= float64(r.n)
+	}
+	r.vals[r.last%historyPoints] = uint8(math.Round(v))
+}
+
+// points lists the minutes up to now, oldest first: nil for a minute
+// without a sample.
+func (r *ring) points(now int64) []*float64 {
+	out := make([]*float64, historyPoints)
+	for i := range out {
+		m := now - historyPoints + 1 + int64(i)
+		switch {
+		case m == r.last && r.n > 0:
+			v := r.sum
+			if !r.useMax {
+				v /= float64(r.n)
+			}
+			out[i] = &v
+		case m < r.last && m > r.last-historyPoints && r.vals[m%historyPoints] != noSample:
+			v := float64(r.vals[m%historyPoints])
+			out[i] = &v
+		}
+	}
+	return out
+}
+
+type gpuSeries struct {
+	uuid      string
+	util, mem *ring // utilisation and memory in use, in percent
+}
+
+// gpuHistory keeps the charts' numbers.
+type gpuHistory struct {
+	mu      sync.Mutex
+	workers map[string]map[int]*gpuSeries
+	// The fleet's GPUs, counted: in use, asked for by queued jobs, online.
+	inUse, asked, online []fleetPoint
+}
+
+type fleetPoint struct {
+	minute int64
+	v      int
+}
+
+func newGPUHistory() *gpuHistory { return &gpuHistory{workers: map[string]map[int]*gpuSeries{}} }
+
+func minuteOf(t time.Time) int64 { return t.Unix() / int64(historyStep/time.Second) }
+
+// noteTelemetry records a heartbeat's GPU numbers.
+func (h *gpuHistory) noteTelemetry(workerID string, gpus []protocol.GPUTelemetry, at time.Time) {
+	if len(gpus) == 0 {
+		return
+	}
+	m := minuteOf(at)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	byIndex := h.workers[workerID]
+	if byIndex == nil {
+		byIndex = map[int]*gpuSeries{}
+		h.workers[workerID] = byIndex
+	}
+	for _, g := range gpus[:min(len(gpus), maxTelemetryGPUs)] {
+		s := byIndex[g.Index]
+		if s == nil || s.uuid != g.UUID {
+			s = &gpuSeries{uuid: g.UUID, util: newRing(false), mem: newRing(true)}
+			byIndex[g.Index] = s
+		}
+		s.util.add(m, g.UtilizationPct)
+		if g.MemoryTotalMiB > 0 {
+			s.mem.add(m, 100*float64(g.MemoryUsedMiB)/float64(g.MemoryTotalMiB))
+		}
+	}
+}
+
+// forget drops a deleted worker's history.
+func (h *gpuHistory) forget(workerID string) {
+	h.mu.Lock()
+	delete(h.workers, workerID)
+	h.mu.Unlock()
+}
+
+// noteFleet records the fleet's counts at minute m, replacing a count
+// already taken in that minute.
+func (h *gpuHistory) noteFleet(m int64, inUse, asked, online int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	put := func(s []fleetPoint, v int) []fleetPoint {
+		if n := len(s); n > 0 && s[n-1].minute == m {
+			s[n-1].v = v
+			return s
+		}
+		s = append(s, fleetPoint{m, v})
+		for len(s) > 0 && s[0].minute <= m-historyPoints {
+			s = s[1:]
+		}
+		return s
+	}
+	h.inUse, h.asked, h.online = put(h.inUse, inUse), put(h.asked, asked), put(h.online, online)
+}
+
+// GPUHistoryView is a worker's GPU history as the API shows it.
+type GPUHistoryView struct {
+	StepSeconds int             `json:"step_seconds"`
+	Start       string          `json:"start"` // the first point's minute
+	GPUs        []GPUSeriesView `json:"gpus"`
+}
+
+// GPUSeriesView is one GPU's points, oldest first, null where no
+// heartbeat brought numbers.
+type GPUSeriesView struct {
+	Index          int        `json:"index"`
+	UUID           string     `json:"uuid"`
+	UtilizationPct []*float64 `json:"utilization_pct"`
+	MemoryUsedPct  []*float64 `json:"memory_used_pct"`
+}
+
+// FleetHistoryView is the fleet's GPU history as the API shows it.
+type FleetHistoryView struct {
+	StepSeconds int    `json:"step_seconds"`
+	Start       string `json:"start"`
+	// InUse is the GPUs attempts hold, Asked what the queued jobs ask for
+	// (a whole-worker job counts as the largest worker's GPUs), Online the
+	// GPUs of the workers taking work.
+	InUse  []*float64 `json:"in_use"`
+	Asked  []*float64 `json:"asked"`
+	Online []*float64 `json:"online"`
+}
+
+func (h *gpuHistory) worker(workerID string, now time.Time) GPUHistoryView {
+	m := minuteOf(now)
+	v := GPUHistoryView{StepSeconds: int(historyStep / time.Second), Start: protocol.Time(time.Unix((m-historyPoints+1)*60, 0)), GPUs: []GPUSeriesView{}}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := 0; i < maxTelemetryGPUs; i++ {
+		s, ok := h.workers[workerID][i]
+		if !ok {
+			continue
+		}
+		v.GPUs = append(v.GPUs, GPUSeriesView{Index: i, UUID: s.uuid, UtilizationPct: s.util.points(m), MemoryUsedPct: s.mem.points(m)})
+	}
+	return v
+}
+
+func (h *gpuHistory) fleet(now time.Time) FleetHistoryView {
+	m := minuteOf(now)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	points := func(s []fleetPoint) []*float64 {
+		out := make([]*float64, historyPoints)
+		for _, p := range s {
+			if i := p.minute - (m - historyPoints + 1); i >= 0 && i < historyPoints {
+				v := float64(p.v)
+				out[i] = &v
+			}
+		}
+		return out
+	}
+	return FleetHistoryView{StepSeconds: int(historyStep / time.Second), Start: protocol.Time(time.Unix((m-historyPoints+1)*60, 0)),
+		InUse: points(h.inUse), Asked: points(h.asked), Online: points(h.online)}
+}
+
+// runFleetHistory counts the fleet's GPUs once a minute (and at start).
+func (s *Server) runFleetHistory(ctx context.Context) {
+	every := s.options().fleetHistoryEvery
+	if every <= 0 {
+		every = historyStep
+	}
+	for {
+		s.sampleFleet(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
+func (s *Server) sampleFleet(ctx context.Context) {
+	groups, err := s.store.SummarizeWorkers(ctx)
+	if err != nil {
+		return
+	}
+	gpus, whole, err := s.store.QueuedGPUDemand(ctx)
+	if err != nil {
+		return
+	}
+	inUse, online := 0, 0
+	for _, g := range groups {
+		inUse += g.GPUsUsed
+		if g.Status == protocol.WorkerIdle || g.Status == protocol.WorkerPartial || g.Status == protocol.WorkerBusy {
+			online += g.Count * protocol.ParseGPUInfo(g.GPUInfo).Count
+		}
+	}
+	asked := gpus + whole*int(s.largestWorker.Load())
+	s.gpuHistory.noteFleet(minuteOf(time.Now()), inUse, asked, online)
+}
+
+func (s *Server) workerGPUHistory(w http.ResponseWriter, r *http.Request, ps httprouter.Params, _ auth.Principal) error {
+	wk, err := s.loadWorker(r, ps.ByName("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, s.gpuHistory.worker(wk.ID, time.Now()))
+	return nil
+}
+
+func (s *Server) fleetGPUHistory(w http.ResponseWriter, _ *http.Request, _ httprouter.Params, _ auth.Principal) error {
+	writeJSON(w, http.StatusOK, s.gpuHistory.fleet(time.Now()))
+	return nil
+}

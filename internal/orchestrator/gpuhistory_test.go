@@ -1,0 +1,82 @@
+package orchestrator
+
+import (
+	"testing"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+)
+
+func value(p *float64) float64 {
+	if p == nil {
+		return -1
+	}
+	return *p
+}
+
+// A minute's utilisation is the mean of its samples, its memory the
+// largest; a minute without samples has none; points older than the span
+// fall off.
+func TestGPUHistoryPoints(t *testing.T) {
+	t.Parallel()
+	h := newGPUHistory()
+	t0 := time.Unix(1_800_000_000, 0).Truncate(time.Minute)
+	beat := func(at time.Time, util float64, usedMiB uint64) {
+		h.noteTelemetry("w", []protocol.GPUTelemetry{{Index: 1, UUID: "GPU-1", UtilizationPct: util, MemoryUsedMiB: usedMiB, MemoryTotalMiB: 1000}}, at)
+	}
+	beat(t0, 50, 100)
+	beat(t0.Add(20*time.Second), 100, 600)
+	beat(t0.Add(2*time.Minute), 10, 200) // a minute without heartbeats before it
+	v := h.worker("w", t0.Add(2*time.Minute))
+	if len(v.GPUs) != 1 || v.GPUs[0].Index != 1 || v.GPUs[0].UUID != "GPU-1" {
+		t.Fatalf("series %+v", v.GPUs)
+	}
+	util, mem := v.GPUs[0].UtilizationPct, v.GPUs[0].MemoryUsedPct
+	n := len(util)
+	if n != historyPoints || value(util[n-3]) != 75 || value(mem[n-3]) != 60 || util[n-2] != nil || value(util[n-1]) != 10 || value(mem[n-1]) != 20 {
+		t.Fatalf("last three minutes: util %v %v %v, mem %v %v %v", value(util[n-3]), value(util[n-2]), value(util[n-1]),
+			value(mem[n-3]), value(mem[n-2]), value(mem[n-1]))
+	}
+	if util[0] != nil {
+		t.Fatalf("a point before the first heartbeat: %v", value(util[0]))
+	}
+	// Six hours on, the old minutes are gone.
+	later := t0.Add((historyPoints + 3) * time.Minute)
+	beat(later, 30, 0)
+	v = h.worker("w", later)
+	for i, p := range v.GPUs[0].UtilizationPct[:historyPoints-1] {
+		if p != nil {
+			t.Fatalf("point %d survived six hours: %v", i, *p)
+		}
+	}
+	// A replaced GPU (another UUID at the index) starts afresh.
+	h.noteTelemetry("w", []protocol.GPUTelemetry{{Index: 1, UUID: "GPU-new", UtilizationPct: 5}}, later)
+	if v = h.worker("w", later); v.GPUs[0].UUID != "GPU-new" || value(v.GPUs[0].UtilizationPct[historyPoints-1]) != 5 {
+		t.Fatalf("replaced GPU: %+v", v.GPUs[0])
+	}
+	h.forget("w")
+	if v = h.worker("w", later); len(v.GPUs) != 0 {
+		t.Fatalf("a deleted worker's history: %+v", v.GPUs)
+	}
+}
+
+// The fleet's chart counts the GPUs in use, asked for (a whole-worker job
+// as the largest worker) and online, once a minute.
+func TestFleetGPUHistory(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t), patientHeartbeats, func(o *Options) { o.fleetHistoryEvery = 20 * time.Millisecond })
+	a := e.startSlotAgent("a", 4)
+	e.submit(gpuJobBody(3, 10))
+	a.take()
+	e.submit(gpuJobBody(2, 10)) // waits: one GPU free
+	e.submit(map[string]any{})  // a whole worker: four GPUs asked
+	eventually(t, 10*time.Second, "the fleet's counts", func() bool {
+		f := e.must(e.adminDo("GET", "/api/admin/fleet/gpu-history", nil), 200).JSON
+		last := func(k string) float64 {
+			l := f[k].([]any)
+			v, _ := l[len(l)-1].(float64)
+			return v
+		}
+		return last("in_use") == 3 && last("asked") == 6 && last("online") == 4
+	})
+}
