@@ -4,7 +4,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X github.com/simpletuner/simpletuner-orchestration/internal/version.Version=$(VERSION)
 BIN      := bin
 
-.PHONY: all build test lint demo bench bench-slurm faults package man completions clean minio
+.PHONY: all build test lint demo bench bench-slurm faults package man completions clean minio gpu-check
 
 all: build
 
@@ -51,6 +51,12 @@ bench:
 	$(GO) test -run '^$$' -bench JobCycle -benchtime 3000x ./internal/store/sqlite/ ./internal/store/postgres/
 	$(GO) run ./test/bench
 	$(GO) run ./test/bench -history=1000000
+
+# The daemons on a real NVIDIA GPU with a small PyTorch trainer (test/gpu):
+# the documented submit reaches the GPUs, cancel and kill -9 free them,
+# a leftover process holds a GPU back. Skips, saying so, without a GPU.
+gpu-check: build
+	./test/gpu/check.sh
 
 # The GPU packing trace replayed through Slurm's backfill scheduler on this
 # machine (root, Debian's slurm-wlm and munge; see test/bench/slurm/README.md).
