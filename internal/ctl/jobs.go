@@ -119,7 +119,7 @@ completed, 1 when it failed or was cancelled.`,
 	f.StringVar(&target, "target", "", "which workers may run it: worker, local or auto (default auto)")
 	f.IntVar(&priority, "priority", 10, "0 to 50; higher runs first")
 	f.StringArrayVar(&labels, "label", nil, "worker label requirement key=glob (repeatable)")
-	f.IntVar(&gpus, "gpus", 0, "number of GPUs the worker must have")
+	f.IntVar(&gpus, "gpus", 0, "GPUs the job gets (0: CPU only; default: the config's --num_processes, else the whole worker)")
 	f.Float64Var(&minVRAM, "min-vram", 0, "GB of GPU memory the worker must have")
 	f.IntVar(&maxRetries, "max-retries", 0, "retries a lost worker may cost the job (default: the orchestrator's max_retries)")
 	f.DurationVar(&timeout, "job-timeout", 0, "stop the job after this long, e.g. 6h (default: no limit)")
@@ -209,6 +209,7 @@ func (a *app) submit(ctx context.Context, body map[string]any, wait, quiet bool,
 		JobID         string `json:"job_id"`
 		Status        string `json:"status"`
 		QueuePosition *int   `json:"queue_position"`
+		GPUAllocation string `json:"gpu_allocation"`
 	}
 	raw, err := cl.JSON(ctx, client.Request{Method: http.MethodPost, Path: "/api/queue/submit", Body: body}, &reply)
 	if err != nil {
@@ -224,7 +225,11 @@ func (a *app) submit(ctx context.Context, body map[string]any, wait, quiet bool,
 		if reply.QueuePosition != nil {
 			pos = fmt.Sprintf(", %d ahead of it", *reply.QueuePosition)
 		}
-		fmt.Fprintf(a.out(), "submitted job %s (%s%s)\n", reply.JobID, reply.Status, pos)
+		gets := ""
+		if reply.GPUAllocation != "" {
+			gets = "; it gets " + reply.GPUAllocation
+		}
+		fmt.Fprintf(a.out(), "submitted job %s (%s%s%s)\n", reply.JobID, reply.Status, pos, gets)
 	}
 	if !wait {
 		return nil

@@ -209,7 +209,7 @@ func (s *Server) send(ctx context.Context, p placement, j store.Job, a store.Att
 		CancelGraceSeconds: s.options().CancelGrace.Seconds(), LogEndpoint: "/api/workers/job/" + j.ID + "/logs",
 	}
 	if p.w.SharesGPUs() {
-		ev.GPUs = assignedGPUs(protocol.ParseGPUInfo(p.w.GPUInfo), p.gpus)
+		ev.GPUs, ev.WholeWorker = assignedGPUs(protocol.ParseGPUInfo(p.w.GPUInfo), p.gpus), p.whole
 	}
 	if !s.hub.Send(p.w.ID, protocol.EventJobSubmit, ev) {
 		s.log.Warn("worker stream vanished during dispatch; withdrawing", "job_id", j.ID, "worker_id", p.w.ID)

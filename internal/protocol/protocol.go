@@ -380,6 +380,9 @@ type JobSubmitEvent struct {
 	// job that takes no GPU. Absent (nil): the whole worker, every GPU of
 	// it, with no other job beside it.
 	GPUs *[]AssignedGPU `json:"gpus,omitempty"`
+	// WholeWorker: the job takes the whole worker; gpus then lists every
+	// GPU the worker does not keep out of use, and nothing runs beside it.
+	WholeWorker bool `json:"whole_worker,omitempty"`
 }
 
 // AssignedGPU is one GPU given to an attempt: the worker's index for it and,

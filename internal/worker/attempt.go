@@ -140,7 +140,7 @@ func (w *Worker) launch(a *attempt) {
 	}
 	logPath := filepath.Join(w.spool.dir, a.key()+".log")
 	a.spool = newLogSpool(logPath, a.settings.LogLimitBytes, a.log.With("stream", "output"))
-	if a.ev.GPUs != nil && len(*a.ev.GPUs) == 0 {
+	if a.ev.GPUs != nil && len(*a.ev.GPUs) == 0 && !a.ev.WholeWorker {
 		// Said first, where the user reads the job's output: a trainer that
 		// finds no GPU otherwise fails with an error that blames the machine.
 		_, _ = a.spool.Write([]byte("simpletuner-workerd: this job was given no GPU (gpu_count 0): it runs on the CPU only\n"))

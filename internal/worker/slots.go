@@ -69,6 +69,9 @@ func (w *Worker) gpusForLocked(ev *protocol.JobSubmitEvent) (devs []gpu.Device, 
 	if len(w.jobs) >= w.maxJobs {
 		return nil, false, fmt.Sprintf("max_jobs (%d) jobs run here already", w.maxJobs)
 	}
+	if ev.WholeWorker && len(w.jobs) > 0 {
+		return nil, false, fmt.Sprintf("it takes the whole worker and %d job(s) run here", len(w.jobs))
+	}
 	used := map[int]string{}
 	for _, a := range w.jobs {
 		if a.whole {
@@ -94,7 +97,7 @@ func (w *Worker) gpusForLocked(ev *protocol.JobSubmitEvent) (devs []gpu.Device, 
 		}
 		devs = append(devs, d)
 	}
-	return devs, false, ""
+	return devs, ev.WholeWorker, ""
 }
 
 // otherGPUNodes lists the device files of the GPUs a was not given: its
