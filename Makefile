@@ -4,7 +4,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X github.com/simpletuner/simpletuner-orchestration/internal/version.Version=$(VERSION)
 BIN      := bin
 
-.PHONY: all build test lint demo bench bench-slurm faults package man completions clean minio gpu-check
+.PHONY: all build test lint demo bench bench-slurm faults package man completions clean minio gpu-check bench-bundle
 
 all: build
 
@@ -57,6 +57,20 @@ bench:
 # a leftover process holds a GPU back. Skips, saying so, without a GPU.
 gpu-check: build
 	./test/gpu/check.sh
+
+# Everything `go run ./test/bench` runs, prebuilt into one folder, for a
+# machine without Go or a C compiler: copy dist/bench-bundle there and run
+# ./bench -bundle . (see dist/bench-bundle/README).
+BUNDLE := dist/bench-bundle
+bench-bundle: build
+	rm -rf $(BUNDLE) && mkdir -p $(BUNDLE)
+	cp $(BIN)/simpletuner-orchestratord $(BIN)/simpletuner-workerd $(BIN)/simpletunerctl $(BUNDLE)/
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BUNDLE)/bench ./test/bench
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BUNDLE)/stamp ./test/bench/stamp
+	cc -O2 -static -nostdlib -ffreestanding -fno-stack-protector -fno-builtin \
+		-fno-tree-loop-distribute-patterns -o $(BUNDLE)/zerojob test/bench/zerojob/zerojob.c
+	cp test/bench/bundle-README $(BUNDLE)/README
+	du -sh $(BUNDLE)
 
 # The GPU packing trace replayed through Slurm's backfill scheduler on this
 # machine (root, Debian's slurm-wlm and munge; see test/bench/slurm/README.md).
