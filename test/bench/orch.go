@@ -190,4 +190,3 @@ func readRSS(pid int) (int64, error) {
 	}
 	return 0, errors.New("no VmRSS line")
 }
-
