@@ -208,7 +208,7 @@ func (s *Server) SetAdminSocketPath(p string) { s.adminSocketPath = p }
 // New builds a Server on an open store.
 func New(st store.Store, opt Options, log *slog.Logger) *Server {
 	s := &Server{
-		freezeFile: os.Getenv(freezeHookEnv),
+		freezeFile: freezeFileFromEnv(),
 		store:      st,
 		log:        log,
 		metrics:    NewMetrics(),

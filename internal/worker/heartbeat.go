@@ -129,3 +129,6 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 	}
 	return nil
 }
+
+// wallClock is the time workerd reports as its own (heartbeats' sent_at).
+func (w *Worker) wallClock() time.Time { return time.Now().Add(w.clockOffset) }

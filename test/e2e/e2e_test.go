@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -199,5 +200,26 @@ func TestSIGTERMDrainsThenExits(t *testing.T) {
 	}
 	if got := o.Job(next)["status"]; got != "queued" {
 		t.Fatalf("a draining worker took a new job: %v", got)
+	}
+}
+
+// The binaries built as releases are (this package's) carry none of the
+// fault suite's test hooks: no environment variable can freeze the
+// scheduler, crash workerd on a job or shift its clock.
+func TestReleaseBinariesHaveNoTestHooks(t *testing.T) {
+	t.Parallel()
+	for bin, hooks := range map[string][]string{
+		"simpletuner-orchestratord": {"SIMPLETUNER_ORCHESTRATORD_TEST_FREEZE", "the scheduler loop is frozen"},
+		"simpletuner-workerd":       {"SIMPLETUNER_WORKERD_TEST_CRASH", "SIMPLETUNER_WORKERD_TEST_CLOCK_OFFSET", "workerd crashes on this job"},
+	} {
+		b, err := os.ReadFile(filepath.Join(BinDir, bin))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range hooks {
+			if bytes.Contains(b, []byte(h)) {
+				t.Errorf("%s contains the test hook %q", bin, h)
+			}
+		}
 	}
 }
