@@ -18,6 +18,10 @@ import (
 const (
 	DefaultOrchestratorPath = "/etc/simpletuner/orchestratord.toml"
 	DefaultWorkerPath       = "/etc/simpletuner/workerd.toml"
+	// DefaultWorkerTokenFile is where the package keeps the worker token
+	// (created empty, mode 0600). Read at this default path, a missing or
+	// empty file means "no token here" rather than an error.
+	DefaultWorkerTokenFile = "/etc/simpletuner/worker-token"
 )
 
 // Duration is a time.Duration written as a Go duration string ("30s").
@@ -285,11 +289,20 @@ type Worker struct {
 	Log          LogConfig        `toml:"log"`
 
 	origins map[string]string // key → where it was set (file:line, variable, flag)
+	// tokenInFiles: the token came from a file an admin can rewrite while
+	// workerd runs (token_file, the credential, this file), not from the
+	// environment or a flag.
+	tokenInFiles bool
 }
 
 // Origin says where a key's value came from: "file.toml:12", an environment
 // variable, a flag, or "" for the built-in default.
 func (c *Worker) Origin(key string) string { return c.origins[key] }
+
+// TokenRereadable reports whether loading the configuration again may find
+// another token: it came from the token file, the systemd credential or the
+// configuration file, not from the environment or a flag.
+func (c *Worker) TokenRereadable() bool { return c.tokenInFiles }
 
 // ConnectionConfig is the worker's [orchestrator]; after loading, Token holds
 // the secret whatever its source (token, token_file or "worker-token" credential).
@@ -465,6 +478,7 @@ const DefaultDrainTimeout = 60 * time.Second
 // while the packaged workerd.toml sets it to true.
 func DefaultWorker() *Worker {
 	return &Worker{
+		Orchestrator: ConnectionConfig{TokenFile: DefaultWorkerTokenFile},
 		Worker: WorkerConfig{
 			Labels:         map[string]string{},
 			StateDir:       "/var/lib/simpletuner-worker",

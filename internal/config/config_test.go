@@ -658,3 +658,60 @@ func TestEditDistance(t *testing.T) {
 		}
 	}
 }
+
+// The worker token file: one that its group or others may read is refused
+// (naming the file and the fix); at the default path a missing or empty file
+// is no token, and a token there comes before the systemd credential, which
+// systemd never updates while the unit runs.
+func TestWorkerTokenFileRules(t *testing.T) {
+	t.Parallel()
+	dir := setup(t, map[string]string{"token": "from-file\n", "empty": "", "worker-token": "from-credential\n"})
+	p := func(name string) string { return filepath.Join(dir, name) }
+	loose := p("loose")
+	if err := os.WriteFile(loose, []byte("from-loose\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(loose, 0o644); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	_, _, err := loadW(t, fmt.Sprintf("[orchestrator]\ntoken_file = %q\n", loose), env())
+	if err == nil || !strings.Contains(err.Error(), "w.toml:2: key orchestrator.token_file: cannot read "+loose+": its mode 0644 lets others read the token") ||
+		!strings.Contains(err.Error(), "chmod 600 "+loose) || strings.Contains(err.Error(), "from-loose") {
+		t.Errorf("a world-readable token file: %v", err)
+	}
+
+	creds := func(k string) string { return map[string]string{"CREDENTIALS_DIRECTORY": dir}[k] }
+	for _, tt := range []struct {
+		name, defFile, want string
+		getenv              func(string) string
+	}{
+		{"default file beats the credential", p("token"), "from-file", creds},
+		{"missing default file", p("nonexistent"), "from-credential", creds},
+		{"empty default file", p("empty"), "from-credential", creds},
+		{"nothing at all", p("nonexistent"), "", env()},
+	} {
+		c := DefaultWorker()
+		c.Orchestrator.TokenFile = tt.defFile
+		l := newLoader(c)
+		l.secret("orchestrator.token", "orchestrator.token_file", tt.defFile, "worker-token", tt.getenv, true)
+		if len(l.errs) > 0 || c.Orchestrator.Token.Value() != tt.want {
+			t.Errorf("%s: token %q, errors %v; want %q", tt.name, c.Orchestrator.Token.Value(), l.errs, tt.want)
+		}
+	}
+	c := DefaultWorker()
+	c.Orchestrator.TokenFile = loose
+	l := newLoader(c)
+	l.secret("orchestrator.token", "orchestrator.token_file", loose, "worker-token", creds, true)
+	if len(l.errs) != 1 || !strings.Contains(l.errs[0].Error(), "lets others read the token") {
+		t.Errorf("a world-readable default file is refused too: %v", l.errs)
+	}
+	// A token in the file with token_file left at its default: no conflict.
+	w, _, err := loadW(t, "[orchestrator]\ntoken = \"inline\"\n", env())
+	if err != nil || w.Orchestrator.Token.Value() != "inline" || !w.TokenRereadable() {
+		t.Errorf("inline token: %q %v rereadable=%v", w.Orchestrator.Token.Value(), err, w.TokenRereadable())
+	}
+	w, _, err = loadW(t, "", env("SIMPLETUNER_WORKER_TOKEN", "env"))
+	if err != nil || w.TokenRereadable() {
+		t.Errorf("a token from the environment cannot change: %v rereadable=%v", err, w.TokenRereadable())
+	}
+}

@@ -130,7 +130,7 @@ func (w *Worker) launch(a *attempt) {
 	env := jobEnv(jobEnvInput{
 		Base:            w.opt.Environ(),
 		Extra:           a.settings.Env,
-		Token:           w.opt.Token,
+		Token:           w.c.tok.get(),
 		Files:           files,
 		Event:           a.ev,
 		OrchestratorURL: w.c.currentURL(),

@@ -83,6 +83,13 @@ type Options struct {
 	// see); nil → os.Environ.
 	Environ func() []string
 
+	// TokenSource re-reads the worker token from where it came from (the
+	// token file, the systemd credential, the configuration file) and says
+	// where that is. With it, a token rotated while workerd runs is picked
+	// up after the orchestrator refuses the old one; nil: the token cannot
+	// change and a 401 ends the worker.
+	TokenSource func() (token, where string, err error)
+
 	Timers Timers
 }
 
@@ -154,6 +161,7 @@ type Timers struct {
 	LogDrain          time.Duration // wait this long for the log to ship before the terminal report (10s)
 	RequestTimeout    time.Duration // heartbeat, status, queue (10s); register takes 3×
 	ShutdownTimeout   time.Duration // final report and disconnect on the way out (5s)
+	TokenPoll         time.Duration // re-read the token's source this often while the token is refused (1s)
 }
 
 func (o *Options) setDefaults() {
@@ -171,6 +179,7 @@ func (o *Options) setDefaults() {
 	def(&t.LogDrain, 10*time.Second)
 	def(&t.RequestTimeout, 10*time.Second)
 	def(&t.ShutdownTimeout, 5*time.Second)
+	def(&t.TokenPoll, time.Second)
 	if o.LogLimitBytes < 0 {
 		o.LogLimitBytes = 0 // logSpool: 0 means unlimited
 	}
@@ -364,7 +373,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		names = append(names, d.Name)
 	}
 	w.log.Info("worker configured",
-		"orchestrator", w.opt.URL, "token", tokenHint(w.opt.Token), "client_cert", w.opt.CertFile, "name", w.opt.Name,
+		"orchestrator", w.opt.URL, "token", tokenHint(w.c.tok.get()), "client_cert", w.opt.CertFile, "name", w.opt.Name,
 		"persistent", w.opt.Persistent, "gpus", inv.Count, "gpu_names", strings.Join(names, ", "),
 		"state_dir", w.opt.StateDir, "work_dir", w.opt.WorkDir)
 	return ctx.Err()
