@@ -339,16 +339,20 @@ type WorkerConfig struct {
 
 // JobConfig is the worker's [job].
 type JobConfig struct {
-	Command       []string          `toml:"command"`
-	WorkDir       string            `toml:"work_dir"` // "" → <state_dir>/jobs
-	CancelGrace   Duration          `toml:"cancel_grace"`
-	Env           map[string]string `toml:"env"`
-	LogLimitBytes int64             `toml:"log_limit_bytes"`
-	Isolation     string            `toml:"isolation"` // auto | cgroup | process-group
-	User          string            `toml:"user"`      // jobs' groups; "" runs jobs as workerd itself
-	UIDRange      string            `toml:"uid_range"` // a uid per running job; "" runs every job as user
-	MemoryMax     string            `toml:"memory_max"`
-	TasksMax      int64             `toml:"tasks_max"`
+	Command     []string          `toml:"command"`
+	WorkDir     string            `toml:"work_dir"` // "" → <state_dir>/jobs
+	CancelGrace Duration          `toml:"cancel_grace"`
+	Env         map[string]string `toml:"env"`
+	// PassEnv names more variables of workerd's own environment that jobs
+	// inherit, beyond the built-in allowlist: names or glob patterns
+	// ("HF_*"). A secret-like name never passes (see SecretLikeName).
+	PassEnv       []string `toml:"pass_env"`
+	LogLimitBytes int64    `toml:"log_limit_bytes"`
+	Isolation     string   `toml:"isolation"` // auto | cgroup | process-group
+	User          string   `toml:"user"`      // jobs' groups; "" runs jobs as workerd itself
+	UIDRange      string   `toml:"uid_range"` // a uid per running job; "" runs every job as user
+	MemoryMax     string   `toml:"memory_max"`
+	TasksMax      int64    `toml:"tasks_max"`
 }
 
 // MemoryMaxBytes is memory_max in bytes (0: no limit); validation has
@@ -490,6 +494,7 @@ func DefaultWorker() *Worker {
 			Command:       []string{"python3", "-m", "simpletuner.train"},
 			CancelGrace:   D(DefaultCancelGrace),
 			Env:           map[string]string{},
+			PassEnv:       []string{},
 			LogLimitBytes: DefaultLogLimitBytes,
 			Isolation:     "auto",
 			User:          "simpletuner-job",

@@ -333,6 +333,12 @@ func TestWorkerErrors(t *testing.T) {
 		{"command", "[job]\ncommand = []\n", nil, nil, []string{"w.toml:2: key job.command: must name a program"}},
 		{"env names", "[job]\nenv = { \"A=B\" = \"x\", OK = \"y\" }\n", nil, nil, []string{"w.toml:2: key job.env: \"A=B\" is not a valid"}},
 		{"env values", "[job]\nenv = { A = 1 }\n", nil, nil, []string{"w.toml:2: key job.env: want a table of strings, \"A\" is an integer"}},
+		{"pass_env ok", "[job]\npass_env = [\"HF_*\", \"VIRTUAL_ENV\", \"LC_[A-Z]*\"]\n", nil, nil, nil},
+		{"pass_env secret", "[job]\npass_env = [\"HF_HOME\", \"SIMPLETUNER_ADMIN_TOKEN\", \"db_password\"]\n", nil, nil, []string{
+			"w.toml:2: key job.pass_env: \"SIMPLETUNER_ADMIN_TOKEN\" looks like a secret's name; workerd never passes one of its own environment to jobs",
+			"w.toml:2: key job.pass_env: \"db_password\" looks like a secret's name"}},
+		{"pass_env pattern", "[job]\npass_env = [\"A=B\", \"[\", \"\"]\n", nil, nil, []string{
+			"w.toml:2: key job.pass_env: \"A=B\" is not a variable name or a glob pattern", "\"[\" is not", "\"\" is not"}},
 		{"labels type", "[worker]\nlabels = [\"a\"]\n", nil, nil, []string{"w.toml:2: key worker.labels: want a table of strings"}},
 		{"labels table ok", "[worker.labels]\ngpu = \"a100\"\n[worker]\nname = \"n\"\n", nil, nil, nil},
 		{"self fence", "[worker]\nself_fence_after = \"0s\"\n", nil, nil, []string{"w.toml:2: key worker.self_fence_after: must be greater than 0"}},

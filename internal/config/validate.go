@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -187,6 +188,14 @@ func (c *Worker) validate(l *loader) {
 	for _, k := range slices.Sorted(maps.Keys(c.Job.Env)) {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			l.errf("job.env", "%q is not a valid environment variable name", k)
+		}
+	}
+	for _, p := range c.Job.PassEnv {
+		if _, err := path.Match(p, ""); err != nil || p == "" || strings.ContainsAny(p, "=\x00/") {
+			l.errf("job.pass_env", "%q is not a variable name or a glob pattern of names (like \"HF_*\")", p)
+		} else if SecretLikeName(p) {
+			l.errf("job.pass_env", "%q looks like a secret's name; workerd never passes one of its own environment to jobs: "+
+				"give jobs a secret in [job] env or with the job itself", p)
 		}
 	}
 	l.positive("job.log_limit_bytes", c.Job.LogLimitBytes)
@@ -406,4 +415,18 @@ func ParseUIDRange(s string) (lo, hi uint32, err error) {
 		return 0, 0, fmt.Errorf("%q: want FIRST-LAST, two uids above 0 in order", s)
 	}
 	return uint32(x), uint32(y), nil
+}
+
+// secretWords mark a variable name as a secret's: workerd never hands a job
+// such a variable of its own environment (its token, an admin token, a
+// password of the shell it was started from), whatever job.pass_env says.
+var secretWords = []string{"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE_KEY", "API_KEY", "ACCESS_KEY"}
+
+// SecretLikeName reports whether an environment variable name (or a
+// pattern of names) looks like a secret's: it contains TOKEN, SECRET,
+// PASSWORD, PASSWD, CREDENTIAL, PRIVATE_KEY, API_KEY or ACCESS_KEY, or ends
+// in _KEY, in any case.
+func SecretLikeName(name string) bool {
+	up := strings.ToUpper(name)
+	return strings.HasSuffix(up, "_KEY") || slices.ContainsFunc(secretWords, func(w string) bool { return strings.Contains(up, w) })
 }

@@ -129,6 +129,7 @@ func (w *Worker) launch(a *attempt) {
 	a.spool = newLogSpool(logPath, a.settings.LogLimitBytes, a.log.With("stream", "output"))
 	env := jobEnv(jobEnvInput{
 		Base:            w.opt.Environ(),
+		Pass:            a.settings.PassEnv,
 		Extra:           a.settings.Env,
 		Token:           w.c.tok.get(),
 		Files:           files,

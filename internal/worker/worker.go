@@ -60,6 +60,7 @@ type Options struct {
 	// overrides the orchestrator's for jobs here.
 	OwnCancelGrace bool
 	JobEnv         map[string]string // [job] env
+	PassEnv        []string          // [job] pass_env
 	LogLimitBytes  int64             // stop shipping a job's log after this many bytes; 0 no limit
 
 	// SelfFenceAfter stops the running job when no heartbeat has been
@@ -79,8 +80,8 @@ type Options struct {
 	// process group running as workerd's own user (tests in one process).
 	Isolation *isolation.Isolator
 
-	// Environ returns the environment jobs inherit (minus what jobs must not
-	// see); nil → os.Environ.
+	// Environ returns workerd's environment, of which jobs inherit what
+	// jobEnv allows; nil → os.Environ.
 	Environ func() []string
 
 	// TokenSource re-reads the worker token from where it came from (the
@@ -99,6 +100,7 @@ type Options struct {
 type JobSettings struct {
 	Command []string
 	Env     map[string]string
+	PassEnv []string // more of workerd's environment jobs inherit (see inherits)
 	// CancelGrace is SIGTERM → SIGKILL. The orchestrator sends its own grace
 	// with each job and cancel; this one overrides it only when an admin set
 	// it in this worker's configuration (OwnCancelGrace).
@@ -109,7 +111,7 @@ type JobSettings struct {
 
 // JobSettingsFrom picks the per-job settings out of a configuration.
 func JobSettingsFrom(cfg *config.Worker) JobSettings {
-	return JobSettings{Command: cfg.Job.Command, Env: cfg.Job.Env, CancelGrace: cfg.Job.CancelGrace.Duration,
+	return JobSettings{Command: cfg.Job.Command, Env: cfg.Job.Env, PassEnv: cfg.Job.PassEnv, CancelGrace: cfg.Job.CancelGrace.Duration,
 		OwnCancelGrace: cfg.Origin("job.cancel_grace") != "", LogLimitBytes: max(cfg.Job.LogLimitBytes, 0)}
 }
 
@@ -143,6 +145,7 @@ func OptionsFrom(cfg *config.Worker) Options {
 		CancelGrace:        cfg.Job.CancelGrace.Duration,
 		OwnCancelGrace:     cfg.Origin("job.cancel_grace") != "",
 		JobEnv:             cfg.Job.Env,
+		PassEnv:            cfg.Job.PassEnv,
 		LogLimitBytes:      cfg.Job.LogLimitBytes,
 		SelfFenceAfter:     cfg.Worker.SelfFenceAfter.Duration,
 		DrainTimeout:       cfg.Worker.DrainTimeout.Duration,
@@ -299,7 +302,7 @@ func New(opt Options) (*Worker, error) {
 		finishing:    map[string]statusRecord{},
 		unreconciled: map[string]bool{},
 		fenceAfter:   opt.SelfFenceAfter,
-		jobSettings: JobSettings{Command: opt.Command, Env: opt.JobEnv, CancelGrace: opt.CancelGrace,
+		jobSettings: JobSettings{Command: opt.Command, Env: opt.JobEnv, PassEnv: opt.PassEnv, CancelGrace: opt.CancelGrace,
 			OwnCancelGrace: opt.OwnCancelGrace, LogLimitBytes: opt.LogLimitBytes},
 		persistent:  opt.Persistent,
 		crash:       crashHookFromEnv(),
