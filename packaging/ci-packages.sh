@@ -97,6 +97,13 @@ for c in worker-token worker-cert worker-key database-url; do
 done
 "$root/usr/bin/simpletuner-orchestratord" --check-config --config "$root/etc/simpletuner/orchestratord.toml" >/dev/null
 "$root/usr/bin/simpletuner-workerd" --version
+# As shipped, workerd.toml is a template without an orchestrator URL or a
+# token: --check-config says so and exits 1.
+if "$root/usr/bin/simpletuner-workerd" --check-config --config "$root/etc/simpletuner/workerd.toml" >/dev/null 2>"$old/check.err"; then
+	echo "simpletuner-workerd --check-config accepts the packaged template" >&2
+	exit 1
+fi
+grep -q 'key orchestrator.url: not set' "$old/check.err" || { cat "$old/check.err" >&2; exit 1; }
 "$root/usr/bin/simpletunerctl" --help >/dev/null
 
 # An upgrade keeps an admin's edits to the configuration files.

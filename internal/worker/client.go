@@ -221,7 +221,33 @@ func (c *client) unfixable(err error) error {
 	if e := c.certificateRefusal(err); e != nil {
 		return e
 	}
+	if e := c.schemeMismatch(err); e != nil {
+		return e
+	}
 	return c.notAnOrchestrator(err)
+}
+
+// ErrWrongScheme is returned by Serve when the orchestrator URL's scheme does
+// not match what answers there: https:// to a plain-HTTP listener, or http://
+// to a TLS one. Retrying cannot help; the URL (or the orchestrator's [tls])
+// must change.
+var ErrWrongScheme = errors.New("the orchestrator URL's scheme does not match the orchestrator's listener")
+
+// schemeMismatch explains a registration that failed because one side
+// speaks TLS and the other does not, or returns nil.
+func (c *client) schemeMismatch(err error) error {
+	var he *httpError
+	switch {
+	case err == nil:
+		return nil
+	case strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		return fmt.Errorf("%w: %s answers plain HTTP, not HTTPS; use http:// in [orchestrator] url, or turn TLS on in the "+
+			"orchestrator ([tls] cert_file and key_file)", ErrWrongScheme, c.currentURL())
+	case errors.As(err, &he) && he.Status == http.StatusBadRequest && (strings.Contains(he.Body.Detail, "HTTP request to an HTTPS server") ||
+		strings.Contains(he.Body.Detail, "plain HTTP request was sent to HTTPS port")): // Go's TLS listener, nginx
+		return fmt.Errorf("%w: %s is served over TLS; use https:// in [orchestrator] url", ErrWrongScheme, c.currentURL())
+	}
+	return nil
 }
 
 // tokenHint is what may be logged about a token: its first 8 characters.

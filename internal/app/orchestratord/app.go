@@ -132,6 +132,8 @@ type App struct {
 	// loopCtx ends the background loops after the HTTP servers have stopped.
 	loopCancel context.CancelFunc
 	loopsDone  chan struct{}
+	// dbLock holds an embedded database for this process (see lockDatabase).
+	dbLock *os.File
 }
 
 // New returns an App for a loaded config; args and getenv are kept for SIGHUP
@@ -144,8 +146,19 @@ func New(cfg *config.Orchestrator, args []string, getenv func(string) string, lo
 func (a *App) Server() *orchestrator.Server { return a.srv }
 
 // Start binds the listeners, opens and migrates the store, and starts the loops.
-func (a *App) Start(ctx context.Context) error {
+func (a *App) Start(ctx context.Context) (err error) {
 	cfg := a.cfg
+	if kind, path := storeLocation(cfg); kind == "sqlite" {
+		if a.dbLock, err = lockDatabase(path); err != nil {
+			return err
+		}
+		defer func() {
+			if err != nil {
+				a.dbLock.Close()
+				a.dbLock = nil
+			}
+		}()
+	}
 	specs := []daemon.ListenSpec{{Name: "api", Addrs: cfg.Server.Listen}}
 	if cfg.Server.AdminSocket != "" {
 		specs = append(specs, daemon.ListenSpec{Name: "admin", Addrs: []string{"unix:" + cfg.Server.AdminSocket}, UnixMode: 0o660, UnixGroup: cfg.Server.AdminGroup})
@@ -287,6 +300,9 @@ func (a *App) Serve(ctx context.Context) error {
 	<-a.loopsDone
 	if cerr := a.store.Close(); cerr != nil {
 		a.log.Warn("closing the database", "err", cerr)
+	}
+	if a.dbLock != nil {
+		a.dbLock.Close()
 	}
 	a.log.Info("shutdown complete")
 	return err

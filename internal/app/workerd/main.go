@@ -50,6 +50,12 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) i
 	if opts.CheckConfig {
 		fmt.Fprint(stdout, cfg.Redacted())
 		fmt.Fprintf(stdout, "\n# job isolation here: %s\n", isolation.Probe(IsolationConfig(cfg, nil)))
+		// A worker without an orchestrator URL or a token cannot run: the
+		// packaged file, as shipped, is such a template.
+		if err := cfg.Require(); err != nil {
+			fmt.Fprintf(stderr, "simpletuner-workerd: configuration error: the worker cannot run:\n%v\n", err)
+			return ExitConfig
+		}
 		return ExitOK
 	}
 	log, level := daemon.NewLogger(cfg.Log, os.Stderr)
@@ -77,7 +83,7 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) i
 		fmt.Fprintln(stderr, "simpletuner-workerd:", err)
 		return ExitConfig
 	case errors.Is(err, worker.ErrNotAnOrchestrator), errors.Is(err, worker.ErrRedirected), errors.Is(err, worker.ErrClientCertificate),
-		errors.Is(err, worker.ErrRegistrationRefused):
+		errors.Is(err, worker.ErrRegistrationRefused), errors.Is(err, worker.ErrWrongScheme):
 		fmt.Fprintln(stderr, "simpletuner-workerd: configuration error:", err)
 		return ExitConfig
 	default:
