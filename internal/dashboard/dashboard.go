@@ -77,6 +77,7 @@ type Dashboard struct {
 	pages     map[string]*pageTemplate
 	assetPath string // Prefix + "static/<content hash>/"
 	static    fs.FS
+	notices   notices
 }
 
 // New builds a Dashboard.

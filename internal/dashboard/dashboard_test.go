@@ -491,7 +491,9 @@ func TestQueueSubmitJobPageAndCancel(t *testing.T) {
 	}
 	job := strings.TrimPrefix(jobPath, "/ui/jobs/")
 	p = b.must(b.get(jobPath), 200)
-	contains(t, p, "queued", "Not dispatched yet", "sdxl-lora", "&#34;model_type&#34;: &#34;lora&#34;", "Cancel job", `data-log-src="/ui/jobs/`+job+`/log"`)
+	contains(t, p, "queued", "Not dispatched yet", "sdxl-lora", "&#34;model_type&#34;: &#34;lora&#34;", "Cancel job", `data-log-src="/ui/jobs/`+job+`/log"`,
+		"Queued, with a warning from the orchestrator:", "<li>no worker can run this job yet: it asks for 8 GPUs; the largest worker has 0</li>")
+	lacks(t, b.must(b.get(jobPath), 200), "Queued, with a warning") // once
 	second := b.must(b.post("/ui/queue", url.Values{"config_json": {`{"x":1}`}, "target": {"worker"}}), http.StatusSeeOther).Location()
 
 	// Newest first, filter and pages.

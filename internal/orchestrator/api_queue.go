@@ -39,7 +39,8 @@ const defaultPriority = 10
 
 func (s *Server) submit(w http.ResponseWriter, r *http.Request, _ httprouter.Params, p auth.Principal) error {
 	var req submitRequest
-	if err := s.decodeJSON(w, r, &req); err != nil {
+	body, err := s.decodeJSONBody(w, r, &req)
+	if err != nil {
 		return err
 	}
 	opt := s.options()
@@ -101,7 +102,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	j.CreatedAt, j.UpdatedAt = now, now
 	rec := audit.New(p.Actor(), peerIP(r), "job.submit", "job", j.ID, audit.Success,
 		map[string]any{"config_name": j.ConfigName, "target": j.Target, "priority": j.Priority, "worker_labels": j.WorkerLabels})
-	j, err := s.store.InsertJob(r.Context(), j, &rec)
+	j, err = s.store.InsertJob(r.Context(), j, &rec)
 	if err != nil {
 		return err
 	}
@@ -116,6 +117,9 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	// Accepted all the same: a larger worker may be added later.
 	if largest := int(s.largestWorker.Load()); j.GPUCount > largest {
 		reply["warning"] = fmt.Sprintf("no worker can run this job yet: it asks for %d GPUs; the largest worker has %d", j.GPUCount, largest)
+	}
+	if warnings := unknownFieldWarnings(body, req); len(warnings) > 0 {
+		reply["warnings"] = warnings
 	}
 	writeJSON(w, http.StatusCreated, reply)
 	return nil
