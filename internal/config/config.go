@@ -157,7 +157,14 @@ type ServerConfig struct {
 	StreamWriteTimeout Duration `toml:"stream_write_timeout"`
 	// MaxLogFollowers caps the log follow streams one credential holds open.
 	MaxLogFollowers int `toml:"max_log_followers"`
+	// BodyTimeout bounds the wait for a request body: it must arrive within
+	// this long, or move on by BodyProgressBytes within each such period.
+	BodyTimeout Duration `toml:"body_timeout"`
 }
+
+// BodyProgressBytes is how much of a request body must arrive within each
+// server.body_timeout for the body to go on.
+const BodyProgressBytes = 64 << 10
 
 // TLSConfig is [tls]; cert and key both set → HTTPS.
 type TLSConfig struct {
@@ -430,6 +437,7 @@ func DefaultOrchestrator() *Orchestrator {
 			MaxBodyBytes:       1 << 20,
 			StreamWriteTimeout: D(30 * time.Second),
 			MaxLogFollowers:    8,
+			BodyTimeout:        D(30 * time.Second),
 		},
 		Database: DatabaseConfig{Timeout: D(30 * time.Second)},
 		Paths:    PathsConfig{StateDir: "/var/lib/simpletuner", ConfigsDir: "/etc/simpletuner/configs"},

@@ -270,7 +270,10 @@ func (d *Dashboard) renderSignin(w http.ResponseWriter, r *http.Request, status 
 // API itself (GET /api/auth/whoami), so a failure counts in the API's failure
 // limiter for this peer like any other bad credential.
 func (d *Dashboard) signin(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	// The token is in the body, so it is read before any credential is
+	// checked; only what needs no body is checked first (the form's origin
+	// and cookie), and the body is kept small: a token, a form token, a path.
+	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
 	fc, err := r.Cookie(signinCookie)
 	if !sameOrigin(r) || err != nil || !hmac.Equal([]byte(fc.Value), []byte(r.PostFormValue("form_token"))) {
 		d.renderSignin(w, r, http.StatusForbidden, "The sign-in form expired or did not come from this page. Please try again.", false)

@@ -54,6 +54,7 @@ type Options struct {
 	ArtifactMaxJobBytes    int64
 	ArtifactUploadGrace    time.Duration
 	StreamWriteTimeout     time.Duration
+	BodyTimeout            time.Duration
 	MaxLogFollowers        int
 	RecheckInterval        time.Duration
 	FailureAuditInterval   time.Duration
@@ -98,6 +99,7 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 		ArtifactMaxJobBytes:    cfg.Artifacts.MaxJobBytes,
 		ArtifactUploadGrace:    cfg.Artifacts.UploadGrace.Duration,
 		StreamWriteTimeout:     cfg.Server.StreamWriteTimeout.Duration,
+		BodyTimeout:            cfg.Server.BodyTimeout.Duration,
 		MaxLogFollowers:        cfg.Server.MaxLogFollowers,
 		RecheckInterval:        cfg.Auth.RecheckInterval.Duration,
 		FailureAuditInterval:   cfg.Auth.FailureAuditInterval.Duration,
@@ -117,6 +119,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxLogFollowers <= 0 {
 		o.MaxLogFollowers = def.MaxLogFollowers
+	}
+	if o.BodyTimeout <= 0 {
+		o.BodyTimeout = def.BodyTimeout
 	}
 	if o.RecheckInterval <= 0 {
 		o.RecheckInterval = def.RecheckInterval

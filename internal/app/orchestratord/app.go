@@ -225,10 +225,10 @@ func (a *App) Start(ctx context.Context) (err error) {
 				"the jobs' hf_tokens cross the network in the clear; set [tls] cert_file and key_file, or listen on "+
 				"127.0.0.1 behind a TLS proxy", "addr", l.Addr().String())
 		}
-		serve(l, dash.Mount(api), nil, tlsConf)
+		serve(l, a.srv.BodyDeadline(dash.Mount(api)), nil, tlsConf)
 	}
 	for _, l := range listeners["admin"] {
-		serve(l, api, a.srv.AdminConnContext, nil)
+		serve(l, a.srv.BodyDeadline(api), a.srv.AdminConnContext, nil)
 	}
 	for _, l := range listeners["metrics"] {
 		serve(l, a.srv.MetricsHandler(), nil, nil)
