@@ -250,6 +250,7 @@ type ArtifactsConfig struct {
 	Dir             string   `toml:"dir"`     // local: "" → <state_dir>/artifacts
 	MaxObjectBytes  int64    `toml:"max_object_bytes"`
 	MaxJobBytes     int64    `toml:"max_job_bytes"`
+	MaxJobObjects   int      `toml:"max_job_objects"`
 	UploadGrace     Duration `toml:"upload_grace"` // uploads still accepted this long after an attempt ends
 	S3Endpoint      string   `toml:"s3_endpoint"`  // http(s)://host[:port]
 	S3Bucket        string   `toml:"s3_bucket"`
@@ -469,6 +470,7 @@ func DefaultOrchestrator() *Orchestrator {
 			Backend:        "local",
 			MaxObjectBytes: 100 << 30,
 			MaxJobBytes:    500 << 30,
+			MaxJobObjects:  10000,
 			UploadGrace:    D(15 * time.Minute),
 		},
 		Retention: RetentionConfig{

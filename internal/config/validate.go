@@ -110,6 +110,7 @@ func (c *Orchestrator) validate(l *loader) {
 func (l *loader) validateArtifacts(a ArtifactsConfig) {
 	l.positive("artifacts.max_object_bytes", a.MaxObjectBytes)
 	l.positive("artifacts.max_job_bytes", a.MaxJobBytes)
+	l.positive("artifacts.max_job_objects", int64(a.MaxJobObjects))
 	if a.Dir != "" && !filepath.IsAbs(a.Dir) {
 		l.errf("artifacts.dir", "%q must be an absolute path (or \"\" for <state_dir>/artifacts)", a.Dir)
 	}

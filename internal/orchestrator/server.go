@@ -52,6 +52,7 @@ type Options struct {
 	// upload token still works after the attempt ended.
 	ArtifactMaxObjectBytes int64
 	ArtifactMaxJobBytes    int64
+	ArtifactMaxJobObjects  int
 	ArtifactUploadGrace    time.Duration
 	StreamWriteTimeout     time.Duration
 	BodyTimeout            time.Duration
@@ -97,6 +98,7 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 
 		ArtifactMaxObjectBytes: cfg.Artifacts.MaxObjectBytes,
 		ArtifactMaxJobBytes:    cfg.Artifacts.MaxJobBytes,
+		ArtifactMaxJobObjects:  cfg.Artifacts.MaxJobObjects,
 		ArtifactUploadGrace:    cfg.Artifacts.UploadGrace.Duration,
 		StreamWriteTimeout:     cfg.Server.StreamWriteTimeout.Duration,
 		BodyTimeout:            cfg.Server.BodyTimeout.Duration,
@@ -463,8 +465,13 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	if s.unready.Swap(false) {
 		s.log.Info("ready: the database answers again")
 	}
-	if why := s.disk.problem(); why != "" {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": why})
+	notReady, degraded := s.disk.problem()
+	if notReady != "" {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": notReady})
+		return
+	}
+	if degraded != "" {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "degraded": degraded})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
