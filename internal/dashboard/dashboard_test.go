@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -79,14 +80,26 @@ func TestSignInSessionAndSignOut(t *testing.T) {
 	}
 
 	// A wrong token: the error sits beside the field, nothing is echoed, and
-	// the failure is audited.
-	p = b.signIn("sta_not-a-real-token", "/ui/workers")
-	b.must(p, http.StatusUnauthorized)
+	// the failures are audited in aggregate: one auth.failure record for the
+	// client and interval, with the count and the sign-in route, not one
+	// record per attempt.
+	for range 3 {
+		p = b.signIn("sta_not-a-real-token", "/ui/workers")
+		b.must(p, http.StatusUnauthorized)
+	}
 	contains(t, p, `id="token-error"`, "not a valid admin token", `aria-invalid="true"`, `value="/ui/workers"`)
 	lacks(t, p, "sta_not-a-real-token")
-	recs, _ := s.st.ListAuditNewest(t.Context(), store.AuditFilter{Action: "dashboard.signin"})
-	if len(recs) != 1 || recs[0].Outcome != "failure" || recs[0].ActorIP != "127.0.0.1" {
+	var recs []audit.Record
+	eventually(t, 5*time.Second, "the aggregated failure record", func() bool {
+		recs, _ = s.st.ListAuditNewest(t.Context(), store.AuditFilter{Action: "auth.failure"})
+		return len(recs) > 0
+	})
+	if len(recs) != 1 || recs[0].ActorIP != "127.0.0.1" || !strings.Contains(string(recs[0].Details), `"failures":3`) ||
+		!strings.Contains(string(recs[0].Details), `"POST /ui/signin":3`) {
 		t.Fatalf("failed sign-in audit: %+v", recs)
+	}
+	if recs, _ := s.st.ListAuditNewest(t.Context(), store.AuditFilter{Action: "dashboard.signin"}); len(recs) != 0 {
+		t.Fatalf("a record per failed sign-in: %+v", recs)
 	}
 
 	// The right one: back to where we were going, with a session cookie that

@@ -86,6 +86,7 @@ func newSite(t testing.TB, st store.Store) *site {
 	// the canceling job, however slow the machine.
 	opt.CancelGrace, opt.CancelReportTimeout = time.Minute, time.Minute
 	opt.AuthFailuresPerMinute = 5
+	opt.FailureAuditInterval = 100 * time.Millisecond
 	log := slog.New(slog.DiscardHandler)
 	srv := orchestrator.New(st, opt, log)
 	c := &clock{t: time.Now()}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
@@ -284,7 +285,10 @@ func (d *Dashboard) signin(w http.ResponseWriter, r *http.Request) {
 		d.renderSignin(w, r, http.StatusUnprocessableEntity, "Enter an admin token (it starts with sta_).", false)
 		return
 	}
-	req := apiRequest(r, nil, http.MethodGet, "/api/auth/whoami", nil)
+	// A refused token is counted and audited by the API, in aggregate with
+	// every other failed authentication of this client, under this route.
+	req := apiRequest(r.WithContext(orchestrator.WithAuditRoute(r.Context(), "POST "+Prefix+"signin")), nil,
+		http.MethodGet, "/api/auth/whoami", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	res := d.do(req)
 	ip := auth.PeerKey(r.RemoteAddr)
@@ -293,17 +297,7 @@ func (d *Dashboard) signin(w http.ResponseWriter, r *http.Request) {
 		switch res.Status {
 		case http.StatusTooManyRequests:
 			msg = "Too many failed sign-ins from this address; wait " + res.Header.Get("Retry-After") + " s and try again."
-		case http.StatusUnauthorized:
-			// Audited here; a 429 is not, so a flood cannot grow the log.
-			accessor := "(not a token)"
-			if auth.WellFormed(token) {
-				accessor = auth.Accessor(token)
-			}
-			rec := audit.New("anonymous", ip, "dashboard.signin", "admin_token", "", audit.Failure,
-				map[string]string{"token": accessor, "reason": res.Detail})
-			if err := d.opt.Sessions.AppendAudit(r.Context(), rec); err != nil {
-				d.opt.Log.Warn("dashboard: audit write failed", "err", err)
-			}
+		case http.StatusUnauthorized: // counted and audited by the API, see above
 		default:
 			msg = "Signing in failed: " + res.Detail
 		}
