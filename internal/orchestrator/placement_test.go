@@ -116,7 +116,9 @@ func TestLockedWorkerInventory(t *testing.T) {
 	r := e.must(e.adminDo("POST", "/api/admin/workers", map[string]any{"name": "small", "labels_locked": true,
 		"labels": map[string]string{"pool": "general"}}), 201)
 	a := e.newAgent(r.JSON["worker_id"].(string), r.JSON["token"].(string), 2)
-	gpus := func(n int, gb float64) map[string]any { return map[string]any{"count": n, "vram_gb": gb, "name": "GPU"} }
+	gpus := func(n int, gb float64) map[string]any {
+		return map[string]any{"count": n, "vram_gb": gb, "name": "GPU"}
+	}
 	e.must(a.register(map[string]any{"gpu_info": gpus(1, 24)}), 200) // the first report after the lock
 	e.must(a.register(map[string]any{"gpu_info": gpus(8, 80)}), 200) // a thief's boast
 	a.connect()
