@@ -340,6 +340,7 @@ func TestWorkerErrors(t *testing.T) {
 		{"pass_env pattern", "[job]\npass_env = [\"A=B\", \"[\", \"\"]\n", nil, nil, []string{
 			"w.toml:2: key job.pass_env: \"A=B\" is not a variable name or a glob pattern", "\"[\" is not", "\"\" is not"}},
 		{"labels type", "[worker]\nlabels = [\"a\"]\n", nil, nil, []string{"w.toml:2: key worker.labels: want a table of strings"}},
+		{"name escapes", "[worker]\nname = \"w\\u001b[2J\"\n", nil, nil, []string{"w.toml:2: key worker.name: \"w\\x1b[2J\" has the control character U+001B"}},
 		{"labels table ok", "[worker.labels]\ngpu = \"a100\"\n[worker]\nname = \"n\"\n", nil, nil, nil},
 		{"self fence", "[worker]\nself_fence_after = \"0s\"\n", nil, nil, []string{"w.toml:2: key worker.self_fence_after: must be greater than 0"}},
 		{"bool type", "[worker]\npersistent = \"yes\"\n", nil, nil, []string{"w.toml:2: key worker.persistent: want true or false"}},

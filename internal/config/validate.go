@@ -182,6 +182,9 @@ func (c *Worker) validate(l *loader) {
 	if err := protocol.CheckLabels(c.Worker.Labels); err != nil {
 		l.errf("worker.labels", "%v", err)
 	}
+	if err := protocol.CheckPrintable(c.Worker.Name); err != nil {
+		l.errf("worker.name", "%q %v", c.Worker.Name, err)
+	}
 	l.nonEmpty("worker.state_dir", c.Worker.StateDir)
 	if len(c.Job.Command) == 0 || c.Job.Command[0] == "" {
 		l.errf("job.command", "must name a program, e.g. [\"python3\", \"-m\", \"simpletuner.train\"]")

@@ -189,6 +189,9 @@ func (s *Server) createWorker(w http.ResponseWriter, r *http.Request, _ httprout
 	if req.Name == nil || strings.TrimSpace(*req.Name) == "" {
 		return invalid("field \"name\" is required")
 	}
+	if err := printable("name", *req.Name); err != nil {
+		return err
+	}
 	if req.WorkerType == "" {
 		req.WorkerType = protocol.Persistent
 	}
@@ -216,6 +219,15 @@ func (s *Server) createWorker(w http.ResponseWriter, r *http.Request, _ httprout
 		"worker_id": wk.ID, "id": wk.ID, "name": wk.Name, "worker_type": wk.Type, "labels": wk.Labels,
 		"labels_locked": wk.LabelsLocked, "token": token, "connection_command": connectionCommand(s.baseURL(r), token),
 	})
+	return nil
+}
+
+// printable refuses a text field that holds control characters (see
+// protocol.CheckPrintable).
+func printable(field, v string) error {
+	if err := protocol.CheckPrintable(v); err != nil {
+		return invalid("field %q %v", field, err)
+	}
 	return nil
 }
 
@@ -250,6 +262,11 @@ func (s *Server) patchWorker(w http.ResponseWriter, r *http.Request, ps httprout
 	}
 	if req.Name != nil && strings.TrimSpace(*req.Name) == "" {
 		return invalid("field \"name\" must not be empty")
+	}
+	if req.Name != nil {
+		if err := printable("name", *req.Name); err != nil {
+			return err
+		}
 	}
 	if req.WorkerType != "" && !req.WorkerType.Valid() {
 		return invalid("field \"worker_type\" must be \"persistent\" or \"ephemeral\"; got %q", req.WorkerType)
@@ -392,6 +409,9 @@ type createTokenRequest struct {
 func NewAdminToken(name string, scopes []string) (store.AdminToken, string, error) {
 	if strings.TrimSpace(name) == "" {
 		return store.AdminToken{}, "", invalid("field \"name\" is required")
+	}
+	if err := printable("name", name); err != nil {
+		return store.AdminToken{}, "", err
 	}
 	if len(scopes) == 0 {
 		return store.AdminToken{}, "", invalid("field \"scopes\" needs at least one scope (%s)", strings.Join(auth.AllScopes(), ", "))
