@@ -97,7 +97,7 @@ func workerFlagSet(o *Options) *flag.FlagSet {
 	commonFlags(fs, o, DefaultWorkerPath)
 	fs.BoolVar(&o.DetectGPUs, "detect-gpus", false, "print the GPU inventory as JSON and exit")
 	fs.Var(&textFlag{}, "orchestrator-url", "orchestrator `URL` (orchestrator.url)")
-	fs.Var(&textFlag{}, "worker-token", "worker `token` (orchestrator.token; hidden from ps once read, but prefer a credential)")
+	fs.Var(&textFlag{}, "worker-token", "worker `token` (orchestrator.token; visible in ps until read and in shell history: use token_file or SIMPLETUNER_WORKER_TOKEN)")
 	fs.Var(&textFlag{}, "name", "worker `name` (worker.name)")
 	fs.Var(&textFlag{isBool: true}, "persistent", "register as a persistent worker (worker.persistent)")
 	fs.Var(&textFlag{isBool: true}, "ssl-no-verify", "skip TLS verification, development only (orchestrator.insecure_skip_verify)")

@@ -158,11 +158,19 @@ func validDNSName(name string) bool {
 	return true
 }
 
-// connectionCommand is a shell command line that starts a worker. The token
-// travels in the environment: in argv, ps would show it to every user of the
-// machine. Each value is quoted for a POSIX shell.
-func connectionCommand(base, token string) string {
-	return "SIMPLETUNER_WORKER_TOKEN=" + shellQuote(token) + " simpletuner worker --orchestrator-url " + shellQuote(base)
+// connectionPrompt is how a connection command asks for the worker token:
+// typed or pasted at a prompt that does not echo it, so that it is not in
+// the command line (the shell's history, a pasted snippet, a log) and then
+// passed in the environment (in argv, ps would show it to every user of the
+// machine). POSIX sh, bash and zsh alike.
+const connectionPrompt = "printf 'Worker token: '; stty -echo; read -r SIMPLETUNER_WORKER_TOKEN; stty echo; echo; " +
+	"export SIMPLETUNER_WORKER_TOKEN; "
+
+// connectionCommand is a shell command line that starts SimpleTuner's worker
+// agent against base; it holds no token (see connectionPrompt). The URL is
+// quoted for a POSIX shell.
+func connectionCommand(base string) string {
+	return connectionPrompt + "simpletuner worker --orchestrator-url " + shellQuote(base)
 }
 
 // shellQuote returns s as one POSIX shell word: as is when it holds only
@@ -217,7 +225,7 @@ func (s *Server) createWorker(w http.ResponseWriter, r *http.Request, _ httprout
 	s.log.Info("worker created", "worker_id", wk.ID, "name", wk.Name, "by", p.Actor())
 	writeJSON(w, http.StatusCreated, map[string]any{
 		"worker_id": wk.ID, "id": wk.ID, "name": wk.Name, "worker_type": wk.Type, "labels": wk.Labels,
-		"labels_locked": wk.LabelsLocked, "token": token, "connection_command": connectionCommand(s.baseURL(r), token),
+		"labels_locked": wk.LabelsLocked, "token": token, "connection_command": connectionCommand(s.baseURL(r)),
 	})
 	return nil
 }
@@ -396,7 +404,7 @@ func (s *Server) rotateToken(w http.ResponseWriter, r *http.Request, ps httprout
 	// The old token is dead: so is the stream it opened.
 	s.closeWorkerStream(wk.ID, "token rotated")
 	s.log.Info("worker token rotated", "worker_id", wk.ID, "by", p.Actor())
-	writeJSON(w, http.StatusOK, map[string]any{"worker_id": wk.ID, "token": token, "connection_command": connectionCommand(s.baseURL(r), token)})
+	writeJSON(w, http.StatusOK, map[string]any{"worker_id": wk.ID, "token": token, "connection_command": connectionCommand(s.baseURL(r))})
 	return nil
 }
 

@@ -31,6 +31,11 @@ const (
 	ExitFailed = 3 // any other failure
 )
 
+// tokenFlagWarning is said whenever the token comes from --worker-token.
+const tokenFlagWarning = "simpletuner-workerd: warning: a token given as --worker-token can be read by every user of this " +
+	"machine in ps and /proc/<pid>/cmdline until workerd hides it, and stays in the shell's history; put it in " +
+	config.DefaultWorkerTokenFile + " (the default token_file, mode 0600), a systemd credential, or SIMPLETUNER_WORKER_TOKEN instead"
+
 // Main runs the program with args (without the program name) and returns its
 // exit status.
 func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -46,6 +51,9 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) i
 	if err != nil {
 		fmt.Fprintf(stderr, "simpletuner-workerd: configuration error:\n%v\n", err)
 		return ExitConfig
+	}
+	if cfg.Origin("orchestrator.token") == "--worker-token" {
+		fmt.Fprintln(stderr, tokenFlagWarning)
 	}
 	if opts.CheckConfig {
 		fmt.Fprint(stdout, cfg.Redacted())

@@ -47,3 +47,26 @@ func TestCheckConfigNeedsURLAndToken(t *testing.T) {
 		t.Errorf("a complete file: exit %d\n%s", code, errOut)
 	}
 }
+
+// --worker-token works, and says each time why it should not be used.
+func TestWorkerTokenFlagWarns(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "w.toml")
+	if err := os.WriteFile(conf, []byte("[orchestrator]\nurl = \"http://127.0.0.1:8001\"\ntoken_file = \"\"\n[gpu]\nbackend = \"none\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut strings.Builder
+	code := Main([]string{"--config", conf, "--worker-token", auth.NewWorkerToken(), "--check-config"}, func(string) string { return "" }, &out, &errOut)
+	if code != ExitOK || !strings.Contains(errOut.String(), "warning: a token given as --worker-token can be read by every user") ||
+		!strings.Contains(errOut.String(), "/etc/simpletuner/worker-token") {
+		t.Fatalf("exit %d\n%s", code, errOut.String())
+	}
+	errOut.Reset()
+	Main([]string{"--config", conf, "--check-config"}, func(k string) string {
+		return map[string]string{"SIMPLETUNER_WORKER_TOKEN": auth.NewWorkerToken()}[k]
+	}, &out, &errOut)
+	if strings.Contains(errOut.String(), "warning") {
+		t.Errorf("a warning without the flag: %s", errOut.String())
+	}
+}
