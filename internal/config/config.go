@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -157,9 +158,25 @@ type ServerConfig struct {
 	StreamWriteTimeout Duration `toml:"stream_write_timeout"`
 	// MaxLogFollowers caps the log follow streams one credential holds open.
 	MaxLogFollowers int `toml:"max_log_followers"`
+	// PublicURL is where browsers and admins reach this orchestrator when
+	// that is not its listener: a TLS proxy in front of it ("" none).
+	PublicURL string `toml:"public_url"`
 	// BodyTimeout bounds the wait for a request body: it must arrive within
 	// this long, or move on by BodyProgressBytes within each such period.
 	BodyTimeout Duration `toml:"body_timeout"`
+}
+
+// PublicURL parses server.public_url; nil when it is not set. Validation
+// has refused anything else than an http(s) origin.
+func (c *Orchestrator) PublicURL() *url.URL {
+	if c.Server.PublicURL == "" {
+		return nil
+	}
+	u, err := url.Parse(strings.TrimSuffix(c.Server.PublicURL, "/"))
+	if err != nil {
+		return nil
+	}
+	return u
 }
 
 // BodyProgressBytes is how much of a request body must arrive within each

@@ -60,6 +60,11 @@ func (c *Orchestrator) validate(l *loader) {
 		l.errf("server.admin_socket", "%q must be an absolute path (or \"\" to disable)", s)
 	}
 	l.positive("server.max_body_bytes", c.Server.MaxBodyBytes)
+	if p := c.Server.PublicURL; p != "" {
+		if msg := checkPublicURL(p); msg != "" {
+			l.errf("server.public_url", "%q: %s", p, msg)
+		}
+	}
 	l.positive("server.max_log_followers", int64(c.Server.MaxLogFollowers))
 
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
@@ -406,6 +411,25 @@ func checkOrchestratorURL(s string) string {
 		}
 	default:
 		return "unsupported scheme " + strconv.Quote(u.Scheme) + "; want http://, https:// or unix://"
+	}
+	return ""
+}
+
+// checkPublicURL accepts the origin browsers use: http(s)://host[:port],
+// no user, path, query or fragment.
+func checkPublicURL(s string) string {
+	u, err := url.Parse(strings.TrimSuffix(s, "/"))
+	switch {
+	case err != nil:
+		return "not a valid URL"
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "want an http:// or https:// URL, e.g. https://orchestrator.example.com"
+	case u.Host == "":
+		return "missing host"
+	case u.User != nil:
+		return "must not hold a user or password"
+	case u.Path != "" || u.RawQuery != "" || u.Fragment != "":
+		return "must be an origin, scheme://host[:port], without a path: the dashboard lives under /ui/ there"
 	}
 	return ""
 }

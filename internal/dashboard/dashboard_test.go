@@ -763,3 +763,32 @@ func TestBufferedResponseKeepsTheTail(t *testing.T) {
 		t.Fatalf("kept %d bytes (truncated %v), not the end of the body", len(got), b.truncated)
 	}
 }
+
+// Behind a TLS proxy (server.public_url = https://…), the browser's Origin is
+// the proxy's, not the plain-HTTP address the request arrives on: sign-in
+// and forms work, the cookies are Secure, and a form from anywhere else,
+// the plain address included, is still refused.
+func TestBehindATLSProxy(t *testing.T) {
+	t.Parallel()
+	pub, _ := url.Parse("https://orchestrator.example.com")
+	s := newSiteWith(t, openSQLite(t), func(o *Options) { o.PublicURL = pub })
+	b := s.browser()
+	b.origin = "https://orchestrator.example.com"
+	p := b.must(b.signIn(s.admin, "/ui/"), http.StatusSeeOther)
+	var secure bool
+	for _, c := range (&http.Response{Header: p.Header}).Cookies() {
+		if c.Name == sessionCookie {
+			secure = c.Secure
+		}
+	}
+	if !secure {
+		t.Fatalf("the session cookie behind a TLS proxy is not Secure: %v", p.Header["Set-Cookie"])
+	}
+	for _, origin := range []string{s.hs.URL, "https://evil.example"} {
+		other := s.browser()
+		other.origin = origin
+		if p := other.signIn(s.admin, "/ui/"); p.Status != http.StatusForbidden {
+			t.Errorf("a sign-in from %s: %d", origin, p.Status)
+		}
+	}
+}

@@ -99,6 +99,9 @@ func (s *Server) baseURL(r *http.Request) string {
 	if _, local := peerOf(r); local {
 		return "unix://" + s.adminSocketPath
 	}
+	if pub := s.options().PublicURL; pub != "" {
+		return pub
+	}
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"

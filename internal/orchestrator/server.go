@@ -56,10 +56,13 @@ type Options struct {
 	ArtifactUploadGrace    time.Duration
 	StreamWriteTimeout     time.Duration
 	BodyTimeout            time.Duration
-	MaxLogFollowers        int
-	RecheckInterval        time.Duration
-	FailureAuditInterval   time.Duration
-	FailureAuditMaxPeers   int
+	// PublicURL is the orchestrator's address as clients know it (a TLS
+	// proxy in front); "" uses the address a request came in on.
+	PublicURL            string
+	MaxLogFollowers      int
+	RecheckInterval      time.Duration
+	FailureAuditInterval time.Duration
+	FailureAuditMaxPeers int
 	// Retention: how long finished jobs and their traces are kept.
 	Retention RetentionOptions
 
@@ -102,6 +105,7 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 		ArtifactUploadGrace:    cfg.Artifacts.UploadGrace.Duration,
 		StreamWriteTimeout:     cfg.Server.StreamWriteTimeout.Duration,
 		BodyTimeout:            cfg.Server.BodyTimeout.Duration,
+		PublicURL:              strings.TrimSuffix(cfg.Server.PublicURL, "/"),
 		MaxLogFollowers:        cfg.Server.MaxLogFollowers,
 		RecheckInterval:        cfg.Auth.RecheckInterval.Duration,
 		FailureAuditInterval:   cfg.Auth.FailureAuditInterval.Duration,

@@ -198,7 +198,7 @@ func (a *App) Start(ctx context.Context) (err error) {
 	api := a.srv.Handler()
 	// The web dashboard lives under /ui/ on the API listeners (not the admin
 	// socket) and acts only through api, called in process.
-	dash, err := dashboard.New(dashboard.Options{API: api, Sessions: st, Version: version.Version, Log: a.log})
+	dash, err := dashboard.New(dashboard.Options{API: api, Sessions: st, PublicURL: cfg.PublicURL(), Version: version.Version, Log: a.log})
 	if err != nil {
 		closeAll(listeners)
 		_ = st.Close()
@@ -357,6 +357,7 @@ func restartKeys(running, next *config.Orchestrator) []string {
 		{"server.listen", running.Server.Listen, next.Server.Listen},
 		{"server.admin_socket", running.Server.AdminSocket, next.Server.AdminSocket},
 		{"server.instance_id", running.Server.InstanceID, next.Server.InstanceID},
+		{"server.public_url", running.Server.PublicURL, next.Server.PublicURL},
 		{"tls", running.TLS, next.TLS},
 		{"database", running.Database, next.Database},
 		{"paths.state_dir", running.Paths.StateDir, next.Paths.StateDir},
