@@ -255,6 +255,8 @@ func TestErrors(t *testing.T) {
 		{"negative retries", "[jobs]\nmax_retries = -1\n", nil, nil, []string{"o.toml:2: key jobs.max_retries: must be 0 or more"}},
 		{"zero limit", "[jobs]\nlog_limit_bytes = 0\n", nil, nil, []string{"o.toml:2: key jobs.log_limit_bytes: must be greater than 0"}},
 		{"body limit", "[server]\nmax_body_bytes = -5\n", nil, nil, []string{"key server.max_body_bytes: must be greater than 0"}},
+		{"s3 endpoint secret", "[artifacts]\nbackend = \"s3\"\ns3_bucket = \"bkt\"\ns3_endpoint = \"https://minio:hunter2@s3.example:9000\"\n", nil, nil,
+			[]string{"o.toml:4: key artifacts.s3_endpoint: \"https://REDACTED@s3.example:9000\" holds a user or password"}},
 		{"public url path", "[server]\npublic_url = \"https://o.example/ui\"\n", nil, nil, []string{"o.toml:2: key server.public_url: \"https://o.example/ui\": must be an origin"}},
 		{"public url scheme", "[server]\npublic_url = \"o.example\"\n", nil, nil, []string{"key server.public_url: \"o.example\": want an http:// or https:// URL"}},
 		{"public url user", "[server]\npublic_url = \"https://u:p@o.example\"\n", nil, nil, []string{"must not hold a user or password"}},
@@ -723,5 +725,16 @@ func TestWorkerTokenFileRules(t *testing.T) {
 	w, _, err = loadW(t, "", env("SIMPLETUNER_WORKER_TOKEN", "env"))
 	if err != nil || w.TokenRereadable() {
 		t.Errorf("a token from the environment cannot change: %v rereadable=%v", err, w.TokenRereadable())
+	}
+}
+
+// A secret in the S3 endpoint's URL is refused without being repeated.
+func TestS3EndpointSecretNotEchoed(t *testing.T) {
+	t.Parallel()
+	for _, e := range []string{"https://minio:hunter2@s3.example:9000", "http://hunter2@s3.example", "https://a:hunter2@x y/%zz"} {
+		_, _, err := loadO(t, fmt.Sprintf("[artifacts]\nbackend = \"s3\"\ns3_bucket = \"bkt\"\ns3_endpoint = %q\n", e), env())
+		if err == nil || !strings.Contains(err.Error(), "holds a user or password") || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s: %v", e, err)
+		}
 	}
 }

@@ -140,7 +140,13 @@ func (l *loader) validateArtifacts(a ArtifactsConfig) {
 	}
 	if e := a.S3Endpoint; e != "" {
 		u, err := url.Parse(e)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" {
+		switch {
+		case hasUserinfo(e):
+			// The endpoint is logged and printed as it is: a secret in it
+			// would be too.
+			l.errf("artifacts.s3_endpoint", "%q holds a user or password; they would be logged with the URL: set s3_access_key "+
+				"and s3_secret_key_file (or s3_secret_key) instead, and change that secret", redactUserinfo(e))
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "":
 			l.errf("artifacts.s3_endpoint", "%q must be http(s)://host[:port] without a path", e)
 		}
 	}
@@ -457,4 +463,33 @@ var secretWords = []string{"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"
 func SecretLikeName(name string) bool {
 	up := strings.ToUpper(name)
 	return strings.HasSuffix(up, "_KEY") || slices.ContainsFunc(secretWords, func(w string) bool { return strings.Contains(up, w) })
+}
+
+// hasUserinfo reports whether a URL's authority holds "user@" or
+// "user:password@", parseable or not.
+func hasUserinfo(s string) bool {
+	_, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		rest = s
+	}
+	authority, _, _ := strings.Cut(rest, "/")
+	return strings.Contains(authority, "@")
+}
+
+// redactUserinfo replaces a URL's user and password with "REDACTED".
+func redactUserinfo(s string) string {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		scheme, rest = "", s
+	} else {
+		scheme += "://"
+	}
+	authority, path, hasPath := strings.Cut(rest, "/")
+	if i := strings.LastIndexByte(authority, '@'); i >= 0 {
+		authority = "REDACTED" + authority[i:]
+	}
+	if hasPath {
+		path = "/" + path
+	}
+	return scheme + authority + path
 }
