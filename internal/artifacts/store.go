@@ -163,7 +163,7 @@ func (s *Store) Put(ctx context.Context, ref Ref, body io.Reader, declared int64
 	} else if errors.Is(err, ErrNotFound) {
 		isNew = true
 	} else {
-		return Object{}, err
+		return Object{}, unavailable(err)
 	}
 	over := overhead(ref.Path())
 	s.mu.Lock()
@@ -184,10 +184,11 @@ func (s *Store) Put(ctx context.Context, ref Ref, body io.Reader, declared int64
 
 	m := &meter{r: body, md5: md5.New(), sha: sha256.New(), max: lim.MaxObjectBytes,
 		grow: func(n int64) error { return s.grow(u, n, lim.MaxJobBytes) }}
+	var refused error // stillAllowed's answer: not the backend's
 	commit := func() error {
 		if stillAllowed != nil {
-			if err := stillAllowed(); err != nil {
-				return err
+			if refused = stillAllowed(); refused != nil {
+				return refused
 			}
 		}
 		// The old record must go before the new bytes arrive: a crash in
@@ -196,6 +197,9 @@ func (s *Store) Put(ctx context.Context, ref Ref, body io.Reader, declared int64
 		return s.b.Delete(ctx, ref.metaName())
 	}
 	err = s.b.Put(ctx, ref.dataName(), m, commit)
+	if err != nil && refused == nil && m.err == nil {
+		err = unavailable(err)
+	}
 
 	s.mu.Lock()
 	u.inflight -= m.n + over
@@ -216,7 +220,7 @@ func (s *Store) Put(ctx context.Context, ref Ref, body io.Reader, declared int64
 	rec := meta{Version: metaVersion, Size: obj.Size, MD5: obj.MD5, SHA256: obj.SHA256, Modified: obj.Modified}
 	// The object is stored; its record is written even if the client has gone.
 	if err := s.b.Put(context.WithoutCancel(ctx), ref.metaName(), bytes.NewReader(rec.encode()), nil); err != nil {
-		return obj, fmt.Errorf("stored %s, but not its checksums: %w", ref.Path(), err)
+		return obj, fmt.Errorf("stored %s, but not its checksums: %w", ref.Path(), unavailable(err))
 	}
 	return obj, nil
 }
@@ -325,7 +329,7 @@ func (s *Store) List(ctx context.Context, job string, attempt int) ([]Object, er
 	}
 	entries, err := s.b.List(ctx, prefix)
 	if err != nil {
-		return nil, err
+		return nil, unavailable(err)
 	}
 	type key struct {
 		attempt int
@@ -405,7 +409,7 @@ func (s *Store) Open(ctx context.Context, ref Ref) (Reader, Object, error) {
 	}
 	r, e, err := s.b.Open(ctx, ref.dataName())
 	if err != nil {
-		return nil, Object{}, err
+		return nil, Object{}, unavailable(err)
 	}
 	o := Object{Attempt: ref.Attempt, Path: ref.Path(), Size: e.Size, Modified: e.Modified.UTC()}
 	s.fill(ctx, ref.JobID, &o)
@@ -420,7 +424,7 @@ func (s *Store) JobUsage(ctx context.Context, job string) (charged int64, object
 	}
 	entries, err := s.b.List(ctx, job+"/")
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, unavailable(err)
 	}
 	for _, e := range entries {
 		if _, isMeta, path, ok := parseName(job, e.Name); ok && !isMeta {
@@ -436,5 +440,5 @@ func (s *Store) DeleteJob(ctx context.Context, job string) error {
 	if err := validJobID(job); err != nil {
 		return err
 	}
-	return s.b.DeleteAll(ctx, job+"/")
+	return unavailable(s.b.DeleteAll(ctx, job+"/"))
 }

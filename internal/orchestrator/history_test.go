@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -356,3 +358,16 @@ type captureWriter struct {
 func (c *captureWriter) Header() http.Header         { return c.h }
 func (c *captureWriter) WriteHeader(s int)           { c.status = s }
 func (c *captureWriter) Write(b []byte) (int, error) { return c.body.Write(b) }
+
+// An artifact store that cannot be reached is named as such (503), not
+// taken for the database.
+func TestArtifactStoreUnreachableIs503(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t))
+	err := e.srv.artifactError(fmt.Errorf("%w: %w", artifacts.ErrUnavailable, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}))
+	rec := &captureWriter{h: http.Header{}}
+	e.srv.writeError(rec, &http.Request{URL: &url.URL{Path: "/api/queue/j_x/artifacts"}}, err)
+	if rec.status != 503 || !strings.Contains(rec.body.String(), "the artifact store is unreachable") || strings.Contains(rec.body.String(), "database") {
+		t.Fatalf("artifact store down: %d %s", rec.status, rec.body.String())
+	}
+}
