@@ -64,10 +64,18 @@ for pair in simpletuner-orchestratord:simpletuner-workerd simpletuner-workerd:si
 	fi
 done
 dpkg-deb -I "$(deb simpletuner-orchestratord)" conffiles | grep -qx /etc/simpletuner/orchestratord.toml
+# Files that may hold secrets are never world-readable, not even in the
+# archive, before a maintainer script runs.
+dpkg-deb -c "$(deb simpletuner-orchestratord)" | grep -q '^-rw-r----- .* \./etc/simpletuner/orchestratord\.toml$' ||
+	{ echo "orchestratord.toml is not 0640 in the .deb" >&2; exit 1; }
+dpkg-deb -c "$(deb simpletuner-workerd)" | grep -q '^-rw------- .* \./etc/simpletuner/workerd\.toml$' ||
+	{ echo "workerd.toml is not 0600 in the .deb" >&2; exit 1; }
 dpkg-deb -I "$(deb simpletuner-workerd)" conffiles | grep -qx /etc/simpletuner/workerd.toml
 if command -v rpm >/dev/null 2>&1; then
 	rpm -qcp "$(rpmf simpletuner-orchestratord)" | grep -qx /etc/simpletuner/orchestratord.toml
 	rpm -qcp "$(rpmf simpletuner-workerd)" | grep -qx /etc/simpletuner/workerd.toml
+	rpm -qlvp "$(rpmf simpletuner-orchestratord)" | grep -q '^-rw-r----- .* /etc/simpletuner/orchestratord\.toml$'
+	rpm -qlvp "$(rpmf simpletuner-workerd)" | grep -q '^-rw------- .* /etc/simpletuner/workerd\.toml$'
 	rpm -qp --scripts "$(rpmf simpletuner-orchestratord)" | grep -q systemd-sysusers
 	rpm -qp --scripts "$(rpmf simpletuner-workerd)" | grep -q systemd-sysusers
 else
@@ -97,6 +105,13 @@ for c in worker-token worker-cert worker-key database-url; do
 done
 "$root/usr/bin/simpletuner-orchestratord" --check-config --config "$root/etc/simpletuner/orchestratord.toml" >/dev/null
 "$root/usr/bin/simpletuner-workerd" --version
+# As shipped, workerd.toml is a template without an orchestrator URL or a
+# token: --check-config says so and exits 1.
+if "$root/usr/bin/simpletuner-workerd" --check-config --config "$root/etc/simpletuner/workerd.toml" >/dev/null 2>"$old/check.err"; then
+	echo "simpletuner-workerd --check-config accepts the packaged template" >&2
+	exit 1
+fi
+grep -q 'key orchestrator.url: not set' "$old/check.err" || { cat "$old/check.err" >&2; exit 1; }
 "$root/usr/bin/simpletunerctl" --help >/dev/null
 
 # An upgrade keeps an admin's edits to the configuration files.

@@ -97,7 +97,7 @@ func workerFlagSet(o *Options) *flag.FlagSet {
 	commonFlags(fs, o, DefaultWorkerPath)
 	fs.BoolVar(&o.DetectGPUs, "detect-gpus", false, "print the GPU inventory as JSON and exit")
 	fs.Var(&textFlag{}, "orchestrator-url", "orchestrator `URL` (orchestrator.url)")
-	fs.Var(&textFlag{}, "worker-token", "worker `token` (orchestrator.token; hidden from ps once read, but prefer a credential)")
+	fs.Var(&textFlag{}, "worker-token", "worker `token` (orchestrator.token; visible in ps until read and in shell history: use token_file or SIMPLETUNER_WORKER_TOKEN)")
 	fs.Var(&textFlag{}, "name", "worker `name` (worker.name)")
 	fs.Var(&textFlag{isBool: true}, "persistent", "register as a persistent worker (worker.persistent)")
 	fs.Var(&textFlag{isBool: true}, "ssl-no-verify", "skip TLS verification, development only (orchestrator.insecure_skip_verify)")
@@ -153,8 +153,8 @@ func LoadOrchestrator(args []string, getenv func(string) string) (*Orchestrator,
 			l.errAt("--ssl", "", "needs --ssl-cert and --ssl-key (or tls.cert_file and tls.key_file)")
 		}
 	}
-	l.secret("database.url", "database.url_file", "database-url", getenv)
-	l.secret("artifacts.s3_secret_key", "artifacts.s3_secret_key_file", "artifacts-s3-secret-key", getenv)
+	l.secret("database.url", "database.url_file", "", "database-url", getenv, false)
+	l.secret("artifacts.s3_secret_key", "artifacts.s3_secret_key_file", "", "artifacts-s3-secret-key", getenv, false)
 	c.validate(l)
 	c.origins = l.origins()
 	return c, opts, asErrors(l.errs)
@@ -196,7 +196,8 @@ func LoadWorker(args []string, getenv func(string) string) (*Worker, Options, er
 	if l == nil {
 		return c, opts, err
 	}
-	l.secret("orchestrator.token", "orchestrator.token_file", "worker-token", getenv)
+	l.secret("orchestrator.token", "orchestrator.token_file", DefaultWorkerTokenFile, "worker-token", getenv, true)
+	c.tokenInFiles = c.Orchestrator.Token != "" && l.src["orchestrator.token"].layer == layerFile
 	l.credentialFiles(getenv, []string{"orchestrator.cert_file", "orchestrator.key_file"}, []string{"worker-cert", "worker-key"})
 	c.validate(l)
 	c.origins = l.origins()
@@ -283,39 +284,63 @@ func (l *loader) setText(key, v string, o origin) {
 }
 
 // secret resolves a secret key: a value from env or flags wins; else the
-// *_file key; else the systemd credential $CREDENTIALS_DIRECTORY/<cred>.
-func (l *loader) secret(key, fileKey, cred string, getenv func(string) string) {
+// *_file key; else a value in the file; else the *_file key's default path
+// (defFile, "" none), when it holds the secret; else the systemd credential
+// $CREDENTIALS_DIRECTORY/<cred>. The default file comes before the
+// credential: systemd copies a credential when the unit starts and never
+// again, so a secret rewritten in place (a rotated worker token) is seen only
+// in the file. With private, a file others may read is refused.
+func (l *loader) secret(key, fileKey, defFile, cred string, getenv func(string) string, private bool) {
 	f := l.fields[key]
 	path := l.fields[fileKey].String()
+	fileSet := path != "" && path != defFile
 	direct := f.String() != ""
 	switch {
 	case direct && l.src[key].layer > layerFile:
 		return
-	case path != "" && direct:
+	case fileSet && direct:
 		l.errf(fileKey, "set either %s or %s, not both", key, fileKey)
-	case path != "":
-		s, err := readSecret(path)
+		return
+	case fileSet:
+		s, err := readSecret(path, private)
 		if err != nil {
 			l.errf(fileKey, "cannot read %s: %v", path, err)
 			return
 		}
 		f.SetString(s)
 		l.src[key] = l.src[fileKey]
-	case !direct && getenv("CREDENTIALS_DIRECTORY") != "":
-		p := filepath.Join(getenv("CREDENTIALS_DIRECTORY"), cred)
-		s, err := readSecret(p)
-		// The package ships an empty credential file so that LoadCredential=
-		// does not stop the unit; empty means "not configured yet".
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, errEmptySecret) {
-			return
-		}
-		if err != nil {
-			l.errAt(p, key, "cannot read systemd credential %q: %v", cred, err)
-			return
-		}
-		f.SetString(s)
-		l.src[key] = origin{p, layerFile}
+		return
+	case direct:
+		return
 	}
+	if path != "" { // the default path: optional
+		s, err := readSecret(path, private)
+		switch {
+		case err == nil:
+			f.SetString(s)
+			l.src[key] = origin{path, layerFile}
+			return
+		case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, errEmptySecret):
+			l.errAt(path, key, "cannot read %s (the default of %s): %v", path, fileKey, err)
+			return
+		}
+	}
+	if getenv("CREDENTIALS_DIRECTORY") == "" {
+		return
+	}
+	p := filepath.Join(getenv("CREDENTIALS_DIRECTORY"), cred)
+	s, err := readSecret(p, false)
+	// The package ships an empty credential file so that LoadCredential=
+	// does not stop the unit; empty means "not configured yet".
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, errEmptySecret) {
+		return
+	}
+	if err != nil {
+		l.errAt(p, key, "cannot read systemd credential %q: %v", cred, err)
+		return
+	}
+	f.SetString(s)
+	l.src[key] = origin{p, layerFile}
 }
 
 // credentialFiles points keys that name files (a client certificate and its
@@ -359,7 +384,9 @@ func (l *loader) credentialFiles(getenv func(string) string, keys, creds []strin
 var errEmptySecret = errors.New("file is empty")
 
 // readSecret reads a one-line secret file, dropping the trailing newline.
-func readSecret(path string) (string, error) {
+// With private, a file that its group or others may read is refused: the
+// secret has leaked to them already, and quietly using it would hide that.
+func readSecret(path string, private bool) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", pathErr(err)
@@ -367,6 +394,16 @@ func readSecret(path string) (string, error) {
 	s := strings.TrimRight(string(b), "\r\n")
 	if s == "" {
 		return "", errEmptySecret
+	}
+	if private {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return "", pathErr(err)
+		}
+		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+			return "", fmt.Errorf("its mode %04o lets others read the token; refusing to use it: run chmod 600 %s "+
+				"(and rotate the token if anyone may have read it)", perm, path)
+		}
 	}
 	return s, nil
 }

@@ -206,14 +206,22 @@ func (a *app) submit(ctx context.Context, body map[string]any, wait, quiet bool,
 		return err
 	}
 	var reply struct {
-		JobID         string `json:"job_id"`
-		Status        string `json:"status"`
-		QueuePosition *int   `json:"queue_position"`
-		GPUAllocation string `json:"gpu_allocation"`
+		JobID         string   `json:"job_id"`
+		Status        string   `json:"status"`
+		QueuePosition *int     `json:"queue_position"`
+		GPUAllocation string   `json:"gpu_allocation"`
+		Warning       string   `json:"warning"`
+		Warnings      []string `json:"warnings"`
 	}
 	raw, err := cl.JSON(ctx, client.Request{Method: http.MethodPost, Path: "/api/queue/submit", Body: body}, &reply)
 	if err != nil {
 		return err
+	}
+	// On stderr, whatever the format: the job was queued all the same.
+	for _, w := range append([]string{reply.Warning}, reply.Warnings...) {
+		if w != "" {
+			a.note("simpletunerctl submit: warning: %s", w)
+		}
 	}
 	switch {
 	case a.format == output.JSONFormat && !wait:

@@ -216,7 +216,7 @@ func writeKV(w io.Writer, kv [][2]string) error {
 		if p[1] == "" {
 			continue
 		}
-		if _, err := fmt.Fprintf(w, "%-*s  %s\n", width+1, p[0]+":", p[1]); err != nil {
+		if _, err := fmt.Fprintf(w, "%-*s  %s\n", width+1, p[0]+":", output.Sanitize(p[1])); err != nil {
 			return err
 		}
 	}
@@ -450,7 +450,7 @@ func writeFixed(w io.Writer, widths []int, cells ...string) {
 		}
 		b.WriteString("  ")
 	}
-	fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	fmt.Fprintln(w, output.Sanitize(strings.TrimRight(b.String(), " ")))
 }
 
 // statusReport is what `status` gathers; -o json prints it as it is.

@@ -268,7 +268,8 @@ func (a *app) issueWorkerToken(ctx context.Context, req client.Request, credenti
 	}
 	fmt.Fprintln(a.out(), headline(reply))
 	if cred != nil {
-		fmt.Fprintf(a.out(), "token written to %s (mode 0600); load it with LoadCredential=worker-token:%s\n", credential, credential)
+		fmt.Fprintf(a.out(), "token written to %s (mode 0600); workerd reads it as its [orchestrator] token_file "+
+			"(the packaged default is /etc/simpletuner/worker-token), and a running workerd takes a rotated one without a restart\n", credential)
 		return nil
 	}
 	fmt.Fprintf(a.out(), "token (shown only once): %s\n", reply.Token)

@@ -99,6 +99,9 @@ func (s *Server) baseURL(r *http.Request) string {
 	if _, local := peerOf(r); local {
 		return "unix://" + s.adminSocketPath
 	}
+	if pub := s.options().PublicURL; pub != "" {
+		return pub
+	}
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
@@ -158,11 +161,19 @@ func validDNSName(name string) bool {
 	return true
 }
 
-// connectionCommand is a shell command line that starts a worker. The token
-// travels in the environment: in argv, ps would show it to every user of the
-// machine. Each value is quoted for a POSIX shell.
-func connectionCommand(base, token string) string {
-	return "SIMPLETUNER_WORKER_TOKEN=" + shellQuote(token) + " simpletuner worker --orchestrator-url " + shellQuote(base)
+// connectionPrompt is how a connection command asks for the worker token:
+// typed or pasted at a prompt that does not echo it, so that it is not in
+// the command line (the shell's history, a pasted snippet, a log) and then
+// passed in the environment (in argv, ps would show it to every user of the
+// machine). POSIX sh, bash and zsh alike.
+const connectionPrompt = "printf 'Worker token: '; stty -echo; read -r SIMPLETUNER_WORKER_TOKEN; stty echo; echo; " +
+	"export SIMPLETUNER_WORKER_TOKEN; "
+
+// connectionCommand is a shell command line that starts SimpleTuner's worker
+// agent against base; it holds no token (see connectionPrompt). The URL is
+// quoted for a POSIX shell.
+func connectionCommand(base string) string {
+	return connectionPrompt + "simpletuner worker --orchestrator-url " + shellQuote(base)
 }
 
 // shellQuote returns s as one POSIX shell word: as is when it holds only
@@ -189,6 +200,9 @@ func (s *Server) createWorker(w http.ResponseWriter, r *http.Request, _ httprout
 	if req.Name == nil || strings.TrimSpace(*req.Name) == "" {
 		return invalid("field \"name\" is required")
 	}
+	if err := printable("name", *req.Name); err != nil {
+		return err
+	}
 	if req.WorkerType == "" {
 		req.WorkerType = protocol.Persistent
 	}
@@ -214,8 +228,17 @@ func (s *Server) createWorker(w http.ResponseWriter, r *http.Request, _ httprout
 	s.log.Info("worker created", "worker_id", wk.ID, "name", wk.Name, "by", p.Actor())
 	writeJSON(w, http.StatusCreated, map[string]any{
 		"worker_id": wk.ID, "id": wk.ID, "name": wk.Name, "worker_type": wk.Type, "labels": wk.Labels,
-		"labels_locked": wk.LabelsLocked, "token": token, "connection_command": connectionCommand(s.baseURL(r), token),
+		"labels_locked": wk.LabelsLocked, "token": token, "connection_command": connectionCommand(s.baseURL(r)),
 	})
+	return nil
+}
+
+// printable refuses a text field that holds control characters (see
+// protocol.CheckPrintable).
+func printable(field, v string) error {
+	if err := protocol.CheckPrintable(v); err != nil {
+		return invalid("field %q %v", field, err)
+	}
 	return nil
 }
 
@@ -250,6 +273,11 @@ func (s *Server) patchWorker(w http.ResponseWriter, r *http.Request, ps httprout
 	}
 	if req.Name != nil && strings.TrimSpace(*req.Name) == "" {
 		return invalid("field \"name\" must not be empty")
+	}
+	if req.Name != nil {
+		if err := printable("name", *req.Name); err != nil {
+			return err
+		}
 	}
 	if req.WorkerType != "" && !req.WorkerType.Valid() {
 		return invalid("field \"worker_type\" must be \"persistent\" or \"ephemeral\"; got %q", req.WorkerType)
@@ -380,7 +408,7 @@ func (s *Server) rotateToken(w http.ResponseWriter, r *http.Request, ps httprout
 	// The old token is dead: so is the stream it opened.
 	s.closeWorkerStream(wk.ID, "token rotated")
 	s.log.Info("worker token rotated", "worker_id", wk.ID, "by", p.Actor())
-	writeJSON(w, http.StatusOK, map[string]any{"worker_id": wk.ID, "token": token, "connection_command": connectionCommand(s.baseURL(r), token)})
+	writeJSON(w, http.StatusOK, map[string]any{"worker_id": wk.ID, "token": token, "connection_command": connectionCommand(s.baseURL(r))})
 	return nil
 }
 
@@ -393,6 +421,9 @@ type createTokenRequest struct {
 func NewAdminToken(name string, scopes []string) (store.AdminToken, string, error) {
 	if strings.TrimSpace(name) == "" {
 		return store.AdminToken{}, "", invalid("field \"name\" is required")
+	}
+	if err := printable("name", name); err != nil {
+		return store.AdminToken{}, "", err
 	}
 	if len(scopes) == 0 {
 		return store.AdminToken{}, "", invalid("field \"scopes\" needs at least one scope (%s)", strings.Join(auth.AllScopes(), ", "))

@@ -153,3 +153,39 @@ func TestHeartbeatsAnsweredDuringSlowPasses(t *testing.T) {
 		t.Errorf("a worker that matches no job is %v", st)
 	}
 }
+
+// Names, labels, versions and providers with control characters (terminal
+// escapes, direction overrides) are refused at registration and when an
+// admin sets them, naming the field: they end up in admins' terminals.
+func TestControlCharactersRefused(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t))
+	id, token := e.createWorker("w", "persistent", nil)
+	a := e.newAgent(id, token, 2)
+	esc := "x\x1b]0;owned\x07"
+	for _, c := range []struct {
+		body  map[string]any
+		field string
+	}{
+		{map[string]any{"name": esc}, `field "name" has the control character U+001B`},
+		{map[string]any{"name": "w", "labels": map[string]string{"rack": esc}}, `the value of "rack" has the control character`},
+		{map[string]any{"name": "w", "labels": map[string]string{"r\u202eack": "a"}}, `the key "r\u202eack" has the control character U+202E`},
+		{map[string]any{"name": "w", "version": "1\u009b2"}, `field "version" has the control character U+009B`},
+		{map[string]any{"name": "w", "provider": "p\x00"}, `field "provider"`},
+	} {
+		r := a.register(c.body)
+		if r.Status != 422 || !strings.Contains(r.JSON["detail"].(string), c.field) {
+			t.Errorf("register %q: %d %s; want 422 naming %s", c.body, r.Status, r.Body, c.field)
+		}
+	}
+	if r := e.adminDo("POST", "/api/admin/workers", map[string]any{"name": esc}); r.Status != 422 {
+		t.Errorf("create: %d %s", r.Status, r.Body)
+	}
+	if r := e.adminDo("PATCH", "/api/admin/workers/"+id, map[string]any{"name": esc}); r.Status != 422 {
+		t.Errorf("rename: %d %s", r.Status, r.Body)
+	}
+	if r := e.adminDo("POST", "/api/admin/tokens", map[string]any{"name": esc, "scopes": []string{"*"}}); r.Status != 422 {
+		t.Errorf("token name: %d %s", r.Status, r.Body)
+	}
+	e.must(a.register(map[string]any{"name": "wörker ☃", "labels": map[string]string{"zone": "eu-west"}}), 200)
+}

@@ -52,12 +52,17 @@ type Options struct {
 	// upload token still works after the attempt ended.
 	ArtifactMaxObjectBytes int64
 	ArtifactMaxJobBytes    int64
+	ArtifactMaxJobObjects  int
 	ArtifactUploadGrace    time.Duration
 	StreamWriteTimeout     time.Duration
-	MaxLogFollowers        int
-	RecheckInterval        time.Duration
-	FailureAuditInterval   time.Duration
-	FailureAuditMaxPeers   int
+	BodyTimeout            time.Duration
+	// PublicURL is the orchestrator's address as clients know it (a TLS
+	// proxy in front); "" uses the address a request came in on.
+	PublicURL            string
+	MaxLogFollowers      int
+	RecheckInterval      time.Duration
+	FailureAuditInterval time.Duration
+	FailureAuditMaxPeers int
 	// Retention: how long finished jobs and their traces are kept.
 	Retention RetentionOptions
 
@@ -99,8 +104,11 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 
 		ArtifactMaxObjectBytes: cfg.Artifacts.MaxObjectBytes,
 		ArtifactMaxJobBytes:    cfg.Artifacts.MaxJobBytes,
+		ArtifactMaxJobObjects:  cfg.Artifacts.MaxJobObjects,
 		ArtifactUploadGrace:    cfg.Artifacts.UploadGrace.Duration,
 		StreamWriteTimeout:     cfg.Server.StreamWriteTimeout.Duration,
+		BodyTimeout:            cfg.Server.BodyTimeout.Duration,
+		PublicURL:              strings.TrimSuffix(cfg.Server.PublicURL, "/"),
 		MaxLogFollowers:        cfg.Server.MaxLogFollowers,
 		RecheckInterval:        cfg.Auth.RecheckInterval.Duration,
 		FailureAuditInterval:   cfg.Auth.FailureAuditInterval.Duration,
@@ -120,6 +128,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxLogFollowers <= 0 {
 		o.MaxLogFollowers = def.MaxLogFollowers
+	}
+	if o.BodyTimeout <= 0 {
+		o.BodyTimeout = def.BodyTimeout
 	}
 	if o.RecheckInterval <= 0 {
 		o.RecheckInterval = def.RecheckInterval
@@ -467,8 +478,13 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	if s.unready.Swap(false) {
 		s.log.Info("ready: the database answers again")
 	}
-	if why := s.disk.problem(); why != "" {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": why})
+	notReady, degraded := s.disk.problem()
+	if notReady != "" {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": notReady})
+		return
+	}
+	if degraded != "" {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "degraded": degraded})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})

@@ -54,6 +54,7 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 	}
 	now := time.Now().UTC()
 	var tookOverFrom string
+	inventoryIgnored := false
 	updated, err := s.store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
 		if sessionHeld(*cur, reg.session, now, timeout) {
 			return nil, errSessionHeld{*cur} // another installation registered meanwhile
@@ -65,7 +66,7 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 		cur.Session = reg.session
 		changes := reportedChanges(*cur, req)
 		cur.Name = req.Name
-		cur.GPUInfo = req.GPUInfo
+		cur.GPUInfo, inventoryIgnored = placementInventory(cur.GPUInfo, req.GPUInfo, cur.LabelsLocked)
 		cur.Persistent = req.Persistent
 		if req.Provider != nil && *req.Provider != "" {
 			cur.Provider = *req.Provider
@@ -105,6 +106,10 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 	}
 	if updated, err = s.noteGPUConditions(ctx, updated, req.GPUConditions, reg.ip); err != nil {
 		return protocol.RegisterResponse{}, err
+	}
+	if inventoryIgnored {
+		s.log.Warn("a worker whose labels an admin locked reports a larger GPU inventory than it had; placement keeps the "+
+			"one it had (unlock and lock its labels again to take the new one)", "worker_id", wk.ID, "name", updated.Name, "ip", reg.ip)
 	}
 	if tookOverFrom != "" {
 		s.log.Warn("another workerd installation took over this worker: the previous one had gone offline",
@@ -171,6 +176,44 @@ func placementLabels(current, admin, reported map[string]string, locked bool) ma
 	return mergeLabels(current, admin, reported)
 }
 
+// placementInventory is the GPU inventory jobs are placed against after a
+// worker reported reported. A worker whose labels an admin locked cannot
+// advertise its way into jobs meant for others with its GPUs either: its
+// inventory is the first one it reported after the lock, and a later report
+// is taken only when it could run no job the current one could not (fewer
+// GPUs, none larger: a GPU lost to a fault). A larger one is ignored (on
+// record, see reportedChanges) until an admin unlocks and locks again.
+func placementInventory(current, reported json.RawMessage, locked bool) (json.RawMessage, bool) {
+	if !locked || canonicalJSON(current) == "{}" || inventoryWithin(protocol.ParseGPUInfo(reported), protocol.ParseGPUInfo(current)) {
+		return reported, false
+	}
+	return current, true
+}
+
+// inventoryWithin reports whether every job that fits r fits p too: r has
+// no more GPUs than p, and its k-th largest GPU is no larger than p's.
+func inventoryWithin(r, p protocol.GPUSummary) bool {
+	if len(r.Devices) > len(p.Devices) {
+		return false
+	}
+	mem := func(g protocol.GPUSummary) []uint64 {
+		out := make([]uint64, len(g.Devices))
+		for i, d := range g.Devices {
+			out[i] = d.MemoryMiB
+		}
+		slices.Sort(out)
+		slices.Reverse(out)
+		return out
+	}
+	rm, pm := mem(r), mem(p)
+	for i := range rm {
+		if rm[i] > pm[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // reportedChanges describes, for the registration's audit record, how what
 // the worker reports for placement changed: its labels (as far as they take
 // part: an admin's keys win, and a locked worker's are ignored) and its GPU
@@ -189,7 +232,11 @@ func reportedChanges(cur store.Worker, req protocol.RegisterRequest) map[string]
 		}
 	}
 	if b, a := canonicalJSON(cur.GPUInfo), canonicalJSON(req.GPUInfo); b != a {
-		out["gpu_info_before"], out["gpu_info_after"] = json.RawMessage(b), json.RawMessage(a)
+		if _, ignored := placementInventory(cur.GPUInfo, req.GPUInfo, cur.LabelsLocked); ignored {
+			out["gpu_info_ignored"] = json.RawMessage(a) // locked: on record, not used
+		} else {
+			out["gpu_info_before"], out["gpu_info_after"] = json.RawMessage(b), json.RawMessage(a)
+		}
 	}
 	return out
 }

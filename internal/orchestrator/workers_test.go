@@ -211,7 +211,7 @@ func TestTokenRotationAndDeleteCloseStream(t *testing.T) {
 		a := e.startAgent("w1", nil, nil)
 		r := e.must(e.adminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
 		newToken := r.JSON["token"].(string)
-		if !strings.HasPrefix(r.JSON["connection_command"].(string), "SIMPLETUNER_WORKER_TOKEN="+newToken+" ") {
+		if cmd := r.JSON["connection_command"].(string); !strings.HasPrefix(cmd, connectionPrompt) || strings.Contains(cmd, newToken) {
 			t.Fatalf("connection_command: %s", r.Body)
 		}
 		select {

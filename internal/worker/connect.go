@@ -155,7 +155,7 @@ func (w *Worker) stream(ctx context.Context, gen int, workerID string) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		end(decodeResponse(resp, "stream", nil))
+		end(w.c.noteRefusal(decodeResponse(resp, "stream", nil)))
 		return
 	}
 	w.post(streamOpened{gen: gen})

@@ -57,8 +57,12 @@ func (w *Worker) heartbeatLoop(ctx context.Context, stop <-chan struct{}) {
 				failing = false
 			}
 		case isAuthError(err):
+			// Nothing sent with a refused token can succeed: wait for the
+			// loop to install a new one (or to end the worker).
 			w.post(authRejected{err: err})
-			return
+			if !w.waitTokenUsable(ctx, stop) {
+				return
+			}
 		case ctx.Err() != nil:
 			return
 		default:

@@ -31,6 +31,11 @@ const (
 	ExitFailed = 3 // any other failure
 )
 
+// tokenFlagWarning is said whenever the token comes from --worker-token.
+const tokenFlagWarning = "simpletuner-workerd: warning: a token given as --worker-token can be read by every user of this " +
+	"machine in ps and /proc/<pid>/cmdline until workerd hides it, and stays in the shell's history; put it in " +
+	config.DefaultWorkerTokenFile + " (the default token_file, mode 0600), a systemd credential, or SIMPLETUNER_WORKER_TOKEN instead"
+
 // Main runs the program with args (without the program name) and returns its
 // exit status.
 func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -47,9 +52,18 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "simpletuner-workerd: configuration error:\n%v\n", err)
 		return ExitConfig
 	}
+	if cfg.Origin("orchestrator.token") == "--worker-token" {
+		fmt.Fprintln(stderr, tokenFlagWarning)
+	}
 	if opts.CheckConfig {
 		fmt.Fprint(stdout, cfg.Redacted())
 		fmt.Fprintf(stdout, "\n# job isolation here: %s\n", isolation.Probe(IsolationConfig(cfg, nil)))
+		// A worker without an orchestrator URL or a token cannot run: the
+		// packaged file, as shipped, is such a template.
+		if err := cfg.Require(); err != nil {
+			fmt.Fprintf(stderr, "simpletuner-workerd: configuration error: the worker cannot run:\n%v\n", err)
+			return ExitConfig
+		}
 		return ExitOK
 	}
 	log, level := daemon.NewLogger(cfg.Log, os.Stderr)
@@ -77,7 +91,7 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) i
 		fmt.Fprintln(stderr, "simpletuner-workerd:", err)
 		return ExitConfig
 	case errors.Is(err, worker.ErrNotAnOrchestrator), errors.Is(err, worker.ErrRedirected), errors.Is(err, worker.ErrClientCertificate),
-		errors.Is(err, worker.ErrRegistrationRefused):
+		errors.Is(err, worker.ErrRegistrationRefused), errors.Is(err, worker.ErrWrongScheme):
 		fmt.Fprintln(stderr, "simpletuner-workerd: configuration error:", err)
 		return ExitConfig
 	default:

@@ -379,6 +379,14 @@ func TestSubmitWaitExitCodes(t *testing.T) {
 		}
 	}
 
+	// The reply's warnings go to stderr; the job is queued all the same.
+	r := c.runStdin(`{"steps": 1}`, "submit", "-", "-q", "--gpus", "64")
+	if r.Code != 0 || !strings.HasPrefix(r.Stdout, "j_") ||
+		!strings.Contains(r.Stderr, "simpletunerctl submit: warning: no worker can run this job yet: it asks for 64 GPUs") {
+		t.Errorf("submit of a job too large for every worker:\n%s", r)
+	}
+	c.ok("cancel", strings.TrimSpace(r.Stdout))
+
 	// Cancelled while waiting: exit 1; -o json prints the final job.
 	b := c.start("submit", "--config", writeFile(t, `{"steps": 600, "step_seconds": 0.1}`), "--wait", "-o", "json")
 	var id string

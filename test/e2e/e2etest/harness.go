@@ -167,10 +167,11 @@ type OrchOptions struct {
 	AckTimeout        string
 	PingInterval      string
 	SchedulerInterval string
-	MaxRetries        int   // 0 → 3
-	LogLimitBytes     int64 // 0 → built-in default
-	MaxBodyBytes      int64 // 0 → built-in default
-	Metrics           bool  // serve /metrics on a free port (Orch.MetricsURL)
+	MaxRetries        int    // 0 → 3
+	LogLimitBytes     int64  // 0 → built-in default
+	MaxBodyBytes      int64  // 0 → built-in default
+	BodyTimeout       string // [server] body_timeout; "" → built-in default
+	Metrics           bool   // serve /metrics on a free port (Orch.MetricsURL)
 	LogLevel          string
 	Env               []string // extra environment of the orchestrator process
 	StateDir          string   // "" → <dir>/state
@@ -240,6 +241,9 @@ func orchestratorTOML(dir string, port, metricsPort int, o OrchOptions) string {
 	}
 	if o.MaxBodyBytes > 0 {
 		extraServer = fmt.Sprintf("max_body_bytes = %d\n", o.MaxBodyBytes)
+	}
+	if o.BodyTimeout != "" {
+		extraServer += fmt.Sprintf("body_timeout = %q\n", o.BodyTimeout)
 	}
 	stateDir := o.StateDir
 	if stateDir == "" {
