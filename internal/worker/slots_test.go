@@ -155,7 +155,9 @@ func waitLog(t *testing.T, r *running, s string) {
 // self-fenced job is still in its stop grace. The registration must not list
 // the job (the orchestrator would resume an attempt that is being killed), and
 // the job's cancelled report must go once it is dead, without waiting for yet
-// another registration.
+// another registration. The orchestrator comes back only once a registration
+// composed after the fence has been tried: one composed before it, still on
+// its way, lists the job by design (TestFencedWhileRegistering).
 func TestFencedJobNotResumedWhileItDies(t *testing.T) {
 	t.Parallel()
 	f, r := setup(t, func(o *Options) {
@@ -172,8 +174,11 @@ func TestFencedJobNotResumedWhileItDies(t *testing.T) {
 	f.srv.CloseClientConnections()
 	waitLog(t, r, "stopping the job: the orchestrator has not acknowledged")
 	f.mu.Lock()
-	before := len(f.registers)
+	before, drops := len(f.registers), f.regDrops
 	f.mu.Unlock()
+	// Registrations go one at a time: the first dropped from here on may
+	// have been composed before the fence, the second was composed after.
+	f.waitFor("a registration composed after the fence", 5*time.Second, func() bool { return f.regDrops >= drops+2 })
 	f.down.Store(false)
 	f.waitFor("a registration after the fence", 5*time.Second, func() bool { return len(f.registers) > before })
 	f.mu.Lock()
