@@ -1,12 +1,16 @@
 // Package testutil holds the small helpers that the tests of several packages
-// share: a buffer safe to read while another goroutine writes to it, and free
-// loopback ports.
+// share: a buffer safe to read while another goroutine writes to it, free
+// loopback ports, and small file systems to fill up.
 package testutil
 
 import (
 	"bytes"
+	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -52,6 +56,55 @@ func MustFreePort(t testing.TB) int {
 	p, err := FreePort()
 	if err != nil {
 		t.Fatal(err)
+	}
+	return p
+}
+
+// SmallFS mounts a tmpfs of the given size ("16m") on a new directory and
+// unmounts it when the test ends. Mounting needs root; elsewhere the test is
+// skipped, saying so.
+func SmallFS(t testing.TB, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs for the full disk (run the tests as root, as CI does)")
+	}
+	dir := filepath.Join(t.TempDir(), "small")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size+",mode=0755"); err != nil {
+		t.Skipf("cannot mount a %s tmpfs on %s: %v", size, dir, err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	return dir
+}
+
+// Fill writes a filler file into dir until its file system is full and
+// returns the file's path; removing it frees the space.
+func Fill(t testing.TB, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, "filler")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			if errors.Is(err, syscall.ENOSPC) {
+				break
+			}
+			t.Fatal(err)
+		}
+	}
+	// Fill the last partial block too.
+	for n := len(buf) / 2; n > 0; n /= 2 {
+		for {
+			if _, err := f.Write(buf[:n]); err != nil {
+				break
+			}
+		}
 	}
 	return p
 }
