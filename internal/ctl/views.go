@@ -99,12 +99,6 @@ func (w Worker) GPUsFreeText() string {
 	return fmt.Sprintf("%d/%d", free, w.GPUCount)
 }
 
-// workerList is GET /api/admin/workers.
-type workerList struct {
-	Workers []json.RawMessage `json:"workers"`
-	Total   int               `json:"total"`
-}
-
 // Job is an entry of GET /api/queue, or GET /api/queue/{id} with attempts.
 type Job struct {
 	ID             string            `json:"job_id"`
@@ -150,14 +144,6 @@ type Attempt struct {
 // Terminal reports whether a job status can never change again.
 func Terminal(status string) bool {
 	return status == "completed" || status == "failed" || status == "cancelled"
-}
-
-// jobList is GET /api/queue.
-type jobList struct {
-	Entries      []json.RawMessage `json:"entries"`
-	Total        int               `json:"total"`
-	TotalPending int               `json:"total_pending"`
-	TotalRunning int               `json:"total_running"`
 }
 
 // Token is an entry of GET /api/admin/tokens.

@@ -266,7 +266,8 @@ func (s *Server) Healthy() error {
 func (s *Server) BeginShutdown() {
 	s.stopping.Store(true)
 	s.passMu.Lock()
-	s.passMu.Unlock() //nolint:staticcheck // waiting for the pass under way is the point
+	//lint:ignore SA2001 waiting for the pass under way is the point
+	s.passMu.Unlock()
 	s.stopOnce.Do(func() { close(s.stopped) })
 	s.hub.CloseAll()
 }

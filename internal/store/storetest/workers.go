@@ -213,8 +213,9 @@ func testSetWorkerTokenHash(t *testing.T, s store.Store) {
 
 func testDeleteWorkerKeepsHistory(t *testing.T, s store.Store) {
 	w := newWorker(t, s)
-	j := newJob(t, s)
-	j, _ = claim(t, s, w.ID)
+	queued := newJob(t, s)
+	j, _ := claim(t, s, w.ID)
+	equal(t, j.ID, queued.ID, "the claimed job")
 	j = transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobCompleted, By: lifecycle.Report, EndAttempt: protocol.OutcomeCompleted}})
 	noErr(t, s.DeleteWorker(t.Context(), w.ID, rec("worker.delete")), "DeleteWorker")
 	_, err := s.GetWorker(t.Context(), w.ID)
