@@ -1,6 +1,8 @@
 # Build, test and package simpletuner-orchestratord and simpletuner-workerd.
 GO       ?= go
-VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The one version the binaries report and the packages carry (see
+# packaging/version.sh); make VERSION=1.2.0 sets it, without a leading "v".
+override VERSION := $(shell VERSION='$(VERSION)' ./packaging/version.sh)
 LDFLAGS  := -s -w -X github.com/simpletuner/simpletuner-orchestration/internal/version.Version=$(VERSION)
 BIN      := bin
 
@@ -72,7 +74,7 @@ completions: build
 	$(BIN)/simpletunerctl completion fish >packaging/completions/simpletunerctl.fish
 
 package: build man completions
-	./packaging/build-packages.sh
+	VERSION='$(VERSION)' ./packaging/build-packages.sh
 
 clean:
 	rm -rf $(BIN) dist packaging/completions

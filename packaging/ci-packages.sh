@@ -10,13 +10,12 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-make build man completions
 old=$(mktemp -d)
 root=$(mktemp -d)
 trap 'rm -rf "$root" "$old"' EXIT
-VERSION=0.1.0 ./packaging/build-packages.sh >/dev/null
+make package VERSION=0.1.0 >/dev/null
 mv dist/*.deb "$old/"
-VERSION=0.2.0 ./packaging/build-packages.sh >/dev/null
+make package VERSION=0.2.0 >/dev/null
 
 deb() { ls "dist/${2:-}$1"_*.deb; }
 rpmf() { ls dist/"$1"-*.rpm; }
@@ -96,8 +95,15 @@ for c in worker-token worker-cert worker-key database-url; do
 	test "$(stat -c %a "$root/etc/simpletuner/$c")" = 600
 done
 "$root/usr/bin/simpletuner-orchestratord" --check-config --config "$root/etc/simpletuner/orchestratord.toml" >/dev/null
-"$root/usr/bin/simpletuner-workerd" --version
 "$root/usr/bin/simpletunerctl" --help >/dev/null
+# The binaries report the version of the package they came in.
+versions_are() {
+	for cmd in "simpletuner-orchestratord --version" "simpletuner-workerd --version" "simpletunerctl version"; do
+		got=$("$root/usr/bin/"$cmd)
+		[ "$got" = "${cmd%% *} $1" ] || { echo "$cmd from the $1 packages says: $got" >&2; exit 1; }
+	done
+}
+versions_are 0.1.0
 
 # An upgrade keeps an admin's edits to the configuration files.
 echo '# edited by the admin' >>"$root/etc/simpletuner/orchestratord.toml"
@@ -107,6 +113,7 @@ for c in orchestratord workerd; do
 	grep -q '^# edited by the admin$' "$root/etc/simpletuner/$c.toml" || { echo "upgrade lost the edit of $c.toml" >&2; exit 1; }
 done
 dpkgr -s simpletuner-orchestratord | grep -q '^Version: 0.2.0'
+versions_are 0.2.0
 
 # Remove keeps state; purge deletes it.
 touch "$root/var/lib/simpletuner/orchestrator.db"

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/version"
 )
 
 // TestUpstreamAgentReplay replays the exact request sequence of SimpleTuner's
@@ -363,21 +365,29 @@ func TestAuditChainAndNoTokenInLogs(t *testing.T) {
 
 func TestHealthzReadyzMetrics(t *testing.T) {
 	t.Parallel()
-	e := setup(t, backends["sqlite"](t))
-	e.must(e.do("GET", "/healthz", nil, nil), 200)
-	e.must(e.do("GET", "/readyz", nil, nil), 200)
-	rec := &testutil.Buffer{}
-	e.srv.writeMetrics(context.Background(), rec)
-	for _, m := range []string{"simpletuner_queue_depth", "simpletuner_workers{status=\"idle\"}", "simpletuner_dispatch_latency_seconds_bucket",
-		"simpletuner_heartbeats_total", "simpletuner_stale_attempt_rejections_total", "simpletuner_sse_connections", "simpletuner_auth_failures_total"} {
-		if !strings.Contains(rec.String(), m) {
-			t.Errorf("metrics lack %s", m)
+	forEachStore(t, func(t *testing.T, open func(t testing.TB) store.Store) {
+		st := open(t)
+		e := setup(t, st)
+		h := e.must(e.do("GET", "/healthz", nil, nil), 200)
+		if h.JSON["status"] != "ok" || h.JSON["version"] != version.Version || h.JSON["store"] != st.Kind() {
+			t.Errorf("healthz: %s; want the version %q and the store %q", h.Body, version.Version, st.Kind())
 		}
-	}
-	e.srv.BeginShutdown()
-	if r := e.do("GET", "/readyz", nil, nil); r.Status != http.StatusServiceUnavailable {
-		t.Fatalf("readyz while stopping: %d", r.Status)
-	}
+		e.must(e.do("GET", "/readyz", nil, nil), 200)
+		rec := &testutil.Buffer{}
+		e.srv.writeMetrics(context.Background(), rec)
+		buildInfo := fmt.Sprintf("simpletuner_build_info{version=%q,store=%q} 1\n", version.Version, st.Kind())
+		for _, m := range []string{"simpletuner_queue_depth", "simpletuner_workers{status=\"idle\"}", "simpletuner_dispatch_latency_seconds_bucket",
+			"simpletuner_heartbeats_total", "simpletuner_stale_attempt_rejections_total", "simpletuner_sse_connections", "simpletuner_auth_failures_total",
+			buildInfo} {
+			if !strings.Contains(rec.String(), m) {
+				t.Errorf("metrics lack %s", m)
+			}
+		}
+		e.srv.BeginShutdown()
+		if r := e.do("GET", "/readyz", nil, nil); r.Status != http.StatusServiceUnavailable {
+			t.Fatalf("readyz while stopping: %d", r.Status)
+		}
+	})
 }
 
 // A worker that drains on its own (a stop signal) says so in its heartbeat:

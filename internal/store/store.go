@@ -341,6 +341,8 @@ type Store interface {
 	// Ping reports whether the database answers.
 	Ping(ctx context.Context) error
 	Close() error
+	// Kind names the engine: "sqlite" or "postgres".
+	Kind() string
 
 	// Workers.
 	CreateWorker(ctx context.Context, w Worker, tokenHash string, rec *audit.Record) error

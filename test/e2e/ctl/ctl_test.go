@@ -59,7 +59,7 @@ func TestEveryCommandOverTCP(t *testing.T) {
 
 	// status, on an empty orchestrator: a stable JSON document.
 	r := c.ok("status")
-	mustContain(t, "status", r.Stdout, "Health:", "ok, ready", "Workers:", "0 queued, 0 running")
+	mustContain(t, "status", r.Stdout, "Health:", "ok, ready", "Version:       dev\n", "Store:         sqlite\n", "Workers:", "0 queued, 0 running")
 	golden(t, "status.json", norm.apply(c.ok("status", "-o", "json").Stdout))
 
 	// worker create: the token goes to the credential file, 0600, never to stdout.
