@@ -311,13 +311,16 @@ func (a *app) workerAction(use, short, long string, method func(cmd *cobra.Comma
 				Status string `json:"status"`
 			}
 			raw, err := cl.JSON(ctx, client.Request{Method: m, Path: "/api/admin/workers/" + client.PathEscape(wk.ID) + path}, &reply)
+			if use == "delete" && path == "" && client.IsStatus(err, http.StatusConflict) {
+				return fmt.Errorf("%w; --force deletes it anyway", err)
+			}
 			if err != nil {
 				return err
 			}
 			if a.format == output.JSONFormat {
 				return output.WriteJSON(a.out(), raw)
 			}
-			state := reply.Status
+			state := workerStatusText(reply.Status)
 			if use == "delete" {
 				state = "deleted"
 			}

@@ -361,7 +361,8 @@ func (s *Server) resumeWorker(w http.ResponseWriter, r *http.Request, ps httprou
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "worker_id": id, "status": wk.Status})
+	status, _ := s.shown(wk) // as the worker list shows it
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "worker_id": id, "status": status})
 	return nil
 }
 

@@ -283,6 +283,43 @@ func TestAdminWorkersAPI(t *testing.T) {
 	})
 }
 
+// A worker that runs nothing and is out of touch may be deleted without
+// force, whatever an admin set: one drained (and resumed, which leaves it
+// never connected) before it ever connected, and one drained that then went
+// away. One in touch needs force; the refusal names no client's flag.
+func TestDeleteWorkerOutOfTouch(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t))
+		id, _ := e.createWorker("new", "persistent", nil)
+		path := "/api/admin/workers/" + id
+		if r := e.must(e.adminDo("POST", path+"/drain", nil), 200); r.JSON["status"] != "draining" {
+			t.Fatalf("drain: %s", r.Body)
+		}
+		if r := e.must(e.adminDo("POST", path+"/resume", nil), 200); r.JSON["status"] != "connecting" {
+			t.Fatalf("resume of a worker that never connected: %s", r.Body)
+		}
+		if r := e.must(e.adminDo("GET", path, nil), 200); r.JSON["status"] != "connecting" {
+			t.Fatalf("after resume: %s", r.Body)
+		}
+		e.must(e.adminDo("POST", path+"/drain", nil), 200)
+		e.must(e.adminDo("DELETE", path, nil), 200)
+
+		a := e.startAgent("away", nil, nil)
+		path = "/api/admin/workers/" + a.id
+		e.must(e.adminDo("POST", path+"/drain", nil), 200)
+		r := e.must(e.adminDo("DELETE", path, nil), 409)
+		if d := r.JSON["detail"].(string); !strings.Contains(d, "draining and in touch") || strings.Contains(d, "?force") {
+			t.Errorf("refusal: %s", d)
+		}
+		a.silence()
+		a.cancel()
+		eventually(t, 10*time.Second, "the drained worker deletable once out of touch", func() bool {
+			return e.adminDo("DELETE", path, nil).Status == 200
+		})
+	})
+}
+
 func TestAdminAuthScopesAndRateLimit(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
