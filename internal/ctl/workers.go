@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -42,8 +43,12 @@ worker up but no orchestrator holds its event stream.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			status, err := statusFlag(status, workerStatusFilters)
+			if err != nil {
+				return err
+			}
 			render := func(w io.Writer) error {
-				ws, raws, err := a.allWorkers(ctx, strings.ToLower(status))
+				ws, raws, err := a.allWorkers(ctx, status)
 				if err != nil {
 					return err
 				}
@@ -74,9 +79,22 @@ worker up but no orchestrator holds its event stream.`,
 	f.StringVar(&status, "status", "", "only workers in this state: connecting, idle, partial, busy, draining, offline")
 	f.BoolVarP(&watch, "watch", "w", false, "redraw every --interval until interrupted")
 	f.DurationVar(&interval, "interval", 2*time.Second, "how often --watch redraws")
-	_ = cmd.RegisterFlagCompletionFunc("status", cobra.FixedCompletions(
-		[]string{"connecting", "idle", "partial", "busy", "draining", "offline"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("status", cobra.FixedCompletions(workerStatusFilters, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
+}
+
+// workerStatusFilters are the statuses GET /api/admin/workers filters on.
+var workerStatusFilters = []string{"connecting", "idle", "partial", "busy", "draining", "offline"}
+
+// statusFlag checks a --status value against the ones the list filters on,
+// case aside; "" is no filter. Another value is bad usage, refused before
+// anything is asked.
+func statusFlag(value string, known []string) (string, error) {
+	value = strings.ToLower(value)
+	if value != "" && !slices.Contains(known, value) {
+		return "", usagef("--status must be one of %s; got %q", strings.Join(known, ", "), value)
+	}
+	return value, nil
 }
 
 func (a *app) workerShowCommand() *cobra.Command {
