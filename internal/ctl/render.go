@@ -191,8 +191,8 @@ func (r renderer) jobs(w io.Writer, js []Job) error {
 				vram = trimFloat(j.MinVRAMGB) + "GB"
 			}
 			note := deref(j.Error)
-			if j.Status == "queued" && deref(j.WaitingReason) != "" {
-				note = deref(j.WaitingReason)
+			if j.Status == "queued" {
+				note = first(deref(j.WaitingDetail), deref(j.WaitingReason))
 			}
 			t.Row(j.ID, r.style.State(j.Status), strconv.Itoa(j.Priority), configText(j), j.Target, strconv.Itoa(j.GPUCount), vram,
 				labelsText(j.WorkerLabels), deref(j.WorkerID), strconv.Itoa(j.Attempt), fmt.Sprintf("%d/%d", j.RetriesUsed, j.MaxRetries),
@@ -203,6 +203,16 @@ func (r renderer) jobs(w io.Writer, js []Job) error {
 			deref(j.WorkerID), r.age(&j.QueuedAt))
 	}
 	return t.Write(w)
+}
+
+// waitingText is why a queued job waits: the orchestrator's sentence with
+// its reason code, or whichever of the two an orchestrator sends.
+func waitingText(j Job) string {
+	reason, detail := deref(j.WaitingReason), deref(j.WaitingDetail)
+	if reason == "" || detail == "" {
+		return reason + detail
+	}
+	return detail + " (" + reason + ")"
 }
 
 func (r renderer) job(w io.Writer, j Job) error {
@@ -227,7 +237,7 @@ func (r renderer) job(w io.Writer, j Job) error {
 	kv := [][2]string{
 		{"Job", j.ID},
 		{"Status", r.style.State(j.Status)},
-		{"Waiting", deref(j.WaitingReason)},
+		{"Waiting", waitingText(j)},
 		{"Config", configText(j)},
 		{"Target", j.Target},
 		{"Priority", strconv.Itoa(j.Priority)},

@@ -222,3 +222,21 @@ func TestWorkerCounts(t *testing.T) {
 		}
 	}
 }
+
+// A queued job's wait is told in the orchestrator's sentence, with its code.
+func TestWaitingText(t *testing.T) {
+	reason, detail := "gpus_busy", "1 matching worker(s) have room for a job, none has 2 free GPU(s)"
+	for _, c := range []struct {
+		reason, detail *string
+		want           string
+	}{
+		{&reason, &detail, detail + " (gpus_busy)"},
+		{&reason, nil, "gpus_busy"},
+		{nil, &detail, detail},
+		{nil, nil, ""},
+	} {
+		if got := waitingText(Job{WaitingReason: c.reason, WaitingDetail: c.detail}); got != c.want {
+			t.Errorf("waitingText(%v, %v) = %q, want %q", c.reason, c.detail, got, c.want)
+		}
+	}
+}

@@ -122,8 +122,10 @@ type Job struct {
 	StartedAt      *string           `json:"started_at"`
 	CompletedAt    *string           `json:"completed_at"`
 	Attempts       []Attempt         `json:"attempts"`
-	// WaitingReason, from newer orchestrators, says why a queued job is not running.
+	// WaitingReason, from newer orchestrators, says why a queued job is not
+	// running (a code); WaitingDetail says it in a sentence.
 	WaitingReason *string `json:"waiting_reason"`
+	WaitingDetail *string `json:"waiting_detail"`
 }
 
 // Attempt is one dispatch of a job.

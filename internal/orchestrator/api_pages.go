@@ -157,8 +157,22 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		reply["total"] = total
 	}
 	entries := make([]jobView, 0, len(jobs))
+	var facts []workerFacts // read for the first queued job, then shared
+	factsRead := false
 	for _, j := range jobs {
-		entries = append(entries, newJobView(j))
+		v := newJobView(j)
+		if j.Status == protocol.JobQueued {
+			if !factsRead {
+				if facts, err = s.workerFacts(r.Context()); err != nil {
+					return err
+				}
+				factsRead = true
+			}
+			if v.WaitingReason, v.WaitingDetail, err = s.explainWait(r.Context(), j, facts); err != nil {
+				return err
+			}
+		}
+		entries = append(entries, v)
 	}
 	reply["entries"] = entries
 	writeJSON(w, http.StatusOK, reply)
