@@ -115,8 +115,12 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 			break
 		}
 	}
-	if reportedType := typeOf(req.Persistent); reportedType != updated.Type {
-		s.log.Warn("the worker reports another type than an admin gave it; it adopts the admin's unless its own configuration sets one",
+	// A workerd whose configuration leaves its type unset adopts the admin's
+	// from this reply: what it sent is no claim. SimpleTuner's agent (protocol
+	// 1) always keeps its own.
+	ownType := req.Protocol < 2 || (req.Capabilities != nil && req.Capabilities.OwnType)
+	if reportedType := typeOf(req.Persistent); ownType && reportedType != updated.Type {
+		s.log.Warn("the worker's configuration sets another type than an admin gave it",
 			"worker_id", wk.ID, "name", updated.Name, "worker_type", updated.Type, "reported", reportedType)
 	}
 

@@ -320,6 +320,29 @@ func TestDeleteWorkerOutOfTouch(t *testing.T) {
 	})
 }
 
+// A type mismatch is logged only when the worker's configuration sets its
+// type: a workerd that leaves it unset adopts the admin's from the reply.
+func TestTypeMismatchLoggedOnlyForAWorkersOwnType(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t))
+	const warning = "sets another type than an admin gave it"
+	for _, c := range []struct {
+		name string
+		caps map[string]any
+		warn bool
+	}{
+		{"adopts", map[string]any{"isolation": "cgroup"}, false},
+		{"owns", map[string]any{"isolation": "cgroup", "own_type": true}, true},
+	} {
+		id, token := e.createWorker(c.name, "persistent", nil)
+		before := strings.Count(e.logs.String(), warning)
+		e.must(e.newAgent(id, token, 2).register(map[string]any{"name": c.name, "persistent": false, "capabilities": c.caps}), 200)
+		if warned := strings.Count(e.logs.String(), warning) > before; warned != c.warn {
+			t.Errorf("%s: warned %v, want %v\n%s", c.name, warned, c.warn, e.logs.String())
+		}
+	}
+}
+
 func TestAdminAuthScopesAndRateLimit(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {

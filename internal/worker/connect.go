@@ -76,7 +76,7 @@ func (w *Worker) registerRequest() (protocol.RegisterRequest, []string) {
 		current = r[0].jobID
 	}
 	leftOut := slices.Collect(maps.Keys(w.unreconciled))
-	caps := protocol.Capabilities{Isolation: w.iso.Name(), MaxJobs: w.maxJobs}
+	caps := protocol.Capabilities{Isolation: w.iso.Name(), MaxJobs: w.maxJobs, OwnType: w.opt.OwnType}
 	if w.jobSettings.OwnCancelGrace {
 		caps.CancelGraceSeconds = w.jobSettings.CancelGrace.Seconds()
 	}
