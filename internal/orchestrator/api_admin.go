@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net"
@@ -198,6 +199,9 @@ func (s *Server) createWorker(w http.ResponseWriter, r *http.Request, _ httprout
 	if err := validLabels("labels", req.Labels); err != nil {
 		return err
 	}
+	if err := s.nameFree(r.Context(), strings.TrimSpace(*req.Name), ""); err != nil {
+		return err
+	}
 	token := auth.NewWorkerToken()
 	wk := store.Worker{
 		ID: protocol.NewWorkerID(), Name: strings.TrimSpace(*req.Name), Type: req.WorkerType,
@@ -217,6 +221,16 @@ func (s *Server) createWorker(w http.ResponseWriter, r *http.Request, _ httprout
 		"labels_locked": wk.LabelsLocked, "token": token, "connection_command": connectionCommand(s.baseURL(r), token),
 	})
 	return nil
+}
+
+// nameFree refuses (409) a name another worker than self has: admins and
+// simpletunerctl find a worker by its name.
+func (s *Server) nameFree(ctx context.Context, name, self string) error {
+	other, err := s.namedOther(ctx, name, self)
+	if err == nil && other != "" {
+		return conflict("field \"name\": worker %s is already named %q; worker names are unique", other, name)
+	}
+	return err
 }
 
 func validLabels(field string, labels map[string]string) error {
@@ -266,6 +280,11 @@ func (s *Server) patchWorker(w http.ResponseWriter, r *http.Request, ps httprout
 	id := ps.ByName("id")
 	if _, err := s.loadWorker(r, id); err != nil {
 		return err
+	}
+	if req.Name != nil {
+		if err := s.nameFree(r.Context(), strings.TrimSpace(*req.Name), id); err != nil {
+			return err
+		}
 	}
 	wk, err := s.store.UpdateWorker(r.Context(), id, func(cur *store.Worker) (*audit.Record, error) {
 		if req.Name != nil {

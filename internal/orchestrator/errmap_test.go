@@ -127,9 +127,11 @@ func TestReadyzDoesNotLeakTheDatabaseError(t *testing.T) {
 func TestConnectionCommandIsSafe(t *testing.T) {
 	t.Parallel()
 	e := setup(t, backends["sqlite"](t))
+	created := 0
 	create := func(host string) (string, string) {
 		t.Helper()
-		req, _ := http.NewRequest("POST", e.url+"/api/admin/workers", strings.NewReader(`{"name": "w"}`))
+		created++ // worker names are unique
+		req, _ := http.NewRequest("POST", e.url+"/api/admin/workers", strings.NewReader(fmt.Sprintf(`{"name": "w%d"}`, created)))
 		req.Host = host
 		req.Header.Set("Authorization", "Bearer "+e.admin)
 		res, err := http.DefaultClient.Do(req)

@@ -137,6 +137,7 @@ type GPULease struct {
 // WorkerFilter narrows ListWorkers. Zero values mean "any"/"no limit".
 type WorkerFilter struct {
 	Status protocol.WorkerStatus
+	Name   string // exactly this name
 	Limit  int
 	Offset int
 }

@@ -112,7 +112,9 @@ func testListWorkersPaging(t *testing.T, s store.Store) {
 		{"w_b", 2, protocol.WorkerOffline}, {"w_d", 0, protocol.WorkerIdle},
 	}
 	for _, sp := range specs {
-		newWorker(t, s, func(w *store.Worker) { w.ID, w.CreatedAt, w.Status = sp.id, at(sp.at*time.Second), sp.status })
+		newWorker(t, s, func(w *store.Worker) {
+			w.ID, w.CreatedAt, w.Status, w.Name = sp.id, at(sp.at*time.Second), sp.status, "box-"+sp.id[2:]
+		})
 	}
 	ids := func(ws []store.Worker) []string {
 		var out []string
@@ -134,6 +136,9 @@ func testListWorkersPaging(t *testing.T, s store.Store) {
 		{store.WorkerFilter{Status: protocol.WorkerIdle}, []string{"w_d", "w_c", "w_e"}, 3},
 		{store.WorkerFilter{Status: protocol.WorkerIdle, Limit: 1, Offset: 1}, []string{"w_c"}, 3},
 		{store.WorkerFilter{Status: protocol.WorkerDraining}, nil, 0},
+		{store.WorkerFilter{Name: "box-c"}, []string{"w_c"}, 1},
+		{store.WorkerFilter{Name: "box-c", Status: protocol.WorkerBusy}, nil, 0},
+		{store.WorkerFilter{Name: "box"}, nil, 0},
 	}
 	for _, c := range cases {
 		ws, total, err := s.ListWorkers(t.Context(), c.f)
