@@ -233,6 +233,17 @@ func (s *Server) nameFree(ctx context.Context, name, self string) error {
 	return err
 }
 
+// namedOther is the id of a worker other than self named name, or "".
+func (s *Server) namedOther(ctx context.Context, name, self string) (string, error) {
+	ws, _, err := s.store.ListWorkers(ctx, store.WorkerFilter{Name: name, Limit: 2})
+	for _, w := range ws {
+		if w.ID != self {
+			return w.ID, err
+		}
+	}
+	return "", err
+}
+
 func validLabels(field string, labels map[string]string) error {
 	if err := protocol.CheckLabels(labels); err != nil {
 		return invalid("field %q: %v", field, err)

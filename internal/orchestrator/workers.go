@@ -52,10 +52,6 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 	if err != nil {
 		return protocol.RegisterResponse{}, err
 	}
-	name, err := s.reportedName(ctx, wk, req.Name)
-	if err != nil {
-		return protocol.RegisterResponse{}, err
-	}
 	now := time.Now().UTC()
 	var tookOverFrom string
 	updated, err := s.store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
@@ -68,7 +64,7 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 		}
 		cur.Session = reg.session
 		changes := reportedChanges(*cur, req)
-		cur.Name = name
+		cur.Name = req.Name
 		cur.GPUInfo = req.GPUInfo
 		cur.Persistent = req.Persistent
 		if req.Provider != nil && *req.Provider != "" {
@@ -174,33 +170,6 @@ func placementLabels(current, admin, reported map[string]string, locked bool) ma
 		return copyLabels(admin)
 	}
 	return mergeLabels(current, admin, reported)
-}
-
-// reportedName is the name a registration gives the worker: the one it
-// reports, unless another worker has that name; then it keeps its own, since
-// admins find workers by their names, and the log says so.
-func (s *Server) reportedName(ctx context.Context, wk store.Worker, reported string) (string, error) {
-	if reported == wk.Name {
-		return reported, nil
-	}
-	other, err := s.namedOther(ctx, reported, wk.ID)
-	if err != nil || other == "" {
-		return reported, err
-	}
-	s.log.Warn("the worker reports a name another worker has; it keeps its own",
-		"worker_id", wk.ID, "name", wk.Name, "reported", reported, "other_worker_id", other)
-	return wk.Name, nil
-}
-
-// namedOther is the id of a worker other than self named name, or "".
-func (s *Server) namedOther(ctx context.Context, name, self string) (string, error) {
-	ws, _, err := s.store.ListWorkers(ctx, store.WorkerFilter{Name: name, Limit: 2})
-	for _, w := range ws {
-		if w.ID != self {
-			return w.ID, err
-		}
-	}
-	return "", err
 }
 
 // reportedChanges describes, for the registration's audit record, how what
