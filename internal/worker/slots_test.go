@@ -235,3 +235,24 @@ func TestFencedWhileRegistering(t *testing.T) {
 		t.Errorf("%+v", rep)
 	}
 }
+
+// The self-fence limit counts from when the last acknowledged heartbeat was
+// sent, not from when its answer came: the orchestrator may have heard it at
+// any moment between. Answers that each take most of the limit leave the
+// worker fenced, though one arrives more often than the limit.
+func TestSelfFenceCountsFromTheSend(t *testing.T) {
+	t.Parallel()
+	f, r := setup(t, func(o *Options) { o.SelfFenceAfter = 300 * time.Millisecond })
+	f.connected(1)
+	const id = "j_fencesend001"
+	f.submit(protocol.JobSubmitEvent{JobID: id, Attempt: 1, GPUs: gpus(protocol.AssignedGPU{Index: 0}),
+		Config: json.RawMessage(`{"steps":100000,"step_seconds":0.05}`)})
+	f.started(id)
+	f.hbDelay.Store(int64(250 * time.Millisecond))
+	waitLog(t, r, "stopping the job: the orchestrator has not acknowledged")
+	f.hbDelay.Store(0)
+	f.dropStreams() // the cancelled report goes after the next registration
+	if rep := f.report(id, "cancelled"); rep.Error == nil || !strings.Contains(*rep.Error, "self-fenced") {
+		t.Errorf("%+v", rep)
+	}
+}
