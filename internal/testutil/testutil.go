@@ -1,6 +1,6 @@
 // Package testutil holds the small helpers that the tests of several packages
 // share: a buffer safe to read while another goroutine writes to it, free
-// loopback ports, and small file systems to fill up.
+// loopback ports, small file systems to fill up, and whether a process runs.
 package testutil
 
 import (
@@ -9,6 +9,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -107,4 +109,16 @@ func Fill(t testing.TB, dir string) string {
 		}
 	}
 	return p
+}
+
+// Running reports whether pid is a live process. A zombie, reaped or not,
+// runs nothing and holds no GPU: it counts as gone.
+func Running(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
