@@ -335,6 +335,9 @@ func (a *app) jobsCommand() *cobra.Command {
 			if status != "" {
 				q.Set("status", status)
 			}
+			if a.format != output.TableFormat {
+				q.Set("waiting", "1") // why each queued job waits: the NOTE column, and in JSON
+			}
 			var keep func(Job) bool
 			if worker != "" {
 				wk, err := a.resolveWorker(ctx, worker)

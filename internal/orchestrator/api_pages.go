@@ -76,6 +76,9 @@ func parseOrder(v string) (string, error) {
 type jobListQuery struct {
 	filter store.JobFilter
 	order  string
+	// waiting: explain each queued job's wait, at the cost of reading every
+	// worker once for the page.
+	waiting bool
 }
 
 func parseJobList(r *http.Request) (jobListQuery, error) {
@@ -104,6 +107,11 @@ func parseJobList(r *http.Request) (jobListQuery, error) {
 	var err error
 	if out.order, err = parseOrder(q.Get("order")); err != nil {
 		return out, err
+	}
+	if w := q.Get("waiting"); w != "" {
+		if out.waiting, err = strconv.ParseBool(w); err != nil {
+			return out, invalid("query parameter \"waiting\" must be 1 or 0; got %q", w)
+		}
 	}
 	if f.Limit, f.Offset, err = page(r, 50, 200); err != nil {
 		return out, err
@@ -161,7 +169,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, _ httprouter.P
 	factsRead := false
 	for _, j := range jobs {
 		v := newJobView(j)
-		if j.Status == protocol.JobQueued {
+		if lq.waiting && j.Status == protocol.JobQueued {
 			if !factsRead {
 				if facts, err = s.workerFacts(r.Context()); err != nil {
 					return err

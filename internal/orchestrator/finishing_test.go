@@ -171,9 +171,16 @@ func TestWaitingReasons(t *testing.T) {
 	if _, has := e.job(plain)["waiting_reason"]; !has {
 		t.Fatal("no waiting_reason")
 	}
-	// The list says the same of each queued job, and nothing of the others.
+	// Asked to, the list says the same of each queued job, and nothing of
+	// the others; unasked, it reads no worker and says nothing.
+	e.must(e.adminDo("GET", "/api/queue?waiting=maybe", nil), 422)
+	for _, raw := range e.must(e.adminDo("GET", "/api/queue", nil), 200).JSON["entries"].([]any) {
+		if _, has := raw.(map[string]any)["waiting_reason"]; has {
+			t.Fatalf("a list not asked to explain waits: %v", raw)
+		}
+	}
 	e.must(e.adminDo("POST", "/api/queue/"+huge+"/cancel", nil), 200)
-	entries := e.must(e.adminDo("GET", "/api/queue", nil), 200).JSON["entries"].([]any)
+	entries := e.must(e.adminDo("GET", "/api/queue?waiting=1", nil), 200).JSON["entries"].([]any)
 	if len(entries) != 4 {
 		t.Fatalf("%d entries", len(entries))
 	}
