@@ -21,7 +21,9 @@ import (
 func TestUpstreamAgentReplay(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
-		e := setup(t, open(t))
+		// The replay heartbeats only where the script says: a loaded machine
+		// must not make the worker look lost between two steps.
+		e := setup(t, open(t), patientHeartbeats)
 		id, token := e.createWorker("gpu-worker-1", "ephemeral", map[string]string{"location": "dc-a"})
 		a := e.newAgent(id, token, 1)
 		r := e.must(a.register(nil), 200)
