@@ -228,7 +228,7 @@ func (s *Server) createWorker(w http.ResponseWriter, r *http.Request, _ httprout
 func (s *Server) nameFree(ctx context.Context, name, self string) error {
 	other, err := s.namedOther(ctx, name, self)
 	if err == nil && other != "" {
-		return conflict("field \"name\": worker %s is already named %q; worker names are unique", other, name)
+		return conflict("field \"name\": worker %s is already named %q; give this one another name, so that a name finds one worker", other, name)
 	}
 	return err
 }
