@@ -1,6 +1,8 @@
 # Build, test and package simpletuner-orchestratord and simpletuner-workerd.
 GO       ?= go
-VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The one version the binaries report and the packages carry (see
+# packaging/version.sh); make VERSION=1.2.0 sets it, without a leading "v".
+override VERSION := $(shell VERSION='$(VERSION)' ./packaging/version.sh)
 LDFLAGS  := -s -w -X github.com/simpletuner/simpletuner-orchestration/internal/version.Version=$(VERSION)
 BIN      := bin
 
@@ -32,9 +34,12 @@ minio:
 	@command -v minio >/dev/null 2>&1 || test -x "$$($(GO) env GOPATH)/bin/minio" || \
 		{ echo "building minio $(MINIO_VERSION)"; $(GO) install github.com/minio/minio@$(MINIO_VERSION); }
 
+# staticcheck is a tool dependency in go.mod: its version is pinned there and
+# it comes through the module proxy like every other module.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 
 # The README's run command: orchestrator on the embedded store plus a worker running a demo job.
 demo: build
@@ -89,7 +94,7 @@ completions: build
 	$(BIN)/simpletunerctl completion fish >packaging/completions/simpletunerctl.fish
 
 package: build man completions
-	./packaging/build-packages.sh
+	VERSION='$(VERSION)' ./packaging/build-packages.sh
 
 clean:
 	rm -rf $(BIN) dist packaging/completions

@@ -10,13 +10,12 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-make build man completions
 old=$(mktemp -d)
 root=$(mktemp -d)
 trap 'rm -rf "$root" "$old"' EXIT
-VERSION=0.1.0 ./packaging/build-packages.sh >/dev/null
+make package VERSION=0.1.0 >/dev/null
 mv dist/*.deb "$old/"
-VERSION=0.2.0 ./packaging/build-packages.sh >/dev/null
+make package VERSION=0.2.0 >/dev/null
 
 deb() { ls "dist/${2:-}$1"_*.deb; }
 rpmf() { ls dist/"$1"-*.rpm; }
@@ -104,7 +103,6 @@ for c in worker-token worker-cert worker-key database-url; do
 	test "$(stat -c %a "$root/etc/simpletuner/$c")" = 600
 done
 "$root/usr/bin/simpletuner-orchestratord" --check-config --config "$root/etc/simpletuner/orchestratord.toml" >/dev/null
-"$root/usr/bin/simpletuner-workerd" --version
 # As shipped, workerd.toml is a template without an orchestrator URL or a
 # token: --check-config says so and exits 1.
 if "$root/usr/bin/simpletuner-workerd" --check-config --config "$root/etc/simpletuner/workerd.toml" >/dev/null 2>"$old/check.err"; then
@@ -113,6 +111,14 @@ if "$root/usr/bin/simpletuner-workerd" --check-config --config "$root/etc/simple
 fi
 grep -q 'key orchestrator.url: not set' "$old/check.err" || { cat "$old/check.err" >&2; exit 1; }
 "$root/usr/bin/simpletunerctl" --help >/dev/null
+# The binaries report the version of the package they came in.
+versions_are() {
+	for cmd in "simpletuner-orchestratord --version" "simpletuner-workerd --version" "simpletunerctl version"; do
+		got=$("$root/usr/bin/"$cmd)
+		[ "$got" = "${cmd%% *} $1" ] || { echo "$cmd from the $1 packages says: $got" >&2; exit 1; }
+	done
+}
+versions_are 0.1.0
 
 # An upgrade keeps an admin's edits to the configuration files.
 echo '# edited by the admin' >>"$root/etc/simpletuner/orchestratord.toml"
@@ -122,6 +128,7 @@ for c in orchestratord workerd; do
 	grep -q '^# edited by the admin$' "$root/etc/simpletuner/$c.toml" || { echo "upgrade lost the edit of $c.toml" >&2; exit 1; }
 done
 dpkgr -s simpletuner-orchestratord | grep -q '^Version: 0.2.0'
+versions_are 0.2.0
 
 # Remove keeps state; purge deletes it.
 touch "$root/var/lib/simpletuner/orchestrator.db"

@@ -221,8 +221,42 @@ func TestOptions(t *testing.T) {
 		t.Errorf("--version: %+v %v", opts, err)
 	}
 	_, _, err = LoadWorker([]string{"-h"}, env())
-	if !errors.Is(err, flag.ErrHelp) || !strings.Contains(err.Error(), "-orchestrator-url") {
+	if !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: %v", err)
+	}
+}
+
+// A flag that cannot be parsed is a usage error naming it as the
+// documentation writes it; --help lists the flags that way too.
+func TestFlagUsage(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bogus"}, "flag provided but not defined: --bogus"},
+		{[]string{"-bogus"}, "flag provided but not defined: --bogus"},
+		{[]string{"--config"}, "flag needs an argument: --config"},
+		{[]string{"-v=maybe"}, `invalid boolean value "maybe" for -v`},
+	} {
+		_, _, err := LoadOrchestrator(c.args, func(string) string { return "" })
+		var ue *UsageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v; want a usage error %q", c.args, err, c.want)
+		}
+	}
+	for name, help := range map[string]string{"orchestratord": OrchestratorFlagHelp(), "workerd": WorkerFlagHelp()} {
+		for _, want := range []string{"  --config file ", "  --check-config ", "  -v, --verbose ", "  --version "} {
+			if !strings.Contains(help, want) {
+				t.Errorf("%s's flag help lacks %q:\n%s", name, want, help)
+			}
+		}
+		if strings.Contains(help, "\n  -config") || strings.Contains(help, "  -verbose") {
+			t.Errorf("%s's flag help shows a single-dash long flag:\n%s", name, help)
+		}
+	}
+	if help := WorkerFlagHelp(); !strings.Contains(help, "  --orchestrator-url URL ") || !strings.Contains(help, "  --persistent ") {
+		t.Errorf("workerd's flag help:\n%s", help)
 	}
 }
 
@@ -281,7 +315,7 @@ func TestErrors(t *testing.T) {
 		{"flag port range", "", nil, []string{"--port", "70000"}, []string{"--port: key server.listen: invalid port"}},
 		{"--ssl alone", "", nil, []string{"--ssl"}, []string{"--ssl: needs --ssl-cert and --ssl-key"}},
 		{"--ssl-cert only", "", nil, []string{"--ssl", "--ssl-cert", cert}, []string{"--ssl: needs", "--ssl-cert: key tls.cert_file: tls.cert_file and tls.key_file must be set together"}},
-		{"unknown flag", "", nil, []string{"--nope"}, []string{"flag provided but not defined: -nope"}},
+		{"unknown flag", "", nil, []string{"--nope"}, []string{"flag provided but not defined: --nope"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

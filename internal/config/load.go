@@ -5,10 +5,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -74,7 +76,7 @@ func (t *textFlag) Set(s string) error { t.val = s; return nil }
 func (t *textFlag) IsBoolFlag() bool   { return t.isBool }
 
 func commonFlags(fs *flag.FlagSet, o *Options, def string) {
-	fs.StringVar(&o.ConfigPath, "config", def, "configuration `file` (a missing default file means built-in defaults)")
+	fs.StringVar(&o.ConfigPath, "config", def, "configuration `file`; the default one may be missing (built-in defaults then)")
 	fs.BoolVar(&o.CheckConfig, "check-config", false, "validate the configuration, print it with secrets redacted, and exit")
 	fs.BoolVar(&o.Verbose, "v", false, "shorthand for --verbose")
 	fs.BoolVar(&o.Verbose, "verbose", false, "log at debug level")
@@ -104,19 +106,84 @@ func workerFlagSet(o *Options) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args; usage text travels inside the error so callers
-// (and -h) can print it.
+// UsageError is a command line that cannot be used: an unknown flag, a flag
+// without its value, an unknown command or a missing argument. Its message
+// names what is wrong; the daemons exit with their usage status on it.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// parseFlags parses args. -h and --help give flag.ErrHelp; a flag that
+// cannot be parsed gives a *UsageError naming it as it is written, --name.
 func parseFlags(fs *flag.FlagSet, args []string) (map[string]bool, error) {
-	var out bytes.Buffer
-	fs.SetOutput(&out)
+	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
-		out.Reset()
-		fs.PrintDefaults()
-		return nil, fmt.Errorf("%w\nUsage of %s:\n%s", err, fs.Name(), out.String())
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, &UsageError{errors.New(doubleDash(err.Error()))}
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	return set, nil
+}
+
+// doubleDash rewrites the flag package's "-name" in its messages as the
+// "--name" the documentation uses (a one-letter flag keeps its one dash).
+func doubleDash(msg string) string {
+	return flagInMessage.ReplaceAllStringFunc(msg, func(m string) string {
+		if len(m) > 3 { // " -" and more than one letter
+			return " --" + m[2:]
+		}
+		return m
+	})
+}
+
+var flagInMessage = regexp.MustCompile(` -[a-zA-Z][-a-zA-Z0-9]*`)
+
+// OrchestratorFlagHelp and WorkerFlagHelp list each daemon's flags for
+// --help: one a line with its argument, then what it does.
+func OrchestratorFlagHelp() string { return flagHelp(orchestratorFlagSet(&Options{})) }
+func WorkerFlagHelp() string       { return flagHelp(workerFlagSet(&Options{})) }
+
+func flagHelp(fs *flag.FlagSet) string {
+	short := map[string]string{} // long name → its one-letter shorthand
+	fs.VisitAll(func(f *flag.Flag) {
+		if long, ok := strings.CutPrefix(f.Usage, "shorthand for --"); ok && len(f.Name) == 1 {
+			short[long] = f.Name
+		}
+	})
+	var rows [][2]string
+	width := 0
+	fs.VisitAll(func(f *flag.Flag) {
+		if len(f.Name) == 1 && short[strings.TrimPrefix(f.Usage, "shorthand for --")] == f.Name {
+			return // listed with its long name
+		}
+		arg, usage := flag.UnquoteUsage(f)
+		name := "--" + f.Name
+		if s, ok := short[f.Name]; ok {
+			name = "-" + s + ", " + name
+		}
+		if arg != "" && !isBoolFlag(f) {
+			name += " " + arg
+		}
+		if f.DefValue != "" && f.DefValue != "false" {
+			usage += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		rows = append(rows, [2]string{name, usage})
+		width = max(width, len(name))
+	})
+	var b strings.Builder
+	for _, r := range rows {
+		fmt.Fprintf(&b, "  %-*s  %s\n", width, r[0], r[1])
+	}
+	return b.String()
+}
+
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 func flagNames(fs *flag.FlagSet) []string {

@@ -235,3 +235,39 @@ func TestHostileWorkerTextIsEscaped(t *testing.T) {
 		}
 	}
 }
+
+// The status line's worker count: the total, then the statuses that have
+// workers, worded as the worker list words them.
+func TestWorkerCounts(t *testing.T) {
+	for _, c := range []struct {
+		counts map[string]int
+		want   string
+	}{
+		{map[string]int{"total": 0}, "0"},
+		{map[string]int{"total": 1, "partial": 1}, "1 partial"},
+		{map[string]int{"total": 2, "connecting": 2}, "2 never connected"},
+		{map[string]int{"total": 3, "idle": 1, "connecting": 1, "disconnected": 1}, "3 (1 idle, 1 never connected, 1 disconnected)"},
+	} {
+		if got := workerCounts(c.counts); got != c.want {
+			t.Errorf("workerCounts(%v) = %q, want %q", c.counts, got, c.want)
+		}
+	}
+}
+
+// A queued job's wait is told in the orchestrator's sentence, with its code.
+func TestWaitingText(t *testing.T) {
+	reason, detail := "gpus_busy", "1 matching worker(s) have room for a job, none has 2 free GPU(s)"
+	for _, c := range []struct {
+		reason, detail *string
+		want           string
+	}{
+		{&reason, &detail, detail + " (gpus_busy)"},
+		{&reason, nil, "gpus_busy"},
+		{nil, &detail, detail},
+		{nil, nil, ""},
+	} {
+		if got := waitingText(Job{WaitingReason: c.reason, WaitingDetail: c.detail}); got != c.want {
+			t.Errorf("waitingText(%v, %v) = %q, want %q", c.reason, c.detail, got, c.want)
+		}
+	}
+}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 // api calls the orchestrator's HTTP API with a header credential.
@@ -88,7 +89,7 @@ func TestSignInSessionAndSignOut(t *testing.T) {
 	}
 	contains(t, p, `id="token-error"`, "not a valid admin token", `aria-invalid="true"`, `value="/ui/workers"`)
 	lacks(t, p, "sta_not-a-real-token")
-	eventually(t, 5*time.Second, "the 3 failures in auth.failure records", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the 3 failures in auth.failure records", func() bool {
 		recs, _ := s.st.ListAuditNewest(t.Context(), store.AuditFilter{Action: "auth.failure"})
 		n := 0
 		for _, rec := range recs {

@@ -249,17 +249,6 @@ func lacks(t testing.TB, p page, unwanted ...string) {
 	}
 }
 
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // pgURL starts (or reuses) the test PostgreSQL and returns a fresh database.
 func pgURL(t testing.TB) string { return pgtest.Start(t) }
 

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net"
@@ -212,6 +213,9 @@ func (s *Server) createWorker(w http.ResponseWriter, r *http.Request, _ httprout
 	if err := validLabels("labels", req.Labels); err != nil {
 		return err
 	}
+	if err := s.nameFree(r.Context(), strings.TrimSpace(*req.Name), ""); err != nil {
+		return err
+	}
 	token := auth.NewWorkerToken()
 	wk := store.Worker{
 		ID: protocol.NewWorkerID(), Name: strings.TrimSpace(*req.Name), Type: req.WorkerType,
@@ -240,6 +244,27 @@ func printable(field, v string) error {
 		return invalid("field %q %v", field, err)
 	}
 	return nil
+}
+
+// nameFree refuses (409) a name another worker than self has: admins and
+// simpletunerctl find a worker by its name.
+func (s *Server) nameFree(ctx context.Context, name, self string) error {
+	other, err := s.namedOther(ctx, name, self)
+	if err == nil && other != "" {
+		return conflict("field \"name\": worker %s is already named %q; give this one another name, so that a name finds one worker", other, name)
+	}
+	return err
+}
+
+// namedOther is the id of a worker other than self named name, or "".
+func (s *Server) namedOther(ctx context.Context, name, self string) (string, error) {
+	ws, _, err := s.store.ListWorkers(ctx, store.WorkerFilter{Name: name, Limit: 2})
+	for _, w := range ws {
+		if w.ID != self {
+			return w.ID, err
+		}
+	}
+	return "", err
 }
 
 func validLabels(field string, labels map[string]string) error {
@@ -294,6 +319,11 @@ func (s *Server) patchWorker(w http.ResponseWriter, r *http.Request, ps httprout
 	id := ps.ByName("id")
 	if _, err := s.loadWorker(r, id); err != nil {
 		return err
+	}
+	if req.Name != nil {
+		if err := s.nameFree(r.Context(), strings.TrimSpace(*req.Name), id); err != nil {
+			return err
+		}
 	}
 	wk, err := s.store.UpdateWorker(r.Context(), id, func(cur *store.Worker) (*audit.Record, error) {
 		if req.Name != nil {
@@ -390,7 +420,8 @@ func (s *Server) resumeWorker(w http.ResponseWriter, r *http.Request, ps httprou
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "worker_id": id, "status": wk.Status})
+	status, _ := s.shown(wk) // as the worker list shows it
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "worker_id": id, "status": status})
 	return nil
 }
 

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -134,9 +135,11 @@ func TestConnectionCommandIsSafe(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bin, "simpletuner"), []byte(agent), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	created := 0
 	create := func(host string) (string, string) {
 		t.Helper()
-		req, _ := http.NewRequest("POST", e.url+"/api/admin/workers", strings.NewReader(`{"name": "w"}`))
+		created++ // worker names are unique
+		req, _ := http.NewRequest("POST", e.url+"/api/admin/workers", strings.NewReader(fmt.Sprintf(`{"name": "w%d"}`, created)))
 		req.Host = host
 		req.Header.Set("Authorization", "Bearer "+e.admin)
 		res, err := http.DefaultClient.Do(req)

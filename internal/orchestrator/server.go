@@ -26,6 +26,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/version"
 )
 
 // Options are the orchestrator's settings. OptionsFrom fills them from the
@@ -283,7 +284,8 @@ func (s *Server) Healthy() error {
 func (s *Server) BeginShutdown() {
 	s.stopping.Store(true)
 	s.passMu.Lock()
-	s.passMu.Unlock() //nolint:staticcheck // waiting for the pass under way is the point
+	//lint:ignore SA2001 waiting for the pass under way is the point
+	s.passMu.Unlock()
 	s.stopOnce.Do(func() { close(s.stopped) })
 	s.hub.CloseAll()
 }
@@ -445,8 +447,10 @@ func (s *Server) Handler() http.Handler {
 	return r
 }
 
+// healthz answers while the process serves, with the version it runs and
+// the kind of store it uses (neither names a host, a path or a driver).
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": version.Version, "store": s.store.Kind()})
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {

@@ -123,8 +123,12 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 			break
 		}
 	}
-	if reportedType := typeOf(req.Persistent); reportedType != updated.Type {
-		s.log.Warn("the worker reports another type than an admin gave it; it adopts the admin's unless its own configuration sets one",
+	// A workerd whose configuration leaves its type unset adopts the admin's
+	// from this reply: what it sent is no claim. SimpleTuner's agent (protocol
+	// 1) always keeps its own.
+	ownType := req.Protocol < 2 || (req.Capabilities != nil && req.Capabilities.OwnType)
+	if reportedType := typeOf(req.Persistent); ownType && reportedType != updated.Type {
+		s.log.Warn("the worker's configuration sets another type than an admin gave it",
 			"worker_id", wk.ID, "name", updated.Name, "worker_type", updated.Type, "reported", reportedType)
 	}
 
@@ -510,7 +514,7 @@ func (s *Server) resume(ctx context.Context, id, actor, ip string) (store.Worker
 		if cur.Status != protocol.WorkerDraining {
 			return nil, conflict("worker %s is %s, not draining", id, cur.Status)
 		}
-		cur.Status = lifecycle.Resumed(cur.Load())
+		cur.Status = lifecycle.Resumed(cur.Load(), cur.LastHeartbeat != nil)
 		rec := audit.New(actor, ip, "worker.resume", "worker", id, audit.Success, map[string]string{"name": cur.Name})
 		return &rec, nil
 	})
@@ -548,31 +552,36 @@ func (s *Server) shown(w store.Worker) (status protocol.WorkerStatus, connected 
 	status = w.Status
 	// A draining worker stays "draining" (an admin's intent that resume
 	// undoes); connected says whether it is there.
-	if lifecycle.Working(status) {
-		missed := w.LastHeartbeat == nil || time.Since(*w.LastHeartbeat) > opt.HeartbeatInterval+opt.HeartbeatInterval/2
-		if !connected && missed {
-			status = protocol.WorkerDisconnected
-		}
+	if lifecycle.Working(status) && !connected && s.heartbeatMissed(w) {
+		status = protocol.WorkerDisconnected
 	}
 	return status, connected
 }
 
-// deletable says why a worker may not be deleted without force, or nil: an
-// offline, never connected or disconnected worker with no attempt out may go.
+// heartbeatMissed reports whether a worker's last heartbeat is overdue, or
+// it never sent one.
+func (s *Server) heartbeatMissed(w store.Worker) bool {
+	opt := s.options()
+	return w.LastHeartbeat == nil || time.Since(*w.LastHeartbeat) > opt.HeartbeatInterval+opt.HeartbeatInterval/2
+}
+
+// deletable says why a worker may not be deleted without force, or nil. A
+// worker out of touch (no stream, and its heartbeat overdue or never sent;
+// or offline) with no attempt out may go, whatever an admin set: one that
+// never connected, drained or not, runs nothing.
 func (s *Server) deletable(ctx context.Context, w store.Worker) error {
-	status, _ := s.shown(w)
-	switch status {
-	case protocol.WorkerOffline, protocol.WorkerConnecting:
-		return nil
-	case protocol.WorkerDisconnected:
-		active, err := s.activeOn(ctx, w.ID)
-		if err != nil {
-			return err
-		}
-		if len(active) == 0 {
-			return nil
-		}
-		return conflict("worker %s is disconnected but still holds job %s; wait for the heartbeat timeout or use ?force=true (its job is requeued)", w.ID, active[0].ID)
+	status, connected := s.shown(w)
+	if status != protocol.WorkerOffline && (connected || !s.heartbeatMissed(w)) {
+		return conflict("worker %s is %s and in touch (its stream is open or its heartbeats arrive); only a worker with no live connection "+
+			"can be deleted without force, which requeues its jobs", w.ID, status)
 	}
-	return conflict("worker %s is %s; only a worker with no live connection can be deleted (use ?force=true to delete it anyway)", w.ID, status)
+	active, err := s.activeOn(ctx, w.ID)
+	if err != nil {
+		return err
+	}
+	if len(active) > 0 {
+		return conflict("worker %s is %s but still holds job %s; wait for the heartbeat timeout, or delete it with force (its job is requeued)",
+			w.ID, status, active[0].ID)
+	}
+	return nil
 }

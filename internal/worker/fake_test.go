@@ -51,6 +51,7 @@ type fakeOrch struct {
 	logPosts    int
 	logDropped  int
 	statusDrops int // status reports dropped by statusDown
+	regDrops    int // registrations dropped by down
 	streams     int
 	disconnects int
 	hbAtDisc    int // heartbeats recorded when the last disconnect came
@@ -117,6 +118,9 @@ func (f *fakeOrch) url() string { return f.srv.URL }
 func (f *fakeOrch) gate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if f.down.Load() {
+			if r.URL.Path == "/api/workers/register" {
+				f.record(func() { f.regDrops++ })
+			}
 			hijackClose(w)
 			return
 		}

@@ -116,11 +116,12 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 	}
 	req.GPUConditions = w.gpus.conditions()
 	var resp protocol.HeartbeatResponse
+	sent := time.Now()
 	if err := w.c.doJSON(ctx, w.opt.Timers.RequestTimeout, "heartbeat", http.MethodPost, "/api/workers/heartbeat", req, &resp); err != nil {
 		return err
 	}
 	w.mu.Lock()
-	w.lastAck = time.Now()
+	w.ackedLocked(sent)
 	w.mu.Unlock()
 	if len(resp.Cancel) > 0 || resp.Drain || len(resp.ClearGPUs) > 0 {
 		listed := map[string]int{}

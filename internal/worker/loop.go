@@ -157,7 +157,7 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 			w.reconnect(s, errFencedMeanwhile)
 			return false, nil
 		}
-		w.onRegistered(ctx, s, m.resp)
+		w.onRegistered(ctx, s, m.resp, m.sent)
 	case streamOpened:
 		if m.gen == s.gen {
 			w.mu.Lock()

@@ -3,7 +3,6 @@ package worker
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -314,20 +313,6 @@ func waitFile(t *testing.T, path string, timeout time.Duration) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s did not appear within %s", path, timeout)
-		}
-		time.Sleep(10 * time.Millisecond) // polling the file system
-	}
-}
-
-func waitGone(t *testing.T, path string, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s still there after %s", path, timeout)
 		}
 		time.Sleep(10 * time.Millisecond) // polling the file system
 	}

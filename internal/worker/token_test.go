@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 // fileTokenSource reads a token file the way workerd's configuration does.
@@ -68,7 +69,7 @@ func TestTokenRotatedWhileRunning(t *testing.T) {
 	f.mu.Unlock()
 	f.waitFor("heartbeats with the new token", 5*time.Second, func() bool { return len(f.heartbeats) >= beats+3 })
 	for _, pid := range pids {
-		if !alive(pid) {
+		if !testutil.Running(pid) {
 			t.Errorf("the job's process %d died across the rotation", pid)
 		}
 	}

@@ -246,8 +246,8 @@ type Worker struct {
 	orchDrain    bool                // the orchestrator said drain
 	connected    bool                // the stream is open
 	retries      int                 // reconnect attempts since the last good connection
-	lastAck      time.Time
-	lastProgress time.Time // the loop or a reconnect attempt did something
+	lastAck      time.Time           // when the last request the orchestrator answered was sent
+	lastProgress time.Time           // the loop or a reconnect attempt did something
 	jobSettings  JobSettings
 	persistent   bool          // the worker's type in force: its own, or the admin's
 	fenceAfter   time.Duration // effective self-fence limit (see fenceLimit)

@@ -23,6 +23,9 @@ func TestWorkerAdoptsTheAdminsType(t *testing.T) {
 	if !strings.Contains(w.P.Output(), "taking the worker type an admin gave this worker") {
 		t.Fatalf("the worker did not log adopting the admin's type")
 	}
+	if strings.Contains(o.P.Output(), "sets another type than an admin gave it") {
+		t.Fatalf("the orchestrator warned of a type the worker's configuration does not set")
+	}
 	id := o.Submit(slowJob(0.2), nil)
 	o.WaitJob(id, "completed", 20*time.Second)
 	time.Sleep(time.Second) // an ephemeral worker would leave about now
@@ -43,7 +46,7 @@ func TestWorkerTypeMismatchIsLoggedOnBothSides(t *testing.T) {
 	w := o.StartWorkerFor(id, token, WorkerSpec{Name: "mismatch", Persistent: false})
 	Eventually(t, 10*time.Second, "both sides log the mismatch", func() bool {
 		return strings.Contains(w.P.Output(), "keeping the one this worker's configuration sets") &&
-			strings.Contains(o.P.Output(), "reports another type than an admin gave it")
+			strings.Contains(o.P.Output(), "sets another type than an admin gave it")
 	})
 }
 

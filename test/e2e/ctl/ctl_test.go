@@ -59,7 +59,7 @@ func TestEveryCommandOverTCP(t *testing.T) {
 
 	// status, on an empty orchestrator: a stable JSON document.
 	r := c.ok("status")
-	mustContain(t, "status", r.Stdout, "Health:", "ok, ready", "Workers:", "0 queued, 0 running")
+	mustContain(t, "status", r.Stdout, "Health:", "ok, ready", "Version:       dev\n", "Store:         sqlite\n", "Workers:", "0 queued, 0 running")
 	golden(t, "status.json", norm.apply(c.ok("status", "-o", "json").Stdout))
 
 	// worker create: the token goes to the credential file, 0600, never to stdout.
@@ -93,7 +93,7 @@ func TestEveryCommandOverTCP(t *testing.T) {
 	w := o.StartWorker(WorkerSpec{Name: "gpu-a", Persistent: true, ID: workerID(t, c, "gpu-a"), Token: workerToken})
 
 	r = c.ok("workers")
-	mustContain(t, "workers", r.Stdout, "NAME", "GPUS", "gpu-a", w.ID, "idle", "spare", "connecting")
+	mustContain(t, "workers", r.Stdout, "NAME", "GPUS", "gpu-a", w.ID, "idle", "spare", "never connected")
 	mustContain(t, "workers -o wide", c.ok("workers", "-o", "wide").Stdout, "persistent", "pool=x", "workerd")
 	r = c.want(2, "worker", "show", "w_")
 	mustContain(t, "ambiguous prefix", r.Stderr, "\"w_\" matches 2 workers", w.ID, spareID)
