@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/ctl/client"
 	"github.com/simpletuner/simpletuner-orchestration/internal/ctl/output"
@@ -37,9 +38,7 @@ func (a *app) tokensListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var reply struct {
-				Tokens []Token `json:"tokens"`
-			}
+			var reply api.TokenList
 			raw, err := cl.GetJSON(cmd.Context(), "/api/admin/tokens", nil, &reply)
 			if err != nil {
 				return err
@@ -88,14 +87,9 @@ queue.manage, * (everything).`,
 			if err != nil {
 				return err
 			}
-			var reply struct {
-				ID     string   `json:"id"`
-				Name   string   `json:"name"`
-				Scopes []string `json:"scopes"`
-				Token  string   `json:"token"`
-			}
+			var reply api.TokenCreated
 			raw, err := cl.JSON(cmd.Context(), client.Request{Method: http.MethodPost, Path: "/api/admin/tokens",
-				Body: map[string]any{"name": name, "scopes": list}}, &reply)
+				Body: api.CreateToken{Name: name, Scopes: list}}, &reply)
 			if err != nil {
 				return err
 			}
@@ -148,40 +142,30 @@ func (a *app) tokensRevokeCommand() *cobra.Command {
 	}
 }
 
-// auditPage is GET /api/admin/audit. Checkpoint is the last record
-// retention deleted, when it deleted any.
-type auditPage struct {
-	Records    []json.RawMessage `json:"records"`
-	Checkpoint *auditLink        `json:"checkpoint"`
-}
-
-type auditLink struct {
-	Seq  int64  `json:"seq"`
-	Hash string `json:"hash"`
-}
-
 func (a *app) auditRecords(ctx context.Context, since int64, limit int) ([]audit.Record, []json.RawMessage, error) {
 	recs, raws, _, err := a.auditPage(ctx, since, limit)
 	return recs, raws, err
 }
 
-func (a *app) auditPage(ctx context.Context, since int64, limit int) ([]audit.Record, []json.RawMessage, *auditLink, error) {
-	cl, err := a.client()
+// auditPage reads a page of GET /api/admin/audit: its records, as decoded
+// and as sent, and the last record retention deleted (nil when none).
+func (a *app) auditPage(ctx context.Context, since int64, limit int) ([]audit.Record, []json.RawMessage, *api.AuditLink, error) {
+	q := url.Values{"since": {strconv.FormatInt(since, 10)}, "limit": {strconv.Itoa(limit)}}
+	p, err := a.getPage(ctx, "/api/admin/audit", q, "records")
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	var p auditPage
-	q := url.Values{"since": {strconv.FormatInt(since, 10)}, "limit": {strconv.Itoa(limit)}}
-	if _, err := cl.GetJSON(ctx, "/api/admin/audit", q, &p); err != nil {
-		return nil, nil, nil, err
-	}
-	recs := make([]audit.Record, len(p.Records))
-	for i, r := range p.Records {
+	recs := make([]audit.Record, len(p.items))
+	for i, r := range p.items {
 		if err := json.Unmarshal(r, &recs[i]); err != nil {
 			return nil, nil, nil, fmt.Errorf("GET /api/admin/audit: record %d is not an audit record: %v", i, err)
 		}
 	}
-	return recs, p.Records, p.Checkpoint, nil
+	var checkpoint *api.AuditLink
+	if err := json.Unmarshal(p.raw["checkpoint"], &checkpoint); p.raw["checkpoint"] != nil && err != nil {
+		return nil, nil, nil, fmt.Errorf("GET /api/admin/audit: the checkpoint is not a record link: %v", err)
+	}
+	return recs, p.items, checkpoint, nil
 }
 
 // lastAuditSeq finds the newest record's sequence number. The API pages

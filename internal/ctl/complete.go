@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 )
 
 // Shell completion of ids and names asks the orchestrator, briefly; when it
@@ -32,11 +34,11 @@ func (a *app) completeWorkers(cmd *cobra.Command, args []string, _ string) ([]co
 	}
 	var out []cobra.Completion
 	for _, w := range ws {
-		desc := fmt.Sprintf("%s, %s", w.ID, w.Status)
+		desc := fmt.Sprintf("%s, %s", w.WorkerID, w.Status)
 		if names[w.Name] == 1 {
 			out = append(out, cobra.CompletionWithDesc(w.Name, desc))
 		} else {
-			out = append(out, cobra.CompletionWithDesc(w.ID, w.Name+", "+w.Status))
+			out = append(out, cobra.CompletionWithDesc(w.WorkerID, w.Name+", "+w.Status))
 		}
 	}
 	return out, cobra.ShellCompDirectiveNoFileComp
@@ -54,7 +56,7 @@ func (a *app) completeJobs(cmd *cobra.Command, args []string, _ string) ([]cobra
 	}
 	out := make([]cobra.Completion, 0, len(jobs))
 	for _, j := range jobs {
-		out = append(out, cobra.CompletionWithDesc(j.ID, j.Status+", "+configText(j)))
+		out = append(out, cobra.CompletionWithDesc(j.JobID, j.Status+", "+configText(j)))
 	}
 	return out, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveKeepOrder
 }
@@ -66,9 +68,7 @@ func (a *app) completeTokens(cmd *cobra.Command) ([]cobra.Completion, cobra.Shel
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	var reply struct {
-		Tokens []Token `json:"tokens"`
-	}
+	var reply api.TokenList
 	if _, err := cl.GetJSON(ctx, "/api/admin/tokens", nil, &reply); err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}

@@ -49,31 +49,13 @@ func FuzzParseLabels(f *testing.F) {
 // FuzzDecodeArtifacts: any listing decodes or is refused without panicking.
 func FuzzDecodeArtifacts(f *testing.F) {
 	f.Add([]byte(`{"artifacts": [{"path": "a", "size": 1}]}`))
-	f.Add([]byte(`[{"name": "b", "size_bytes": 2, "mtime": "x"}]`))
-	f.Add([]byte(`{"files": null}`))
+	f.Add([]byte(`{"job_id": "j_1", "total_bytes": 2, "artifacts": [{"path": "b", "size": 2, "modified_at": "x"}]}`))
+	f.Add([]byte(`{"artifacts": null}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		list, err := decodeArtifacts(in)
 		if err == nil && !json.Valid(in) {
 			t.Fatalf("invalid JSON accepted: %q → %v", in, list)
 		}
-	})
-}
-
-// FuzzWorkerJobs: whatever running_jobs holds, Jobs answers sensibly.
-func FuzzWorkerJobs(f *testing.F) {
-	f.Add([]byte(`["j_1", {"job_id": "j_2"}]`), "j_9")
-	f.Add([]byte(`4`), "")
-	f.Add([]byte(`null`), "j_3")
-	f.Fuzz(func(t *testing.T, raw []byte, current string) {
-		w := Worker{RunningJobs: raw}
-		if current != "" {
-			w.CurrentJobID = &current
-		}
-		ids, extra := w.Jobs()
-		if extra < 0 {
-			t.Fatalf("extra %d", extra)
-		}
-		_ = ids
 	})
 }
 

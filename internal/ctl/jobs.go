@@ -15,8 +15,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/ctl/client"
 	"github.com/simpletuner/simpletuner-orchestration/internal/ctl/output"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
 func (a *app) jobCommands() []*cobra.Command {
@@ -50,7 +52,7 @@ completed, 1 when it failed or was cancelled.`,
   jq '.steps = 100' run.json | simpletunerctl submit -`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			body := map[string]any{}
+			var body api.Submit
 			fromStdin := len(args) == 1 && args[0] == "-"
 			switch {
 			case fromStdin && configFile != "":
@@ -60,56 +62,55 @@ completed, 1 when it failed or was cancelled.`,
 			case len(args) == 0 && configFile == "":
 				return usagef("give one of CONFIG_NAME, --config FILE or - (config on standard input)")
 			case len(args) == 1 && !fromStdin:
-				body["config_name"] = args[0]
+				body.ConfigName = &args[0]
 			default:
 				cfg, err := readJSONObject(configFile, a.env.Stdin, "--config")
 				if err != nil {
 					return err
 				}
-				body["config"] = cfg
+				body.Config = cfg
 			}
 			if dataloaderFile != "" {
 				dl, err := readJSONValue(dataloaderFile, "--dataloader")
 				if err != nil {
 					return err
 				}
-				body["dataloader"] = dl
+				body.Dataloader = dl
 			}
 			if hfTokenFile != "" {
 				b, err := os.ReadFile(hfTokenFile)
 				if err != nil {
 					return fmt.Errorf("--hf-token-file: %w", err)
 				}
-				body["hf_token"] = strings.TrimSpace(string(b))
+				body.HFToken = strings.TrimSpace(string(b))
 			}
 			f := cmd.Flags()
-			if target != "" {
-				body["target"] = target
-			}
+			body.Target = protocol.Target(target)
 			if f.Changed("priority") {
-				body["priority"] = priority
+				body.Priority = &priority
 			}
 			if f.Changed("gpus") {
-				body["gpu_count"] = gpus
+				body.GPUCount = &gpus
 			}
 			if f.Changed("min-vram") {
-				body["min_vram_gb"] = minVRAM
+				body.MinVRAMGB = &minVRAM
 			}
 			if f.Changed("max-retries") {
-				body["max_retries"] = maxRetries
+				body.MaxRetries = &maxRetries
 			}
 			if f.Changed("job-timeout") {
 				if timeout < time.Second {
 					return usagef("--job-timeout must be at least 1s")
 				}
-				body["timeout_seconds"] = int(timeout / time.Second)
+				secs := int(timeout / time.Second)
+				body.TimeoutSeconds = &secs
 			}
 			if len(labels) > 0 {
 				m, err := parseLabels("--label", labels)
 				if err != nil {
 					return err
 				}
-				body["worker_labels"] = m
+				body.WorkerLabels = m
 			}
 			return a.submit(cmd.Context(), body, wait, quiet, pollEvery)
 		},
@@ -200,19 +201,12 @@ func jsonErrorAt(data []byte, err error) string {
 	return err.Error()
 }
 
-func (a *app) submit(ctx context.Context, body map[string]any, wait, quiet bool, pollEvery time.Duration) error {
+func (a *app) submit(ctx context.Context, body api.Submit, wait, quiet bool, pollEvery time.Duration) error {
 	cl, err := a.client()
 	if err != nil {
 		return err
 	}
-	var reply struct {
-		JobID         string   `json:"job_id"`
-		Status        string   `json:"status"`
-		QueuePosition *int     `json:"queue_position"`
-		GPUAllocation string   `json:"gpu_allocation"`
-		Warning       string   `json:"warning"`
-		Warnings      []string `json:"warnings"`
-	}
+	var reply api.Submitted
 	raw, err := cl.JSON(ctx, client.Request{Method: http.MethodPost, Path: "/api/queue/submit", Body: body}, &reply)
 	if err != nil {
 		return err
@@ -229,10 +223,7 @@ func (a *app) submit(ctx context.Context, body map[string]any, wait, quiet bool,
 	case quiet:
 		fmt.Fprintln(a.out(), reply.JobID)
 	case a.format != output.JSONFormat:
-		pos := ""
-		if reply.QueuePosition != nil {
-			pos = fmt.Sprintf(", %d ahead of it", *reply.QueuePosition)
-		}
+		pos := fmt.Sprintf(", %d ahead of it", reply.QueuePosition)
 		gets := ""
 		if reply.GPUAllocation != "" {
 			gets = "; it gets " + reply.GPUAllocation
@@ -252,7 +243,7 @@ func (a *app) submit(ctx context.Context, body map[string]any, wait, quiet bool,
 			return err
 		}
 	case !quiet:
-		line := fmt.Sprintf("job %s %s", job.ID, a.style.State(job.Status))
+		line := fmt.Sprintf("job %s %s", job.JobID, a.style.State(job.Status))
 		if e := deref(job.Error); e != "" && job.Status != "completed" {
 			line += ": " + e
 		}
@@ -284,7 +275,7 @@ func (a *app) waitJob(ctx context.Context, id string, every time.Duration) (Job,
 				a.note("%s: reconnected", a.endpointName())
 				warned = false
 			}
-			if Terminal(j.Status) {
+			if j.Terminal() {
 				return j, raw, nil
 			}
 		case transient(err):
@@ -357,10 +348,10 @@ func (a *app) jobsCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				keep = func(j Job) bool { return deref(j.WorkerID) == wk.ID }
+				keep = func(j Job) bool { return deref(j.WorkerID) == wk.WorkerID }
 				// Filtered by the orchestrator where it can (older ones ignore
 				// the parameter; keep filters in any case).
-				q.Set("worker_id", wk.ID)
+				q.Set("worker_id", wk.WorkerID)
 			}
 			render := func(w io.Writer) error {
 				jobs, raws, head, err := a.newestJobs(ctx, q, limit, keep)
@@ -528,10 +519,7 @@ func (a *app) cancelOne(ctx context.Context, cl *client.Client, arg string) (jso
 	if err != nil {
 		return nil, "", err
 	}
-	var reply struct {
-		JobID  string `json:"job_id"`
-		Status string `json:"status"`
-	}
+	var reply api.JobAction
 	raw, err := cl.JSON(ctx, client.Request{Method: http.MethodPost, Path: "/api/queue/" + client.PathEscape(id) + "/cancel"}, &reply)
 	if err != nil {
 		return nil, "", err

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/ctl/client"
 )
 
@@ -228,11 +229,11 @@ func (a *app) resolveWorker(ctx context.Context, arg string) (Worker, error) {
 	var byName, byPrefix []Worker
 	for _, w := range ws {
 		switch {
-		case w.ID == arg:
+		case w.WorkerID == arg:
 			return w, nil
 		case w.Name == arg:
 			byName = append(byName, w)
-		case strings.HasPrefix(w.ID, arg) || strings.HasPrefix(w.ID, "w_"+arg):
+		case strings.HasPrefix(w.WorkerID, arg) || strings.HasPrefix(w.WorkerID, "w_"+arg):
 			byPrefix = append(byPrefix, w)
 		}
 	}
@@ -245,7 +246,7 @@ func (a *app) resolveWorker(ctx context.Context, arg string) (Worker, error) {
 		}
 		names := make([]string, len(set))
 		for i, w := range set {
-			names[i] = w.ID + " (" + w.Name + ")"
+			names[i] = w.WorkerID + " (" + w.Name + ")"
 		}
 		sort.Strings(names)
 		return Worker{}, &ambiguousError{fmt.Sprintf("%q matches %d workers: %s; give the worker id", arg, len(set), strings.Join(names, ", "))}
@@ -269,8 +270,8 @@ func (a *app) resolveJob(ctx context.Context, arg string) (string, error) {
 	}
 	var matches []string
 	_, _, _, err := a.newestJobs(ctx, nil, 2, func(j Job) bool {
-		if strings.HasPrefix(j.ID, prefix) {
-			matches = append(matches, j.ID)
+		if strings.HasPrefix(j.JobID, prefix) {
+			matches = append(matches, j.JobID)
 			return true
 		}
 		return false
@@ -307,9 +308,7 @@ func (a *app) resolveToken(ctx context.Context, arg string) (Token, error) {
 	if err != nil {
 		return Token{}, err
 	}
-	var reply struct {
-		Tokens []Token `json:"tokens"`
-	}
+	var reply api.TokenList
 	if _, err := cl.GetJSON(ctx, "/api/admin/tokens", nil, &reply); err != nil {
 		return Token{}, err
 	}

@@ -98,7 +98,7 @@ func TestJobsNewestFirstAcrossPages(t *testing.T) {
 		}
 		var s []string
 		for _, j := range reply.Entries {
-			s = append(s, j.ID)
+			s = append(s, j.JobID)
 		}
 		return s
 	}
@@ -183,9 +183,9 @@ func TestJobsFollowNewestFirstCursor(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &reply); err != nil || r.code != 0 {
 		t.Fatalf("exit %d %v %s", r.code, err, r.stderr)
 	}
-	if len(reply.Entries) != 300 || reply.Entries[0].ID != "j_000000000449" || reply.Entries[299].ID != "j_000000000150" ||
+	if len(reply.Entries) != 300 || reply.Entries[0].JobID != "j_000000000449" || reply.Entries[299].JobID != "j_000000000150" ||
 		reply.Total == nil || *reply.Total != 450 {
-		t.Fatalf("jobs --limit 300: %d entries, first %s, last %s, total %v", len(reply.Entries), reply.Entries[0].ID, reply.Entries[len(reply.Entries)-1].ID, reply.Total)
+		t.Fatalf("jobs --limit 300: %d entries, first %s, last %s, total %v", len(reply.Entries), reply.Entries[0].JobID, reply.Entries[len(reply.Entries)-1].JobID, reply.Total)
 	}
 	if ns.pages != 2 {
 		t.Fatalf("read %d pages for 300 jobs in pages of 200, want 2", ns.pages)
@@ -197,8 +197,8 @@ func TestJobsFollowNewestFirstCursor(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &reply); err != nil || r.code != 0 {
 		t.Fatalf("exit %d %v %s", r.code, err, r.stderr)
 	}
-	if len(reply.Entries) != 20 || reply.Entries[0].ID != "j_000000000448" || reply.Total != nil {
-		t.Fatalf("jobs --worker: %d entries, first %s, total %v", len(reply.Entries), reply.Entries[0].ID, reply.Total)
+	if len(reply.Entries) != 20 || reply.Entries[0].JobID != "j_000000000448" || reply.Total != nil {
+		t.Fatalf("jobs --worker: %d entries, first %s, total %v", len(reply.Entries), reply.Entries[0].JobID, reply.Total)
 	}
 	if len(ns.workers) != 1 || ns.workers[0] != "w_000000000001" {
 		t.Fatalf("worker_id sent: %q", ns.workers)

@@ -9,8 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/ctl/output"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
 // renderer turns API objects into the human tables. It is pure (the clock is
@@ -54,7 +56,7 @@ func (r renderer) workers(w io.Writer, ws []Worker) error {
 			if wk.UptimeSeconds != nil {
 				uptime = output.Duration(time.Duration(*wk.UptimeSeconds * float64(time.Second)))
 			}
-			t.Row(wk.Name, wk.ID, r.style.State(r.workerState(wk)), wk.WorkerType, wk.GPUsFreeText(), gpu, jobs,
+			t.Row(wk.Name, wk.WorkerID, r.style.State(r.workerState(wk)), wk.WorkerType, wk.GPUsFreeText(), gpu, jobs,
 				r.age(wk.LastHeartbeat), uptime, agentText(wk), labelsText(wk.Labels))
 			continue
 		}
@@ -65,7 +67,7 @@ func (r renderer) workers(w io.Writer, ws []Worker) error {
 		if n := len(ids) - 1 + extra; n > 0 {
 			job += fmt.Sprintf("+%d", n)
 		}
-		t.Row(output.Truncate(wk.Name, nameWidth), wk.ID, r.style.State(r.workerState(wk)), wk.gpusFree(), job, r.age(wk.LastHeartbeat))
+		t.Row(output.Truncate(wk.Name, nameWidth), wk.WorkerID, r.style.State(r.workerState(wk)), wk.gpusFree(), job, r.age(wk.LastHeartbeat))
 	}
 	return t.Write(w)
 }
@@ -127,7 +129,7 @@ func (r renderer) worker(w io.Writer, wk Worker) error {
 		}
 	}
 	kv := [][2]string{
-		{"Worker", wk.ID},
+		{"Worker", wk.WorkerID},
 		{"Name", wk.Name},
 		{"Status", r.style.State(r.workerState(wk))},
 		{"Type", wk.WorkerType},
@@ -153,13 +155,13 @@ func (r renderer) worker(w io.Writer, wk Worker) error {
 // workerGPUs is the worker's GPUs one by one: health and the latest
 // numbers, then, for a GPU held back or fenced, why and since when.
 func (r renderer) workerGPUs(w io.Writer, wk Worker) error {
-	live := map[int]GPULive{}
+	live := map[int]protocol.GPUTelemetry{}
 	if wk.GPUTelemetry != nil {
 		for _, g := range wk.GPUTelemetry.GPUs {
 			live[g.Index] = g
 		}
 	}
-	conds := map[int]GPUCondition{}
+	conds := map[int]api.GPUCondition{}
 	for _, c := range wk.GPUConditions {
 		conds[c.Index] = c
 	}
@@ -181,7 +183,7 @@ func (r renderer) workerGPUs(w io.Writer, wk Worker) error {
 		}
 		row := []string{strconv.Itoa(i), health, "", "", "", ""}
 		if _, ok := live[i]; ok {
-			row[2], row[3], row[4] = fmt.Sprintf("%.0f%%", g.UtilizationPct), fmt.Sprintf("%.1f/%.1f GiB", g.MemoryUsedMiB/1024, g.MemoryTotalMiB/1024), fmt.Sprintf("%.0f°C", g.TemperatureC)
+			row[2], row[3], row[4] = fmt.Sprintf("%.0f%%", g.UtilizationPct), fmt.Sprintf("%.1f/%.1f GiB", float64(g.MemoryUsedMiB)/1024, float64(g.MemoryTotalMiB)/1024), fmt.Sprintf("%.0f°C", g.TemperatureC)
 			if g.PowerW > 0 {
 				row[5] = fmt.Sprintf("%.0f W", g.PowerW)
 			}
@@ -256,14 +258,14 @@ func (r renderer) jobs(w io.Writer, js []Job) error {
 			}
 			note := deref(j.Error)
 			if j.Status == "queued" {
-				note = first(deref(j.WaitingDetail), deref(j.WaitingReason))
+				note = first(j.WaitingDetail, j.WaitingReason)
 			}
-			t.Row(j.ID, r.style.State(j.Status), strconv.Itoa(j.Priority), configText(j), j.Target, gpusText(j), vram,
+			t.Row(j.JobID, r.style.State(j.Status), strconv.Itoa(j.Priority), configText(j), j.Target, gpusText(j), vram,
 				labelsText(j.WorkerLabels), deref(j.WorkerID), strconv.Itoa(j.Attempt), fmt.Sprintf("%d/%d", j.RetriesUsed, j.MaxRetries),
 				j.SubmittedBy, r.age(&j.QueuedAt), r.age(j.StartedAt), r.age(j.CompletedAt), note)
 			continue
 		}
-		t.Row(j.ID, r.style.State(j.Status), strconv.Itoa(j.Priority), output.Truncate(configText(j), configWidth),
+		t.Row(j.JobID, r.style.State(j.Status), strconv.Itoa(j.Priority), output.Truncate(configText(j), configWidth),
 			deref(j.WorkerID), r.age(&j.QueuedAt))
 	}
 	return t.Write(w)
@@ -272,7 +274,7 @@ func (r renderer) jobs(w io.Writer, js []Job) error {
 // waitingText is why a queued job waits: the orchestrator's sentence with
 // its reason code, or whichever of the two an orchestrator sends.
 func waitingText(j Job) string {
-	reason, detail := deref(j.WaitingReason), deref(j.WaitingDetail)
+	reason, detail := j.WaitingReason, j.WaitingDetail
 	if reason == "" || detail == "" {
 		return reason + detail
 	}
@@ -296,7 +298,7 @@ func (r renderer) job(w io.Writer, j Job) error {
 		progress = string(j.Progress)
 	}
 	kv := [][2]string{
-		{"Job", j.ID},
+		{"Job", j.JobID},
 		{"Status", r.style.State(j.Status)},
 		{"Waiting", waitingText(j)},
 		{"Config", configText(j)},
@@ -375,15 +377,8 @@ func (r renderer) artifacts(w io.Writer, as []Artifact) error {
 		t = output.NewTable("PATH", "SIZE", "MODIFIED")
 	}
 	for _, a := range as {
-		size := ""
-		if a.HasSize {
-			size = humanBytes(a.Size)
-		}
 		if r.wide {
-			if a.HasSize {
-				size = strconv.FormatInt(a.Size, 10)
-			}
-			t.Row(a.Path, size, a.Modified, a.SHA256)
+			t.Row(a.Path, strconv.FormatInt(a.Size, 10), a.ModifiedAt, a.SHA256)
 			continue
 		}
 		p := a.Path
@@ -391,7 +386,7 @@ func (r renderer) artifacts(w io.Writer, as []Artifact) error {
 			// Keep the end of a long path: the file name tells more than the directories.
 			p = "…" + string([]rune(p)[n-pathWidth+1:])
 		}
-		t.Row(p, size, r.age(&a.Modified))
+		t.Row(p, humanBytes(a.Size), r.age(&a.ModifiedAt))
 	}
 	return t.Write(w)
 }
@@ -485,13 +480,6 @@ type statusReport struct {
 	StatsError string `json:"stats_error,omitempty"`
 }
 
-type queueStats struct {
-	QueueDepth int            `json:"queue_depth"`
-	Running    int            `json:"running"`
-	ByStatus   map[string]int `json:"by_status"`
-	Workers    map[string]int `json:"workers"`
-}
-
 func (r renderer) status(w io.Writer, s statusReport) error {
 	var health, ready map[string]any
 	_ = json.Unmarshal(s.Health, &health)
@@ -520,7 +508,7 @@ func (r renderer) status(w io.Writer, s statusReport) error {
 		kv = append(kv, [2]string{"Queue", "unavailable: " + s.StatsError})
 		return writeKV(w, kv)
 	}
-	var st queueStats
+	var st api.Stats
 	_ = json.Unmarshal(s.Stats, &st)
 	wk := st.Workers
 	kv = append(kv,
@@ -567,10 +555,10 @@ func workerCounts(wk map[string]int) string {
 // gpusText is a job's GPUs in a table cell: "whole" for the whole worker,
 // else the count.
 func gpusText(j Job) string {
-	if j.GPUAllocation == "whole worker" {
+	if j.WholeWorker || j.GPUCount == nil {
 		return "whole"
 	}
-	return strconv.Itoa(j.GPUCount)
+	return strconv.Itoa(*j.GPUCount)
 }
 
 // seconds shows a duration given in seconds; "" when not measured.
@@ -582,11 +570,11 @@ func seconds(s *float64) string {
 }
 
 // bytesText shows a byte count; "" when not measured or zero.
-func bytesText(n *int64) string {
-	if n == nil || *n <= 0 {
+func bytesText(n *uint64) string {
+	if n == nil || *n == 0 {
 		return ""
 	}
-	return humanBytes(*n)
+	return humanBytes(int64(*n))
 }
 
 func percent(p *float64) string {

@@ -12,8 +12,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/ctl/output"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from this run")
@@ -178,22 +180,23 @@ func mustMarshal(v any) string {
 
 func TestWorkerJobsAndGPUs(t *testing.T) {
 	str := func(s string) *string { return &s }
-	n := func(i int) *int { return &i }
+	wk := func(w api.Worker) Worker { return Worker{w} }
 	for _, tc := range []struct {
 		w     Worker
 		jobs  []string
 		extra int
 		gpus  string
 	}{
-		{Worker{Status: "idle", Connected: true, GPUCount: 4}, nil, 0, "4/4"},
-		{Worker{Status: "idle", Connected: false, GPUCount: 4}, nil, 0, "0/4"},
-		{Worker{Status: "busy", Connected: true, GPUCount: 4, CurrentJobID: str("j_1")}, []string{"j_1"}, 0, "0/4"},
-		{Worker{Status: "offline", GPUCount: 2}, nil, 0, "-/2"},
-		{Worker{Status: "busy", GPUCount: 8, GPUsFree: n(3), RunningJobs: json.RawMessage(`["j_1","j_2"]`)}, []string{"j_1", "j_2"}, 0, "3/8"},
-		{Worker{Status: "busy", RunningJobs: json.RawMessage(`[{"job_id":"j_1"},{"id":"j_2"},{"x":1}]`)}, []string{"j_1", "j_2"}, 1, "0/0"},
-		{Worker{Status: "busy", RunningJobs: json.RawMessage(`3`), CurrentJobID: str("j_9")}, []string{"j_9"}, 2, "0/0"},
-		{Worker{Status: "busy", RunningJobs: json.RawMessage(`2`)}, nil, 2, "0/0"},
-		{Worker{Status: "busy", RunningJobs: json.RawMessage(`null`), CurrentJobID: str("j_9")}, []string{"j_9"}, 0, "0/0"},
+		{wk(api.Worker{Status: "idle", Connected: true, GPUCount: 4, GPUsFree: 4}), nil, 0, "4/4"},
+		{wk(api.Worker{Status: "busy", Connected: true, GPUCount: 4, CurrentJobID: str("j_1"), RunningJobs: 1}), []string{"j_1"}, 0, "0/4"},
+		{wk(api.Worker{Status: "offline", GPUCount: 2}), nil, 0, "-/2"},
+		{wk(api.Worker{Status: "connecting", GPUCount: 2}), nil, 0, "-/2"},
+		{wk(api.Worker{Status: "partial", GPUCount: 8, GPUsFree: 3, RunningJobs: 3, CurrentJobID: str("j_9")}), []string{"j_9"}, 2, "3/8"},
+		{wk(api.Worker{Status: "busy", RunningJobs: 2}), nil, 2, "0/0"},
+		{wk(api.Worker{Status: "partial", GPUCount: 8, GPUsFree: 6, GPUConditions: []api.GPUCondition{
+			{GPUCondition: protocol.GPUCondition{Index: 1, State: "held"}},
+			{GPUCondition: protocol.GPUCondition{Index: 2, State: "unhealthy"}},
+		}}), nil, 0, "6/8 (1 unhealthy, 1 held)"},
 	} {
 		jobs, extra := tc.w.Jobs()
 		if strings.Join(jobs, ",") != strings.Join(tc.jobs, ",") || extra != tc.extra {
@@ -212,8 +215,8 @@ func TestWorkerJobsAndGPUs(t *testing.T) {
 // the colours simpletunerctl adds still work.
 func TestHostileWorkerTextIsEscaped(t *testing.T) {
 	evil := "gpu\x1b[2J\x1b]0;owned\x07\x1b]52;c;cm0gLXJm\x07\u202eevil\x9b"
-	w := Worker{ID: "w_x", Name: evil, Status: "idle", Connected: true, GPUName: evil,
-		Labels: map[string]string{"rack": evil}}
+	w := Worker{api.Worker{WorkerID: "w_x", Name: evil, Status: "idle", Connected: true, GPUName: evil,
+		Labels: map[string]string{"rack": evil}}}
 	for _, wide := range []bool{false, true} {
 		var buf bytes.Buffer
 		r := renderer{now: fixtureNow, wide: wide, style: output.Styler{On: true}}
@@ -258,16 +261,16 @@ func TestWorkerCounts(t *testing.T) {
 func TestWaitingText(t *testing.T) {
 	reason, detail := "gpus_busy", "1 matching worker(s) have room for a job, none has 2 free GPU(s)"
 	for _, c := range []struct {
-		reason, detail *string
+		reason, detail string
 		want           string
 	}{
-		{&reason, &detail, detail + " (gpus_busy)"},
-		{&reason, nil, "gpus_busy"},
-		{nil, &detail, detail},
-		{nil, nil, ""},
+		{reason, detail, detail + " (gpus_busy)"},
+		{reason, "", "gpus_busy"},
+		{"", detail, detail},
+		{"", "", ""},
 	} {
 		if got := waitingText(Job{WaitingReason: c.reason, WaitingDetail: c.detail}); got != c.want {
-			t.Errorf("waitingText(%v, %v) = %q, want %q", c.reason, c.detail, got, c.want)
+			t.Errorf("waitingText(%q, %q) = %q, want %q", c.reason, c.detail, got, c.want)
 		}
 	}
 }

@@ -19,8 +19,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/ctl/client"
 	"github.com/simpletuner/simpletuner-orchestration/internal/ctl/output"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
 func (a *app) workerCommands() []*cobra.Command {
@@ -55,14 +57,14 @@ back for a leftover process is released by the worker itself once clean.`,
 				return err
 			}
 			raw, err := cl.JSON(ctx, client.Request{Method: http.MethodPost,
-				Path: "/api/admin/workers/" + client.PathEscape(wk.ID) + "/gpus/" + strconv.Itoa(index) + "/clear"}, nil)
+				Path: "/api/admin/workers/" + client.PathEscape(wk.WorkerID) + "/gpus/" + strconv.Itoa(index) + "/clear"}, nil)
 			if err != nil {
 				return err
 			}
 			if a.format == output.JSONFormat {
 				return output.WriteJSON(a.out(), raw)
 			}
-			_, err = fmt.Fprintf(a.out(), "worker %s (%s): GPU %d cleared; the worker takes it back into use\n", wk.ID, wk.Name, index)
+			_, err = fmt.Fprintf(a.out(), "worker %s (%s): GPU %d cleared; the worker takes it back into use\n", wk.WorkerID, wk.Name, index)
 			return err
 		},
 	}
@@ -153,7 +155,7 @@ func (a *app) workerShowCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			raw, err := cl.GetJSON(ctx, "/api/admin/workers/"+client.PathEscape(wk.ID), nil, &wk)
+			raw, err := cl.GetJSON(ctx, "/api/admin/workers/"+client.PathEscape(wk.WorkerID), nil, &wk)
 			if err != nil {
 				return err
 			}
@@ -185,22 +187,22 @@ default (persistent) applies.`,
 			if persistent && ephemeral {
 				return usagef("give --persistent or --ephemeral, not both")
 			}
-			body := map[string]any{"name": args[0]}
+			body := api.CreateWorker{Name: &args[0]}
 			if persistent {
-				body["worker_type"] = "persistent"
+				body.WorkerType = protocol.Persistent
 			}
 			if ephemeral {
-				body["worker_type"] = "ephemeral"
+				body.WorkerType = protocol.Ephemeral
 			}
 			if len(labels) > 0 {
 				m, err := parseLabels("--label", labels)
 				if err != nil {
 					return err
 				}
-				body["labels"] = m
+				body.Labels = m
 			}
 			return a.issueWorkerToken(cmd.Context(), client.Request{Method: http.MethodPost, Path: "/api/admin/workers", Body: body},
-				credential, force, func(r tokenReply) string {
+				credential, force, func(r api.WorkerCreated) string {
 					return fmt.Sprintf("created worker %s (%s, %s)", r.WorkerID, r.Name, r.WorkerType)
 				})
 		},
@@ -233,9 +235,9 @@ stop working at once. The new token is shown only in this reply; with
 			if err != nil {
 				return err
 			}
-			return a.issueWorkerToken(ctx, client.Request{Method: http.MethodPost, Path: "/api/admin/workers/" + client.PathEscape(wk.ID) + "/token"},
-				credential, force, func(r tokenReply) string {
-					return fmt.Sprintf("new token for worker %s (%s); the old one no longer works", wk.ID, wk.Name)
+			return a.issueWorkerToken(ctx, client.Request{Method: http.MethodPost, Path: "/api/admin/workers/" + client.PathEscape(wk.WorkerID) + "/token"},
+				credential, force, func(r api.WorkerCreated) string {
+					return fmt.Sprintf("new token for worker %s (%s); the old one no longer works", wk.WorkerID, wk.Name)
 				})
 		},
 	}
@@ -244,19 +246,10 @@ stop working at once. The new token is shown only in this reply; with
 	return cmd
 }
 
-// tokenReply is the part of a create or rotate reply that is printed.
-type tokenReply struct {
-	WorkerID          string `json:"worker_id"`
-	Name              string `json:"name"`
-	WorkerType        string `json:"worker_type"`
-	Token             string `json:"token"`
-	ConnectionCommand string `json:"connection_command"`
-}
-
 // issueWorkerToken sends a request whose reply holds a worker token and shows
 // it once, or writes it to a credential file. The file is prepared before the
 // request, so that a token is never issued into a file that cannot be written.
-func (a *app) issueWorkerToken(ctx context.Context, req client.Request, credential string, force bool, headline func(tokenReply) string) error {
+func (a *app) issueWorkerToken(ctx context.Context, req client.Request, credential string, force bool, headline func(api.WorkerCreated) string) error {
 	cl, err := a.client()
 	if err != nil {
 		return err
@@ -268,7 +261,7 @@ func (a *app) issueWorkerToken(ctx context.Context, req client.Request, credenti
 		}
 		defer cred.abort()
 	}
-	var reply tokenReply
+	var reply api.WorkerCreated // a rotation's reply is its first fields
 	raw, err := cl.JSON(ctx, req, &reply)
 	if err != nil {
 		return err
@@ -366,10 +359,8 @@ func (a *app) workerAction(use, short, long string, method func(cmd *cobra.Comma
 				return err
 			}
 			m, path := method(cmd)
-			var reply struct {
-				Status string `json:"status"`
-			}
-			raw, err := cl.JSON(ctx, client.Request{Method: m, Path: "/api/admin/workers/" + client.PathEscape(wk.ID) + path}, &reply)
+			var reply api.WorkerAction
+			raw, err := cl.JSON(ctx, client.Request{Method: m, Path: "/api/admin/workers/" + client.PathEscape(wk.WorkerID) + path}, &reply)
 			if use == "delete" && path == "" && client.IsStatus(err, http.StatusConflict) {
 				return fmt.Errorf("%w; --force deletes it anyway", err)
 			}
@@ -383,7 +374,7 @@ func (a *app) workerAction(use, short, long string, method func(cmd *cobra.Comma
 			if use == "delete" {
 				state = "deleted"
 			}
-			_, err = fmt.Fprintf(a.out(), "worker %s (%s) %s\n", wk.ID, wk.Name, a.style.State(state))
+			_, err = fmt.Fprintf(a.out(), "worker %s (%s) %s\n", wk.WorkerID, wk.Name, a.style.State(state))
 			return err
 		},
 	}
@@ -451,12 +442,12 @@ itself come back when it registers again.`,
 					}
 				}
 				wk.Labels = nil // decoding into a map merges: start from the reply alone
-				raw, err = cl.JSON(ctx, client.Request{Method: http.MethodPatch, Path: "/api/admin/workers/" + client.PathEscape(wk.ID),
-					Body: map[string]any{"labels": patch}}, &wk)
+				raw, err = cl.JSON(ctx, client.Request{Method: http.MethodPatch, Path: "/api/admin/workers/" + client.PathEscape(wk.WorkerID),
+					Body: api.PatchWorker{Labels: patch}}, &wk)
 				if err != nil {
 					return err
 				}
-			} else if raw, err = cl.GetJSON(ctx, "/api/admin/workers/"+client.PathEscape(wk.ID), nil, &wk); err != nil {
+			} else if raw, err = cl.GetJSON(ctx, "/api/admin/workers/"+client.PathEscape(wk.WorkerID), nil, &wk); err != nil {
 				return err
 			}
 			if a.format == output.JSONFormat {
@@ -479,8 +470,8 @@ itself come back when it registers again.`,
 
 // labelPatch turns KEY=VALUE (set) and KEY- (remove) arguments into a JSON
 // merge-patch of labels: a value to set, or nil to remove.
-func labelPatch(args []string) (map[string]any, error) {
-	out := map[string]any{}
+func labelPatch(args []string) (map[string]*string, error) {
+	out := map[string]*string{}
 	for _, a := range args {
 		if k, ok := strings.CutSuffix(a, "-"); ok && !strings.Contains(a, "=") && strings.TrimSpace(k) != "" {
 			if _, dup := out[k]; dup {
@@ -497,7 +488,7 @@ func labelPatch(args []string) (map[string]any, error) {
 			if _, dup := out[k]; dup {
 				return nil, usagef("label: the key %q is given twice", k)
 			}
-			out[k] = v
+			out[k] = &v
 		}
 	}
 	return out, nil

@@ -1,32 +1,68 @@
 package dashboard
 
 import (
-	"bytes"
-	"encoding/json"
+	"context"
 	"io"
+	"math"
 	"net/http"
 	"regexp"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 )
 
-// apiResult is the orchestrator API's answer to an in-process call.
-type apiResult struct {
-	Status int
-	Header http.Header
-	Body   []byte
-	// Detail and Code come from an error body ({"detail", "error"}).
-	Detail string
-	Code   string
-	// Truncated: the body is only the end of what the API sent.
-	Truncated bool
+// API is what the dashboard calls of the orchestrator.
+type API interface {
+	CallerOf(r *http.Request, p auth.Principal) orchestrator.Caller
+	APIError(err error, what string) *api.Error
+
+	Stats(ctx context.Context, history bool) (api.Stats, error)
+	FleetGPUHistory(ctx context.Context, _ struct{}) (api.FleetHistory, error)
+	Workers(ctx context.Context, q api.WorkersQuery) (api.WorkerList, error)
+	Worker(ctx context.Context, ref api.WorkerRef) (api.Worker, error)
+	WorkerGPUHistory(ctx context.Context, ref api.WorkerRef) (api.GPUHistory, error)
+	CreateWorker(ctx context.Context, req api.CreateWorker) (api.WorkerCreated, error)
+	PatchWorker(ctx context.Context, id string, req api.PatchWorker) (api.Worker, error)
+	DrainWorker(ctx context.Context, ref api.WorkerRef) (api.WorkerAction, error)
+	ResumeWorker(ctx context.Context, ref api.WorkerRef) (api.WorkerAction, error)
+	DeleteWorker(ctx context.Context, ref api.WorkerRef) (api.WorkerAction, error)
+	RotateWorkerToken(ctx context.Context, ref api.WorkerRef) (api.WorkerToken, error)
+	ClearGPU(ctx context.Context, ref api.WorkerRef) (api.WorkerAction, error)
+	Jobs(ctx context.Context, q api.JobsQuery) (api.JobList, error)
+	Job(ctx context.Context, ref api.JobRef) (api.Job, error)
+	Configs(ctx context.Context, _ struct{}) (api.ConfigList, error)
+	Submit(ctx context.Context, req api.Submit) (api.Submitted, error)
+	CancelJob(ctx context.Context, ref api.JobRef) (api.JobAction, error)
+	Audit(ctx context.Context, q api.AuditQuery) (api.AuditPage, error)
+	VerifyAudit(ctx context.Context, _ struct{}) (api.AuditVerdict, error)
+	WriteJobLog(ctx context.Context, id string, w io.Writer) error
+	AdminByToken(r *http.Request, token, route string) (auth.Principal, error)
 }
 
-func (a apiResult) OK() bool { return a.Status >= 200 && a.Status < 300 }
+// as is r's context carrying the session's caller.
+func (d *Dashboard) as(r *http.Request, s *session) context.Context {
+	return orchestrator.WithCaller(r.Context(), d.opt.API.CallerOf(r, s.principal))
+}
 
-// decode reads a successful JSON body into v.
-func (a apiResult) decode(v any) error { return json.Unmarshal(a.Body, v) }
+// failure is how the pages show a call's error; what names the call in the
+// orchestrator's log when the error is not a refusal.
+func (d *Dashboard) failure(err error, what string) *apiResult {
+	ae := d.opt.API.APIError(err, "dashboard: "+what)
+	return &apiResult{Status: ae.Status, Detail: ae.Body.Detail, Code: ae.Body.Error,
+		RetryAfterSeconds: int(math.Ceil(ae.RetryAfter.Seconds()))}
+}
+
+// apiResult is how a failed call of the orchestrator API reads on a page:
+// its status and what the refusal says.
+type apiResult struct {
+	Status int
+	// Detail and Code come from the error body ({"detail", "error"}).
+	Detail string
+	Code   string
+	// RetryAfterSeconds is when a refused caller may try again.
+	RetryAfterSeconds int
+}
 
 // fieldPattern finds the request field an API error names.
 var fieldPattern = regexp.MustCompile(`(?:field|query parameter) "([a-z_]+)"`)
@@ -39,85 +75,27 @@ func (a apiResult) Field() string {
 	return ""
 }
 
-// bufferedResponse collects what the API writes; with tail set, only about
-// the last tail bytes are kept (a job's log can be hundreds of megabytes).
-type bufferedResponse struct {
-	header    http.Header
-	status    int
-	body      bytes.Buffer
-	tail      int
-	truncated bool
+// tailBuffer keeps about the last keep bytes written to it: a job's log can
+// be hundreds of megabytes and the page shows its end.
+type tailBuffer struct {
+	keep int
+	buf  []byte
+	cut  bool // something before the kept bytes was dropped
 }
 
-func (b *bufferedResponse) Header() http.Header { return b.header }
-func (b *bufferedResponse) Write(p []byte) (int, error) {
-	if b.status == 0 {
-		b.status = http.StatusOK
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 2*t.keep {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.keep:]...)
+		t.cut = true
 	}
-	n, _ := b.body.Write(p)
-	if b.tail > 0 && b.body.Len() > 2*b.tail {
-		keep := append([]byte(nil), b.body.Bytes()[b.body.Len()-b.tail:]...)
-		b.body.Reset()
-		b.body.Write(keep)
-		b.truncated = true
-	}
-	return n, nil
-}
-func (b *bufferedResponse) WriteHeader(code int) {
-	if b.status == 0 {
-		b.status = code
-	}
+	return len(p), nil
 }
 
-// apiRequest builds a request to the API from the browser's request r: same
-// peer address, host and TLS state (so the API's rate limiting, audit records
-// and connection commands see the real client), with p as the caller when p
-// is not nil, else with header credentials only.
-func apiRequest(r *http.Request, p *auth.Principal, method, target string, body any) *http.Request {
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
+// tail is the last keep bytes, and whether anything came before them.
+func (t *tailBuffer) tail() ([]byte, bool) {
+	if len(t.buf) > t.keep {
+		return t.buf[len(t.buf)-t.keep:], true
 	}
-	ctx := r.Context()
-	if p != nil {
-		ctx = orchestrator.WithPrincipal(ctx, *p)
-	}
-	req, _ := http.NewRequestWithContext(ctx, method, target, rd)
-	req.RemoteAddr, req.Host, req.TLS = r.RemoteAddr, r.Host, r.TLS
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	return req
-}
-
-// do serves req with the API and returns its buffered answer.
-func (d *Dashboard) do(req *http.Request) apiResult { return d.doTail(req, 0) }
-
-// doTail is do keeping only about the last tail bytes of a long body (0: all).
-func (d *Dashboard) doTail(req *http.Request, tail int) apiResult {
-	rec := &bufferedResponse{header: http.Header{}, tail: tail}
-	d.opt.API.ServeHTTP(rec, req)
-	if rec.status == 0 {
-		rec.status = http.StatusOK
-	}
-	res := apiResult{Status: rec.status, Header: rec.header, Body: rec.body.Bytes(), Truncated: rec.truncated}
-	if !res.OK() {
-		var e struct {
-			Detail string `json:"detail"`
-			Error  string `json:"error"`
-		}
-		if json.Unmarshal(res.Body, &e) == nil {
-			res.Detail, res.Code = e.Detail, e.Error
-		}
-		if res.Detail == "" {
-			res.Detail = http.StatusText(res.Status)
-		}
-	}
-	return res
-}
-
-// call is an API call as the session's principal.
-func (d *Dashboard) call(r *http.Request, s *session, method, target string, body any) apiResult {
-	return d.do(apiRequest(r, &s.principal, method, target, body))
+	return t.buf, t.cut
 }

@@ -10,9 +10,9 @@
 // The dashboard holds no authority of its own: a signed-in browser has a
 // server-side session (in the store, so it survives restarts and is shared by
 // replicas) that stands for the admin token it was opened with. Every read and
-// action goes through the orchestrator's HTTP API, called in process with that
-// token's principal attached (orchestrator.WithPrincipal), so the API decides
-// what the token may do exactly as it does for curl.
+// action is a call of the orchestrator's API (package api's requests and
+// replies), made in process as that token's caller, so the API decides what
+// the token may do exactly as it does for curl.
 package dashboard
 
 import (
@@ -56,8 +56,13 @@ type SessionStore interface {
 
 // Options configure a Dashboard.
 type Options struct {
-	// API is the orchestrator's HTTP API (orchestrator.Server.Handler()).
-	API http.Handler
+	// API is the orchestrator's API, called in process as the session's
+	// caller (an *orchestrator.Server).
+	API API
+	// HTTP is the orchestrator's HTTP API (orchestrator.Server.Handler()):
+	// a sign-in checks its token there as any client's, and job logs are
+	// relayed from there.
+	HTTP http.Handler
 	// Sessions keeps the sign-in sessions.
 	Sessions SessionStore
 	// IdleTimeout ends sessions unused for this long (DefaultIdleTimeout if 0).

@@ -750,18 +750,23 @@ func TestSafeNext(t *testing.T) {
 	}
 }
 
-// A long API body (a job's log) is kept only by its end.
-func TestBufferedResponseKeepsTheTail(t *testing.T) {
-	b := &bufferedResponse{header: http.Header{}, tail: 1500}
+// A long log is kept only by its end.
+func TestTailBufferKeepsTheEnd(t *testing.T) {
+	b := &tailBuffer{keep: 1500}
 	var all strings.Builder
 	for i := range 100 {
 		chunk := strings.Repeat(string(rune('a'+i%26)), 999) + "\n"
 		all.WriteString(chunk)
 		b.Write([]byte(chunk))
 	}
-	got := b.body.String()
-	if !b.truncated || len(got) > 3000 || len(got) < 1500 || !strings.HasSuffix(all.String(), got) {
-		t.Fatalf("kept %d bytes (truncated %v), not the end of the body", len(got), b.truncated)
+	got, cut := b.tail()
+	if !cut || len(got) != 1500 || !strings.HasSuffix(all.String(), string(got)) {
+		t.Fatalf("kept %d bytes (cut %v), not the end of the log", len(got), cut)
+	}
+	short := &tailBuffer{keep: 1500}
+	short.Write([]byte("one line\n"))
+	if got, cut := short.tail(); cut || string(got) != "one line\n" {
+		t.Fatalf("a short log: %q (cut %v)", got, cut)
 	}
 }
 

@@ -1,13 +1,17 @@
 package dashboard
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
 // stopPolling is the status that tells htmx to stop polling an element.
@@ -37,8 +41,8 @@ func (d *Dashboard) routes() {
 	handle("POST "+Prefix+"workers", d.action(d.createWorker))
 	handle("GET "+Prefix+"workers/{id}", d.page(d.worker))
 	handle("POST "+Prefix+"workers/{id}/labels", d.action(d.workerLabels))
-	handle("POST "+Prefix+"workers/{id}/drain", d.action(d.workerSimple("drain", "drained")))
-	handle("POST "+Prefix+"workers/{id}/resume", d.action(d.workerSimple("resume", "resumed")))
+	handle("POST "+Prefix+"workers/{id}/drain", d.action(d.workerSimple(d.opt.API.DrainWorker, "drain", "drained")))
+	handle("POST "+Prefix+"workers/{id}/resume", d.action(d.workerSimple(d.opt.API.ResumeWorker, "resume", "resumed")))
 	handle("POST "+Prefix+"workers/{id}/token", d.action(d.rotateToken))
 	handle("POST "+Prefix+"workers/{id}/delete", d.action(d.deleteWorker))
 	handle("POST "+Prefix+"workers/{id}/gpus/{index}/clear", d.action(d.clearGPU))
@@ -94,18 +98,14 @@ func (d *Dashboard) overviewData(r *http.Request, s *session) (map[string]any, *
 		data["NoAccess"] = true
 		return data, nil
 	}
-	res := d.call(r, s, "GET", "/api/queue/stats?history=0", nil)
-	if !res.OK() {
-		return nil, &res
-	}
-	var st statsJSON
-	if err := res.decode(&st); err != nil {
-		return nil, &apiResult{Status: 502, Detail: "unreadable stats: " + err.Error()}
+	ctx := d.as(r, s)
+	st, err := d.opt.API.Stats(ctx, false)
+	if err != nil {
+		return nil, d.failure(err, "stats")
 	}
 	data["Stats"], data["WorkersTotal"] = st, st.Workers["total"]
-	var hist fleetHistoryJSON
-	if res := d.call(r, s, "GET", "/api/admin/fleet/gpu-history", nil); res.OK() && res.decode(&hist) == nil {
-		data["FleetChart"] = hist.chart()
+	if hist, err := d.opt.API.FleetGPUHistory(ctx, struct{}{}); err == nil {
+		data["FleetChart"] = fleetChart(hist)
 	}
 	return data, nil
 }
@@ -133,22 +133,11 @@ func (d *Dashboard) overviewLive(w http.ResponseWriter, r *http.Request, s *sess
 func (d *Dashboard) workersData(r *http.Request, s *session) (map[string]any, *apiResult) {
 	q := r.URL.Query()
 	status, page := q.Get("status"), pageNumber(r)
-	v := url.Values{"limit": {strconv.Itoa(workersPerPage)}, "offset": {strconv.Itoa((page - 1) * workersPerPage)}}
-	if status != "" {
-		v.Set("status", status)
+	body, err := d.opt.API.Workers(d.as(r, s), api.WorkersQuery{Status: status, Limit: workersPerPage, Offset: (page - 1) * workersPerPage})
+	if err != nil {
+		return nil, d.failure(err, "workers")
 	}
-	res := d.call(r, s, "GET", "/api/admin/workers?"+v.Encode(), nil)
-	if !res.OK() {
-		return nil, &res
-	}
-	var body struct {
-		Workers []workerJSON `json:"workers"`
-		Total   int          `json:"total"`
-	}
-	if err := res.decode(&body); err != nil {
-		return nil, &apiResult{Status: 502, Detail: "unreadable worker list: " + err.Error()}
-	}
-	return map[string]any{"Workers": body.Workers, "Total": body.Total, "Status": status, "Page": page,
+	return map[string]any{"Workers": workerViews(body.Workers), "Total": body.Total, "Status": status, "Page": page,
 		"Pages": pages(body.Total, workersPerPage), "Back": r.URL.RequestURI()}, nil
 }
 
@@ -191,40 +180,35 @@ func (d *Dashboard) createWorker(w http.ResponseWriter, r *http.Request, s *sess
 		d.workersWithForm(w, r, s, http.StatusUnprocessableEntity, f)
 		return
 	}
-	res := d.call(r, s, "POST", "/api/admin/workers", map[string]any{
-		"name": strings.TrimSpace(f.V("name")), "worker_type": f.V("worker_type"), "labels": labels})
-	if !res.OK() {
-		f.apiError(res, map[string]string{"worker_type": "worker_type"})
+	name := strings.TrimSpace(f.V("name"))
+	created, err := d.opt.API.CreateWorker(d.as(r, s), api.CreateWorker{Name: &name,
+		WorkerType: protocol.WorkerType(f.V("worker_type")), Labels: labels})
+	if err != nil {
+		res := d.failure(err, "create worker")
+		f.apiError(*res, map[string]string{"worker_type": "worker_type"})
 		d.workersWithForm(w, r, s, res.Status, f)
 		return
 	}
-	d.showToken(w, r, s, res, "created")
+	d.showToken(w, r, s, newToken{WorkerID: created.WorkerID, Name: created.Name, Token: created.Token,
+		ConnectionCommand: created.ConnectionCommand}, "created")
+}
+
+// newToken is a worker token the page shows once.
+type newToken struct {
+	WorkerID, Name, Token, ConnectionCommand string
 }
 
 // showToken shows a new worker token, once. The page is never cached.
-func (d *Dashboard) showToken(w http.ResponseWriter, r *http.Request, s *session, res apiResult, why string) {
-	var body struct {
-		WorkerID          string `json:"worker_id"`
-		Name              string `json:"name"`
-		Token             string `json:"token"`
-		ConnectionCommand string `json:"connection_command"`
-	}
-	if err := res.decode(&body); err != nil {
-		d.errorPage(w, r, s, http.StatusBadGateway, "The orchestrator's answer could not be read: "+err.Error())
-		return
-	}
-	d.render(w, r, http.StatusOK, "token", map[string]any{"T": body, "Why": why}, s)
+func (d *Dashboard) showToken(w http.ResponseWriter, r *http.Request, s *session, t newToken, why string) {
+	d.render(w, r, http.StatusOK, "token", map[string]any{"T": t, "Why": why}, s)
 }
 
-func (d *Dashboard) loadWorker(r *http.Request, s *session, id string) (workerJSON, apiResult) {
-	var wk workerJSON
-	res := d.call(r, s, "GET", "/api/admin/workers/"+url.PathEscape(id), nil)
-	if res.OK() {
-		if err := res.decode(&wk); err != nil {
-			return wk, apiResult{Status: 502, Detail: "unreadable worker: " + err.Error()}
-		}
+func (d *Dashboard) loadWorker(r *http.Request, s *session, id string) (workerView, *apiResult) {
+	wk, err := d.opt.API.Worker(d.as(r, s), api.WorkerRef{ID: id})
+	if err != nil {
+		return workerView{}, d.failure(err, "worker")
 	}
-	return wk, res
+	return workerView{wk}, nil
 }
 
 func (d *Dashboard) worker(w http.ResponseWriter, r *http.Request, s *session) {
@@ -232,30 +216,37 @@ func (d *Dashboard) worker(w http.ResponseWriter, r *http.Request, s *session) {
 }
 
 func (d *Dashboard) workerWithForm(w http.ResponseWriter, r *http.Request, s *session, status int, f *form) {
-	wk, res := d.loadWorker(r, s, r.PathValue("id"))
-	if !res.OK() {
-		d.apiErrorPage(w, r, s, res)
+	wk, fail := d.loadWorker(r, s, r.PathValue("id"))
+	if fail != nil {
+		d.apiErrorPage(w, r, s, *fail)
 		return
 	}
 	if f == nil {
 		f = newForm()
 		f.Values["labels"] = formatLabels(wk.Labels)
 	}
-	var hist workerHistoryJSON
-	if res := d.call(r, s, "GET", "/api/admin/workers/"+url.PathEscape(wk.ID)+"/gpu-history", nil); res.OK() {
-		_ = res.decode(&hist)
-	}
-	d.render(w, r, status, "worker", map[string]any{"W": wk, "Form": f, "Back": Prefix + "workers/" + wk.ID, "Charts": hist.charts()}, s)
+	hist, _ := d.opt.API.WorkerGPUHistory(d.as(r, s), api.WorkerRef{ID: wk.ID})
+	d.render(w, r, status, "worker", map[string]any{"W": wk, "Form": f, "Back": Prefix + "workers/" + wk.ID, "Charts": gpuCharts(hist)}, s)
+}
+
+// workerFailed shows the worker's page with the refusal of an action on it.
+func (d *Dashboard) workerFailed(w http.ResponseWriter, r *http.Request, s *session, err error, what string) {
+	res := d.failure(err, what)
+	f := newForm()
+	f.apiError(*res, nil)
+	d.workerWithForm(w, r, s, res.Status, f)
 }
 
 // clearGPU lifts the fence of an unhealthy GPU.
 func (d *Dashboard) clearGPU(w http.ResponseWriter, r *http.Request, s *session) {
 	id := r.PathValue("id")
-	res := d.call(r, s, "POST", "/api/admin/workers/"+url.PathEscape(id)+"/gpus/"+url.PathEscape(r.PathValue("index"))+"/clear", nil)
-	if !res.OK() {
-		f := newForm()
-		f.apiError(res, nil)
-		d.workerWithForm(w, r, s, res.Status, f)
+	index, err := strconv.Atoi(r.PathValue("index"))
+	if err != nil || index < 0 {
+		d.errorPage(w, r, s, http.StatusNotFound, "There is no such GPU.")
+		return
+	}
+	if _, err := d.opt.API.ClearGPU(d.as(r, s), api.WorkerRef{ID: id, GPU: index}); err != nil {
+		d.workerFailed(w, r, s, err, "clear GPU")
 		return
 	}
 	http.Redirect(w, r, Prefix+"workers/"+url.PathEscape(id)+"?ok=gpu_cleared", http.StatusSeeOther)
@@ -270,24 +261,25 @@ func (d *Dashboard) workerLabels(w http.ResponseWriter, r *http.Request, s *sess
 		d.workerWithForm(w, r, s, http.StatusUnprocessableEntity, f)
 		return
 	}
-	res := d.call(r, s, "PATCH", "/api/admin/workers/"+url.PathEscape(id), map[string]any{"labels": labels})
-	if !res.OK() {
-		f.apiError(res, nil)
+	patch := map[string]*string{}
+	for k, v := range labels {
+		patch[k] = &v
+	}
+	if _, err := d.opt.API.PatchWorker(d.as(r, s), id, api.PatchWorker{Labels: patch}); err != nil {
+		res := d.failure(err, "worker labels")
+		f.apiError(*res, nil)
 		d.workerWithForm(w, r, s, res.Status, f)
 		return
 	}
 	http.Redirect(w, r, Prefix+"workers/"+url.PathEscape(id)+"?ok=labels", http.StatusSeeOther)
 }
 
-// workerSimple posts a bodiless worker action (drain, resume).
-func (d *Dashboard) workerSimple(verb, ok string) handler {
+// workerSimple is a worker action without a form (drain, resume).
+func (d *Dashboard) workerSimple(action func(context.Context, api.WorkerRef) (api.WorkerAction, error), what, ok string) handler {
 	return func(w http.ResponseWriter, r *http.Request, s *session) {
 		id := r.PathValue("id")
-		res := d.call(r, s, "POST", "/api/admin/workers/"+url.PathEscape(id)+"/"+verb, nil)
-		if !res.OK() {
-			f := newForm()
-			f.apiError(res, nil)
-			d.workerWithForm(w, r, s, res.Status, f)
+		if _, err := action(d.as(r, s), api.WorkerRef{ID: id}); err != nil {
+			d.workerFailed(w, r, s, err, what)
 			return
 		}
 		http.Redirect(w, r, backTo(r, Prefix+"workers/"+url.PathEscape(id), ok), http.StatusSeeOther)
@@ -296,22 +288,19 @@ func (d *Dashboard) workerSimple(verb, ok string) handler {
 
 func (d *Dashboard) rotateToken(w http.ResponseWriter, r *http.Request, s *session) {
 	id := r.PathValue("id")
-	wk, res := d.loadWorker(r, s, id)
-	if res.OK() {
-		res = d.call(r, s, "POST", "/api/admin/workers/"+url.PathEscape(id)+"/token", nil)
-	}
-	if !res.OK() {
+	wk, fail := d.loadWorker(r, s, id)
+	if fail != nil {
 		f := newForm()
-		f.apiError(res, nil)
-		d.workerWithForm(w, r, s, res.Status, f)
+		f.apiError(*fail, nil)
+		d.workerWithForm(w, r, s, fail.Status, f)
 		return
 	}
-	// The rotation reply has no name; add it for the page.
-	var body map[string]any
-	_ = json.Unmarshal(res.Body, &body)
-	body["name"] = wk.Name
-	res.Body, _ = json.Marshal(body)
-	d.showToken(w, r, s, res, "rotated")
+	t, err := d.opt.API.RotateWorkerToken(d.as(r, s), api.WorkerRef{ID: id})
+	if err != nil {
+		d.workerFailed(w, r, s, err, "rotate token")
+		return
+	}
+	d.showToken(w, r, s, newToken{WorkerID: t.WorkerID, Name: wk.Name, Token: t.Token, ConnectionCommand: t.ConnectionCommand}, "rotated")
 }
 
 // deleteWorker deletes an offline worker at once; a connected one, or a
@@ -320,27 +309,23 @@ func (d *Dashboard) deleteWorker(w http.ResponseWriter, r *http.Request, s *sess
 	id := r.PathValue("id")
 	force := r.PostFormValue("force") == "1"
 	confirmed := r.PostFormValue("confirm") == "yes"
-	wk, res := d.loadWorker(r, s, id)
-	if !res.OK() {
-		d.apiErrorPage(w, r, s, res)
+	wk, fail := d.loadWorker(r, s, id)
+	if fail != nil {
+		d.apiErrorPage(w, r, s, *fail)
 		return
 	}
 	if force && !confirmed {
 		d.render(w, r, http.StatusOK, "delete", map[string]any{"W": wk}, s)
 		return
 	}
-	target := "/api/admin/workers/" + url.PathEscape(id)
-	if force {
-		target += "?force=true"
-	}
-	res = d.call(r, s, "DELETE", target, nil)
-	if res.Status == http.StatusConflict && !force {
-		d.render(w, r, http.StatusConflict, "delete", map[string]any{"W": wk, "Detail": res.Detail}, s)
-		return
-	}
-	if !res.OK() {
+	if _, err := d.opt.API.DeleteWorker(d.as(r, s), api.WorkerRef{ID: id, Force: force}); err != nil {
+		res := d.failure(err, "delete worker")
+		if res.Status == http.StatusConflict && !force {
+			d.render(w, r, http.StatusConflict, "delete", map[string]any{"W": wk, "Detail": res.Detail}, s)
+			return
+		}
 		f := newForm()
-		f.apiError(res, nil)
+		f.apiError(*res, nil)
 		d.workerWithForm(w, r, s, res.Status, f)
 		return
 	}
@@ -352,23 +337,16 @@ func (d *Dashboard) deleteWorker(w http.ResponseWriter, r *http.Request, s *sess
 func (d *Dashboard) queueData(r *http.Request, s *session) (map[string]any, *apiResult) {
 	q := r.URL.Query()
 	status, page := q.Get("status"), pageNumber(r)
-	v := url.Values{"order": {"newest"}, "limit": {strconv.Itoa(jobsPerPage)}, "offset": {strconv.Itoa((page - 1) * jobsPerPage)}}
-	if status != "" {
-		v.Set("status", status)
+	body, err := d.opt.API.Jobs(d.as(r, s), api.JobsQuery{Status: status, Order: "newest", Limit: jobsPerPage, Offset: (page - 1) * jobsPerPage})
+	if err != nil {
+		return nil, d.failure(err, "jobs")
 	}
-	res := d.call(r, s, "GET", "/api/queue?"+v.Encode(), nil)
-	if !res.OK() {
-		return nil, &res
+	total := 0
+	if body.Total != nil {
+		total = *body.Total
 	}
-	var body struct {
-		Entries []jobJSON `json:"entries"`
-		Total   int       `json:"total"`
-	}
-	if err := res.decode(&body); err != nil {
-		return nil, &apiResult{Status: 502, Detail: "unreadable queue: " + err.Error()}
-	}
-	return map[string]any{"Jobs": body.Entries, "Total": body.Total, "Status": status, "Page": page,
-		"Pages": pages(body.Total, jobsPerPage)}, nil
+	return map[string]any{"Jobs": body.Entries, "Total": total, "Status": status, "Page": page,
+		"Pages": pages(total, jobsPerPage)}, nil
 }
 
 func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request, s *session) {
@@ -385,12 +363,7 @@ func (d *Dashboard) queueWithForm(w http.ResponseWriter, r *http.Request, s *ses
 	}
 	data["Form"] = f
 	if s.Can(auth.ScopeQueueSubmit) {
-		var cfg struct {
-			Configs []string `json:"configs"`
-		}
-		if res := d.call(r, s, "GET", "/api/configs", nil); res.OK() {
-			_ = res.decode(&cfg)
-		}
+		cfg, _ := d.opt.API.Configs(d.as(r, s), struct{}{})
 		data["Configs"] = cfg.Configs
 	}
 	d.render(w, r, status, "queue", data, s)
@@ -410,50 +383,37 @@ var submitFields = map[string]string{"config": "config_json", "worker_labels": "
 
 func (d *Dashboard) submitJob(w http.ResponseWriter, r *http.Request, s *session) {
 	f := formFrom(r, "config_name", "config_json", "target", "priority", "labels", "gpu_count", "min_vram_gb")
-	body := map[string]any{"target": f.V("target")}
+	req := api.Submit{Target: protocol.Target(f.V("target")), Priority: f.optionalInt("priority"),
+		GPUCount: f.optionalInt("gpu_count"), MinVRAMGB: f.optionalFloat("min_vram_gb")}
 	if name := strings.TrimSpace(f.V("config_name")); name != "" {
-		body["config_name"] = name
+		req.ConfigName = &name
 	}
 	if raw := strings.TrimSpace(f.V("config_json")); raw != "" {
 		if !json.Valid([]byte(raw)) {
 			f.fail("config_json", "This is not valid JSON; paste a JSON object such as {\"model_type\": \"lora\"}.")
 		}
-		body["config"] = json.RawMessage(raw)
+		req.Config = json.RawMessage(raw)
 	}
 	if labels, err := parseLabels(f.V("labels")); err != nil {
 		f.fail("labels", err.Error())
 	} else if len(labels) > 0 {
-		body["worker_labels"] = labels
-	}
-	if v := f.optionalInt("priority"); v != nil {
-		body["priority"] = *v
-	}
-	if v := f.optionalInt("gpu_count"); v != nil {
-		body["gpu_count"] = *v
-	}
-	if v := f.optionalFloat("min_vram_gb"); v != nil {
-		body["min_vram_gb"] = *v
+		req.WorkerLabels = labels
 	}
 	if f.Failed() {
 		d.queueWithForm(w, r, s, http.StatusUnprocessableEntity, f)
 		return
 	}
-	res := d.call(r, s, "POST", "/api/queue/submit", body)
-	if !res.OK() {
+	out, err := d.opt.API.Submit(d.as(r, s), req)
+	if err != nil {
+		res := d.failure(err, "submit")
 		if res.Status == http.StatusNotFound && res.Field() == "" {
 			f.fail("config_name", res.Detail) // a config name that resolves to nothing
 		} else {
-			f.apiError(res, submitFields)
+			f.apiError(*res, submitFields)
 		}
 		d.queueWithForm(w, r, s, res.Status, f)
 		return
 	}
-	var out struct {
-		JobID    string   `json:"job_id"`
-		Warning  string   `json:"warning"`
-		Warnings []string `json:"warnings"`
-	}
-	_ = res.decode(&out)
 	var warnings []string
 	for _, w := range append([]string{out.Warning}, out.Warnings...) {
 		if w != "" {
@@ -464,15 +424,12 @@ func (d *Dashboard) submitJob(w http.ResponseWriter, r *http.Request, s *session
 	http.Redirect(w, r, Prefix+"jobs/"+url.PathEscape(out.JobID), http.StatusSeeOther)
 }
 
-func (d *Dashboard) loadJob(r *http.Request, s *session, id string) (jobJSON, apiResult) {
-	var j jobJSON
-	res := d.call(r, s, "GET", "/api/queue/"+url.PathEscape(id), nil)
-	if res.OK() {
-		if err := res.decode(&j); err != nil {
-			return j, apiResult{Status: 502, Detail: "unreadable job: " + err.Error()}
-		}
+func (d *Dashboard) loadJob(r *http.Request, s *session, id string) (api.Job, *apiResult) {
+	j, err := d.opt.API.Job(d.as(r, s), api.JobRef{ID: id})
+	if err != nil {
+		return j, d.failure(err, "job")
 	}
-	return j, res
+	return j, nil
 }
 
 func (d *Dashboard) job(w http.ResponseWriter, r *http.Request, s *session) {
@@ -480,31 +437,27 @@ func (d *Dashboard) job(w http.ResponseWriter, r *http.Request, s *session) {
 }
 
 func (d *Dashboard) jobWithError(w http.ResponseWriter, r *http.Request, s *session, status int, errMsg string) {
-	j, res := d.loadJob(r, s, r.PathValue("id"))
-	if !res.OK() {
-		d.apiErrorPage(w, r, s, res)
+	j, fail := d.loadJob(r, s, r.PathValue("id"))
+	if fail != nil {
+		d.apiErrorPage(w, r, s, *fail)
 		return
 	}
 	// The log as stored so far, for reading without JavaScript; the page's
 	// script replaces it with the live stream.
+	log := &tailBuffer{keep: logTailBytes}
 	logText, truncated := "", false
-	lr := d.doTail(apiRequest(r, &s.principal, "GET", "/api/queue/"+url.PathEscape(j.ID)+"/logs", nil), logTailBytes)
-	if lr.OK() {
-		b := lr.Body
-		truncated = lr.Truncated
-		if len(b) > logTailBytes {
-			b, truncated = b[len(b)-logTailBytes:], true
-		}
-		logText = strings.ToValidUTF8(string(b), "")
+	if d.opt.API.WriteJobLog(d.as(r, s), j.ID, log) == nil {
+		b, cut := log.tail()
+		logText, truncated = strings.ToValidUTF8(string(b), ""), cut
 	}
 	d.render(w, r, status, "job", map[string]any{"J": j, "Log": logText, "LogTruncated": truncated, "Error": errMsg,
 		"Warnings": d.notices.take(s, "job:"+j.ID, d.opt.Now())}, s)
 }
 
 func (d *Dashboard) jobLive(w http.ResponseWriter, r *http.Request, s *session) {
-	j, res := d.loadJob(r, s, r.PathValue("id"))
-	if !res.OK() {
-		w.WriteHeader(res.Status)
+	j, fail := d.loadJob(r, s, r.PathValue("id"))
+	if fail != nil {
+		w.WriteHeader(fail.Status)
 		return
 	}
 	status := http.StatusOK
@@ -516,13 +469,16 @@ func (d *Dashboard) jobLive(w http.ResponseWriter, r *http.Request, s *session) 
 
 // jobLog relays the API's live log stream (server-sent events) to the page.
 func (d *Dashboard) jobLog(w http.ResponseWriter, r *http.Request, s *session) {
-	d.opt.API.ServeHTTP(w, apiRequest(r, &s.principal, "GET", "/api/queue/"+url.PathEscape(r.PathValue("id"))+"/logs?follow=1", nil))
+	req, _ := http.NewRequestWithContext(orchestrator.WithPrincipal(r.Context(), s.principal), http.MethodGet,
+		"/api/queue/"+url.PathEscape(r.PathValue("id"))+"/logs?follow=1", nil)
+	req.RemoteAddr, req.Host, req.TLS = r.RemoteAddr, r.Host, r.TLS
+	d.opt.HTTP.ServeHTTP(w, req)
 }
 
 func (d *Dashboard) cancelJob(w http.ResponseWriter, r *http.Request, s *session) {
 	id := r.PathValue("id")
-	res := d.call(r, s, "POST", "/api/queue/"+url.PathEscape(id)+"/cancel", nil)
-	if !res.OK() {
+	if _, err := d.opt.API.CancelJob(d.as(r, s), api.JobRef{ID: id}); err != nil {
+		res := d.failure(err, "cancel job")
 		msg := res.Detail
 		if res.Status == http.StatusForbidden {
 			msg = "Your token may not do this: " + res.Detail
@@ -539,25 +495,13 @@ func (d *Dashboard) auditData(r *http.Request, s *session, before int64) (map[st
 	q := r.URL.Query()
 	filter := map[string]string{"actor": strings.TrimSpace(q.Get("actor")), "action": strings.TrimSpace(q.Get("action")),
 		"target": strings.TrimSpace(q.Get("target"))}
-	v := url.Values{"order": {"newest"}, "limit": {strconv.Itoa(auditPerPage)}}
-	for k, val := range filter {
-		if val != "" {
-			v.Set(k, val)
-		}
-	}
 	if before == 0 {
 		before, _ = strconv.ParseInt(q.Get("before"), 10, 64)
 	}
-	if before > 0 {
-		v.Set("before", strconv.FormatInt(before, 10))
-	}
-	res := d.call(r, s, "GET", "/api/admin/audit?"+v.Encode(), nil)
-	if !res.OK() {
-		return nil, &res
-	}
-	var body auditPage
-	if err := res.decode(&body); err != nil {
-		return nil, &apiResult{Status: 502, Detail: "unreadable audit log: " + err.Error()}
+	body, err := d.opt.API.Audit(d.as(r, s), api.AuditQuery{Newest: true, Actor: filter["actor"], Action: filter["action"],
+		Target: filter["target"], Before: max(before, 0), Limit: auditPerPage})
+	if err != nil {
+		return nil, d.failure(err, "audit")
 	}
 	data := map[string]any{"Records": body.Records, "Filter": filter, "Before": before}
 	if n := len(body.Records); n == auditPerPage {
@@ -578,14 +522,9 @@ func (d *Dashboard) audit(w http.ResponseWriter, r *http.Request, s *session) {
 // verifyAudit checks the whole chain and shows the result above the log,
 // starting the listing at the broken record when there is one.
 func (d *Dashboard) verifyAudit(w http.ResponseWriter, r *http.Request, s *session) {
-	res := d.call(r, s, "GET", "/api/admin/audit/verify", nil)
-	if !res.OK() {
-		d.apiErrorPage(w, r, s, res)
-		return
-	}
-	var v verifyJSON
-	if err := res.decode(&v); err != nil {
-		d.errorPage(w, r, s, http.StatusBadGateway, "unreadable verification: "+err.Error())
+	v, err := d.opt.API.VerifyAudit(d.as(r, s), struct{}{})
+	if err != nil {
+		d.apiErrorPage(w, r, s, *d.failure(err, "verify audit"))
 		return
 	}
 	var before int64

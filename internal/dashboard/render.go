@@ -22,19 +22,20 @@ var pageNames = []string{"signin", "error", "overview", "workers", "worker", "to
 
 func (d *Dashboard) parseTemplates() (map[string]*pageTemplate, error) {
 	funcs := template.FuncMap{
-		"asset":    d.asset,
-		"ago":      d.ago,
-		"duration": duration,
-		"gib":      func(mib float64) string { return strconv.FormatFloat(mib/1024, 'f', 1, 64) },
-		"pct":      func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) + "%" },
-		"mib":      func(bytes float64) float64 { return bytes / (1 << 20) },
-		"indices":  formatIndices,
-		"labels":   formatLabels,
-		"pretty":   prettyJSON,
-		"add":      func(a, b int) int { return a + b },
-		"inList":   func(s string, list []string) bool { return slices.Contains(list, s) },
-		"query":    func(kv ...string) template.URL { return template.URL(queryString(kv...)) },
-		"statuses": func() []string { return jobStatuses },
+		"asset":       d.asset,
+		"ago":         d.ago,
+		"duration":    duration,
+		"gib":         func(mib float64) string { return strconv.FormatFloat(mib/1024, 'f', 1, 64) },
+		"pct":         func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) + "%" },
+		"mib":         func(bytes uint64) float64 { return float64(bytes) / (1 << 20) },
+		"cancellable": cancellable,
+		"indices":     formatIndices,
+		"labels":      formatLabels,
+		"pretty":      prettyJSON,
+		"add":         func(a, b int) int { return a + b },
+		"inList":      func(s string, list []string) bool { return slices.Contains(list, s) },
+		"query":       func(kv ...string) template.URL { return template.URL(queryString(kv...)) },
+		"statuses":    func() []string { return jobStatuses },
 		"wstatuses": func() []string {
 			return []string{"connecting", "idle", "partial", "busy", "draining", "offline"}
 		},

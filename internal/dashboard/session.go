@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
-	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
@@ -293,29 +293,19 @@ func (d *Dashboard) signin(w http.ResponseWriter, r *http.Request) {
 	}
 	// A refused token is counted and audited by the API, in aggregate with
 	// every other failed authentication of this client, under this route.
-	req := apiRequest(r.WithContext(orchestrator.WithAuditRoute(r.Context(), "POST "+Prefix+"signin")), nil,
-		http.MethodGet, "/api/auth/whoami", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	res := d.do(req)
+	who, err := d.opt.API.AdminByToken(r, token, "POST "+Prefix+"signin")
 	ip := auth.PeerKey(r.RemoteAddr)
-	if !res.OK() {
+	if err != nil {
+		fail := d.failure(err, "sign-in")
 		msg := "That token is not a valid admin token (unknown, revoked or mistyped)."
-		switch res.Status {
+		switch fail.Status {
 		case http.StatusTooManyRequests:
-			msg = "Too many failed sign-ins from this address; wait " + res.Header.Get("Retry-After") + " s and try again."
+			msg = fmt.Sprintf("Too many failed sign-ins from this address; wait %d s and try again.", fail.RetryAfterSeconds)
 		case http.StatusUnauthorized: // counted and audited by the API, see above
 		default:
-			msg = "Signing in failed: " + res.Detail
+			msg = "Signing in failed: " + fail.Detail
 		}
-		d.renderSignin(w, r, res.Status, msg, false)
-		return
-	}
-	var who struct {
-		Kind, ID, Name string
-		Scopes         []string
-	}
-	if err := res.decode(&who); err != nil || who.Kind != auth.KindAdminToken {
-		d.renderSignin(w, r, http.StatusUnprocessableEntity, "Only admin tokens (sta_…) can sign in.", false)
+		d.renderSignin(w, r, fail.Status, msg, false)
 		return
 	}
 	id := randomID()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
@@ -41,55 +42,55 @@ func page(r *http.Request, def, max int) (limit, offset int, err error) {
 	return limit, offset, err
 }
 
-func (s *Server) loadWorker(r *http.Request, id string) (store.Worker, error) {
-	wk, err := s.store.GetWorker(r.Context(), id)
+func (s *Server) loadWorker(ctx context.Context, id string) (store.Worker, error) {
+	wk, err := s.store.GetWorker(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return wk, notFound("Worker not found: %s", id)
 	}
 	return wk, err
 }
 
-func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ auth.Principal) error {
-	status := r.URL.Query().Get("status")
-	if status == "" {
-		status = r.URL.Query().Get("status_filter") // upstream's name
+// workersQuery reads GET /api/admin/workers' query: status (or upstream's
+// status_filter), limit (default 100, at most 1000), offset.
+func workersQuery(_ http.ResponseWriter, r *http.Request, _ httprouter.Params) (q api.WorkersQuery, err error) {
+	q.Status = r.URL.Query().Get("status")
+	if q.Status == "" {
+		q.Status = r.URL.Query().Get("status_filter")
 	}
-	f := store.WorkerFilter{Status: protocol.WorkerStatus(strings.ToLower(status))}
-	if status != "" && !f.Status.Valid() {
-		return invalid("query parameter \"status\" must be one of connecting, idle, partial, busy, draining, offline; got %q", status)
+	q.Limit, q.Offset, err = page(r, 100, 1000)
+	return q, err
+}
+
+// Workers lists a page of workers by creation time.
+func (s *Server) Workers(ctx context.Context, q api.WorkersQuery) (api.WorkerList, error) {
+	if _, err := authorize(ctx, auth.ScopeAdminWorkers); err != nil {
+		return api.WorkerList{}, err
 	}
-	var err error
-	if f.Limit, f.Offset, err = page(r, 100, 1000); err != nil {
-		return err
+	f := store.WorkerFilter{Status: protocol.WorkerStatus(strings.ToLower(q.Status)), Limit: q.Limit, Offset: q.Offset}
+	if q.Status != "" && !f.Status.Valid() {
+		return api.WorkerList{}, invalid("query parameter \"status\" must be one of connecting, idle, partial, busy, draining, offline; got %q", q.Status)
 	}
-	ws, total, err := s.store.ListWorkers(r.Context(), f)
+	ws, total, err := s.store.ListWorkers(ctx, f)
 	if err != nil {
-		return err
+		return api.WorkerList{}, err
 	}
-	views := make([]workerView, 0, len(ws))
+	out := api.WorkerList{Workers: make([]api.Worker, 0, len(ws)), Total: total}
 	for _, wk := range ws {
-		views = append(views, s.workerView(wk))
+		out.Workers = append(out.Workers, s.workerView(wk))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"workers": views, "total": total})
-	return nil
+	return out, nil
 }
 
-func (s *Server) getWorker(w http.ResponseWriter, r *http.Request, ps httprouter.Params, _ auth.Principal) error {
-	wk, err := s.loadWorker(r, ps.ByName("id"))
+// Worker is one worker.
+func (s *Server) Worker(ctx context.Context, ref api.WorkerRef) (api.Worker, error) {
+	if _, err := authorize(ctx, auth.ScopeAdminWorkers); err != nil {
+		return api.Worker{}, err
+	}
+	wk, err := s.loadWorker(ctx, ref.ID)
 	if err != nil {
-		return err
+		return api.Worker{}, err
 	}
-	writeJSON(w, http.StatusOK, s.workerView(wk))
-	return nil
-}
-
-type createWorkerRequest struct {
-	Name       *string             `json:"name"`
-	WorkerType protocol.WorkerType `json:"worker_type"`
-	Labels     map[string]string   `json:"labels"`
-	// LabelsLocked pins the worker's labels to the admin's: whatever the
-	// worker reports is ignored for placement.
-	LabelsLocked bool `json:"labels_locked"`
+	return s.workerView(wk), nil
 }
 
 // baseURL is the orchestrator's URL as the client reached it, for the
@@ -193,48 +194,46 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-func (s *Server) createWorker(w http.ResponseWriter, r *http.Request, _ httprouter.Params, p auth.Principal) error {
-	var req createWorkerRequest
-	if err := s.decodeJSON(w, r, &req); err != nil {
-		return err
+// CreateWorker creates a worker and its token, shown only in the reply.
+func (s *Server) CreateWorker(ctx context.Context, req api.CreateWorker) (api.WorkerCreated, error) {
+	c, err := authorize(ctx, auth.ScopeAdminWorkers)
+	if err != nil {
+		return api.WorkerCreated{}, err
 	}
 	if req.Name == nil || strings.TrimSpace(*req.Name) == "" {
-		return invalid("field \"name\" is required")
+		return api.WorkerCreated{}, invalid("field \"name\" is required")
 	}
 	if err := printable("name", *req.Name); err != nil {
-		return err
+		return api.WorkerCreated{}, err
 	}
 	if req.WorkerType == "" {
 		req.WorkerType = protocol.Persistent
 	}
 	if !req.WorkerType.Valid() {
-		return invalid("field \"worker_type\" must be \"persistent\" or \"ephemeral\"; got %q", req.WorkerType)
+		return api.WorkerCreated{}, invalid("field \"worker_type\" must be \"persistent\" or \"ephemeral\"; got %q", req.WorkerType)
 	}
 	if err := validLabels("labels", req.Labels); err != nil {
-		return err
+		return api.WorkerCreated{}, err
 	}
-	if err := s.nameFree(r.Context(), strings.TrimSpace(*req.Name), ""); err != nil {
-		return err
+	if err := s.nameFree(ctx, strings.TrimSpace(*req.Name), ""); err != nil {
+		return api.WorkerCreated{}, err
 	}
 	token := auth.NewWorkerToken()
 	wk := store.Worker{
 		ID: protocol.NewWorkerID(), Name: strings.TrimSpace(*req.Name), Type: req.WorkerType,
-		Status: protocol.WorkerConnecting, GPUInfo: json.RawMessage(`{}`),
+		Status: protocol.WorkerConnecting, GPUInfo: store.ReadGPUInfo(json.RawMessage(`{}`)),
 		Labels: copyLabels(req.Labels), AdminLabels: copyLabels(req.Labels), LabelsLocked: req.LabelsLocked,
-		CreatedAt: time.Now().UTC(), CreatedBy: p.Actor(),
+		CreatedAt: time.Now().UTC(), CreatedBy: c.Actor(),
 	}
-	rec := audit.New(p.Actor(), peerIP(r), "worker.create", "worker", wk.ID, audit.Success,
+	rec := audit.New(c.Actor(), c.IP, "worker.create", "worker", wk.ID, audit.Success,
 		map[string]any{"name": wk.Name, "worker_type": wk.Type, "labels": wk.Labels, "labels_locked": wk.LabelsLocked,
 			"token": auth.Accessor(token)})
-	if err := s.store.CreateWorker(r.Context(), wk, auth.Hash(token), &rec); err != nil {
-		return err
+	if err := s.store.CreateWorker(ctx, wk, auth.Hash(token), &rec); err != nil {
+		return api.WorkerCreated{}, err
 	}
-	s.log.Info("worker created", "worker_id", wk.ID, "name", wk.Name, "by", p.Actor())
-	writeJSON(w, http.StatusCreated, map[string]any{
-		"worker_id": wk.ID, "id": wk.ID, "name": wk.Name, "worker_type": wk.Type, "labels": wk.Labels,
-		"labels_locked": wk.LabelsLocked, "token": token, "connection_command": connectionCommand(s.baseURL(r)),
-	})
-	return nil
+	s.log.Info("worker created", "worker_id", wk.ID, "name", wk.Name, "by", c.Actor())
+	return api.WorkerCreated{WorkerID: wk.ID, ID: wk.ID, Name: wk.Name, WorkerType: string(wk.Type), Labels: wk.Labels,
+		LabelsLocked: wk.LabelsLocked, Token: token, ConnectionCommand: connectionCommand(c.BaseURL)}, nil
 }
 
 // printable refuses a text field that holds control characters (see
@@ -282,30 +281,33 @@ func copyLabels(m map[string]string) map[string]string {
 	return out
 }
 
-// patchWorkerRequest follows JSON merge-patch for labels: the keys given are
-// added or replaced, a key given as null is removed, the others stay.
+// patchWorkerRequest is PATCH /api/admin/workers/{id}'s path and body.
 type patchWorkerRequest struct {
-	Name         *string             `json:"name"`
-	Labels       map[string]*string  `json:"labels"`
-	LabelsLocked *bool               `json:"labels_locked"`
-	WorkerType   protocol.WorkerType `json:"worker_type"`
+	ID string
+	api.PatchWorker
 }
 
-func (s *Server) patchWorker(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
-	var req patchWorkerRequest
-	if err := s.decodeJSON(w, r, &req); err != nil {
-		return err
+func (s *Server) parsePatchWorker(w http.ResponseWriter, r *http.Request, ps httprouter.Params) (patchWorkerRequest, error) {
+	req := patchWorkerRequest{ID: ps.ByName("id")}
+	return req, s.decodeJSON(w, r, &req.PatchWorker)
+}
+
+// PatchWorker changes a worker's name, type, labels (a merge) and lock.
+func (s *Server) PatchWorker(ctx context.Context, id string, req api.PatchWorker) (api.Worker, error) {
+	c, err := authorize(ctx, auth.ScopeAdminWorkers)
+	if err != nil {
+		return api.Worker{}, err
 	}
 	if req.Name != nil && strings.TrimSpace(*req.Name) == "" {
-		return invalid("field \"name\" must not be empty")
+		return api.Worker{}, invalid("field \"name\" must not be empty")
 	}
 	if req.Name != nil {
 		if err := printable("name", *req.Name); err != nil {
-			return err
+			return api.Worker{}, err
 		}
 	}
 	if req.WorkerType != "" && !req.WorkerType.Valid() {
-		return invalid("field \"worker_type\" must be \"persistent\" or \"ephemeral\"; got %q", req.WorkerType)
+		return api.Worker{}, invalid("field \"worker_type\" must be \"persistent\" or \"ephemeral\"; got %q", req.WorkerType)
 	}
 	set := map[string]string{}
 	for k, v := range req.Labels {
@@ -314,18 +316,17 @@ func (s *Server) patchWorker(w http.ResponseWriter, r *http.Request, ps httprout
 		}
 	}
 	if err := validLabels("labels", set); err != nil {
-		return err
+		return api.Worker{}, err
 	}
-	id := ps.ByName("id")
-	if _, err := s.loadWorker(r, id); err != nil {
-		return err
+	if _, err := s.loadWorker(ctx, id); err != nil {
+		return api.Worker{}, err
 	}
 	if req.Name != nil {
-		if err := s.nameFree(r.Context(), strings.TrimSpace(*req.Name), id); err != nil {
-			return err
+		if err := s.nameFree(ctx, strings.TrimSpace(*req.Name), id); err != nil {
+			return api.Worker{}, err
 		}
 	}
-	wk, err := s.store.UpdateWorker(r.Context(), id, func(cur *store.Worker) (*audit.Record, error) {
+	wk, err := s.store.UpdateWorker(ctx, id, func(cur *store.Worker) (*audit.Record, error) {
 		if req.Name != nil {
 			cur.Name = strings.TrimSpace(*req.Name)
 		}
@@ -355,97 +356,106 @@ func (s *Server) patchWorker(w http.ResponseWriter, r *http.Request, ps httprout
 			cur.LabelsLocked = *req.LabelsLocked
 		}
 		cur.Labels = placementLabels(nil, cur.AdminLabels, reported, cur.LabelsLocked)
-		rec := audit.New(p.Actor(), peerIP(r), "worker.update", "worker", id, audit.Success,
+		rec := audit.New(c.Actor(), c.IP, "worker.update", "worker", id, audit.Success,
 			map[string]any{"name": req.Name, "labels": req.Labels, "labels_locked": req.LabelsLocked, "worker_type": req.WorkerType})
 		return &rec, nil
 	})
 	if err != nil {
-		return err
+		return api.Worker{}, err
 	}
 	s.Wake()
-	writeJSON(w, http.StatusOK, s.workerView(wk))
-	return nil
+	return s.workerView(wk), nil
 }
 
-func (s *Server) deleteWorker(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
-	ctx := r.Context()
-	wk, err := s.loadWorker(r, ps.ByName("id"))
-	if err != nil {
-		return err
-	}
+func deleteWorkerRef(_ http.ResponseWriter, r *http.Request, ps httprouter.Params) (api.WorkerRef, error) {
 	force := r.URL.Query().Get("force")
-	forced := force == "true" || force == "1"
-	if !forced {
+	return api.WorkerRef{ID: ps.ByName("id"), Force: force == "true" || force == "1"}, nil
+}
+
+// DeleteWorker deletes a worker out of touch that runs nothing; with Force
+// any worker: its stream is closed and its attempts end.
+func (s *Server) DeleteWorker(ctx context.Context, ref api.WorkerRef) (api.WorkerAction, error) {
+	c, err := authorize(ctx, auth.ScopeAdminWorkers)
+	if err != nil {
+		return api.WorkerAction{}, err
+	}
+	wk, err := s.loadWorker(ctx, ref.ID)
+	if err != nil {
+		return api.WorkerAction{}, err
+	}
+	if !ref.Force {
 		if err := s.deletable(ctx, wk); err != nil {
-			return err
+			return api.WorkerAction{}, err
 		}
+	} else if err := s.evictWorker(ctx, wk, c.Actor(), c.IP); err != nil {
+		return api.WorkerAction{}, err
 	}
-	if forced {
-		if err := s.evictWorker(ctx, wk, p.Actor(), peerIP(r)); err != nil {
-			return err
-		}
-	}
-	rec := audit.New(p.Actor(), peerIP(r), "worker.delete", "worker", wk.ID, audit.Success,
-		map[string]any{"name": wk.Name, "force": forced})
+	rec := audit.New(c.Actor(), c.IP, "worker.delete", "worker", wk.ID, audit.Success,
+		map[string]any{"name": wk.Name, "force": ref.Force})
 	if err := s.store.DeleteWorker(ctx, wk.ID, &rec); err != nil {
-		return err
+		return api.WorkerAction{}, err
 	}
 	s.telemetry.forget(wk.ID)
 	s.gpuHistory.forget(wk.ID)
 	s.clocks.forget(wk.ID)
-	s.log.Info("worker deleted", "worker_id", wk.ID, "force", forced, "by", p.Actor())
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "worker_id": wk.ID})
-	return nil
+	s.log.Info("worker deleted", "worker_id", wk.ID, "force", ref.Force, "by", c.Actor())
+	return api.WorkerAction{Success: true, WorkerID: wk.ID}, nil
 }
 
-func (s *Server) drainWorker(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
-	id := ps.ByName("id")
-	if _, err := s.loadWorker(r, id); err != nil {
-		return err
-	}
-	wk, err := s.drain(r.Context(), id, p.Actor(), peerIP(r))
+// DrainWorker lets a worker finish what it runs and take nothing new.
+func (s *Server) DrainWorker(ctx context.Context, ref api.WorkerRef) (api.WorkerAction, error) {
+	c, err := authorize(ctx, auth.ScopeAdminWorkers)
 	if err != nil {
-		return err
+		return api.WorkerAction{}, err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "worker_id": id, "status": wk.Status})
-	return nil
+	if _, err := s.loadWorker(ctx, ref.ID); err != nil {
+		return api.WorkerAction{}, err
+	}
+	wk, err := s.drain(ctx, ref.ID, c.Actor(), c.IP)
+	if err != nil {
+		return api.WorkerAction{}, err
+	}
+	return api.WorkerAction{Success: true, WorkerID: ref.ID, Status: string(wk.Status)}, nil
 }
 
-func (s *Server) resumeWorker(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
-	id := ps.ByName("id")
-	if _, err := s.loadWorker(r, id); err != nil {
-		return err
-	}
-	wk, err := s.resume(r.Context(), id, p.Actor(), peerIP(r))
+// ResumeWorker undoes a drain.
+func (s *Server) ResumeWorker(ctx context.Context, ref api.WorkerRef) (api.WorkerAction, error) {
+	c, err := authorize(ctx, auth.ScopeAdminWorkers)
 	if err != nil {
-		return err
+		return api.WorkerAction{}, err
+	}
+	if _, err := s.loadWorker(ctx, ref.ID); err != nil {
+		return api.WorkerAction{}, err
+	}
+	wk, err := s.resume(ctx, ref.ID, c.Actor(), c.IP)
+	if err != nil {
+		return api.WorkerAction{}, err
 	}
 	status, _ := s.shown(wk) // as the worker list shows it
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "worker_id": id, "status": status})
-	return nil
+	return api.WorkerAction{Success: true, WorkerID: ref.ID, Status: string(status)}, nil
 }
 
-func (s *Server) rotateToken(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
-	wk, err := s.loadWorker(r, ps.ByName("id"))
+// RotateWorkerToken gives a worker a new token; the old one, and the stream
+// it opened, stop working at once.
+func (s *Server) RotateWorkerToken(ctx context.Context, ref api.WorkerRef) (api.WorkerToken, error) {
+	c, err := authorize(ctx, auth.ScopeAdminWorkers)
 	if err != nil {
-		return err
+		return api.WorkerToken{}, err
+	}
+	wk, err := s.loadWorker(ctx, ref.ID)
+	if err != nil {
+		return api.WorkerToken{}, err
 	}
 	token := auth.NewWorkerToken()
-	rec := audit.New(p.Actor(), peerIP(r), "worker.token_rotate", "worker", wk.ID, audit.Success,
+	rec := audit.New(c.Actor(), c.IP, "worker.token_rotate", "worker", wk.ID, audit.Success,
 		map[string]string{"name": wk.Name, "token": auth.Accessor(token)})
-	if err := s.store.SetWorkerTokenHash(r.Context(), wk.ID, auth.Hash(token), &rec); err != nil {
-		return err
+	if err := s.store.SetWorkerTokenHash(ctx, wk.ID, auth.Hash(token), &rec); err != nil {
+		return api.WorkerToken{}, err
 	}
 	// The old token is dead: so is the stream it opened.
 	s.closeWorkerStream(wk.ID, "token rotated")
-	s.log.Info("worker token rotated", "worker_id", wk.ID, "by", p.Actor())
-	writeJSON(w, http.StatusOK, map[string]any{"worker_id": wk.ID, "token": token, "connection_command": connectionCommand(s.baseURL(r))})
-	return nil
-}
-
-type createTokenRequest struct {
-	Name   string   `json:"name"`
-	Scopes []string `json:"scopes"`
+	s.log.Info("worker token rotated", "worker_id", wk.ID, "by", c.Actor())
+	return api.WorkerToken{WorkerID: wk.ID, Token: token, ConnectionCommand: connectionCommand(c.BaseURL)}, nil
 }
 
 // NewAdminToken creates an admin token (used by the API and the CLI).
@@ -469,48 +479,58 @@ func NewAdminToken(name string, scopes []string) (store.AdminToken, string, erro
 	return store.AdminToken{ID: id, Name: strings.TrimSpace(name), Scopes: scopes, Hash: auth.Hash(token), CreatedAt: time.Now().UTC()}, token, nil
 }
 
-func (s *Server) createAdminToken(w http.ResponseWriter, r *http.Request, _ httprouter.Params, p auth.Principal) error {
-	var req createTokenRequest
-	if err := s.decodeJSON(w, r, &req); err != nil {
-		return err
+// CreateToken makes an admin token, shown only in the reply.
+func (s *Server) CreateToken(ctx context.Context, req api.CreateToken) (api.TokenCreated, error) {
+	c, err := authorize(ctx, auth.ScopeAll)
+	if err != nil {
+		return api.TokenCreated{}, err
 	}
 	t, token, err := NewAdminToken(req.Name, req.Scopes)
 	if err != nil {
-		return err
+		return api.TokenCreated{}, err
 	}
-	rec := audit.New(p.Actor(), peerIP(r), "admin_token.create", "admin_token", t.ID, audit.Success,
+	rec := audit.New(c.Actor(), c.IP, "admin_token.create", "admin_token", t.ID, audit.Success,
 		map[string]any{"name": t.Name, "scopes": t.Scopes, "token": auth.Accessor(token)})
-	if err := s.store.CreateAdminToken(r.Context(), t, &rec); err != nil {
-		return err
+	if err := s.store.CreateAdminToken(ctx, t, &rec); err != nil {
+		return api.TokenCreated{}, err
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"id": t.ID, "name": t.Name, "scopes": t.Scopes, "token": token})
-	return nil
+	return api.TokenCreated{ID: t.ID, Name: t.Name, Scopes: t.Scopes, Token: token}, nil
 }
 
-func (s *Server) listAdminTokens(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ auth.Principal) error {
-	ts, err := s.store.ListAdminTokens(r.Context())
-	if err != nil {
-		return err
+// Tokens lists the admin tokens, revoked ones included.
+func (s *Server) Tokens(ctx context.Context, _ struct{}) (api.TokenList, error) {
+	if _, err := authorize(ctx, auth.ScopeAll); err != nil {
+		return api.TokenList{}, err
 	}
-	out := make([]map[string]any, 0, len(ts))
+	ts, err := s.store.ListAdminTokens(ctx)
+	if err != nil {
+		return api.TokenList{}, err
+	}
+	out := api.TokenList{Tokens: make([]api.Token, 0, len(ts))}
 	for _, t := range ts {
-		out = append(out, map[string]any{"id": t.ID, "name": t.Name, "scopes": t.Scopes,
-			"created_at": protocol.Time(t.CreatedAt), "revoked_at": timePtr(t.RevokedAt)})
+		out.Tokens = append(out.Tokens, api.Token{ID: t.ID, Name: t.Name, Scopes: t.Scopes,
+			CreatedAt: protocol.Time(t.CreatedAt), RevokedAt: timePtr(t.RevokedAt)})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"tokens": out})
-	return nil
+	return out, nil
 }
 
-func (s *Server) revokeAdminToken(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
-	id := ps.ByName("id")
-	rec := audit.New(p.Actor(), peerIP(r), "admin_token.revoke", "admin_token", id, audit.Success, nil)
-	err := s.store.RevokeAdminToken(r.Context(), id, &rec)
+func tokenRef(_ http.ResponseWriter, _ *http.Request, ps httprouter.Params) (string, error) {
+	return ps.ByName("id"), nil
+}
+
+// RevokeToken revokes an admin token: it stops working at once.
+func (s *Server) RevokeToken(ctx context.Context, id string) (api.Revoked, error) {
+	c, err := authorize(ctx, auth.ScopeAll)
+	if err != nil {
+		return api.Revoked{}, err
+	}
+	rec := audit.New(c.Actor(), c.IP, "admin_token.revoke", "admin_token", id, audit.Success, nil)
+	err = s.store.RevokeAdminToken(ctx, id, &rec)
 	if errors.Is(err, store.ErrNotFound) {
-		return notFound("admin token not found: %s", id)
+		return api.Revoked{}, notFound("admin token not found: %s", id)
 	}
 	if err != nil {
-		return err
+		return api.Revoked{}, err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "id": id})
-	return nil
+	return api.Revoked{Success: true, ID: id}, nil
 }

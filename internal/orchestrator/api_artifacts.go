@@ -15,6 +15,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
@@ -92,8 +93,9 @@ func (s *Server) upload(h uploadHandler) httprouter.Handle {
 		}
 		// As for other credentials: a blocked peer's garbage costs no lookup,
 		// a token of the right shape always gets one.
-		if wait, blocked := s.limiter.Blocked(peerIP(r)); blocked && !uploadTokenShape(token) {
-			s.tooMany(w, r, wait)
+		c := presenterOf(r)
+		if err := s.limited(c, token, uploadTokenShape(token)); err != nil {
+			s.writeError(w, r, err)
 			return
 		}
 		hash := auth.Hash(token)
@@ -107,7 +109,7 @@ func (s *Server) upload(h uploadHandler) httprouter.Handle {
 			if !uploadTokenShape(token) {
 				why = "an upload token starts with " + uploadPrefix + " (it is in $SIMPLETUNER_UPLOAD_TOKEN)"
 			}
-			s.authFailed(w, r, token, protocol.CodeInvalidToken, "Invalid upload token: "+why)
+			s.writeError(w, r, s.refused(c, token, protocol.CodeInvalidToken, "Invalid upload token: "+why))
 			return
 		}
 		j, err := s.store.GetJob(r.Context(), att.JobID)
@@ -323,44 +325,36 @@ func (s *Server) listObjects(w http.ResponseWriter, r *http.Request, ps httprout
 
 func epochSeconds(t time.Time) float64 { return float64(t.UnixMicro()) / 1e6 }
 
-// artifactView is one file in the admin listing.
-type artifactView struct {
-	Path       string `json:"path"`
-	Attempt    int    `json:"attempt"`
-	Size       int64  `json:"size"`
-	ModifiedAt string `json:"modified_at"`
-	MD5        string `json:"md5,omitempty"`
-	SHA256     string `json:"sha256,omitempty"`
+func artifactsQuery(_ http.ResponseWriter, r *http.Request, ps httprouter.Params) (api.ArtifactsQuery, error) {
+	attempt, err := attemptParam(r)
+	return api.ArtifactsQuery{JobID: ps.ByName("job_id"), Attempt: attempt}, err
 }
 
-// listArtifacts lists a job's artifacts: every attempt's, newest attempt
-// first, or one attempt's with ?attempt=N.
-func (s *Server) listArtifacts(w http.ResponseWriter, r *http.Request, ps httprouter.Params, _ auth.Principal) error {
+// Artifacts lists a job's artifacts: every attempt's, newest attempt first,
+// or one attempt's.
+func (s *Server) Artifacts(ctx context.Context, q api.ArtifactsQuery) (api.JobArtifacts, error) {
+	if _, err := authorize(ctx, auth.ScopeQueueView); err != nil {
+		return api.JobArtifacts{}, err
+	}
 	a, err := s.artifactStore()
 	if err != nil {
-		return err
+		return api.JobArtifacts{}, err
 	}
-	j, err := s.loadJob(r, ps.ByName("job_id"))
+	j, err := s.loadJob(ctx, q.JobID)
 	if err != nil {
-		return err
+		return api.JobArtifacts{}, err
 	}
-	attempt, err := attemptParam(r)
+	objs, err := a.List(ctx, j.ID, q.Attempt)
 	if err != nil {
-		return err
+		return api.JobArtifacts{}, s.artifactError(err)
 	}
-	objs, err := a.List(r.Context(), j.ID, attempt)
-	if err != nil {
-		return s.artifactError(err)
-	}
-	out := make([]artifactView, 0, len(objs))
-	var total int64
+	out := api.JobArtifacts{JobID: j.ID, Artifacts: make([]api.Artifact, 0, len(objs))}
 	for _, o := range objs {
-		out = append(out, artifactView{Path: o.Path, Attempt: o.Attempt, Size: o.Size,
+		out.Artifacts = append(out.Artifacts, api.Artifact{Path: o.Path, Attempt: o.Attempt, Size: o.Size,
 			ModifiedAt: o.Modified.UTC().Format(time.RFC3339), MD5: o.MD5, SHA256: o.SHA256})
-		total += o.Size
+		out.TotalBytes += o.Size
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"job_id": j.ID, "artifacts": out, "total_bytes": total})
-	return nil
+	return out, nil
 }
 
 func attemptParam(r *http.Request) (int, error) {
@@ -382,7 +376,7 @@ func (s *Server) downloadArtifact(w http.ResponseWriter, r *http.Request, ps htt
 	if err != nil {
 		return err
 	}
-	j, err := s.loadJob(r, ps.ByName("job_id"))
+	j, err := s.loadJob(r.Context(), ps.ByName("job_id"))
 	if err != nil {
 		return err
 	}

@@ -6,119 +6,130 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/julienschmidt/httprouter"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
-// listAudit answers GET /api/admin/audit: records after a sequence number
-// (?since=, or the reply's "next" given back as ?cursor=), oldest first, read
-// by the primary key from there on. Asked for an order or a filter, it lists
-// newest first instead (listAuditNewest). Once retention has deleted old
-// records the reply names the checkpoint: the last record deleted, which the
-// first record left links to.
-func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ auth.Principal) error {
-	if wantsAuditFilter(r) {
-		return s.listAuditNewest(w, r)
+// auditQuery reads GET /api/admin/audit's query: since (or a previous
+// reply's "next" as ?cursor=), limit; with order=newest or a filter (actor,
+// action, target, before) the newest-first listing.
+func auditQuery(_ http.ResponseWriter, r *http.Request, _ httprouter.Params) (api.AuditQuery, error) {
+	q := r.URL.Query()
+	out := api.AuditQuery{Newest: q.Has("order") || q.Has("actor") || q.Has("action") || q.Has("target") || q.Has("before"),
+		Actor: strings.TrimSpace(q.Get("actor")), Action: strings.TrimSpace(q.Get("action")), Target: strings.TrimSpace(q.Get("target"))}
+	if o := q.Get("order"); o != "" && o != "newest" {
+		return out, invalid("query parameter \"order\" must be \"newest\" (or absent); got %q", o)
 	}
-	since, limit, err := auditPageArgs(r, "since", 0)
-	if err != nil {
-		return err
+	param, minCursor := "since", int64(0)
+	if out.Newest {
+		// A previous page's "next" continues back from its last record.
+		param, minCursor = "before", 1
 	}
-	recs, err := s.store.ListAudit(r.Context(), since, limit)
-	if err != nil {
-		return err
-	}
-	reply := auditPage(recs, limit)
-	cp, _, err := s.store.AuditBounds(r.Context())
-	if err != nil {
-		return err
-	}
-	if cp.Seq > 0 {
-		reply["checkpoint"] = cp
-	}
-	writeJSON(w, http.StatusOK, reply)
-	return nil
-}
-
-// auditPageArgs reads where an audit page starts (the query parameter
-// param, or a previous reply's "next" sent back as ?cursor=, which is never
-// below minCursor) and how many records it holds.
-func auditPageArgs(r *http.Request, param string, minCursor int64) (from int64, limit int, err error) {
 	n, err := queryInt(r, param, 0, 0, 1<<62)
 	if err != nil {
-		return 0, 0, err
+		return out, err
 	}
-	from = int64(n)
-	if c := r.URL.Query().Get("cursor"); c != "" {
+	from := int64(n)
+	if c := q.Get("cursor"); c != "" {
 		from, err = strconv.ParseInt(c, 10, 64)
 		if err != nil || from < minCursor {
-			return 0, 0, invalid("query parameter \"cursor\" is not a cursor this orchestrator gave out; send back the \"next\" of the previous page")
+			return out, invalid("query parameter \"cursor\" is not a cursor this orchestrator gave out; send back the \"next\" of the previous page")
 		}
 	}
-	limit, err = queryInt(r, "limit", 100, 1, 1000)
-	return from, limit, err
+	if out.Newest {
+		out.Before = from
+	} else {
+		out.Since = from
+	}
+	out.Limit, err = queryInt(r, "limit", 100, 1, 1000)
+	return out, err
 }
 
-// auditPage is a page of audit records as both listings answer it: a full
-// page says where the next one starts.
-func auditPage(recs []audit.Record, limit int) map[string]any {
+// Audit is a page of the audit log: records after Since, oldest first,
+// read by the primary key from there on; asked for the newest (a filter), the
+// records before Before, newest first. Once retention has deleted old
+// records the oldest-first listing names the checkpoint: the last record
+// deleted, which the first record left links to.
+func (s *Server) Audit(ctx context.Context, q api.AuditQuery) (api.AuditPage, error) {
+	if _, err := authorize(ctx, auth.ScopeAdminAudit); err != nil {
+		return api.AuditPage{}, err
+	}
+	if q.Limit <= 0 {
+		q.Limit = 100
+	}
+	if q.Newest {
+		recs, err := s.store.ListAuditNewest(ctx, store.AuditFilter{Actor: q.Actor, Action: q.Action, TargetID: q.Target,
+			BeforeSeq: q.Before, Limit: q.Limit})
+		return auditPage(recs, q.Limit), err
+	}
+	recs, err := s.store.ListAudit(ctx, q.Since, q.Limit)
+	if err != nil {
+		return api.AuditPage{}, err
+	}
+	reply := auditPage(recs, q.Limit)
+	cp, _, err := s.store.AuditBounds(ctx)
+	if err != nil {
+		return api.AuditPage{}, err
+	}
+	if cp.Seq > 0 {
+		link := auditLink(cp)
+		reply.Checkpoint = &link
+	}
+	return reply, nil
+}
+
+// auditPage is a page of audit records: a full page says where the next
+// one starts.
+func auditPage(recs []audit.Record, limit int) api.AuditPage {
 	if recs == nil {
 		recs = []audit.Record{}
 	}
-	reply := map[string]any{"records": recs, "count": len(recs)}
+	reply := api.AuditPage{Records: recs, Count: len(recs)}
 	if len(recs) == limit {
-		reply["next"] = strconv.FormatInt(recs[len(recs)-1].Seq, 10)
+		next := strconv.FormatInt(recs[len(recs)-1].Seq, 10)
+		reply.Next = &next
 	}
 	return reply
 }
 
-// auditVerdict is the reply of GET /api/admin/audit/verify.
-type auditVerdict struct {
-	OK         bool            `json:"ok"`
-	Records    int64           `json:"records"`
-	FirstSeq   int64           `json:"first_seq,omitempty"`
-	LastSeq    int64           `json:"last_seq,omitempty"`
-	LastHash   string          `json:"last_hash,omitempty"`
-	Checkpoint store.AuditLink `json:"checkpoint"`
-	Head       store.AuditLink `json:"head"`
-	Error      string          `json:"error,omitempty"`
-	// The same walk in the dashboard's terms: records checked and intact,
-	// the last of them, and the first record that breaks the chain.
-	Checked  int64 `json:"checked"`
-	HeadSeq  int64 `json:"head_seq"`
-	BrokenAt int64 `json:"broken_at,omitempty"`
+func auditLink(l store.AuditLink) api.AuditLink {
+	return api.AuditLink{Seq: l.Seq, Hash: l.Hash, Time: l.Time}
 }
 
 // verifyPage is how many records the verification reads at a time.
 const verifyPage = 1000
 
-// verifyAudit answers GET /api/admin/audit/verify: it walks the whole chain
+// VerifyAudit answers GET /api/admin/audit/verify: it walks the whole chain
 // from the checkpoint (or its start) to the head and says whether every
 // record's hash matches its content and links to the one before. It reads
 // every record, so it takes time in proportion to the log (about a second
 // per million records here); the answer is 200 either way, with ok false and
 // the first bad record named when the chain is broken.
-func (s *Server) verifyAudit(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ auth.Principal) error {
-	v, err := s.verifyChain(r.Context())
+func (s *Server) VerifyAudit(ctx context.Context, _ struct{}) (api.AuditVerdict, error) {
+	if _, err := authorize(ctx, auth.ScopeAdminAudit); err != nil {
+		return api.AuditVerdict{}, err
+	}
+	v, err := s.verifyChain(ctx)
 	if err != nil {
-		return err
+		return api.AuditVerdict{}, err
 	}
 	v.Checked, v.HeadSeq = v.Records, v.LastSeq
-	writeJSON(w, http.StatusOK, v)
-	return nil
+	return v, nil
 }
 
-func (s *Server) verifyChain(ctx context.Context) (auditVerdict, error) {
-	var v auditVerdict
+func (s *Server) verifyChain(ctx context.Context) (api.AuditVerdict, error) {
+	var v api.AuditVerdict
 	cp, head, err := s.store.AuditBounds(ctx)
 	if err != nil {
 		return v, err
 	}
-	v.Checkpoint, v.Head = cp, head
+	v.Checkpoint, v.Head = auditLink(cp), auditLink(head)
 	prevSeq, prevHash := cp.Seq, cp.Hash
 	for {
 		recs, err := s.store.ListAudit(ctx, prevSeq, verifyPage)
@@ -137,7 +148,7 @@ func (s *Server) verifyChain(ctx context.Context) (auditVerdict, error) {
 			}
 			if ncp.Seq >= prevSeq && recs[0].Seq == ncp.Seq+1 {
 				prevSeq, prevHash = ncp.Seq, ncp.Hash
-				v.Checkpoint = ncp
+				v.Checkpoint = auditLink(ncp)
 			}
 		}
 		if err := audit.VerifyFrom(prevSeq, prevHash, recs); err != nil {

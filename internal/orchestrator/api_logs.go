@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -26,27 +27,53 @@ const defaultFollowFallback = 2 * time.Second
 // readLogs returns a job's log as text, or with ?follow=1 streams it as SSE
 // ("log" events, one data line per log line) until the job ends.
 func (s *Server) readLogs(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
-	j, err := s.loadJob(r, ps.ByName("job_id"))
-	if err != nil {
-		return err
-	}
 	follow := r.URL.Query().Get("follow")
 	if follow == "1" || follow == "true" {
-		return s.followLog(w, r, j, p)
-	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	cursor := store.LogCursor{}
-	for {
-		chunks, err := s.store.ReadLog(r.Context(), j.ID, cursor, logReadBytes)
+		j, err := s.loadJob(r.Context(), ps.ByName("job_id"))
 		if err != nil {
 			return err
 		}
-		if len(chunks) == 0 {
-			return nil
+		return s.followLog(w, r, j, p)
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	out := &countingWriter{w: w}
+	err := s.WriteJobLog(WithCaller(r.Context(), s.CallerOf(r, p)), ps.ByName("job_id"), out)
+	if out.n > 0 {
+		return nil // the client went away, or the store failed midway: the reply stays cut short
+	}
+	return err
+}
+
+// countingWriter counts what went through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
+}
+
+// WriteJobLog writes the job's stored log, every attempt's in order, to w.
+func (s *Server) WriteJobLog(ctx context.Context, id string, w io.Writer) error {
+	if _, err := authorize(ctx, auth.ScopeQueueView); err != nil {
+		return err
+	}
+	j, err := s.loadJob(ctx, id)
+	if err != nil {
+		return err
+	}
+	cursor := store.LogCursor{}
+	for {
+		chunks, err := s.store.ReadLog(ctx, j.ID, cursor, logReadBytes)
+		if err != nil || len(chunks) == 0 {
+			return err
 		}
 		for _, c := range chunks {
 			if _, err := w.Write(c.Data); err != nil {
-				return nil
+				return err
 			}
 			cursor = store.LogCursor{Attempt: c.Attempt, Offset: c.Offset + int64(len(c.Data))}
 		}

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"encoding/base64"
 	"net/http"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -72,20 +74,33 @@ func parseOrder(v string) (string, error) {
 	return "", invalid("query parameter \"order\" must be newest or oldest; got %q", v)
 }
 
-// jobListQuery is what GET /api/queue was asked for.
+// jobListQuery is a job list's store filter, order and whether to explain
+// the waits (at the cost of reading every worker once for the page).
 type jobListQuery struct {
-	filter store.JobFilter
-	order  string
-	// waiting: explain each queued job's wait, at the cost of reading every
-	// worker once for the page.
+	filter  store.JobFilter
+	order   string
 	waiting bool
 }
 
-func parseJobList(r *http.Request) (jobListQuery, error) {
+// jobsQuery reads GET /api/queue's query; the method checks what it says.
+func jobsQuery(_ http.ResponseWriter, r *http.Request, _ httprouter.Params) (api.JobsQuery, error) {
 	q := r.URL.Query()
-	var out jobListQuery
+	out := api.JobsQuery{Status: q.Get("status"), WorkerID: q.Get("worker_id"), Order: q.Get("order"), Cursor: q.Get("cursor")}
+	if w := q.Get("waiting"); w != "" {
+		var err error
+		if out.Waiting, err = strconv.ParseBool(w); err != nil {
+			return out, invalid("query parameter \"waiting\" must be 1 or 0; got %q", w)
+		}
+	}
+	var err error
+	out.Limit, out.Offset, err = page(r, 50, 200)
+	return out, err
+}
+
+func parseJobList(in api.JobsQuery) (jobListQuery, error) {
+	out := jobListQuery{waiting: in.Waiting}
 	f := &out.filter
-	if st := strings.ToLower(q.Get("status")); st != "" {
+	if st := strings.ToLower(in.Status); st != "" {
 		switch st {
 		case "pending":
 			f.Statuses = []protocol.JobStatus{protocol.JobQueued}
@@ -98,30 +113,29 @@ func parseJobList(r *http.Request) (jobListQuery, error) {
 			f.Statuses = []protocol.JobStatus{protocol.JobStatus(st)}
 		}
 	}
-	if w := q.Get("worker_id"); w != "" {
+	if w := in.WorkerID; w != "" {
 		if len(w) > 64 {
 			return out, invalid("query parameter \"worker_id\" is too long (64 characters at most)")
 		}
 		f.WorkerID = w
 	}
 	var err error
-	if out.order, err = parseOrder(q.Get("order")); err != nil {
+	if out.order, err = parseOrder(in.Order); err != nil {
 		return out, err
 	}
-	if w := q.Get("waiting"); w != "" {
-		if out.waiting, err = strconv.ParseBool(w); err != nil {
-			return out, invalid("query parameter \"waiting\" must be 1 or 0; got %q", w)
-		}
+	f.Limit, f.Offset = in.Limit, in.Offset
+	if f.Limit <= 0 {
+		f.Limit = 50
 	}
-	if f.Limit, f.Offset, err = page(r, 50, 200); err != nil {
-		return out, err
+	if f.Limit > 200 || f.Offset < 0 {
+		return out, invalid("query parameter \"limit\" must be an integer from 1 to 200")
 	}
-	if c := q.Get("cursor"); c != "" {
+	if c := in.Cursor; c != "" {
 		order, seq, ok := decodeCursor(c)
 		if !ok {
 			return out, invalid("query parameter \"cursor\" is not a cursor this orchestrator gave out; send back the \"next\" of the previous page")
 		}
-		if q.Get("order") != "" && order != out.order {
+		if in.Order != "" && order != out.order {
 			return out, invalid("query parameter \"cursor\" continues a list in %s order, but \"order\" asks for %s", order, out.order)
 		}
 		if f.Offset > 0 {
@@ -133,56 +147,58 @@ func parseJobList(r *http.Request) (jobListQuery, error) {
 	return out, nil
 }
 
-// listJobs answers GET /api/queue: a page of jobs, newest first unless asked
-// otherwise, the cursor of the next page, and the counts.
-func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ auth.Principal) error {
-	lq, err := parseJobList(r)
+// Jobs is a page of jobs, newest first unless asked otherwise, the cursor
+// of the next page, and the counts.
+func (s *Server) Jobs(ctx context.Context, q api.JobsQuery) (api.JobList, error) {
+	if _, err := authorize(ctx, auth.ScopeQueueView); err != nil {
+		return api.JobList{}, err
+	}
+	lq, err := parseJobList(q)
 	if err != nil {
-		return err
+		return api.JobList{}, err
 	}
 	f := lq.filter
 	limit := f.Limit
 	f.Limit++ // one more tells whether a next page exists
-	jobs, total, err := s.store.ListJobs(r.Context(), f)
+	jobs, total, err := s.store.ListJobs(ctx, f)
 	if err != nil {
-		return err
+		return api.JobList{}, err
 	}
-	counts, err := s.store.CountJobs(r.Context())
+	counts, err := s.store.CountJobs(ctx)
 	if err != nil {
-		return err
+		return api.JobList{}, err
 	}
-	reply := map[string]any{
-		"total_pending": counts[protocol.JobQueued],
-		"total_running": counts[protocol.JobDispatched] + counts[protocol.JobRunning] + counts[protocol.JobCanceling],
-		"order":         lq.order,
+	reply := api.JobList{
+		TotalPending: counts[protocol.JobQueued],
+		TotalRunning: counts[protocol.JobDispatched] + counts[protocol.JobRunning] + counts[protocol.JobCanceling],
+		Order:        lq.order,
 	}
 	if len(jobs) > limit {
 		jobs = jobs[:limit]
-		reply["next"] = encodeCursor(lq.order, jobs[len(jobs)-1].Seq)
+		next := encodeCursor(lq.order, jobs[len(jobs)-1].Seq)
+		reply.Next = &next
 	}
 	// Counting one worker's jobs would read its whole history: no total then.
 	if total >= 0 {
-		reply["total"] = total
+		reply.Total = &total
 	}
-	entries := make([]jobView, 0, len(jobs))
+	reply.Entries = make([]api.Job, 0, len(jobs))
 	var facts []workerFacts // read for the first queued job, then shared
 	factsRead := false
 	for _, j := range jobs {
 		v := newJobView(j)
 		if lq.waiting && j.Status == protocol.JobQueued {
 			if !factsRead {
-				if facts, err = s.workerFacts(r.Context()); err != nil {
-					return err
+				if facts, err = s.workerFacts(ctx); err != nil {
+					return api.JobList{}, err
 				}
 				factsRead = true
 			}
-			if v.WaitingReason, v.WaitingDetail, err = s.explainWait(r.Context(), j, facts); err != nil {
-				return err
+			if v.WaitingReason, v.WaitingDetail, err = s.explainWait(ctx, j, facts); err != nil {
+				return api.JobList{}, err
 			}
 		}
-		entries = append(entries, v)
+		reply.Entries = append(reply.Entries, v)
 	}
-	reply["entries"] = entries
-	writeJSON(w, http.StatusOK, reply)
-	return nil
+	return reply, nil
 }

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,63 +15,72 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
-type submitRequest struct {
-	ConfigName     *string           `json:"config_name"`
-	Config         json.RawMessage   `json:"config"`
-	Dataloader     json.RawMessage   `json:"dataloader"`
-	HFToken        string            `json:"hf_token"`
-	Target         protocol.Target   `json:"target"`
-	WorkerLabels   map[string]string `json:"worker_labels"`
-	GPUCount       *int              `json:"gpu_count"`
-	MinVRAMGB      *float64          `json:"min_vram_gb"`
-	Priority       *int              `json:"priority"`
-	MaxRetries     *int              `json:"max_retries"`
-	TimeoutSeconds *int              `json:"timeout_seconds"`
-}
-
 // Default priority of a job: upstream's "normal".
 const defaultPriority = 10
 
-func (s *Server) submit(w http.ResponseWriter, r *http.Request, _ httprouter.Params, p auth.Principal) error {
-	var req submitRequest
-	body, err := s.decodeJSONBody(w, r, &req)
+// submitRequest is POST /api/queue/submit's body, and the body as sent:
+// its unknown fields are named in the reply's warnings.
+type submitRequest struct {
+	api.Submit
+	body []byte
+}
+
+func (s *Server) parseSubmit(w http.ResponseWriter, r *http.Request, _ httprouter.Params) (req submitRequest, err error) {
+	req.body, err = s.decodeJSONBody(w, r, &req.Submit)
+	return req, err
+}
+
+// submitHTTP is Submit with the warnings about the fields of the body it
+// did not know.
+func (s *Server) submitHTTP(ctx context.Context, req submitRequest) (api.Submitted, error) {
+	reply, err := s.Submit(ctx, req.Submit)
+	if err == nil {
+		reply.Warnings = unknownFieldWarnings(req.body, req.Submit)
+	}
+	return reply, err
+}
+
+// Submit queues a job.
+func (s *Server) Submit(ctx context.Context, req api.Submit) (api.Submitted, error) {
+	c, err := authorize(ctx, auth.ScopeQueueSubmit)
 	if err != nil {
-		return err
+		return api.Submitted{}, err
 	}
 	opt := s.options()
 	j := store.Job{
 		ID: protocol.NewJobID(), Target: req.Target, WorkerLabels: req.WorkerLabels, HFToken: req.HFToken,
-		Priority: defaultPriority, MaxRetries: opt.MaxRetries, Status: protocol.JobQueued, SubmittedBy: p.Actor(),
+		Priority: defaultPriority, MaxRetries: opt.MaxRetries, Status: protocol.JobQueued, SubmittedBy: c.Actor(),
 	}
 	if j.Target == "" {
 		j.Target = protocol.TargetAuto
 	}
 	if !j.Target.Valid() {
-		return invalid("field \"target\" must be worker, local or auto; got %q", req.Target)
+		return api.Submitted{}, invalid("field \"target\" must be worker, local or auto; got %q", req.Target)
 	}
 	// Checked before anything else is done with them: the scheduler matches
 	// them against every idle worker.
 	if err := protocol.CheckLabelPatterns(req.WorkerLabels); err != nil {
-		return invalid("field \"worker_labels\": %v", err)
+		return api.Submitted{}, invalid("field \"worker_labels\": %v", err)
 	}
 	if err := intField("priority", req.Priority, 0, 50, &j.Priority); err != nil {
-		return err
+		return api.Submitted{}, err
 	}
 	if err := intField("max_retries", req.MaxRetries, 0, 100, &j.MaxRetries); err != nil {
-		return err
+		return api.Submitted{}, err
 	}
 	if err := intField("timeout_seconds", req.TimeoutSeconds, 0, 365*24*3600, &j.TimeoutSeconds); err != nil {
-		return err
+		return api.Submitted{}, err
 	}
 	if req.MinVRAMGB != nil {
 		if *req.MinVRAMGB < 0 {
-			return invalid("field \"min_vram_gb\" must not be negative")
+			return api.Submitted{}, invalid("field \"min_vram_gb\" must not be negative")
 		}
 		j.MinVRAMGB = *req.MinVRAMGB
 	}
@@ -79,53 +89,49 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	}
 	switch {
 	case req.ConfigName != nil && len(req.Config) > 0:
-		return invalid("give either \"config_name\" or \"config\", not both")
+		return api.Submitted{}, invalid("give either \"config_name\" or \"config\", not both")
 	case req.ConfigName != nil:
 		name, cfg, err := resolveConfig(opt.ConfigsDir, *req.ConfigName)
 		if err != nil {
-			return err
+			return api.Submitted{}, err
 		}
 		j.ConfigName, j.Config = name, cfg
 	case len(req.Config) > 0:
 		cfg, err := normalizeConfig(req.Config)
 		if err != nil {
-			return invalid("field \"config\": %v", err)
+			return api.Submitted{}, invalid("field \"config\": %v", err)
 		}
 		j.Config = cfg
 	default:
-		return invalid("field \"config_name\" (or an inline \"config\" object) is required")
+		return api.Submitted{}, invalid("field \"config_name\" (or an inline \"config\" object) is required")
 	}
 	if j.GPUCount, j.WholeWorker, err = gpuRequest(req.GPUCount, j.Config); err != nil {
-		return err
+		return api.Submitted{}, err
 	}
 	now := time.Now().UTC()
 	j.CreatedAt, j.UpdatedAt = now, now
-	rec := audit.New(p.Actor(), peerIP(r), "job.submit", "job", j.ID, audit.Success,
+	rec := audit.New(c.Actor(), c.IP, "job.submit", "job", j.ID, audit.Success,
 		map[string]any{"config_name": j.ConfigName, "target": j.Target, "priority": j.Priority, "worker_labels": j.WorkerLabels,
 			"gpus": protocol.GPUAllocation(j.GPUCount, j.WholeWorker)})
-	j, err = s.store.InsertJob(r.Context(), j, &rec)
+	j, err = s.store.InsertJob(ctx, j, &rec)
 	if err != nil {
-		return err
+		return api.Submitted{}, err
 	}
 	s.log.Info("job submitted", "job_id", j.ID, "config_name", j.ConfigName, "target", j.Target,
-		"gpus", protocol.GPUAllocation(j.GPUCount, j.WholeWorker), "by", p.Actor())
+		"gpus", protocol.GPUAllocation(j.GPUCount, j.WholeWorker), "by", c.Actor())
 	s.Wake()
 	s.publish(store.Notification{Kind: store.NotifyWake})
-	pos, err := s.queuePosition(r, j)
+	pos, err := s.store.QueuePosition(ctx, j.Priority, j.Seq)
 	if err != nil {
-		return err
+		return api.Submitted{}, err
 	}
-	reply := map[string]any{"success": true, "job_id": j.ID, "status": j.Status, "queue_position": pos,
-		"gpu_count": gpuCountView(j), "whole_worker": j.WholeWorker, "gpu_allocation": protocol.GPUAllocation(j.GPUCount, j.WholeWorker)}
+	reply := api.Submitted{Success: true, JobID: j.ID, Status: string(j.Status), QueuePosition: pos,
+		GPUCount: gpuCountView(j), WholeWorker: j.WholeWorker, GPUAllocation: protocol.GPUAllocation(j.GPUCount, j.WholeWorker)}
 	// Accepted all the same: a larger worker may be added later.
 	if largest := int(s.largestWorker.Load()); j.GPUCount > largest {
-		reply["warning"] = fmt.Sprintf("no worker can run this job yet: it asks for %d GPUs; the largest worker has %d", j.GPUCount, largest)
+		reply.Warning = fmt.Sprintf("no worker can run this job yet: it asks for %d GPUs; the largest worker has %d", j.GPUCount, largest)
 	}
-	if warnings := unknownFieldWarnings(body, req); len(warnings) > 0 {
-		reply["warnings"] = warnings
-	}
-	writeJSON(w, http.StatusCreated, reply)
-	return nil
+	return reply, nil
 }
 
 func intField(name string, v *int, lo, hi int, dst *int) error {
@@ -137,11 +143,6 @@ func intField(name string, v *int, lo, hi int, dst *int) error {
 	}
 	*dst = *v
 	return nil
-}
-
-// queuePosition counts the queued jobs that will be offered before j.
-func (s *Server) queuePosition(r *http.Request, j store.Job) (int, error) {
-	return s.store.QueuePosition(r.Context(), j.Priority, j.Seq)
 }
 
 // maxConfigName bounds config_name: well under every file system's name limit
@@ -213,76 +214,95 @@ func normalizeConfig(data []byte) (json.RawMessage, error) {
 	return out, err
 }
 
-func (s *Server) loadJob(r *http.Request, id string) (store.Job, error) {
-	j, err := s.store.GetJob(r.Context(), id)
+func (s *Server) loadJob(ctx context.Context, id string) (store.Job, error) {
+	j, err := s.store.GetJob(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return j, notFound("Job not found: %s", id)
 	}
 	return j, err
 }
 
-func (s *Server) getJob(w http.ResponseWriter, r *http.Request, ps httprouter.Params, _ auth.Principal) error {
-	j, err := s.loadJob(r, ps.ByName("job_id"))
-	if err != nil {
-		return err
+// Job is one job with its attempts, and why it waits when it is queued.
+func (s *Server) Job(ctx context.Context, ref api.JobRef) (api.Job, error) {
+	if _, err := authorize(ctx, auth.ScopeQueueView); err != nil {
+		return api.Job{}, err
 	}
-	attempts, err := s.store.ListAttempts(r.Context(), j.ID)
+	j, err := s.loadJob(ctx, ref.ID)
 	if err != nil {
-		return err
+		return api.Job{}, err
+	}
+	attempts, err := s.store.ListAttempts(ctx, j.ID)
+	if err != nil {
+		return api.Job{}, err
 	}
 	v := newJobView(j)
 	v.Config = j.Config
-	v.Attempts = []attemptView{}
+	v.Attempts = []api.Attempt{}
 	for _, a := range attempts {
 		v.Attempts = append(v.Attempts, newAttemptView(a))
 	}
 	if j.Status == protocol.JobQueued {
-		if v.WaitingReason, v.WaitingDetail, err = s.waiting(r.Context(), j); err != nil {
-			return err
+		if v.WaitingReason, v.WaitingDetail, err = s.waiting(ctx, j); err != nil {
+			return api.Job{}, err
 		}
 	}
-	writeJSON(w, http.StatusOK, v)
-	return nil
+	return v, nil
 }
 
-func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
-	id := ps.ByName("job_id")
-	nj, err := s.requestCancel(r.Context(), id, p.Actor(), peerIP(r))
+// CancelJob cancels a job: a queued one at once, an active one through its
+// worker.
+func (s *Server) CancelJob(ctx context.Context, ref api.JobRef) (api.JobAction, error) {
+	c, err := authorize(ctx, auth.ScopeQueueCancel)
+	if err != nil {
+		return api.JobAction{}, err
+	}
+	nj, err := s.requestCancel(ctx, ref.ID, c.Actor(), c.IP)
 	if errors.Is(err, store.ErrNotFound) {
-		return notFound("Job not found: %s", id)
+		return api.JobAction{}, notFound("Job not found: %s", ref.ID)
 	}
 	if err != nil {
-		return err
+		return api.JobAction{}, err
 	}
-	s.log.Info("job cancel requested", "job_id", nj.ID, "status", nj.Status, "by", p.Actor())
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "job_id": nj.ID, "status": nj.Status})
-	return nil
+	s.log.Info("job cancel requested", "job_id", nj.ID, "status", nj.Status, "by", c.Actor())
+	return api.JobAction{Success: true, JobID: nj.ID, Status: string(nj.Status)}, nil
 }
 
-func (s *Server) stats(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ auth.Principal) error {
-	// ?history=0 leaves the all-time counts of finished jobs out of by_status
-	// (a live view does not need them). Either way the counts come from the
-	// per-status counters, not from the history.
-	var counts map[protocol.JobStatus]int
-	var err error
+// statsQuery reads ?history=: 0 leaves the all-time counts of finished jobs
+// out of by_status (a live view does not need them).
+func statsQuery(_ http.ResponseWriter, r *http.Request, _ httprouter.Params) (history bool, err error) {
 	switch h := r.URL.Query().Get("history"); h {
 	case "", "1", "true":
-		counts, err = s.store.CountJobs(r.Context())
+		return true, nil
 	case "0", "false":
-		counts, err = s.store.CountJobsIn(r.Context(), append([]protocol.JobStatus{protocol.JobQueued}, protocol.ActiveJobStatuses()...))
+		return false, nil
 	default:
-		return invalid("query parameter \"history\" must be 0 or 1; got %q", h)
+		return false, invalid("query parameter \"history\" must be 0 or 1; got %q", h)
+	}
+}
+
+// Stats counts jobs and workers. The job counts come from the per-status
+// counters, not from the history.
+func (s *Server) Stats(ctx context.Context, history bool) (api.Stats, error) {
+	if _, err := authorize(ctx, auth.ScopeQueueView); err != nil {
+		return api.Stats{}, err
+	}
+	var counts map[protocol.JobStatus]int
+	var err error
+	if history {
+		counts, err = s.store.CountJobs(ctx)
+	} else {
+		counts, err = s.store.CountJobsIn(ctx, append([]protocol.JobStatus{protocol.JobQueued}, protocol.ActiveJobStatuses()...))
 	}
 	if err != nil {
-		return err
+		return api.Stats{}, err
 	}
-	byWorker, gpus, err := s.fleetSummary(r.Context())
+	byWorker, gpus, err := s.fleetSummary(ctx)
 	if err != nil {
-		return err
+		return api.Stats{}, err
 	}
-	recent, err := s.recentEndCounts(r.Context())
+	recent, err := s.recentEndCounts(ctx)
 	if err != nil {
-		return err
+		return api.Stats{}, err
 	}
 	total := 0
 	for _, n := range byWorker {
@@ -292,19 +312,18 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request, _ httprouter.Para
 	for k, v := range counts {
 		byStatus[string(k)] = v
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"queue_depth": counts[protocol.JobQueued],
-		"running":     counts[protocol.JobDispatched] + counts[protocol.JobRunning] + counts[protocol.JobCanceling],
-		"by_status":   byStatus,
-		"workers": map[string]int{
+	return api.Stats{
+		QueueDepth: counts[protocol.JobQueued],
+		Running:    counts[protocol.JobDispatched] + counts[protocol.JobRunning] + counts[protocol.JobCanceling],
+		ByStatus:   byStatus,
+		Workers: map[string]int{
 			"total": total, "idle": byWorker[protocol.WorkerIdle], "partial": byWorker[protocol.WorkerPartial], "busy": byWorker[protocol.WorkerBusy],
 			"draining": byWorker[protocol.WorkerDraining], "offline": byWorker[protocol.WorkerOffline],
 			"connecting": byWorker[protocol.WorkerConnecting], "disconnected": byWorker[protocol.WorkerDisconnected],
 		},
-		"gpus": gpus,
-		"last_24h": map[string]int{
+		GPUs: gpus,
+		Last24h: map[string]int{
 			"completed": recent[protocol.JobCompleted], "failed": recent[protocol.JobFailed], "cancelled": recent[protocol.JobCancelled],
 		},
-	})
-	return nil
+	}, nil
 }

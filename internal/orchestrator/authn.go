@@ -3,9 +3,7 @@ package orchestrator
 import (
 	"context"
 	"errors"
-	"math"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -36,59 +34,44 @@ func limitKey(r *http.Request) string {
 	return auth.LimitKey(r.RemoteAddr)
 }
 
-// rateLimited answers 429 when the client has failed too often. A well-formed
+// presenter is who presented a credential: the key its failures are counted
+// under, its address for the audit, and the route they are audited under.
+type presenter struct{ key, ip, route string }
+
+func presenterOf(r *http.Request) presenter {
+	return presenter{key: limitKey(r), ip: peerIP(r), route: r.Method + " " + routeOf(r)}
+}
+
+// limited refuses (429) a client that has failed too often. A well-formed
 // credential still gets its lookup, so a valid one is never locked out;
 // garbage from a flooding client costs no database work. Neither writes
 // anything: failures are audited in aggregate (see failureAudit).
-func (s *Server) rateLimited(w http.ResponseWriter, r *http.Request, token string) bool {
-	wait, blocked := s.limiter.Blocked(limitKey(r))
-	if !blocked || auth.WellFormed(token) {
-		return false
+func (s *Server) limited(c presenter, token string, wellFormed bool) error {
+	wait, blocked := s.limiter.Blocked(c.key)
+	if !blocked || wellFormed {
+		return nil
 	}
-	s.failures.note(limitKey(r), peerIP(r), failureRoute(r), token, true)
-	s.tooMany(w, r, wait)
-	return true
+	s.failures.note(c.key, c.ip, c.route, token, true)
+	return s.tooMany(c, wait)
 }
 
-func (s *Server) tooMany(w http.ResponseWriter, r *http.Request, wait time.Duration) {
+func (s *Server) tooMany(c presenter, wait time.Duration) error {
 	s.metrics.AuthFailures.Add(1)
-	w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
-	s.writeError(w, r, errorf(http.StatusTooManyRequests, protocol.CodeRateLimited, "too many failed authentication attempts from %s; retry later", peerIP(r)))
+	e := errorf(http.StatusTooManyRequests, protocol.CodeRateLimited, "too many failed authentication attempts from %s; retry later", c.ip)
+	e.RetryAfter = wait
+	return e
 }
 
-// authFailed counts a refused credential and answers 401 (or 429 once over
-// the limit).
-func (s *Server) authFailed(w http.ResponseWriter, r *http.Request, token, code, detail string) {
-	key := limitKey(r)
-	s.limiter.Fail(key)
+// refused counts a refused credential: 401, or 429 once over the limit.
+func (s *Server) refused(c presenter, token, code, detail string) error {
+	s.limiter.Fail(c.key)
 	s.metrics.AuthFailures.Add(1)
-	wait, blocked := s.limiter.Blocked(key)
-	s.failures.note(key, peerIP(r), failureRoute(r), token, blocked)
+	wait, blocked := s.limiter.Blocked(c.key)
+	s.failures.note(c.key, c.ip, c.route, token, blocked)
 	if blocked {
-		s.tooMany(w, r, wait)
-		return
+		return s.tooMany(c, wait)
 	}
-	s.writeError(w, r, errorf(http.StatusUnauthorized, code, "%s", detail))
-}
-
-// auditRouteKey marks an in-process request made for another route.
-type auditRouteKey struct{}
-
-// WithAuditRoute names the route that an in-process request (the dashboard
-// checking a sign-in's token) is made for: its failed authentications are
-// counted under that route, with the others (see failureAudit), so that a
-// flood of bad sign-ins costs one auth.failure record per client and
-// interval, like any other bad credential.
-func WithAuditRoute(ctx context.Context, route string) context.Context {
-	return context.WithValue(ctx, auditRouteKey{}, route)
-}
-
-// failureRoute is the route a failed authentication is counted under.
-func failureRoute(r *http.Request) string {
-	if route, ok := r.Context().Value(auditRouteKey{}).(string); ok {
-		return route
-	}
-	return r.Method + " " + routeOf(r)
+	return errorf(http.StatusUnauthorized, code, "%s", detail)
 }
 
 // routeOf names the endpoint of a request without the ids in its path, so
@@ -111,15 +94,16 @@ func routeOf(r *http.Request) string {
 func (s *Server) worker(h workerHandler) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 		token := strings.TrimSpace(r.Header.Get("X-Worker-Token"))
-		if s.rateLimited(w, r, token) {
+		c := presenterOf(r)
+		if err := s.limited(c, token, auth.WellFormed(token)); err != nil {
+			s.writeError(w, r, err)
 			return
 		}
 		wk, err := s.workerByToken(r, token)
+		if errors.Is(err, store.ErrNotFound) {
+			err = s.refused(c, token, protocol.CodeInvalidToken, "Invalid worker token: "+why(token, auth.KindWorker))
+		}
 		if err != nil {
-			if errors.Is(err, store.ErrNotFound) {
-				s.authFailed(w, r, token, protocol.CodeInvalidToken, "Invalid worker token: "+why(token, auth.KindWorker))
-				return
-			}
 			s.writeError(w, r, err)
 			return
 		}
@@ -169,9 +153,7 @@ func (s *Server) admin(scope string, h adminHandler) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 		p, err := s.principal(w, r)
 		if err != nil {
-			if err != errAnswered {
-				s.writeError(w, r, err)
-			}
+			s.writeError(w, r, err)
 			return
 		}
 		if scope != scopeAnyCaller && !p.Has(scope) {
@@ -198,9 +180,6 @@ func WithPrincipal(ctx context.Context, p auth.Principal) context.Context {
 	return context.WithValue(ctx, inProcessKey{}, p)
 }
 
-// errAnswered means the response was already written.
-var errAnswered = errors.New("answered")
-
 func (s *Server) principal(w http.ResponseWriter, r *http.Request) (auth.Principal, error) {
 	if p, ok := r.Context().Value(inProcessKey{}).(auth.Principal); ok {
 		return p, nil
@@ -221,19 +200,32 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request) (auth.Princip
 		return auth.Principal{}, errorf(http.StatusUnauthorized, protocol.CodeUnauthorized,
 			"authentication required: send an admin token as 'Authorization: Bearer sta_…' or 'X-API-Key'")
 	}
-	if s.rateLimited(w, r, token) {
-		return auth.Principal{}, errAnswered
+	return s.adminByToken(r.Context(), presenterOf(r), token)
+}
+
+// AdminByToken authenticates an admin token that r carries elsewhere than
+// in a header (the dashboard's sign-in form) as the API does a header's: its
+// failures count toward r's client's limit and are audited, in aggregate with
+// the client's others, under route.
+func (s *Server) AdminByToken(r *http.Request, token, route string) (auth.Principal, error) {
+	c := presenterOf(r)
+	c.route = route
+	return s.adminByToken(r.Context(), c, token)
+}
+
+func (s *Server) adminByToken(ctx context.Context, c presenter, token string) (auth.Principal, error) {
+	if err := s.limited(c, token, auth.WellFormed(token)); err != nil {
+		return auth.Principal{}, err
 	}
 	hash := auth.Hash(token)
-	t, err := s.store.GetAdminTokenByHash(r.Context(), hash)
+	t, err := s.store.GetAdminTokenByHash(ctx, hash)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return auth.Principal{}, err
 	}
 	if err != nil || t.RevokedAt != nil || !auth.Equal(t.Hash, hash) {
-		s.authFailed(w, r, token, protocol.CodeUnauthorized, "invalid admin token: "+why(token, auth.KindAdmin))
-		return auth.Principal{}, errAnswered
+		return auth.Principal{}, s.refused(c, token, protocol.CodeUnauthorized, "invalid admin token: "+why(token, auth.KindAdmin))
 	}
-	return auth.Principal{Kind: "admin_token", ID: t.ID, Name: t.Name, Scopes: t.Scopes}, nil
+	return auth.Principal{Kind: auth.KindAdminToken, ID: t.ID, Name: t.Name, Scopes: t.Scopes}, nil
 }
 
 // adminToken is the admin token a request presents, "" when none.

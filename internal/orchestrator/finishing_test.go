@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
-
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 

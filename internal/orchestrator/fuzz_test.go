@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
@@ -17,7 +18,7 @@ func FuzzDecodeBody(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		targets := []any{&protocol.RegisterRequest{}, &protocol.HeartbeatRequest{}, &protocol.StatusReport{},
-			&submitRequest{}, &createWorkerRequest{}, &patchWorkerRequest{}, &createTokenRequest{}}
+			&api.Submit{}, &api.CreateWorker{}, &api.PatchWorker{}, &api.CreateToken{}}
 		for _, v := range targets {
 			err := decodeBody(body, v)
 			if err == nil {
@@ -83,7 +84,11 @@ func FuzzJobListQuery(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw string) {
 		r := httptest.NewRequest(http.MethodGet, "/api/queue", nil)
 		r.URL.RawQuery = raw
-		lq, err := parseJobList(r)
+		q, err := jobsQuery(nil, r, nil)
+		var lq jobListQuery
+		if err == nil {
+			lq, err = parseJobList(q)
+		}
 		if err != nil {
 			ae, ok := err.(*apiError)
 			if !ok || ae.Status != 422 || ae.Body.Detail == "" {

@@ -3,12 +3,10 @@ package orchestrator
 import (
 	"context"
 	"math"
-	"net/http"
 	"sync"
 	"time"
 
-	"github.com/julienschmidt/httprouter"
-
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
@@ -175,37 +173,9 @@ func (h *gpuHistory) noteFleet(m int64, inUse, asked, online int) {
 	h.inUse, h.asked, h.online = put(h.inUse, inUse), put(h.asked, asked), put(h.online, online)
 }
 
-// GPUHistoryView is a worker's GPU history as the API shows it.
-type GPUHistoryView struct {
-	StepSeconds int             `json:"step_seconds"`
-	Start       string          `json:"start"` // the first point's minute
-	GPUs        []GPUSeriesView `json:"gpus"`
-}
-
-// GPUSeriesView is one GPU's points, oldest first, null where no
-// heartbeat brought numbers.
-type GPUSeriesView struct {
-	Index          int        `json:"index"`
-	UUID           string     `json:"uuid"`
-	UtilizationPct []*float64 `json:"utilization_pct"`
-	MemoryUsedPct  []*float64 `json:"memory_used_pct"`
-}
-
-// FleetHistoryView is the fleet's GPU history as the API shows it.
-type FleetHistoryView struct {
-	StepSeconds int    `json:"step_seconds"`
-	Start       string `json:"start"`
-	// InUse is the GPUs attempts hold, Asked what the queued jobs ask for
-	// (a whole-worker job counts as the largest worker's GPUs), Online the
-	// GPUs of the workers taking work.
-	InUse  []*float64 `json:"in_use"`
-	Asked  []*float64 `json:"asked"`
-	Online []*float64 `json:"online"`
-}
-
-func (h *gpuHistory) worker(workerID string, now time.Time) GPUHistoryView {
+func (h *gpuHistory) worker(workerID string, now time.Time) api.GPUHistory {
 	m := minuteOf(now)
-	v := GPUHistoryView{StepSeconds: int(historyStep / time.Second), Start: protocol.Time(time.Unix((m-historyPoints+1)*60, 0)), GPUs: []GPUSeriesView{}}
+	v := api.GPUHistory{StepSeconds: int(historyStep / time.Second), Start: protocol.Time(time.Unix((m-historyPoints+1)*60, 0)), GPUs: []api.GPUSeries{}}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i := 0; i < maxTelemetryGPUs; i++ {
@@ -213,12 +183,12 @@ func (h *gpuHistory) worker(workerID string, now time.Time) GPUHistoryView {
 		if !ok {
 			continue
 		}
-		v.GPUs = append(v.GPUs, GPUSeriesView{Index: i, UUID: s.uuid, UtilizationPct: s.util.points(m), MemoryUsedPct: s.mem.points(m)})
+		v.GPUs = append(v.GPUs, api.GPUSeries{Index: i, UUID: s.uuid, UtilizationPct: s.util.points(m), MemoryUsedPct: s.mem.points(m)})
 	}
 	return v
 }
 
-func (h *gpuHistory) fleet(now time.Time) FleetHistoryView {
+func (h *gpuHistory) fleet(now time.Time) api.FleetHistory {
 	m := minuteOf(now)
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -232,7 +202,7 @@ func (h *gpuHistory) fleet(now time.Time) FleetHistoryView {
 		}
 		return out
 	}
-	return FleetHistoryView{StepSeconds: int(historyStep / time.Second), Start: protocol.Time(time.Unix((m-historyPoints+1)*60, 0)),
+	return api.FleetHistory{StepSeconds: int(historyStep / time.Second), Start: protocol.Time(time.Unix((m-historyPoints+1)*60, 0)),
 		InUse: points(h.inUse), Asked: points(h.asked), Online: points(h.online)}
 }
 
@@ -265,23 +235,29 @@ func (s *Server) sampleFleet(ctx context.Context) {
 	for _, g := range groups {
 		inUse += g.GPUsUsed
 		if g.Status == protocol.WorkerIdle || g.Status == protocol.WorkerPartial || g.Status == protocol.WorkerBusy {
-			online += g.Count * protocol.ParseGPUInfo(g.GPUInfo).Count
+			online += g.Count * g.GPUInfo.Count
 		}
 	}
 	asked := gpus + whole*int(s.largestWorker.Load())
 	s.gpuHistory.noteFleet(minuteOf(time.Now()), inUse, asked, online)
 }
 
-func (s *Server) workerGPUHistory(w http.ResponseWriter, r *http.Request, ps httprouter.Params, _ auth.Principal) error {
-	wk, err := s.loadWorker(r, ps.ByName("id"))
-	if err != nil {
-		return err
+// WorkerGPUHistory is the worker's GPUs over the last six hours.
+func (s *Server) WorkerGPUHistory(ctx context.Context, ref api.WorkerRef) (api.GPUHistory, error) {
+	if _, err := authorize(ctx, auth.ScopeAdminWorkers); err != nil {
+		return api.GPUHistory{}, err
 	}
-	writeJSON(w, http.StatusOK, s.gpuHistory.worker(wk.ID, time.Now()))
-	return nil
+	wk, err := s.loadWorker(ctx, ref.ID)
+	if err != nil {
+		return api.GPUHistory{}, err
+	}
+	return s.gpuHistory.worker(wk.ID, time.Now()), nil
 }
 
-func (s *Server) fleetGPUHistory(w http.ResponseWriter, _ *http.Request, _ httprouter.Params, _ auth.Principal) error {
-	writeJSON(w, http.StatusOK, s.gpuHistory.fleet(time.Now()))
-	return nil
+// FleetGPUHistory is the fleet's GPUs over the last six hours.
+func (s *Server) FleetGPUHistory(ctx context.Context, _ struct{}) (api.FleetHistory, error) {
+	if _, err := authorize(ctx, auth.ScopeQueueView); err != nil {
+		return api.FleetHistory{}, err
+	}
+	return s.gpuHistory.fleet(time.Now()), nil
 }

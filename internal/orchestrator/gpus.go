@@ -12,6 +12,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
@@ -111,22 +112,30 @@ func fenced(conds []protocol.GPUCondition, i int) bool {
 	return slices.ContainsFunc(conds, func(c protocol.GPUCondition) bool { return c.Index == i && c.State == protocol.GPUUnhealthy })
 }
 
-// clearGPU is POST /api/admin/workers/{id}/gpus/{index}/clear: an admin
-// lifts the fence of an unhealthy GPU (the hardware was serviced, or the
-// fault was a fluke). The worker is told now and with every heartbeat reply
-// until it no longer reports the fence.
-func (s *Server) clearGPU(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
-	wk, err := s.loadWorker(r, ps.ByName("id"))
-	if err != nil {
-		return err
-	}
+func gpuRef(_ http.ResponseWriter, _ *http.Request, ps httprouter.Params) (api.WorkerRef, error) {
 	index, err := strconv.Atoi(ps.ByName("index"))
 	if err != nil || index < 0 {
-		return invalid("the GPU index in the path must be a whole number from 0; got %q", ps.ByName("index"))
+		return api.WorkerRef{}, invalid("the GPU index in the path must be a whole number from 0; got %q", ps.ByName("index"))
 	}
+	return api.WorkerRef{ID: ps.ByName("id"), GPU: index}, nil
+}
+
+// ClearGPU lifts the fence of an unhealthy GPU (the hardware was serviced,
+// or the fault was a fluke). The worker is told now and with every heartbeat
+// reply until it no longer reports the fence.
+func (s *Server) ClearGPU(ctx context.Context, ref api.WorkerRef) (api.WorkerAction, error) {
+	c, err := authorize(ctx, auth.ScopeAdminWorkers)
+	if err != nil {
+		return api.WorkerAction{}, err
+	}
+	wk, err := s.loadWorker(ctx, ref.ID)
+	if err != nil {
+		return api.WorkerAction{}, err
+	}
+	index := ref.GPU
 	var cond protocol.GPUCondition
 	errNotFenced := errors.New("not fenced")
-	_, err = s.store.UpdateWorker(r.Context(), wk.ID, func(cur *store.Worker) (*audit.Record, error) {
+	_, err = s.store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
 		i := slices.IndexFunc(cur.GPUConditions, func(c protocol.GPUCondition) bool { return c.Index == index })
 		if i < 0 || cur.GPUConditions[i].State != protocol.GPUUnhealthy {
 			return nil, errNotFenced
@@ -135,20 +144,19 @@ func (s *Server) clearGPU(w http.ResponseWriter, r *http.Request, ps httprouter.
 		if !slices.Contains(cur.GPUClears, index) {
 			cur.GPUClears = append(cur.GPUClears, index)
 		}
-		rec := audit.New(p.Actor(), peerIP(r), "worker.gpu_clear", "worker", wk.ID, audit.Success,
+		rec := audit.New(c.Actor(), c.IP, "worker.gpu_clear", "worker", wk.ID, audit.Success,
 			map[string]any{"name": cur.Name, "gpu": index, "uuid": cond.UUID, "was": cond.Reason})
 		return &rec, nil
 	})
 	if errors.Is(err, errNotFenced) {
-		return conflict("GPU %d of worker %s is not fenced as unhealthy; a GPU held back for a leftover process is released by the worker once it is clean", index, wk.ID)
+		return api.WorkerAction{}, conflict("GPU %d of worker %s is not fenced as unhealthy; a GPU held back for a leftover process is released by the worker once it is clean", index, wk.ID)
 	}
 	if err != nil {
-		return err
+		return api.WorkerAction{}, err
 	}
-	s.log.Info("GPU fence cleared by an admin", "worker_id", wk.ID, "gpu", index, "uuid", cond.UUID, "was", cond.Reason, "by", p.Actor())
+	s.log.Info("GPU fence cleared by an admin", "worker_id", wk.ID, "gpu", index, "uuid", cond.UUID, "was", cond.Reason, "by", c.Actor())
 	s.sendToWorker(wk.ID, protocol.EventGPUClear, protocol.GPUClearEvent{Type: protocol.EventGPUClear, GPUs: []int{index}})
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "worker_id": wk.ID, "gpu": index, "status": "clearing"})
-	return nil
+	return api.WorkerAction{Success: true, WorkerID: wk.ID, GPU: &index, Status: "clearing"}, nil
 }
 
 // writeGPUMetrics writes each worker's GPUs: the live numbers its heartbeats
@@ -220,6 +228,6 @@ func (s *Server) countGPUSeconds(wk store.Worker, j store.Job, u *protocol.Usage
 		return
 	}
 	if j.StartedAt != nil && j.EndedAt != nil {
-		s.metrics.gpuSeconds.add(wk.ID, float64(protocol.ParseGPUInfo(wk.GPUInfo).Count)*j.EndedAt.Sub(*j.StartedAt).Seconds())
+		s.metrics.gpuSeconds.add(wk.ID, float64(wk.GPUInfo.Count)*j.EndedAt.Sub(*j.StartedAt).Seconds())
 	}
 }

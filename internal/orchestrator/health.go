@@ -36,7 +36,7 @@ func (s *Server) healthPass(ctx context.Context) {
 	var stale, expired []store.Worker
 	largest := 0
 	err := s.eachWorker(ctx, func(w store.Worker) {
-		largest = max(largest, protocol.ParseGPUInfo(w.GPUInfo).Count)
+		largest = max(largest, w.GPUInfo.Count)
 		switch {
 		case lifecycle.Working(w.Status) || w.Status == protocol.WorkerDraining:
 			// Draining workers are checked too: a draining worker that vanished

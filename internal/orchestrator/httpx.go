@@ -5,20 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
 // apiError is an HTTP error with the protocol's JSON error body.
-type apiError struct {
-	Status int
-	Body   protocol.ErrorBody
-}
-
-func (e *apiError) Error() string { return e.Body.Detail }
+type apiError = api.Error
 
 func errorf(status int, code, format string, args ...any) *apiError {
 	return &apiError{Status: status, Body: protocol.ErrorBody{Detail: fmt.Sprintf(format, args...), Error: code}}
@@ -49,36 +47,56 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// writeError answers err. An *apiError says what to answer; a full disk is
-// 507 (see diskfull.go); anything else is
-// either the database being out of reach (503, worth a retry) or a fault of
-// ours (500). Neither shows the error itself, which may name hosts, paths or
-// driver internals: the log has it, under a request id the reply names.
+// writeError answers err, as APIError says.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	var ae *apiError
-	if !errors.As(err, &ae) && isNoSpace(err) {
+	ae, retryAfter := s.apiError(err, r.Method+" "+r.URL.Path)
+	if retryAfter != "" {
+		w.Header().Set("Retry-After", retryAfter)
+	}
+	if ae.Body.RequestID != "" {
+		w.Header().Set("X-Request-ID", ae.Body.RequestID)
+	}
+	writeJSON(w, ae.Status, ae.Body)
+}
+
+// APIError is what a call of the API that failed with err answers, for a
+// caller in process (the dashboard) as for HTTP. An *api.Error says it
+// itself; a full disk is 507 (see diskfull.go); anything else is either the
+// database being out of reach (503, worth a retry) or a fault of ours (500).
+// Neither shows the error itself, which may name hosts, paths or driver
+// internals: the log has it, under a request id the reply names. what
+// names the call in that log line.
+func (s *Server) APIError(err error, what string) *api.Error {
+	ae, _ := s.apiError(err, what)
+	return ae
+}
+
+func (s *Server) apiError(err error, what string) (ae *api.Error, retryAfter string) {
+	if ae = api.ErrorOf(err); ae != nil {
+		if ae.RetryAfter > 0 {
+			retryAfter = strconv.Itoa(int(math.Ceil(ae.RetryAfter.Seconds())))
+		}
+		return ae, retryAfter
+	}
+	if isNoSpace(err) {
 		// Logged once for the whole episode, not per request.
 		disk := diskArtifacts
 		if errors.Is(err, store.ErrDiskFull) {
 			disk = diskDatabase
 		}
-		ae = s.diskFullError(disk, err)
-		w.Header().Set("Retry-After", "30")
+		return s.diskFullError(disk, err), "30"
 	}
-	if ae == nil {
-		id := protocol.NewRequestID()
-		w.Header().Set("X-Request-ID", id)
-		if isUnavailable(err) {
-			s.log.Warn("request failed: database unreachable", "method", r.Method, "path", r.URL.Path, "request_id", id, "err", err)
-			ae = errorf(http.StatusServiceUnavailable, protocol.CodeUnavailable, "the database is unreachable; try again shortly")
-			w.Header().Set("Retry-After", "5")
-		} else {
-			s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "request_id", id, "err", err)
-			ae = errorf(http.StatusInternalServerError, protocol.CodeInternal, "internal error (request id %s); the orchestrator's log has the details", id)
-		}
-		ae.Body.RequestID = id
+	id := protocol.NewRequestID()
+	if isUnavailable(err) {
+		s.log.Warn("request failed: database unreachable", "call", what, "request_id", id, "err", err)
+		ae = errorf(http.StatusServiceUnavailable, protocol.CodeUnavailable, "the database is unreachable; try again shortly")
+		retryAfter = "5"
+	} else {
+		s.log.Error("request failed", "call", what, "request_id", id, "err", err)
+		ae = errorf(http.StatusInternalServerError, protocol.CodeInternal, "internal error (request id %s); the orchestrator's log has the details", id)
 	}
-	writeJSON(w, ae.Status, ae.Body)
+	ae.Body.RequestID = id
+	return ae, retryAfter
 }
 
 // decodeJSON reads a JSON object body into v: malformed → 400, over the size

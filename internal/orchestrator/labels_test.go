@@ -89,7 +89,7 @@ func matchWorstCase() (store.Job, store.Worker) {
 	slowMatch := "*" + strings.Repeat("a", protocol.MaxLabelValue/2) + "b"
 	slowMiss := "*" + strings.Repeat("a", protocol.MaxLabelPattern-2) + "c"
 	j := store.Job{ID: "j", Target: protocol.TargetAuto, WorkerLabels: map[string]string{}}
-	w := store.Worker{ID: "w", Labels: map[string]string{}, GPUInfo: json.RawMessage(`{"count":8,"vram_gb":80}`)}
+	w := store.Worker{ID: "w", Labels: map[string]string{}, GPUInfo: store.ReadGPUInfo(json.RawMessage(`{"count":8,"vram_gb":80}`))}
 	for i := range protocol.MaxJobLabels {
 		k := fmt.Sprintf("%0*d", protocol.MaxLabelKey, i)
 		j.WorkerLabels[k], w.Labels[k] = slowMatch, value
@@ -102,7 +102,7 @@ func matchWorstCase() (store.Job, store.Worker) {
 // idle worker at most, with every label at its limits.
 func BenchmarkMatchWorstCaseAtLimits(b *testing.B) {
 	j, w := matchWorstCase()
-	g := protocol.ParseGPUInfo(w.GPUInfo)
+	g := w.GPUInfo.GPUSummary
 	for b.Loop() {
 		if matches(j.Queued(), w, g) {
 			b.Fatal("matched")

@@ -17,7 +17,7 @@ func TestRecentEndCountsSlideExactly(t *testing.T) {
 	t.Parallel()
 	e := setup(t, backends["sqlite"](t))
 	ctx := t.Context()
-	w := store.Worker{ID: protocol.NewWorkerID(), Name: "w", Status: protocol.WorkerIdle, GPUInfo: []byte(`{}`)}
+	w := store.Worker{ID: protocol.NewWorkerID(), Name: "w", Status: protocol.WorkerIdle, GPUInfo: store.ReadGPUInfo([]byte(`{}`))}
 	if err := e.st.CreateWorker(ctx, w, "h", nil); err != nil {
 		t.Fatal(err)
 	}

@@ -209,7 +209,7 @@ func (s *Server) send(ctx context.Context, p placement, j store.Job, a store.Att
 		CancelGraceSeconds: s.options().CancelGrace.Seconds(), LogEndpoint: "/api/workers/job/" + j.ID + "/logs",
 	}
 	if p.w.SharesGPUs() {
-		ev.GPUs, ev.WholeWorker = assignedGPUs(protocol.ParseGPUInfo(p.w.GPUInfo), p.gpus), p.whole
+		ev.GPUs, ev.WholeWorker = assignedGPUs(p.w.GPUInfo.GPUSummary, p.gpus), p.whole
 	}
 	if !s.hub.Send(p.w.ID, protocol.EventJobSubmit, ev) {
 		s.log.Warn("worker stream vanished during dispatch; withdrawing", "job_id", j.ID, "worker_id", p.w.ID)
@@ -325,7 +325,7 @@ const poolPage = 32
 // candidate makes w a candidate, with the GPUs no attempt holds and the
 // worker does not keep out of use.
 func (p *pool) candidate(w store.Worker) (*candidate, error) {
-	c := &candidate{w: w, gpus: protocol.ParseGPUInfo(w.GPUInfo), free: map[int]bool{}, load: w.Load()}
+	c := &candidate{w: w, gpus: w.GPUInfo.GPUSummary, free: map[int]bool{}, load: w.Load()}
 	unavailable := w.UnavailableGPUs()
 	for _, d := range c.gpus.Devices {
 		if !unavailable[d.Index] {
@@ -530,6 +530,5 @@ func (s *Server) hasJobFor(ctx context.Context, wk store.Worker) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	g := protocol.ParseGPUInfo(wk.GPUInfo)
-	return slices.ContainsFunc(jobs, func(j store.QueuedJob) bool { return matches(j, wk, g) }), nil
+	return slices.ContainsFunc(jobs, func(j store.QueuedJob) bool { return matches(j, wk, wk.GPUInfo.GPUSummary) }), nil
 }

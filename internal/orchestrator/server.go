@@ -22,6 +22,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
@@ -342,9 +343,10 @@ type Route struct {
 func (s *Server) Routes() []Route {
 	// httprouter cannot hold /api/queue/submit beside /api/queue/:job_id, so
 	// the fixed names are picked out of the parameter.
-	submit := s.admin(auth.ScopeQueueSubmit, s.submit)
-	stats := s.admin(auth.ScopeQueueView, s.stats)
-	getJob := s.admin(auth.ScopeQueueView, s.getJob)
+	submit := httpCall(s, auth.ScopeQueueSubmit, http.StatusCreated, s.parseSubmit, s.submitHTTP)
+	stats := httpCall(s, auth.ScopeQueueView, http.StatusOK, statsQuery, s.Stats)
+	getJob := httpCall(s, auth.ScopeQueueView, http.StatusOK, jobRef, s.Job)
+	ok, workers := http.StatusOK, auth.ScopeAdminWorkers
 	postQueue := func(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
 		if ps.ByName("job_id") != "submit" {
 			s.writeError(w, req, errorf(http.StatusMethodNotAllowed, "method_not_allowed", "POST is not allowed on %s", req.URL.Path))
@@ -373,32 +375,35 @@ func (s *Server) Routes() []Route {
 		{"GET", "/api/workers/queue", "", s.worker(s.handleQueueCheck)},
 
 		// Admin.
-		{"GET", "/api/admin/workers", "", s.admin(auth.ScopeAdminWorkers, s.listWorkers)},
-		{"POST", "/api/admin/workers", "", s.admin(auth.ScopeAdminWorkers, s.createWorker)},
-		{"GET", "/api/admin/workers/:id", "", s.admin(auth.ScopeAdminWorkers, s.getWorker)},
-		{"PATCH", "/api/admin/workers/:id", "", s.admin(auth.ScopeAdminWorkers, s.patchWorker)},
-		{"DELETE", "/api/admin/workers/:id", "", s.admin(auth.ScopeAdminWorkers, s.deleteWorker)},
-		{"POST", "/api/admin/workers/:id/drain", "", s.admin(auth.ScopeAdminWorkers, s.drainWorker)},
-		{"POST", "/api/admin/workers/:id/resume", "", s.admin(auth.ScopeAdminWorkers, s.resumeWorker)},
-		{"POST", "/api/admin/workers/:id/token", "", s.admin(auth.ScopeAdminWorkers, s.rotateToken)},
-		{"POST", "/api/admin/workers/:id/gpus/:index/clear", "", s.admin(auth.ScopeAdminWorkers, s.clearGPU)},
-		{"GET", "/api/admin/workers/:id/gpu-history", "", s.admin(auth.ScopeAdminWorkers, s.workerGPUHistory)},
-		{"GET", "/api/admin/fleet/gpu-history", "", s.admin(auth.ScopeQueueView, s.fleetGPUHistory)},
-		{"GET", "/api/admin/audit", "", s.admin(auth.ScopeAdminAudit, s.listAudit)},
-		{"GET", "/api/admin/audit/verify", "", s.admin(auth.ScopeAdminAudit, s.verifyAudit)},
-		{"GET", "/api/auth/whoami", "", s.admin(scopeAnyCaller, s.whoami)},
-		{"GET", "/api/configs", "", s.admin(auth.ScopeQueueSubmit, s.listConfigs)},
-		{"GET", "/api/admin/tokens", "", s.admin(auth.ScopeAll, s.listAdminTokens)},
-		{"POST", "/api/admin/tokens", "", s.admin(auth.ScopeAll, s.createAdminToken)},
-		{"DELETE", "/api/admin/tokens/:id", "", s.admin(auth.ScopeAll, s.revokeAdminToken)},
+		{"GET", "/api/admin/workers", "", httpCall(s, workers, ok, workersQuery, s.Workers)},
+		{"POST", "/api/admin/workers", "", httpCall(s, workers, http.StatusCreated, jsonBody[api.CreateWorker](s), s.CreateWorker)},
+		{"GET", "/api/admin/workers/:id", "", httpCall(s, workers, ok, workerRef, s.Worker)},
+		{"PATCH", "/api/admin/workers/:id", "", httpCall(s, workers, ok, s.parsePatchWorker,
+			func(ctx context.Context, r patchWorkerRequest) (api.Worker, error) {
+				return s.PatchWorker(ctx, r.ID, r.PatchWorker)
+			})},
+		{"DELETE", "/api/admin/workers/:id", "", httpCall(s, workers, ok, deleteWorkerRef, s.DeleteWorker)},
+		{"POST", "/api/admin/workers/:id/drain", "", httpCall(s, workers, ok, workerRef, s.DrainWorker)},
+		{"POST", "/api/admin/workers/:id/resume", "", httpCall(s, workers, ok, workerRef, s.ResumeWorker)},
+		{"POST", "/api/admin/workers/:id/token", "", httpCall(s, workers, ok, workerRef, s.RotateWorkerToken)},
+		{"POST", "/api/admin/workers/:id/gpus/:index/clear", "", httpCall(s, workers, ok, gpuRef, s.ClearGPU)},
+		{"GET", "/api/admin/workers/:id/gpu-history", "", httpCall(s, workers, ok, workerRef, s.WorkerGPUHistory)},
+		{"GET", "/api/admin/fleet/gpu-history", "", httpCall(s, auth.ScopeQueueView, ok, noRequest, s.FleetGPUHistory)},
+		{"GET", "/api/admin/audit", "", httpCall(s, auth.ScopeAdminAudit, ok, auditQuery, s.Audit)},
+		{"GET", "/api/admin/audit/verify", "", httpCall(s, auth.ScopeAdminAudit, ok, noRequest, s.VerifyAudit)},
+		{"GET", "/api/auth/whoami", "", httpCall(s, scopeAnyCaller, ok, noRequest, s.Whoami)},
+		{"GET", "/api/configs", "", httpCall(s, auth.ScopeQueueSubmit, ok, noRequest, s.Configs)},
+		{"GET", "/api/admin/tokens", "", httpCall(s, auth.ScopeAll, ok, noRequest, s.Tokens)},
+		{"POST", "/api/admin/tokens", "", httpCall(s, auth.ScopeAll, http.StatusCreated, jsonBody[api.CreateToken](s), s.CreateToken)},
+		{"DELETE", "/api/admin/tokens/:id", "", httpCall(s, auth.ScopeAll, ok, tokenRef, s.RevokeToken)},
 
 		// Queue.
 		{"POST", "/api/queue/:job_id", "POST /api/queue/submit", postQueue},
 		{"GET", "/api/queue/:job_id", "GET /api/queue/{job_id}", getQueue},
-		{"GET", "/api/queue", "", s.admin(auth.ScopeQueueView, s.listJobs)},
-		{"POST", "/api/queue/:job_id/cancel", "", s.admin(auth.ScopeQueueCancel, s.cancelJob)},
+		{"GET", "/api/queue", "", httpCall(s, auth.ScopeQueueView, ok, jobsQuery, s.Jobs)},
+		{"POST", "/api/queue/:job_id/cancel", "", httpCall(s, auth.ScopeQueueCancel, ok, jobRef, s.CancelJob)},
 		{"GET", "/api/queue/:job_id/logs", "", s.admin(auth.ScopeQueueView, s.readLogs)},
-		{"GET", "/api/queue/:job_id/artifacts", "", s.admin(auth.ScopeQueueView, s.listArtifacts)},
+		{"GET", "/api/queue/:job_id/artifacts", "", httpCall(s, auth.ScopeQueueView, ok, artifactsQuery, s.Artifacts)},
 		{"GET", "/api/queue/:job_id/artifacts/*path", "GET /api/queue/{job_id}/artifacts/{path}", s.admin(auth.ScopeQueueView, s.downloadArtifact)},
 		{"HEAD", "/api/queue/:job_id/artifacts/*path", "HEAD /api/queue/{job_id}/artifacts/{path}", s.admin(auth.ScopeQueueView, s.downloadArtifact)},
 

@@ -35,7 +35,7 @@ func (s *Server) workerFacts(ctx context.Context) ([]workerFacts, error) {
 	var out []workerFacts
 	err := s.eachWorker(ctx, func(w store.Worker) {
 		status, connected := s.shown(w)
-		out = append(out, workerFacts{w: w, gpus: protocol.ParseGPUInfo(w.GPUInfo), status: status, connected: connected})
+		out = append(out, workerFacts{w: w, gpus: w.GPUInfo.GPUSummary, status: status, connected: connected})
 	})
 	return out, err
 }

@@ -117,7 +117,7 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 	}
 	s.log.Info("worker registered", "worker_id", wk.ID, "name", updated.Name, "protocol", updated.Protocol,
 		"resumed", len(resume), "abandoned", len(abandon))
-	for gpus := int64(protocol.ParseGPUInfo(updated.GPUInfo).Count); ; {
+	for gpus := int64(updated.GPUInfo.Count); ; {
 		cur := s.largestWorker.Load()
 		if gpus <= cur || s.largestWorker.CompareAndSwap(cur, gpus) {
 			break
@@ -187,9 +187,10 @@ func placementLabels(current, admin, reported map[string]string, locked bool) ma
 // is taken only when it could run no job the current one could not (fewer
 // GPUs, none larger: a GPU lost to a fault). A larger one is ignored (on
 // record, see reportedChanges) until an admin unlocks and locks again.
-func placementInventory(current, reported json.RawMessage, locked bool) (json.RawMessage, bool) {
-	if !locked || canonicalJSON(current) == "{}" || inventoryWithin(protocol.ParseGPUInfo(reported), protocol.ParseGPUInfo(current)) {
-		return reported, false
+func placementInventory(current store.GPUInfo, reported json.RawMessage, locked bool) (store.GPUInfo, bool) {
+	r := store.ReadGPUInfo(reported)
+	if !locked || canonicalJSON(current.Raw) == "{}" || inventoryWithin(r.GPUSummary, current.GPUSummary) {
+		return r, false
 	}
 	return current, true
 }
@@ -235,7 +236,7 @@ func reportedChanges(cur store.Worker, req protocol.RegisterRequest) map[string]
 			out["reported_labels_ignored"] = ignored // locked: on record, not used
 		}
 	}
-	if b, a := canonicalJSON(cur.GPUInfo), canonicalJSON(req.GPUInfo); b != a {
+	if b, a := canonicalJSON(cur.GPUInfo.Raw), canonicalJSON(req.GPUInfo); b != a {
 		if _, ignored := placementInventory(cur.GPUInfo, req.GPUInfo, cur.LabelsLocked); ignored {
 			out["gpu_info_ignored"] = json.RawMessage(a) // locked: on record, not used
 		} else {

@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
-
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 	"github.com/simpletuner/simpletuner-orchestration/internal/version"
 )
 

@@ -39,13 +39,26 @@ var (
 	ErrDiskFull = errors.New("the database's disk is full")
 )
 
+// GPUInfo is a worker's gpu_info as it reported it (Raw, a JSON object, "{}"
+// when unknown) and what that says, read once when it is stored or loaded.
+type GPUInfo struct {
+	Raw json.RawMessage
+	protocol.GPUSummary
+}
+
+// ReadGPUInfo reads a worker's reported gpu_info; anything unreadable is no
+// GPU.
+func ReadGPUInfo(raw json.RawMessage) GPUInfo {
+	return GPUInfo{Raw: raw, GPUSummary: protocol.ParseGPUInfo(raw)}
+}
+
 // Worker is a registered (or admin-created) worker.
 type Worker struct {
 	ID          string
 	Name        string
 	Type        protocol.WorkerType
 	Status      protocol.WorkerStatus
-	GPUInfo     json.RawMessage // as reported, JSON object; "{}" when unknown
+	GPUInfo     GPUInfo // as reported
 	Provider    string
 	Labels      map[string]string // effective labels (admin's win over reported)
 	AdminLabels map[string]string // keys an admin set; reported labels never override these
@@ -101,7 +114,7 @@ func (w Worker) SharesGPUs() bool { return w.Protocol >= 2 && w.Capabilities.Max
 
 // Load is the worker's load for the lifecycle's status rule.
 func (w Worker) Load() lifecycle.Load {
-	return lifecycle.Load{Running: w.Running, Slots: w.Slots(), GPUs: protocol.ParseGPUInfo(w.GPUInfo).Count,
+	return lifecycle.Load{Running: w.Running, Slots: w.Slots(), GPUs: w.GPUInfo.Count,
 		GPUsUsed: w.GPUsUsed, Whole: w.HeldWhole}
 }
 
@@ -330,7 +343,7 @@ const (
 // and whether they hold a job (SummarizeWorkers).
 type WorkerGroup struct {
 	Status  protocol.WorkerStatus
-	GPUInfo json.RawMessage
+	GPUInfo GPUInfo
 	HasJob  bool
 	Count   int
 	// GPUsUsed is how many of the group's GPUs attempts hold, all workers

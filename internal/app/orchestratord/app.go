@@ -197,8 +197,8 @@ func (a *App) Start(ctx context.Context) (err error) {
 	}
 	api := a.srv.Handler()
 	// The web dashboard lives under /ui/ on the API listeners (not the admin
-	// socket) and acts only through api, called in process.
-	dash, err := dashboard.New(dashboard.Options{API: api, Sessions: st, PublicURL: cfg.PublicURL(), Version: version.Version, Log: a.log})
+	// socket) and acts only through the orchestrator's API, called in process.
+	dash, err := dashboard.New(dashboard.Options{API: a.srv, HTTP: api, Sessions: st, PublicURL: cfg.PublicURL(), Version: version.Version, Log: a.log})
 	if err != nil {
 		closeAll(listeners)
 		_ = st.Close()

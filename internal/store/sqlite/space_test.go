@@ -33,7 +33,7 @@ func TestReclaimShrinksTheFile(t *testing.T) {
 	if m := autoVacuum(t, s.DB()); m != incremental {
 		t.Fatalf("auto_vacuum = %d, want %d (incremental)", m, incremental)
 	}
-	w := store.Worker{ID: protocol.NewWorkerID(), Status: protocol.WorkerIdle, GPUInfo: []byte(`{}`)}
+	w := store.Worker{ID: protocol.NewWorkerID(), Status: protocol.WorkerIdle, GPUInfo: store.ReadGPUInfo([]byte(`{}`))}
 	if err := s.CreateWorker(ctx, w, "h", nil); err != nil {
 		t.Fatal(err)
 	}

@@ -190,7 +190,7 @@ func (s *Store) writeClaim(ctx context.Context, c conn, w *store.Worker, j store
 // worker's GPU conditions are written under the worker's lock only, so what
 // this reads stays true until the claim's transaction ends.
 func (s *Store) checkGPUs(ctx context.Context, c conn, w store.Worker, gpus []int) error {
-	count := protocol.ParseGPUInfo(w.GPUInfo).Count
+	count := w.GPUInfo.Count
 	unavailable := w.UnavailableGPUs()
 	for i, g := range gpus {
 		if g < 0 || g >= count {

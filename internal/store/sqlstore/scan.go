@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
 // Scanners that accept what either engine returns: integer microseconds or a
@@ -70,6 +72,18 @@ func (c rawCol) Scan(src any) error {
 		*c.p = nil
 	}
 	return err
+}
+
+// gpuInfoCol scans a worker's gpu_info and reads it once.
+type gpuInfoCol struct{ p *store.GPUInfo }
+
+func (c gpuInfoCol) Scan(src any) error {
+	var raw json.RawMessage
+	if err := (rawCol{&raw}).Scan(src); err != nil {
+		return err
+	}
+	*c.p = store.ReadGPUInfo(raw)
+	return nil
 }
 
 // jsonCol scans JSON text into a Go value (maps, slices).

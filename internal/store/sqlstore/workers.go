@@ -28,7 +28,7 @@ type scanner interface{ Scan(dest ...any) error }
 
 func scanWorker(r scanner, extra ...any) (store.Worker, error) {
 	var w store.Worker
-	dest := append([]any{&w.ID, &w.Name, &w.Type, &w.Status, rawCol{&w.GPUInfo}, &w.Provider,
+	dest := append([]any{&w.ID, &w.Name, &w.Type, &w.Status, gpuInfoCol{&w.GPUInfo}, &w.Provider,
 		jsonCol{&w.Labels}, jsonCol{&w.AdminLabels}, &w.Persistent, &w.Local, &w.CurrentJobID,
 		&w.Protocol, &w.AgentVersion, nullTimeCol{&w.LastHeartbeat}, nullTimeCol{&w.ConnectedAt},
 		&w.StreamInstance, timeCol{&w.CreatedAt}, &w.CreatedBy, jsonCol{&w.Capabilities}, &w.LabelsLocked, &w.Session,
@@ -46,7 +46,7 @@ func scanWorker(r scanner, extra ...any) (store.Worker, error) {
 
 // workerArgs binds every column but id and token_hash, in workerCols order.
 func (s *Store) workerArgs(w *store.Worker) []any {
-	return []any{w.Name, w.Type, w.Status, rawArg(w.GPUInfo, "{}"), w.Provider,
+	return []any{w.Name, w.Type, w.Status, rawArg(w.GPUInfo.Raw, "{}"), w.Provider,
 		labelsArg(w.Labels), labelsArg(w.AdminLabels), w.Persistent, w.Local, w.CurrentJobID,
 		w.Protocol, w.AgentVersion, s.ntv(w.LastHeartbeat), s.ntv(w.ConnectedAt), w.StreamInstance,
 		s.tv(w.CreatedAt), w.CreatedBy, plainJSON(w.Capabilities), w.LabelsLocked, w.Session,
@@ -103,7 +103,7 @@ func (s *Store) getWorker(ctx context.Context, c conn, id string, lock bool) (st
 func (s *Store) workerLoad(ctx context.Context, c conn, id string) (store.Worker, error) {
 	var w store.Worker
 	err := c.queryRow(ctx, `SELECT id, status, gpu_info, protocol, capabilities, current_job_id, running, gpus_used,
-		held_whole, gpu_conditions FROM workers WHERE id = ?`+s.d.ForUpdate, id).Scan(&w.ID, &w.Status, rawCol{&w.GPUInfo},
+		held_whole, gpu_conditions FROM workers WHERE id = ?`+s.d.ForUpdate, id).Scan(&w.ID, &w.Status, gpuInfoCol{&w.GPUInfo},
 		&w.Protocol, jsonCol{&w.Capabilities}, &w.CurrentJobID, &w.Running, &w.GPUsUsed, &w.HeldWhole, jsonCol{&w.GPUConditions})
 	return w, noRows(err, "worker", id)
 }
@@ -215,7 +215,7 @@ func (s *Store) SummarizeWorkers(ctx context.Context) ([]store.WorkerGroup, erro
 	for rows.Next() {
 		var g store.WorkerGroup
 		var hasJob int
-		if err := rows.Scan(&g.Status, rawCol{&g.GPUInfo}, &hasJob, &g.Count, &g.GPUsUsed); err != nil {
+		if err := rows.Scan(&g.Status, gpuInfoCol{&g.GPUInfo}, &hasJob, &g.Count, &g.GPUsUsed); err != nil {
 			return nil, err
 		}
 		g.HasJob = hasJob == 1

@@ -18,7 +18,7 @@ import (
 func BenchJobCycle(b *testing.B, s store.Store) {
 	ctx := b.Context()
 	w := store.Worker{ID: protocol.NewWorkerID(), Name: "bench", Type: protocol.Persistent,
-		Status: protocol.WorkerIdle, GPUInfo: json.RawMessage(`{"count":1}`), CreatedBy: "admin:bench"}
+		Status: protocol.WorkerIdle, GPUInfo: store.ReadGPUInfo(json.RawMessage(`{"count":1}`)), CreatedBy: "admin:bench"}
 	if err := s.CreateWorker(ctx, w, randHex(), nil); err != nil {
 		b.Fatal(err)
 	}

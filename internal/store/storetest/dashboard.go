@@ -25,11 +25,11 @@ var dashboardTests = []test{
 func testSummarizeWorkers(t *testing.T, s store.Store) {
 	a100 := json.RawMessage(`{"count":8,"name":"A100"}`)
 	for range 3 {
-		newWorker(t, s, func(w *store.Worker) { w.GPUInfo = a100 })
+		newWorker(t, s, func(w *store.Worker) { w.GPUInfo = store.ReadGPUInfo(a100) })
 	}
-	newWorker(t, s, func(w *store.Worker) { w.GPUInfo = a100; w.Status = protocol.WorkerOffline })
-	newWorker(t, s, func(w *store.Worker) { w.GPUInfo = json.RawMessage(`{}`) })
-	busy := newWorker(t, s, func(w *store.Worker) { w.GPUInfo = a100 })
+	newWorker(t, s, func(w *store.Worker) { w.GPUInfo = store.ReadGPUInfo(a100); w.Status = protocol.WorkerOffline })
+	newWorker(t, s, func(w *store.Worker) { w.GPUInfo = store.ReadGPUInfo(json.RawMessage(`{}`)) })
+	busy := newWorker(t, s, func(w *store.Worker) { w.GPUInfo = store.ReadGPUInfo(a100) })
 	newJob(t, s)
 	claim(t, s, busy.ID)
 	groups, err := s.SummarizeWorkers(t.Context())
@@ -37,8 +37,8 @@ func testSummarizeWorkers(t *testing.T, s store.Store) {
 	got := map[string]int{}
 	for _, g := range groups {
 		var info map[string]any
-		if err := json.Unmarshal(g.GPUInfo, &info); err != nil {
-			t.Fatalf("group GPU info %q: %v", g.GPUInfo, err)
+		if err := json.Unmarshal(g.GPUInfo.Raw, &info); err != nil {
+			t.Fatalf("group GPU info %q: %v", g.GPUInfo.Raw, err)
 		}
 		got[fmt.Sprintf("%s/%v/%v", g.Status, info["name"], g.HasJob)] += g.Count
 	}

@@ -65,7 +65,7 @@ func rec(action string) *audit.Record {
 func newWorker(t *testing.T, s store.Store, mod ...func(*store.Worker)) store.Worker {
 	t.Helper()
 	w := store.Worker{ID: protocol.NewWorkerID(), Name: "gpu-box", Type: protocol.Persistent,
-		Status: protocol.WorkerIdle, GPUInfo: json.RawMessage(`{"count":1}`), CreatedAt: t0, CreatedBy: "admin:t"}
+		Status: protocol.WorkerIdle, GPUInfo: store.ReadGPUInfo(json.RawMessage(`{"count":1}`)), CreatedAt: t0, CreatedBy: "admin:t"}
 	for _, m := range mod {
 		m(&w)
 	}

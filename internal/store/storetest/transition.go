@@ -147,7 +147,7 @@ func testTransitionWorkerMovedOn(t *testing.T, s store.Store) {
 func sharing(n int) func(*store.Worker) {
 	return func(w *store.Worker) {
 		w.Protocol, w.Capabilities.MaxJobs = 2, n
-		w.GPUInfo = json.RawMessage(fmt.Sprintf(`{"count":%d}`, n))
+		w.GPUInfo = store.ReadGPUInfo(json.RawMessage(fmt.Sprintf(`{"count":%d}`, n)))
 	}
 }
 

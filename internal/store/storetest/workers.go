@@ -29,7 +29,7 @@ var workerTests = []test{
 func fullWorker() store.Worker {
 	return store.Worker{
 		ID: protocol.NewWorkerID(), Name: "box-1", Type: protocol.Ephemeral, Status: protocol.WorkerDraining,
-		GPUInfo:  json.RawMessage(`{"name":"A100","vram_gb":80,"count":8}`),
+		GPUInfo:  store.ReadGPUInfo(json.RawMessage(`{"name":"A100","vram_gb":80,"count":8}`)),
 		Provider: "runpod", Labels: map[string]string{"zone": "eu", "tier": "gold"},
 		AdminLabels: map[string]string{"tier": "gold"}, LabelsLocked: true, Persistent: true, Local: true,
 		CurrentJobID: "j_x", Protocol: 2, AgentVersion: "1.2.3",
@@ -60,7 +60,7 @@ func testWorkerRoundTrip(t *testing.T, s store.Store) {
 	minimal := store.Worker{ID: protocol.NewWorkerID(), CreatedAt: t0}
 	noErr(t, s.CreateWorker(t.Context(), minimal, "hash-2", nil), "CreateWorker minimal")
 	g := getWorker(t, s, minimal.ID)
-	if len(g.Labels) != 0 || len(g.AdminLabels) != 0 || string(g.GPUInfo) != "{}" ||
+	if len(g.Labels) != 0 || len(g.AdminLabels) != 0 || string(g.GPUInfo.Raw) != "{}" ||
 		g.LastHeartbeat != nil || g.ConnectedAt != nil || g.CurrentJobID != "" || g.Persistent || g.LabelsLocked ||
 		g.GPUConditions != nil || g.GPUClears != nil || g.HeldWhole {
 		t.Fatalf("minimal worker came back as %+v", g)
@@ -163,7 +163,7 @@ func testUpdateWorker(t *testing.T, s store.Store) {
 		cur.ID, cur.TokenHash = "w_changed", "changed" // both ignored
 		cur.Status = protocol.WorkerBusy
 		cur.Labels["gpu"] = "a100"
-		cur.GPUInfo = json.RawMessage(`{"count":4}`)
+		cur.GPUInfo = store.ReadGPUInfo(json.RawMessage(`{"count":4}`))
 		cur.LastHeartbeat = ptr(at(time.Hour))
 		cur.StreamInstance = "inst-b"
 		return rec("worker.update"), nil
@@ -171,7 +171,7 @@ func testUpdateWorker(t *testing.T, s store.Store) {
 	noErr(t, err, "UpdateWorker")
 	want := w
 	want.Status, want.Labels = protocol.WorkerBusy, map[string]string{"gpu": "a100"}
-	want.GPUInfo, want.LastHeartbeat, want.StreamInstance = json.RawMessage(`{"count":4}`), ptr(at(time.Hour)), "inst-b"
+	want.GPUInfo, want.LastHeartbeat, want.StreamInstance = store.ReadGPUInfo(json.RawMessage(`{"count":4}`)), ptr(at(time.Hour)), "inst-b"
 	equal(t, got, want, "UpdateWorker result")
 	equal(t, getWorker(t, s, w.ID), want, "stored worker")
 	_, err = s.GetWorker(t.Context(), "w_changed")

@@ -1,0 +1,474 @@
+// Package api is the contract of simpletuner-orchestratord's admin and queue
+// API: the JSON it writes and reads, declared once. The orchestrator encodes
+// with these types; simpletunerctl and the dashboard decode with them, so a
+// renamed field is a compile error on every side instead of a silent zero on
+// one. The worker protocol (what workers and the orchestrator exchange) is
+// package protocol's. Times are RFC 3339 strings in UTC, as on the wire.
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+)
+
+// Worker is a worker as GET /api/admin/workers shows it: upstream's fields
+// plus the names SimpleTuner's guides use.
+type Worker struct {
+	WorkerID        string            `json:"worker_id"`
+	ID              string            `json:"id"`
+	Name            string            `json:"name"`
+	WorkerType      string            `json:"worker_type"`
+	Status          string            `json:"status"`
+	GPUInfo         json.RawMessage   `json:"gpu_info"`
+	Provider        *string           `json:"provider"`
+	Labels          map[string]string `json:"labels"`
+	LabelsLocked    bool              `json:"labels_locked"`
+	CurrentJobID    *string           `json:"current_job_id"`
+	LastHeartbeat   *string           `json:"last_heartbeat"`
+	ConnectedAt     *string           `json:"connected_at"`
+	CreatedAt       string            `json:"created_at"`
+	Connected       bool              `json:"connected"`
+	UptimeSeconds   *float64          `json:"uptime_seconds"`
+	GPUCount        int               `json:"gpu_count"`
+	GPUName         string            `json:"gpu_name"`
+	GPUVRAMGB       float64           `json:"gpu_vram_gb"`
+	AcceleratorType *string           `json:"accelerator_type"`
+	Local           bool              `json:"local"`
+	Protocol        int               `json:"protocol"`
+	AgentVersion    string            `json:"agent_version,omitempty"`
+	// Capabilities is what a protocol-2 worker reported about itself.
+	Capabilities protocol.Capabilities `json:"capabilities"`
+	// GPUTelemetry is the latest live GPU numbers the answering instance
+	// received in the worker's heartbeats; null when none (protocol 1, no
+	// GPUs, offline).
+	GPUTelemetry *GPUTelemetry `json:"gpu_telemetry"`
+	// ClockSkewSeconds is how far the worker's clock was ahead of the
+	// instance's (negative: behind) at its last heartbeat there; null when
+	// unknown. Informational: nothing depends on worker clocks.
+	ClockSkewSeconds *float64 `json:"clock_skew_seconds"`
+	// RunningJobs is how many attempts are out on the worker, MaxJobs how
+	// many it may run at once, GPUsFree how many of its GPUs none holds and
+	// the worker does not keep out of use.
+	RunningJobs int `json:"running_jobs"`
+	MaxJobs     int `json:"max_jobs"`
+	GPUsFree    int `json:"gpus_free"`
+	// GPUConditions are the GPUs the worker keeps out of use: held back
+	// (something was left on them) or unhealthy (a hardware fault).
+	GPUConditions []GPUCondition `json:"gpu_conditions"`
+}
+
+// GPUTelemetry is a worker's latest live GPU numbers, as of At.
+type GPUTelemetry struct {
+	At   string                  `json:"at"`
+	GPUs []protocol.GPUTelemetry `json:"gpus"`
+}
+
+// GPUCondition is a GPU a worker keeps out of use; Clearing is set once an
+// admin cleared a fence the worker still reports.
+type GPUCondition struct {
+	protocol.GPUCondition
+	Clearing bool `json:"clearing,omitempty"`
+}
+
+// WorkerList is GET /api/admin/workers.
+type WorkerList struct {
+	Workers []Worker `json:"workers"`
+	Total   int      `json:"total"`
+}
+
+// CreateWorker is POST /api/admin/workers. WorkerType is persistent or
+// ephemeral ("" the orchestrator's default); LabelsLocked pins the worker's
+// labels to the admin's: what the worker reports is ignored for placement.
+type CreateWorker struct {
+	Name         *string             `json:"name"`
+	WorkerType   protocol.WorkerType `json:"worker_type,omitempty"`
+	Labels       map[string]string   `json:"labels,omitempty"`
+	LabelsLocked bool                `json:"labels_locked,omitempty"`
+}
+
+// PatchWorker is PATCH /api/admin/workers/{id}. Labels follow JSON
+// merge-patch: the keys given are added or replaced, a key given as null is
+// removed, the others stay.
+type PatchWorker struct {
+	Name         *string             `json:"name,omitempty"`
+	Labels       map[string]*string  `json:"labels,omitempty"`
+	LabelsLocked *bool               `json:"labels_locked,omitempty"`
+	WorkerType   protocol.WorkerType `json:"worker_type,omitempty"`
+}
+
+// WorkerCreated answers CreateWorker: the token is shown only here.
+type WorkerCreated struct {
+	WorkerID          string            `json:"worker_id"`
+	ID                string            `json:"id"`
+	Name              string            `json:"name"`
+	WorkerType        string            `json:"worker_type"`
+	Labels            map[string]string `json:"labels"`
+	LabelsLocked      bool              `json:"labels_locked"`
+	Token             string            `json:"token"`
+	ConnectionCommand string            `json:"connection_command"`
+}
+
+// WorkerToken answers POST /api/admin/workers/{id}/token: the new token,
+// shown only here.
+type WorkerToken struct {
+	WorkerID          string `json:"worker_id"`
+	Token             string `json:"token"`
+	ConnectionCommand string `json:"connection_command"`
+}
+
+// WorkerAction answers a drain, resume, delete or GPU clear: the worker's
+// status afterwards (the GPU's, for a clear).
+type WorkerAction struct {
+	Success  bool   `json:"success"`
+	WorkerID string `json:"worker_id"`
+	Status   string `json:"status,omitempty"`
+	GPU      *int   `json:"gpu,omitempty"`
+}
+
+// Job is a job as the queue API shows it. Secrets (hf_token, upload
+// tokens) are never part of it.
+type Job struct {
+	JobID        string            `json:"job_id"`
+	ID           string            `json:"id"`
+	Status       string            `json:"status"`
+	ConfigName   *string           `json:"config_name"`
+	Target       string            `json:"target"`
+	Priority     int               `json:"priority"`
+	WorkerLabels map[string]string `json:"worker_labels"`
+	// GPUCount is null for a job that takes the whole worker (WholeWorker);
+	// GPUAllocation says either in words.
+	GPUCount       *int            `json:"gpu_count"`
+	WholeWorker    bool            `json:"whole_worker"`
+	GPUAllocation  string          `json:"gpu_allocation"`
+	MinVRAMGB      float64         `json:"min_vram_gb"`
+	MaxRetries     int             `json:"max_retries"`
+	RetriesUsed    int             `json:"retries_used"`
+	Attempt        int             `json:"attempt"`
+	WorkerID       *string         `json:"worker_id"`
+	Error          *string         `json:"error_message"`
+	Progress       json.RawMessage `json:"progress,omitempty"`
+	TimeoutSeconds int             `json:"timeout_seconds,omitempty"`
+	SubmittedBy    string          `json:"submitted_by,omitempty"`
+	QueuedAt       string          `json:"queued_at"`
+	UpdatedAt      string          `json:"updated_at"`
+	StartedAt      *string         `json:"started_at"`
+	CompletedAt    *string         `json:"completed_at"`
+	Config         json.RawMessage `json:"config,omitempty"`
+	Attempts       []Attempt       `json:"attempts,omitempty"`
+	// WaitingReason and WaitingDetail say why a queued job has not started
+	// (GET /api/queue/{id}, and lists asked with waiting=1).
+	WaitingReason string `json:"waiting_reason,omitempty"`
+	WaitingDetail string `json:"waiting_detail,omitempty"`
+}
+
+// Terminal reports whether the job can no longer change.
+func (j Job) Terminal() bool { return protocol.JobStatus(j.Status).Terminal() }
+
+// Attempt is one dispatch of a job.
+type Attempt struct {
+	Attempt      int     `json:"attempt"`
+	WorkerID     string  `json:"worker_id"`
+	DispatchedAt string  `json:"dispatched_at"`
+	StartedAt    *string `json:"started_at"`
+	EndedAt      *string `json:"ended_at"`
+	Outcome      *string `json:"outcome"`
+	Error        *string `json:"error"`
+	// CPUSeconds and PeakMemoryBytes are what the attempt's processes used,
+	// when its worker reported it; the GPU fields what they used of its GPUs.
+	CPUSeconds         *float64 `json:"cpu_seconds,omitempty"`
+	PeakMemoryBytes    *uint64  `json:"peak_memory_bytes,omitempty"`
+	GPUSeconds         *float64 `json:"gpu_seconds,omitempty"`
+	PeakGPUMemoryBytes *uint64  `json:"peak_gpu_memory_bytes,omitempty"`
+	GPUUtilizationPct  *float64 `json:"gpu_utilization_pct,omitempty"`
+	// GPUEvents are the GPU errors the driver raised that were the job's
+	// own (application XIDs).
+	GPUEvents []string `json:"gpu_events,omitempty"`
+	// GPUs are the indices of the worker's GPUs the attempt held.
+	GPUs []int `json:"gpus,omitempty"`
+}
+
+// JobList is GET /api/queue: a page of jobs. Next continues the list
+// (?cursor=); Total is absent for a list by worker.
+type JobList struct {
+	Entries      []Job   `json:"entries"`
+	Order        string  `json:"order"`
+	Next         *string `json:"next,omitempty"`
+	Total        *int    `json:"total,omitempty"`
+	TotalPending int     `json:"total_pending"`
+	TotalRunning int     `json:"total_running"`
+}
+
+// Submit is POST /api/queue/submit. Pointer fields are optional: nil leaves
+// the orchestrator's default (for GPUCount: the config's process count, else
+// the whole worker).
+type Submit struct {
+	ConfigName     *string           `json:"config_name,omitempty"`
+	Config         json.RawMessage   `json:"config,omitempty"`
+	Dataloader     json.RawMessage   `json:"dataloader,omitempty"`
+	HFToken        string            `json:"hf_token,omitempty"`
+	Target         protocol.Target   `json:"target,omitempty"`
+	WorkerLabels   map[string]string `json:"worker_labels,omitempty"`
+	GPUCount       *int              `json:"gpu_count,omitempty"`
+	MinVRAMGB      *float64          `json:"min_vram_gb,omitempty"`
+	Priority       *int              `json:"priority,omitempty"`
+	MaxRetries     *int              `json:"max_retries,omitempty"`
+	TimeoutSeconds *int              `json:"timeout_seconds,omitempty"`
+}
+
+// Submitted answers Submit: what GPUs the job gets, where it is in the
+// queue, and warnings (fields not understood, a job no worker can run yet).
+type Submitted struct {
+	Success       bool     `json:"success"`
+	JobID         string   `json:"job_id"`
+	Status        string   `json:"status"`
+	QueuePosition int      `json:"queue_position"`
+	GPUCount      *int     `json:"gpu_count"`
+	WholeWorker   bool     `json:"whole_worker"`
+	GPUAllocation string   `json:"gpu_allocation"`
+	Warning       string   `json:"warning,omitempty"`
+	Warnings      []string `json:"warnings,omitempty"`
+}
+
+// JobAction answers a cancel: the job's status afterwards.
+type JobAction struct {
+	Success bool   `json:"success"`
+	JobID   string `json:"job_id"`
+	Status  string `json:"status"`
+}
+
+// Stats is GET /api/queue/stats.
+type Stats struct {
+	QueueDepth int            `json:"queue_depth"`
+	Running    int            `json:"running"`
+	ByStatus   map[string]int `json:"by_status"`
+	// Workers counts the workers by status, and in all ("total").
+	Workers map[string]int `json:"workers"`
+	GPUs    []GPUModel     `json:"gpus"`
+	// Last24h counts the jobs that ended in the last 24 hours by status.
+	Last24h map[string]int `json:"last_24h"`
+}
+
+// GPUModel is the fleet's GPUs of one model and memory size.
+type GPUModel struct {
+	Model   string  `json:"model"`
+	VRAMGB  float64 `json:"vram_gb"`
+	Total   int     `json:"total"`
+	InUse   int     `json:"in_use"`
+	Offline int     `json:"offline"`
+}
+
+// GPUHistory is GET /api/admin/workers/{id}/gpu-history: the worker's GPUs
+// over the last hours, a point per StepSeconds from Start, oldest first.
+type GPUHistory struct {
+	StepSeconds int         `json:"step_seconds"`
+	Start       string      `json:"start"`
+	GPUs        []GPUSeries `json:"gpus"`
+}
+
+// GPUSeries is one GPU's points, null where no heartbeat brought numbers.
+type GPUSeries struct {
+	Index          int        `json:"index"`
+	UUID           string     `json:"uuid"`
+	UtilizationPct []*float64 `json:"utilization_pct"`
+	MemoryUsedPct  []*float64 `json:"memory_used_pct"`
+}
+
+// FleetHistory is GET /api/admin/fleet/gpu-history: the GPUs attempts held
+// (InUse), those the queued jobs asked for (Asked; a whole-worker job counts
+// as the largest worker's GPUs) and those of the workers taking work
+// (Online).
+type FleetHistory struct {
+	StepSeconds int        `json:"step_seconds"`
+	Start       string     `json:"start"`
+	InUse       []*float64 `json:"in_use"`
+	Asked       []*float64 `json:"asked"`
+	Online      []*float64 `json:"online"`
+}
+
+// Token is an admin token as GET /api/admin/tokens lists it.
+type Token struct {
+	ID        string   `json:"id"`
+	Name      string   `json:"name"`
+	Scopes    []string `json:"scopes"`
+	CreatedAt string   `json:"created_at"`
+	RevokedAt *string  `json:"revoked_at"`
+}
+
+// TokenList is GET /api/admin/tokens.
+type TokenList struct {
+	Tokens []Token `json:"tokens"`
+}
+
+// CreateToken is POST /api/admin/tokens.
+type CreateToken struct {
+	Name   string   `json:"name"`
+	Scopes []string `json:"scopes"`
+}
+
+// TokenCreated answers CreateToken: the token is shown only here.
+type TokenCreated struct {
+	ID     string   `json:"id"`
+	Name   string   `json:"name"`
+	Scopes []string `json:"scopes"`
+	Token  string   `json:"token"`
+}
+
+// Revoked answers DELETE /api/admin/tokens/{id}.
+type Revoked struct {
+	Success bool   `json:"success"`
+	ID      string `json:"id"`
+}
+
+// AuditQuery narrows GET /api/admin/audit. Without Newest, records after
+// Since, oldest first; with it, records before Before (0: from the newest),
+// newest first, matching Actor (exact), Action (exact, or a prefix ending in
+// ".") and Target. Limit 0 is the default page.
+type AuditQuery struct {
+	Newest bool
+	Since  int64
+	Before int64
+	Actor  string
+	Action string
+	Target string
+	Limit  int
+}
+
+// AuditPage is GET /api/admin/audit: a page of records. Next continues the
+// list (?cursor=); Checkpoint is the last record retention deleted.
+type AuditPage struct {
+	Records    []audit.Record `json:"records"`
+	Count      int            `json:"count"`
+	Next       *string        `json:"next,omitempty"`
+	Checkpoint *AuditLink     `json:"checkpoint,omitempty"`
+}
+
+// AuditLink names an audit record by its place in the chain.
+type AuditLink struct {
+	Seq  int64     `json:"seq"`
+	Hash string    `json:"hash"`
+	Time time.Time `json:"time,omitzero"`
+}
+
+// AuditVerdict is GET /api/admin/audit/verify: whether every record from
+// the checkpoint to the head matches its content and links to the one
+// before, and where the chain breaks when it does. Checked, HeadSeq and
+// BrokenAt say the same in the dashboard's terms.
+type AuditVerdict struct {
+	OK         bool      `json:"ok"`
+	Records    int64     `json:"records"`
+	FirstSeq   int64     `json:"first_seq,omitempty"`
+	LastSeq    int64     `json:"last_seq,omitempty"`
+	LastHash   string    `json:"last_hash,omitempty"`
+	Checkpoint AuditLink `json:"checkpoint"`
+	Head       AuditLink `json:"head"`
+	Error      string    `json:"error,omitempty"`
+	Checked    int64     `json:"checked"`
+	HeadSeq    int64     `json:"head_seq"`
+	BrokenAt   int64     `json:"broken_at,omitempty"`
+}
+
+// Whoami is GET /api/auth/whoami: the caller.
+type Whoami struct {
+	Kind   string   `json:"kind"`
+	ID     string   `json:"id"`
+	Name   string   `json:"name"`
+	Scopes []string `json:"scopes"`
+	Actor  string   `json:"actor"`
+}
+
+// ConfigList is GET /api/configs: the config names a submit can use.
+type ConfigList struct {
+	Configs   []string `json:"configs"`
+	Truncated bool     `json:"truncated"`
+}
+
+// JobArtifacts is GET /api/queue/{id}/artifacts.
+type JobArtifacts struct {
+	JobID      string     `json:"job_id"`
+	TotalBytes int64      `json:"total_bytes"`
+	Artifacts  []Artifact `json:"artifacts"`
+}
+
+// Artifact is one file a job's attempt stored.
+type Artifact struct {
+	Path       string `json:"path"`
+	Attempt    int    `json:"attempt"`
+	Size       int64  `json:"size"`
+	ModifiedAt string `json:"modified_at"`
+	MD5        string `json:"md5,omitempty"`
+	SHA256     string `json:"sha256,omitempty"`
+}
+
+// ArtifactsQuery names a job's artifacts: every attempt's (Attempt 0),
+// newest attempt first, or one attempt's.
+type ArtifactsQuery struct {
+	JobID   string
+	Attempt int
+}
+
+// Health is GET /healthz and GET /readyz. Reason says what is not ready;
+// Degraded what works only in part (a full artifacts disk).
+type Health struct {
+	Status   string `json:"status"`
+	Version  string `json:"version,omitempty"`
+	Store    string `json:"store,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	Degraded string `json:"degraded,omitempty"`
+}
+
+// Error is a refusal or failure of an API call: an HTTP status and the
+// protocol's JSON error body ({"detail", "error"}).
+type Error struct {
+	Status int
+	Body   protocol.ErrorBody
+	// RetryAfter is when a refused caller may try again (429, 503).
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string { return e.Body.Detail }
+
+// ErrorOf is the *Error in err's chain, nil when there is none.
+func ErrorOf(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return nil
+}
+
+// WorkersQuery narrows GET /api/admin/workers: a status ("" any), a page.
+type WorkersQuery struct {
+	Status string
+	Limit  int
+	Offset int
+}
+
+// WorkerRef names a worker: its id (and, for a GPU clear, the GPU's index;
+// for a delete, whether to force it).
+type WorkerRef struct {
+	ID    string
+	GPU   int
+	Force bool
+}
+
+// JobsQuery narrows GET /api/queue: Status is a job status, pending
+// (queued) or active ("" any); WorkerID keeps the jobs whose current or last
+// attempt is on that worker; Order is newest (default) or oldest; Cursor
+// continues a list (a reply's Next), Offset skips jobs the slow way; Waiting
+// explains each queued job's wait. Limit 0 is the default page.
+type JobsQuery struct {
+	Status   string
+	WorkerID string
+	Order    string
+	Limit    int
+	Offset   int
+	Cursor   string
+	Waiting  bool
+}
+
+// JobRef names a job.
+type JobRef struct{ ID string }
