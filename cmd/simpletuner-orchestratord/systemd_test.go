@@ -14,56 +14,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
-// notifications collects what the daemon sends to its NOTIFY_SOCKET.
-type notifications struct {
-	mu   sync.Mutex
-	msgs []string
-	path string
-}
-
-func listenNotify(t *testing.T, dir string) *notifications {
-	n := &notifications{path: filepath.Join(dir, "notify.sock")}
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: n.path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			k, err := conn.Read(buf)
-			if err != nil {
-				return
-			}
-			n.mu.Lock()
-			n.msgs = append(n.msgs, string(buf[:k]))
-			n.mu.Unlock()
-		}
-	}()
-	return n
-}
-
-// wait returns once a message containing want arrived after the first skip messages.
-func (n *notifications) wait(t *testing.T, want string, skip int) int {
+// waitNotify returns the index of the first datagram at or after from that
+// contains want.
+func waitNotify(t *testing.T, n *testutil.NotifySocket, want string, from int) int {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		n.mu.Lock()
-		for i := skip; i < len(n.msgs); i++ {
-			if strings.Contains(n.msgs[i], want) {
-				n.mu.Unlock()
-				return i
-			}
-		}
-		n.mu.Unlock()
-		time.Sleep(20 * time.Millisecond)
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	t.Fatalf("no %q on NOTIFY_SOCKET; got %q", want, n.msgs)
-	return 0
+	return n.Wait(t, from, 15*time.Second, want, func(m testutil.Notification) bool { return strings.Contains(m.Text, want) })
 }
 
 // TestSocketActivatedDaemon runs the real binary under systemd-socket-activate
@@ -101,9 +60,9 @@ configs_dir = %q
 [metrics]
 listen = ""
 `, filepath.Join(dir, "state"), dir)), 0o600)
-	n := listenNotify(t, dir)
+	n := testutil.ListenNotify(t)
 	cmd := exec.Command(activate, "--listen="+apiAddr, "--listen="+adminSock, "--fdname=api:admin",
-		"--setenv=NOTIFY_SOCKET="+n.path, bin, "--config", conf)
+		"--setenv=NOTIFY_SOCKET="+n.Path, bin, "--config", conf)
 	var stderr strings.Builder
 	var mu sync.Mutex
 	cmd.Stderr = writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return stderr.Write(p) })
@@ -144,8 +103,8 @@ listen = ""
 	if code, body := get(http.DefaultClient, "http://"+apiAddr+"/readyz"); code != 200 {
 		t.Fatalf("readyz over the activated API socket: %d %s", code, body)
 	}
-	ready := n.wait(t, "READY=1", 0)
-	n.wait(t, "STATUS=", 0)
+	ready := waitNotify(t, n, "READY=1", 0)
+	waitNotify(t, n, "STATUS=", 0)
 
 	// Root on the activated admin socket gets every scope without a token.
 	unixClient := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -163,15 +122,15 @@ listen = ""
 	good, _ := os.ReadFile(conf)
 	os.WriteFile(conf, []byte("[server]\nlisten = 5\n"), 0o600)
 	cmd.Process.Signal(syscall.SIGHUP)
-	reloading := n.wait(t, "RELOADING=1", ready)
-	n.wait(t, "READY=1", reloading)
+	reloading := waitNotify(t, n, "RELOADING=1", ready)
+	waitNotify(t, n, "READY=1", reloading)
 	if code, _ := get(http.DefaultClient, "http://"+apiAddr+"/healthz"); code != 200 {
 		t.Fatal("daemon stopped serving after a bad reload")
 	}
 	os.WriteFile(conf, good, 0o600)
 
 	cmd.Process.Signal(syscall.SIGTERM)
-	n.wait(t, "STOPPING=1", reloading)
+	waitNotify(t, n, "STOPPING=1", reloading)
 	select {
 	case err := <-done:
 		if err != nil {

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/orchtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store/postgres"
@@ -105,33 +105,14 @@ func newSiteWith(t testing.TB, st store.Store, tweak func(*Options)) *site {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(d.Mount(api))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { srv.Run(ctx); close(done) }()
-	t.Cleanup(func() {
-		srv.BeginShutdown()
-		hs.CloseClientConnections()
-		hs.Close()
-		cancel()
-		<-done
-	})
-	s := &site{t: t, st: st, srv: srv, hs: hs, clock: c, cfgDir: opt.ConfigsDir}
-	s.admin = s.token("test-admin", auth.ScopeAll)
-	return s
+	o := orchtest.Serve(t, st, srv, d.Mount(api), "")
+	return &site{t: t, st: st, srv: srv, hs: o.HTTP, clock: c, admin: o.Admin, cfgDir: opt.ConfigsDir}
 }
 
 // token creates an admin token with scopes and returns it.
 func (s *site) token(name string, scopes ...string) string {
 	s.t.Helper()
-	tok, secret, err := orchestrator.NewAdminToken(name, scopes)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	if err := s.st.CreateAdminToken(context.Background(), tok, nil); err != nil {
-		s.t.Fatal(err)
-	}
-	return secret
+	return orchtest.AdminToken(s.t, s.st, name, scopes...)
 }
 
 // browser is an HTTP client with cookies that does not follow redirects, so

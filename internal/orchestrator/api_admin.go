@@ -475,8 +475,7 @@ func NewAdminToken(name string, scopes []string) (store.AdminToken, string, erro
 		}
 	}
 	token := auth.NewAdminToken()
-	id := strings.Replace(protocol.NewJobID(), "j_", "tok_", 1)
-	return store.AdminToken{ID: id, Name: strings.TrimSpace(name), Scopes: scopes, Hash: auth.Hash(token), CreatedAt: time.Now().UTC()}, token, nil
+	return store.AdminToken{ID: protocol.NewTokenID(), Name: strings.TrimSpace(name), Scopes: scopes, Hash: auth.Hash(token), CreatedAt: time.Now().UTC()}, token, nil
 }
 
 // CreateToken makes an admin token, shown only in the reply.

@@ -14,6 +14,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 // clientFrom is an HTTP client whose connections come from a loopback
@@ -133,7 +134,7 @@ func TestFailuresAreAuditedEachInterval(t *testing.T) {
 	for i := range 3 {
 		floodRequest(t, hc, e.url, i)
 	}
-	eventually(t, 10*time.Second, "the failures audited by the timer", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the failures audited by the timer", func() bool {
 		_, all := auditCount(t, st)
 		total := 0
 		for _, r := range all[before:] {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 func TestWhoamiAndConfigs(t *testing.T) {
@@ -116,7 +117,7 @@ func TestGPUTelemetryAndStats(t *testing.T) {
 
 	id := e.submit(map[string]any{"gpu_count": 2})
 	var busy string
-	eventually(t, 5*time.Second, "job dispatched", func() bool {
+	testutil.Eventually(t, 5*time.Second, "job dispatched", func() bool {
 		j := e.job(id)
 		busy, _ = j["worker_id"].(string)
 		return j["status"] == "dispatched"

@@ -16,6 +16,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store/postgres"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 // Errors that are not the database's are never answered 503: a config name
@@ -112,7 +113,7 @@ func TestReadyzDoesNotLeakTheDatabaseError(t *testing.T) {
 			t.Fatalf("/readyz shows %q: %s", leak, r.Body)
 		}
 	}
-	eventually(t, 5*time.Second, "the log to hold the database error", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the log to hold the database error", func() bool {
 		return strings.Contains(e.logs.String(), port)
 	})
 	e.do("GET", "/readyz", nil, nil)

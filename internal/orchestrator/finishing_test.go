@@ -7,6 +7,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 // A running attempt left out of one heartbeat is not lost; left out of two in
@@ -103,7 +104,7 @@ func TestGoneWorkerLooksGone(t *testing.T) {
 			a.silence()
 			a.cancel()
 		}
-		eventually(t, 5*time.Second, "both shown disconnected", func() bool {
+		testutil.Eventually(t, 5*time.Second, "both shown disconnected", func() bool {
 			return e.worker(busy.id)["status"] == "disconnected" && e.worker(idle.id)["status"] == "disconnected"
 		})
 		if w := e.worker(idle.id); w["connected"] != false {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,26 +15,26 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
-	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/orchtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
-	"github.com/simpletuner/simpletuner-orchestration/internal/store/stores"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store/storetest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // backends opens a fresh store of each kind.
-var backends = map[string]stores.Opener{
-	"sqlite":   func(t testing.TB) store.Store { return stores.Open(t, "sqlite") },
-	"postgres": func(t testing.TB) store.Store { return stores.Open(t, "postgres") },
+var backends = map[string]storetest.Opener{
+	"sqlite":   func(t testing.TB) store.Store { return storetest.Open(t, "sqlite") },
+	"postgres": func(t testing.TB) store.Store { return storetest.Open(t, "postgres") },
 }
 
 // forEachStore runs fn once per backend, as parallel subtests.
 func forEachStore(t *testing.T, fn func(t *testing.T, open func(t testing.TB) store.Store)) {
 	t.Helper()
-	stores.ForEach(t, func(t *testing.T, open stores.Opener) { fn(t, open) })
+	storetest.ForEach(t, func(t *testing.T, open storetest.Opener) { fn(t, open) })
 }
 
 // testOptions are production options with every timer scaled down.
@@ -59,14 +58,13 @@ func testOptions(t testing.TB) Options {
 }
 
 type env struct {
-	t      testing.TB
-	srv    *Server
-	st     store.Store
-	url    string
-	admin  string // admin token with every scope
-	http   *httptest.Server
-	cancel context.CancelFunc
-	logs   *testutil.Buffer
+	t     testing.TB
+	srv   *Server
+	orch  *orchtest.Orch
+	st    store.Store
+	url   string
+	admin string // admin token with every scope
+	logs  *testutil.Buffer
 }
 
 // setup starts an orchestrator over a real store on a loopback HTTP server.
@@ -90,27 +88,8 @@ func startEnv(t testing.TB, st store.Store, opt Options) *env {
 	}
 	t.Cleanup(func() { arts.Close() })
 	srv.SetArtifacts(artifacts.New(arts, artifacts.Limits{}))
-	hs := httptest.NewServer(srv.Handler())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { srv.Run(ctx); close(done) }()
-	e := &env{t: t, srv: srv, st: st, url: hs.URL, http: hs, cancel: cancel, logs: logs}
-	t.Cleanup(func() {
-		srv.BeginShutdown()
-		hs.CloseClientConnections()
-		hs.Close()
-		cancel()
-		<-done
-	})
-	tok, token, err := NewAdminToken("test-admin", []string{auth.ScopeAll})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.CreateAdminToken(context.Background(), tok, nil); err != nil {
-		t.Fatal(err)
-	}
-	e.admin = token
-	return e
+	o := orchtest.Serve(t, st, srv, srv.Handler(), "")
+	return &env{t: t, srv: srv, orch: o, st: st, url: o.URL, admin: o.Admin, logs: logs}
 }
 
 type resp struct {
@@ -187,18 +166,6 @@ func (e *env) job(id string) map[string]any {
 func (e *env) worker(id string) map[string]any {
 	e.t.Helper()
 	return e.must(e.adminDo("GET", "/api/admin/workers/"+id, nil), 200).JSON
-}
-
-// eventually polls cond until it holds or the timeout passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // agent is a test client that speaks like SimpleTuner's Python agent: it reads
@@ -280,7 +247,7 @@ func (a *agent) connect() {
 		}
 	}()
 	a.e.t.Cleanup(cancel)
-	eventually(a.e.t, 5*time.Second, "stream registered", func() bool { return a.e.srv.hub.Connected(a.id) })
+	testutil.Eventually(a.e.t, 5*time.Second, "stream registered", func() bool { return a.e.srv.hub.Connected(a.id) })
 }
 
 func (a *agent) next(typ string, timeout time.Duration) map[string]any {

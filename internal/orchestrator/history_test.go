@@ -16,6 +16,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 // finishJobs runs n jobs to completion on one agent and returns their ids,
@@ -321,7 +322,7 @@ func TestDiskFull(t *testing.T) {
 		t.Fatalf("%d disk-full log lines, want 1:\n%s", n, e.logs.String())
 	}
 	fd.full.Store(false)
-	eventually(t, 5*time.Second, "ready again", func() bool { return e.do("GET", "/readyz", nil, nil).Status == 200 })
+	testutil.Eventually(t, 5*time.Second, "ready again", func() bool { return e.do("GET", "/readyz", nil, nil).Status == 200 })
 	e.submit(map[string]any{"target": "local"})
 	if !strings.Contains(e.logs.String(), "disk has space again") {
 		t.Fatal("no recovery log line")
@@ -343,7 +344,7 @@ func TestArtifactDiskFullIs507(t *testing.T) {
 		t.Fatalf("readyz with the artifacts' disk full: %d %s", r.Status, r.Body)
 	}
 	// The disk has room: the watcher's probe write succeeds and it recovers.
-	eventually(t, 5*time.Second, "space again", func() bool { _, degraded := e.srv.disk.problem(); return degraded == "" })
+	testutil.Eventually(t, 5*time.Second, "space again", func() bool { _, degraded := e.srv.disk.problem(); return degraded == "" })
 	if left := e.stored(); len(left) != 0 {
 		t.Fatalf("the probe left %v", left)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store/postgres"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 // TestTwoInstancesOnePostgres runs two orchestrators on one database, with
@@ -133,7 +134,7 @@ func cutListeners(t *testing.T, url string) (undo func()) {
 	// Each instance subscribes when its server starts, and its listener
 	// connects and sends LISTEN in the background: wait for both.
 	const listening = `FROM pg_stat_activity WHERE datname = $1 AND query ILIKE 'listen %' AND pid <> pg_backend_pid()`
-	eventually(t, 10*time.Second, "both instances listening", func() bool {
+	testutil.Eventually(t, 10*time.Second, "both instances listening", func() bool {
 		var n int
 		if err := db.QueryRow(`SELECT count(*) `+listening, name).Scan(&n); err != nil {
 			t.Fatal(err)
@@ -182,7 +183,7 @@ func TestRotatedTokenGetsNoDispatchOnAReplicaThatMissedTheNotification(t *testin
 	}
 	undo() // the pools may need new connections from here on
 	var j map[string]any
-	eventually(t, 10*time.Second, "the attempt withdrawn", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the attempt withdrawn", func() bool {
 		j = alpha.job(jobID)
 		return j["status"] == "queued"
 	})
@@ -217,7 +218,7 @@ func TestRotatedTokenLosesItsStreamOnAReplicaThatMissedTheNotification(t *testin
 		t.Fatal("the stream of the rotated token is still open")
 	}
 	undo()
-	eventually(t, 5*time.Second, "the worker shown disconnected", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the worker shown disconnected", func() bool {
 		return alpha.worker(a.id)["connected"] == false
 	})
 }

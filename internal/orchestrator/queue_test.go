@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 func TestSubmitBeforeAnyWorkerStartsOnConnect(t *testing.T) {
@@ -132,7 +133,7 @@ func TestAckTimeoutWithdrawsWithoutSpendingRetry(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("stream of a worker that did not ack stayed open")
 		}
-		eventually(t, 5*time.Second, "withdrawn", func() bool {
+		testutil.Eventually(t, 5*time.Second, "withdrawn", func() bool {
 			j := e.job(jobID)
 			return j["status"] == "queued" || j["attempt"] == float64(2)
 		})
@@ -166,7 +167,7 @@ func TestWorkerLostRequeuesAndStaleReportIsFenced(t *testing.T) {
 		e.must(lost.report(jobID, "starting", map[string]any{"attempt": 1}), 200)
 		lost.silence()
 		// No heartbeats from "lost": after the timeout it goes offline.
-		eventually(t, 5*time.Second, "worker offline, job requeued", func() bool {
+		testutil.Eventually(t, 5*time.Second, "worker offline, job requeued", func() bool {
 			return e.worker(lost.id)["status"] == "offline" && e.job(jobID)["status"] != "running"
 		})
 		j := e.job(jobID)
@@ -215,12 +216,12 @@ func TestRetriesExhaustedFails(t *testing.T) {
 			e.must(a.report(jobID, "starting", nil), 200)
 			a.silence()
 			a.cancel()
-			eventually(t, 5*time.Second, "attempt lost", func() bool {
+			testutil.Eventually(t, 5*time.Second, "attempt lost", func() bool {
 				j := e.job(jobID)
 				return e.worker(a.id)["status"] == "offline" && (j["status"] == "queued" || j["status"] == "failed" || j["attempt"] != float64(i))
 			})
 		}
-		eventually(t, 5*time.Second, "job failed", func() bool { return e.job(jobID)["status"] == "failed" })
+		testutil.Eventually(t, 5*time.Second, "job failed", func() bool { return e.job(jobID)["status"] == "failed" })
 		j := e.job(jobID)
 		if j["status"] != "failed" || !strings.Contains(j["error_message"].(string), "no retries remain") {
 			t.Fatalf("want failed with reason: %v", j)
@@ -257,7 +258,7 @@ func TestCancelQueuedAndRunning(t *testing.T) {
 		a.next("job_submit", 5*time.Second)
 		e.must(a.report(silent, "starting", nil), 200)
 		e.must(e.adminDo("POST", "/api/queue/"+silent+"/cancel", nil), 200)
-		eventually(t, 5*time.Second, "forced cancel", func() bool { return e.job(silent)["status"] == "cancelled" })
+		testutil.Eventually(t, 5*time.Second, "forced cancel", func() bool { return e.job(silent)["status"] == "cancelled" })
 		if r := a.report(silent, "completed", nil); r.Status != 409 {
 			t.Fatalf("report after forced cancel: %d", r.Status)
 		}
@@ -374,9 +375,7 @@ func TestRestartWithRunningJobResumes(t *testing.T) {
 		a.next("job_submit", 5*time.Second)
 		e1.must(a.report(jobID, "starting", map[string]any{"attempt": 1}), 200)
 		// The orchestrator goes away (its streams close) and a new one starts on the same store.
-		e1.srv.BeginShutdown()
-		e1.http.Close()
-		e1.cancel()
+		e1.orch.Stop()
 		e2 := startEnv(t, st, opt)
 		a.e = e2
 		r := e2.must(a.register(map[string]any{"running": []map[string]any{{"job_id": jobID, "attempt": 1}}}), 200)

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
-	"github.com/simpletuner/simpletuner-orchestration/internal/store/stores"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store/storetest"
 )
 
 // hungPing is a store whose Ping ignores its context and waits until
@@ -25,7 +25,7 @@ func (h hungPing) Ping(context.Context) error {
 // its own deadline.
 func TestReadyzAnswersWhileThePingHangs(t *testing.T) {
 	t.Parallel()
-	st := hungPing{Store: stores.Open(t, "sqlite"), release: make(chan struct{})}
+	st := hungPing{Store: storetest.Open(t, "sqlite"), release: make(chan struct{})}
 	defer close(st.release)
 	e := setup(t, st)
 	began := time.Now()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 // slotAgent is a protocol-2 worker with gpus GPUs that runs several jobs at
@@ -209,7 +210,7 @@ func TestSchedulerReservationAgainstStarvation(t *testing.T) {
 			smalls = append(smalls, e.submit(gpuJobBody(1, 1)))
 		}
 		w.noEvent("job_submit", 400*time.Millisecond)
-		eventually(t, 5*time.Second, "the waiting reasons", func() bool {
+		testutil.Eventually(t, 5*time.Second, "the waiting reasons", func() bool {
 			small := e.job(smalls[0])
 			detail, _ := small["waiting_detail"].(string)
 			return e.job(big)["waiting_reason"] == "gpus_busy" && small["waiting_reason"] == "reserved_for" && strings.Contains(detail, big)
@@ -253,9 +254,9 @@ func TestPartialWorkerThatVanishesGoesOffline(t *testing.T) {
 	if got, _ := w.take(); got != job {
 		t.Fatalf("got %s, want %s", got, job)
 	}
-	eventually(t, 5*time.Second, "the worker partly busy", func() bool { return e.worker(w.id)["status"] == "partial" })
+	testutil.Eventually(t, 5*time.Second, "the worker partly busy", func() bool { return e.worker(w.id)["status"] == "partial" })
 	w.silence()
-	eventually(t, 10*time.Second, "the silent worker offline and its job requeued", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the silent worker offline and its job requeued", func() bool {
 		j := e.job(job)
 		return e.worker(w.id)["status"] == "offline" && j["status"] == "queued" && j["retries_used"] == float64(1)
 	})
@@ -294,7 +295,7 @@ func TestSchedulerReservationBehindTheFirstPage(t *testing.T) {
 		}
 		big := e.submit(gpuJobBody(4, 40))
 		small := e.submit(gpuJobBody(1, 1))
-		eventually(t, 5*time.Second, "the small job held back for the big one", func() bool {
+		testutil.Eventually(t, 5*time.Second, "the small job held back for the big one", func() bool {
 			return e.job(small)["waiting_reason"] == "reserved_for"
 		})
 		for range 20 { // ahead of the big job in the queue, and for no worker
@@ -342,7 +343,7 @@ func TestSubmitWithoutGPUCountReachesTheGPUs(t *testing.T) {
 		}
 		cpuJob := cpu.JSON["job_id"].(string)
 		a.noEvent("job_submit", 300*time.Millisecond)
-		eventually(t, 5*time.Second, "the CPU job's waiting reason", func() bool {
+		testutil.Eventually(t, 5*time.Second, "the CPU job's waiting reason", func() bool {
 			return e.job(cpuJob)["waiting_reason"] == "workers_busy"
 		})
 		a.finish(whole)
@@ -361,7 +362,7 @@ func TestSubmitWithoutGPUCountReachesTheGPUs(t *testing.T) {
 
 		// A whole-worker job waits while the worker runs others, and says so.
 		next := e.submit(map[string]any{})
-		eventually(t, 5*time.Second, "the whole-worker job's waiting reason", func() bool {
+		testutil.Eventually(t, 5*time.Second, "the whole-worker job's waiting reason", func() bool {
 			v := e.job(next)
 			return v["waiting_reason"] == "gpus_busy" && strings.Contains(v["waiting_detail"].(string), "whole worker")
 		})

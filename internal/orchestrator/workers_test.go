@@ -315,7 +315,7 @@ func TestDeleteWorkerOutOfTouch(t *testing.T) {
 		}
 		a.silence()
 		a.cancel()
-		eventually(t, 10*time.Second, "the drained worker deletable once out of touch", func() bool {
+		testutil.Eventually(t, 10*time.Second, "the drained worker deletable once out of touch", func() bool {
 			return e.adminDo("DELETE", path, nil).Status == 200
 		})
 	})
@@ -410,7 +410,7 @@ func TestAuditChainAndNoTokenInLogs(t *testing.T) {
 		e.must(a.report(jobID, "completed", nil), 200)
 		rot := e.must(e.adminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
 		e.do("POST", "/api/workers/register", map[string]string{"X-Worker-Token": "wt_badbadbad"}, map[string]any{"name": "x"})
-		eventually(t, 5*time.Second, "the failure audited", func() bool {
+		testutil.Eventually(t, 5*time.Second, "the failure audited", func() bool {
 			return strings.Contains(string(e.must(e.adminDo("GET", "/api/admin/audit?limit=1000", nil), 200).Body), `"auth.failure"`)
 		})
 
@@ -495,7 +495,7 @@ func TestWorkerOwnDrainStopsDispatch(t *testing.T) {
 		}
 		a.silence() // the agent's own heartbeats would bring it back
 		e.must(e.do("POST", "/api/workers/disconnect", a.hdr(), map[string]any{"worker_id": a.id}), 200)
-		eventually(t, 3*time.Second, "the drained worker offline once it left", func() bool { return e.worker(a.id)["status"] == "offline" })
+		testutil.Eventually(t, 3*time.Second, "the drained worker offline once it left", func() bool { return e.worker(a.id)["status"] == "offline" })
 	})
 }
 

@@ -479,5 +479,9 @@ func NewRequestID() string { return newID("req_") }
 // NewJobID returns "j_" followed by 12 lowercase base32 characters.
 func NewJobID() string { return newID("j_") }
 
+// NewTokenID returns an admin token's id: "tok_" followed by 12 lowercase
+// base32 characters.
+func NewTokenID() string { return newID("tok_") }
+
 // Time formats t as RFC 3339 in UTC, the way every timestamp goes on the wire.
 func Time(t time.Time) string { return t.UTC().Format(time.RFC3339) }

@@ -27,7 +27,7 @@ func TestSelfFenceFollowsTheOrchestratorsTimeout(t *testing.T) {
 		opt.HeartbeatTimeout = 3 * time.Second
 		o := startOrch(t, open(t), opt, "")
 		id, token := o.createWorker("w")
-		gate := newReportGate(t, o.http.URL)
+		gate := newReportGate(t, o.URL)
 		w := startWorker(t, gate.http.URL, token, func(wo *worker.Options) { wo.SelfFenceAfter = 30 * time.Second })
 		o.connected(id)
 		if !strings.Contains(w.logs.String(), "using a shorter limit") || !strings.Contains(w.logs.String(), `effective=2.25s`) {
@@ -36,7 +36,7 @@ func TestSelfFenceFollowsTheOrchestratorsTimeout(t *testing.T) {
 
 		jobID := o.submit(map[string]any{"steps": 200, "step_seconds": 0.05})
 		pid := 0
-		eventually(t, 10*time.Second, "the trainer running", func() bool {
+		testutil.Eventually(t, 10*time.Second, "the trainer running", func() bool {
 			b, err := os.ReadFile(filepath.Join(w.stateDir, "jobs", jobID, "pids.txt"))
 			if err != nil {
 				return false
@@ -48,7 +48,7 @@ func TestSelfFenceFollowsTheOrchestratorsTimeout(t *testing.T) {
 		gate.set("cut")
 		cut := time.Now()
 		var dead, lost time.Duration
-		eventually(t, 10*time.Second, "the trainer stopped and the job requeued", func() bool {
+		testutil.Eventually(t, 10*time.Second, "the trainer stopped and the job requeued", func() bool {
 			if dead == 0 && !testutil.Running(pid) { // a zombie trains no more
 				dead = time.Since(cut)
 			}

@@ -5,13 +5,14 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 // connectedVia waits until the worker holds a stream to o.
 func (o *orch) connected(id string) {
 	o.t.Helper()
-	eventually(o.t, 10*time.Second, "worker "+id+" connected", func() bool {
-		_, w := o.api("GET", "/api/admin/workers/"+id, nil)
+	testutil.Eventually(o.t, 10*time.Second, "worker "+id+" connected", func() bool {
+		_, w := o.API("GET", "/api/admin/workers/"+id, nil)
 		return w["connected"] == true
 	})
 }
@@ -20,7 +21,7 @@ func (o *orch) connected(id string) {
 func (o *orch) passHeartbeats(n int64) {
 	o.t.Helper()
 	from := o.heartbeats()
-	eventually(o.t, 10*time.Second, "heartbeats", func() bool { return o.heartbeats() >= from+n })
+	testutil.Eventually(o.t, 10*time.Second, "heartbeats", func() bool { return o.heartbeats() >= from+n })
 }
 
 func attempts(j map[string]any) []map[string]any {
@@ -35,7 +36,7 @@ func attempts(j map[string]any) []map[string]any {
 // wantRanOnce checks that the job completed in its first and only attempt.
 func wantRanOnce(t *testing.T, o *orch, jobID string) {
 	t.Helper()
-	eventually(t, 10*time.Second, "job "+jobID+" completed", func() bool { return o.job(jobID)["status"] == "completed" })
+	testutil.Eventually(t, 10*time.Second, "job "+jobID+" completed", func() bool { return o.job(jobID)["status"] == "completed" })
 	j := o.job(jobID)
 	at := attempts(j)
 	if len(at) != 1 || at[0]["outcome"] != "completed" || j["retries_used"] != float64(0) {
@@ -51,13 +52,13 @@ func TestFinishedJobKeptWhileItsReportIsDelayed(t *testing.T) {
 	forEachStore(t, func(t *testing.T, open func(*testing.T) store.Store) {
 		o := startOrch(t, open(t), fastOptions(t), "")
 		id, token := o.createWorker("w")
-		gate := newReportGate(t, o.http.URL)
+		gate := newReportGate(t, o.URL)
 		startWorker(t, gate.http.URL, token)
 		o.connected(id)
 
 		gate.set("hold")
 		jobID := o.submit(map[string]any{"steps": 2, "step_seconds": 0.05})
-		eventually(t, 10*time.Second, "the completed report held at the gate", func() bool { return gate.stopped() >= 1 })
+		testutil.Eventually(t, 10*time.Second, "the completed report held at the gate", func() bool { return gate.stopped() >= 1 })
 		o.passHeartbeats(5)
 		if j := o.job(jobID); j["status"] != "running" || len(attempts(j)) != 1 {
 			t.Fatalf("while the report was held the job became %v with attempts %v; want running, attempt 1", j["status"], attempts(j))
@@ -75,17 +76,17 @@ func TestFinishedJobKeptAcrossRestartBeforeItsReport(t *testing.T) {
 		st := open(t)
 		o := startOrch(t, st, fastOptions(t), "")
 		id, token := o.createWorker("w")
-		gate := newReportGate(t, o.http.URL)
+		gate := newReportGate(t, o.URL)
 		startWorker(t, gate.http.URL, token)
 		o.connected(id)
 
 		gate.set("fail")
 		jobID := o.submit(map[string]any{"steps": 2, "step_seconds": 0.05})
-		eventually(t, 10*time.Second, "the completed report refused at the gate", func() bool { return gate.stopped() >= 1 })
+		testutil.Eventually(t, 10*time.Second, "the completed report refused at the gate", func() bool { return gate.stopped() >= 1 })
 
-		o.stop()
-		o2 := startOrch(t, st, fastOptions(t), o.admin)
-		gate.retarget(o2.http.URL)
+		o.Stop()
+		o2 := startOrch(t, st, fastOptions(t), o.Admin)
+		gate.retarget(o2.URL)
 		o2.connected(id)
 		o2.passHeartbeats(5)
 		if j := o2.job(jobID); j["status"] != "running" || len(attempts(j)) != 1 {

@@ -15,31 +15,28 @@ import (
 	"testing"
 	"time"
 
-	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
-
-	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/orchtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
-	"github.com/simpletuner/simpletuner-orchestration/internal/store/stores"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store/storetest"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 	"github.com/simpletuner/simpletuner-orchestration/internal/worker"
 )
 
 func forEachStore(t *testing.T, fn func(t *testing.T, open func(t *testing.T) store.Store)) {
-	stores.ForEach(t, func(t *testing.T, open stores.Opener) {
+	storetest.ForEach(t, func(t *testing.T, open storetest.Opener) {
 		fn(t, func(t *testing.T) store.Store { return open(t) })
 	})
 }
 
 // orch is an orchestrator.Server on a loopback HTTP server.
 type orch struct {
-	t     *testing.T
-	st    store.Store
-	srv   *orchestrator.Server
-	http  *httptest.Server
-	admin string
-	logs  *testutil.Buffer
-	stop  func()
+	*orchtest.Orch
+	t    *testing.T
+	st   store.Store
+	srv  *orchestrator.Server
+	logs *testutil.Buffer
 }
 
 // fastOptions are production options with every timer scaled down.
@@ -65,64 +62,17 @@ func startOrch(t *testing.T, st store.Store, opt orchestrator.Options, admin str
 	t.Helper()
 	logs := &testutil.Buffer{}
 	srv := orchestrator.New(st, opt, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	hs := httptest.NewServer(srv.Handler())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { srv.Run(ctx); close(done) }()
-	o := &orch{t: t, st: st, srv: srv, http: hs, admin: admin, logs: logs}
-	var once sync.Once
-	o.stop = func() {
-		once.Do(func() {
-			srv.BeginShutdown()
-			hs.CloseClientConnections()
-			hs.Close()
-			cancel()
-			<-done
-		})
-	}
 	t.Cleanup(func() {
-		o.stop()
 		if t.Failed() {
 			t.Logf("orchestrator log:\n%s", logs.String())
 		}
 	})
-	if admin == "" {
-		tok, token, err := orchestrator.NewAdminToken("test-admin", []string{auth.ScopeAll})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.CreateAdminToken(context.Background(), tok, nil); err != nil {
-			t.Fatal(err)
-		}
-		o.admin = token
-	}
-	return o
-}
-
-// api calls the admin API and decodes the JSON reply into a map.
-func (o *orch) api(method, path string, body any) (int, map[string]any) {
-	o.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, o.http.URL+path, rd)
-	req.Header.Set("Authorization", "Bearer "+o.admin)
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		o.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer res.Body.Close()
-	var out map[string]any
-	_ = json.NewDecoder(res.Body).Decode(&out)
-	return res.StatusCode, out
+	return &orch{Orch: orchtest.Serve(t, st, srv, srv.Handler(), admin), t: t, st: st, srv: srv, logs: logs}
 }
 
 func (o *orch) createWorker(name string) (id, token string) {
 	o.t.Helper()
-	code, r := o.api("POST", "/api/admin/workers", map[string]any{"name": name, "worker_type": "persistent"})
+	code, r := o.API("POST", "/api/admin/workers", map[string]any{"name": name, "worker_type": "persistent"})
 	if code != 201 && code != 200 {
 		o.t.Fatalf("create worker: %d %v", code, r)
 	}
@@ -131,7 +81,7 @@ func (o *orch) createWorker(name string) (id, token string) {
 
 func (o *orch) submit(config map[string]any) string {
 	o.t.Helper()
-	code, r := o.api("POST", "/api/queue/submit", map[string]any{"config": config})
+	code, r := o.API("POST", "/api/queue/submit", map[string]any{"config": config})
 	if code != 201 {
 		o.t.Fatalf("submit: %d %v", code, r)
 	}
@@ -140,7 +90,7 @@ func (o *orch) submit(config map[string]any) string {
 
 func (o *orch) job(id string) map[string]any {
 	o.t.Helper()
-	_, r := o.api("GET", "/api/queue/"+id, nil)
+	_, r := o.API("GET", "/api/queue/"+id, nil)
 	return r
 }
 
@@ -301,16 +251,4 @@ func startWorker(t *testing.T, url, token string, tweak ...func(*worker.Options)
 		}
 	})
 	return &runningWorker{Worker: w, stateDir: opt.StateDir, logs: logs}
-}
-
-// eventually polls cond until it holds or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -16,9 +16,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/simpletuner/simpletuner-orchestration/daemon"
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/daemon"
 	"github.com/simpletuner/simpletuner-orchestration/internal/dashboard"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"

@@ -12,8 +12,8 @@ import (
 	"io"
 	"os"
 
-	"github.com/simpletuner/simpletuner-orchestration/daemon"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/daemon"
 	"github.com/simpletuner/simpletuner-orchestration/internal/version"
 )
 

@@ -1,7 +1,7 @@
 // Package workerd assembles simpletuner-workerd: it loads the configuration,
 // picks the GPU inventory backend, builds the worker engine and hands it to
 // daemon.Run as a daemon.App. cmd/simpletuner-workerd only calls Main (and
-// the job supervisor, when workerd re-executes itself for a job).
+// the jobs' reaper, when workerd re-executes itself as one).
 package workerd
 
 import (
@@ -15,8 +15,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/simpletuner/simpletuner-orchestration/daemon"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/daemon"
 	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
 	"github.com/simpletuner/simpletuner-orchestration/internal/isolation"
 	"github.com/simpletuner/simpletuner-orchestration/internal/version"

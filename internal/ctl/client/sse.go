@@ -24,9 +24,9 @@ type Event struct {
 // EventReader decodes a text/event-stream.
 //
 // Lines end at "\n" (a "\r" before it is dropped). A bare "\r" is kept as part
-// of the line: the orchestrator splits job logs on "\n" only, and trainers'
-// progress bars put "\r" inside lines, which the strict rule would cut into
-// pieces and lose.
+// of the line rather than ending it: this orchestrator sends none (it turns a
+// progress bar's carriage returns into lines of their own), and a server or
+// proxy that passes one through then loses nothing of the line.
 type EventReader struct {
 	r       *bufio.Reader
 	maxLine int

@@ -8,7 +8,6 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
-	"github.com/simpletuner/simpletuner-orchestration/internal/store/storetest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -22,10 +21,6 @@ func open(t *testing.T, url string) *Store {
 		t.Fatal(err)
 	}
 	return s
-}
-
-func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return open(t, pgtest.Start(t)) })
 }
 
 // Instances starting together on an empty database migrate it once.
@@ -145,13 +140,4 @@ func TestRetentionLockIsShared(t *testing.T) {
 		t.Fatalf("lock after release: %v %v", ok, err)
 	}
 	unlockB()
-}
-
-func BenchmarkJobCycle(b *testing.B) {
-	s, err := OpenWith(b.Context(), pgtest.Start(b), Options{Timeout: 10 * time.Second}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	storetest.BenchJobCycle(b, s)
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
-	"github.com/simpletuner/simpletuner-orchestration/internal/store/storetest"
 )
 
 func openTemp(t *testing.T) *Store {
@@ -18,10 +17,6 @@ func openTemp(t *testing.T) *Store {
 		t.Fatal(err)
 	}
 	return s
-}
-
-func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return openTemp(t) })
 }
 
 func TestOpenCreatesPrivateFile(t *testing.T) {
@@ -82,13 +77,4 @@ func TestSchemaTooNew(t *testing.T) {
 		t.Fatalf("Open of a newer schema: %v, want ErrSchemaTooNew", err)
 	}
 	t.Log(err)
-}
-
-func BenchmarkJobCycle(b *testing.B) {
-	s, err := Open(b.Context(), filepath.Join(b.TempDir(), "orchestrator.db"), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	storetest.BenchJobCycle(b, s)
 }

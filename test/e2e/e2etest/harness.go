@@ -21,9 +21,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
-
 	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 // BinDir holds the binaries Main built.
@@ -610,17 +609,8 @@ func (o *Orch) WaitWorkerIdle(id string, timeout time.Duration) {
 	})
 }
 
-// Eventually polls cond every 25 ms until it holds or fails the test after timeout.
-func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
+// Eventually is testutil.Eventually, for the tests that dot-import this package.
+var Eventually = testutil.Eventually
 
 // HTTPGet fetches url with a bearer token.
 func HTTPGet(url, token string) (string, error) {

@@ -1,61 +1,22 @@
 package faults
 
 import (
-	"net"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 	. "github.com/simpletuner/simpletuner-orchestration/test/e2e/e2etest"
 )
 
-// notifyListener plays systemd's side of sd_notify: it records when each
-// WATCHDOG=1 arrived.
-type notifyListener struct {
-	path  string
-	conn  *net.UnixConn
-	mu    sync.Mutex
-	pings []time.Time
-}
-
-func listenNotify(t *testing.T) *notifyListener {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "notify.sock")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &notifyListener{path: path, conn: conn}
-	t.Cleanup(func() { conn.Close() })
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			k, err := conn.Read(buf)
-			if err != nil {
-				return
-			}
-			if strings.Contains(string(buf[:k]), "WATCHDOG=1") {
-				n.mu.Lock()
-				n.pings = append(n.pings, time.Now())
-				n.mu.Unlock()
-			}
-		}
-	}()
-	return n
-}
-
-// since returns the pings after t0.
-func (n *notifyListener) since(t0 time.Time) []time.Time {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+// pingsSince is the WATCHDOG=1 pings that arrived after t0.
+func pingsSince(n *testutil.NotifySocket, t0 time.Time) []time.Time {
 	var out []time.Time
-	for _, p := range n.pings {
-		if p.After(t0) {
-			out = append(out, p)
+	for _, m := range n.All() {
+		if m.At.After(t0) && m.Line("WATCHDOG=1") != "" {
+			out = append(out, m.At)
 		}
 	}
 	return out
@@ -70,10 +31,10 @@ func (n *notifyListener) since(t0 time.Time) []time.Time {
 func TestWatchdogFreeze(t *testing.T) {
 	fullOnly(t)
 	const watchdogTimeout = 2 * time.Second
-	n := listenNotify(t)
+	n := testutil.ListenNotify(t)
 	freeze := filepath.Join(t.TempDir(), "freeze")
 	o := StartOrchestratorWith(t, OrchOptions{Metrics: true, Env: []string{
-		"NOTIFY_SOCKET=" + n.path, "WATCHDOG_USEC=" + "2000000", "SIMPLETUNER_ORCHESTRATORD_TEST_FREEZE=" + freeze}})
+		"NOTIFY_SOCKET=" + n.Path, "WATCHDOG_USEC=" + "2000000", "SIMPLETUNER_ORCHESTRATORD_TEST_FREEZE=" + freeze}})
 	h := NewHistory(t, o)
 	for _, name := range []string{"a", "b"} {
 		o.StartWorker(WorkerSpec{Name: name, Persistent: true, SelfFenceAfter: "30s", Command: h.WrapperCommand()})
@@ -82,7 +43,7 @@ func TestWatchdogFreeze(t *testing.T) {
 		h.Submit(trainFor(20), nil)
 	}
 	Eventually(t, 20*time.Second, "two jobs training", func() bool { return len(AllJobProcs()) >= 2 })
-	if len(n.since(time.Time{})) == 0 {
+	if len(pingsSince(n, time.Time{})) == 0 {
 		t.Fatalf("no WATCHDOG=1 before the freeze")
 	}
 
@@ -98,7 +59,7 @@ func TestWatchdogFreeze(t *testing.T) {
 	var lastPing time.Time
 	var firedAfter time.Duration
 	Eventually(t, 30*time.Second, "a WatchdogSec without WATCHDOG=1", func() bool {
-		pings := n.since(frozen)
+		pings := pingsSince(n, frozen)
 		lastPing = frozen
 		if len(pings) > 0 {
 			lastPing = pings[len(pings)-1]
@@ -122,7 +83,7 @@ func TestWatchdogFreeze(t *testing.T) {
 	}
 	restarted := time.Now()
 	o.Restart()
-	Eventually(t, 10*time.Second, "WATCHDOG=1 again after the restart", func() bool { return len(n.since(restarted)) > 0 })
+	Eventually(t, 10*time.Second, "WATCHDOG=1 again after the restart", func() bool { return len(pingsSince(n, restarted)) > 0 })
 	h.WaitAllTerminal(60 * time.Second)
 	h.Finish()
 	sum := h.Check(Expect{MaxRequeues: 0, Statuses: []string{"completed"}})

@@ -203,98 +203,46 @@ func shortTempDir(t *testing.T) string {
 	return dir
 }
 
-// notifySocket is the test's side of NOTIFY_SOCKET: every datagram lands in msgs.
+// notifySocket reads what the daemon sends to NOTIFY_SOCKET in order: each
+// method takes up where the one before stopped.
 type notifySocket struct {
-	path string
-	msgs chan string
+	*testutil.NotifySocket
+	pos int
 }
 
 func listenNotify(t *testing.T) *notifySocket {
-	t.Helper()
-	path := filepath.Join(shortTempDir(t), "notify.sock")
-	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	ns := &notifySocket{path: path, msgs: make(chan string, 4096)}
-	go func() {
-		buf := make([]byte, 8192)
-		for {
-			n, err := c.Read(buf)
-			if err != nil {
-				return
-			}
-			ns.msgs <- string(buf[:n])
-		}
-	}()
-	return ns
+	return &notifySocket{NotifySocket: testutil.ListenNotify(t)}
 }
 
 // expect skips datagrams until one has a line starting with prefix and returns that line.
 func (ns *notifySocket) expect(t *testing.T, prefix string) string {
 	t.Helper()
-	timeout := time.After(10 * time.Second)
-	for {
-		select {
-		case m := <-ns.msgs:
-			for _, line := range strings.Split(m, "\n") {
-				if strings.HasPrefix(line, prefix) {
-					return line
-				}
-			}
-		case <-timeout:
-			t.Fatalf("no notify line starting with %q within 10s", prefix)
-			return ""
-		}
-	}
+	i := ns.Wait(t, ns.pos, 10*time.Second, "with a line starting "+prefix, func(m testutil.Notification) bool { return m.Line(prefix) != "" })
+	ns.pos = i + 1
+	return ns.All()[i].Line(prefix)
 }
 
 // next returns the next datagram that is not a watchdog ping.
 func (ns *notifySocket) next(t *testing.T) string {
 	t.Helper()
-	timeout := time.After(10 * time.Second)
-	for {
-		select {
-		case m := <-ns.msgs:
-			if m != "WATCHDOG=1" {
-				return m
-			}
-		case <-timeout:
-			t.Fatal("no notify message within 10s")
-			return ""
-		}
-	}
+	i := ns.Wait(t, ns.pos, 10*time.Second, "other than WATCHDOG=1", func(m testutil.Notification) bool { return m.Text != "WATCHDOG=1" })
+	ns.pos = i + 1
+	return ns.All()[i].Text
 }
 
 // none fails if a line starting with prefix arrives within d.
 func (ns *notifySocket) none(t *testing.T, prefix string, d time.Duration) {
 	t.Helper()
-	timeout := time.After(d)
-	for {
-		select {
-		case m := <-ns.msgs:
-			for _, line := range strings.Split(m, "\n") {
-				if strings.HasPrefix(line, prefix) {
-					t.Fatalf("unexpected notify line %q", line)
-				}
-			}
-		case <-timeout:
-			return
-		}
+	if i := ns.Find(ns.pos, d, func(m testutil.Notification) bool { return m.Line(prefix) != "" }); i >= 0 {
+		t.Fatalf("unexpected notify line %q", ns.All()[i].Line(prefix))
 	}
+	ns.pos = len(ns.All())
 }
 
 // flush discards what arrives within d.
 func (ns *notifySocket) flush(d time.Duration) {
-	timeout := time.After(d)
-	for {
-		select {
-		case <-ns.msgs:
-		case <-timeout:
-			return
-		}
-	}
+	ns.Find(ns.pos, d, func(testutil.Notification) bool { return false })
+	ns.pos = len(ns.All())
 }
 
 type proc struct {

@@ -183,7 +183,7 @@ func activate(t *testing.T, listen []string, fdnames string, env ...string) (*pr
 		argv = append(argv, "--listen="+l)
 	}
 	argv = append(argv, "--fdname="+fdnames,
-		"--setenv=DAEMON_TEST_HELPER=activation", "--setenv=NOTIFY_SOCKET="+ns.path)
+		"--setenv=DAEMON_TEST_HELPER=activation", "--setenv=NOTIFY_SOCKET="+ns.Path)
 	for _, kv := range env {
 		argv = append(argv, "--setenv="+kv)
 	}

@@ -83,7 +83,7 @@ func (a *fakeApp) Reload() error  { return nil }
 func runApp(t *testing.T, ctx context.Context, app App, opt RunOptions) (*notifySocket, chan error) {
 	t.Helper()
 	ns := listenNotify(t)
-	t.Setenv("NOTIFY_SOCKET", ns.path)
+	t.Setenv("NOTIFY_SOCKET", ns.Path)
 	statusEvery = 50 * time.Millisecond
 	t.Cleanup(func() { statusEvery = 2 * time.Second })
 	if opt.Logger == nil {
@@ -246,7 +246,7 @@ func startSignalHelper(t *testing.T, drain bool) (*proc, *notifySocket, string) 
 	dir := shortTempDir(t)
 	writeFile(t, filepath.Join(dir, "config"), "first")
 	ns := listenNotify(t)
-	env := []string{"DAEMON_TEST_HELPER=run", "HELPER_DIR=" + dir, "NOTIFY_SOCKET=" + ns.path}
+	env := []string{"DAEMON_TEST_HELPER=run", "HELPER_DIR=" + dir, "NOTIFY_SOCKET=" + ns.Path}
 	if drain {
 		env = append(env, "HELPER_DRAIN=1")
 	}
@@ -351,7 +351,7 @@ func TestSignalWatchdogStall(t *testing.T) {
 	ns := listenNotify(t)
 	// WATCHDOG_PID is left out: systemd omits it too when the main PID is the target.
 	p := startProc(t, helperArgv(), "DAEMON_TEST_HELPER=run", "HELPER_DIR="+dir,
-		"NOTIFY_SOCKET="+ns.path, "WATCHDOG_USEC=200000")
+		"NOTIFY_SOCKET="+ns.Path, "WATCHDOG_USEC=200000")
 	ns.expect(t, "READY=1")
 	ns.expect(t, "WATCHDOG=1")
 	writeFile(t, filepath.Join(dir, "unhealthy"), "")

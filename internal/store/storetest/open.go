@@ -1,7 +1,4 @@
-// Package stores opens throwaway stores of every kind for tests: SQLite in a
-// temporary directory, PostgreSQL as a fresh database in the pgtest cluster
-// (the test binary's TestMain must call pgtest.Main).
-package stores
+package storetest
 
 import (
 	"context"
@@ -14,6 +11,10 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/store/postgres"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store/sqlite"
 )
+
+// Throwaway stores of every kind, for the tests of what is built on the
+// store: SQLite in a temporary directory, PostgreSQL as a fresh database in
+// the pgtest cluster (the test binary's TestMain must call pgtest.Main).
 
 // Kinds names every store backend.
 var Kinds = []string{"sqlite", "postgres"}

@@ -1,0 +1,103 @@
+// Package orchtest runs a real orchestrator in process for tests: its loops
+// running over a real store, its API (or the API with the dashboard mounted)
+// on a loopback HTTP server, an admin token with every scope. The
+// orchestrator's own tests, the dashboard's and the integration tests start
+// it the same way. It does not import the orchestrator, so that the
+// orchestrator's package tests can use it too.
+package orchtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+// Server is the orchestrator's lifecycle, as *orchestrator.Server has it.
+type Server interface {
+	Run(ctx context.Context)
+	BeginShutdown()
+}
+
+// Orch is an orchestrator serving on a loopback address.
+type Orch struct {
+	T     testing.TB
+	Store store.Store
+	HTTP  *httptest.Server
+	URL   string
+	Admin string // an admin token with every scope
+
+	stop func()
+}
+
+// Serve runs srv's loops and serves handler on a loopback address until the
+// test ends or Stop. admin is the admin token to use; "" makes one (an
+// orchestrator restarted over the same store passes the one it had).
+func Serve(t testing.TB, st store.Store, srv Server, handler http.Handler, admin string) *Orch {
+	t.Helper()
+	hs := httptest.NewServer(handler)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Run(ctx); close(done) }()
+	o := &Orch{T: t, Store: st, HTTP: hs, URL: hs.URL, Admin: admin}
+	var once sync.Once
+	o.stop = func() {
+		once.Do(func() {
+			srv.BeginShutdown()
+			hs.CloseClientConnections()
+			hs.Close()
+			cancel()
+			<-done
+		})
+	}
+	t.Cleanup(o.Stop)
+	if admin == "" {
+		o.Admin = AdminToken(t, st, "test-admin", auth.ScopeAll)
+	}
+	return o
+}
+
+// Stop shuts the orchestrator down as a SIGTERM would, and waits for it.
+func (o *Orch) Stop() { o.stop() }
+
+// AdminToken stores a new admin token with scopes and returns it.
+func AdminToken(t testing.TB, st store.Store, name string, scopes ...string) string {
+	t.Helper()
+	token := auth.NewAdminToken()
+	tok := store.AdminToken{ID: protocol.NewTokenID(), Name: name, Scopes: scopes,
+		Hash: auth.Hash(token), CreatedAt: time.Now().UTC()}
+	if err := st.CreateAdminToken(context.Background(), tok, nil); err != nil {
+		t.Fatal(err)
+	}
+	return token
+}
+
+// API calls the API as the admin and decodes the JSON reply into a map.
+func (o *Orch) API(method, path string, body any) (int, map[string]any) {
+	o.T.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, o.URL+path, rd)
+	req.Header.Set("Authorization", "Bearer "+o.Admin)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		o.T.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(res.Body).Decode(&out)
+	return res.StatusCode, out
+}

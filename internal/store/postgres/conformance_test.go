@@ -1,0 +1,32 @@
+package postgres_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store/postgres"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store/storetest"
+)
+
+// The store contract, on PostgreSQL, through connections that time out
+// unanswered requests as the orchestrator's do.
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s, err := postgres.OpenWith(t.Context(), pgtest.Start(t), postgres.Options{Timeout: 10 * time.Second}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func BenchmarkJobCycle(b *testing.B) {
+	s, err := postgres.OpenWith(b.Context(), pgtest.Start(b), postgres.Options{Timeout: 10 * time.Second}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	storetest.BenchJobCycle(b, s)
+}
