@@ -1,0 +1,33 @@
+package artifacts
+
+import "context"
+
+// DeleteTree removes every object of ref's attempt whose key lies below
+// ref.Key (a directory of keys), with their checksum records. Nothing there
+// is not an error.
+func (s *Store) DeleteTree(ctx context.Context, ref Ref) error {
+	if err := ref.Validate(); err != nil {
+		return err
+	}
+	// The records first: a crash in between leaves objects without
+	// checksums, never checksums without their object.
+	if err := s.b.DeleteAll(ctx, ref.metaName()+"/"); err != nil {
+		return err
+	}
+	return s.b.DeleteAll(ctx, ref.dataName()+"/")
+}
+
+// Describe returns what is stored under ref, with its checksums when its
+// record agrees with it, without reading its bytes.
+func (s *Store) Describe(ctx context.Context, ref Ref) (Object, error) {
+	if err := ref.Validate(); err != nil {
+		return Object{}, err
+	}
+	e, err := s.b.Stat(ctx, ref.dataName())
+	if err != nil {
+		return Object{}, err
+	}
+	o := Object{Attempt: ref.Attempt, Path: ref.Path(), Size: e.Size, Modified: e.Modified.UTC()}
+	s.fill(ctx, ref.JobID, &o)
+	return o, nil
+}
