@@ -32,6 +32,9 @@ type submitRequest struct {
 	Priority       *int              `json:"priority"`
 	MaxRetries     *int              `json:"max_retries"`
 	TimeoutSeconds *int              `json:"timeout_seconds"`
+	// Checkpoints false keeps none of the job's checkpoints in its
+	// artifacts, and its retries start afresh as before.
+	Checkpoints *bool `json:"checkpoints"`
 }
 
 // Default priority of a job: upstream's "normal".
@@ -73,6 +76,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		}
 		j.MinVRAMGB = *req.MinVRAMGB
 	}
+	j.NoCheckpoints = req.Checkpoints != nil && !*req.Checkpoints
 	if len(req.Dataloader) > 0 && string(req.Dataloader) != "null" {
 		j.Dataloader = req.Dataloader
 	}
@@ -237,6 +241,9 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, ps httprouter.Pa
 		if v.WaitingReason, v.WaitingDetail, err = s.waiting(r.Context(), j); err != nil {
 			return err
 		}
+	}
+	if v.Checkpoint, v.CheckpointsKept, err = s.latestCheckpoint(r, j); err != nil {
+		return err
 	}
 	writeJSON(w, http.StatusOK, v)
 	return nil

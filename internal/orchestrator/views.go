@@ -144,6 +144,13 @@ type jobView struct {
 	// (single-job view only).
 	WaitingReason string `json:"waiting_reason,omitempty"`
 	WaitingDetail string `json:"waiting_detail,omitempty"`
+	// Checkpoints is false for a job submitted with checkpoints off.
+	Checkpoints bool `json:"checkpoints"`
+	// Checkpoint is the newest complete checkpoint kept in the job's
+	// artifacts, a retry's starting point, and CheckpointsKept how many are
+	// kept (single-job view only).
+	Checkpoint      *protocol.Checkpoint `json:"checkpoint,omitempty"`
+	CheckpointsKept int                  `json:"checkpoints_kept,omitempty"`
 }
 
 type attemptView struct {
@@ -180,7 +187,7 @@ func newJobView(j store.Job) jobView {
 		MaxRetries: j.MaxRetries, RetriesUsed: j.RetriesUsed, Attempt: j.Attempt, WorkerID: strPtr(j.WorkerID),
 		Error: strPtr(j.Error), Progress: j.Progress, TimeoutSeconds: j.TimeoutSeconds, SubmittedBy: j.SubmittedBy,
 		QueuedAt: protocol.Time(j.CreatedAt), UpdatedAt: protocol.Time(j.UpdatedAt),
-		StartedAt: timePtr(j.StartedAt), CompletedAt: timePtr(j.EndedAt),
+		StartedAt: timePtr(j.StartedAt), CompletedAt: timePtr(j.EndedAt), Checkpoints: !j.NoCheckpoints,
 	}
 }
 
