@@ -191,8 +191,8 @@ type Job struct {
 	Progress       json.RawMessage
 	// NoCheckpoints: the submit opted out of keeping the job's checkpoints
 	// in its artifacts (and of resuming a retry from them).
-	NoCheckpoints bool
-	Seq           int64 // submission order, assigned by the store
+	NoCheckpoints  bool
+	Seq            int64 // submission order, assigned by the store
 	SubmittedBy    string
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
