@@ -192,9 +192,11 @@ type UnsafeError struct {
 func (e *UnsafeError) Error() string { return e.Path + " is " + e.What }
 
 // Walk lists the regular files below the directory rel of d, sorted by
-// path. Anything else than a regular file or a directory (a symbolic link
-// above all) is an *UnsafeError: the tree is not one workerd copies.
-func (d *Dir) Walk(rel string) ([]File, error) {
+// path. keep, when not nil, is asked about every entry (its path relative to
+// rel) first: what it leaves out is neither listed, descended into nor
+// refused. Anything else than a regular file or a directory (a symbolic
+// link above all) is an *UnsafeError: the tree is not one workerd copies.
+func (d *Dir) Walk(rel string, keep func(path string, e Entry) bool) ([]File, error) {
 	var out []File
 	var walk func(sub string) error
 	walk = func(sub string) error {
@@ -204,6 +206,9 @@ func (d *Dir) Walk(rel string) ([]File, error) {
 		}
 		for _, e := range entries {
 			p := join(sub, e.Name)
+			if keep != nil && !keep(p, e) {
+				continue
+			}
 			switch {
 			case e.Type.IsDir():
 				if err := walk(p); err != nil {

@@ -84,7 +84,7 @@ func TestReadsAsTheJob(t *testing.T) {
 	if err != nil || len(ents) != 1 || ents[0].Name != "checkpoint-10" || !ents[0].Type.IsDir() {
 		t.Fatalf("ReadDir: %v %v", ents, err)
 	}
-	files, err := d.Walk("checkpoint-10")
+	files, err := d.Walk("checkpoint-10", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +106,10 @@ func TestReadsAsTheJob(t *testing.T) {
 	}
 	if _, err := d.OpenFile("checkpoint-10/secret"); !errors.Is(err, fs.ErrPermission) {
 		t.Fatalf("a file the job cannot read was opened: %v", err)
+	}
+	files, err = d.Walk("", func(p string, e Entry) bool { return p != "checkpoint-10/sub" })
+	if err != nil || len(files) != 2 || files[1].Path != "checkpoint-10/secret" {
+		t.Fatalf("walk leaving sub out: %v %v", files, err)
 	}
 	if !d.Exists("checkpoint-10/sub") || d.Exists("checkpoint-10/nothing") {
 		t.Error("Exists")
@@ -135,7 +139,7 @@ func TestWalkRefusesLinksAndSpecialFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer d.Close()
-			_, err = d.Walk("checkpoint-1")
+			_, err = d.Walk("checkpoint-1", nil)
 			var ue *UnsafeError
 			if !errors.As(err, &ue) {
 				t.Fatalf("walk accepted it: %v", err)
