@@ -23,8 +23,8 @@ type client struct {
 	http    *http.Client
 	resolve func(endpoint string) string
 	token   string
-	storage string // the upload endpoint
-	ckpts   string // the checkpoints endpoint
+	storage string        // the upload endpoint
+	ckpts   string        // the checkpoints endpoint
 	timeout time.Duration // a request without a body to stream
 	stall   time.Duration // a transfer that moved no byte this long is given up
 }

@@ -144,7 +144,10 @@ func (o *orch) keeper(workDir string) *Keeper {
 
 type testLog struct{ t *testing.T }
 
-func (l *testLog) Write(p []byte) (int, error) { l.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
+func (l *testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
 
 // jobFor is the keeper's view of ev in a fresh job directory under workDir.
 func jobFor(t *testing.T, ev *protocol.JobSubmitEvent, workDir string, notes *testutil.Buffer) Job {
