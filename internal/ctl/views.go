@@ -183,6 +183,25 @@ type Job struct {
 	Attempts       []Attempt         `json:"attempts"`
 	// WaitingReason, from newer orchestrators, says why a queued job is not running.
 	WaitingReason *string `json:"waiting_reason"`
+	// Checkpoints is false for a job submitted with checkpoints off (absent
+	// from older orchestrators: nil); Checkpoint is its newest complete one.
+	Checkpoints     *bool       `json:"checkpoints"`
+	Checkpoint      *Checkpoint `json:"checkpoint"`
+	CheckpointsKept int         `json:"checkpoints_kept"`
+}
+
+// Checkpoint is a complete checkpoint of a job, kept in its artifacts.
+type Checkpoint struct {
+	Name      string `json:"name"`
+	Step      int64  `json:"step"`
+	Attempt   int    `json:"attempt"`
+	Bytes     int64  `json:"bytes"`
+	CreatedAt string `json:"created_at"`
+	Files     []struct {
+		Path   string `json:"path"`
+		Size   int64  `json:"size"`
+		SHA256 string `json:"sha256"`
+	} `json:"files"`
 }
 
 // Attempt is one dispatch of a job.
