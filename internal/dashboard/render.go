@@ -32,6 +32,7 @@ func (d *Dashboard) parseTemplates() (map[string]*pageTemplate, error) {
 		"labels":   formatLabels,
 		"pretty":   prettyJSON,
 		"add":      func(a, b int) int { return a + b },
+		"deref":    func(b *bool) bool { return b != nil && *b },
 		"inList":   func(s string, list []string) bool { return slices.Contains(list, s) },
 		"query":    func(kv ...string) template.URL { return template.URL(queryString(kv...)) },
 		"statuses": func() []string { return jobStatuses },

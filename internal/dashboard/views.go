@@ -163,7 +163,21 @@ type jobJSON struct {
 	StartedAt    *string           `json:"started_at"`
 	CompletedAt  *string           `json:"completed_at"`
 	Config       json.RawMessage   `json:"config"`
-	Attempts     []struct {
+	// Checkpoints is false for a job submitted with checkpoints off;
+	// Checkpoint is its newest complete one, where a retry resumes.
+	Checkpoints     *bool `json:"checkpoints"`
+	CheckpointsKept int   `json:"checkpoints_kept"`
+	Checkpoint      *struct {
+		Name      string  `json:"name"`
+		Step      int64   `json:"step"`
+		Attempt   int     `json:"attempt"`
+		Bytes     float64 `json:"bytes"`
+		CreatedAt string  `json:"created_at"`
+		Files     []struct {
+			Path string `json:"path"`
+		} `json:"files"`
+	} `json:"checkpoint"`
+	Attempts []struct {
 		Attempt      int     `json:"attempt"`
 		WorkerID     string  `json:"worker_id"`
 		DispatchedAt string  `json:"dispatched_at"`
