@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -155,4 +156,36 @@ func (c *checkpointer) final(summary string) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(c.dir, "pytorch_lora_weights.safetensors"), []byte(summary), 0o644)
+}
+
+// stepWork is a step's work besides sleeping: hashing a buffer and writing
+// it out, synced.
+type stepWork struct{ buf []byte }
+
+func newStepWork(n int) *stepWork {
+	w := &stepWork{buf: make([]byte, max(n, 0))}
+	for i := range w.buf {
+		w.buf[i] = byte(i * 7)
+	}
+	return w
+}
+
+func (w *stepWork) step() error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	sum := sha256.Sum256(w.buf)
+	w.buf[0] ^= sum[0]
+	f, err := os.Create("work.bin")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.Write(w.buf); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	return f.Close()
 }

@@ -32,6 +32,10 @@
 //	checkpoint_guard
 //	               false: write no .guard (a trainer that does not mark its
 //	               finished checkpoints)
+//	step_work_bytes
+//	               do that much work each step besides sleeping: hash that
+//	               many bytes and write them to work.bin, synced (CPU and
+//	               disk, as a trainer's data loading and logging)
 //	resume_from_checkpoint
 //	               resume from that checkpoint ("latest": the highest step
 //	               under output_dir); $SIMPLETUNER_RESUME_FROM is read when
@@ -78,6 +82,7 @@ type config struct {
 	CheckpointSparse   bool   `json:"checkpoint_sparse"`
 	CheckpointGuard    *bool  `json:"checkpoint_guard"`
 	ResumeFrom         string `json:"resume_from_checkpoint"`
+	StepWorkBytes      int    `json:"step_work_bytes"`
 }
 
 func main() {
@@ -141,13 +146,21 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	work := newStepWork(cfg.StepWorkBytes)
+	began := time.Now()
 	for i := first + 1; i <= steps; i++ {
 		time.Sleep(time.Duration(stepSeconds * float64(time.Second)))
+		if err := work.step(); err != nil {
+			return err
+		}
 		loss := 1 / math.Sqrt(float64(i)+1)
 		fmt.Printf("step %d/%d loss=%.2f%s\n", i, steps, loss, strings.Repeat(".", max(0, cfg.StepPadding)))
 		if err := ck.save(i, loss); err != nil {
 			return err
 		}
+	}
+	if cfg.StepWorkBytes > 0 {
+		fmt.Printf("trained steps %d to %d in %.2f s\n", first+1, steps, time.Since(began).Seconds())
 	}
 	out := fmt.Sprintf("trained %d steps\n", steps)
 	if err := os.WriteFile("output.txt", []byte(out), 0o644); err != nil {

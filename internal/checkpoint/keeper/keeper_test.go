@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/checkpoint"
 	"github.com/simpletuner/simpletuner-orchestration/internal/checkpoint/jobfs"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
@@ -185,8 +186,9 @@ func TestRefusedCheckpoints(t *testing.T) {
 	}
 }
 
-// The trainer prunes a checkpoint while it is uploaded: it is not kept and
-// what was uploaded of it is deleted.
+// The trainer prunes a checkpoint while it is uploaded: every file was
+// opened before the first was sent, so it is still read whole and kept.
+// One pruned before its upload began is not kept, and nothing of it stays.
 func TestPrunedWhileUploading(t *testing.T) {
 	t.Parallel()
 	o := startOrch(t)
@@ -198,7 +200,8 @@ func TestPrunedWhileUploading(t *testing.T) {
 	k.SetRate(256 << 10) // the middle file takes about 4 s
 	w := k.Watch(j, self, -1)
 	out := filepath.Join(j.Dir, "out")
-	writeCheckpoint(t, out, "checkpoint-1", map[string]string{"a": "first", "b": strings.Repeat("x", 1<<20), "c": "last"}, true)
+	big := strings.Repeat("x", 1<<20)
+	writeCheckpoint(t, out, "checkpoint-1", map[string]string{"a": "first", "b": big, "c": "last"}, true)
 	done := make(chan struct{})
 	go func() { defer close(done); w.pass(context.Background(), false) }()
 	deadline := time.Now().Add(30 * time.Second)
@@ -212,11 +215,30 @@ func TestPrunedWhileUploading(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-done
-	if got := o.stored(jobID); len(got) != 0 || len(o.checkpoints(jobID)) != 0 {
-		t.Fatalf("left: %v", got)
+	cs := o.checkpoints(jobID)
+	if len(cs) != 1 || cs[0].Name != "checkpoint-1" || cs[0].Bytes != int64(len("first")+len(big)+len("last")+len("complete\n")) {
+		t.Fatalf("the pruned checkpoint: %+v", cs)
 	}
-	if !strings.Contains(notes.String(), "checkpoint-1 is not kept: checkpoint-1 was removed by the trainer while it was uploaded") {
-		t.Errorf("job log: %s", notes.String())
+
+	// Pruned between the look that found it finished and its upload: the
+	// walk and the opening race the trainer; a file gone is "not kept".
+	k.SetRate(0)
+	writeCheckpoint(t, out, "checkpoint-2", map[string]string{"a": "x"}, true)
+	root, err := jobfs.Open(j.Dir, "out", self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if err := os.RemoveAll(filepath.Join(out, "checkpoint-2")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = k.uploadCheckpoint(t.Context(), k.client(j), j, root, checkpoint.Dir{Name: "checkpoint-2", Step: 2})
+	var nk *notKept
+	if !errors.As(err, &nk) || !strings.Contains(nk.why, "checkpoint-2 was removed by the trainer before it was uploaded") {
+		t.Fatalf("pruned before the upload: %v", err)
+	}
+	if got := o.stored(jobID); slices.ContainsFunc(got, func(s string) bool { return strings.Contains(s, "checkpoint-2") }) {
+		t.Fatalf("stored: %v", got)
 	}
 }
 

@@ -97,6 +97,22 @@ func (k *Keeper) uploadCheckpoint(ctx context.Context, c *client, j Job, root *j
 			d.Name, size(total), size(lim.JobBytes), size(lim.MaxJobBytes))
 	}
 	guard, guarded := guardOf(root, d.Name)
+	// Every file is opened before the first is sent: a checkpoint the
+	// trainer prunes meanwhile is still read whole, from the files held
+	// open.
+	opened := make([]*os.File, 0, len(files))
+	defer func() {
+		for _, f := range opened {
+			f.Close()
+		}
+	}()
+	for _, f := range files {
+		fh, err := k.open(root, d.Name+"/"+f.Path)
+		if err != nil {
+			return uploaded{}, err
+		}
+		opened = append(opened, fh)
+	}
 	sent := false
 	abort := func(err error) (uploaded, error) {
 		if sent {
@@ -111,8 +127,8 @@ func (k *Keeper) uploadCheckpoint(ctx context.Context, c *client, j Job, root *j
 	}
 	commit := protocol.CheckpointCommit{Name: d.Name, Step: d.Step, Keep: j.Keep}
 	total = 0
-	for _, f := range files {
-		cf, err := k.uploadFile(ctx, c, root, checkpointsBucket, d.Name, f.Path, &sent)
+	for i, f := range files {
+		cf, err := k.uploadFrom(ctx, c, opened[i], checkpointsBucket, d.Name, f.Path, &sent)
 		if err != nil {
 			return abort(err)
 		}
@@ -151,25 +167,26 @@ func guardOf(root *jobfs.Dir, name string) (string, bool) {
 	return fmt.Sprintf("%v/%d/%d", st.ModTime().UnixNano(), st.Size(), inode(st)), true
 }
 
-// uploadFile streams the file dir/rel below root to bucket/dir/rel, as the
-// job reads it, and checks that it did not change meanwhile. *sent is set
-// once a byte may have been stored.
-func (k *Keeper) uploadFile(ctx context.Context, c *client, root *jobfs.Dir, bucket, dir, rel string, sent *bool) (protocol.CheckpointFile, error) {
+// open opens the file path below root as the job.
+func (k *Keeper) open(root *jobfs.Dir, path string) (*os.File, error) {
+	f, err := root.OpenFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, refuse("%s was removed by the trainer before it was uploaded", firstOf(path))
+	case errors.Is(err, fs.ErrPermission):
+		return nil, refuse("the job cannot read %s, so it is not uploaded", path)
+	}
+	return f, err
+}
+
+// uploadFrom streams f, the file dir/rel, to bucket/dir/rel, and checks that
+// it did not change meanwhile. *sent is set once a byte may have been
+// stored.
+func (k *Keeper) uploadFrom(ctx context.Context, c *client, f *os.File, bucket, dir, rel string, sent *bool) (protocol.CheckpointFile, error) {
 	path := rel
 	if dir != "" {
 		path = dir + "/" + rel
 	}
-	f, err := root.OpenFile(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return protocol.CheckpointFile{}, refuse("%s was removed by the trainer while it was uploaded", firstOf(path))
-	case errors.Is(err, fs.ErrPermission):
-		return protocol.CheckpointFile{}, refuse("the job cannot read %s, so it is not uploaded", path)
-	}
-	if err != nil {
-		return protocol.CheckpointFile{}, err
-	}
-	defer f.Close()
 	before, err := f.Stat()
 	if err != nil {
 		return protocol.CheckpointFile{}, err
@@ -231,7 +248,12 @@ func (k *Keeper) uploadOutputs(ctx context.Context, c *client, j Job, root *jobf
 	var total int64
 	for _, f := range files {
 		sent := false
-		cf, err := k.uploadFile(ctx, c, root, outputsBucket, "", f.Path, &sent)
+		fh, err := k.open(root, f.Path)
+		if err != nil {
+			return n, total, fmt.Errorf("%s: %w", f.Path, err)
+		}
+		cf, err := k.uploadFrom(ctx, c, fh, outputsBucket, "", f.Path, &sent)
+		fh.Close()
 		if err != nil {
 			return n, total, fmt.Errorf("%s: %w", f.Path, err)
 		}
