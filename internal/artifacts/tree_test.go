@@ -1,6 +1,7 @@
 package artifacts
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -57,5 +58,29 @@ func TestDescribe(t *testing.T) {
 	}
 	if _, err := s.Describe(t.Context(), Ref{JobID: "j_1", Attempt: 1, Bucket: "checkpoints", Key: "nope"}); err == nil {
 		t.Fatal("described a missing object")
+	}
+}
+
+func TestDirs(t *testing.T) {
+	t.Parallel()
+	s, _ := newLocalStore(t, Limits{MaxObjectBytes: 1 << 20, MaxJobBytes: 1 << 20})
+	for _, r := range []Ref{
+		{JobID: "j_1", Attempt: 1, Bucket: "checkpoints", Key: "checkpoint-10/a"},
+		{JobID: "j_1", Attempt: 1, Bucket: "checkpoints", Key: "checkpoint-10/b/c"},
+		{JobID: "j_1", Attempt: 2, Bucket: "checkpoints", Key: "checkpoint-20/a"},
+		{JobID: "j_1", Attempt: 2, Bucket: "checkpoints", Key: "loose-file"},
+		{JobID: "j_1", Attempt: 2, Bucket: "outputs", Key: "x/y"},
+	} {
+		if _, err := s.Put(t.Context(), r, strings.NewReader("x"), 1, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.Dirs(t.Context(), "j_1", "checkpoints")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(got, func(a, b Dir) int { return a.Attempt - b.Attempt })
+	if !slices.Equal(got, []Dir{{1, "checkpoint-10"}, {2, "checkpoint-20"}}) {
+		t.Fatalf("Dirs = %v", got)
 	}
 }

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"slices"
@@ -133,8 +134,33 @@ func (s *Server) commitCheckpoint(w http.ResponseWriter, r *http.Request, _ http
 			cp = got
 		}
 	}
+	s.sweepAbandoned(r.Context(), a, u, cs)
 	writeJSON(w, http.StatusCreated, checkpointView(cp))
 	return nil
+}
+
+// sweepAbandoned deletes what earlier attempts of the job uploaded of
+// checkpoints they never committed (a worker lost in the middle of an
+// upload): their tokens are stale, so those can never become complete, and
+// they would count against the job's quota for ever.
+func (s *Server) sweepAbandoned(ctx context.Context, a *artifacts.Store, u uploader, committed []store.Checkpoint) {
+	dirs, err := a.Dirs(ctx, u.job.ID, checkpointsBucket)
+	if err != nil {
+		s.log.Warn("cannot list the job's checkpoint uploads", "job_id", u.job.ID, "err", err)
+		return
+	}
+	for _, d := range dirs {
+		if d.Attempt >= u.attempt.Number ||
+			slices.ContainsFunc(committed, func(c store.Checkpoint) bool { return c.Attempt == d.Attempt && c.Name == d.Name }) {
+			continue
+		}
+		ref := artifacts.Ref{JobID: u.job.ID, Attempt: d.Attempt, Bucket: checkpointsBucket, Key: d.Name}
+		if err := a.DeleteTree(ctx, ref); err != nil {
+			s.log.Warn("cannot delete an abandoned checkpoint upload", "job_id", u.job.ID, "attempt", d.Attempt, "name", d.Name, "err", err)
+			continue
+		}
+		s.log.Info("abandoned checkpoint upload deleted", "job_id", u.job.ID, "attempt", d.Attempt, "name", d.Name)
+	}
 }
 
 // abortCheckpoint deletes what the attempt uploaded of a checkpoint it did

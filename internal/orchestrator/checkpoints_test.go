@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
@@ -28,6 +31,11 @@ func (e *env) uploadCheckpoint(token, name string, step int64, files map[string]
 		list = append(list, map[string]any{"path": p, "size": len(b), "sha256": sha256Hex(b)})
 	}
 	return map[string]any{"name": name, "step": step, "files": list, "keep": 2}
+}
+
+// artifactDir is where the local artifact backend keeps objects.
+func (e *env) artifactDir() string {
+	return e.artifactStore().Backend().(*artifacts.Local).Dir()
 }
 
 func (e *env) commit(token string, body map[string]any) resp {
@@ -123,10 +131,19 @@ func TestCheckpointCommitAndRetry(t *testing.T) {
 		e.must(e.do("GET", "/api/cloud/checkpoints", up, nil), 409)
 		e.must(e.commit(token, c), 409)
 
+		// What attempt 1 uploaded of a checkpoint it never committed (its
+		// worker was lost mid-upload) goes with the retry's first commit.
+		e.uploadCheckpoint(second, "checkpoint-0", 0, map[string][]byte{"x": []byte("x")}) // the retry's own, uncommitted: stays
+		if err := os.MkdirAll(filepath.Join(e.artifactDir(), jobID, "1", "checkpoints", "checkpoint-12"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(e.artifactDir(), jobID, "1", "checkpoints", "checkpoint-12", "half"), []byte("ha"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		// Two more from the retry with keep 2: attempt 1's goes, files and all.
 		e.must(e.commit(second, e.uploadCheckpoint(second, "checkpoint-20", 20, map[string][]byte{"model.safetensors": []byte("20")})), 201)
 		e.must(e.commit(second, e.uploadCheckpoint(second, "checkpoint-30", 30, map[string][]byte{"model.safetensors": []byte("30")})), 201)
-		if s := storedNames(e); s != "2/checkpoints/checkpoint-20/model.safetensors 2/checkpoints/checkpoint-30/model.safetensors" {
+		if s := storedNames(e); s != "2/checkpoints/checkpoint-0/x 2/checkpoints/checkpoint-20/model.safetensors 2/checkpoints/checkpoint-30/model.safetensors" {
 			t.Fatalf("stored after keep 2: %s", s)
 		}
 		if cp := e.job(jobID)["checkpoint"].(map[string]any); cp["name"] != "checkpoint-30" || cp["attempt"] != float64(2) {

@@ -32,6 +32,7 @@ type Watcher struct {
 	stop    chan struct{}
 	stopped chan struct{}
 	started bool
+	cancel  context.CancelFunc // ends an upload in progress
 	once    sync.Once
 }
 
@@ -50,6 +51,7 @@ func (k *Keeper) Watch(j Job, id jobfs.Ident, restoredStep int64) *Watcher {
 // Start runs the watcher beside the training until Finish or ctx ends.
 func (w *Watcher) Start(ctx context.Context, wg *sync.WaitGroup) {
 	w.started = true
+	ctx, w.cancel = context.WithCancel(ctx)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -69,14 +71,19 @@ func (w *Watcher) Start(ctx context.Context, wg *sync.WaitGroup) {
 	}()
 }
 
-// Finish stops the watcher, letting an upload in progress end. When the
-// attempt ended by itself (final), it keeps the newest finished checkpoint
-// not kept yet and, when the trainer exited with status 0, the outputs.
+// Finish stops the watcher. When the attempt ended by itself (final), an
+// upload in progress may end, then the newest finished checkpoint not kept
+// yet and, when the trainer exited with status 0, the outputs are uploaded;
+// otherwise an upload in progress is given up.
 func (w *Watcher) Finish(ctx context.Context, final, exitedOK bool) {
 	w.once.Do(func() {
 		close(w.stop)
 		if w.started {
+			if !final {
+				w.cancel()
+			}
 			<-w.stopped
+			w.cancel()
 		}
 		if final && ctx.Err() == nil {
 			w.pass(ctx, exitedOK)

@@ -129,6 +129,11 @@ func TestKill9DuringCheckpointUpload(t *testing.T) {
 	if resumed != kept || first != kept+1 {
 		t.Errorf("the retry resumed at %d (first step %d), want the checkpoint kept before the kill, %d", resumed, first, kept)
 	}
+	// What was uploaded of the half one went with the retry's first commit.
+	_, m := o.Do("GET", "/api/queue/"+id+"/artifacts?attempt=1", nil)
+	if strings.Contains(fmt.Sprint(m["artifacts"]), "checkpoints/"+half+"/") {
+		t.Errorf("the half-uploaded %s is still stored: %v", half, m["artifacts"])
+	}
 	t.Logf("RESULT %s: %s; killed while %s was uploading; the retry resumed from checkpoint-%d; %d steps trained in all for 40",
 		t.Name(), sum, half, resumed, total)
 }
