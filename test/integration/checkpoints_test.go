@@ -22,7 +22,8 @@ func (o *orch) withArtifacts() {
 	if err != nil {
 		o.t.Fatal(err)
 	}
-	o.t.Cleanup(func() { b.Close() })
+	// Not closed: the orchestrator, stopped by a later cleanup, may still
+	// read it (its temporary directory goes with the test).
 	o.srv.SetArtifacts(artifacts.New(b, artifacts.Limits{}))
 }
 
@@ -52,7 +53,7 @@ var stepLine = regexp.MustCompile(`(?m)^step (\d+)/(\d+) `)
 
 // The worker running a job stops (its job is requeued); the retry, on
 // another worker, gets the newest checkpoint back and the trainer goes on
-// from its step. A worker with checkpoints off starts a retry afresh.
+// from its step; what it trains again is only what attempt 1 trained past it.
 func TestRetryResumesFromCheckpoint(t *testing.T) {
 	forEachStore(t, func(t *testing.T, open func(*testing.T) store.Store) {
 		o := startOrch(t, open(t), fastOptions(t), "")
@@ -135,4 +136,31 @@ func atoi(s string) int {
 	n := 0
 	fmt.Sscan(s, &n)
 	return n
+}
+
+// An output directory outside the job's directory keeps nothing, says so in
+// the job's log, and the job trains as before.
+func TestOutputDirOutsideTheJobKeepsNothing(t *testing.T) {
+	forEachStore(t, func(t *testing.T, open func(*testing.T) store.Store) {
+		o := startOrch(t, open(t), fastOptions(t), "")
+		o.withArtifacts()
+		id, token := o.createWorker("w")
+		startWorker(t, o.http.URL, token, keepCheckpoints)
+		o.connected(id)
+		outside := t.TempDir()
+		jobID := o.submit(map[string]any{"steps": 6, "step_seconds": 0.02, "checkpointing_steps": 2, "output_dir": outside})
+		eventually(t, 20*time.Second, "the job completed", func() bool { return o.job(jobID)["status"] == "completed" })
+		log := o.logText(jobID)
+		if !strings.Contains(log, "simpletuner-workerd: checkpoints are not kept: the output directory is not inside the job's directory") ||
+			!strings.Contains(log, "step 6/6") {
+			t.Fatalf("job log:\n%s", log)
+		}
+		if j := o.job(jobID); j["checkpoint"] != nil {
+			t.Fatalf("a checkpoint was kept: %v", j["checkpoint"])
+		}
+		_, arts := o.api("GET", "/api/queue/"+jobID+"/artifacts", nil)
+		if l, _ := arts["artifacts"].([]any); len(l) != 0 {
+			t.Fatalf("artifacts: %v", l)
+		}
+	})
 }

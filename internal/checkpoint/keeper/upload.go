@@ -254,6 +254,12 @@ func (k *Keeper) uploadOutputs(ctx context.Context, c *client, j Job, root *jobf
 		}
 		cf, err := k.uploadFrom(ctx, c, fh, outputsBucket, "", f.Path, &sent)
 		fh.Close()
+		if statusOf(err) == http.StatusBadRequest {
+			// A name the artifact store refuses: the others still go.
+			k.opt.Log.Warn("an output is not uploaded", "job_id", j.ID, "path", f.Path, "err", err)
+			j.note("%s/%s is not uploaded: %v", j.Output, f.Path, err)
+			continue
+		}
 		if err != nil {
 			return n, total, fmt.Errorf("%s: %w", f.Path, err)
 		}

@@ -28,6 +28,7 @@ type Watcher struct {
 	root    *jobfs.Dir
 	done    map[string]bool // kept, or not to be tried again
 	over    bool            // the orchestrator ended the attempt's uploads
+	warned  bool            // the output directory's refusal was logged
 
 	stop    chan struct{}
 	stopped chan struct{}
@@ -102,8 +103,10 @@ func (w *Watcher) open() *jobfs.Dir {
 	if w.root == nil {
 		root, err := jobfs.Open(w.j.Dir, w.j.Output, w.id)
 		if err != nil {
-			if !errors.Is(err, fs.ErrNotExist) {
-				w.log.Debug("the output directory cannot be opened yet", "err", err)
+			if !errors.Is(err, fs.ErrNotExist) && !w.warned {
+				w.warned = true
+				w.log.Warn("the output directory cannot be opened; its checkpoints are not kept while it cannot", "err", err)
+				w.j.note("checkpoints are not kept: the output directory cannot be opened (%v)", err)
 			}
 			return nil
 		}
