@@ -8,7 +8,7 @@ import (
 
 func TestDeleteTree(t *testing.T) {
 	t.Parallel()
-	s, _ := newLocalStore(t, Limits{MaxObjectBytes: 1 << 20, MaxJobBytes: 1 << 20})
+	s, _ := newLocalStore(t, Limits{MaxObjectBytes: 1 << 20, MaxJobBytes: 1 << 20, MaxJobObjects: 100})
 	ctx := t.Context()
 	put := func(attempt int, key string) {
 		t.Helper()
@@ -46,7 +46,7 @@ func TestDeleteTree(t *testing.T) {
 
 func TestDescribe(t *testing.T) {
 	t.Parallel()
-	s, _ := newLocalStore(t, Limits{MaxObjectBytes: 1 << 20, MaxJobBytes: 1 << 20})
+	s, _ := newLocalStore(t, Limits{MaxObjectBytes: 1 << 20, MaxJobBytes: 1 << 20, MaxJobObjects: 100})
 	ref := Ref{JobID: "j_1", Attempt: 1, Bucket: "checkpoints", Key: "checkpoint-1/a"}
 	put, err := s.Put(t.Context(), ref, strings.NewReader("hello"), 5, nil)
 	if err != nil {
@@ -63,7 +63,7 @@ func TestDescribe(t *testing.T) {
 
 func TestDirs(t *testing.T) {
 	t.Parallel()
-	s, _ := newLocalStore(t, Limits{MaxObjectBytes: 1 << 20, MaxJobBytes: 1 << 20})
+	s, _ := newLocalStore(t, Limits{MaxObjectBytes: 1 << 20, MaxJobBytes: 1 << 20, MaxJobObjects: 100})
 	for _, r := range []Ref{
 		{JobID: "j_1", Attempt: 1, Bucket: "checkpoints", Key: "checkpoint-10/a"},
 		{JobID: "j_1", Attempt: 1, Bucket: "checkpoints", Key: "checkpoint-10/b/c"},

@@ -76,6 +76,12 @@ func openPostgres(t testing.TB, url string) store.Store {
 
 func newSite(t testing.TB, st store.Store) *site {
 	t.Helper()
+	return newSiteWith(t, st, nil)
+}
+
+// newSiteWith is newSite with the dashboard's options adjusted by tweak.
+func newSiteWith(t testing.TB, st store.Store, tweak func(*Options)) *site {
+	t.Helper()
 	opt := orchestrator.OptionsFrom(config.DefaultOrchestrator())
 	opt.InstanceID = "test-" + t.Name()
 	opt.ConfigsDir = t.TempDir()
@@ -86,11 +92,16 @@ func newSite(t testing.TB, st store.Store) *site {
 	// the canceling job, however slow the machine.
 	opt.CancelGrace, opt.CancelReportTimeout = time.Minute, time.Minute
 	opt.AuthFailuresPerMinute = 5
+	opt.FailureAuditInterval = 100 * time.Millisecond
 	log := slog.New(slog.DiscardHandler)
 	srv := orchestrator.New(st, opt, log)
 	c := &clock{t: time.Now()}
 	api := srv.Handler()
-	d, err := New(Options{API: api, Sessions: st, Version: "test", Log: log, Now: c.Now})
+	dopt := Options{API: api, Sessions: st, Version: "test", Log: log, Now: c.Now}
+	if tweak != nil {
+		tweak(&dopt)
+	}
+	d, err := New(dopt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,17 +246,6 @@ func lacks(t testing.TB, p page, unwanted ...string) {
 		if strings.Contains(p.Body, w) {
 			t.Fatalf("page has %q but must not:\n%s", w, p.Body)
 		}
-	}
-}
-
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -63,13 +63,13 @@ func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request, _ httpr
 	if err != nil {
 		return err
 	}
-	used, err := a.JobBytes(r.Context(), u.job.ID)
+	charged, objects, err := a.JobUsage(r.Context(), u.job.ID)
 	if err != nil {
-		return err
+		return s.artifactError(err)
 	}
 	lim := a.Limits()
 	out := protocol.CheckpointList{Checkpoints: []protocol.Checkpoint{}, MaxObjectBytes: lim.MaxObjectBytes,
-		MaxJobBytes: lim.MaxJobBytes, JobBytes: used}
+		MaxJobBytes: lim.MaxJobBytes, MaxJobObjects: lim.MaxJobObjects, JobBytes: charged, JobObjects: objects}
 	for _, c := range cs {
 		out.Checkpoints = append(out.Checkpoints, checkpointView(c))
 	}

@@ -38,9 +38,13 @@ type Checkpoint struct {
 // checkpoints, newest first, and what the job may still store.
 type CheckpointList struct {
 	Checkpoints []Checkpoint `json:"checkpoints"`
-	// MaxObjectBytes and MaxJobBytes are the artifact limits in force;
-	// JobBytes is what the job's artifacts hold now.
+	// MaxObjectBytes, MaxJobBytes and MaxJobObjects are the artifact limits
+	// in force; JobBytes is what the job's artifacts are charged now (each
+	// file and directory counts a little besides its bytes) and JobObjects
+	// how many objects they are.
 	MaxObjectBytes int64 `json:"max_object_bytes"`
 	MaxJobBytes    int64 `json:"max_job_bytes"`
+	MaxJobObjects  int   `json:"max_job_objects"`
 	JobBytes       int64 `json:"job_bytes"`
+	JobObjects     int   `json:"job_objects"`
 }

@@ -91,6 +91,9 @@ func (k *Keeper) uploadCheckpoint(ctx context.Context, c *client, j Job, root *j
 	case total > lim.MaxJobBytes:
 		return uploaded{}, refuse("%s (%s) is larger than the job's artifact quota (max_job_bytes %s); nothing is uploaded",
 			d.Name, size(total), size(lim.MaxJobBytes))
+	case lim.MaxJobObjects > 0 && lim.JobObjects+len(files) > lim.MaxJobObjects:
+		return uploaded{}, refuse("%s (%d files) does not fit in the job's artifacts: %d of max_job_objects %d are stored; nothing is uploaded",
+			d.Name, len(files), lim.JobObjects, lim.MaxJobObjects)
 	case lim.JobBytes+total > lim.MaxJobBytes:
 		return uploaded{}, refuse("%s (%s) does not fit in the job's artifact quota: %s of max_job_bytes %s are in use "+
 			"(the quota must hold keep_checkpoints + 1 checkpoints and the outputs); nothing is uploaded",

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 	. "github.com/simpletuner/simpletuner-orchestration/test/e2e/e2etest"
 )
 
@@ -141,13 +142,13 @@ func TestKill9DuringCheckpointUpload(t *testing.T) {
 // The artifacts' disk is full: the job trains on, each checkpoint not kept
 // is said in its log and in workerd's, and it completes.
 func TestCheckpointsOnAFullArtifactDisk(t *testing.T) {
-	fs := smallFS(t, "8m")
+	fs := testutil.SmallFS(t, "8m")
 	o := StartOrchestratorWith(t, OrchOptions{Metrics: true,
 		ExtraTOML: fmt.Sprintf("[artifacts]\ndir = %q\n", filepath.Join(fs, "artifacts"))})
 	h := NewHistory(t, o)
 	w := o.StartWorker(WorkerSpec{Name: "w", Persistent: true, Command: h.WrapperCommand(), JobTOML: checkpointTOML("0")})
 	h.Fault("fill the filesystem of the artifacts")
-	fill(t, fs)
+	testutil.Fill(t, fs)
 	_, id := h.Submit(map[string]any{"steps": 20, "step_seconds": 0.1, "checkpointing_steps": 5, "output_dir": "out",
 		"checkpoint_bytes": 1 << 20}, nil)
 	h.WaitAllTerminal(60 * time.Second)
