@@ -163,6 +163,9 @@ func TestCheckpointsOptOut(t *testing.T) {
 		a := e.quietAgent("w")
 		r := e.adminDo("POST", "/api/queue/submit", map[string]any{"config": map[string]any{}, "checkpoints": false})
 		e.must(r, 201)
+		if r.JSON["warnings"] != nil {
+			t.Fatalf("checkpoints taken for an unknown field: %v", r.JSON["warnings"])
+		}
 		jobID := r.JSON["job_id"].(string)
 		ev := a.take(jobID)
 		if _, ok := ev["checkpoints_endpoint"]; ok {
