@@ -163,6 +163,13 @@ type Job struct {
 	// (GET /api/queue/{id}, and lists asked with waiting=1).
 	WaitingReason string `json:"waiting_reason,omitempty"`
 	WaitingDetail string `json:"waiting_detail,omitempty"`
+	// Checkpoints is false for a job submitted with checkpoints off.
+	Checkpoints bool `json:"checkpoints"`
+	// Checkpoint is the newest complete checkpoint kept in the job's
+	// artifacts, a retry's starting point, and CheckpointsKept how many are
+	// kept (GET /api/queue/{id} only).
+	Checkpoint      *protocol.Checkpoint `json:"checkpoint,omitempty"`
+	CheckpointsKept int                  `json:"checkpoints_kept,omitempty"`
 }
 
 // Terminal reports whether the job can no longer change.
@@ -217,6 +224,9 @@ type Submit struct {
 	Priority       *int              `json:"priority,omitempty"`
 	MaxRetries     *int              `json:"max_retries,omitempty"`
 	TimeoutSeconds *int              `json:"timeout_seconds,omitempty"`
+	// Checkpoints false keeps none of the job's checkpoints in its
+	// artifacts, and its retries start afresh.
+	Checkpoints *bool `json:"checkpoints,omitempty"`
 }
 
 // Submitted answers Submit: what GPUs the job gets, where it is in the

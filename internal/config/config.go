@@ -378,6 +378,26 @@ type JobConfig struct {
 	UIDRange      string   `toml:"uid_range"` // a uid per running job; "" runs every job as user
 	MemoryMax     string   `toml:"memory_max"`
 	TasksMax      int64    `toml:"tasks_max"`
+	// Checkpoints keeps each job's finished checkpoints in its artifacts
+	// and resumes a retry from the newest, for jobs whose orchestrator keeps
+	// them; false keeps none and starts retries afresh.
+	Checkpoints bool `toml:"checkpoints"`
+	// KeepCheckpoints is how many complete checkpoints a job keeps.
+	KeepCheckpoints int `toml:"keep_checkpoints"`
+	// CheckpointUploadRate bounds what the worker's checkpoint and output
+	// uploads read and send together, per second ("" or "0": no bound).
+	CheckpointUploadRate string `toml:"checkpoint_upload_rate"`
+	// CheckpointScanInterval is how often a running job's output directory
+	// is looked at for finished checkpoints.
+	CheckpointScanInterval Duration `toml:"checkpoint_scan_interval"`
+}
+
+// CheckpointUploadBytesPerSecond is checkpoint_upload_rate in bytes per
+// second (0: no bound); validation has refused anything ParseBytes cannot
+// read.
+func (j JobConfig) CheckpointUploadBytesPerSecond() int64 {
+	n, _ := ParseBytes(j.CheckpointUploadRate)
+	return n
 }
 
 // MemoryMaxBytes is memory_max in bytes (0: no limit); validation has
@@ -445,6 +465,13 @@ const (
 	DefaultCancelGrace       = 30 * time.Second  // SIGTERM → SIGKILL
 	DefaultLogLimitBytes     = 256 << 20         // per job
 	DefaultGPUWatchInterval  = 5 * time.Second   // GPU health, held GPUs, per-job GPU use
+	// DefaultKeepCheckpoints keeps the newest checkpoint and the one before
+	// it, which a retry falls back to should the newest not restore.
+	DefaultKeepCheckpoints = 2
+	// DefaultCheckpointUploadRate leaves most of a 10 GbE link and of a
+	// disk's bandwidth to the training.
+	DefaultCheckpointUploadRate   = "256M"
+	DefaultCheckpointScanInterval = 10 * time.Second
 	// DefaultJobUIDRange gives each running job a uid of its own, from a span
 	// above the ranges systemd hands out (dynamic users, containers).
 	DefaultJobUIDRange = "1879048192-1879113727"
@@ -531,6 +558,11 @@ func DefaultWorker() *Worker {
 			Isolation:     "auto",
 			User:          "simpletuner-job",
 			UIDRange:      DefaultJobUIDRange,
+
+			Checkpoints:            true,
+			KeepCheckpoints:        DefaultKeepCheckpoints,
+			CheckpointUploadRate:   DefaultCheckpointUploadRate,
+			CheckpointScanInterval: D(DefaultCheckpointScanInterval),
 		},
 		GPU: GPUConfig{Backend: "nvml", Vendor: "nvidia", WatchInterval: D(DefaultGPUWatchInterval)},
 		Log: LogConfig{Level: "info", Format: "auto"},

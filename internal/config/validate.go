@@ -228,6 +228,12 @@ func (c *Worker) validate(l *loader) {
 	if c.Job.TasksMax < 0 {
 		l.errf("job.tasks_max", "must not be negative (0: no limit)")
 	}
+	if c.Job.KeepCheckpoints < 1 || c.Job.KeepCheckpoints > 100 {
+		l.errf("job.keep_checkpoints", "must be from 1 to 100 (turn checkpoints off with job.checkpoints = false)")
+	}
+	if _, err := ParseBytes(c.Job.CheckpointUploadRate); err != nil {
+		l.errf("job.checkpoint_upload_rate", "%v (bytes per second)", err)
+	}
 	if c.Worker.MaxJobs < 0 || (c.Worker.MaxJobs == 0 && l.src["worker.max_jobs"].set()) {
 		l.errf("worker.max_jobs", "must be at least 1 (leave it out for one job per GPU)")
 	}

@@ -35,6 +35,7 @@ func (a *app) submitCommand() *cobra.Command {
 		timeout            time.Duration
 		labels             []string
 		wait, quiet        bool
+		noCheckpoints      bool
 		pollEvery          time.Duration
 		dataloaderFile     string
 		hfTokenFile        string
@@ -105,6 +106,10 @@ completed, 1 when it failed or was cancelled.`,
 				secs := int(timeout / time.Second)
 				body.TimeoutSeconds = &secs
 			}
+			if noCheckpoints {
+				off := false
+				body.Checkpoints = &off
+			}
 			if len(labels) > 0 {
 				m, err := parseLabels("--label", labels)
 				if err != nil {
@@ -126,6 +131,7 @@ completed, 1 when it failed or was cancelled.`,
 	f.DurationVar(&timeout, "job-timeout", 0, "stop the job after this long, e.g. 6h (default: no limit)")
 	f.StringVar(&dataloaderFile, "dataloader", "", "JSON file with the dataloader config")
 	f.StringVar(&hfTokenFile, "hf-token-file", "", "file holding a Hugging Face token for the job")
+	f.BoolVar(&noCheckpoints, "no-checkpoints", false, "keep none of the job's checkpoints in its artifacts: a retry starts afresh")
 	f.BoolVar(&wait, "wait", false, "wait for the job to end; exit 0 if it completed, 1 otherwise")
 	f.BoolVarP(&quiet, "quiet", "q", false, "print only the job id")
 	f.DurationVar(&pollEvery, "poll", time.Second, "with --wait, how often to ask for the job's state")

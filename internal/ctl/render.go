@@ -235,6 +235,27 @@ func writeKV(w io.Writer, kv [][2]string) error {
 	return nil
 }
 
+// checkpointText is the job's newest complete checkpoint: a retry resumes
+// from it.
+func checkpointText(r renderer, j Job) string {
+	c := j.Checkpoint
+	switch {
+	case !j.Checkpoints:
+		return "off (submitted with checkpoints false)"
+	case c == nil:
+		return ""
+	}
+	files := "files"
+	if len(c.Files) == 1 {
+		files = "file"
+	}
+	if !r.wide {
+		return fmt.Sprintf("%s (step %d, %s) %s ago", c.Name, c.Step, humanBytes(c.Bytes), r.age(&c.CreatedAt))
+	}
+	return fmt.Sprintf("%s (step %d, %s, %d %s, kept by attempt %d at %s; %d kept)", c.Name, c.Step, humanBytes(c.Bytes),
+		len(c.Files), files, c.Attempt, c.CreatedAt, j.CheckpointsKept)
+}
+
 func configText(j Job) string {
 	if j.ConfigName != nil && *j.ConfigName != "" {
 		return *j.ConfigName
@@ -314,6 +335,7 @@ func (r renderer) job(w io.Writer, j Job) error {
 		{"Started", timeAndAge(r, j.StartedAt)},
 		{"Ended", timeAndAge(r, j.CompletedAt)},
 		{"Progress", progress},
+		{"Checkpoint", checkpointText(r, j)},
 		{"Error", deref(j.Error)},
 	}
 	if err := writeKV(w, kv); err != nil {

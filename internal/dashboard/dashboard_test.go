@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
@@ -546,6 +547,14 @@ func TestQueueSubmitJobPageAndCancel(t *testing.T) {
 	}
 	p = b.must(b.get("/ui/jobs/"+running), 200)
 	contains(t, p, "Attempt 1", id, "step 2/3 loss=0.4", "running")
+	lacks(t, p, "Newest checkpoint")
+	// Its newest kept checkpoint, where a retry resumes.
+	if _, err := s.st.PutCheckpoint(t.Context(), store.Checkpoint{JobID: running, Attempt: 1, Name: "checkpoint-200", Step: 200,
+		Bytes: 3 << 30, Files: []protocol.CheckpointFile{{Path: "model.safetensors", Size: 3 << 30, SHA256: strings.Repeat("a", 64)}}}, 2); err != nil {
+		t.Fatal(err)
+	}
+	p = b.must(b.get("/ui/jobs/"+running), 200)
+	contains(t, p, "Newest checkpoint", "checkpoint-200", "step 200, 3.0 GiB, 1 file)", "kept by attempt 1")
 
 	// The log stream through the dashboard (server-sent events).
 	lreq, _ := http.NewRequest("GET", s.hs.URL+"/ui/jobs/"+running+"/log", nil)

@@ -26,6 +26,7 @@ func (d *Dashboard) parseTemplates() (map[string]*pageTemplate, error) {
 		"ago":         d.ago,
 		"duration":    duration,
 		"gib":         func(mib float64) string { return strconv.FormatFloat(mib/1024, 'f', 1, 64) },
+		"bytesGiB":    func(b int64) string { return strconv.FormatFloat(float64(b)/(1<<30), 'f', 1, 64) },
 		"pct":         func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) + "%" },
 		"mib":         func(bytes uint64) float64 { return float64(bytes) / (1 << 20) },
 		"cancellable": cancellable,

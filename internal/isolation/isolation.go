@@ -533,6 +533,15 @@ func (j *Job) Uid() uint32 {
 	return uint32(os.Getuid())
 }
 
+// Owner is who the job's files belong to: its uid and gid, and whether
+// they are another user's than workerd's (false: the job runs as workerd).
+func (j *Job) Owner() (uid, gid uint32, other bool) {
+	if j.iso.switchUsers {
+		return j.ident.uid, j.ident.gid, true
+	}
+	return uint32(os.Getuid()), uint32(os.Getgid()), false
+}
+
 // CgroupDir is the job's v2 cgroup directory, "" without one.
 func (j *Job) CgroupDir() string {
 	if j.cg == nil {

@@ -84,6 +84,7 @@ func (s *Server) Submit(ctx context.Context, req api.Submit) (api.Submitted, err
 		}
 		j.MinVRAMGB = *req.MinVRAMGB
 	}
+	j.NoCheckpoints = req.Checkpoints != nil && !*req.Checkpoints
 	if len(req.Dataloader) > 0 && string(req.Dataloader) != "null" {
 		j.Dataloader = req.Dataloader
 	}
@@ -245,6 +246,9 @@ func (s *Server) Job(ctx context.Context, ref api.JobRef) (api.Job, error) {
 		if v.WaitingReason, v.WaitingDetail, err = s.waiting(ctx, j); err != nil {
 			return api.Job{}, err
 		}
+	}
+	if v.Checkpoint, v.CheckpointsKept, err = s.latestCheckpoint(ctx, j); err != nil {
+		return api.Job{}, err
 	}
 	return v, nil
 }

@@ -269,6 +269,11 @@ func (p *pass) artifacts(ctx context.Context, cutoff time.Time) error {
 				failed = fmt.Errorf("job %s: %w", j.ID, err)
 				break
 			}
+			// Its checkpoints were among its artifacts: none is kept now.
+			if err := s.store.DeleteCheckpoints(ctx, j.ID); err != nil {
+				failed = fmt.Errorf("job %s: %w", j.ID, err)
+				break
+			}
 			done = j.Mark()
 			p.artifactsN++
 			s.metrics.retention.artifacts.Add(1)

@@ -207,6 +207,7 @@ func (s *Server) send(ctx context.Context, p placement, j store.Job, a store.Att
 		Provider: "worker", UploadEndpoint: "/api/cloud/storage", UploadToken: uploadToken, HFToken: j.HFToken,
 		Attempt: a.Number, ConfigName: j.ConfigName, TimeoutSeconds: float64(j.TimeoutSeconds),
 		CancelGraceSeconds: s.options().CancelGrace.Seconds(), LogEndpoint: "/api/workers/job/" + j.ID + "/logs",
+		CheckpointsEndpoint: s.checkpointsEndpoint(j),
 	}
 	if p.w.SharesGPUs() {
 		ev.GPUs, ev.WholeWorker = assignedGPUs(p.w.GPUInfo.GPUSummary, p.gpus), p.whole

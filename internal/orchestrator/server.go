@@ -414,6 +414,12 @@ func (s *Server) Routes() []Route {
 		{"PUT", "/api/cloud/storage/:bucket/*key", "PUT /api/cloud/storage/{bucket}/{key}", s.upload(s.putObject)},
 		{"GET", "/api/cloud/storage/:bucket/*key", "GET /api/cloud/storage/{bucket}/{key}", s.upload(s.getObject)},
 		{"HEAD", "/api/cloud/storage/:bucket/*key", "HEAD /api/cloud/storage/{bucket}/{key}", s.upload(s.getObject)},
+		// The job's checkpoints (p2): complete ones listed and read by any
+		// attempt of the job, committed and aborted by the one that uploaded.
+		{"GET", "/api/cloud/checkpoints", "", s.upload(s.listCheckpoints)},
+		{"POST", "/api/cloud/checkpoints", "", s.upload(s.commitCheckpoint)},
+		{"DELETE", "/api/cloud/checkpoints/:name", "", s.upload(s.abortCheckpoint)},
+		{"GET", "/api/cloud/checkpoints/:attempt/:name/*path", "GET /api/cloud/checkpoints/{attempt}/{name}/{path}", s.upload(s.checkpointFile)},
 	}
 }
 

@@ -76,7 +76,7 @@ func newJobView(j store.Job) api.Job {
 		MaxRetries: j.MaxRetries, RetriesUsed: j.RetriesUsed, Attempt: j.Attempt, WorkerID: strPtr(j.WorkerID),
 		Error: strPtr(j.Error), Progress: j.Progress, TimeoutSeconds: j.TimeoutSeconds, SubmittedBy: j.SubmittedBy,
 		QueuedAt: protocol.Time(j.CreatedAt), UpdatedAt: protocol.Time(j.UpdatedAt),
-		StartedAt: timePtr(j.StartedAt), CompletedAt: timePtr(j.EndedAt),
+		StartedAt: timePtr(j.StartedAt), CompletedAt: timePtr(j.EndedAt), Checkpoints: !j.NoCheckpoints,
 	}
 }
 

@@ -387,6 +387,10 @@ type JobSubmitEvent struct {
 	// WholeWorker: the job takes the whole worker; gpus then lists every
 	// GPU the worker does not keep out of use, and nothing runs beside it.
 	WholeWorker bool `json:"whole_worker,omitempty"`
+	// CheckpointsEndpoint is where the attempt's upload token commits,
+	// lists and reads the job's checkpoints (see CheckpointCommit); absent
+	// when the orchestrator keeps none for this job.
+	CheckpointsEndpoint string `json:"checkpoints_endpoint,omitempty"`
 }
 
 // AssignedGPU is one GPU given to an attempt: the worker's index for it and,

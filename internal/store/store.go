@@ -203,6 +203,9 @@ type Job struct {
 	WorkerID       string // worker of the current attempt, "" when queued
 	Error          string
 	Progress       json.RawMessage
+	// NoCheckpoints: the submit opted out of keeping the job's checkpoints
+	// in its artifacts (and of resuming a retry from them).
+	NoCheckpoints  bool
 	Seq            int64 // submission order, assigned by the store
 	SubmittedBy    string
 	CreatedAt      time.Time
@@ -236,6 +239,19 @@ type Attempt struct {
 	Usage *protocol.Usage
 	// GPUs are the indices of the worker's GPUs the attempt was given.
 	GPUs []int
+}
+
+// Checkpoint is a complete checkpoint of a job: every one of its files was
+// stored in the artifacts of the attempt that committed it and checked
+// against its size and SHA-256 before the row was written.
+type Checkpoint struct {
+	JobID     string
+	Attempt   int
+	Name      string // checkpoint-<step>[-suffix]
+	Step      int64
+	Bytes     int64
+	Files     []protocol.CheckpointFile
+	CreatedAt time.Time
 }
 
 // JobFilter narrows ListJobs. Zero values mean "any"/"no limit". Results are in
@@ -491,6 +507,16 @@ type Store interface {
 	TouchDashboardSession(ctx context.Context, idHash string, seen time.Time) error
 	DeleteDashboardSession(ctx context.Context, idHash string, rec *audit.Record) error
 	DeleteIdleDashboardSessions(ctx context.Context, seenBefore time.Time) (int, error)
+
+	// Checkpoints. PutCheckpoint records a complete checkpoint of a job (one
+	// row per attempt and name; the same again replaces it) and, in the same
+	// transaction, forgets all but the job's newest keep, which it returns
+	// so that their files can be deleted. ListCheckpoints lists a job's
+	// checkpoints newest first (step, then attempt, descending).
+	// DeleteCheckpoints forgets all of a job's (its artifacts are gone).
+	PutCheckpoint(ctx context.Context, c Checkpoint, keep int) (forgotten []Checkpoint, err error)
+	ListCheckpoints(ctx context.Context, jobID string) ([]Checkpoint, error)
+	DeleteCheckpoints(ctx context.Context, jobID string) error
 
 	// Notifications between instances. SQLite delivers within the process only.
 	Publish(ctx context.Context, n Notification) error

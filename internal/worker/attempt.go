@@ -49,6 +49,7 @@ type attempt struct {
 	fault     *protocol.GPUFault
 	spool     *logSpool // nil when the launch failed before it
 	ship      *shipper  // nil without a log endpoint
+	ckpt      attemptCheckpoints
 
 	stop       stopReason
 	stopDetail string
@@ -129,7 +130,7 @@ func (w *Worker) launch(a *attempt) {
 		a.startErr = fmt.Errorf("job isolation: %w", err)
 		return
 	}
-	files, err := prepareJobDir(dir, a.ev)
+	files, err := prepareJobDir(dir, resumeEvent(a))
 	if err == nil {
 		err = job.Handover(files.paths()...)
 	}
@@ -145,6 +146,7 @@ func (w *Worker) launch(a *attempt) {
 		// finds no GPU otherwise fails with an error that blames the machine.
 		_, _ = a.spool.Write([]byte("simpletuner-workerd: this job was given no GPU (gpu_count 0): it runs on the CPU only\n"))
 	}
+	resume := w.checkpointsAtLaunch(a, job, files)
 	env := jobEnv(jobEnvInput{
 		Base:            w.opt.Environ(),
 		Pass:            a.settings.PassEnv,
@@ -155,6 +157,7 @@ func (w *Worker) launch(a *attempt) {
 		OrchestratorURL: w.c.currentURL(),
 		GPUs:            w.gpuEnv(a),
 	})
+	env = append(env, resume...)
 	a.proc, err = startProcess(a.settings.Command, files.Dir, env, a.spool, job)
 	if err != nil {
 		job.Finish(nil)

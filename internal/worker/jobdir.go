@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/jobconfig"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
@@ -79,32 +80,7 @@ func hasJSON(raw json.RawMessage) bool {
 // the config already uses (SimpleTuner configs often spell keys as "--flag").
 // Anything that is not a JSON object is left alone.
 func pointAtDataloader(cfg []byte, path string) []byte {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(cfg, &m) != nil || m == nil {
-		return cfg
-	}
-	key := "data_backend_config"
-	_, plain := m[key]
-	_, flag := m["--"+key]
-	switch {
-	case flag:
-		key = "--" + key
-	case plain:
-	default:
-		for k := range m {
-			if strings.HasPrefix(k, "--") {
-				key = "--" + key
-				break
-			}
-		}
-	}
-	v, _ := json.Marshal(path)
-	m[key] = v
-	out, err := json.Marshal(m)
-	if err != nil {
-		return cfg
-	}
-	return out
+	return jobconfig.Set(cfg, "data_backend_config", path)
 }
 
 // writeJSONFile writes raw indented (readable for whoever debugs a job) and

@@ -48,13 +48,23 @@ func (w *Worker) onSubmit(ctx context.Context, ev *protocol.JobSubmitEvent) {
 
 	w.wg.Add(1)
 	go w.sendProgress(ctx, a)
+	if w.restoreFirst(ctx, a) {
+		return // onRestored starts it
+	}
+	w.startAttempt(ctx, a)
+}
+
+// startAttempt launches a's trainer and what runs beside it.
+func (w *Worker) startAttempt(ctx context.Context, a *attempt) {
 	w.launch(a)
 	if a.startErr != nil {
 		a.log.Error("could not start training", "err", a.startErr)
 		w.endAttempt(ctx, a)
 		return
 	}
+	ev := a.ev
 	w.crash.fire(w, "run", ev)
+	w.watchCheckpoints(ctx, a)
 	if ev.LogEndpoint != "" {
 		a.ship = newShipper(w.c, ev.LogEndpoint, a.n, a.spool, w.opt.Timers.LogPoll,
 			w.opt.Timers.ReconnectBase, w.opt.ReconnectMax, a.log)
@@ -95,6 +105,8 @@ func (w *Worker) stopJob(a *attempt, why stopReason, detail string, grace time.D
 	}
 	if a.proc != nil {
 		a.proc.Stop(grace)
+	} else if a.ckpt.cancel != nil {
+		a.ckpt.cancel() // still getting its checkpoint back: it never starts
 	}
 }
 

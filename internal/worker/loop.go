@@ -210,6 +210,8 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 		return true, w.shutdown("the drain did not finish within worker.drain_timeout (" + w.opt.DrainTimeout.String() + ")")
 	case jobEnded:
 		w.endAttempt(ctx, m.a)
+	case checkpointRestored:
+		w.onRestored(ctx, m)
 	case jobTimedOut:
 		if a := m.a; w.isCurrent(a) {
 			w.stopJob(a, stopTimeout, fmt.Sprintf("timed out after %s", time.Duration(a.ev.TimeoutSeconds*float64(time.Second))), a.grace)

@@ -114,6 +114,7 @@ func (w *Worker) finish(ctx context.Context, a *attempt, rec statusRecord, repor
 			a.log.Warn("the job's GPUs are not clean after it ended; holding them back", "gpus", held)
 		}
 	}
+	w.finishCheckpoints(ctx, a, rec, report)
 	switch {
 	case !report:
 		return

@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/checkpoint/keeper"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
 	"github.com/simpletuner/simpletuner-orchestration/internal/isolation"
@@ -62,6 +63,9 @@ type Options struct {
 	JobEnv         map[string]string // [job] env
 	PassEnv        []string          // [job] pass_env
 	LogLimitBytes  int64             // stop shipping a job's log after this many bytes; 0 no limit
+	// Checkpoints keeps jobs' checkpoints in their artifacts; the zero
+	// value keeps none.
+	Checkpoints CheckpointSettings
 
 	// SelfFenceAfter stops the running job when no heartbeat has been
 	// acknowledged for this long. The effective limit is also kept below the
@@ -110,12 +114,19 @@ type JobSettings struct {
 	CancelGrace    time.Duration
 	OwnCancelGrace bool
 	LogLimitBytes  int64 // 0 no limit
+	Checkpoints    CheckpointSettings
 }
 
 // JobSettingsFrom picks the per-job settings out of a configuration.
 func JobSettingsFrom(cfg *config.Worker) JobSettings {
 	return JobSettings{Command: cfg.Job.Command, Env: cfg.Job.Env, PassEnv: cfg.Job.PassEnv, CancelGrace: cfg.Job.CancelGrace.Duration,
-		OwnCancelGrace: cfg.Origin("job.cancel_grace") != "", LogLimitBytes: max(cfg.Job.LogLimitBytes, 0)}
+		OwnCancelGrace: cfg.Origin("job.cancel_grace") != "", LogLimitBytes: max(cfg.Job.LogLimitBytes, 0),
+		Checkpoints: checkpointSettingsFrom(cfg)}
+}
+
+func checkpointSettingsFrom(cfg *config.Worker) CheckpointSettings {
+	return CheckpointSettings{Enabled: cfg.Job.Checkpoints, Keep: cfg.Job.KeepCheckpoints,
+		Scan: cfg.Job.CheckpointScanInterval.Duration, BytesPerSecond: cfg.Job.CheckpointUploadBytesPerSecond()}
 }
 
 // grace is the SIGTERM → SIGKILL grace for a job, given the seconds the
@@ -150,6 +161,7 @@ func OptionsFrom(cfg *config.Worker) Options {
 		JobEnv:             cfg.Job.Env,
 		PassEnv:            cfg.Job.PassEnv,
 		LogLimitBytes:      cfg.Job.LogLimitBytes,
+		Checkpoints:        checkpointSettingsFrom(cfg),
 		SelfFenceAfter:     cfg.Worker.SelfFenceAfter.Duration,
 		DrainTimeout:       cfg.Worker.DrainTimeout.Duration,
 		ReconnectMax:       cfg.Worker.ReconnectMax.Duration,
@@ -224,6 +236,8 @@ type Worker struct {
 	iso   *isolation.Isolator
 	spool *statusSpool
 	gpus  *gpuWatch
+	// keeper keeps the jobs' checkpoints in their artifacts.
+	keeper *keeper.Keeper
 
 	msgs     chan any      // to the session loop
 	loopDone chan struct{} // closed when the loop stops reading msgs
@@ -297,10 +311,19 @@ func New(opt Options) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opt.Checkpoints.Keep <= 0 {
+		opt.Checkpoints.Keep = config.DefaultKeepCheckpoints
+	}
+	if opt.Checkpoints.Scan <= 0 {
+		opt.Checkpoints.Scan = config.DefaultCheckpointScanInterval
+	}
 	return &Worker{
-		opt:          opt,
-		log:          opt.Logger,
-		c:            c,
+		opt: opt,
+		log: opt.Logger,
+		c:   c,
+		keeper: keeper.New(keeper.Options{HTTP: c.http, Resolve: c.resolve, WorkDir: opt.WorkDir, Log: opt.Logger,
+			BytesPerSecond: opt.Checkpoints.BytesPerSecond, RequestTimeout: opt.Timers.RequestTimeout,
+			RetryBase: opt.Timers.ReconnectBase}),
 		iso:          opt.Isolation,
 		spool:        &statusSpool{dir: filepath.Join(opt.StateDir, "spool")},
 		gpus:         newGPUWatch(opt.GPU, opt.StateDir, opt.Logger),
@@ -314,7 +337,7 @@ func New(opt Options) (*Worker, error) {
 		unreconciled: map[string]bool{},
 		fenceAfter:   opt.SelfFenceAfter,
 		jobSettings: JobSettings{Command: opt.Command, Env: opt.JobEnv, PassEnv: opt.PassEnv, CancelGrace: opt.CancelGrace,
-			OwnCancelGrace: opt.OwnCancelGrace, LogLimitBytes: opt.LogLimitBytes},
+			OwnCancelGrace: opt.OwnCancelGrace, LogLimitBytes: opt.LogLimitBytes, Checkpoints: opt.Checkpoints},
 		persistent:  opt.Persistent,
 		crash:       crashHookFromEnv(),
 		hbNow:       make(chan struct{}, 1),
@@ -485,6 +508,7 @@ func (w *Worker) SetJobSettings(js JobSettings) error {
 	w.mu.Lock()
 	w.jobSettings = js
 	w.mu.Unlock()
+	w.keeper.SetRate(js.Checkpoints.BytesPerSecond)
 	return nil
 }
 

@@ -15,6 +15,31 @@
 //	               disk: 507) for up to that long, once a second
 //	step_padding   pad each step line with that many "." (more output per
 //	               step, e.g. to fill a disk's last page quickly)
+//	checkpointing_steps
+//	               save a checkpoint every that many steps, as SimpleTuner
+//	               does: <output_dir>/checkpoint-<step>/ with
+//	               model.safetensors, training_state.json and, last, .guard
+//	output_dir     where (default "simpletuner-results"); the final weights
+//	               go there too, as pytorch_lora_weights.safetensors
+//	checkpoints_total_limit
+//	               keep only that many checkpoints, pruning the oldest after a
+//	               save
+//	checkpoint_bytes
+//	               size of model.safetensors in each checkpoint (default 1 KiB)
+//	checkpoint_sparse
+//	               write model.safetensors as a sparse file (large checkpoints
+//	               in no time)
+//	checkpoint_guard
+//	               false: write no .guard (a trainer that does not mark its
+//	               finished checkpoints)
+//	step_work_bytes
+//	               do that much work each step besides sleeping: hash that
+//	               many bytes and write them to work.bin, synced (CPU and
+//	               disk, as a trainer's data loading and logging)
+//	resume_from_checkpoint
+//	               resume from that checkpoint ("latest": the highest step
+//	               under output_dir); $SIMPLETUNER_RESUME_FROM is read when
+//	               the config names none
 //
 // It prints "step 3/5 loss=0.41" lines, writes output.txt in its working directory
 // and, for tests, pids.txt (its own pid and its child's).
@@ -49,6 +74,15 @@ type config struct {
 	// BurnCPUSeconds spins until the trainer has used this much CPU time,
 	// for checks of the worker's accounting.
 	BurnCPUSeconds float64 `json:"burn_cpu_seconds"`
+
+	CheckpointingSteps int    `json:"checkpointing_steps"`
+	OutputDir          string `json:"output_dir"`
+	TotalLimit         int    `json:"checkpoints_total_limit"`
+	CheckpointBytes    *int64 `json:"checkpoint_bytes"`
+	CheckpointSparse   bool   `json:"checkpoint_sparse"`
+	CheckpointGuard    *bool  `json:"checkpoint_guard"`
+	ResumeFrom         string `json:"resume_from_checkpoint"`
+	StepWorkBytes      int    `json:"step_work_bytes"`
 }
 
 func main() {
@@ -110,13 +144,32 @@ func run() (int, error) {
 	if cfg.BurnCPUSeconds > 0 {
 		fmt.Printf("burned %.2f s of CPU\n", burnCPU(time.Duration(cfg.BurnCPUSeconds*float64(time.Second))).Seconds())
 	}
-	for i := 1; i <= steps; i++ {
+	ck := newCheckpointer(cfg)
+	first, err := ck.resume()
+	if err != nil {
+		return 0, err
+	}
+	work := newStepWork(cfg.StepWorkBytes)
+	began := time.Now()
+	for i := first + 1; i <= steps; i++ {
 		time.Sleep(time.Duration(stepSeconds * float64(time.Second)))
+		if err := work.step(); err != nil {
+			return 0, err
+		}
 		loss := 1 / math.Sqrt(float64(i)+1)
 		fmt.Printf("step %d/%d loss=%.2f%s\n", i, steps, loss, strings.Repeat(".", max(0, cfg.StepPadding)))
+		if err := ck.save(i, loss); err != nil {
+			return 0, err
+		}
+	}
+	if cfg.StepWorkBytes > 0 {
+		fmt.Printf("trained steps %d to %d in %.2f s\n", first+1, steps, time.Since(began).Seconds())
 	}
 	out := fmt.Sprintf("trained %d steps\n", steps)
 	if err := os.WriteFile("output.txt", []byte(out), 0o644); err != nil {
+		return 0, err
+	}
+	if err := ck.final(out); err != nil {
 		return 0, err
 	}
 	if cfg.Publish {

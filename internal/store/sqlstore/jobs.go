@@ -16,7 +16,8 @@ import (
 
 const jobCols = `id, seq, config_name, config, dataloader, hf_token, target, worker_labels, gpu_count,
 	min_vram_gb, priority, max_retries, retries_used, timeout_seconds, status, attempt, worker_id, error,
-	progress, submitted_by, created_at, updated_at, started_at, ended_at, ack_deadline, cancel_deadline, whole_worker`
+	progress, submitted_by, created_at, updated_at, started_at, ended_at, ack_deadline, cancel_deadline, whole_worker,
+	no_checkpoints`
 
 func scanJob(r scanner, extra ...any) (store.Job, error) {
 	var j store.Job
@@ -25,7 +26,7 @@ func scanJob(r scanner, extra ...any) (store.Job, error) {
 		&j.MaxRetries, &j.RetriesUsed, &j.TimeoutSeconds, &j.Status, &j.Attempt, &j.WorkerID, &j.Error,
 		rawCol{&j.Progress}, &j.SubmittedBy, timeCol{&j.CreatedAt}, timeCol{&j.UpdatedAt},
 		nullTimeCol{&j.StartedAt}, nullTimeCol{&j.EndedAt}, nullTimeCol{&j.AckDeadline},
-		nullTimeCol{&j.CancelDeadline}, &j.WholeWorker}, extra...)
+		nullTimeCol{&j.CancelDeadline}, &j.WholeWorker, &j.NoCheckpoints}, extra...)
 	err := r.Scan(dest...)
 	return j, err
 }
@@ -61,12 +62,13 @@ func (s *Store) InsertJob(ctx context.Context, j store.Job, rec *audit.Record) (
 			j.Target, labelsArg(j.WorkerLabels), j.GPUCount, j.MinVRAMGB, j.Priority, j.MaxRetries,
 			j.RetriesUsed, j.TimeoutSeconds, j.Status, j.Attempt, j.WorkerID, j.Error,
 			rawArg(j.Progress, nil), j.SubmittedBy, s.tv(j.CreatedAt), s.tv(j.UpdatedAt),
-			s.ntv(j.StartedAt), s.ntv(j.EndedAt), s.ntv(j.AckDeadline), s.ntv(j.CancelDeadline), j.WholeWorker}
+			s.ntv(j.StartedAt), s.ntv(j.EndedAt), s.ntv(j.AckDeadline), s.ntv(j.CancelDeadline), j.WholeWorker,
+			j.NoCheckpoints}
 		// seq comes from the engine: the column list is jobCols with seq moved last.
 		err := c.queryRow(ctx, `INSERT INTO jobs (id, config_name, config, dataloader, hf_token, target,
 			worker_labels, gpu_count, min_vram_gb, priority, max_retries, retries_used, timeout_seconds,
 			status, attempt, worker_id, error, progress, submitted_by, created_at, updated_at, started_at,
-			ended_at, ack_deadline, cancel_deadline, whole_worker, seq) VALUES (`+placeholders(len(args))+`, `+s.d.NextSeq+`)
+			ended_at, ack_deadline, cancel_deadline, whole_worker, no_checkpoints, seq) VALUES (`+placeholders(len(args))+`, `+s.d.NextSeq+`)
 			RETURNING seq`, args...).Scan(&j.Seq)
 		if err != nil {
 			return err

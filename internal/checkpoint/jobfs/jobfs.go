@@ -1,0 +1,319 @@
+// Package jobfs reaches a job's files as the job itself: workerd runs jobs
+// as uids of their own and holds no capability to read other users' files,
+// so every look, read and write below a job's directory is made with the
+// thread's filesystem identity set to the job's uid and gid. What workerd
+// reads there is therefore only ever what the job could read, and what it
+// writes belongs to the job. Symbolic links are never followed out of a
+// tree that is walked: a walk refuses them.
+package jobfs
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Ident is whose files a job's are: its uid and gid when workerd runs it as
+// a user of its own (Switch), else workerd's own.
+type Ident struct {
+	UID, GID int
+	Switch   bool
+}
+
+// Do runs f on a thread whose filesystem uid and gid are id's: every file f
+// opens, creates, renames or removes is checked as the job's would be, and
+// what it creates belongs to the job. f must not start goroutines that
+// touch files.
+func (id Ident) Do(f func() error) error {
+	if !id.Switch {
+		return f()
+	}
+	runtime.LockOSThread()
+	oldGID, _ := unix.SetfsgidRetGid(id.GID)
+	oldUID, _ := unix.SetfsuidRetUid(id.UID)
+	if cur, _ := unix.SetfsuidRetUid(-1); cur != id.UID {
+		restore(oldUID, oldGID)
+		return fmt.Errorf("cannot act as uid %d for the job's files (workerd needs CAP_SETUID)", id.UID)
+	}
+	defer restore(oldUID, oldGID)
+	return f()
+}
+
+// restore gives the thread its own filesystem identity back and releases
+// it. A thread that cannot get it back stays locked to its goroutine and is
+// ended with it, never reused.
+func restore(uid, gid int) {
+	_ = unix.Setfsuid(uid)
+	_ = unix.Setfsgid(gid)
+	if u, _ := unix.SetfsuidRetUid(-1); u != uid {
+		return
+	}
+	if g, _ := unix.SetfsgidRetGid(-1); g != gid {
+		return
+	}
+	runtime.UnlockOSThread()
+}
+
+// Dir is a directory below a job's directory, held open so that what lies
+// below it is reached as the job whoever owns the directories above (workerd
+// takes the job's directory back when the job ends).
+type Dir struct {
+	fd   int // O_PATH
+	id   Ident
+	Path string
+}
+
+// Open opens rel (slash-separated, inside jobDir; "" is jobDir itself) as a
+// Dir. Each component is looked up as the job; one the job cannot reach
+// (the job's directory, once workerd has taken it back) is looked up as
+// workerd. No component may be a symbolic link. A missing directory is
+// fs.ErrNotExist.
+func Open(jobDir, rel string, id Ident) (*Dir, error) {
+	fd, err := unix.Open(jobDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: jobDir, Err: err}
+	}
+	if rel != "" && rel != "." {
+		for _, name := range strings.Split(filepath.ToSlash(rel), "/") {
+			if name == "" || name == "." || name == ".." {
+				unix.Close(fd)
+				return nil, fmt.Errorf("%s: not a path inside the job's directory", rel)
+			}
+			var next int
+			err := id.Do(func() (err error) {
+				next, err = unix.Openat(fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+				return err
+			})
+			if errors.Is(err, unix.EACCES) {
+				next, err = unix.Openat(fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			}
+			unix.Close(fd)
+			if err != nil {
+				if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+					err = fmt.Errorf("not a directory (or a symbolic link): %w", err)
+				}
+				return nil, &fs.PathError{Op: "open", Path: filepath.Join(jobDir, rel), Err: err}
+			}
+			fd = next
+		}
+	}
+	return &Dir{fd: fd, id: id, Path: filepath.Join(jobDir, rel)}, nil
+}
+
+// Close releases the directory.
+func (d *Dir) Close() error { return unix.Close(d.fd) }
+
+// openat opens rel below d as the job, never following a final symbolic
+// link.
+func (d *Dir) openat(rel string, flags int) (*os.File, error) {
+	if rel == "" {
+		rel = "."
+	}
+	var fd int
+	err := d.id.Do(func() (err error) {
+		fd, err = unix.Openat(d.fd, rel, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		return err
+	})
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: filepath.Join(d.Path, rel), Err: err}
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(d.Path, rel)), nil
+}
+
+// OpenFile opens the regular file rel below d for reading, as the job.
+func (d *Dir) OpenFile(rel string) (*os.File, error) {
+	f, err := d.openat(rel, unix.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = &UnsafeError{Path: rel, What: describe(st.Mode(), "")}
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// Entry is a name in a directory and its type.
+type Entry struct {
+	Name string
+	Type fs.FileMode // fs.ModeDir, fs.ModeSymlink, … or 0 for a regular file
+}
+
+// ReadDir lists the directory rel below d ("" is d), sorted by name.
+func (d *Dir) ReadDir(rel string) ([]Entry, error) {
+	f, err := d.openat(rel, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	des, err := f.ReadDir(-1)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Entry, 0, len(des))
+	for _, de := range des {
+		out = append(out, Entry{Name: de.Name(), Type: de.Type()})
+	}
+	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Exists reports whether rel below d exists (as anything, links included).
+func (d *Dir) Exists(rel string) bool {
+	var st unix.Stat_t
+	err := d.id.Do(func() error { return unix.Fstatat(d.fd, rel, &st, unix.AT_SYMLINK_NOFOLLOW) })
+	return err == nil
+}
+
+// File is a regular file a walk found.
+type File struct {
+	Path string // relative to the walked directory, slash-separated
+	Size int64
+}
+
+// UnsafeError is a walk's refusal: something other than a regular file or
+// a directory lies in the tree.
+type UnsafeError struct {
+	Path string // relative to the walked directory
+	What string // "a symbolic link to /etc", "a named pipe", …
+}
+
+func (e *UnsafeError) Error() string { return e.Path + " is " + e.What }
+
+// Walk lists the regular files below the directory rel of d, sorted by
+// path. keep, when not nil, is asked about every entry (its path relative to
+// rel) first: what it leaves out is neither listed, descended into nor
+// refused. Anything else than a regular file or a directory (a symbolic
+// link above all) is an *UnsafeError: the tree is not one workerd copies.
+func (d *Dir) Walk(rel string, keep func(path string, e Entry) bool) ([]File, error) {
+	var out []File
+	var walk func(sub string) error
+	walk = func(sub string) error {
+		entries, err := d.ReadDir(join(rel, sub))
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			p := join(sub, e.Name)
+			if keep != nil && !keep(p, e) {
+				continue
+			}
+			switch {
+			case e.Type.IsDir():
+				if err := walk(p); err != nil {
+					return err
+				}
+			case e.Type.IsRegular():
+				var st unix.Stat_t
+				err := d.id.Do(func() error { return unix.Fstatat(d.fd, join(rel, p), &st, unix.AT_SYMLINK_NOFOLLOW) })
+				if err != nil {
+					return &fs.PathError{Op: "stat", Path: filepath.Join(d.Path, rel, p), Err: err}
+				}
+				if st.Mode&unix.S_IFMT != unix.S_IFREG {
+					return &UnsafeError{Path: p, What: "no longer a regular file"}
+				}
+				out = append(out, File{Path: p, Size: st.Size})
+			default:
+				target := ""
+				if e.Type&fs.ModeSymlink != 0 {
+					target = d.readlink(join(rel, p))
+				}
+				return &UnsafeError{Path: p, What: describe(e.Type, target)}
+			}
+		}
+		return nil
+	}
+	if err := walk(""); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (d *Dir) readlink(rel string) string {
+	buf := make([]byte, 512)
+	var n int
+	err := d.id.Do(func() (err error) {
+		n, err = unix.Readlinkat(d.fd, rel, buf)
+		return err
+	})
+	if err != nil {
+		return "?"
+	}
+	return string(buf[:n])
+}
+
+func describe(m fs.FileMode, target string) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return fmt.Sprintf("a symbolic link (to %q)", target)
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device file"
+	}
+	return "not a regular file"
+}
+
+func join(a, b string) string {
+	switch {
+	case a == "" || a == ".":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "/" + b
+}
+
+// MkdirAll makes the directory rel (and its parents) below jobDir as the
+// job; jobDir must be the job's at this moment.
+func MkdirAll(jobDir, rel string, id Ident) error {
+	return id.Do(func() error { return os.MkdirAll(filepath.Join(jobDir, rel), 0o755) })
+}
+
+// RemoveAll removes path and everything below it as the job.
+func RemoveAll(path string, id Ident) error {
+	return id.Do(func() error { return os.RemoveAll(path) })
+}
+
+// Rename moves from to to as the job: both parents must be the job's.
+func Rename(from, to string, id Ident) error {
+	return id.Do(func() error { return os.Rename(from, to) })
+}
+
+// Chown gives the tree at root (workerd's own, no links followed) to id,
+// deepest entries first so that workerd can still reach each one.
+func Chown(root string, id Ident) error {
+	if !id.Switch {
+		return nil
+	}
+	var paths []string
+	err := filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		paths = append(paths, p)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i := len(paths) - 1; i >= 0; i-- {
+		if err := os.Lchown(paths[i], id.UID, id.GID); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,286 @@
+package keeper
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+)
+
+// client speaks to the orchestrator for one attempt, with its upload token.
+type client struct {
+	http    *http.Client
+	resolve func(endpoint string) string
+	token   string
+	storage string        // the upload endpoint
+	ckpts   string        // the checkpoints endpoint
+	timeout time.Duration // a request without a body to stream
+	stall   time.Duration // a transfer that moved no byte this long is given up
+}
+
+// httpError is an answer other than the one expected.
+type httpError struct {
+	Status int
+	Code   string // the body's "error"
+	Detail string
+	Op     string
+}
+
+func (e *httpError) Error() string {
+	return fmt.Sprintf("%s: HTTP %d: %s", e.Op, e.Status, e.Detail)
+}
+
+func statusOf(err error) int {
+	var he *httpError
+	if errors.As(err, &he) {
+		return he.Status
+	}
+	return 0
+}
+
+// over reports an answer that ends every upload of the attempt: the
+// orchestrator replaced it (409 stale_attempt) or its token expired (401).
+func over(err error) bool {
+	var he *httpError
+	return errors.As(err, &he) && (he.Status == http.StatusUnauthorized || he.Code == protocol.CodeStaleAttempt)
+}
+
+// transient reports an error worth trying again: no answer, or one that
+// says so (5xx but a full disk, 408, 429).
+func transient(err error) bool {
+	var nk *notKept
+	switch s := statusOf(err); {
+	case err == nil, errors.As(err, &nk):
+		return false
+	case s == 0:
+		return !errors.Is(err, context.Canceled)
+	case s == http.StatusInsufficientStorage:
+		return false
+	default:
+		return s >= 500 || s == http.StatusRequestTimeout || s == http.StatusTooManyRequests
+	}
+}
+
+func (c *client) request(ctx context.Context, method, endpoint string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.resolve(endpoint), body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("X-Upload-Token", c.token)
+	req.Header.Set("User-Agent", "simpletuner-workerd")
+	return req, nil
+}
+
+// check turns an answer other than want into an *httpError, reading (a
+// bounded part of) the body; the body is closed unless the answer is want.
+func check(res *http.Response, op string, want int) error {
+	if res.StatusCode == want {
+		return nil
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+	he := &httpError{Status: res.StatusCode, Op: op}
+	var body protocol.ErrorBody
+	if json.Unmarshal(raw, &body) == nil && body.Detail != "" {
+		he.Code, he.Detail = body.Error, body.Detail
+	} else {
+		he.Detail = strings.TrimSpace(string(raw))
+		if len(he.Detail) > 200 {
+			he.Detail = he.Detail[:200] + "…"
+		}
+	}
+	return he
+}
+
+// jsonCall sends in as JSON (when not nil) and decodes a want answer into out.
+func (c *client) jsonCall(ctx context.Context, method, endpoint, op string, in, out any, want int) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := c.request(ctx, method, endpoint, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if err := check(res, op, want); err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, res.Body)
+		return nil
+	}
+	if err := json.NewDecoder(io.LimitReader(res.Body, 64<<20)).Decode(out); err != nil {
+		return fmt.Errorf("%s: decoding the answer: %w", op, err)
+	}
+	return nil
+}
+
+func (c *client) list(ctx context.Context) (protocol.CheckpointList, error) {
+	var l protocol.CheckpointList
+	err := c.jsonCall(ctx, http.MethodGet, c.ckpts, "list checkpoints", nil, &l, http.StatusOK)
+	return l, err
+}
+
+func (c *client) commit(ctx context.Context, cm protocol.CheckpointCommit) error {
+	return c.jsonCall(ctx, http.MethodPost, c.ckpts, "commit "+cm.Name, cm, nil, http.StatusCreated)
+}
+
+func (c *client) abort(ctx context.Context, name string) error {
+	return c.jsonCall(ctx, http.MethodDelete, c.ckpts+"/"+url.PathEscape(name), "abort "+name, nil, nil, http.StatusNoContent)
+}
+
+// escapeKey escapes each segment of a slash-separated key for a URL path.
+func escapeKey(key string) string {
+	parts := strings.Split(key, "/")
+	for i, p := range parts {
+		parts[i] = url.PathEscape(p)
+	}
+	return strings.Join(parts, "/")
+}
+
+// stallGuard cancels a transfer that moved no byte for limit: a peer that
+// stopped reading or sending is not waited on for ever.
+type stallGuard struct {
+	last   chan struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func guard(ctx context.Context, limit time.Duration) (context.Context, *stallGuard) {
+	ctx, cancel := context.WithCancel(ctx)
+	g := &stallGuard{last: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		t := time.NewTimer(limit)
+		defer t.Stop()
+		for {
+			select {
+			case <-g.done:
+				return
+			case <-ctx.Done():
+				return
+			case <-g.last:
+				t.Reset(limit)
+			case <-t.C:
+				cancel()
+				return
+			}
+		}
+	}()
+	return ctx, g
+}
+
+func (g *stallGuard) touch() {
+	select {
+	case g.last <- struct{}{}:
+	default:
+	}
+}
+
+func (g *stallGuard) stop() { close(g.done); g.cancel() }
+
+// progressReader touches the guard with every read.
+type progressReader struct {
+	r io.Reader
+	g *stallGuard
+}
+
+func (p progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.g.touch()
+	}
+	return n, err
+}
+
+// put uploads size bytes of body to bucket/key, hashing them; the answer
+// must confirm the size and SHA-256 the worker computed.
+func (c *client) put(ctx context.Context, bucket, key string, body io.Reader, size int64, rate *Limiter) (sum string, err error) {
+	ctx, g := guard(ctx, c.stall)
+	defer g.stop()
+	h := sha256.New()
+	rd := io.TeeReader(rate.Reader(ctx, progressReader{r: body, g: g}), h)
+	req, err := c.request(ctx, http.MethodPut, c.storage+"/"+bucket+"/"+escapeKey(key), rd)
+	if err != nil {
+		return "", err
+	}
+	req.ContentLength = size
+	if size == 0 {
+		req.Body = http.NoBody
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	op := "upload " + bucket + "/" + key
+	res, err := c.http.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", op, err)
+	}
+	if err := check(res, op, http.StatusOK); err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	var ans struct {
+		Size   int64  `json:"Size"`
+		SHA256 string `json:"SHA256"`
+	}
+	if err := json.NewDecoder(io.LimitReader(res.Body, 64<<10)).Decode(&ans); err != nil {
+		return "", fmt.Errorf("%s: decoding the answer: %w", op, err)
+	}
+	sum = hex.EncodeToString(h.Sum(nil))
+	if ans.Size != size || ans.SHA256 != sum {
+		return "", fmt.Errorf("%s: the orchestrator stored %d bytes with SHA-256 %s; %d bytes with %s were sent",
+			op, ans.Size, ans.SHA256, size, sum)
+	}
+	return sum, nil
+}
+
+// get downloads one file of a complete checkpoint into w and returns its
+// size and SHA-256.
+func (c *client) get(ctx context.Context, cp protocol.Checkpoint, path string, w io.Writer) (int64, string, error) {
+	ctx, g := guard(ctx, c.stall)
+	defer g.stop()
+	endpoint := c.ckpts + "/" + strconv.Itoa(cp.Attempt) + "/" + url.PathEscape(cp.Name) + "/" + escapeKey(path)
+	req, err := c.request(ctx, http.MethodGet, endpoint, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	op := "download " + cp.Name + "/" + path
+	res, err := c.http.Do(req)
+	if err != nil {
+		return 0, "", fmt.Errorf("%s: %w", op, err)
+	}
+	if err := check(res, op, http.StatusOK); err != nil {
+		return 0, "", err
+	}
+	defer res.Body.Close()
+	h := sha256.New()
+	buf := make([]byte, chunk)
+	n, err := io.CopyBuffer(io.MultiWriter(w, h), progressReader{r: res.Body, g: g}, buf)
+	if err != nil {
+		return n, "", fmt.Errorf("%s: %w", op, err)
+	}
+	return n, hex.EncodeToString(h.Sum(nil)), nil
+}
