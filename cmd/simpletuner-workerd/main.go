@@ -11,6 +11,11 @@ import (
 )
 
 func main() {
+	// workerd re-executes itself as a job's leader until the job's walls are
+	// up (see isolation.RunGate): it only waits, then becomes the trainer.
+	if len(os.Args) > 1 && os.Args[1] == isolation.GateArg {
+		os.Exit(isolation.RunGate(os.Args[2:], os.Stderr))
+	}
 	workerd.LimitGoProcs(os.Getenv)
 	// workerd re-executes itself as its jobs' reaper (see isolation.RunReaper).
 	if len(os.Args) > 1 && os.Args[1] == isolation.ReaperArg {

@@ -41,6 +41,10 @@ type Config struct {
 	// Reaper starts the reaper (workerd re-executed with ReaperArg); nil
 	// starts none (tests running the worker in their own process).
 	Reaper []string
+	// Gate is workerd re-executed with GateArg, the leader of a job whose
+	// limits live in v1 cgroups until it joined them; nil starts trainers
+	// straight away.
+	Gate []string
 	Log    *slog.Logger
 
 	// UIDLockFile is where workerds on this machine lock the uids their jobs
@@ -68,6 +72,7 @@ type Isolator struct {
 	ident       identity
 	pool        *uidPool
 	reaper      *reaper
+	gate        []string
 	// devicesErr says why jobs cannot be kept from other GPUs' device
 	// files; nil when they can.
 	devicesErr error
@@ -84,7 +89,7 @@ func New(cfg Config) (*Isolator, error) {
 	if cfg.MountInfo == "" {
 		cfg.MountInfo, cfg.ProcCgroup = "/proc/self/mountinfo", "/proc/self/cgroup"
 	}
-	iso := &Isolator{log: cfg.Log, limits: cfg.Limits}
+	iso := &Isolator{log: cfg.Log, limits: cfg.Limits, gate: cfg.Gate}
 	switch cfg.Mode {
 	case "", ModeAuto, ModeCgroup:
 		h, err := setupHierarchy(cfg.MountInfo, cfg.ProcCgroup)
@@ -280,6 +285,8 @@ type Job struct {
 	cg    *jobCgroup
 	cgFD  int
 	pgid  int
+	// gateR and gateW are the pipe the gated leader waits on (see Command).
+	gateR, gateW *os.File
 }
 
 // Start prepares the walls of attempt n of jobID, whose directory is dir:
@@ -415,6 +422,7 @@ func (j *Job) Started(pid int) {
 	if j.cg != nil {
 		j.cg.joinV1(pid)
 	}
+	j.openGate()
 	if j.iso.reaper != nil && j.cg == nil {
 		j.iso.reaper.send(fmt.Sprintf("+%d", pid))
 	}
@@ -480,6 +488,7 @@ func (j *Job) Finish(leader *syscall.Rusage) Usage {
 // release undoes Start: cgroup, uid, reaper entry; the directory is locked
 // (owned by root) so no later job with the same uid can enter it.
 func (j *Job) release() {
+	j.closeGate()
 	if j.cgFD >= 0 {
 		_ = syscall.Close(j.cgFD)
 		j.cgFD = -1

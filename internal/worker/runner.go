@@ -51,7 +51,7 @@ func startProcess(argv []string, dir string, env []string, out io.Writer, job *i
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd := job.Command(argv)
 	cmd.Dir = dir
 	cmd.Env = append(env, job.Env()...)
 	cmd.Stdin = nil // /dev/null

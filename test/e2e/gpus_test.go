@@ -55,10 +55,13 @@ func startFourOneGPUJobs(t *testing.T, o *Orch, h *History, seconds float64) []s
 // requeues every attempt it held and leaks no GPU.
 func TestFourJobsOnFourGPUs(t *testing.T) {
 	t.Parallel()
-	o := StartOrchestrator(t, "")
+	// The worker must ride out the orchestrator's restart, however long a
+	// loaded machine makes it: its self-fence (4 s, kept below the announced
+	// 6 s heartbeat timeout) outlasts it.
+	o := StartOrchestratorWith(t, OrchOptions{HeartbeatTimeout: "6s"})
 	h := NewHistory(t, o)
 	script := `echo "$CUDA_VISIBLE_DEVICES" > visible.txt; exec ` + DemoTrainer()
-	w := o.StartWorker(WorkerSpec{Name: "quad", Persistent: true, StaticGPUs: 4, SelfFenceAfter: "30s",
+	w := o.StartWorker(WorkerSpec{Name: "quad", Persistent: true, StaticGPUs: 4, SelfFenceAfter: "4s",
 		Command: []string{"/bin/sh", "-c", script}})
 
 	small := startFourOneGPUJobs(t, o, h, 3)

@@ -312,9 +312,12 @@ func TestJobLimits(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
 	o := StartOrchestrator(t, "")
-	// A 200 MB line held whole in memory, by a process forked at once;
-	// then more processes than allowed.
-	script := `head -c 200M /dev/zero | tail > /dev/null; echo "memory rc=$?"
+	// Its first instruction already runs inside every limit (where the
+	// machine has v1 controllers, workerd holds the leader until it joined
+	// them); then a 200 MB line held whole in memory, by a process forked at
+	// once; then more processes than allowed.
+	script := `echo "cgroups at start: $(grep -E ':(memory|pids):' /proc/self/cgroup | tr '\n' ' ')"
+head -c 200M /dev/zero | tail > /dev/null; echo "memory rc=$?"
 (for i in $(seq 1 30); do sleep 2 & done; wait) 2>&1; echo "tasks done"`
 	w := o.StartWorker(WorkerSpec{Name: "limits", Persistent: true, Command: []string{"/bin/sh", "-c", script},
 		JobTOML: "memory_max = \"64M\"\ntasks_max = 10\n"})
@@ -322,6 +325,12 @@ func TestJobLimits(t *testing.T) {
 	id := o.Submit(map[string]any{}, nil)
 	o.WaitJob(id, "completed", 30*time.Second)
 	logs := o.Logs(id)
+	start, _, _ := strings.Cut(logs[strings.Index(logs, "cgroups at start:"):], "\n")
+	for _, c := range strings.Fields(strings.TrimPrefix(start, "cgroups at start:")) {
+		if !strings.Contains(c, "/job-"+id+"-1") {
+			t.Errorf("the job started outside its cgroup: %s", c)
+		}
+	}
 	if !strings.Contains(logs, "memory rc=137") {
 		t.Errorf("a job over memory_max was not killed:\n%s", logs)
 	}

@@ -32,6 +32,7 @@ func New(cfg *config.Worker, args []string, getenv func(string) string, log *slo
 	isoCfg := IsolationConfig(cfg, log)
 	if exe, err := os.Executable(); err == nil {
 		isoCfg.Reaper = []string{exe, isolation.ReaperArg}
+		isoCfg.Gate = []string{exe, isolation.GateArg}
 	} else {
 		log.Warn("cannot find own executable; no reaper ends the jobs if workerd is killed", "err", err)
 	}
