@@ -45,7 +45,7 @@ type Config struct {
 	// limits live in v1 cgroups until it joined them; nil starts trainers
 	// straight away.
 	Gate []string
-	Log    *slog.Logger
+	Log  *slog.Logger
 
 	// UIDLockFile is where workerds on this machine lock the uids their jobs
 	// run as; "" is DefaultUIDLockFile.
