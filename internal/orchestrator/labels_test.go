@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/placement"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -102,9 +103,8 @@ func matchWorstCase() (store.Job, store.Worker) {
 // idle worker at most, with every label at its limits.
 func BenchmarkMatchWorstCaseAtLimits(b *testing.B) {
 	j, w := matchWorstCase()
-	g := w.GPUInfo.GPUSummary
 	for b.Loop() {
-		if matches(j.Queued(), w, g) {
+		if placement.Matches(j.Queued(), w) {
 			b.Fatal("matched")
 		}
 	}

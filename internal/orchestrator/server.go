@@ -26,6 +26,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/placement"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/version"
 )
@@ -183,7 +184,7 @@ type Server struct {
 	// res is the worker held for a job no worker had room for (see
 	// schedulePass); resMu guards it for the waiting reasons.
 	resMu sync.Mutex
-	res   reservation
+	res   placement.Reservation
 	// largestWorker is the most GPUs any worker has: refreshed by every
 	// health pass, raised by registrations. Submit warns above it.
 	largestWorker atomic.Int64

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/placement"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -25,7 +26,6 @@ const (
 // serves every queued job of a list.
 type workerFacts struct {
 	w         store.Worker
-	gpus      protocol.GPUSummary
 	status    protocol.WorkerStatus
 	connected bool
 }
@@ -35,7 +35,7 @@ func (s *Server) workerFacts(ctx context.Context) ([]workerFacts, error) {
 	var out []workerFacts
 	err := s.eachWorker(ctx, func(w store.Worker) {
 		status, connected := s.shown(w)
-		out = append(out, workerFacts{w: w, gpus: w.GPUInfo.GPUSummary, status: status, connected: connected})
+		out = append(out, workerFacts{w: w, status: status, connected: connected})
 	})
 	return out, err
 }
@@ -57,12 +57,12 @@ func (s *Server) explainWait(ctx context.Context, j store.Job, facts []workerFac
 	res := s.reservation()
 	for _, f := range facts {
 		w, status := f.w, f.status
-		gpus := f.gpus.Count
+		gpus := f.w.GPUInfo.Count
 		maxGPUs = max(maxGPUs, gpus)
 		if gpus >= j.GPUCount {
 			large++
 		}
-		if !matches(j.Queued(), w, f.gpus) {
+		if !placement.Matches(j.Queued(), w) {
 			continue
 		}
 		matching++
@@ -84,7 +84,7 @@ func (s *Server) explainWait(ctx context.Context, j store.Job, facts []workerFac
 		}
 		room++
 		fits++
-		if res.workerID == w.ID && res.jobID != j.ID {
+		if res.WorkerID == w.ID && res.JobID != j.ID {
 			fitsReserved++
 		}
 	}
@@ -95,12 +95,12 @@ func (s *Server) explainWait(ctx context.Context, j store.Job, facts []workerFac
 		return WaitNoMatchingWorker, "no worker meets its target, labels, GPU count and VRAM", nil
 	case online == 0:
 		return WaitNoneOnline, fmt.Sprintf("%d matching worker(s), none connected", matching), nil
-	case res.jobID == j.ID && j.WholeWorker:
-		return WaitGPUsBusy, fmt.Sprintf("it takes a whole worker and waits for worker %s to finish its jobs; the worker is held for it: no other job starts there", res.workerID), nil
-	case res.jobID == j.ID && j.GPUCount == 0:
-		return WaitWorkersBusy, fmt.Sprintf("it waits for a free job slot on worker %s, which is held for it: no other job starts there", res.workerID), nil
-	case res.jobID == j.ID:
-		return WaitGPUsBusy, fmt.Sprintf("it waits for %d free GPU(s) on worker %s, which is held for it: no other job starts there", j.GPUCount, res.workerID), nil
+	case res.JobID == j.ID && j.WholeWorker:
+		return WaitGPUsBusy, fmt.Sprintf("it takes a whole worker and waits for worker %s to finish its jobs; the worker is held for it: no other job starts there", res.WorkerID), nil
+	case res.JobID == j.ID && j.GPUCount == 0:
+		return WaitWorkersBusy, fmt.Sprintf("it waits for a free job slot on worker %s, which is held for it: no other job starts there", res.WorkerID), nil
+	case res.JobID == j.ID:
+		return WaitGPUsBusy, fmt.Sprintf("it waits for %d free GPU(s) on worker %s, which is held for it: no other job starts there", j.GPUCount, res.WorkerID), nil
 	case room == 0:
 		return WaitWorkersBusy, fmt.Sprintf("%d matching worker(s) online, all busy or draining", online), nil
 	case fits == 0 && j.WholeWorker:
@@ -108,7 +108,7 @@ func (s *Server) explainWait(ctx context.Context, j store.Job, facts []workerFac
 	case fits == 0:
 		return WaitGPUsBusy, fmt.Sprintf("%d matching worker(s) have room for a job, none has %d free GPU(s)", room, j.GPUCount), nil
 	case fits == fitsReserved:
-		return WaitReserved, fmt.Sprintf("the worker with room for it (%s) is held for job %s, which is ahead of it", res.workerID, res.jobID), nil
+		return WaitReserved, fmt.Sprintf("the worker with room for it (%s) is held for job %s, which is ahead of it", res.WorkerID, res.JobID), nil
 	}
 	pos, err := s.store.QueuePosition(ctx, j.Priority, j.Seq)
 	if err != nil {
