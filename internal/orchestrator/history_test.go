@@ -15,6 +15,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/retention"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
@@ -184,7 +185,7 @@ func TestRetentionPass(t *testing.T) {
 			"X-Attempt": "1", "X-Log-Offset": "0"}, "trained\n"), 200)
 		running, b, _ := e.runningJob("b")
 		queued := e.submit(map[string]any{"target": "local"})
-		e.srv.refreshSizes(context.Background())
+		e.srv.retention.RefreshSizes(context.Background())
 		before := e.metrics()
 		if before[`simpletuner_db_rows{table="jobs"}`] != 3 || before["simpletuner_log_bytes"] != 8 || before["simpletuner_artifact_bytes"] != 7 {
 			t.Fatalf("sizes before: %v", before)
@@ -192,10 +193,10 @@ func TestRetentionPass(t *testing.T) {
 
 		// Keep logs and artifacts a millisecond: only the finished job's go.
 		o := e.srv.options()
-		o.Retention = RetentionOptions{Logs: time.Millisecond, Artifacts: time.Millisecond, Interval: time.Hour, BatchSize: 1}
+		o.Retention = retention.Options{Logs: time.Millisecond, Artifacts: time.Millisecond, Interval: time.Hour, BatchSize: 1}
 		e.srv.SetOptions(o)
 		time.Sleep(5 * time.Millisecond) // the cut-off is a millisecond before the pass starts
-		e.srv.retentionPass(context.Background())
+		e.srv.retention.Pass(context.Background())
 		if got := e.adminDo("GET", "/api/queue/"+jobID+"/logs", nil); got.Status != 200 || len(got.Body) != 0 {
 			t.Fatalf("log after retention: %d %q", got.Status, got.Body)
 		}
@@ -205,9 +206,9 @@ func TestRetentionPass(t *testing.T) {
 		e.job(jobID) // the job itself stays
 
 		// Now the jobs too, and the audit records.
-		o.Retention = RetentionOptions{Jobs: time.Millisecond, Audit: time.Millisecond, Interval: time.Hour, BatchSize: 2}
+		o.Retention = retention.Options{Jobs: time.Millisecond, Audit: time.Millisecond, Interval: time.Hour, BatchSize: 2}
 		e.srv.SetOptions(o)
-		e.srv.retentionPass(context.Background())
+		e.srv.retention.Pass(context.Background())
 		e.must(e.adminDo("GET", "/api/queue/"+jobID, nil), 404)
 		for _, id := range []string{running, queued} {
 			if j := e.job(id); j["status"] == nil {
@@ -220,7 +221,7 @@ func TestRetentionPass(t *testing.T) {
 		}
 		// The running job still works: its worker reports, a new job is dispatched.
 		e.must(b.report(running, "completed", map[string]any{"attempt": e.job(running)["attempt"]}), 200)
-		e.srv.refreshSizes(context.Background())
+		e.srv.retention.RefreshSizes(context.Background())
 		after := e.metrics()
 		if after[`simpletuner_retention_deleted_total{kind="jobs"}`] != 1 || after[`simpletuner_retention_deleted_total{kind="logs"}`] != 1 ||
 			after[`simpletuner_retention_deleted_total{kind="artifacts"}`] != 1 || after[`simpletuner_retention_deleted_total{kind="audit"}`] < 5 ||

@@ -27,7 +27,6 @@ type Metrics struct {
 	Requeues           atomic.Int64
 	dispatchLatency    histogram
 	artifacts          artifactMetrics
-	retention          retentionMetrics
 	gpuSeconds         gpuSecondsByWorker
 }
 
@@ -156,7 +155,8 @@ func (s *Server) writeMetrics(ctx context.Context, w io.Writer) {
 	counter("simpletuner_sse_slow_streams_dropped_total", "Worker streams closed because their reader fell behind.", m.SlowStreamsDropped.Load())
 	m.dispatchLatency.write(w, "simpletuner_dispatch_latency_seconds", "Time from a job becoming queued to its job_submit event.")
 	m.writeArtifacts(counter)
-	s.writeHistoryMetrics(w, counter, gauge)
+	gauge("simpletuner_disk_full", "1 while writes fail because the database's or the artifacts' disk is full.", s.disk.fullGauge())
+	s.retention.WriteMetrics(w, counter, gauge)
 }
 
 func sortedStatuses(m map[protocol.JobStatus]int) []string {

@@ -27,6 +27,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/placement"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/retention"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/version"
 )
@@ -67,7 +68,7 @@ type Options struct {
 	FailureAuditInterval time.Duration
 	FailureAuditMaxPeers int
 	// Retention: how long finished jobs and their traces are kept.
-	Retention RetentionOptions
+	Retention retention.Options
 
 	// followFallback replaces defaultFollowFallback when set: tests that
 	// count store reads put the fallback look out of their way.
@@ -117,7 +118,7 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 		FailureAuditInterval:   cfg.Auth.FailureAuditInterval.Duration,
 		FailureAuditMaxPeers:   cfg.Auth.FailureAuditMaxPeers,
 
-		Retention: retentionFrom(cfg.Retention),
+		Retention: retention.OptionsFrom(cfg.Retention),
 	}
 }
 
@@ -190,6 +191,8 @@ type Server struct {
 	largestWorker atomic.Int64
 	// adminSocketPath names the unix socket in connection commands given over it.
 	adminSocketPath string
+	// retention deletes expired history and measures what is kept.
+	retention *retention.Keeper
 	// artifacts stores what jobs upload; nil answers 503 (see SetArtifacts).
 	artifacts atomic.Pointer[artifacts.Store]
 	// logFeed passes stored log output to follow streams; followers counts them.
@@ -208,8 +211,6 @@ type Server struct {
 	sessionRefusals refusalLog
 	// freezeFile is the fault suite's freeze hook (see freezehook.go); "" in production.
 	freezeFile string
-	// sizes is the last measurement of the database and artifacts.
-	sizes atomic.Pointer[sizesSnapshot]
 	// disk tracks full disks (see diskfull.go).
 	disk diskState
 	// recent holds the last full count of the jobs that ended lately (recent.go).
@@ -239,6 +240,9 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 	s.opt.Store(&opt)
 	s.disk.init()
 	s.hub = NewHub(s.metrics, log)
+	s.retention = &retention.Keeper{Store: st, Artifacts: s.artifacts.Load, Log: log,
+		Options: func() retention.Options { return s.options().Retention }, StartupGrace: func() time.Duration { return s.options().StartupGrace },
+		Quiet: s.logDiskFullOnce}
 	s.lastTick.Store(time.Now().UnixNano())
 	return s
 }
