@@ -152,8 +152,9 @@ type Webhooks interface {
 	// ErrConflict, and nothing changes.
 	FinishWebhookDelivery(ctx context.Context, o DeliveryOutcome) error
 	ListWebhookDeliveries(ctx context.Context, f DeliveryFilter) ([]WebhookDelivery, error)
-	// CountWebhookDeliveries counts the deliveries by state (absent: none).
-	CountWebhookDeliveries(ctx context.Context) (map[string]int, error)
+	// CountWebhookDeliveries counts the pending and the failed deliveries
+	// (absent: none) of one subscription, or of all with webhookID "".
+	CountWebhookDeliveries(ctx context.Context, webhookID string) (map[string]int, error)
 	// PruneWebhookDeliveries deletes up to limit deliveries that ended
 	// before cutoff, and the events left without deliveries.
 	PruneWebhookDeliveries(ctx context.Context, cutoff time.Time, limit int) (int, error)

@@ -469,19 +469,22 @@ func (s *Store) ListWebhookDeliveries(ctx context.Context, f store.DeliveryFilte
 }
 
 // CountWebhookDeliveries counts the pending and the failed deliveries (the
-// delivered ones are history: they are not counted).
-func (s *Store) CountWebhookDeliveries(ctx context.Context) (map[string]int, error) {
+// delivered ones are history: they are not counted), of one subscription or
+// of all. The states are written into the statements, so that the engines
+// plan them with the partial indexes.
+func (s *Store) CountWebhookDeliveries(ctx context.Context, webhookID string) (map[string]int, error) {
 	out := map[string]int{}
-	for _, q := range []struct{ state, sql string }{
-		{store.DeliveryPending, `SELECT COUNT(*) FROM webhook_deliveries WHERE state = 'pending'`},
-		{store.DeliveryFailed, `SELECT COUNT(*) FROM webhook_deliveries WHERE state = 'failed'`},
-	} {
+	where, args := "", []any{}
+	if webhookID != "" {
+		where, args = " AND webhook_id = ?", []any{webhookID}
+	}
+	for _, state := range []string{store.DeliveryPending, store.DeliveryFailed} {
 		var n int
-		if err := s.reader().queryRow(ctx, q.sql).Scan(&n); err != nil {
+		if err := s.reader().queryRow(ctx, `SELECT COUNT(*) FROM webhook_deliveries WHERE state = '`+state+`'`+where, args...).Scan(&n); err != nil {
 			return nil, err
 		}
 		if n > 0 {
-			out[q.state] = n
+			out[state] = n
 		}
 	}
 	return out, nil

@@ -295,9 +295,15 @@ func testDeliveryOrderPerKey(t *testing.T, s store.Store) {
 	equal(t, claimIDs(t, s, "three", at(time.Hour), 10), []string{ev[1]}, "a's second after a's first was given up")
 	noErr(t, s.FinishWebhookDelivery(ctx, store.DeliveryOutcome{ID: ds[1].ID, Owner: "three", Now: at(time.Hour), Delivered: true}), "finish")
 	equal(t, claimIDs(t, s, "three", at(time.Hour), 10), []string{ev[3]}, "a's third")
-	counts, err := s.CountWebhookDeliveries(ctx)
+	counts, err := s.CountWebhookDeliveries(ctx, "")
 	noErr(t, err, "CountWebhookDeliveries")
 	equal(t, counts, map[string]int{store.DeliveryPending: 1, store.DeliveryFailed: 1}, "counts")
+	counts, err = s.CountWebhookDeliveries(ctx, wh.ID)
+	noErr(t, err, "CountWebhookDeliveries of one")
+	equal(t, counts, map[string]int{store.DeliveryPending: 1, store.DeliveryFailed: 1}, "its counts")
+	counts, err = s.CountWebhookDeliveries(ctx, "wh_none")
+	noErr(t, err, "CountWebhookDeliveries of another")
+	equal(t, counts, map[string]int{}, "another's counts")
 }
 
 func testDeliveryLease(t *testing.T, s store.Store) {
