@@ -99,9 +99,11 @@ func TestJobEvents(t *testing.T) {
 			step: lifecycle.Step{To: protocol.JobCancelled, By: lifecycle.Report, EndAttempt: protocol.OutcomeCancelled},
 			want: []string{spec.JobCancelled}},
 		{name: "requeued", before: at(job, protocol.JobRunning, nil),
-			after: at(job, protocol.JobQueued, func(j *store.Job) { j.WorkerID, j.Error = "", "attempt 1 lost: heartbeat timeout; requeued (retry 1 of 3)" }),
-			step:  lifecycle.Step{To: protocol.JobQueued, By: lifecycle.Loss, EndAttempt: protocol.OutcomeWorkerLost, SpendRetry: true},
-			want:  []string{spec.JobRequeued}, check: func(t *testing.T, ps []Payload) {
+			after: at(job, protocol.JobQueued, func(j *store.Job) {
+				j.WorkerID, j.Error = "", "attempt 1 lost: heartbeat timeout; requeued (retry 1 of 3)"
+			}),
+			step: lifecycle.Step{To: protocol.JobQueued, By: lifecycle.Loss, EndAttempt: protocol.OutcomeWorkerLost, SpendRetry: true},
+			want: []string{spec.JobRequeued}, check: func(t *testing.T, ps []Payload) {
 				j := ps[0].Job
 				if j.Reason != "attempt 1 lost: heartbeat timeout; requeued (retry 1 of 3)" || j.Error != "" || j.Outcome != "worker_lost" ||
 					j.WorkerID != "w_1" || j.Status != "queued" {

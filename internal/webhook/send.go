@@ -47,7 +47,9 @@ type refusedError struct {
 	why string
 }
 
-func (e *refusedError) Error() string { return fmt.Sprintf("connection to %s refused: it is %s", e.ip, e.why) }
+func (e *refusedError) Error() string {
+	return fmt.Sprintf("connection to %s refused: it is %s", e.ip, e.why)
+}
 
 func guardControl(g spec.Guard) func(network, address string, _ syscall.RawConn) error {
 	return func(_, address string, _ syscall.RawConn) error {
