@@ -10,6 +10,8 @@ import (
 const (
 	ScopeAdminWorkers = "admin.workers"
 	ScopeAdminAudit   = "admin.audit"
+	// ScopeAdminWebhooks: webhook subscriptions and their delivery logs.
+	ScopeAdminWebhooks = "admin.webhooks"
 	ScopeQueueSubmit  = "queue.submit"
 	ScopeQueueView    = "queue.view"
 	ScopeQueueCancel  = "queue.cancel"
@@ -24,7 +26,7 @@ const (
 )
 
 var allScopes = []string{
-	ScopeAdminWorkers, ScopeAdminAudit,
+	ScopeAdminWorkers, ScopeAdminAudit, ScopeAdminWebhooks,
 	ScopeQueueSubmit, ScopeQueueView, ScopeQueueCancel, ScopeQueueManage,
 	ScopeAll,
 }

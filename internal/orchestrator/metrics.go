@@ -154,6 +154,7 @@ func (s *Server) writeMetrics(ctx context.Context, w io.Writer) {
 	m.dispatchLatency.write(w, "simpletuner_dispatch_latency_seconds", "Time from a job becoming queued to its job_submit event.")
 	m.writeArtifacts(counter)
 	s.writeHistoryMetrics(w, counter, gauge)
+	s.webhooks.WriteMetrics(ctx, w)
 }
 
 func sortedStatuses(m map[protocol.JobStatus]int) []string {

@@ -26,6 +26,8 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/version"
+	"github.com/simpletuner/simpletuner-orchestration/internal/webhook"
 )
 
 // Options are the orchestrator's settings. OptionsFrom fills them from the
@@ -60,6 +62,9 @@ type Options struct {
 	FailureAuditMaxPeers   int
 	// Retention: how long finished jobs and their traces are kept.
 	Retention RetentionOptions
+	// Webhooks: how events reach the webhook subscriptions, and those of
+	// the configuration.
+	Webhooks webhook.Options
 
 	// followFallback replaces defaultFollowFallback when set: tests that
 	// count store reads put the fallback look out of their way.
@@ -107,6 +112,7 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 		FailureAuditMaxPeers:   cfg.Auth.FailureAuditMaxPeers,
 
 		Retention: retentionFrom(cfg.Retention),
+		Webhooks:  webhook.OptionsFrom(cfg),
 	}
 }
 
@@ -138,6 +144,15 @@ func (o Options) withDefaults() Options {
 		o.Retention.BatchSize = def.Retention.BatchSize
 	}
 	return o
+}
+
+// webhookOptions are the webhook delivery's settings, with this instance's
+// name for the leases it takes.
+func (o Options) webhookOptions() webhook.Options {
+	w := o.Webhooks
+	w.InstanceID = o.InstanceID
+	w.UserAgent = "simpletuner-orchestratord/" + version.Version
+	return w
 }
 
 // Server holds the orchestrator's live state. Create it with New, then serve
@@ -200,6 +215,9 @@ type Server struct {
 	disk diskState
 	// recent holds the last full count of the jobs that ended lately (recent.go).
 	recent recentEnds
+	// webhooks turns the store's changes into webhook events and delivers
+	// them (internal/webhook).
+	webhooks *webhook.Service
 }
 
 // SetAdminSocketPath tells the server where its admin socket lives.
@@ -223,6 +241,7 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 	}
 	opt = opt.withDefaults()
 	s.opt.Store(&opt)
+	s.webhooks = webhook.New(st, opt.webhookOptions(), log)
 	s.disk.init()
 	s.hub = NewHub(s.metrics, log)
 	s.lastTick.Store(time.Now().UnixNano())
@@ -236,6 +255,7 @@ func (s *Server) options() Options { return *s.opt.Load() }
 func (s *Server) SetOptions(o Options) {
 	o = o.withDefaults()
 	s.opt.Store(&o)
+	s.webhooks.SetOptions(o.webhookOptions())
 	s.applyArtifactLimits(o)
 	s.Wake()
 }
@@ -373,6 +393,11 @@ func (s *Server) Routes() []Route {
 		{"GET", "/api/admin/fleet/gpu-history", "", s.admin(auth.ScopeQueueView, s.fleetGPUHistory)},
 		{"GET", "/api/admin/audit", "", s.admin(auth.ScopeAdminAudit, s.listAudit)},
 		{"GET", "/api/admin/audit/verify", "", s.admin(auth.ScopeAdminAudit, s.verifyAudit)},
+		{"GET", "/api/admin/webhooks", "", s.admin(auth.ScopeAdminWebhooks, s.listWebhooks)},
+		{"POST", "/api/admin/webhooks", "", s.admin(auth.ScopeAdminWebhooks, s.createWebhook)},
+		{"GET", "/api/admin/webhooks/:id", "", s.admin(auth.ScopeAdminWebhooks, s.getWebhook)},
+		{"DELETE", "/api/admin/webhooks/:id", "", s.admin(auth.ScopeAdminWebhooks, s.deleteWebhook)},
+		{"GET", "/api/admin/webhooks/:id/deliveries", "", s.admin(auth.ScopeAdminWebhooks, s.webhookDeliveries)},
 		{"GET", "/api/auth/whoami", "", s.admin(scopeAnyCaller, s.whoami)},
 		{"GET", "/api/configs", "", s.admin(auth.ScopeQueueSubmit, s.listConfigs)},
 		{"GET", "/api/admin/tokens", "", s.admin(auth.ScopeAll, s.listAdminTokens)},

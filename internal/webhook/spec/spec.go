@@ -33,8 +33,8 @@ const (
 
 // Event describes one event for the documentation and the API.
 type Event struct {
-	Name string
-	What string
+	Name string `json:"name"`
+	What string `json:"description"`
 }
 
 // Events lists every event, in the order the documentation shows them.
