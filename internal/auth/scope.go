@@ -12,11 +12,11 @@ const (
 	ScopeAdminAudit   = "admin.audit"
 	// ScopeAdminWebhooks: webhook subscriptions and their delivery logs.
 	ScopeAdminWebhooks = "admin.webhooks"
-	ScopeQueueSubmit  = "queue.submit"
-	ScopeQueueView    = "queue.view"
-	ScopeQueueCancel  = "queue.cancel"
-	ScopeQueueManage  = "queue.manage"
-	ScopeAll          = "*"
+	ScopeQueueSubmit   = "queue.submit"
+	ScopeQueueView     = "queue.view"
+	ScopeQueueCancel   = "queue.cancel"
+	ScopeQueueManage   = "queue.manage"
+	ScopeAll           = "*"
 )
 
 // Principal kinds.
