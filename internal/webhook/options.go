@@ -75,4 +75,4 @@ func (o Options) withDefaults() Options {
 // lease is how long a sender holds a delivery it claimed: longer than any
 // request can take, so that no other sender takes it over while its
 // request may still be under way.
-func (o Options) lease() time.Duration { return 2*o.Timeout + 10*time.Second }
+func (o Options) lease() time.Duration { return 2*o.Timeout + 5*time.Second }
