@@ -29,7 +29,8 @@ func (a apiResult) OK() bool { return a.Status >= 200 && a.Status < 300 }
 func (a apiResult) decode(v any) error { return json.Unmarshal(a.Body, v) }
 
 // fieldPattern finds the request field an API error names.
-var fieldPattern = regexp.MustCompile(`(?:field|query parameter) "([a-z_]+)"`)
+// ("events[1]" names the field events).
+var fieldPattern = regexp.MustCompile(`(?:field|query parameter) "([a-z_]+)(?:\[\d+\])?"`)
 
 // Field is the request field the error names, or "".
 func (a apiResult) Field() string {

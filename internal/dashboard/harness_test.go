@@ -74,7 +74,7 @@ func openPostgres(t testing.TB, url string) store.Store {
 	return st
 }
 
-func newSite(t testing.TB, st store.Store) *site {
+func newSite(t testing.TB, st store.Store, mods ...func(*orchestrator.Options)) *site {
 	t.Helper()
 	opt := orchestrator.OptionsFrom(config.DefaultOrchestrator())
 	opt.InstanceID = "test-" + t.Name()
@@ -86,6 +86,9 @@ func newSite(t testing.TB, st store.Store) *site {
 	// the canceling job, however slow the machine.
 	opt.CancelGrace, opt.CancelReportTimeout = time.Minute, time.Minute
 	opt.AuthFailuresPerMinute = 5
+	for _, m := range mods {
+		m(&opt)
+	}
 	log := slog.New(slog.DiscardHandler)
 	srv := orchestrator.New(st, opt, log)
 	c := &clock{t: time.Now()}
