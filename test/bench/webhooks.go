@@ -40,8 +40,8 @@ type webhookPhase struct {
 }
 
 type webhookResult struct {
-	store      string
-	phases     []webhookPhase
+	store       string
+	phases      []webhookPhase
 	load, load2 string
 }
 
