@@ -147,10 +147,11 @@ type Webhooks interface {
 	// pending one of its subscription and key. Claimers sharing a database
 	// never hold one delivery at once.
 	ClaimWebhookDeliveries(ctx context.Context, owner string, now, until time.Time, limit int) ([]WebhookDelivery, error)
-	// FinishWebhookDelivery records a claimed delivery's request; a lease
-	// that passed to another claimer (or a deleted delivery) is
-	// ErrConflict, and nothing changes.
-	FinishWebhookDelivery(ctx context.Context, o DeliveryOutcome) error
+	// FinishWebhookDeliveries records claimed deliveries' requests in one
+	// transaction. Each outcome whose lease passed to another claimer (or
+	// whose delivery was deleted) changes nothing: its error is
+	// ErrConflict, the others apply. The error is the transaction's.
+	FinishWebhookDeliveries(ctx context.Context, outs []DeliveryOutcome) ([]error, error)
 	ListWebhookDeliveries(ctx context.Context, f DeliveryFilter) ([]WebhookDelivery, error)
 	// CountWebhookDeliveries counts the pending and the failed deliveries
 	// (absent: none) of one subscription, or of all with webhookID "".

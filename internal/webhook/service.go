@@ -12,7 +12,6 @@ package webhook
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -113,18 +112,25 @@ func (s *Service) CheckpointSaved(ctx context.Context, j store.Job, c Checkpoint
 // Run delivers until ctx ends: it claims what is due (as many as it has
 // room for), sends each in a goroutine of its own and looks again when one
 // finishes, when events are written here, or every poll_interval (retries,
-// events of other replicas). In-flight requests are cut when ctx ends and
-// recorded as due at once, for the next orchestrator to send.
+// events of other replicas). The outcomes of the requests that finished
+// meanwhile are recorded together, in one transaction, before each look.
+// In-flight requests are cut when ctx ends and recorded as due at once, for
+// the next orchestrator to send.
 func (s *Service) Run(ctx context.Context) {
 	s.syncConfig(ctx)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	var inflight atomic.Int64
-	finished := make(chan struct{}, 1)
+	results := make(chan sent, 64)
+	inflight := 0
+	var done []sent
 	nextPrune := time.Now().Add(s.options().PruneEvery)
-	for ctx.Err() == nil {
+	for {
+		s.record(ctx, done)
+		inflight -= len(done)
+		done = done[:0]
+		if ctx.Err() != nil {
+			break
+		}
 		opt := s.options()
-		if free := opt.Concurrency - int(inflight.Load()); free > 0 {
+		if free := opt.Concurrency - inflight; free > 0 {
 			owner := fmt.Sprintf("%s#%d", opt.InstanceID, s.claims.Add(1))
 			now := time.Now().UTC()
 			ds, err := s.st.ClaimWebhookDeliveries(ctx, owner, now, now.Add(opt.lease()), free)
@@ -132,14 +138,8 @@ func (s *Service) Run(ctx context.Context) {
 				s.logClaimError(err)
 			}
 			for _, d := range ds {
-				inflight.Add(1)
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					s.deliver(ctx, d, owner)
-					inflight.Add(-1)
-					signal(finished)
-				}()
+				inflight++
+				go func() { results <- sent{d: d, out: s.deliver(ctx, d, owner)} }()
 			}
 		}
 		if time.Now().After(nextPrune) {
@@ -150,13 +150,32 @@ func (s *Service) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 		case <-s.wake:
-		case <-finished:
+		case r := <-results:
+			done = append(done, r)
 		case <-s.resync:
 			s.syncConfig(ctx)
 		case <-t.C:
 		}
 		t.Stop()
+		for more := true; more; {
+			select {
+			case r := <-results:
+				done = append(done, r)
+			default:
+				more = false
+			}
+		}
 	}
+	for ; inflight > 0; inflight-- {
+		done = append(done, <-results)
+	}
+	s.record(ctx, done)
+}
+
+// sent is a request that finished, and how.
+type sent struct {
+	d   store.WebhookDelivery
+	out store.DeliveryOutcome
 }
 
 func (s *Service) logClaimError(err error) {
@@ -169,8 +188,8 @@ func (s *Service) logClaimError(err error) {
 	s.log.Warn("webhooks: cannot look for deliveries due", "err", err)
 }
 
-// deliver sends one claimed delivery and records how it went.
-func (s *Service) deliver(ctx context.Context, d store.WebhookDelivery, owner string) {
+// deliver sends one claimed delivery and says how it went.
+func (s *Service) deliver(ctx context.Context, d store.WebhookDelivery, owner string) store.DeliveryOutcome {
 	opt := s.options()
 	attempt := d.Attempts + 1
 	rctx, cancel := context.WithTimeout(ctx, opt.Timeout)
@@ -179,8 +198,7 @@ func (s *Service) deliver(ctx context.Context, d store.WebhookDelivery, owner st
 	now := time.Now().UTC()
 	out := store.DeliveryOutcome{ID: d.ID, Owner: owner, Now: now, Status: res.status, Error: res.err}
 	deadline := d.EventTime.Add(opt.RetryFor)
-	log := s.log.With("webhook", d.Webhook.Name, "receiver", originOf(d), "event", d.EventType, "event_id", d.EventID,
-		"delivery", d.ID, "attempt", attempt)
+	log := s.logFor(d, attempt)
 	switch {
 	case res.ok:
 		out.Delivered = true
@@ -201,15 +219,36 @@ func (s *Service) deliver(ctx context.Context, d store.WebhookDelivery, owner st
 		s.m.failures.Add(1)
 		log.Info("webhook delivery failed; it will be retried", "err", res.err, "retry_at", out.Retry)
 	}
-	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer fcancel()
-	if err := s.st.FinishWebhookDelivery(fctx, out); err != nil {
-		if errors.Is(err, store.ErrConflict) {
-			log.Info("webhook delivery taken over by another sender meanwhile", "err", err)
-			return
+	return out
+}
+
+func (s *Service) logFor(d store.WebhookDelivery, attempt int) *slog.Logger {
+	return s.log.With("webhook", d.Webhook.Name, "receiver", originOf(d), "event", d.EventType, "event_id", d.EventID,
+		"delivery", d.ID, "attempt", attempt)
+}
+
+// record stores the outcomes of finished requests in one transaction. An
+// outcome that cannot be stored leaves its delivery leased: when the lease
+// runs out it is sent again (at least once).
+func (s *Service) record(ctx context.Context, done []sent) {
+	if len(done) == 0 {
+		return
+	}
+	outs := make([]store.DeliveryOutcome, len(done))
+	for i, r := range done {
+		outs[i] = r.out
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	errs, err := s.st.FinishWebhookDeliveries(fctx, outs)
+	if err != nil {
+		s.log.Warn("webhooks: cannot record the outcome of deliveries; they will be sent again", "deliveries", len(outs), "err", err)
+		return
+	}
+	for i, err := range errs {
+		if err != nil {
+			s.logFor(done[i].d, done[i].d.Attempts+1).Info("webhook delivery taken over by another sender meanwhile", "err", err)
 		}
-		// The lease runs out and the delivery goes out again: at least once.
-		log.Warn("webhooks: cannot record a delivery's outcome; it will be sent again", "err", err)
 	}
 }
 

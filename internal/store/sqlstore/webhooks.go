@@ -387,53 +387,91 @@ func (s *Store) ClaimWebhookDeliveries(ctx context.Context, owner string, at, un
 		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 			return err
 		}
-		for _, id := range ids {
-			var w store.Webhook
-			d, err := scanDelivery(c.queryRow(ctx, `SELECT `+deliveryCols+`, w.id, w.name, w.url, w.team, w.format, w.secret
+		// The chosen rows are leased and read a page at a time, whatever
+		// their number: two statements for a page, not two for each.
+		for page := range slices.Chunk(ids, claimPage) {
+			in, args := padIDs(page)
+			if _, err := c.exec(ctx, `UPDATE webhook_deliveries SET lease_owner = ?, lease_until = ? WHERE id IN (`+in+`)`,
+				append([]any{owner, s.tv(until)}, args...)...); err != nil {
+				return err
+			}
+			rows, err := c.query(ctx, `SELECT `+deliveryCols+`, w.id, w.name, w.url, w.team, w.format, w.secret
 				FROM webhook_deliveries d JOIN webhook_events e ON e.seq = d.event_seq JOIN webhooks w ON w.id = d.webhook_id
-				WHERE d.id = ?`, id), &w.ID, &w.Name, &w.URL, &w.Team, &w.Format, &w.Secret)
-			if errors.Is(err, sql.ErrNoRows) {
+				WHERE d.id IN (`+in+`) ORDER BY d.next_at, d.id`, args...)
+			if err != nil {
+				return err
+			}
+			found := map[int64]bool{}
+			for rows.Next() {
+				var w store.Webhook
+				d, err := scanDelivery(rows, &w.ID, &w.Name, &w.URL, &w.Team, &w.Format, &w.Secret)
+				if err != nil {
+					rows.Close()
+					return err
+				}
+				d.Webhook, found[d.ID] = w, true
+				out = append(out, d)
+			}
+			if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+				return err
+			}
+			for _, id := range page {
+				if found[id] {
+					continue
+				}
 				// Its subscription was deleted as the event was written.
 				if _, err := c.exec(ctx, `DELETE FROM webhook_deliveries WHERE id = ?`, id); err != nil {
 					return err
 				}
-				continue
 			}
-			if err != nil {
-				return err
-			}
-			if _, err := c.exec(ctx, `UPDATE webhook_deliveries SET lease_owner = ?, lease_until = ? WHERE id = ?`,
-				owner, s.tv(until), id); err != nil {
-				return err
-			}
-			d.Webhook = w
-			out = append(out, d)
 		}
 		return nil
 	})
 	return out, err
 }
 
-// FinishWebhookDelivery records a request's outcome under the claimer's lease.
-func (s *Store) FinishWebhookDelivery(ctx context.Context, o store.DeliveryOutcome) error {
-	at := now(o.Now)
-	state, next, ended := store.DeliveryPending, o.Retry, any(nil)
-	switch {
-	case o.Delivered:
-		state, next, ended = store.DeliveryDelivered, at, s.tv(at)
-	case o.GiveUp:
-		state, next, ended = store.DeliveryFailed, at, s.tv(at)
+// claimPage is how many deliveries one statement of a claim leases and
+// reads; the IN list always has this many entries (the last ID repeated),
+// so each statement has one text and is prepared once.
+const claimPage = 16
+
+func padIDs(ids []int64) (string, []any) {
+	args := make([]any, claimPage)
+	for i := range args {
+		args[i] = ids[min(i, len(ids)-1)]
 	}
-	return s.write(ctx, func(c conn) error {
-		err := affected(c.exec(ctx, `UPDATE webhook_deliveries SET state = ?, attempts = attempts + 1, next_at = ?,
-			last_status = ?, last_error = ?, ended_at = ?, lease_owner = '', lease_until = NULL
-			WHERE id = ? AND lease_owner = ? AND state = 'pending'`,
-			state, s.tv(next), o.Status, o.Error, ended, o.ID, o.Owner))
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("webhook delivery %d is no longer leased to %s: %w", o.ID, o.Owner, store.ErrConflict)
+	return strings.TrimSuffix(strings.Repeat("?, ", claimPage), ", "), args
+}
+
+// FinishWebhookDeliveries records requests' outcomes under their claimers'
+// leases, in one transaction.
+func (s *Store) FinishWebhookDeliveries(ctx context.Context, outs []store.DeliveryOutcome) ([]error, error) {
+	errs := make([]error, len(outs))
+	err := s.write(ctx, func(c conn) error {
+		for i, o := range outs {
+			errs[i] = nil
+			at := now(o.Now)
+			state, next, ended := store.DeliveryPending, o.Retry, any(nil)
+			switch {
+			case o.Delivered:
+				state, next, ended = store.DeliveryDelivered, at, s.tv(at)
+			case o.GiveUp:
+				state, next, ended = store.DeliveryFailed, at, s.tv(at)
+			}
+			err := affected(c.exec(ctx, `UPDATE webhook_deliveries SET state = ?, attempts = attempts + 1, next_at = ?,
+				last_status = ?, last_error = ?, ended_at = ?, lease_owner = '', lease_until = NULL
+				WHERE id = ? AND lease_owner = ? AND state = 'pending'`,
+				state, s.tv(next), o.Status, o.Error, ended, o.ID, o.Owner))
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+				errs[i] = fmt.Errorf("webhook delivery %d is no longer leased to %s: %w", o.ID, o.Owner, store.ErrConflict)
+			case err != nil:
+				return err
+			}
 		}
-		return err
+		return nil
 	})
+	return errs, err
 }
 
 // ListWebhookDeliveries returns deliveries newest first.

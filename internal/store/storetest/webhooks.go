@@ -84,6 +84,15 @@ func deliveries(t *testing.T, s store.Store, webhookID string) []store.WebhookDe
 	return ds
 }
 
+// finishDelivery records one outcome on its own.
+func finishDelivery(s store.Store, ctx context.Context, o store.DeliveryOutcome) error {
+	errs, err := s.FinishWebhookDeliveries(ctx, []store.DeliveryOutcome{o})
+	if err != nil {
+		return err
+	}
+	return errs[0]
+}
+
 func eventTypes(ds []store.WebhookDelivery) []string {
 	out := []string{}
 	for _, d := range ds {
@@ -280,9 +289,9 @@ func testDeliveryOrderPerKey(t *testing.T, s store.Store) {
 	equal(t, claimIDs(t, s, "two", now, 10), []string{}, "while they are leased, nothing")
 	ds := deliveries(t, s, wh.ID)
 	// a's first fails and is due again later: a's second still waits.
-	noErr(t, s.FinishWebhookDelivery(ctx, store.DeliveryOutcome{ID: ds[0].ID, Owner: "one", Now: now, Retry: at(time.Hour),
+	noErr(t, finishDelivery(s, ctx, store.DeliveryOutcome{ID: ds[0].ID, Owner: "one", Now: now, Retry: at(time.Hour),
 		Status: 503, Error: "503 Service Unavailable"}), "FinishWebhookDelivery retry")
-	noErr(t, s.FinishWebhookDelivery(ctx, store.DeliveryOutcome{ID: ds[2].ID, Owner: "one", Now: now, Delivered: true, Status: 204}),
+	noErr(t, finishDelivery(s, ctx, store.DeliveryOutcome{ID: ds[2].ID, Owner: "one", Now: now, Delivered: true, Status: 204}),
 		"FinishWebhookDelivery delivered")
 	equal(t, claimIDs(t, s, "two", now, 10), []string{}, "a's next waits for a's first, b has no more")
 	equal(t, claimIDs(t, s, "two", at(time.Hour), 10), []string{ev[0]}, "a's first once due again")
@@ -290,10 +299,10 @@ func testDeliveryOrderPerKey(t *testing.T, s store.Store) {
 	equal(t, []any{ds[0].Attempts, ds[0].LastStatus, ds[0].LastError}, []any{1, 503, "503 Service Unavailable"}, "the retried delivery")
 	equal(t, []any{ds[2].State, ds[2].Attempts, ds[2].EndedAt != nil}, []any{store.DeliveryDelivered, 1, true}, "the delivered one")
 	// Given up: the next of the key goes ahead.
-	noErr(t, s.FinishWebhookDelivery(ctx, store.DeliveryOutcome{ID: ds[0].ID, Owner: "two", Now: at(time.Hour), GiveUp: true,
+	noErr(t, finishDelivery(s, ctx, store.DeliveryOutcome{ID: ds[0].ID, Owner: "two", Now: at(time.Hour), GiveUp: true,
 		Error: "gave up"}), "FinishWebhookDelivery give up")
 	equal(t, claimIDs(t, s, "three", at(time.Hour), 10), []string{ev[1]}, "a's second after a's first was given up")
-	noErr(t, s.FinishWebhookDelivery(ctx, store.DeliveryOutcome{ID: ds[1].ID, Owner: "three", Now: at(time.Hour), Delivered: true}), "finish")
+	noErr(t, finishDelivery(s, ctx, store.DeliveryOutcome{ID: ds[1].ID, Owner: "three", Now: at(time.Hour), Delivered: true}), "finish")
 	equal(t, claimIDs(t, s, "three", at(time.Hour), 10), []string{ev[3]}, "a's third")
 	counts, err := s.CountWebhookDeliveries(ctx, "")
 	noErr(t, err, "CountWebhookDeliveries")
@@ -315,12 +324,21 @@ func testDeliveryLease(t *testing.T, s store.Store) {
 	equal(t, len(ds), 1, "claimed")
 	equal(t, claimIDs(t, s, "two", at(30*time.Second), 10), []string{}, "within the lease")
 	equal(t, claimIDs(t, s, "two", at(time.Minute), 10), []string{ev[0]}, "once the lease has passed")
-	wantErr(t, s.FinishWebhookDelivery(ctx, store.DeliveryOutcome{ID: ds[0].ID, Owner: "one", Now: at(time.Minute), Delivered: true}),
-		store.ErrConflict, "finishing under a lease that passed to another")
-	noErr(t, s.FinishWebhookDelivery(ctx, store.DeliveryOutcome{ID: ds[0].ID, Owner: "two", Now: at(time.Minute), Delivered: true}),
-		"the lease holder finishes")
-	wantErr(t, s.FinishWebhookDelivery(ctx, store.DeliveryOutcome{ID: ds[0].ID, Owner: "two", Now: at(time.Minute), Delivered: true}),
+	// One transaction, two outcomes: the stale claimer's changes nothing,
+	// the lease holder's applies.
+	errs, err := s.FinishWebhookDeliveries(ctx, []store.DeliveryOutcome{
+		{ID: ds[0].ID, Owner: "one", Now: at(time.Minute), Delivered: true},
+		{ID: ds[0].ID, Owner: "two", Now: at(time.Minute), Retry: at(time.Hour), Status: 500, Error: "HTTP 500"},
+	})
+	noErr(t, err, "FinishWebhookDeliveries")
+	wantErr(t, errs[0], store.ErrConflict, "finishing under a lease that passed to another")
+	noErr(t, errs[1], "the lease holder finishes")
+	if d := deliveries(t, s, ds[0].WebhookID)[0]; d.State != store.DeliveryPending || d.LastStatus != 500 || d.Attempts != 1 {
+		t.Fatalf("after the batch: %+v", d)
+	}
+	wantErr(t, finishDelivery(s, ctx, store.DeliveryOutcome{ID: ds[0].ID, Owner: "two", Now: at(time.Minute), Delivered: true}),
 		store.ErrConflict, "finishing twice")
+	equal(t, claimIDs(t, s, "three", at(time.Hour), 10), []string{ev[0]}, "due again at its retry")
 }
 
 // Claimers racing for the same deliveries never hold one at once, and
@@ -368,7 +386,7 @@ func testDeliveryConcurrentClaims(t *testing.T, s store.Store) {
 					mu.Lock()
 					delete(held, d.Key)
 					mu.Unlock()
-					if err := s.FinishWebhookDelivery(context.Background(), store.DeliveryOutcome{ID: d.ID, Owner: owner,
+					if err := finishDelivery(s, context.Background(), store.DeliveryOutcome{ID: d.ID, Owner: owner,
 						Now: at(time.Second), Delivered: true}); err != nil {
 						errs <- err
 						return
@@ -404,7 +422,7 @@ func testDeliveryLogAndPrune(t *testing.T, s store.Store) {
 	ds, err := s.ClaimWebhookDeliveries(ctx, "one", at(time.Second), at(time.Minute), 10)
 	noErr(t, err, "claim")
 	for _, d := range ds {
-		noErr(t, s.FinishWebhookDelivery(ctx, store.DeliveryOutcome{ID: d.ID, Owner: "one", Now: at(time.Second), Delivered: true}), "finish")
+		noErr(t, finishDelivery(s, ctx, store.DeliveryOutcome{ID: d.ID, Owner: "one", Now: at(time.Second), Delivered: true}), "finish")
 	}
 	pending, err := s.ListWebhookDeliveries(ctx, store.DeliveryFilter{State: store.DeliveryPending})
 	noErr(t, err, "pending")
