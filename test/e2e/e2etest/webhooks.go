@@ -48,13 +48,13 @@ type Receiver struct {
 	hold     func(*http.Request)
 	inflight map[string]int
 	overlap  []string
-	arrived  chan Hook
+	held     int // requests under way (received, not answered)
 }
 
 // StartReceiver listens on a free loopback port (or on addr when given).
 func StartReceiver(t testing.TB, addr string) *Receiver {
 	t.Helper()
-	rc := &Receiver{T: t, inflight: map[string]int{}, arrived: make(chan Hook, 4096)}
+	rc := &Receiver{T: t, inflight: map[string]int{}}
 	rc.srv = httptest.NewUnstartedServer(http.HandlerFunc(rc.serve))
 	if addr != "" {
 		l, err := net.Listen("tcp", addr)
@@ -115,6 +115,7 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		rc.inflight[k]++
 	}
+	rc.held++
 	rc.mu.Unlock()
 	if hold != nil {
 		hold(r)
@@ -129,9 +130,9 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request) {
 	for _, k := range keys {
 		rc.inflight[k]--
 	}
+	rc.held--
 	rc.hooks = append(rc.hooks, h)
 	rc.mu.Unlock()
-	rc.arrived <- h
 	w.WriteHeader(h.Status)
 }
 
@@ -151,6 +152,13 @@ func (rc *Receiver) Accepted() []Hook {
 		}
 	}
 	return out
+}
+
+// Held is how many requests are under way: received, not yet answered.
+func (rc *Receiver) Held() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.held
 }
 
 // Overlaps lists the events and jobs that had two requests under way at once.
