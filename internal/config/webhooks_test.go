@@ -107,3 +107,28 @@ func entry(line string) string {
 	}
 	return out
 }
+
+// [webhook_delivery] and [[webhooks]] entries of any shape load into errors,
+// never a panic, and a secret never shows in what is printed.
+func FuzzWebhooksConfig(f *testing.F) {
+	f.Add([]byte("[webhook_delivery]\nallow_networks = [\"127.0.0.1/32\"]\n[[webhooks]]\nname = \"a\"\nurl = \"https://x.example/\"\nevents = [\"*\"]\nsecret = \"0123456789abcdef-fuzz\"\n"))
+	f.Add([]byte("[[webhooks]]\nname = 1\nevents = \"job.*\"\nsecret_file = 2\n[[webhooks]]\n"))
+	f.Add([]byte("webhooks = [1, 2]\n[webhook_delivery]\nconcurrency = -1\nallow_networks = [\"::/0\", \"x\"]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c := DefaultOrchestrator()
+		l := newLoader(c)
+		l.decodeTOML("fuzz.toml", data)
+		c.validate(l)
+		out := c.Redacted()
+		for _, w := range c.Webhooks {
+			if len(w.Secret) >= 8 && strings.Contains(out, w.Secret.Value()) && w.Secret.Value() != redacted {
+				t.Fatalf("secret %q printed", w.Secret.Value())
+			}
+			_ = w.String()
+		}
+		_ = c.WebhookDelivery.WebhookGuard()
+		for _, e := range l.errs {
+			_ = e.Error()
+		}
+	})
+}

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -208,6 +209,38 @@ func FuzzRender(f *testing.F) {
 		}
 		if slack && !json.Valid(r.body) {
 			t.Fatalf("slack body %q is not JSON", r.body)
+		}
+	})
+}
+
+// A create request of any shape is refused with a field error, or gives a
+// subscription every part of which passes the checks.
+func FuzzCheck(f *testing.F) {
+	f.Add([]byte(`{"name":"ops","url":"https://hooks.example.com/x","events":["job.failed","worker.*"],"format":"slack"}`))
+	f.Add([]byte(`{"name":"","url":"http://169.254.169.254/","events":["*"],"team":"x","secret":"short"}`))
+	f.Add([]byte(`{"name":"a","url":"http://[::ffff:127.0.0.1]/","events":[]}`))
+	svc := &Service{}
+	svc.opt.Store(&Options{})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var req spec.CreateRequest
+		if json.Unmarshal(body, &req) != nil {
+			return
+		}
+		w, err := svc.Check(req)
+		if err != nil {
+			if _, ok := errors.AsType[*FieldError](err); !ok {
+				t.Fatalf("not a field error: %v", err)
+			}
+			return
+		}
+		if spec.CheckName(w.Name) != nil || spec.CheckURL(w.URL, spec.Guard{}) != nil || len(w.Events) == 0 ||
+			spec.CheckTeam(w.Team) != nil || spec.CheckFormat(w.Format) != nil || len(w.Secret) < MinSecret {
+			t.Fatalf("accepted %+v", w)
+		}
+		for _, e := range w.Events {
+			if spec.CheckFilter(e) != nil {
+				t.Fatalf("accepted event %q", e)
+			}
 		}
 	})
 }

@@ -16,11 +16,12 @@ import (
 
 // The webhook scenario: does a webhook receiver that answers slowly move
 // dispatch? The same orchestrator and workers measure submit → job_submit
-// latency and job cycles three times: with no subscription, with a
-// subscription to every event whose receiver answers at once, and with one
+// latency and job cycles four times: with no subscription, with a
+// subscription to every event whose receiver answers at once, with one
 // whose receiver answers each request only after -webhook-delay (30 s), so
 // that every request slot of the delivery is held for the whole window and
-// the events pile up in the outbox.
+// the events pile up in the outbox, and with no subscription again (the
+// machine's load moves between phases: the two controls bracket it).
 
 type webhookFlags struct {
 	run, only bool
@@ -160,6 +161,15 @@ func runWebhooks(f flags, name, bin, tmp string) (res webhookResult, err error) 
 	}
 	rc.delay.Store(int64(f.webhooks.delay))
 	if err := phase(fmt.Sprintf("receiver answers after %s", f.webhooks.delay)); err != nil {
+		return res, err
+	}
+	// The control again, the machine's load having moved meanwhile: the
+	// subscription (and its backlog) deleted, the slow requests cut.
+	if err := c.call(ctx, "DELETE", "/api/admin/webhooks/bench", c.adminHdr(), nil, nil, 200); err != nil {
+		return res, err
+	}
+	rc.srv.Close()
+	if err := phase("no subscription (again)"); err != nil {
 		return res, err
 	}
 	return res, nil
