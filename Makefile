@@ -1,10 +1,12 @@
 # Build, test and package simpletuner-orchestratord and simpletuner-workerd.
 GO       ?= go
-VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The one version the binaries report and the packages carry (see
+# packaging/version.sh); make VERSION=1.2.0 sets it, without a leading "v".
+override VERSION := $(shell VERSION='$(VERSION)' ./packaging/version.sh)
 LDFLAGS  := -s -w -X github.com/simpletuner/simpletuner-orchestration/internal/version.Version=$(VERSION)
 BIN      := bin
 
-.PHONY: all build test lint demo bench bench-slurm faults package man completions clean minio gpu-check
+.PHONY: all build test lint demo bench bench-slurm faults package man completions clean minio gpu-check bench-bundle
 
 all: build
 
@@ -32,9 +34,12 @@ minio:
 	@command -v minio >/dev/null 2>&1 || test -x "$$($(GO) env GOPATH)/bin/minio" || \
 		{ echo "building minio $(MINIO_VERSION)"; $(GO) install github.com/minio/minio@$(MINIO_VERSION); }
 
+# staticcheck is a tool dependency in go.mod: its version is pinned there and
+# it comes through the module proxy like every other module.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 
 # The README's run command: orchestrator on the embedded store plus a worker running a demo job.
 demo: build
@@ -58,6 +63,20 @@ bench:
 gpu-check: build
 	./test/gpu/check.sh
 
+# Everything `go run ./test/bench` runs, prebuilt into one folder, for a
+# machine without Go or a C compiler: copy dist/bench-bundle there and run
+# ./bench -bundle . (see dist/bench-bundle/README).
+BUNDLE := dist/bench-bundle
+bench-bundle: build
+	rm -rf $(BUNDLE) && mkdir -p $(BUNDLE)
+	cp $(BIN)/simpletuner-orchestratord $(BIN)/simpletuner-workerd $(BIN)/simpletunerctl $(BUNDLE)/
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BUNDLE)/bench ./test/bench
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BUNDLE)/stamp ./test/bench/stamp
+	cc -O2 -static -nostdlib -ffreestanding -fno-stack-protector -fno-builtin \
+		-fno-tree-loop-distribute-patterns -o $(BUNDLE)/zerojob test/bench/zerojob/zerojob.c
+	cp test/bench/bundle-README $(BUNDLE)/README
+	du -sh $(BUNDLE)
+
 # The GPU packing trace replayed through Slurm's backfill scheduler on this
 # machine (root, Debian's slurm-wlm and munge; see test/bench/slurm/README.md).
 bench-slurm:
@@ -75,7 +94,7 @@ completions: build
 	$(BIN)/simpletunerctl completion fish >packaging/completions/simpletunerctl.fish
 
 package: build man completions
-	./packaging/build-packages.sh
+	VERSION='$(VERSION)' ./packaging/build-packages.sh
 
 clean:
 	rm -rf $(BIN) dist packaging/completions

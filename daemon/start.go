@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"syscall"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/version"
 )
 
 // start runs app.Start, answering signals meanwhile: a stop signal (or ctx
@@ -14,7 +16,7 @@ import (
 // failure.
 func start(ctx, runCtx context.Context, cancel context.CancelFunc, app App, n *notifier, log *slog.Logger, sigs <-chan os.Signal) (ready bool, err error) {
 	n.send("STATUS=Starting")
-	log.Info("starting")
+	log.Info("starting", "version", version.Version)
 	// Start runs in a goroutine so a stop signal during a long migration still works.
 	startDone := make(chan error, 1)
 	go func() { startDone <- app.Start(runCtx) }()

@@ -7,19 +7,20 @@ set -eu
 cd "$(dirname "$0")/.."
 NFPM="${NFPM:-go run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.0}"
 
-if [ -z "${VERSION:-}" ]; then
-	VERSION=$(git describe --tags --always --dirty 2>/dev/null || echo 0.0.0)
-fi
-# deb and rpm versions must start with a digit.
-VERSION=$(printf '%s' "$VERSION" | sed 's/^v//')
-# Without a release tag, describe gives a bare commit hash, which may start with a
-# letter or a leading zero: make it build metadata of a 0.1.0 pre-release.
-case "$VERSION" in [0-9]*.[0-9]*) ;; *) VERSION="0.1.0+git$VERSION" ;; esac
+VERSION=$(./packaging/version.sh)
 export VERSION
 
 for f in bin/simpletuner-orchestratord bin/simpletuner-workerd bin/simpletunerctl \
 	etc/orchestratord.toml etc/workerd.toml packaging/completions/simpletunerctl; do
 	[ -e "$f" ] || { echo "missing $f (run make build completions)" >&2; exit 1; }
+done
+# A package carries the version its binaries report, or it is not built.
+for cmd in "bin/simpletuner-orchestratord --version" "bin/simpletuner-workerd --version" "bin/simpletunerctl version"; do
+	got=$($cmd | awk '{print $NF}')
+	if [ "$got" != "$VERSION" ]; then
+		echo "${cmd%% *} reports version $got, the packages would be $VERSION: build both with make package VERSION=$VERSION" >&2
+		exit 1
+	fi
 done
 [ -e man/out/simpletunerctl.1.gz ] || ./packaging/build-man.sh
 

@@ -10,13 +10,12 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-make build man completions
 old=$(mktemp -d)
 root=$(mktemp -d)
 trap 'rm -rf "$root" "$old"' EXIT
-VERSION=0.1.0 ./packaging/build-packages.sh >/dev/null
+make package VERSION=0.1.0 >/dev/null
 mv dist/*.deb "$old/"
-VERSION=0.2.0 ./packaging/build-packages.sh >/dev/null
+make package VERSION=0.2.0 >/dev/null
 
 deb() { ls "dist/${2:-}$1"_*.deb; }
 rpmf() { ls dist/"$1"-*.rpm; }
@@ -64,10 +63,18 @@ for pair in simpletuner-orchestratord:simpletuner-workerd simpletuner-workerd:si
 	fi
 done
 dpkg-deb -I "$(deb simpletuner-orchestratord)" conffiles | grep -qx /etc/simpletuner/orchestratord.toml
+# Files that may hold secrets are never world-readable, not even in the
+# archive, before a maintainer script runs.
+dpkg-deb -c "$(deb simpletuner-orchestratord)" | grep -q '^-rw-r----- .* \./etc/simpletuner/orchestratord\.toml$' ||
+	{ echo "orchestratord.toml is not 0640 in the .deb" >&2; exit 1; }
+dpkg-deb -c "$(deb simpletuner-workerd)" | grep -q '^-rw------- .* \./etc/simpletuner/workerd\.toml$' ||
+	{ echo "workerd.toml is not 0600 in the .deb" >&2; exit 1; }
 dpkg-deb -I "$(deb simpletuner-workerd)" conffiles | grep -qx /etc/simpletuner/workerd.toml
 if command -v rpm >/dev/null 2>&1; then
 	rpm -qcp "$(rpmf simpletuner-orchestratord)" | grep -qx /etc/simpletuner/orchestratord.toml
 	rpm -qcp "$(rpmf simpletuner-workerd)" | grep -qx /etc/simpletuner/workerd.toml
+	rpm -qlvp "$(rpmf simpletuner-orchestratord)" | grep -q '^-rw-r----- .* /etc/simpletuner/orchestratord\.toml$'
+	rpm -qlvp "$(rpmf simpletuner-workerd)" | grep -q '^-rw------- .* /etc/simpletuner/workerd\.toml$'
 	rpm -qp --scripts "$(rpmf simpletuner-orchestratord)" | grep -q systemd-sysusers
 	rpm -qp --scripts "$(rpmf simpletuner-workerd)" | grep -q systemd-sysusers
 else
@@ -96,8 +103,22 @@ for c in worker-token worker-cert worker-key database-url; do
 	test "$(stat -c %a "$root/etc/simpletuner/$c")" = 600
 done
 "$root/usr/bin/simpletuner-orchestratord" --check-config --config "$root/etc/simpletuner/orchestratord.toml" >/dev/null
-"$root/usr/bin/simpletuner-workerd" --version
+# As shipped, workerd.toml is a template without an orchestrator URL or a
+# token: --check-config says so and exits 1.
+if "$root/usr/bin/simpletuner-workerd" --check-config --config "$root/etc/simpletuner/workerd.toml" >/dev/null 2>"$old/check.err"; then
+	echo "simpletuner-workerd --check-config accepts the packaged template" >&2
+	exit 1
+fi
+grep -q 'key orchestrator.url: not set' "$old/check.err" || { cat "$old/check.err" >&2; exit 1; }
 "$root/usr/bin/simpletunerctl" --help >/dev/null
+# The binaries report the version of the package they came in.
+versions_are() {
+	for cmd in "simpletuner-orchestratord --version" "simpletuner-workerd --version" "simpletunerctl version"; do
+		got=$("$root/usr/bin/"$cmd)
+		[ "$got" = "${cmd%% *} $1" ] || { echo "$cmd from the $1 packages says: $got" >&2; exit 1; }
+	done
+}
+versions_are 0.1.0
 
 # An upgrade keeps an admin's edits to the configuration files.
 echo '# edited by the admin' >>"$root/etc/simpletuner/orchestratord.toml"
@@ -107,6 +128,7 @@ for c in orchestratord workerd; do
 	grep -q '^# edited by the admin$' "$root/etc/simpletuner/$c.toml" || { echo "upgrade lost the edit of $c.toml" >&2; exit 1; }
 done
 dpkgr -s simpletuner-orchestratord | grep -q '^Version: 0.2.0'
+versions_are 0.2.0
 
 # Remove keeps state; purge deletes it.
 touch "$root/var/lib/simpletuner/orchestrator.db"

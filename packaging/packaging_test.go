@@ -372,3 +372,25 @@ func TestMaintainerScriptsInRoot(t *testing.T) {
 		}
 	}
 }
+
+// The configuration files may hold secrets inline (the database URL, an S3
+// key, the worker token): the packages ship them readable by no one but
+// root and, for the orchestrator's, its group, so that they are never
+// world-readable, not even between unpacking and the maintainer scripts.
+func TestConfigFilesShipPrivate(t *testing.T) {
+	t.Parallel()
+	for file, want := range map[string]string{
+		"nfpm/simpletuner-orchestratord.yaml": "/etc/simpletuner/orchestratord.toml 0640",
+		"nfpm/simpletuner-workerd.yaml":       "/etc/simpletuner/workerd.toml 0600",
+	} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst, mode, _ := strings.Cut(want, " ")
+		entry := regexp.MustCompile(`(?ms)^  - src: [^\n]*\n    dst: ` + regexp.QuoteMeta(dst) + `\n(?:    [^\n]*\n)*?    file_info: \{mode: (0[0-7]{3})\}`).FindSubmatch(b)
+		if entry == nil || string(entry[1]) != mode {
+			t.Errorf("%s: %s ships with mode %q, want %s", file, dst, entry, mode)
+		}
+	}
+}

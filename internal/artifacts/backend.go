@@ -8,8 +8,14 @@ package artifacts
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
+	"net/url"
+	"strings"
 	"time"
+
+	"github.com/minio/minio-go/v7"
 )
 
 // Errors of every backend; test with errors.Is.
@@ -21,7 +27,31 @@ var (
 	// ErrUnsafePath: a symbolic link or a non-regular file sits where the
 	// name leads; the store never follows links out of a job's tree.
 	ErrUnsafePath = errors.New("artifact path crosses a symbolic link or special file")
+	// ErrUnavailable: the backend could not be reached or failed on its side
+	// (the S3 service down, unreachable or answering 5xx); trying again
+	// later may work.
+	ErrUnavailable = errors.New("the artifact store is unreachable")
 )
+
+// unavailable marks an error of the backend that says it could not be
+// reached (see ErrUnavailable); others pass as they are.
+func unavailable(err error) error {
+	if err == nil || errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) {
+		return err // a request given up (its client went away) says nothing of the store
+	}
+	// Network errors by their types: a file error's errno passes for a
+	// net.Error too, and a full local disk is not an unreachable store.
+	var (
+		oe  *net.OpError
+		ue  *url.Error
+		dns *net.DNSError
+	)
+	if errors.As(err, &oe) || errors.As(err, &ue) || errors.As(err, &dns) || strings.Contains(err.Error(), "connection refused") ||
+		minio.ToErrorResponse(err).StatusCode >= 500 {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
+}
 
 // Backend is where bytes live. Names are slash-separated paths relative to
 // the backend's root, built and validated by Store; a backend never sees a

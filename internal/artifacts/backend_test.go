@@ -2,9 +2,15 @@ package artifacts
 
 import (
 	"context"
+	"errors"
+	"net"
+	"net/url"
 	"os"
 	"sort"
+	"syscall"
 	"testing"
+
+	"github.com/minio/minio-go/v7"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts/miniotest"
 )
@@ -79,5 +85,37 @@ func TestS3RefusesBadConfig(t *testing.T) {
 	_, err = NewS3(t.Context(), S3Config{Endpoint: srv.Endpoint, Bucket: srv.Bucket(t), AccessKey: "wrong", SecretKey: "wrong"})
 	if err == nil {
 		t.Fatal("wrong credentials were accepted")
+	}
+}
+
+// A backend that cannot be reached (a refused connection, a timeout, the S3
+// service answering 5xx) is ErrUnavailable; what it refuses on purpose, and
+// local file errors, are not.
+func TestUnavailable(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	_, refused := net.Dial("tcp", addr) // a real refused connection
+	if refused == nil {
+		t.Fatal("a closed port accepted a connection")
+	}
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{refused, true},
+		{&url.Error{Op: "Get", URL: "http://s3/x", Err: refused}, true},
+		{minio.ErrorResponse{StatusCode: 503, Code: "SlowDown"}, true},
+		{minio.ErrorResponse{StatusCode: 403, Code: "AccessDenied"}, false},
+		{ErrNotFound, false},
+		{&os.PathError{Op: "write", Path: "/x", Err: syscall.ENOSPC}, false},
+	} {
+		if got := errors.Is(unavailable(c.err), ErrUnavailable); got != c.want {
+			t.Errorf("unavailable(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }

@@ -143,23 +143,14 @@ func entryOf(name string, st *unix.Stat_t) Entry {
 	return Entry{Name: name, Size: st.Size, Modified: time.Unix(st.Mtim.Unix()).UTC()}
 }
 
-// Put implements Backend.
+// Put implements Backend. The object's directories are made only once its
+// bytes are in and committed: an upload that is refused or cut off leaves
+// no directory behind (a tree of empty ones would cost inodes no quota saw).
 func (l *Local) Put(ctx context.Context, name string, body io.Reader, commit func() error) error {
 	dirs, leaf := split(name)
-	dfd, err := l.openDir(dirs, true)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(dfd)
 	// Refuse before reading a byte what could never be renamed into place.
-	if st, err := statAt(dfd, leaf); err == nil {
-		switch st.Mode & unix.S_IFMT {
-		case unix.S_IFREG:
-		case unix.S_IFDIR:
-			return fmt.Errorf("%w: %q is a directory of other objects", ErrConflict, leaf)
-		default:
-			return fmt.Errorf("%w: %q is not a regular file", ErrUnsafePath, leaf)
-		}
+	if err := l.checkPlace(dirs, leaf); err != nil {
+		return err
 	}
 	tmpFD, err := l.openDir([]string{tmpName}, true)
 	if err != nil {
@@ -198,6 +189,11 @@ func (l *Local) Put(ctx context.Context, name string, body io.Reader, commit fun
 			return err
 		}
 	}
+	dfd, err := l.openDir(dirs, true)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
 	if err := unix.Renameat(tmpFD, tmp, dfd, leaf); err != nil {
 		if errors.Is(err, unix.EISDIR) || errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("%w: %q is a directory of other objects", ErrConflict, leaf)
@@ -208,6 +204,29 @@ func (l *Local) Put(ctx context.Context, name string, body io.Reader, commit fun
 	// And the directory entry must be on disk before we answer "stored".
 	if err := unix.Fsync(dfd); err != nil {
 		return fmt.Errorf("artifacts: fsync directory: %w", err)
+	}
+	return nil
+}
+
+// checkPlace refuses a name whose place holds something an object cannot
+// replace: a directory, a link, a special file, or such a thing on the way.
+func (l *Local) checkPlace(dirs []string, leaf string) error {
+	dfd, err := l.openDir(dirs, false)
+	if errors.Is(err, ErrNotFound) {
+		return nil // made at commit
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	if st, err := statAt(dfd, leaf); err == nil {
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+		case unix.S_IFDIR:
+			return fmt.Errorf("%w: %q is a directory of other objects", ErrConflict, leaf)
+		default:
+			return fmt.Errorf("%w: %q is not a regular file", ErrUnsafePath, leaf)
+		}
 	}
 	return nil
 }

@@ -11,27 +11,59 @@ import (
 	"hash"
 	"io"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Limits bound what jobs may store. Both must be positive.
+// Limits bound what jobs may store. All must be positive.
 type Limits struct {
 	MaxObjectBytes int64 // one object
-	MaxJobBytes    int64 // every object of every attempt of one job
+	// MaxJobBytes bounds every object of every attempt of one job, each
+	// charged its size and what its files and directories cost (see Charge).
+	MaxJobBytes   int64
+	MaxJobObjects int // objects of every attempt of one job
+}
+
+// MaxKeyDepth is the most segments an uploaded key may have: each is a
+// directory on the local disk (twice: the checksum records mirror the tree),
+// and a deep tree of empty directories costs inodes and blocks its bytes do
+// not show. Deeper keys stored before the limit existed still list and
+// download.
+const MaxKeyDepth = 16
+
+// EntryCost is what a job's quota is charged for each file or directory it
+// makes, beyond the bytes of its objects: about a block and an inode.
+const EntryCost = 4 << 10
+
+// Charge is what an object of size bytes under path ("bucket/key") costs its
+// job's quota: its bytes, and its file and directories twice over (the
+// object and its checksum record), plus a block for the last, partly used
+// one. Charging directories to every object that passes through them
+// overcounts shared ones, which keeps the count cheap and on the safe side.
+func Charge(path string, size int64) int64 {
+	return size + overhead(path)
+}
+
+func overhead(path string) int64 {
+	return EntryCost * (2*int64(1+strings.Count(path, "/")) + 1)
 }
 
 // TooLargeError is returned when an upload would pass a limit; nothing of it
 // is kept.
 type TooLargeError struct {
 	Limit int64
-	Of    string // "object" or "job"
+	Of    string // "object", "job" or "objects"
 }
 
 func (e *TooLargeError) Error() string {
-	if e.Of == "job" {
-		return fmt.Sprintf("the job's artifacts would exceed max_job_bytes (%d bytes)", e.Limit)
+	switch e.Of {
+	case "job":
+		return fmt.Sprintf("the job's artifacts would exceed max_job_bytes (%d bytes, counting %d bytes for each file and directory)",
+			e.Limit, EntryCost)
+	case "objects":
+		return fmt.Sprintf("the job has max_job_objects (%d) artifacts already", e.Limit)
 	}
 	return fmt.Sprintf("the object exceeds max_object_bytes (%d bytes)", e.Limit)
 }
@@ -72,10 +104,16 @@ type Store struct {
 // whole remaining budget. (Orchestrators sharing a database do not share it:
 // each sees only the objects already stored by the others.)
 type usage struct {
-	stored   int64 // bytes of stored objects when first counted, plus commits since
-	inflight int64 // bytes received by uploads in progress
-	replaced int64 // bytes of stored objects that uploads in progress will replace
+	stored   int64 // charge of stored objects when first counted, plus commits since
+	inflight int64 // bytes received by uploads in progress, and their overheads
+	replaced int64 // charge of stored objects that uploads in progress will replace
+	objects  int   // stored objects, plus new ones being uploaded
 	refs     int
+	// counted is closed once stored and objects hold the count of the
+	// objects on disk (err when that failed). Uploads of the job wait for it,
+	// so that none commits while the count is made.
+	counted chan struct{}
+	err     error
 }
 
 // New returns a Store over b with the given limits.
@@ -105,6 +143,9 @@ func (s *Store) Put(ctx context.Context, ref Ref, body io.Reader, declared int64
 	if err := ref.Validate(); err != nil {
 		return Object{}, err
 	}
+	if n := strings.Count(ref.Key, "/") + 1; n > MaxKeyDepth {
+		return Object{}, &nameError{"key", ref.Key, fmt.Sprintf("has %d segments; at most %d", n, MaxKeyDepth)}
+	}
 	lim := s.Limits()
 	if declared > lim.MaxObjectBytes {
 		return Object{}, &TooLargeError{Limit: lim.MaxObjectBytes, Of: "object"}
@@ -115,26 +156,39 @@ func (s *Store) Put(ctx context.Context, ref Ref, body io.Reader, declared int64
 	}
 	defer s.end(ref.JobID, u)
 
-	var old int64
+	var old int64 // the charge of the object this one replaces
+	isNew := false
 	if e, err := s.b.Stat(ctx, ref.dataName()); err == nil {
-		old = e.Size
-	} else if !errors.Is(err, ErrNotFound) {
-		return Object{}, err
+		old = Charge(ref.Path(), e.Size)
+	} else if errors.Is(err, ErrNotFound) {
+		isNew = true
+	} else {
+		return Object{}, unavailable(err)
 	}
+	over := overhead(ref.Path())
 	s.mu.Lock()
-	if declared > 0 && u.stored-u.replaced-old+u.inflight+declared > lim.MaxJobBytes {
+	switch {
+	case isNew && u.objects >= lim.MaxJobObjects:
+		s.mu.Unlock()
+		return Object{}, &TooLargeError{Limit: int64(lim.MaxJobObjects), Of: "objects"}
+	case u.stored-u.replaced-old+u.inflight+over+max(declared, 0) > lim.MaxJobBytes:
 		s.mu.Unlock()
 		return Object{}, &TooLargeError{Limit: lim.MaxJobBytes, Of: "job"}
 	}
 	u.replaced += old
+	u.inflight += over
+	if isNew {
+		u.objects++
+	}
 	s.mu.Unlock()
 
 	m := &meter{r: body, md5: md5.New(), sha: sha256.New(), max: lim.MaxObjectBytes,
 		grow: func(n int64) error { return s.grow(u, n, lim.MaxJobBytes) }}
+	var refused error // stillAllowed's answer: not the backend's
 	commit := func() error {
 		if stillAllowed != nil {
-			if err := stillAllowed(); err != nil {
-				return err
+			if refused = stillAllowed(); refused != nil {
+				return refused
 			}
 		}
 		// The old record must go before the new bytes arrive: a crash in
@@ -143,12 +197,18 @@ func (s *Store) Put(ctx context.Context, ref Ref, body io.Reader, declared int64
 		return s.b.Delete(ctx, ref.metaName())
 	}
 	err = s.b.Put(ctx, ref.dataName(), m, commit)
+	if err != nil && refused == nil && m.err == nil {
+		err = unavailable(err)
+	}
 
 	s.mu.Lock()
-	u.inflight -= m.n
+	u.inflight -= m.n + over
 	u.replaced -= old
-	if err == nil {
-		u.stored += m.n - old
+	switch {
+	case err == nil:
+		u.stored += Charge(ref.Path(), m.n) - old
+	case isNew:
+		u.objects--
 	}
 	s.mu.Unlock()
 	if err != nil {
@@ -160,38 +220,49 @@ func (s *Store) Put(ctx context.Context, ref Ref, body io.Reader, declared int64
 	rec := meta{Version: metaVersion, Size: obj.Size, MD5: obj.MD5, SHA256: obj.SHA256, Modified: obj.Modified}
 	// The object is stored; its record is written even if the client has gone.
 	if err := s.b.Put(context.WithoutCancel(ctx), ref.metaName(), bytes.NewReader(rec.encode()), nil); err != nil {
-		return obj, fmt.Errorf("stored %s, but not its checksums: %w", ref.Path(), err)
+		return obj, fmt.Errorf("stored %s, but not its checksums: %w", ref.Path(), unavailable(err))
 	}
 	return obj, nil
 }
 
 func (s *Store) begin(ctx context.Context, job string) (*usage, error) {
 	s.mu.Lock()
-	if u, ok := s.jobs[job]; ok {
-		u.refs++
-		s.mu.Unlock()
+	u, ok := s.jobs[job]
+	if !ok {
+		u = &usage{counted: make(chan struct{})}
+		s.jobs[job] = u
+	}
+	u.refs++
+	s.mu.Unlock()
+	if ok {
+		select {
+		case <-u.counted:
+		case <-ctx.Done():
+			s.end(job, u)
+			return nil, ctx.Err()
+		}
+		if u.err != nil {
+			s.end(job, u)
+			return nil, u.err
+		}
 		return u, nil
 	}
+	stored, objects, err := s.JobUsage(ctx, job)
+	s.mu.Lock()
+	u.stored, u.objects, u.err = stored, objects, err
 	s.mu.Unlock()
-	stored, err := s.JobBytes(ctx, job)
+	close(u.counted)
 	if err != nil {
+		s.end(job, u)
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if u, ok := s.jobs[job]; ok { // another upload counted first; its count is as fresh
-		u.refs++
-		return u, nil
-	}
-	u := &usage{stored: stored, refs: 1}
-	s.jobs[job] = u
 	return u, nil
 }
 
 func (s *Store) end(job string, u *usage) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if u.refs--; u.refs == 0 {
+	if u.refs--; u.refs == 0 && s.jobs[job] == u {
 		delete(s.jobs, job)
 	}
 }
@@ -258,7 +329,7 @@ func (s *Store) List(ctx context.Context, job string, attempt int) ([]Object, er
 	}
 	entries, err := s.b.List(ctx, prefix)
 	if err != nil {
-		return nil, err
+		return nil, unavailable(err)
 	}
 	type key struct {
 		attempt int
@@ -338,29 +409,30 @@ func (s *Store) Open(ctx context.Context, ref Ref) (Reader, Object, error) {
 	}
 	r, e, err := s.b.Open(ctx, ref.dataName())
 	if err != nil {
-		return nil, Object{}, err
+		return nil, Object{}, unavailable(err)
 	}
 	o := Object{Attempt: ref.Attempt, Path: ref.Path(), Size: e.Size, Modified: e.Modified.UTC()}
 	s.fill(ctx, ref.JobID, &o)
 	return r, o, nil
 }
 
-// JobBytes is the size of every object of every attempt of a job.
-func (s *Store) JobBytes(ctx context.Context, job string) (int64, error) {
+// JobUsage is what every object of every attempt of a job is charged (see
+// Charge), and how many objects there are.
+func (s *Store) JobUsage(ctx context.Context, job string) (charged int64, objects int, err error) {
 	if err := validJobID(job); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	entries, err := s.b.List(ctx, job+"/")
 	if err != nil {
-		return 0, err
+		return 0, 0, unavailable(err)
 	}
-	var total int64
 	for _, e := range entries {
-		if _, isMeta, _, ok := parseName(job, e.Name); ok && !isMeta {
-			total += e.Size
+		if _, isMeta, path, ok := parseName(job, e.Name); ok && !isMeta {
+			charged += Charge(path, e.Size)
+			objects++
 		}
 	}
-	return total, nil
+	return charged, objects, nil
 }
 
 // DeleteJob removes every artifact of a job (for retention).
@@ -368,5 +440,5 @@ func (s *Store) DeleteJob(ctx context.Context, job string) error {
 	if err := validJobID(job); err != nil {
 		return err
 	}
-	return s.b.DeleteAll(ctx, job+"/")
+	return unavailable(s.b.DeleteAll(ctx, job+"/"))
 }

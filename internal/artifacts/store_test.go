@@ -29,7 +29,7 @@ func newLocalStore(t *testing.T, l Limits) (*Store, string) {
 	return New(b, l), dir
 }
 
-var roomy = Limits{MaxObjectBytes: 1 << 30, MaxJobBytes: 1 << 30}
+var roomy = Limits{MaxObjectBytes: 1 << 30, MaxJobBytes: 1 << 30, MaxJobObjects: 1000}
 
 func ref(key string) Ref { return Ref{JobID: "j_test", Attempt: 1, Bucket: "out", Key: key} }
 
@@ -103,8 +103,9 @@ func testPutOpenList(t *testing.T, s *Store, left func() []string) {
 	if one, _ := s.List(t.Context(), "j_test", 1); len(one) != 1 || one[0].Attempt != 1 {
 		t.Fatalf("List attempt 1: %+v", one)
 	}
-	if n, err := s.JobBytes(t.Context(), "j_test"); err != nil || n != 12 {
-		t.Fatalf("JobBytes = %d, %v", n, err)
+	want := Charge("out/ckpt/step-1/model.safetensors", 7) + Charge("out/final.bin", 5)
+	if n, objects, err := s.JobUsage(t.Context(), "j_test"); err != nil || n != want || objects != 2 {
+		t.Fatalf("JobUsage = %d bytes, %d objects, %v; want %d, 2", n, objects, err, want)
 	}
 	// Overwrite replaces bytes and checksums together.
 	o2 := put(t, s, ref("ckpt/step-1/model.safetensors"), []byte("new"))
@@ -190,7 +191,9 @@ func testCommitRefusedLeavesNothing(t *testing.T, s *Store, left func() []string
 	}
 }
 
-var tight = Limits{MaxObjectBytes: 100, MaxJobBytes: 250}
+// tight holds 250 bytes in three objects of one-segment keys: their bytes
+// and what their files and directories are charged.
+var tight = Limits{MaxObjectBytes: 100, MaxJobBytes: 250 + 3*overhead("out/x"), MaxJobObjects: 1000}
 
 func TestLimits(t *testing.T) { forEachBackend(t, tight, testLimits) }
 
@@ -209,7 +212,7 @@ func testLimits(t *testing.T, s *Store, left func() []string) {
 	}
 	put(t, s, ref("exact"), make([]byte, 100))
 	put(t, s, Ref{JobID: "j_test", Attempt: 2, Bucket: "out", Key: "b"}, make([]byte, 100))
-	// 200 of 250 used: 51 more would pass the job's limit, announced or not.
+	// 200 of 250 bytes used: 51 more would pass the job's limit, announced or not.
 	if _, err := s.Put(t.Context(), ref("c"), bytes.NewReader(make([]byte, 51)), 51, nil); !errors.As(err, &tl) || tl.Of != "job" {
 		t.Fatalf("over the job limit, announced: %v", err)
 	}
@@ -219,8 +222,8 @@ func testLimits(t *testing.T, s *Store, left func() []string) {
 	put(t, s, ref("c"), make([]byte, 50))
 	// Replacing an object counts only the difference.
 	put(t, s, ref("exact"), make([]byte, 100))
-	if n, _ := s.JobBytes(t.Context(), "j_test"); n != 250 {
-		t.Fatalf("JobBytes = %d", n)
+	if n, objects, _ := s.JobUsage(t.Context(), "j_test"); n != tight.MaxJobBytes || objects != 3 {
+		t.Fatalf("JobUsage = %d bytes, %d objects; want %d, 3", n, objects, tight.MaxJobBytes)
 	}
 	// Another job has its own budget.
 	put(t, s, Ref{JobID: "j_else", Attempt: 1, Bucket: "out", Key: "a"}, make([]byte, 100))
@@ -257,8 +260,8 @@ func testJobLimitUnderConcurrency(t *testing.T, s *Store, _ func() []string) {
 	}
 	close(start)
 	wg.Wait()
-	if n, _ := s.JobBytes(t.Context(), "j_test"); ok != 2 || n != 200 {
-		t.Fatalf("%d uploads succeeded, %d bytes stored; want 2 and 200", ok, n)
+	if n, _, _ := s.JobUsage(t.Context(), "j_test"); ok != 2 || n != 200+2*overhead("out/x") {
+		t.Fatalf("%d uploads succeeded, %d bytes charged; want 2 and %d", ok, n, 200+2*overhead("out/x"))
 	}
 }
 
@@ -405,5 +408,87 @@ func TestSweepsStaleTemporaryFiles(t *testing.T) {
 	}
 	if _, err := os.Stat(fresh); err != nil {
 		t.Fatalf("fresh temporary file removed: %v", err)
+	}
+}
+
+// dirs counts the directories below dir, the root included.
+func dirs(t *testing.T, dir string) int {
+	t.Helper()
+	n := 0
+	_ = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			n++
+		}
+		return nil
+	})
+	return n
+}
+
+// Empty objects under deep keys cost their job's quota what their files and
+// directories cost the disk: a job cannot fill a disk's inodes with them.
+// Keys deeper than MaxKeyDepth are refused, and a job holds at most
+// MaxJobObjects objects. A refused upload leaves no directory behind.
+func TestQuotaChargesFilesAndDirectories(t *testing.T) {
+	t.Parallel()
+	lim := Limits{MaxObjectBytes: 1 << 20, MaxJobBytes: 2 << 20, MaxJobObjects: 1000}
+	s, dir := newLocalStore(t, lim)
+	deep := func(i int) Ref {
+		segs := make([]string, MaxKeyDepth)
+		for j := range segs {
+			segs[j] = "d"
+		}
+		segs[0] = string(rune('a'+i%26)) + strings.Repeat("x", i/26)
+		return ref(strings.Join(segs, "/"))
+	}
+	var tl *TooLargeError
+	stored := 0
+	for i := range 400 {
+		_, err := s.Put(t.Context(), deep(i), bytes.NewReader(nil), 0, nil)
+		if err == nil {
+			stored++
+			continue
+		}
+		if !errors.As(err, &tl) || tl.Of != "job" {
+			t.Fatalf("upload %d: %v", i, err)
+		}
+	}
+	per := Charge(deep(0).Path(), 0)
+	if want := int(lim.MaxJobBytes / per); stored != want {
+		t.Errorf("%d empty deep objects stored in a 2 MiB quota; want %d (each charged %d bytes)", stored, want, per)
+	}
+	// The disk holds no more directories than the quota paid for.
+	if n, paid := dirs(t, dir), int(lim.MaxJobBytes/EntryCost); n > paid {
+		t.Errorf("%d directories on disk for a quota of %d entries", n, paid)
+	}
+	before := dirs(t, dir)
+	if _, err := s.Put(t.Context(), deep(400), bytes.NewReader(nil), 0, nil); !errors.As(err, &tl) {
+		t.Fatalf("an upload over the quota: %v", err)
+	}
+	if after := dirs(t, dir); after != before {
+		t.Errorf("a refused upload left %d directories", after-before)
+	}
+	t.Logf("400 empty %d-segment uploads into a 2 MiB quota: %d stored, %d directories on disk", MaxKeyDepth, stored, before)
+
+	tooDeep := ref(strings.Repeat("d/", MaxKeyDepth) + "x")
+	if _, err := s.Put(t.Context(), tooDeep, bytes.NewReader(nil), 0, nil); !errors.Is(err, ErrInvalidName) ||
+		!strings.Contains(err.Error(), "has 17 segments; at most 16") {
+		t.Errorf("a key of %d segments: %v", MaxKeyDepth+1, err)
+	}
+}
+
+func TestObjectCountLimit(t *testing.T) {
+	t.Parallel()
+	s, _ := newLocalStore(t, Limits{MaxObjectBytes: 1 << 20, MaxJobBytes: 1 << 30, MaxJobObjects: 3})
+	for _, k := range []string{"a", "b", "c"} {
+		put(t, s, ref(k), []byte("x"))
+	}
+	var tl *TooLargeError
+	if _, err := s.Put(t.Context(), ref("d"), bytes.NewReader(nil), 0, nil); !errors.As(err, &tl) || tl.Of != "objects" ||
+		!strings.Contains(err.Error(), "max_job_objects (3)") {
+		t.Fatalf("a fourth object: %v", err)
+	}
+	put(t, s, ref("b"), []byte("replaced")) // replacing one adds none
+	if _, n, _ := s.JobUsage(t.Context(), "j_test"); n != 3 {
+		t.Fatalf("%d objects", n)
 	}
 }

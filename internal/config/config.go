@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,6 +19,10 @@ import (
 const (
 	DefaultOrchestratorPath = "/etc/simpletuner/orchestratord.toml"
 	DefaultWorkerPath       = "/etc/simpletuner/workerd.toml"
+	// DefaultWorkerTokenFile is where the package keeps the worker token
+	// (created empty, mode 0600). Read at this default path, a missing or
+	// empty file means "no token here" rather than an error.
+	DefaultWorkerTokenFile = "/etc/simpletuner/worker-token"
 )
 
 // Duration is a time.Duration written as a Go duration string ("30s").
@@ -157,7 +162,30 @@ type ServerConfig struct {
 	StreamWriteTimeout Duration `toml:"stream_write_timeout"`
 	// MaxLogFollowers caps the log follow streams one credential holds open.
 	MaxLogFollowers int `toml:"max_log_followers"`
+	// PublicURL is where browsers and admins reach this orchestrator when
+	// that is not its listener: a TLS proxy in front of it ("" none).
+	PublicURL string `toml:"public_url"`
+	// BodyTimeout bounds the wait for a request body: it must arrive within
+	// this long, or move on by BodyProgressBytes within each such period.
+	BodyTimeout Duration `toml:"body_timeout"`
 }
+
+// PublicURL parses server.public_url; nil when it is not set. Validation
+// has refused anything else than an http(s) origin.
+func (c *Orchestrator) PublicURL() *url.URL {
+	if c.Server.PublicURL == "" {
+		return nil
+	}
+	u, err := url.Parse(strings.TrimSuffix(c.Server.PublicURL, "/"))
+	if err != nil {
+		return nil
+	}
+	return u
+}
+
+// BodyProgressBytes is how much of a request body must arrive within each
+// server.body_timeout for the body to go on.
+const BodyProgressBytes = 64 << 10
 
 // TLSConfig is [tls]; cert and key both set → HTTPS.
 type TLSConfig struct {
@@ -243,6 +271,7 @@ type ArtifactsConfig struct {
 	Dir             string   `toml:"dir"`     // local: "" → <state_dir>/artifacts
 	MaxObjectBytes  int64    `toml:"max_object_bytes"`
 	MaxJobBytes     int64    `toml:"max_job_bytes"`
+	MaxJobObjects   int      `toml:"max_job_objects"`
 	UploadGrace     Duration `toml:"upload_grace"` // uploads still accepted this long after an attempt ends
 	S3Endpoint      string   `toml:"s3_endpoint"`  // http(s)://host[:port]
 	S3Bucket        string   `toml:"s3_bucket"`
@@ -289,11 +318,20 @@ type Worker struct {
 	Log          LogConfig        `toml:"log"`
 
 	origins map[string]string // key → where it was set (file:line, variable, flag)
+	// tokenInFiles: the token came from a file an admin can rewrite while
+	// workerd runs (token_file, the credential, this file), not from the
+	// environment or a flag.
+	tokenInFiles bool
 }
 
 // Origin says where a key's value came from: "file.toml:12", an environment
 // variable, a flag, or "" for the built-in default.
 func (c *Worker) Origin(key string) string { return c.origins[key] }
+
+// TokenRereadable reports whether loading the configuration again may find
+// another token: it came from the token file, the systemd credential or the
+// configuration file, not from the environment or a flag.
+func (c *Worker) TokenRereadable() bool { return c.tokenInFiles }
 
 // ConnectionConfig is the worker's [orchestrator]; after loading, Token holds
 // the secret whatever its source (token, token_file or "worker-token" credential).
@@ -330,16 +368,20 @@ type WorkerConfig struct {
 
 // JobConfig is the worker's [job].
 type JobConfig struct {
-	Command       []string          `toml:"command"`
-	WorkDir       string            `toml:"work_dir"` // "" → <state_dir>/jobs
-	CancelGrace   Duration          `toml:"cancel_grace"`
-	Env           map[string]string `toml:"env"`
-	LogLimitBytes int64             `toml:"log_limit_bytes"`
-	Isolation     string            `toml:"isolation"` // auto | cgroup | process-group
-	User          string            `toml:"user"`      // jobs' groups; "" runs jobs as workerd itself
-	UIDRange      string            `toml:"uid_range"` // a uid per running job; "" runs every job as user
-	MemoryMax     string            `toml:"memory_max"`
-	TasksMax      int64             `toml:"tasks_max"`
+	Command     []string          `toml:"command"`
+	WorkDir     string            `toml:"work_dir"` // "" → <state_dir>/jobs
+	CancelGrace Duration          `toml:"cancel_grace"`
+	Env         map[string]string `toml:"env"`
+	// PassEnv names more variables of workerd's own environment that jobs
+	// inherit, beyond the built-in allowlist: names or glob patterns
+	// ("HF_*"). A secret-like name never passes (see SecretLikeName).
+	PassEnv       []string `toml:"pass_env"`
+	LogLimitBytes int64    `toml:"log_limit_bytes"`
+	Isolation     string   `toml:"isolation"` // auto | cgroup | process-group
+	User          string   `toml:"user"`      // jobs' groups; "" runs jobs as workerd itself
+	UIDRange      string   `toml:"uid_range"` // a uid per running job; "" runs every job as user
+	MemoryMax     string   `toml:"memory_max"`
+	TasksMax      int64    `toml:"tasks_max"`
 }
 
 // MemoryMaxBytes is memory_max in bytes (0: no limit); validation has
@@ -422,6 +464,7 @@ func DefaultOrchestrator() *Orchestrator {
 			MaxBodyBytes:       1 << 20,
 			StreamWriteTimeout: D(30 * time.Second),
 			MaxLogFollowers:    8,
+			BodyTimeout:        D(30 * time.Second),
 		},
 		Database: DatabaseConfig{Timeout: D(30 * time.Second)},
 		Paths:    PathsConfig{StateDir: "/var/lib/simpletuner", ConfigsDir: "/etc/simpletuner/configs"},
@@ -453,6 +496,7 @@ func DefaultOrchestrator() *Orchestrator {
 			Backend:        "local",
 			MaxObjectBytes: 100 << 30,
 			MaxJobBytes:    500 << 30,
+			MaxJobObjects:  10000,
 			UploadGrace:    D(15 * time.Minute),
 		},
 		Retention: RetentionConfig{
@@ -475,6 +519,7 @@ const DefaultDrainTimeout = 60 * time.Second
 // while the packaged workerd.toml sets it to true.
 func DefaultWorker() *Worker {
 	return &Worker{
+		Orchestrator: ConnectionConfig{TokenFile: DefaultWorkerTokenFile},
 		Worker: WorkerConfig{
 			Labels:         map[string]string{},
 			StateDir:       "/var/lib/simpletuner-worker",
@@ -486,6 +531,7 @@ func DefaultWorker() *Worker {
 			Command:       []string{"python3", "-m", "simpletuner.train"},
 			CancelGrace:   D(DefaultCancelGrace),
 			Env:           map[string]string{},
+			PassEnv:       []string{},
 			LogLimitBytes: DefaultLogLimitBytes,
 			Isolation:     "auto",
 			User:          "simpletuner-job",

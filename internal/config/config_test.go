@@ -221,8 +221,42 @@ func TestOptions(t *testing.T) {
 		t.Errorf("--version: %+v %v", opts, err)
 	}
 	_, _, err = LoadWorker([]string{"-h"}, env())
-	if !errors.Is(err, flag.ErrHelp) || !strings.Contains(err.Error(), "-orchestrator-url") {
+	if !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: %v", err)
+	}
+}
+
+// A flag that cannot be parsed is a usage error naming it as the
+// documentation writes it; --help lists the flags that way too.
+func TestFlagUsage(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bogus"}, "flag provided but not defined: --bogus"},
+		{[]string{"-bogus"}, "flag provided but not defined: --bogus"},
+		{[]string{"--config"}, "flag needs an argument: --config"},
+		{[]string{"-v=maybe"}, `invalid boolean value "maybe" for -v`},
+	} {
+		_, _, err := LoadOrchestrator(c.args, func(string) string { return "" })
+		var ue *UsageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v; want a usage error %q", c.args, err, c.want)
+		}
+	}
+	for name, help := range map[string]string{"orchestratord": OrchestratorFlagHelp(), "workerd": WorkerFlagHelp()} {
+		for _, want := range []string{"  --config file ", "  --check-config ", "  -v, --verbose ", "  --version "} {
+			if !strings.Contains(help, want) {
+				t.Errorf("%s's flag help lacks %q:\n%s", name, want, help)
+			}
+		}
+		if strings.Contains(help, "\n  -config") || strings.Contains(help, "  -verbose") {
+			t.Errorf("%s's flag help shows a single-dash long flag:\n%s", name, help)
+		}
+	}
+	if help := WorkerFlagHelp(); !strings.Contains(help, "  --orchestrator-url URL ") || !strings.Contains(help, "  --persistent ") {
+		t.Errorf("workerd's flag help:\n%s", help)
 	}
 }
 
@@ -255,6 +289,11 @@ func TestErrors(t *testing.T) {
 		{"negative retries", "[jobs]\nmax_retries = -1\n", nil, nil, []string{"o.toml:2: key jobs.max_retries: must be 0 or more"}},
 		{"zero limit", "[jobs]\nlog_limit_bytes = 0\n", nil, nil, []string{"o.toml:2: key jobs.log_limit_bytes: must be greater than 0"}},
 		{"body limit", "[server]\nmax_body_bytes = -5\n", nil, nil, []string{"key server.max_body_bytes: must be greater than 0"}},
+		{"s3 endpoint secret", "[artifacts]\nbackend = \"s3\"\ns3_bucket = \"bkt\"\ns3_endpoint = \"https://minio:hunter2@s3.example:9000\"\n", nil, nil,
+			[]string{"o.toml:4: key artifacts.s3_endpoint: \"https://REDACTED@s3.example:9000\" holds a user or password"}},
+		{"public url path", "[server]\npublic_url = \"https://o.example/ui\"\n", nil, nil, []string{"o.toml:2: key server.public_url: \"https://o.example/ui\": must be an origin"}},
+		{"public url scheme", "[server]\npublic_url = \"o.example\"\n", nil, nil, []string{"key server.public_url: \"o.example\": want an http:// or https:// URL"}},
+		{"public url user", "[server]\npublic_url = \"https://u:p@o.example\"\n", nil, nil, []string{"must not hold a user or password"}},
 		{"log level", "[log]\nlevel = \"loud\"\nformat = \"xml\"\n", nil, nil, []string{"o.toml:2: key log.level: \"loud\" is not one of", "o.toml:3: key log.format: \"xml\" is not one of"}},
 		{"listen", "[server]\nlisten = [\"nohost\"]\n", nil, nil, []string{"o.toml:2: key server.listen: \"nohost\": want host:port"}},
 		{"listen port", "[server]\nlisten = [\"h:http\"]\n", nil, nil, []string{"key server.listen: \"h:http\": port must be a number"}},
@@ -276,7 +315,7 @@ func TestErrors(t *testing.T) {
 		{"flag port range", "", nil, []string{"--port", "70000"}, []string{"--port: key server.listen: invalid port"}},
 		{"--ssl alone", "", nil, []string{"--ssl"}, []string{"--ssl: needs --ssl-cert and --ssl-key"}},
 		{"--ssl-cert only", "", nil, []string{"--ssl", "--ssl-cert", cert}, []string{"--ssl: needs", "--ssl-cert: key tls.cert_file: tls.cert_file and tls.key_file must be set together"}},
-		{"unknown flag", "", nil, []string{"--nope"}, []string{"flag provided but not defined: -nope"}},
+		{"unknown flag", "", nil, []string{"--nope"}, []string{"flag provided but not defined: --nope"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -333,7 +372,14 @@ func TestWorkerErrors(t *testing.T) {
 		{"command", "[job]\ncommand = []\n", nil, nil, []string{"w.toml:2: key job.command: must name a program"}},
 		{"env names", "[job]\nenv = { \"A=B\" = \"x\", OK = \"y\" }\n", nil, nil, []string{"w.toml:2: key job.env: \"A=B\" is not a valid"}},
 		{"env values", "[job]\nenv = { A = 1 }\n", nil, nil, []string{"w.toml:2: key job.env: want a table of strings, \"A\" is an integer"}},
+		{"pass_env ok", "[job]\npass_env = [\"HF_*\", \"VIRTUAL_ENV\", \"LC_[A-Z]*\"]\n", nil, nil, nil},
+		{"pass_env secret", "[job]\npass_env = [\"HF_HOME\", \"SIMPLETUNER_ADMIN_TOKEN\", \"db_password\"]\n", nil, nil, []string{
+			"w.toml:2: key job.pass_env: \"SIMPLETUNER_ADMIN_TOKEN\" looks like a secret's name; workerd never passes one of its own environment to jobs",
+			"w.toml:2: key job.pass_env: \"db_password\" looks like a secret's name"}},
+		{"pass_env pattern", "[job]\npass_env = [\"A=B\", \"[\", \"\"]\n", nil, nil, []string{
+			"w.toml:2: key job.pass_env: \"A=B\" is not a variable name or a glob pattern", "\"[\" is not", "\"\" is not"}},
 		{"labels type", "[worker]\nlabels = [\"a\"]\n", nil, nil, []string{"w.toml:2: key worker.labels: want a table of strings"}},
+		{"name escapes", "[worker]\nname = \"w\\u001b[2J\"\n", nil, nil, []string{"w.toml:2: key worker.name: \"w\\x1b[2J\" has the control character U+001B"}},
 		{"labels table ok", "[worker.labels]\ngpu = \"a100\"\n[worker]\nname = \"n\"\n", nil, nil, nil},
 		{"self fence", "[worker]\nself_fence_after = \"0s\"\n", nil, nil, []string{"w.toml:2: key worker.self_fence_after: must be greater than 0"}},
 		{"bool type", "[worker]\npersistent = \"yes\"\n", nil, nil, []string{"w.toml:2: key worker.persistent: want true or false"}},
@@ -655,6 +701,74 @@ func TestEditDistance(t *testing.T) {
 	}{{"", "", 0}, {"abc", "abc", 0}, {"hearbeat", "heartbeat", 1}, {"lsiten", "listen", 1}, {"abc", "", 3}, {"kitten", "sitting", 3}} {
 		if got := editDistance(c.a, c.b); got != c.d {
 			t.Errorf("editDistance(%q, %q) = %d, want %d", c.a, c.b, got, c.d)
+		}
+	}
+}
+
+// The worker token file: one that its group or others may read is refused
+// (naming the file and the fix); at the default path a missing or empty file
+// is no token, and a token there comes before the systemd credential, which
+// systemd never updates while the unit runs.
+func TestWorkerTokenFileRules(t *testing.T) {
+	t.Parallel()
+	dir := setup(t, map[string]string{"token": "from-file\n", "empty": "", "worker-token": "from-credential\n"})
+	p := func(name string) string { return filepath.Join(dir, name) }
+	loose := p("loose")
+	if err := os.WriteFile(loose, []byte("from-loose\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(loose, 0o644); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	_, _, err := loadW(t, fmt.Sprintf("[orchestrator]\ntoken_file = %q\n", loose), env())
+	if err == nil || !strings.Contains(err.Error(), "w.toml:2: key orchestrator.token_file: cannot read "+loose+": its mode 0644 lets others read the token") ||
+		!strings.Contains(err.Error(), "chmod 600 "+loose) || strings.Contains(err.Error(), "from-loose") {
+		t.Errorf("a world-readable token file: %v", err)
+	}
+
+	creds := func(k string) string { return map[string]string{"CREDENTIALS_DIRECTORY": dir}[k] }
+	for _, tt := range []struct {
+		name, defFile, want string
+		getenv              func(string) string
+	}{
+		{"default file beats the credential", p("token"), "from-file", creds},
+		{"missing default file", p("nonexistent"), "from-credential", creds},
+		{"empty default file", p("empty"), "from-credential", creds},
+		{"nothing at all", p("nonexistent"), "", env()},
+	} {
+		c := DefaultWorker()
+		c.Orchestrator.TokenFile = tt.defFile
+		l := newLoader(c)
+		l.secret("orchestrator.token", "orchestrator.token_file", tt.defFile, "worker-token", tt.getenv, true)
+		if len(l.errs) > 0 || c.Orchestrator.Token.Value() != tt.want {
+			t.Errorf("%s: token %q, errors %v; want %q", tt.name, c.Orchestrator.Token.Value(), l.errs, tt.want)
+		}
+	}
+	c := DefaultWorker()
+	c.Orchestrator.TokenFile = loose
+	l := newLoader(c)
+	l.secret("orchestrator.token", "orchestrator.token_file", loose, "worker-token", creds, true)
+	if len(l.errs) != 1 || !strings.Contains(l.errs[0].Error(), "lets others read the token") {
+		t.Errorf("a world-readable default file is refused too: %v", l.errs)
+	}
+	// A token in the file with token_file left at its default: no conflict.
+	w, _, err := loadW(t, "[orchestrator]\ntoken = \"inline\"\n", env())
+	if err != nil || w.Orchestrator.Token.Value() != "inline" || !w.TokenRereadable() {
+		t.Errorf("inline token: %q %v rereadable=%v", w.Orchestrator.Token.Value(), err, w.TokenRereadable())
+	}
+	w, _, err = loadW(t, "", env("SIMPLETUNER_WORKER_TOKEN", "env"))
+	if err != nil || w.TokenRereadable() {
+		t.Errorf("a token from the environment cannot change: %v rereadable=%v", err, w.TokenRereadable())
+	}
+}
+
+// A secret in the S3 endpoint's URL is refused without being repeated.
+func TestS3EndpointSecretNotEchoed(t *testing.T) {
+	t.Parallel()
+	for _, e := range []string{"https://minio:hunter2@s3.example:9000", "http://hunter2@s3.example", "https://a:hunter2@x y/%zz"} {
+		_, _, err := loadO(t, fmt.Sprintf("[artifacts]\nbackend = \"s3\"\ns3_bucket = \"bkt\"\ns3_endpoint = %q\n", e), env())
+		if err == nil || !strings.Contains(err.Error(), "holds a user or password") || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s: %v", e, err)
 		}
 	}
 }

@@ -187,12 +187,29 @@ func (l *loader) nearest(unknown string) string {
 	for k := range l.tables {
 		consider(k)
 	}
-	limit := 2
-	if len(name) >= 10 {
-		limit = 3
-	}
-	if bestDist > limit {
+	if bestDist > typoLimit(name) {
 		return ""
+	}
+	return best
+}
+
+// typoLimit is how many edits still make a misspelling of name: 2, or 3
+// for a long name.
+func typoLimit(name string) int {
+	if len(name) >= 10 {
+		return 3
+	}
+	return 2
+}
+
+// Closest is the name in known that name is most likely a misspelling of
+// (at most 2 edits away, 3 for a long name, ignoring case), or "".
+func Closest(name string, known []string) string {
+	best, bestDist := "", typoLimit(name)+1
+	for _, k := range known {
+		if d := editDistance(strings.ToLower(name), strings.ToLower(k)); d < bestDist || (d == bestDist && k < best) {
+			best, bestDist = k, d
+		}
 	}
 	return best
 }

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -74,7 +76,7 @@ func (t *textFlag) Set(s string) error { t.val = s; return nil }
 func (t *textFlag) IsBoolFlag() bool   { return t.isBool }
 
 func commonFlags(fs *flag.FlagSet, o *Options, def string) {
-	fs.StringVar(&o.ConfigPath, "config", def, "configuration `file` (a missing default file means built-in defaults)")
+	fs.StringVar(&o.ConfigPath, "config", def, "configuration `file`; the default one may be missing (built-in defaults then)")
 	fs.BoolVar(&o.CheckConfig, "check-config", false, "validate the configuration, print it with secrets redacted, and exit")
 	fs.BoolVar(&o.Verbose, "v", false, "shorthand for --verbose")
 	fs.BoolVar(&o.Verbose, "verbose", false, "log at debug level")
@@ -97,26 +99,91 @@ func workerFlagSet(o *Options) *flag.FlagSet {
 	commonFlags(fs, o, DefaultWorkerPath)
 	fs.BoolVar(&o.DetectGPUs, "detect-gpus", false, "print the GPU inventory as JSON and exit")
 	fs.Var(&textFlag{}, "orchestrator-url", "orchestrator `URL` (orchestrator.url)")
-	fs.Var(&textFlag{}, "worker-token", "worker `token` (orchestrator.token; hidden from ps once read, but prefer a credential)")
+	fs.Var(&textFlag{}, "worker-token", "worker `token` (orchestrator.token; visible in ps until read and in shell history: use token_file or SIMPLETUNER_WORKER_TOKEN)")
 	fs.Var(&textFlag{}, "name", "worker `name` (worker.name)")
 	fs.Var(&textFlag{isBool: true}, "persistent", "register as a persistent worker (worker.persistent)")
 	fs.Var(&textFlag{isBool: true}, "ssl-no-verify", "skip TLS verification, development only (orchestrator.insecure_skip_verify)")
 	return fs
 }
 
-// parseFlags parses args; usage text travels inside the error so callers
-// (and -h) can print it.
+// UsageError is a command line that cannot be used: an unknown flag, a flag
+// without its value, an unknown command or a missing argument. Its message
+// names what is wrong; the daemons exit with their usage status on it.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// parseFlags parses args. -h and --help give flag.ErrHelp; a flag that
+// cannot be parsed gives a *UsageError naming it as it is written, --name.
 func parseFlags(fs *flag.FlagSet, args []string) (map[string]bool, error) {
-	var out bytes.Buffer
-	fs.SetOutput(&out)
+	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
-		out.Reset()
-		fs.PrintDefaults()
-		return nil, fmt.Errorf("%w\nUsage of %s:\n%s", err, fs.Name(), out.String())
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, &UsageError{errors.New(doubleDash(err.Error()))}
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	return set, nil
+}
+
+// doubleDash rewrites the flag package's "-name" in its messages as the
+// "--name" the documentation uses (a one-letter flag keeps its one dash).
+func doubleDash(msg string) string {
+	return flagInMessage.ReplaceAllStringFunc(msg, func(m string) string {
+		if len(m) > 3 { // " -" and more than one letter
+			return " --" + m[2:]
+		}
+		return m
+	})
+}
+
+var flagInMessage = regexp.MustCompile(` -[a-zA-Z][-a-zA-Z0-9]*`)
+
+// OrchestratorFlagHelp and WorkerFlagHelp list each daemon's flags for
+// --help: one a line with its argument, then what it does.
+func OrchestratorFlagHelp() string { return flagHelp(orchestratorFlagSet(&Options{})) }
+func WorkerFlagHelp() string       { return flagHelp(workerFlagSet(&Options{})) }
+
+func flagHelp(fs *flag.FlagSet) string {
+	short := map[string]string{} // long name → its one-letter shorthand
+	fs.VisitAll(func(f *flag.Flag) {
+		if long, ok := strings.CutPrefix(f.Usage, "shorthand for --"); ok && len(f.Name) == 1 {
+			short[long] = f.Name
+		}
+	})
+	var rows [][2]string
+	width := 0
+	fs.VisitAll(func(f *flag.Flag) {
+		if len(f.Name) == 1 && short[strings.TrimPrefix(f.Usage, "shorthand for --")] == f.Name {
+			return // listed with its long name
+		}
+		arg, usage := flag.UnquoteUsage(f)
+		name := "--" + f.Name
+		if s, ok := short[f.Name]; ok {
+			name = "-" + s + ", " + name
+		}
+		if arg != "" && !isBoolFlag(f) {
+			name += " " + arg
+		}
+		if f.DefValue != "" && f.DefValue != "false" {
+			usage += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		rows = append(rows, [2]string{name, usage})
+		width = max(width, len(name))
+	})
+	var b strings.Builder
+	for _, r := range rows {
+		fmt.Fprintf(&b, "  %-*s  %s\n", width, r[0], r[1])
+	}
+	return b.String()
+}
+
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 func flagNames(fs *flag.FlagSet) []string {
@@ -153,8 +220,8 @@ func LoadOrchestrator(args []string, getenv func(string) string) (*Orchestrator,
 			l.errAt("--ssl", "", "needs --ssl-cert and --ssl-key (or tls.cert_file and tls.key_file)")
 		}
 	}
-	l.secret("database.url", "database.url_file", "database-url", getenv)
-	l.secret("artifacts.s3_secret_key", "artifacts.s3_secret_key_file", "artifacts-s3-secret-key", getenv)
+	l.secret("database.url", "database.url_file", "", "database-url", getenv, false)
+	l.secret("artifacts.s3_secret_key", "artifacts.s3_secret_key_file", "", "artifacts-s3-secret-key", getenv, false)
 	c.validate(l)
 	c.origins = l.origins()
 	return c, opts, asErrors(l.errs)
@@ -196,7 +263,8 @@ func LoadWorker(args []string, getenv func(string) string) (*Worker, Options, er
 	if l == nil {
 		return c, opts, err
 	}
-	l.secret("orchestrator.token", "orchestrator.token_file", "worker-token", getenv)
+	l.secret("orchestrator.token", "orchestrator.token_file", DefaultWorkerTokenFile, "worker-token", getenv, true)
+	c.tokenInFiles = c.Orchestrator.Token != "" && l.src["orchestrator.token"].layer == layerFile
 	l.credentialFiles(getenv, []string{"orchestrator.cert_file", "orchestrator.key_file"}, []string{"worker-cert", "worker-key"})
 	c.validate(l)
 	c.origins = l.origins()
@@ -283,39 +351,63 @@ func (l *loader) setText(key, v string, o origin) {
 }
 
 // secret resolves a secret key: a value from env or flags wins; else the
-// *_file key; else the systemd credential $CREDENTIALS_DIRECTORY/<cred>.
-func (l *loader) secret(key, fileKey, cred string, getenv func(string) string) {
+// *_file key; else a value in the file; else the *_file key's default path
+// (defFile, "" none), when it holds the secret; else the systemd credential
+// $CREDENTIALS_DIRECTORY/<cred>. The default file comes before the
+// credential: systemd copies a credential when the unit starts and never
+// again, so a secret rewritten in place (a rotated worker token) is seen only
+// in the file. With private, a file others may read is refused.
+func (l *loader) secret(key, fileKey, defFile, cred string, getenv func(string) string, private bool) {
 	f := l.fields[key]
 	path := l.fields[fileKey].String()
+	fileSet := path != "" && path != defFile
 	direct := f.String() != ""
 	switch {
 	case direct && l.src[key].layer > layerFile:
 		return
-	case path != "" && direct:
+	case fileSet && direct:
 		l.errf(fileKey, "set either %s or %s, not both", key, fileKey)
-	case path != "":
-		s, err := readSecret(path)
+		return
+	case fileSet:
+		s, err := readSecret(path, private)
 		if err != nil {
 			l.errf(fileKey, "cannot read %s: %v", path, err)
 			return
 		}
 		f.SetString(s)
 		l.src[key] = l.src[fileKey]
-	case !direct && getenv("CREDENTIALS_DIRECTORY") != "":
-		p := filepath.Join(getenv("CREDENTIALS_DIRECTORY"), cred)
-		s, err := readSecret(p)
-		// The package ships an empty credential file so that LoadCredential=
-		// does not stop the unit; empty means "not configured yet".
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, errEmptySecret) {
-			return
-		}
-		if err != nil {
-			l.errAt(p, key, "cannot read systemd credential %q: %v", cred, err)
-			return
-		}
-		f.SetString(s)
-		l.src[key] = origin{p, layerFile}
+		return
+	case direct:
+		return
 	}
+	if path != "" { // the default path: optional
+		s, err := readSecret(path, private)
+		switch {
+		case err == nil:
+			f.SetString(s)
+			l.src[key] = origin{path, layerFile}
+			return
+		case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, errEmptySecret):
+			l.errAt(path, key, "cannot read %s (the default of %s): %v", path, fileKey, err)
+			return
+		}
+	}
+	if getenv("CREDENTIALS_DIRECTORY") == "" {
+		return
+	}
+	p := filepath.Join(getenv("CREDENTIALS_DIRECTORY"), cred)
+	s, err := readSecret(p, false)
+	// The package ships an empty credential file so that LoadCredential=
+	// does not stop the unit; empty means "not configured yet".
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, errEmptySecret) {
+		return
+	}
+	if err != nil {
+		l.errAt(p, key, "cannot read systemd credential %q: %v", cred, err)
+		return
+	}
+	f.SetString(s)
+	l.src[key] = origin{p, layerFile}
 }
 
 // credentialFiles points keys that name files (a client certificate and its
@@ -359,7 +451,9 @@ func (l *loader) credentialFiles(getenv func(string) string, keys, creds []strin
 var errEmptySecret = errors.New("file is empty")
 
 // readSecret reads a one-line secret file, dropping the trailing newline.
-func readSecret(path string) (string, error) {
+// With private, a file that its group or others may read is refused: the
+// secret has leaked to them already, and quietly using it would hide that.
+func readSecret(path string, private bool) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", pathErr(err)
@@ -367,6 +461,16 @@ func readSecret(path string) (string, error) {
 	s := strings.TrimRight(string(b), "\r\n")
 	if s == "" {
 		return "", errEmptySecret
+	}
+	if private {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return "", pathErr(err)
+		}
+		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+			return "", fmt.Errorf("its mode %04o lets others read the token; refusing to use it: run chmod 600 %s "+
+				"(and rotate the token if anyone may have read it)", perm, path)
+		}
 	}
 	return s, nil
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -59,6 +60,11 @@ func (c *Orchestrator) validate(l *loader) {
 		l.errf("server.admin_socket", "%q must be an absolute path (or \"\" to disable)", s)
 	}
 	l.positive("server.max_body_bytes", c.Server.MaxBodyBytes)
+	if p := c.Server.PublicURL; p != "" {
+		if msg := checkPublicURL(p); msg != "" {
+			l.errf("server.public_url", "%q: %s", p, msg)
+		}
+	}
 	l.positive("server.max_log_followers", int64(c.Server.MaxLogFollowers))
 
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
@@ -110,6 +116,7 @@ func (c *Orchestrator) validate(l *loader) {
 func (l *loader) validateArtifacts(a ArtifactsConfig) {
 	l.positive("artifacts.max_object_bytes", a.MaxObjectBytes)
 	l.positive("artifacts.max_job_bytes", a.MaxJobBytes)
+	l.positive("artifacts.max_job_objects", int64(a.MaxJobObjects))
 	if a.Dir != "" && !filepath.IsAbs(a.Dir) {
 		l.errf("artifacts.dir", "%q must be an absolute path (or \"\" for <state_dir>/artifacts)", a.Dir)
 	}
@@ -134,7 +141,13 @@ func (l *loader) validateArtifacts(a ArtifactsConfig) {
 	}
 	if e := a.S3Endpoint; e != "" {
 		u, err := url.Parse(e)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" {
+		switch {
+		case hasUserinfo(e):
+			// The endpoint is logged and printed as it is: a secret in it
+			// would be too.
+			l.errf("artifacts.s3_endpoint", "%q holds a user or password; they would be logged with the URL: set s3_access_key "+
+				"and s3_secret_key_file (or s3_secret_key) instead, and change that secret", redactUserinfo(e))
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "":
 			l.errf("artifacts.s3_endpoint", "%q must be http(s)://host[:port] without a path", e)
 		}
 	}
@@ -181,6 +194,9 @@ func (c *Worker) validate(l *loader) {
 	if err := protocol.CheckLabels(c.Worker.Labels); err != nil {
 		l.errf("worker.labels", "%v", err)
 	}
+	if err := protocol.CheckPrintable(c.Worker.Name); err != nil {
+		l.errf("worker.name", "%q %v", c.Worker.Name, err)
+	}
 	l.nonEmpty("worker.state_dir", c.Worker.StateDir)
 	if len(c.Job.Command) == 0 || c.Job.Command[0] == "" {
 		l.errf("job.command", "must name a program, e.g. [\"python3\", \"-m\", \"simpletuner.train\"]")
@@ -188,6 +204,14 @@ func (c *Worker) validate(l *loader) {
 	for _, k := range slices.Sorted(maps.Keys(c.Job.Env)) {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			l.errf("job.env", "%q is not a valid environment variable name", k)
+		}
+	}
+	for _, p := range c.Job.PassEnv {
+		if _, err := path.Match(p, ""); err != nil || p == "" || strings.ContainsAny(p, "=\x00/") {
+			l.errf("job.pass_env", "%q is not a variable name or a glob pattern of names (like \"HF_*\")", p)
+		} else if SecretLikeName(p) {
+			l.errf("job.pass_env", "%q looks like a secret's name; workerd never passes one of its own environment to jobs: "+
+				"give jobs a secret in [job] env or with the job itself", p)
 		}
 	}
 	l.positive("job.log_limit_bytes", c.Job.LogLimitBytes)
@@ -398,6 +422,25 @@ func checkOrchestratorURL(s string) string {
 	return ""
 }
 
+// checkPublicURL accepts the origin browsers use: http(s)://host[:port],
+// no user, path, query or fragment.
+func checkPublicURL(s string) string {
+	u, err := url.Parse(strings.TrimSuffix(s, "/"))
+	switch {
+	case err != nil:
+		return "not a valid URL"
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "want an http:// or https:// URL, e.g. https://orchestrator.example.com"
+	case u.Host == "":
+		return "missing host"
+	case u.User != nil:
+		return "must not hold a user or password"
+	case u.Path != "" || u.RawQuery != "" || u.Fragment != "":
+		return "must be an origin, scheme://host[:port], without a path: the dashboard lives under /ui/ there"
+	}
+	return ""
+}
+
 // ParseUIDRange reads "FIRST-LAST": two uids above 0, in order.
 func ParseUIDRange(s string) (lo, hi uint32, err error) {
 	a, b, ok := strings.Cut(strings.TrimSpace(s), "-")
@@ -407,4 +450,47 @@ func ParseUIDRange(s string) (lo, hi uint32, err error) {
 		return 0, 0, fmt.Errorf("%q: want FIRST-LAST, two uids above 0 in order", s)
 	}
 	return uint32(x), uint32(y), nil
+}
+
+// secretWords mark a variable name as a secret's: workerd never hands a job
+// such a variable of its own environment (its token, an admin token, a
+// password of the shell it was started from), whatever job.pass_env says.
+var secretWords = []string{"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE_KEY", "API_KEY", "ACCESS_KEY"}
+
+// SecretLikeName reports whether an environment variable name (or a
+// pattern of names) looks like a secret's: it contains TOKEN, SECRET,
+// PASSWORD, PASSWD, CREDENTIAL, PRIVATE_KEY, API_KEY or ACCESS_KEY, or ends
+// in _KEY, in any case.
+func SecretLikeName(name string) bool {
+	up := strings.ToUpper(name)
+	return strings.HasSuffix(up, "_KEY") || slices.ContainsFunc(secretWords, func(w string) bool { return strings.Contains(up, w) })
+}
+
+// hasUserinfo reports whether a URL's authority holds "user@" or
+// "user:password@", parseable or not.
+func hasUserinfo(s string) bool {
+	_, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		rest = s
+	}
+	authority, _, _ := strings.Cut(rest, "/")
+	return strings.Contains(authority, "@")
+}
+
+// redactUserinfo replaces a URL's user and password with "REDACTED".
+func redactUserinfo(s string) string {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		scheme, rest = "", s
+	} else {
+		scheme += "://"
+	}
+	authority, path, hasPath := strings.Cut(rest, "/")
+	if i := strings.LastIndexByte(authority, '@'); i >= 0 {
+		authority = "REDACTED" + authority[i:]
+	}
+	if hasPath {
+		path = "/" + path
+	}
+	return scheme + authority + path
 }

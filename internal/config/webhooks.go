@@ -136,7 +136,7 @@ func (l *loader) webhookSecret(w *WebhookConfig, at func(string, ...any)) {
 		at("set either secret or secret_file, not both")
 		return
 	case w.SecretFile != "":
-		s, err := readSecret(w.SecretFile)
+		s, err := readSecret(w.SecretFile, false)
 		if err != nil {
 			at("secret_file: cannot read %s: %v", w.SecretFile, err)
 			return

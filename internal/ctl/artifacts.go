@@ -2,8 +2,11 @@ package ctl
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net/http"
 	"os"
@@ -11,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -99,7 +103,9 @@ func (a *app) downloadCommand() *cobra.Command {
 		Short: "Download one of a job's artifacts, resuming a partial download",
 		Long: `Download one of a job's artifacts (see "simpletunerctl artifacts ID").
 The file is written as DEST.part and renamed to DEST when complete; a broken
-download is resumed with an HTTP Range request, in the same run or the next.`,
+download is resumed with an HTTP Range request, in the same run or the next.
+DEST.part must be a regular file of its own (a link is refused), and the
+whole file is checked against the SHA-256 the orchestrator keeps with it.`,
 		Example: `  simpletunerctl download j_abc123def456 checkpoints/final/model.safetensors
   simpletunerctl download j_abc123def456 output.txt -O - | head`,
 		Args:              cobra.ExactArgs(2),
@@ -164,28 +170,102 @@ type downloader struct {
 	// restarted is set when the server sent the whole file in answer to a
 	// range request, so that the bytes kept before were thrown away.
 	restarted bool
+	// sha256 is the file's SHA-256 (hex) the orchestrator sent; "" when it
+	// has none (an object stored without its checksum record).
+	sha256 string
 }
+
+// errChecksum is a download whose bytes do not match the artifact's SHA-256.
+var errChecksum = errors.New("the downloaded file does not match the artifact's SHA-256")
 
 type downloadResult struct {
 	size        int64
 	resumedFrom int64
 }
 
-// toWriter streams the file without resuming (standard output cannot seek).
+// toWriter streams the file without resuming (standard output cannot seek),
+// and fails when what it streamed does not match the artifact's SHA-256.
 func (d *downloader) toWriter(ctx context.Context, w io.Writer) (int64, error) {
 	res, err := d.cl.Open(ctx, client.Request{Method: http.MethodGet, Path: d.path})
 	if err != nil {
 		return 0, err
 	}
 	defer res.Body.Close()
-	return io.Copy(w, res.Body)
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(w, h), res.Body)
+	if err == nil && !checksumMatches(res.Header.Get(sha256Header), h) {
+		err = fmt.Errorf("%w; what was written is not that file", errChecksum)
+	}
+	return n, err
+}
+
+// sha256Header carries an artifact's SHA-256 (hex) in a download's answer.
+const sha256Header = "X-Artifact-Sha256"
+
+func checksumMatches(want string, h hash.Hash) bool {
+	return want == "" || strings.EqualFold(want, hex.EncodeToString(h.Sum(nil)))
+}
+
+// openPart opens (creating it) the partial download part for appending. It
+// must be a regular file with no other name: a symbolic link, a FIFO or a
+// hard link planted there (in a shared directory, say) would make the
+// download write somewhere else.
+func openPart(part string) (*os.File, error) {
+	f, err := os.OpenFile(part, os.O_CREATE|os.O_WRONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o644)
+	notRegular := fmt.Errorf("%s is not a regular file; refusing to write to it (remove it and run again)", part)
+	switch {
+	case errors.Is(err, syscall.ELOOP):
+		return nil, fmt.Errorf("%s is a symbolic link; refusing to write through it (remove it and run again)", part)
+	case errors.Is(err, syscall.ENXIO): // a FIFO nobody reads
+		return nil, notRegular
+	case err != nil:
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.Mode().IsRegular():
+		err = notRegular
+	case ok && st.Nlink > 1:
+		err = fmt.Errorf("%s has other names (hard links); refusing to write to it (remove it and run again)", part)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// verify hashes the whole file at path against the artifact's SHA-256.
+func (d *downloader) verify(path string) error {
+	if d.sha256 == "" {
+		return nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return err
+	}
+	if !checksumMatches(d.sha256, h) {
+		return errChecksum
+	}
+	return nil
 }
 
 // toFile downloads into dest+".part", resuming what a previous run left
-// there, and renames it to dest once complete.
+// there, and renames it to dest once complete and checked against the
+// artifact's SHA-256 (a part that does not match is removed).
 func (d *downloader) toFile(ctx context.Context, dest string) (downloadResult, error) {
 	part := dest + ".part"
-	f, err := os.OpenFile(part, os.O_CREATE|os.O_WRONLY, 0o644)
+	f, err := openPart(part)
 	if err != nil {
 		return downloadResult{}, err
 	}
@@ -228,6 +308,13 @@ func (d *downloader) toFile(ctx context.Context, dest string) (downloadResult, e
 	if err := f.Close(); err != nil {
 		return result, err
 	}
+	if err := d.verify(part); err != nil {
+		if errors.Is(err, errChecksum) {
+			_ = os.Remove(part)
+			err = fmt.Errorf("%w (%s); the partial file was removed, run again to download it afresh", err, d.sha256)
+		}
+		return result, err
+	}
 	if err := os.Rename(part, dest); err != nil {
 		return result, err
 	}
@@ -257,11 +344,13 @@ func (d *downloader) fetch(ctx context.Context, f *os.File, have *int64, validat
 		return false, err
 	}
 	defer res.Body.Close()
+	sum := res.Header.Get(sha256Header)
 	switch res.StatusCode {
 	case http.StatusOK:
 		// Whole file: the server ignored the range, or it changed since the
 		// part was written (If-Range failed). Start over.
 		d.restarted = d.restarted || *have > 0
+		d.sha256 = sum
 		if err := f.Truncate(0); err != nil {
 			return false, err
 		}
@@ -281,11 +370,15 @@ func (d *downloader) fetch(ctx context.Context, f *os.File, have *int64, validat
 		if *total >= 0 && size >= 0 && size != *total {
 			return false, fmt.Errorf("the file changed size during the download (%d, now %d bytes)", *total, size)
 		}
-		*total = size
+		if d.sha256 != "" && sum != d.sha256 {
+			return false, fmt.Errorf("the file changed during the download (its SHA-256 is now %s)", sum)
+		}
+		*total, d.sha256 = size, sum
 	case http.StatusRequestedRangeNotSatisfiable:
 		// Nothing after *have: complete if the server's size agrees.
 		_, _, size, err := parseContentRange(res.Header.Get("Content-Range"))
 		if err == nil && size == *have {
+			d.sha256 = sum
 			return true, nil
 		}
 		return false, fmt.Errorf("%s is %d bytes, smaller than the %d already downloaded; remove the .part file", d.path, size, *have)

@@ -3,6 +3,8 @@ package ctl
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -32,6 +35,7 @@ type artifactServer struct {
 	etag     string
 	cutAfter int // > 0: cut the next response after this many body bytes
 	ranges   []string
+	badSum   bool // announce a SHA-256 the content does not have
 }
 
 func newArtifactServer(t *testing.T, file string, size int) *artifactServer {
@@ -72,6 +76,11 @@ func (s *artifactServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case want:
 		w.Header().Set("ETag", etag)
+		sum := sha256.Sum256(content)
+		w.Header().Set("X-Artifact-Sha256", hex.EncodeToString(sum[:]))
+		if s.badSum {
+			w.Header().Set("X-Artifact-Sha256", strings.Repeat("0", 64))
+		}
 		if cut > 0 {
 			w = &cuttingWriter{ResponseWriter: w, left: cut}
 		}
@@ -238,5 +247,58 @@ func TestParseContentRange(t *testing.T) {
 		if (err == nil) != tc.ok || (tc.ok && (s != tc.start || e != tc.end || z != tc.size)) {
 			t.Errorf("%q: %d %d %d %v", tc.in, s, e, z, err)
 		}
+	}
+}
+
+// A DEST.part planted as a symbolic link (or a FIFO, or a hard link to
+// someone's file) is refused, and what it points to is left alone.
+func TestDownloadRefusesAPlantedPartFile(t *testing.T) {
+	s := newArtifactServer(t, "model.bin", 10_000)
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	os.WriteFile(victim, []byte("precious"), 0o644)
+	dest := filepath.Join(dir, "model.bin")
+	for _, tc := range []struct {
+		name, want string
+		plant      func() error
+	}{
+		{"symlink", "is a symbolic link; refusing to write through it", func() error { return os.Symlink(victim, dest+".part") }},
+		{"hard link", "has other names (hard links)", func() error { return os.Link(victim, dest+".part") }},
+		{"fifo", "is not a regular file", func() error { return syscall.Mkfifo(dest+".part", 0o644) }},
+	} {
+		os.Remove(dest + ".part")
+		if err := tc.plant(); err != nil {
+			t.Fatal(err)
+		}
+		r := download(t, s, "model.bin", "-O", dest)
+		if r.code == 0 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%s: exit %d %q", tc.name, r.code, r.stderr)
+		}
+		if got, _ := os.ReadFile(victim); string(got) != "precious" {
+			t.Fatalf("%s: the download wrote to the planted file's target: %q", tc.name, got)
+		}
+		if _, err := os.Stat(dest); err == nil {
+			t.Errorf("%s: %s was created", tc.name, dest)
+		}
+	}
+}
+
+// Bytes that do not match the SHA-256 the orchestrator keeps are not saved
+// under DEST, and the partial file goes; standard output gets a failing exit.
+func TestDownloadVerifiesTheSHA256(t *testing.T) {
+	s := newArtifactServer(t, "model.bin", 10_000)
+	s.badSum = true
+	dest := filepath.Join(t.TempDir(), "model.bin")
+	r := download(t, s, "model.bin", "-O", dest)
+	if r.code != 1 || !strings.Contains(r.stderr, "does not match the artifact's SHA-256") {
+		t.Fatalf("exit %d %q", r.code, r.stderr)
+	}
+	for _, p := range []string{dest, dest + ".part"} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s is left", p)
+		}
+	}
+	if r := download(t, s, "model.bin", "-O", "-"); r.code != 1 || !strings.Contains(r.stderr, "does not match the artifact's SHA-256") {
+		t.Fatalf("to stdout: exit %d %q", r.code, r.stderr)
 	}
 }

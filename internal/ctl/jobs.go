@@ -206,14 +206,22 @@ func (a *app) submit(ctx context.Context, body map[string]any, wait, quiet bool,
 		return err
 	}
 	var reply struct {
-		JobID         string `json:"job_id"`
-		Status        string `json:"status"`
-		QueuePosition *int   `json:"queue_position"`
-		GPUAllocation string `json:"gpu_allocation"`
+		JobID         string   `json:"job_id"`
+		Status        string   `json:"status"`
+		QueuePosition *int     `json:"queue_position"`
+		GPUAllocation string   `json:"gpu_allocation"`
+		Warning       string   `json:"warning"`
+		Warnings      []string `json:"warnings"`
 	}
 	raw, err := cl.JSON(ctx, client.Request{Method: http.MethodPost, Path: "/api/queue/submit", Body: body}, &reply)
 	if err != nil {
 		return err
+	}
+	// On stderr, whatever the format: the job was queued all the same.
+	for _, w := range append([]string{reply.Warning}, reply.Warnings...) {
+		if w != "" {
+			a.note("simpletunerctl submit: warning: %s", w)
+		}
 	}
 	switch {
 	case a.format == output.JSONFormat && !wait:
@@ -309,6 +317,10 @@ func transient(err error) bool {
 	return errors.As(err, &ce) || client.IsStatus(err, http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout)
 }
 
+// jobStatusFilters are the statuses GET /api/queue filters on: each job
+// status, pending (queued) and active (not finished).
+var jobStatusFilters = []string{"queued", "dispatched", "running", "canceling", "completed", "failed", "cancelled", "pending", "active"}
+
 func (a *app) jobsCommand() *cobra.Command {
 	var (
 		status, worker string
@@ -327,10 +339,17 @@ func (a *app) jobsCommand() *cobra.Command {
 			if limit < 1 {
 				return usagef("--limit must be at least 1")
 			}
+			status, err := statusFlag(status, jobStatusFilters)
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			q := url.Values{}
 			if status != "" {
-				q.Set("status", strings.ToLower(status))
+				q.Set("status", status)
+			}
+			if a.format != output.TableFormat {
+				q.Set("waiting", "1") // why each queued job waits: the NOTE column, and in JSON
 			}
 			var keep func(Job) bool
 			if worker != "" {
@@ -380,8 +399,7 @@ func (a *app) jobsCommand() *cobra.Command {
 	f.IntVar(&limit, "limit", 30, "show at most this many jobs")
 	f.BoolVarP(&watch, "watch", "w", false, "redraw every --interval until interrupted")
 	f.DurationVar(&interval, "interval", 2*time.Second, "how often --watch redraws")
-	_ = cmd.RegisterFlagCompletionFunc("status", cobra.FixedCompletions(
-		[]string{"queued", "dispatched", "running", "canceling", "completed", "failed", "cancelled", "pending", "active"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("status", cobra.FixedCompletions(jobStatusFilters, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("worker", a.completeWorkers)
 	return cmd
 }

@@ -3,7 +3,6 @@ package ctl
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -338,10 +337,4 @@ func (a *app) resolveToken(ctx context.Context, arg string) (Token, error) {
 		}
 	}
 	return Token{}, notFoundf("no admin token has the id, name or id prefix %q", arg)
-}
-
-// isNotFound reports a 404 from the API or a failed lookup.
-func isNotFound(err error) bool {
-	var nf *notFoundError
-	return errors.As(err, &nf) || client.IsStatus(err, http.StatusNotFound)
 }

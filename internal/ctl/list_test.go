@@ -130,6 +130,7 @@ type newestServer struct {
 	n       int
 	pages   int
 	workers []string // worker_id of each request
+	waiting []string // waiting of each request
 }
 
 func (s *newestServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -142,6 +143,7 @@ func (s *newestServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	limit, _ := strconv.Atoi(q.Get("limit"))
 	worker := q.Get("worker_id")
 	s.workers = append(s.workers, worker)
+	s.waiting = append(s.waiting, q.Get("waiting"))
 	from := s.n - 1 // newest first: ids count down
 	if c := q.Get("cursor"); c != "" {
 		from, _ = strconv.Atoi(strings.TrimPrefix(c, "before-"))
@@ -200,5 +202,12 @@ func TestJobsFollowNewestFirstCursor(t *testing.T) {
 	}
 	if len(ns.workers) != 1 || ns.workers[0] != "w_000000000001" {
 		t.Fatalf("worker_id sent: %q", ns.workers)
+	}
+	// Why queued jobs wait is asked for where it is shown: -o wide and json.
+	for format, want := range map[string]string{"table": "", "wide": "1", "json": "1"} {
+		ns.waiting = nil
+		if r := runMain(t, env, "", "jobs", "--limit", "5", "-o", format); r.code != 0 || len(ns.waiting) != 1 || ns.waiting[0] != want {
+			t.Errorf("-o %s: exit %d, waiting sent %q, want %q", format, r.code, ns.waiting, want)
+		}
 	}
 }

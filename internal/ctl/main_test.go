@@ -52,6 +52,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"jobs", "--no-such-flag"},
 		{"jobs", "--limit", "0"},
 		{"jobs", "-o", "yaml"},
+		{"jobs", "--status", "bogus"},
+		{"workers", "--status", "asleep"},
 		{"job"},
 		{"submit"},
 		{"submit", "name", "--config", "x.json"},

@@ -70,13 +70,23 @@ func (r renderer) workers(w io.Writer, ws []Worker) error {
 	return t.Write(w)
 }
 
-// workerState is the status, marked when the stream is down although the
-// store still says the worker is up.
+// workerState is the status as workerStatusText words it, marked when the
+// stream is down although the store still says the worker is up.
 func (r renderer) workerState(wk Worker) string {
 	if !wk.Connected && (wk.Status == "idle" || wk.Status == "partial" || wk.Status == "busy") {
 		return wk.Status + "?"
 	}
-	return wk.Status
+	return workerStatusText(wk.Status)
+}
+
+// workerStatusText words a worker status for people: "connecting", the
+// API's status of a worker created and never connected, reads as what it is.
+// -o json and --status keep the API's words.
+func workerStatusText(status string) string {
+	if status == "connecting" {
+		return "never connected"
+	}
+	return status
 }
 
 func agentText(wk Worker) string {
@@ -119,7 +129,7 @@ func (r renderer) worker(w io.Writer, wk Worker) error {
 	kv := [][2]string{
 		{"Worker", wk.ID},
 		{"Name", wk.Name},
-		{"Status", r.style.State(wk.Status)},
+		{"Status", r.style.State(r.workerState(wk))},
 		{"Type", wk.WorkerType},
 		{"Connected", connected},
 		{"GPUs", gpu},
@@ -216,7 +226,7 @@ func writeKV(w io.Writer, kv [][2]string) error {
 		if p[1] == "" {
 			continue
 		}
-		if _, err := fmt.Fprintf(w, "%-*s  %s\n", width+1, p[0]+":", p[1]); err != nil {
+		if _, err := fmt.Fprintf(w, "%-*s  %s\n", width+1, p[0]+":", output.Sanitize(p[1])); err != nil {
 			return err
 		}
 	}
@@ -245,8 +255,8 @@ func (r renderer) jobs(w io.Writer, js []Job) error {
 				vram = trimFloat(j.MinVRAMGB) + "GB"
 			}
 			note := deref(j.Error)
-			if j.Status == "queued" && deref(j.WaitingReason) != "" {
-				note = deref(j.WaitingReason)
+			if j.Status == "queued" {
+				note = first(deref(j.WaitingDetail), deref(j.WaitingReason))
 			}
 			t.Row(j.ID, r.style.State(j.Status), strconv.Itoa(j.Priority), configText(j), j.Target, gpusText(j), vram,
 				labelsText(j.WorkerLabels), deref(j.WorkerID), strconv.Itoa(j.Attempt), fmt.Sprintf("%d/%d", j.RetriesUsed, j.MaxRetries),
@@ -257,6 +267,16 @@ func (r renderer) jobs(w io.Writer, js []Job) error {
 			deref(j.WorkerID), r.age(&j.QueuedAt))
 	}
 	return t.Write(w)
+}
+
+// waitingText is why a queued job waits: the orchestrator's sentence with
+// its reason code, or whichever of the two an orchestrator sends.
+func waitingText(j Job) string {
+	reason, detail := deref(j.WaitingReason), deref(j.WaitingDetail)
+	if reason == "" || detail == "" {
+		return reason + detail
+	}
+	return detail + " (" + reason + ")"
 }
 
 func (r renderer) job(w io.Writer, j Job) error {
@@ -278,7 +298,7 @@ func (r renderer) job(w io.Writer, j Job) error {
 	kv := [][2]string{
 		{"Job", j.ID},
 		{"Status", r.style.State(j.Status)},
-		{"Waiting", deref(j.WaitingReason)},
+		{"Waiting", waitingText(j)},
 		{"Config", configText(j)},
 		{"Target", j.Target},
 		{"Priority", strconv.Itoa(j.Priority)},
@@ -450,7 +470,7 @@ func writeFixed(w io.Writer, widths []int, cells ...string) {
 		}
 		b.WriteString("  ")
 	}
-	fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	fmt.Fprintln(w, output.Sanitize(strings.TrimRight(b.String(), " ")))
 }
 
 // statusReport is what `status` gathers; -o json prints it as it is.
@@ -525,19 +545,23 @@ func (r renderer) status(w io.Writer, s statusReport) error {
 	return writeKV(w, kv)
 }
 
-// workerCounts is "10: 2 idle, 4 busy, 1 draining, 3 offline": the total,
-// then each status that has workers, in the order of a worker's life.
+// workerCounts is "10 (2 idle, 4 busy, 1 draining, 3 offline)": the total,
+// then each status that has workers, in the order of a worker's life; "1
+// partial" when they all share one.
 func workerCounts(wk map[string]int) string {
 	var parts []string
 	for _, st := range []string{"idle", "partial", "busy", "draining", "offline", "connecting", "disconnected"} {
 		if n := wk[st]; n > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", n, st))
+			parts = append(parts, fmt.Sprintf("%d %s", n, workerStatusText(st)))
 		}
 	}
-	if len(parts) == 0 {
+	switch {
+	case len(parts) == 0:
 		return strconv.Itoa(wk["total"])
+	case len(parts) == 1 && strings.HasPrefix(parts[0], strconv.Itoa(wk["total"])+" "):
+		return parts[0]
 	}
-	return fmt.Sprintf("%d: %s", wk["total"], strings.Join(parts, ", "))
+	return fmt.Sprintf("%d (%s)", wk["total"], strings.Join(parts, ", "))
 }
 
 // gpusText is a job's GPUs in a table cell: "whole" for the whole worker,

@@ -216,3 +216,70 @@ func TestWorkerJobsAndGPUs(t *testing.T) {
 		}
 	}
 }
+
+// What workers report reaches the tables with its control characters shown
+// escaped: a name or label holding terminal escapes (clear the screen, set
+// the title, write the clipboard) or a direction override cannot act on the
+// admin's terminal, in the table, the wide table or the one-worker view;
+// the colours simpletunerctl adds still work.
+func TestHostileWorkerTextIsEscaped(t *testing.T) {
+	evil := "gpu\x1b[2J\x1b]0;owned\x07\x1b]52;c;cm0gLXJm\x07\u202eevil\x9b"
+	w := Worker{ID: "w_x", Name: evil, Status: "idle", Connected: true, GPUName: evil,
+		Labels: map[string]string{"rack": evil}}
+	for _, wide := range []bool{false, true} {
+		var buf bytes.Buffer
+		r := renderer{now: fixtureNow, wide: wide, style: output.Styler{On: true}}
+		if err := r.workers(&buf, []Worker{w}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.worker(&buf, w); err != nil {
+			t.Fatal(err)
+		}
+		out := ansi.ReplaceAllString(buf.String(), "")
+		if strings.ContainsAny(out, "\x1b\x07\u202e") || strings.Contains(out, "\x9b") {
+			t.Errorf("wide=%v: raw control characters reach the terminal:\n%q", wide, out)
+		}
+		if !strings.Contains(out, `gpu\x1b[2J\x1b]0;owned\x07`) {
+			t.Errorf("wide=%v: the name is not shown escaped:\n%s", wide, out)
+		}
+		if !strings.Contains(buf.String(), "\x1b[32midle") {
+			t.Errorf("wide=%v: the status lost its colour:\n%q", wide, buf.String())
+		}
+	}
+}
+
+// The status line's worker count: the total, then the statuses that have
+// workers, worded as the worker list words them.
+func TestWorkerCounts(t *testing.T) {
+	for _, c := range []struct {
+		counts map[string]int
+		want   string
+	}{
+		{map[string]int{"total": 0}, "0"},
+		{map[string]int{"total": 1, "partial": 1}, "1 partial"},
+		{map[string]int{"total": 2, "connecting": 2}, "2 never connected"},
+		{map[string]int{"total": 3, "idle": 1, "connecting": 1, "disconnected": 1}, "3 (1 idle, 1 never connected, 1 disconnected)"},
+	} {
+		if got := workerCounts(c.counts); got != c.want {
+			t.Errorf("workerCounts(%v) = %q, want %q", c.counts, got, c.want)
+		}
+	}
+}
+
+// A queued job's wait is told in the orchestrator's sentence, with its code.
+func TestWaitingText(t *testing.T) {
+	reason, detail := "gpus_busy", "1 matching worker(s) have room for a job, none has 2 free GPU(s)"
+	for _, c := range []struct {
+		reason, detail *string
+		want           string
+	}{
+		{&reason, &detail, detail + " (gpus_busy)"},
+		{&reason, nil, "gpus_busy"},
+		{nil, &detail, detail},
+		{nil, nil, ""},
+	} {
+		if got := waitingText(Job{WaitingReason: c.reason, WaitingDetail: c.detail}); got != c.want {
+			t.Errorf("waitingText(%v, %v) = %q, want %q", c.reason, c.detail, got, c.want)
+		}
+	}
+}

@@ -92,7 +92,7 @@ func Main(ctx context.Context, args []string, env Env) int {
 		if errors.Is(err, context.Canceled) {
 			msg = "interrupted"
 		}
-		fmt.Fprintf(env.Stderr, "%s: %s\n", name, oneLine(msg))
+		fmt.Fprintf(env.Stderr, "%s: %s\n", name, output.Sanitize(oneLine(msg)))
 		if code == ExitUsage && cmd != nil && !errors.As(err, &amb) {
 			fmt.Fprintf(env.Stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		}
@@ -389,5 +389,5 @@ func (a *app) out() io.Writer { return a.env.Stdout }
 
 // note writes a message for humans to stderr, keeping stdout for results.
 func (a *app) note(format string, args ...any) {
-	fmt.Fprintf(a.env.Stderr, format+"\n", args...)
+	fmt.Fprintln(a.env.Stderr, output.Sanitize(fmt.Sprintf(format, args...)))
 }

@@ -151,12 +151,6 @@ func (w Worker) gpusFree() string {
 	return fmt.Sprintf("%d/%d", free, w.GPUCount)
 }
 
-// workerList is GET /api/admin/workers.
-type workerList struct {
-	Workers []json.RawMessage `json:"workers"`
-	Total   int               `json:"total"`
-}
-
 // Job is an entry of GET /api/queue, or GET /api/queue/{id} with attempts.
 type Job struct {
 	ID             string            `json:"job_id"`
@@ -181,8 +175,10 @@ type Job struct {
 	StartedAt      *string           `json:"started_at"`
 	CompletedAt    *string           `json:"completed_at"`
 	Attempts       []Attempt         `json:"attempts"`
-	// WaitingReason, from newer orchestrators, says why a queued job is not running.
+	// WaitingReason, from newer orchestrators, says why a queued job is not
+	// running (a code); WaitingDetail says it in a sentence.
 	WaitingReason *string `json:"waiting_reason"`
+	WaitingDetail *string `json:"waiting_detail"`
 }
 
 // Attempt is one dispatch of a job.
@@ -208,14 +204,6 @@ type Attempt struct {
 // Terminal reports whether a job status can never change again.
 func Terminal(status string) bool {
 	return status == "completed" || status == "failed" || status == "cancelled"
-}
-
-// jobList is GET /api/queue.
-type jobList struct {
-	Entries      []json.RawMessage `json:"entries"`
-	Total        int               `json:"total"`
-	TotalPending int               `json:"total_pending"`
-	TotalRunning int               `json:"total_running"`
 }
 
 // Token is an entry of GET /api/admin/tokens.

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,8 +83,12 @@ worker up but no orchestrator holds its event stream.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			status, err := statusFlag(status, workerStatusFilters)
+			if err != nil {
+				return err
+			}
 			render := func(w io.Writer) error {
-				ws, raws, err := a.allWorkers(ctx, strings.ToLower(status))
+				ws, raws, err := a.allWorkers(ctx, status)
 				if err != nil {
 					return err
 				}
@@ -114,9 +119,22 @@ worker up but no orchestrator holds its event stream.`,
 	f.StringVar(&status, "status", "", "only workers in this state: connecting, idle, partial, busy, draining, offline")
 	f.BoolVarP(&watch, "watch", "w", false, "redraw every --interval until interrupted")
 	f.DurationVar(&interval, "interval", 2*time.Second, "how often --watch redraws")
-	_ = cmd.RegisterFlagCompletionFunc("status", cobra.FixedCompletions(
-		[]string{"connecting", "idle", "partial", "busy", "draining", "offline"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("status", cobra.FixedCompletions(workerStatusFilters, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
+}
+
+// workerStatusFilters are the statuses GET /api/admin/workers filters on.
+var workerStatusFilters = []string{"connecting", "idle", "partial", "busy", "draining", "offline"}
+
+// statusFlag checks a --status value against the ones the list filters on,
+// case aside; "" is no filter. Another value is bad usage, refused before
+// anything is asked.
+func statusFlag(value string, known []string) (string, error) {
+	value = strings.ToLower(value)
+	if value != "" && !slices.Contains(known, value) {
+		return "", usagef("--status must be one of %s; got %q", strings.Join(known, ", "), value)
+	}
+	return value, nil
 }
 
 func (a *app) workerShowCommand() *cobra.Command {
@@ -268,7 +286,8 @@ func (a *app) issueWorkerToken(ctx context.Context, req client.Request, credenti
 	}
 	fmt.Fprintln(a.out(), headline(reply))
 	if cred != nil {
-		fmt.Fprintf(a.out(), "token written to %s (mode 0600); load it with LoadCredential=worker-token:%s\n", credential, credential)
+		fmt.Fprintf(a.out(), "token written to %s (mode 0600); workerd reads it as its [orchestrator] token_file "+
+			"(the packaged default is /etc/simpletuner/worker-token), and a running workerd takes a rotated one without a restart\n", credential)
 		return nil
 	}
 	fmt.Fprintf(a.out(), "token (shown only once): %s\n", reply.Token)
@@ -351,13 +370,16 @@ func (a *app) workerAction(use, short, long string, method func(cmd *cobra.Comma
 				Status string `json:"status"`
 			}
 			raw, err := cl.JSON(ctx, client.Request{Method: m, Path: "/api/admin/workers/" + client.PathEscape(wk.ID) + path}, &reply)
+			if use == "delete" && path == "" && client.IsStatus(err, http.StatusConflict) {
+				return fmt.Errorf("%w; --force deletes it anyway", err)
+			}
 			if err != nil {
 				return err
 			}
 			if a.format == output.JSONFormat {
 				return output.WriteJSON(a.out(), raw)
 			}
-			state := reply.Status
+			state := workerStatusText(reply.Status)
 			if use == "delete" {
 				state = "deleted"
 			}

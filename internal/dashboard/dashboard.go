@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/url"
 	"path"
 	"sort"
 	"strings"
@@ -63,6 +64,10 @@ type Options struct {
 	IdleTimeout time.Duration
 	// PollInterval is how often open pages refresh their live parts (5 s if 0).
 	PollInterval time.Duration
+	// PublicURL is where browsers reach the dashboard when that is not this
+	// listener (a TLS proxy in front: server.public_url); nil: as requests
+	// arrive.
+	PublicURL *url.URL
 	// Version is shown in the footer.
 	Version string
 	Log     *slog.Logger
@@ -77,6 +82,7 @@ type Dashboard struct {
 	pages     map[string]*pageTemplate
 	assetPath string // Prefix + "static/<content hash>/"
 	static    fs.FS
+	notices   notices
 }
 
 // New builds a Dashboard.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 // api calls the orchestrator's HTTP API with a header credential.
@@ -79,14 +80,30 @@ func TestSignInSessionAndSignOut(t *testing.T) {
 	}
 
 	// A wrong token: the error sits beside the field, nothing is echoed, and
-	// the failure is audited.
-	p = b.signIn("sta_not-a-real-token", "/ui/workers")
-	b.must(p, http.StatusUnauthorized)
+	// the failures are audited in aggregate: one auth.failure record for the
+	// client and interval, with the count and the sign-in route, not one
+	// record per attempt.
+	for range 3 {
+		p = b.signIn("sta_not-a-real-token", "/ui/workers")
+		b.must(p, http.StatusUnauthorized)
+	}
 	contains(t, p, `id="token-error"`, "not a valid admin token", `aria-invalid="true"`, `value="/ui/workers"`)
 	lacks(t, p, "sta_not-a-real-token")
-	recs, _ := s.st.ListAuditNewest(t.Context(), store.AuditFilter{Action: "dashboard.signin"})
-	if len(recs) != 1 || recs[0].Outcome != "failure" || recs[0].ActorIP != "127.0.0.1" {
-		t.Fatalf("failed sign-in audit: %+v", recs)
+	testutil.Eventually(t, 5*time.Second, "the 3 failures in auth.failure records", func() bool {
+		recs, _ := s.st.ListAuditNewest(t.Context(), store.AuditFilter{Action: "auth.failure"})
+		n := 0
+		for _, rec := range recs {
+			var d struct {
+				Routes map[string]int `json:"routes"`
+			}
+			if rec.ActorIP == "127.0.0.1" && json.Unmarshal(rec.Details, &d) == nil {
+				n += d.Routes["POST /ui/signin"]
+			}
+		}
+		return n == 3
+	})
+	if recs, _ := s.st.ListAuditNewest(t.Context(), store.AuditFilter{Action: "dashboard.signin"}); len(recs) != 0 {
+		t.Fatalf("a record per failed sign-in: %+v", recs)
 	}
 
 	// The right one: back to where we were going, with a session cookie that
@@ -339,7 +356,12 @@ func TestWorkerActions(t *testing.T) {
 	}
 	token := m[1]
 	contains(t, p, "shown only this once", "systemd-creds encrypt --name=worker-token", "/etc/simpletuner/worker-token",
-		"SIMPLETUNER_WORKER_TOKEN="+token+" simpletuner worker --orchestrator-url "+s.hs.URL)
+		"read -r SIMPLETUNER_WORKER_TOKEN", "simpletuner worker --orchestrator-url "+s.hs.URL)
+	// The commands to copy ask for the token: it is in none of them, so not
+	// in a shell's history either; only the field with its copy button has it.
+	if n := strings.Count(p.Body, token); n != 1 {
+		t.Errorf("the token appears %d times on the page; want once, in its field", n)
+	}
 	if p.Header.Get("Cache-Control") != "no-store" {
 		t.Fatalf("token page cacheable: %q", p.Header.Get("Cache-Control"))
 	}
@@ -491,7 +513,9 @@ func TestQueueSubmitJobPageAndCancel(t *testing.T) {
 	}
 	job := strings.TrimPrefix(jobPath, "/ui/jobs/")
 	p = b.must(b.get(jobPath), 200)
-	contains(t, p, "queued", "Not dispatched yet", "sdxl-lora", "&#34;model_type&#34;: &#34;lora&#34;", "Cancel job", `data-log-src="/ui/jobs/`+job+`/log"`)
+	contains(t, p, "queued", "Not dispatched yet", "sdxl-lora", "&#34;model_type&#34;: &#34;lora&#34;", "Cancel job", `data-log-src="/ui/jobs/`+job+`/log"`,
+		"Queued, with a warning from the orchestrator:", "<li>no worker can run this job yet: it asks for 8 GPUs; the largest worker has 0</li>")
+	lacks(t, b.must(b.get(jobPath), 200), "Queued, with a warning") // once
 	second := b.must(b.post("/ui/queue", url.Values{"config_json": {`{"x":1}`}, "target": {"worker"}}), http.StatusSeeOther).Location()
 
 	// Newest first, filter and pages.
@@ -779,4 +803,33 @@ func TestWorkerPageShowsGPUHealthAndCharts(t *testing.T) {
 	contains(t, p, "not fenced")
 	p = b.must(b.get("/ui/"), 200)
 	contains(t, p, "The fleet&#39;s GPUs, last 6 hours", `class="online"`)
+}
+
+// Behind a TLS proxy (server.public_url = https://…), the browser's Origin is
+// the proxy's, not the plain-HTTP address the request arrives on: sign-in
+// and forms work, the cookies are Secure, and a form from anywhere else,
+// the plain address included, is still refused.
+func TestBehindATLSProxy(t *testing.T) {
+	t.Parallel()
+	pub, _ := url.Parse("https://orchestrator.example.com")
+	s := newSiteWith(t, openSQLite(t), func(o *Options) { o.PublicURL = pub })
+	b := s.browser()
+	b.origin = "https://orchestrator.example.com"
+	p := b.must(b.signIn(s.admin, "/ui/"), http.StatusSeeOther)
+	var secure bool
+	for _, c := range (&http.Response{Header: p.Header}).Cookies() {
+		if c.Name == sessionCookie {
+			secure = c.Secure
+		}
+	}
+	if !secure {
+		t.Fatalf("the session cookie behind a TLS proxy is not Secure: %v", p.Header["Set-Cookie"])
+	}
+	for _, origin := range []string{s.hs.URL, "https://evil.example"} {
+		other := s.browser()
+		other.origin = origin
+		if p := other.signIn(s.admin, "/ui/"); p.Status != http.StatusForbidden {
+			t.Errorf("a sign-in from %s: %d", origin, p.Status)
+		}
+	}
 }

@@ -76,6 +76,12 @@ func openPostgres(t testing.TB, url string) store.Store {
 
 func newSite(t testing.TB, st store.Store, mods ...func(*orchestrator.Options)) *site {
 	t.Helper()
+	return newSiteWith(t, st, nil, mods...)
+}
+
+// newSiteWith is newSite with the dashboard's options adjusted by tweak.
+func newSiteWith(t testing.TB, st store.Store, tweak func(*Options), mods ...func(*orchestrator.Options)) *site {
+	t.Helper()
 	opt := orchestrator.OptionsFrom(config.DefaultOrchestrator())
 	opt.InstanceID = "test-" + t.Name()
 	opt.ConfigsDir = t.TempDir()
@@ -86,6 +92,7 @@ func newSite(t testing.TB, st store.Store, mods ...func(*orchestrator.Options)) 
 	// the canceling job, however slow the machine.
 	opt.CancelGrace, opt.CancelReportTimeout = time.Minute, time.Minute
 	opt.AuthFailuresPerMinute = 5
+	opt.FailureAuditInterval = 100 * time.Millisecond
 	for _, m := range mods {
 		m(&opt)
 	}
@@ -93,7 +100,11 @@ func newSite(t testing.TB, st store.Store, mods ...func(*orchestrator.Options)) 
 	srv := orchestrator.New(st, opt, log)
 	c := &clock{t: time.Now()}
 	api := srv.Handler()
-	d, err := New(Options{API: api, Sessions: st, Version: "test", Log: log, Now: c.Now})
+	dopt := Options{API: api, Sessions: st, Version: "test", Log: log, Now: c.Now}
+	if tweak != nil {
+		tweak(&dopt)
+	}
+	d, err := New(dopt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,17 +249,6 @@ func lacks(t testing.TB, p page, unwanted ...string) {
 		if strings.Contains(p.Body, w) {
 			t.Fatalf("page has %q but must not:\n%s", w, p.Body)
 		}
-	}
-}
-
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

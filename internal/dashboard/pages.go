@@ -450,9 +450,18 @@ func (d *Dashboard) submitJob(w http.ResponseWriter, r *http.Request, s *session
 		return
 	}
 	var out struct {
-		JobID string `json:"job_id"`
+		JobID    string   `json:"job_id"`
+		Warning  string   `json:"warning"`
+		Warnings []string `json:"warnings"`
 	}
 	_ = res.decode(&out)
+	var warnings []string
+	for _, w := range append([]string{out.Warning}, out.Warnings...) {
+		if w != "" {
+			warnings = append(warnings, w)
+		}
+	}
+	d.notices.put(s, "job:"+out.JobID, warnings, d.opt.Now())
 	http.Redirect(w, r, Prefix+"jobs/"+url.PathEscape(out.JobID), http.StatusSeeOther)
 }
 
@@ -489,7 +498,8 @@ func (d *Dashboard) jobWithError(w http.ResponseWriter, r *http.Request, s *sess
 		}
 		logText = strings.ToValidUTF8(string(b), "")
 	}
-	d.render(w, r, status, "job", map[string]any{"J": j, "Log": logText, "LogTruncated": truncated, "Error": errMsg}, s)
+	d.render(w, r, status, "job", map[string]any{"J": j, "Log": logText, "LogTruncated": truncated, "Error": errMsg,
+		"Warnings": d.notices.take(s, "job:"+j.ID, d.opt.Now())}, s)
 }
 
 func (d *Dashboard) jobLive(w http.ResponseWriter, r *http.Request, s *session) {

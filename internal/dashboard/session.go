@@ -14,6 +14,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
@@ -65,9 +66,11 @@ func csrfToken(id string) string {
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-func cookie(r *http.Request, name, value, path string, maxAge int) *http.Cookie {
+// cookie is one of the dashboard's cookies: Secure whenever browsers reach
+// the dashboard over HTTPS, here or at a TLS proxy (server.public_url).
+func (d *Dashboard) cookie(r *http.Request, name, value, path string, maxAge int) *http.Cookie {
 	return &http.Cookie{Name: name, Value: value, Path: path, MaxAge: maxAge, HttpOnly: true,
-		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode}
+		Secure: r.TLS != nil || d.opt.PublicURL != nil && d.opt.PublicURL.Scheme == "https", SameSite: http.SameSiteStrictMode}
 }
 
 // errNoSession: no cookie, an unknown or idle session, or a revoked token.
@@ -150,7 +153,7 @@ func (d *Dashboard) needSignIn(w http.ResponseWriter, r *http.Request, err error
 	_, noCookie := r.Cookie(sessionCookie)
 	expired := noCookie == nil
 	if expired {
-		http.SetCookie(w, cookie(r, sessionCookie, "", Prefix, -1))
+		http.SetCookie(w, d.cookie(r, sessionCookie, "", Prefix, -1))
 	}
 	switch {
 	case r.Header.Get("HX-Request") == "true":
@@ -175,15 +178,19 @@ func (d *Dashboard) needSignIn(w http.ResponseWriter, r *http.Request, err error
 }
 
 // sameOrigin refuses state-changing requests that another site started:
-// Origin, when the browser sends it, must be this host; Sec-Fetch-Site must
-// not say cross-site.
-func sameOrigin(r *http.Request) bool {
+// Origin, when the browser sends it, must be this dashboard's (server.
+// public_url's, behind a proxy; else this host as the request reached it);
+// Sec-Fetch-Site must not say cross-site.
+func (d *Dashboard) sameOrigin(r *http.Request) bool {
 	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
 		return false
 	}
 	origin := r.Header.Get("Origin")
 	if origin == "" {
 		return true
+	}
+	if u := d.opt.PublicURL; u != nil {
+		return strings.EqualFold(origin, u.Scheme+"://"+u.Host)
 	}
 	scheme := "http"
 	if r.TLS != nil {
@@ -193,8 +200,8 @@ func sameOrigin(r *http.Request) bool {
 }
 
 // checkCSRF verifies a state-changing form: same origin and the session's token.
-func checkCSRF(r *http.Request, s *session) bool {
-	if !sameOrigin(r) {
+func (d *Dashboard) checkCSRF(r *http.Request, s *session) bool {
+	if !d.sameOrigin(r) {
 		return false
 	}
 	got := r.PostFormValue("csrf")
@@ -239,7 +246,7 @@ func (d *Dashboard) action(h handler) http.HandlerFunc {
 			return
 		}
 		w.Header().Set("Cache-Control", "no-store")
-		if !checkCSRF(r, s) {
+		if !d.checkCSRF(r, s) {
 			d.errorPage(w, r, s, http.StatusForbidden,
 				"The form was refused: it did not come from this dashboard's page (its security token or origin did not match). Reload the page and try again.")
 			return
@@ -259,7 +266,7 @@ func (d *Dashboard) signinForm(w http.ResponseWriter, r *http.Request) {
 
 func (d *Dashboard) renderSignin(w http.ResponseWriter, r *http.Request, status int, tokenErr string, expired bool) {
 	formToken := randomID()
-	http.SetCookie(w, cookie(r, signinCookie, formToken, Prefix+"signin", 3600))
+	http.SetCookie(w, d.cookie(r, signinCookie, formToken, Prefix+"signin", 3600))
 	w.Header().Set("Cache-Control", "no-store")
 	d.render(w, r, status, "signin", map[string]any{
 		"Next": safeNext(r.FormValue("next")), "FormToken": formToken, "Error": tokenErr, "Expired": expired,
@@ -270,9 +277,12 @@ func (d *Dashboard) renderSignin(w http.ResponseWriter, r *http.Request, status 
 // API itself (GET /api/auth/whoami), so a failure counts in the API's failure
 // limiter for this peer like any other bad credential.
 func (d *Dashboard) signin(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	// The token is in the body, so it is read before any credential is
+	// checked; only what needs no body is checked first (the form's origin
+	// and cookie), and the body is kept small: a token, a form token, a path.
+	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
 	fc, err := r.Cookie(signinCookie)
-	if !sameOrigin(r) || err != nil || !hmac.Equal([]byte(fc.Value), []byte(r.PostFormValue("form_token"))) {
+	if !d.sameOrigin(r) || err != nil || !hmac.Equal([]byte(fc.Value), []byte(r.PostFormValue("form_token"))) {
 		d.renderSignin(w, r, http.StatusForbidden, "The sign-in form expired or did not come from this page. Please try again.", false)
 		return
 	}
@@ -281,7 +291,10 @@ func (d *Dashboard) signin(w http.ResponseWriter, r *http.Request) {
 		d.renderSignin(w, r, http.StatusUnprocessableEntity, "Enter an admin token (it starts with sta_).", false)
 		return
 	}
-	req := apiRequest(r, nil, http.MethodGet, "/api/auth/whoami", nil)
+	// A refused token is counted and audited by the API, in aggregate with
+	// every other failed authentication of this client, under this route.
+	req := apiRequest(r.WithContext(orchestrator.WithAuditRoute(r.Context(), "POST "+Prefix+"signin")), nil,
+		http.MethodGet, "/api/auth/whoami", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	res := d.do(req)
 	ip := auth.PeerKey(r.RemoteAddr)
@@ -290,17 +303,7 @@ func (d *Dashboard) signin(w http.ResponseWriter, r *http.Request) {
 		switch res.Status {
 		case http.StatusTooManyRequests:
 			msg = "Too many failed sign-ins from this address; wait " + res.Header.Get("Retry-After") + " s and try again."
-		case http.StatusUnauthorized:
-			// Audited here; a 429 is not, so a flood cannot grow the log.
-			accessor := "(not a token)"
-			if auth.WellFormed(token) {
-				accessor = auth.Accessor(token)
-			}
-			rec := audit.New("anonymous", ip, "dashboard.signin", "admin_token", "", audit.Failure,
-				map[string]string{"token": accessor, "reason": res.Detail})
-			if err := d.opt.Sessions.AppendAudit(r.Context(), rec); err != nil {
-				d.opt.Log.Warn("dashboard: audit write failed", "err", err)
-			}
+		case http.StatusUnauthorized: // counted and audited by the API, see above
 		default:
 			msg = "Signing in failed: " + res.Detail
 		}
@@ -335,9 +338,9 @@ func (d *Dashboard) signin(w http.ResponseWriter, r *http.Request) {
 		d.opt.Log.Warn("dashboard: removing idle sessions failed", "err", err)
 	}
 	d.opt.Log.Info("dashboard sign-in", "token_id", who.ID, "peer", ip)
-	http.SetCookie(w, cookie(r, signinCookie, "", Prefix+"signin", -1))
+	http.SetCookie(w, d.cookie(r, signinCookie, "", Prefix+"signin", -1))
 	// No MaxAge: the cookie lives with the browser session; the server decides expiry.
-	http.SetCookie(w, cookie(r, sessionCookie, id, Prefix, 0))
+	http.SetCookie(w, d.cookie(r, sessionCookie, id, Prefix, 0))
 	http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
 }
 
@@ -348,6 +351,6 @@ func (d *Dashboard) signout(w http.ResponseWriter, r *http.Request, s *session) 
 		d.errorPage(w, r, s, http.StatusServiceUnavailable, "Signing out failed; try again.")
 		return
 	}
-	http.SetCookie(w, cookie(r, sessionCookie, "", Prefix, -1))
+	http.SetCookie(w, d.cookie(r, sessionCookie, "", Prefix, -1))
 	http.Redirect(w, r, Prefix+"signin?signed_out=1", http.StatusSeeOther)
 }

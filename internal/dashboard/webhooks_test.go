@@ -14,6 +14,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 	"github.com/simpletuner/simpletuner-orchestration/internal/webhook"
 	"github.com/simpletuner/simpletuner-orchestration/internal/webhook/spec"
 )
@@ -70,7 +71,7 @@ func TestWebhookPages(t *testing.T) {
 	if code != 201 {
 		t.Fatalf("submit: %d %v", code, job)
 	}
-	eventually(t, 10*time.Second, "the event delivered", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the event delivered", func() bool {
 		p := b.get("/ui/webhooks/ci")
 		return strings.Contains(p.Body, `badge d-delivered`)
 	})

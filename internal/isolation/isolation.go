@@ -404,7 +404,8 @@ func (j *Job) Env() []string {
 	if !j.iso.switchUsers {
 		return nil
 	}
-	return []string{"HOME=" + j.dir, "USER=job" + strconv.FormatUint(uint64(j.ident.uid), 10)}
+	user := "job" + strconv.FormatUint(uint64(j.ident.uid), 10)
+	return []string{"HOME=" + j.dir, "USER=" + user, "LOGNAME=" + user}
 }
 
 // Started records the leader: it joins the v1 cgroups and the reaper learns

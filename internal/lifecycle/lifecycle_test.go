@@ -225,6 +225,15 @@ func TestWorkerStatusRule(t *testing.T) {
 			t.Errorf("Alive(%s, %+v) = %s, want %s", c.cur, c.load, got, c.alive)
 		}
 	}
+	if got := Resumed(one(0), true); got != idle {
+		t.Errorf("Resumed(idle load) = %s", got)
+	}
+	if got := Resumed(Load{Running: 1, Slots: 4, GPUs: 4, GPUsUsed: 1}, true); got != partial {
+		t.Errorf("Resumed(partial load) = %s", got)
+	}
+	if got := Resumed(one(0), false); got != connecting {
+		t.Errorf("Resumed(never connected) = %s, want connecting", got)
+	}
 	for _, c := range []struct {
 		cur  protocol.WorkerStatus
 		load Load

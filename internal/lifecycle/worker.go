@@ -58,8 +58,14 @@ func Alive(cur protocol.WorkerStatus, l Load) protocol.WorkerStatus {
 	return online(l)
 }
 
-// Resumed is the status of a draining worker an admin resumed.
-func Resumed(l Load) protocol.WorkerStatus { return online(l) }
+// Resumed is the status of a draining worker an admin resumed: by its load,
+// or connecting again when it never connected (drained while still new).
+func Resumed(l Load, everConnected bool) protocol.WorkerStatus {
+	if !everConnected {
+		return protocol.WorkerConnecting
+	}
+	return online(l)
+}
 
 func online(l Load) protocol.WorkerStatus {
 	switch {

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net"
@@ -99,6 +100,9 @@ func (s *Server) baseURL(r *http.Request) string {
 	if _, local := peerOf(r); local {
 		return "unix://" + s.adminSocketPath
 	}
+	if pub := s.options().PublicURL; pub != "" {
+		return pub
+	}
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
@@ -158,11 +162,19 @@ func validDNSName(name string) bool {
 	return true
 }
 
-// connectionCommand is a shell command line that starts a worker. The token
-// travels in the environment: in argv, ps would show it to every user of the
-// machine. Each value is quoted for a POSIX shell.
-func connectionCommand(base, token string) string {
-	return "SIMPLETUNER_WORKER_TOKEN=" + shellQuote(token) + " simpletuner worker --orchestrator-url " + shellQuote(base)
+// connectionPrompt is how a connection command asks for the worker token:
+// typed or pasted at a prompt that does not echo it, so that it is not in
+// the command line (the shell's history, a pasted snippet, a log) and then
+// passed in the environment (in argv, ps would show it to every user of the
+// machine). POSIX sh, bash and zsh alike.
+const connectionPrompt = "printf 'Worker token: '; stty -echo; read -r SIMPLETUNER_WORKER_TOKEN; stty echo; echo; " +
+	"export SIMPLETUNER_WORKER_TOKEN; "
+
+// connectionCommand is a shell command line that starts SimpleTuner's worker
+// agent against base; it holds no token (see connectionPrompt). The URL is
+// quoted for a POSIX shell.
+func connectionCommand(base string) string {
+	return connectionPrompt + "simpletuner worker --orchestrator-url " + shellQuote(base)
 }
 
 // shellQuote returns s as one POSIX shell word: as is when it holds only
@@ -189,6 +201,9 @@ func (s *Server) createWorker(w http.ResponseWriter, r *http.Request, _ httprout
 	if req.Name == nil || strings.TrimSpace(*req.Name) == "" {
 		return invalid("field \"name\" is required")
 	}
+	if err := printable("name", *req.Name); err != nil {
+		return err
+	}
 	if req.WorkerType == "" {
 		req.WorkerType = protocol.Persistent
 	}
@@ -196,6 +211,9 @@ func (s *Server) createWorker(w http.ResponseWriter, r *http.Request, _ httprout
 		return invalid("field \"worker_type\" must be \"persistent\" or \"ephemeral\"; got %q", req.WorkerType)
 	}
 	if err := validLabels("labels", req.Labels); err != nil {
+		return err
+	}
+	if err := s.nameFree(r.Context(), strings.TrimSpace(*req.Name), ""); err != nil {
 		return err
 	}
 	token := auth.NewWorkerToken()
@@ -214,9 +232,39 @@ func (s *Server) createWorker(w http.ResponseWriter, r *http.Request, _ httprout
 	s.log.Info("worker created", "worker_id", wk.ID, "name", wk.Name, "by", p.Actor())
 	writeJSON(w, http.StatusCreated, map[string]any{
 		"worker_id": wk.ID, "id": wk.ID, "name": wk.Name, "worker_type": wk.Type, "labels": wk.Labels,
-		"labels_locked": wk.LabelsLocked, "token": token, "connection_command": connectionCommand(s.baseURL(r), token),
+		"labels_locked": wk.LabelsLocked, "token": token, "connection_command": connectionCommand(s.baseURL(r)),
 	})
 	return nil
+}
+
+// printable refuses a text field that holds control characters (see
+// protocol.CheckPrintable).
+func printable(field, v string) error {
+	if err := protocol.CheckPrintable(v); err != nil {
+		return invalid("field %q %v", field, err)
+	}
+	return nil
+}
+
+// nameFree refuses (409) a name another worker than self has: admins and
+// simpletunerctl find a worker by its name.
+func (s *Server) nameFree(ctx context.Context, name, self string) error {
+	other, err := s.namedOther(ctx, name, self)
+	if err == nil && other != "" {
+		return conflict("field \"name\": worker %s is already named %q; give this one another name, so that a name finds one worker", other, name)
+	}
+	return err
+}
+
+// namedOther is the id of a worker other than self named name, or "".
+func (s *Server) namedOther(ctx context.Context, name, self string) (string, error) {
+	ws, _, err := s.store.ListWorkers(ctx, store.WorkerFilter{Name: name, Limit: 2})
+	for _, w := range ws {
+		if w.ID != self {
+			return w.ID, err
+		}
+	}
+	return "", err
 }
 
 func validLabels(field string, labels map[string]string) error {
@@ -251,6 +299,11 @@ func (s *Server) patchWorker(w http.ResponseWriter, r *http.Request, ps httprout
 	if req.Name != nil && strings.TrimSpace(*req.Name) == "" {
 		return invalid("field \"name\" must not be empty")
 	}
+	if req.Name != nil {
+		if err := printable("name", *req.Name); err != nil {
+			return err
+		}
+	}
 	if req.WorkerType != "" && !req.WorkerType.Valid() {
 		return invalid("field \"worker_type\" must be \"persistent\" or \"ephemeral\"; got %q", req.WorkerType)
 	}
@@ -266,6 +319,11 @@ func (s *Server) patchWorker(w http.ResponseWriter, r *http.Request, ps httprout
 	id := ps.ByName("id")
 	if _, err := s.loadWorker(r, id); err != nil {
 		return err
+	}
+	if req.Name != nil {
+		if err := s.nameFree(r.Context(), strings.TrimSpace(*req.Name), id); err != nil {
+			return err
+		}
 	}
 	wk, err := s.store.UpdateWorker(r.Context(), id, func(cur *store.Worker) (*audit.Record, error) {
 		if req.Name != nil {
@@ -362,7 +420,8 @@ func (s *Server) resumeWorker(w http.ResponseWriter, r *http.Request, ps httprou
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "worker_id": id, "status": wk.Status})
+	status, _ := s.shown(wk) // as the worker list shows it
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "worker_id": id, "status": status})
 	return nil
 }
 
@@ -380,7 +439,7 @@ func (s *Server) rotateToken(w http.ResponseWriter, r *http.Request, ps httprout
 	// The old token is dead: so is the stream it opened.
 	s.closeWorkerStream(wk.ID, "token rotated")
 	s.log.Info("worker token rotated", "worker_id", wk.ID, "by", p.Actor())
-	writeJSON(w, http.StatusOK, map[string]any{"worker_id": wk.ID, "token": token, "connection_command": connectionCommand(s.baseURL(r), token)})
+	writeJSON(w, http.StatusOK, map[string]any{"worker_id": wk.ID, "token": token, "connection_command": connectionCommand(s.baseURL(r))})
 	return nil
 }
 
@@ -393,6 +452,9 @@ type createTokenRequest struct {
 func NewAdminToken(name string, scopes []string) (store.AdminToken, string, error) {
 	if strings.TrimSpace(name) == "" {
 		return store.AdminToken{}, "", invalid("field \"name\" is required")
+	}
+	if err := printable("name", name); err != nil {
+		return store.AdminToken{}, "", err
 	}
 	if len(scopes) == 0 {
 		return store.AdminToken{}, "", invalid("field \"scopes\" needs at least one scope (%s)", strings.Join(auth.AllScopes(), ", "))

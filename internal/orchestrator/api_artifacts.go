@@ -41,7 +41,8 @@ func (s *Server) SetArtifacts(a *artifacts.Store) {
 
 func (s *Server) applyArtifactLimits(o Options) {
 	if a := s.artifacts.Load(); a != nil {
-		a.SetLimits(artifacts.Limits{MaxObjectBytes: o.ArtifactMaxObjectBytes, MaxJobBytes: o.ArtifactMaxJobBytes})
+		a.SetLimits(artifacts.Limits{MaxObjectBytes: o.ArtifactMaxObjectBytes, MaxJobBytes: o.ArtifactMaxJobBytes,
+			MaxJobObjects: o.ArtifactMaxJobObjects})
 	}
 }
 
@@ -192,6 +193,11 @@ func (s *Server) artifactError(err error) error {
 	case errors.Is(err, artifacts.ErrUnsafePath):
 		s.log.Warn("artifact path refused", "err", err)
 		return errorf(http.StatusForbidden, protocol.CodeForbidden, "%v", err)
+	case errors.Is(err, artifacts.ErrUnavailable):
+		// Not the database: say which store failed, the detail stays in the log.
+		s.log.Warn("the artifact store is unreachable", "err", err)
+		return errorf(http.StatusServiceUnavailable, protocol.CodeUnavailable,
+			"the artifact store is unreachable; nothing was changed, try again shortly")
 	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.Canceled) || isBodyReadError(err):
 		return errorf(http.StatusBadRequest, protocol.CodeInvalidRequest, "the upload was interrupted (%v); nothing was stored", err)
 	}
@@ -253,7 +259,7 @@ func (s *Server) getObject(w http.ResponseWriter, r *http.Request, ps httprouter
 func (s *Server) listBuckets(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u uploader, a *artifacts.Store) error {
 	objs, err := a.List(r.Context(), u.job.ID, u.attempt.Number)
 	if err != nil {
-		return err
+		return s.artifactError(err)
 	}
 	type bucket struct {
 		Name         string  `json:"Name"`
@@ -297,7 +303,7 @@ func (s *Server) listObjects(w http.ResponseWriter, r *http.Request, ps httprout
 	}
 	objs, err := a.List(r.Context(), u.job.ID, u.attempt.Number)
 	if err != nil {
-		return err
+		return s.artifactError(err)
 	}
 	type content struct {
 		Key          string  `json:"Key"`
@@ -344,7 +350,7 @@ func (s *Server) listArtifacts(w http.ResponseWriter, r *http.Request, ps httpro
 	}
 	objs, err := a.List(r.Context(), j.ID, attempt)
 	if err != nil {
-		return err
+		return s.artifactError(err)
 	}
 	out := make([]artifactView, 0, len(objs))
 	var total int64

@@ -76,6 +76,9 @@ func parseOrder(v string) (string, error) {
 type jobListQuery struct {
 	filter store.JobFilter
 	order  string
+	// waiting: explain each queued job's wait, at the cost of reading every
+	// worker once for the page.
+	waiting bool
 }
 
 func parseJobList(r *http.Request) (jobListQuery, error) {
@@ -104,6 +107,11 @@ func parseJobList(r *http.Request) (jobListQuery, error) {
 	var err error
 	if out.order, err = parseOrder(q.Get("order")); err != nil {
 		return out, err
+	}
+	if w := q.Get("waiting"); w != "" {
+		if out.waiting, err = strconv.ParseBool(w); err != nil {
+			return out, invalid("query parameter \"waiting\" must be 1 or 0; got %q", w)
+		}
 	}
 	if f.Limit, f.Offset, err = page(r, 50, 200); err != nil {
 		return out, err
@@ -157,8 +165,22 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		reply["total"] = total
 	}
 	entries := make([]jobView, 0, len(jobs))
+	var facts []workerFacts // read for the first queued job, then shared
+	factsRead := false
 	for _, j := range jobs {
-		entries = append(entries, newJobView(j))
+		v := newJobView(j)
+		if lq.waiting && j.Status == protocol.JobQueued {
+			if !factsRead {
+				if facts, err = s.workerFacts(r.Context()); err != nil {
+					return err
+				}
+				factsRead = true
+			}
+			if v.WaitingReason, v.WaitingDetail, err = s.explainWait(r.Context(), j, facts); err != nil {
+				return err
+			}
+		}
+		entries = append(entries, v)
 	}
 	reply["entries"] = entries
 	writeJSON(w, http.StatusOK, reply)

@@ -39,7 +39,8 @@ const defaultPriority = 10
 
 func (s *Server) submit(w http.ResponseWriter, r *http.Request, _ httprouter.Params, p auth.Principal) error {
 	var req submitRequest
-	if err := s.decodeJSON(w, r, &req); err != nil {
+	body, err := s.decodeJSONBody(w, r, &req)
+	if err != nil {
 		return err
 	}
 	opt := s.options()
@@ -94,7 +95,6 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	default:
 		return invalid("field \"config_name\" (or an inline \"config\" object) is required")
 	}
-	var err error
 	if j.GPUCount, j.WholeWorker, err = gpuRequest(req.GPUCount, j.Config); err != nil {
 		return err
 	}
@@ -120,6 +120,9 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	// Accepted all the same: a larger worker may be added later.
 	if largest := int(s.largestWorker.Load()); j.GPUCount > largest {
 		reply["warning"] = fmt.Sprintf("no worker can run this job yet: it asks for %d GPUs; the largest worker has %d", j.GPUCount, largest)
+	}
+	if warnings := unknownFieldWarnings(body, req); len(warnings) > 0 {
+		reply["warnings"] = warnings
 	}
 	writeJSON(w, http.StatusCreated, reply)
 	return nil

@@ -43,6 +43,16 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request, _ httpro
 	if err := validLabels("labels", req.Labels); err != nil {
 		return err
 	}
+	// What a worker reports is shown in admins' terminals and pages.
+	provider := ""
+	if req.Provider != nil {
+		provider = *req.Provider
+	}
+	for _, f := range [][2]string{{"name", req.Name}, {"version", req.Version}, {"provider", provider}} {
+		if err := printable(f[0], f[1]); err != nil {
+			return err
+		}
+	}
 	if len(req.GPUInfo) > 0 && string(req.GPUInfo) != "null" {
 		var obj map[string]any
 		if json.Unmarshal(req.GPUInfo, &obj) != nil {

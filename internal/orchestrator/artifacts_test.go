@@ -370,7 +370,11 @@ func TestArtifactKeyEscapes(t *testing.T) {
 // sent chunked, or the body is cut short of what it announced.
 func TestArtifactLimits(t *testing.T) {
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
-		e := setup(t, open(t), func(o *Options) { o.ArtifactMaxObjectBytes, o.ArtifactMaxJobBytes = 1<<20, 3<<20 })
+		// Room for three 1 MiB objects, each with what its files and
+		// directories are charged.
+		e := setup(t, open(t), func(o *Options) {
+			o.ArtifactMaxObjectBytes, o.ArtifactMaxJobBytes = 1<<20, 3*artifacts.Charge("out/part-0", 1<<20)
+		})
 		jobID, _, token := e.runningJob("gpu")
 		tooBig := randomBytes(t, 1<<20+1)
 		if r := e.put(token, "out/announced", bytes.NewReader(tooBig), int64(len(tooBig))); r.Status != 413 || r.JSON["error"] != "request_too_large" {
@@ -511,4 +515,38 @@ func (s *Server) metricsText() string {
 	var b bytes.Buffer
 	s.writeMetrics(context.Background(), &b)
 	return b.String()
+}
+
+// A job cannot fill the artifacts' disk with empty objects under deep keys:
+// a key deeper than artifacts.MaxKeyDepth is refused (400), every object is
+// charged what its files and directories cost, and a job holds at most
+// max_job_objects objects (413).
+func TestArtifactQuotaCountsFilesAndDirectories(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t), func(o *Options) { o.ArtifactMaxJobBytes, o.ArtifactMaxJobObjects = 2<<20, 5 })
+	_, _, token := e.runningJob("gpu")
+	r := e.put(token, "out/"+strings.Repeat("d/", 199)+"x", strings.NewReader(""), 0)
+	if r.Status != 400 || !strings.Contains(r.JSON["detail"].(string), "has 200 segments; at most 16") {
+		t.Fatalf("a 200-segment key: %d %s", r.Status, r.Body)
+	}
+	for i := range 5 {
+		e.must(e.put(token, fmt.Sprintf("out/%d", i), strings.NewReader(""), 0), 200)
+	}
+	if r := e.put(token, "out/5", strings.NewReader(""), 0); r.Status != 413 || !strings.Contains(r.JSON["detail"].(string), "max_job_objects (5)") {
+		t.Fatalf("a sixth object: %d %s", r.Status, r.Body)
+	}
+	e.must(e.put(token, "out/0", strings.NewReader("replaced"), 8), 200)
+	deep := "out/" + strings.Repeat("d/", artifacts.MaxKeyDepth-1) + "x"
+	e.srv.SetOptions(func() Options { o := e.srv.options(); o.ArtifactMaxJobObjects = 1000; return o }())
+	stored := 0
+	for i := range 40 {
+		if r := e.put(token, fmt.Sprintf("%s%d", deep, i), strings.NewReader(""), 0); r.Status == 200 {
+			stored++
+		} else if r.Status != 413 || !strings.Contains(r.JSON["detail"].(string), "max_job_bytes") {
+			t.Fatalf("deep upload %d: %d %s", i, r.Status, r.Body)
+		}
+	}
+	if want := int((2<<20 - 5*artifacts.Charge("out/0", 0) - 8) / artifacts.Charge(deep, 0)); stored != want {
+		t.Errorf("%d empty %d-segment objects stored in a 2 MiB quota; want %d", stored, artifacts.MaxKeyDepth, want)
+	}
 }

@@ -45,7 +45,7 @@ func (s *Server) rateLimited(w http.ResponseWriter, r *http.Request, token strin
 	if !blocked || auth.WellFormed(token) {
 		return false
 	}
-	s.failures.note(limitKey(r), peerIP(r), r.Method+" "+routeOf(r), token, true)
+	s.failures.note(limitKey(r), peerIP(r), failureRoute(r), token, true)
 	s.tooMany(w, r, wait)
 	return true
 }
@@ -63,12 +63,32 @@ func (s *Server) authFailed(w http.ResponseWriter, r *http.Request, token, code,
 	s.limiter.Fail(key)
 	s.metrics.AuthFailures.Add(1)
 	wait, blocked := s.limiter.Blocked(key)
-	s.failures.note(key, peerIP(r), r.Method+" "+routeOf(r), token, blocked)
+	s.failures.note(key, peerIP(r), failureRoute(r), token, blocked)
 	if blocked {
 		s.tooMany(w, r, wait)
 		return
 	}
 	s.writeError(w, r, errorf(http.StatusUnauthorized, code, "%s", detail))
+}
+
+// auditRouteKey marks an in-process request made for another route.
+type auditRouteKey struct{}
+
+// WithAuditRoute names the route that an in-process request (the dashboard
+// checking a sign-in's token) is made for: its failed authentications are
+// counted under that route, with the others (see failureAudit), so that a
+// flood of bad sign-ins costs one auth.failure record per client and
+// interval, like any other bad credential.
+func WithAuditRoute(ctx context.Context, route string) context.Context {
+	return context.WithValue(ctx, auditRouteKey{}, route)
+}
+
+// failureRoute is the route a failed authentication is counted under.
+func failureRoute(r *http.Request) string {
+	if route, ok := r.Context().Value(auditRouteKey{}).(string); ok {
+		return route
+	}
+	return r.Method + " " + routeOf(r)
 }
 
 // routeOf names the endpoint of a request without the ids in its path, so

@@ -18,9 +18,11 @@ import (
 
 // A full disk is a state, not a string of failures. When a write fails for
 // lack of space the orchestrator enters it for that disk (the database's, or
-// the artifacts'): it logs one error saying so, /readyz answers 503 naming
-// it, and every write that fails the same way is answered 507 with a detail
-// that says what happened. Reads go on, and so do heartbeats: the liveness a
+// the artifacts'): it logs one error saying so, /readyz names it, and every
+// write that fails the same way is answered 507 with a detail that says what
+// happened. Only a full database disk makes /readyz answer 503: with the
+// artifacts' disk full everything but uploads works, and taking the
+// orchestrator out of a load balancer's rotation would stop that too. Reads go on, and so do heartbeats: the liveness a
 // heartbeat brings is kept in memory when it cannot be written. A watcher
 // checks every second whether space is back (enough free on the watched
 // paths, and a small write succeeding) and leaves the state by itself.
@@ -105,18 +107,21 @@ func (s *Server) noteDiskFull(disk string, err error) {
 	}
 }
 
-// diskProblem is /readyz's reason while a disk is full ("" when none is).
-func (d *diskState) problem() string {
+// problem is /readyz's reason while a disk is full ("" when none is):
+// notReady for the database's disk, degraded for the artifacts'.
+func (d *diskState) problem() (notReady, degraded string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, disk := range []string{diskDatabase, diskArtifacts} {
-		if f, ok := d.full[disk]; ok {
-			// Anyone may read /readyz: the disk's role, never its path.
-			return fmt.Sprintf("disk full: %s has no space left since %s; writes fail until space is freed",
-				diskNames[disk], f.since.UTC().Format(time.RFC3339))
-		}
+	// Anyone may read /readyz: the disk's role, never its path.
+	if f, ok := d.full[diskDatabase]; ok {
+		notReady = fmt.Sprintf("disk full: %s has no space left since %s; writes fail until space is freed",
+			diskNames[diskDatabase], f.since.UTC().Format(time.RFC3339))
 	}
-	return ""
+	if f, ok := d.full[diskArtifacts]; ok {
+		degraded = fmt.Sprintf("disk full: %s has no space left since %s; uploads are refused until space is freed",
+			diskNames[diskArtifacts], f.since.UTC().Format(time.RFC3339))
+	}
+	return notReady, degraded
 }
 
 func (d *diskState) fullGauge() int64 {

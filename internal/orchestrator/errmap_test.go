@@ -1,7 +1,6 @@
 package orchestrator
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -122,14 +121,25 @@ func TestReadyzDoesNotLeakTheDatabaseError(t *testing.T) {
 	}
 }
 
-// The connection command is pasted into a shell: a Host header cannot smuggle
-// a command into it, and the token is passed in the environment, not argv.
+// The connection command is pasted into a shell: it holds no token (it asks
+// for one, without echo, so the token is in no history or log), a Host
+// header cannot smuggle a command into it, and the agent gets the token in
+// its environment, never in argv. Checked by running it with a stand-in
+// agent and the token on standard input.
 func TestConnectionCommandIsSafe(t *testing.T) {
 	t.Parallel()
 	e := setup(t, backends["sqlite"](t))
+	bin := t.TempDir()
+	seen := filepath.Join(bin, "seen")
+	agent := "#!/bin/sh\n{ printf 'token=%s\\n' \"$SIMPLETUNER_WORKER_TOKEN\"; printf 'arg=%s\\n' \"$@\"; } > " + seen + "\n"
+	if err := os.WriteFile(filepath.Join(bin, "simpletuner"), []byte(agent), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	created := 0
 	create := func(host string) (string, string) {
 		t.Helper()
-		req, _ := http.NewRequest("POST", e.url+"/api/admin/workers", strings.NewReader(`{"name": "w"}`))
+		created++ // worker names are unique
+		req, _ := http.NewRequest("POST", e.url+"/api/admin/workers", strings.NewReader(fmt.Sprintf(`{"name": "w%d"}`, created)))
 		req.Host = host
 		req.Header.Set("Authorization", "Bearer "+e.admin)
 		res, err := http.DefaultClient.Do(req)
@@ -143,44 +153,38 @@ func TestConnectionCommandIsSafe(t *testing.T) {
 		}
 		return body["connection_command"].(string), body["token"].(string)
 	}
-	for _, host := range []string{"$(touch /tmp/pwned):8001", "a;b", "`id`", "x'y", "[::1]:80:1", "h:0", "bad host"} {
+	run := func(cmd, token string) []string {
+		t.Helper()
+		os.Remove(seen)
+		sh := exec.Command("/bin/sh", "-c", cmd)
+		sh.Env = []string{"PATH=" + bin + ":/usr/bin:/bin"}
+		sh.Stdin = strings.NewReader(token + "\n")
+		sh.Dir = t.TempDir()
+		if out, err := sh.CombinedOutput(); err != nil {
+			t.Fatalf("running %s: %v\n%s", cmd, err, out)
+		}
+		b, err := os.ReadFile(seen)
+		if err != nil {
+			t.Fatalf("the agent did not run: %v", err)
+		}
+		return strings.Split(strings.TrimSpace(string(b)), "\n")
+	}
+	for _, host := range []string{"$(touch pwned):8001", "a;b", "`id`", "x'y", "[::1]:80:1", "h:0", "bad host"} {
 		cmd, token := create(host)
-		if strings.ContainsAny(cmd, "$`;") {
-			t.Fatalf("Host %q gave %s", host, cmd) // and do not run it
+		if strings.Contains(cmd, token) {
+			t.Fatalf("the command holds the token: %s", cmd)
 		}
-		if !strings.Contains(cmd, strings.TrimPrefix(e.url, "http://")) {
-			t.Errorf("Host %q: the command should fall back to the address the request came in on: %s", host, cmd)
-		}
-		words := shellWords(t, cmd)
-		if words[0] != "SIMPLETUNER_WORKER_TOKEN="+token || strings.Contains(strings.Join(words[1:], " "), token) {
-			t.Errorf("the token must be in the environment only: %q", words)
+		want := []string{"token=" + token, "arg=worker", "arg=--orchestrator-url", "arg=" + e.url}
+		if got := run(cmd, token); strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("Host %q: the agent got %q; want %q (the address the request came in on)", host, got, want)
 		}
 	}
 	for _, host := range []string{"orchestrator.example:8001", "10.0.0.5:8001", "[fd00::5]:8001", "gpu-head"} {
-		cmd, _ := create(host)
-		words := shellWords(t, cmd)
-		if want := "http://" + host; words[len(words)-1] != want {
-			t.Errorf("Host %q: URL word %q; want %q", host, words[len(words)-1], want)
+		cmd, token := create(host)
+		if got := run(cmd, token); got[len(got)-1] != "arg=http://"+host {
+			t.Errorf("Host %q: the agent got %q", host, got)
 		}
 	}
-}
-
-// shellWords splits a command line the way a POSIX shell does, by running
-// one: it prints each word on its own line, its environment assignment first.
-func shellWords(t *testing.T, cmdline string) []string {
-	t.Helper()
-	assign, rest, _ := strings.Cut(cmdline, " ")
-	script := fmt.Sprintf(`export %s; printf '%%s\n' "SIMPLETUNER_WORKER_TOKEN=$SIMPLETUNER_WORKER_TOKEN"; set -- %s; printf '%%s\n' "$@"`, assign, rest)
-	out, err := exec.Command("/bin/sh", "-c", script).Output()
-	if err != nil {
-		t.Fatalf("sh: %v", err)
-	}
-	var words []string
-	sc := bufio.NewScanner(strings.NewReader(string(out)))
-	for sc.Scan() {
-		words = append(words, sc.Text())
-	}
-	return words
 }
 
 func TestValidHostPort(t *testing.T) {

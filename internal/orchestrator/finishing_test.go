@@ -171,6 +171,34 @@ func TestWaitingReasons(t *testing.T) {
 	if _, has := e.job(plain)["waiting_reason"]; !has {
 		t.Fatal("no waiting_reason")
 	}
+	// Asked to, the list says the same of each queued job, and nothing of
+	// the others; unasked, it reads no worker and says nothing.
+	e.must(e.adminDo("GET", "/api/queue?waiting=maybe", nil), 422)
+	for _, raw := range e.must(e.adminDo("GET", "/api/queue", nil), 200).JSON["entries"].([]any) {
+		if _, has := raw.(map[string]any)["waiting_reason"]; has {
+			t.Fatalf("a list not asked to explain waits: %v", raw)
+		}
+	}
+	e.must(e.adminDo("POST", "/api/queue/"+huge+"/cancel", nil), 200)
+	entries := e.must(e.adminDo("GET", "/api/queue?waiting=1", nil), 200).JSON["entries"].([]any)
+	if len(entries) != 4 {
+		t.Fatalf("%d entries", len(entries))
+	}
+	for _, raw := range entries {
+		entry := raw.(map[string]any)
+		id := entry["job_id"].(string)
+		_, has := entry["waiting_reason"]
+		if id == huge {
+			if has {
+				t.Errorf("the cancelled job has a waiting reason: %v", entry)
+			}
+			continue
+		}
+		one := e.job(id)
+		if !has || entry["waiting_reason"] != one["waiting_reason"] || entry["waiting_detail"] != one["waiting_detail"] {
+			t.Errorf("%s in the list: %v, %v; alone: %v, %v", id, entry["waiting_reason"], entry["waiting_detail"], one["waiting_reason"], one["waiting_detail"])
+		}
+	}
 }
 
 // While an instance shuts down, acknowledgements, reports and heartbeats

@@ -1,3 +1,5 @@
+//go:build faulthooks
+
 package orchestrator
 
 import (
@@ -11,9 +13,11 @@ import (
 // The fault suite checks that a stuck scheduler stops the systemd watchdog
 // pings. With SIMPLETUNER_ORCHESTRATORD_TEST_FREEZE naming a file, every
 // scheduler pass blocks, holding the pass lock, for as long as that file
-// exists: the loop looks exactly like one stuck on a lock or a query. Unset,
-// as everywhere but in that suite, nothing changes.
+// exists: the loop looks exactly like one stuck on a lock or a query. The
+// hook is built only into the fault suite's binaries (build tag faulthooks).
 const freezeHookEnv = "SIMPLETUNER_ORCHESTRATORD_TEST_FREEZE"
+
+func freezeFileFromEnv() string { return os.Getenv(freezeHookEnv) }
 
 // freezeWhileFileExists blocks while the hook's file exists (or until ctx ends).
 func (s *Server) freezeWhileFileExists(ctx context.Context) {

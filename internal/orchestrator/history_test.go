@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -336,11 +338,12 @@ func TestArtifactDiskFullIs507(t *testing.T) {
 	if rec.status != 507 || !strings.Contains(rec.body.String(), "no space left on the disk that keeps artifacts") {
 		t.Fatalf("artifact disk full: %d %s", rec.status, rec.body.String())
 	}
-	if why := e.srv.disk.problem(); !strings.Contains(why, "the artifacts' disk") {
-		t.Fatalf("not-ready reason: %q", why)
+	// Everything but uploads works: the orchestrator stays in rotation.
+	if r := e.do("GET", "/readyz", nil, nil); r.Status != 200 || !strings.Contains(fmt.Sprint(r.JSON["degraded"]), "the artifacts' disk") {
+		t.Fatalf("readyz with the artifacts' disk full: %d %s", r.Status, r.Body)
 	}
 	// The disk has room: the watcher's probe write succeeds and it recovers.
-	eventually(t, 5*time.Second, "ready again", func() bool { return e.do("GET", "/readyz", nil, nil).Status == 200 })
+	eventually(t, 5*time.Second, "space again", func() bool { _, degraded := e.srv.disk.problem(); return degraded == "" })
 	if left := e.stored(); len(left) != 0 {
 		t.Fatalf("the probe left %v", left)
 	}
@@ -355,3 +358,16 @@ type captureWriter struct {
 func (c *captureWriter) Header() http.Header         { return c.h }
 func (c *captureWriter) WriteHeader(s int)           { c.status = s }
 func (c *captureWriter) Write(b []byte) (int, error) { return c.body.Write(b) }
+
+// An artifact store that cannot be reached is named as such (503), not
+// taken for the database.
+func TestArtifactStoreUnreachableIs503(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t))
+	err := e.srv.artifactError(fmt.Errorf("%w: %w", artifacts.ErrUnavailable, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}))
+	rec := &captureWriter{h: http.Header{}}
+	e.srv.writeError(rec, &http.Request{URL: &url.URL{Path: "/api/queue/j_x/artifacts"}}, err)
+	if rec.status != 503 || !strings.Contains(rec.body.String(), "the artifact store is unreachable") || strings.Contains(rec.body.String(), "database") {
+		t.Fatalf("artifact store down: %d %s", rec.status, rec.body.String())
+	}
+}

@@ -85,15 +85,21 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 // limit → 413, wrong field types → 422 naming the field. Unknown fields are
 // ignored, as upstream's agent and clients send extras.
 func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	_, err := s.decodeJSONBody(w, r, v)
+	return err
+}
+
+// decodeJSONBody is decodeJSON that also returns the body it read.
+func (s *Server) decodeJSONBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.options().MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return errorf(http.StatusRequestEntityTooLarge, protocol.CodeTooLarge, "request body exceeds %d bytes", mbe.Limit)
+			return nil, errorf(http.StatusRequestEntityTooLarge, protocol.CodeTooLarge, "request body exceeds %d bytes", mbe.Limit)
 		}
-		return errorf(http.StatusBadRequest, protocol.CodeInvalidJSON, "could not read the request body: %v", err)
+		return nil, errorf(http.StatusBadRequest, protocol.CodeInvalidJSON, "could not read the request body: %v", err)
 	}
-	return decodeBody(body, v)
+	return body, decodeBody(body, v)
 }
 
 func decodeBody(body []byte, v any) error {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/version"
 )
 
 // Metrics are the orchestrator's counters, written in the Prometheus text
@@ -124,6 +125,8 @@ func (s *Server) writeMetrics(ctx context.Context, w io.Writer) {
 	gauge := func(name, help string, v int64) {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n%s %d\n", name, help, name, name, v)
 	}
+	fmt.Fprintf(w, "# HELP simpletuner_build_info The version this orchestrator runs and the kind of its store.\n# TYPE simpletuner_build_info gauge\n")
+	fmt.Fprintf(w, "simpletuner_build_info{version=%q,store=%q} 1\n", version.Version, s.store.Kind())
 	if counts, err := s.store.CountJobs(ctx); err == nil {
 		gauge("simpletuner_queue_depth", "Jobs waiting for a worker.", int64(counts[protocol.JobQueued]))
 		fmt.Fprintf(w, "# HELP simpletuner_jobs Jobs by status.\n# TYPE simpletuner_jobs gauge\n")

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,7 +106,73 @@ func TestReportedChangesAreAudited(t *testing.T) {
 	}
 }
 
+// A locked worker's GPU inventory is locked with its labels: a stolen token
+// that reports more or larger GPUs gets no job that needs them (and no such
+// job's secrets); the report is on record, ignored. A smaller report (a GPU
+// lost to a fault) is taken; unlocking lets a larger one count again.
+func TestLockedWorkerInventory(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t))
+	r := e.must(e.adminDo("POST", "/api/admin/workers", map[string]any{"name": "small", "labels_locked": true,
+		"labels": map[string]string{"pool": "general"}}), 201)
+	a := e.newAgent(r.JSON["worker_id"].(string), r.JSON["token"].(string), 2)
+	gpus := func(n int, gb float64) map[string]any {
+		return map[string]any{"count": n, "vram_gb": gb, "name": "GPU"}
+	}
+	e.must(a.register(map[string]any{"gpu_info": gpus(1, 24)}), 200) // the first report after the lock
+	e.must(a.register(map[string]any{"gpu_info": gpus(8, 80)}), 200) // a thief's boast
+	a.connect()
+	a.keepAlive(a.held)
+	if g := e.worker(a.id)["gpu_count"]; g != float64(1) {
+		t.Fatalf("the locked worker shows %v GPUs after reporting 8", g)
+	}
+	big := e.submit(map[string]any{"gpu_count": 8, "hf_token": "hf_for_big_only"})
+	a.noEvent("job_submit", 600*time.Millisecond)
+	recs, _ := e.st.ListAuditNewest(t.Context(), store.AuditFilter{Action: "worker.register"})
+	if len(recs) == 0 || !containsJSON(recs[0].Details, "gpu_info_ignored", `{"count":8,"name":"GPU","vram_gb":80}`) {
+		t.Errorf("the ignored inventory is not on record: %s", recs[0].Details)
+	}
+	if !strings.Contains(e.logs.String(), "reports a larger GPU inventory than it had") {
+		t.Error("the ignored inventory is not logged")
+	}
+	e.must(a.register(map[string]any{"gpu_info": gpus(0, 0)}), 200) // lost its GPU: taken
+	if g := e.worker(a.id)["gpu_count"]; g != float64(0) {
+		t.Fatalf("a smaller report was not taken: %v", g)
+	}
+	e.must(e.adminDo("PATCH", "/api/admin/workers/"+a.id, map[string]any{"labels_locked": false}), 200)
+	e.must(a.register(map[string]any{"gpu_info": gpus(8, 80)}), 200)
+	a.connect()
+	if ev := a.next("job_submit", 5*time.Second); ev["job_id"] != big {
+		t.Fatalf("after unlocking, the worker got %v", ev)
+	}
+}
+
 func containsJSON(raw json.RawMessage, key, want string) bool {
 	var d map[string]json.RawMessage
 	return json.Unmarshal(raw, &d) == nil && string(d[key]) == want
+}
+
+// What the documentation says of the scopes: admin.workers is worth every
+// job's secrets (its holder makes a worker, and the worker is handed a job
+// with its hf_token), while no queue scope ever shows a job's secrets.
+func TestAdminWorkersScopeReachesJobSecrets(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t))
+	token := func(scope string) map[string]string {
+		r := e.must(e.adminDo("POST", "/api/admin/tokens", map[string]any{"name": scope, "scopes": []string{scope}}), 201)
+		return map[string]string{"Authorization": "Bearer " + r.JSON["token"].(string)}
+	}
+	job := e.submit(map[string]any{"hf_token": "hf_job_secret"})
+	view := e.must(e.do("GET", "/api/queue/"+job, token("queue.view"), nil), 200)
+	if strings.Contains(string(view.Body), "hf_job_secret") {
+		t.Fatalf("queue.view shows the job's hf_token: %s", view.Body)
+	}
+	w := e.must(e.do("POST", "/api/admin/workers", token("admin.workers"), map[string]any{"name": "made", "worker_type": "persistent"}), 201)
+	a := e.newAgent(w.JSON["worker_id"].(string), w.JSON["token"].(string), 2)
+	e.must(a.register(map[string]any{"name": "made"}), 200)
+	a.connect()
+	a.keepAlive(a.held)
+	if ev := a.next("job_submit", 5*time.Second); ev["job_id"] != job || ev["hf_token"] != "hf_job_secret" {
+		t.Fatalf("the admin.workers token's worker got %v", ev)
+	}
 }

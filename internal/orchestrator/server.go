@@ -54,12 +54,17 @@ type Options struct {
 	// upload token still works after the attempt ended.
 	ArtifactMaxObjectBytes int64
 	ArtifactMaxJobBytes    int64
+	ArtifactMaxJobObjects  int
 	ArtifactUploadGrace    time.Duration
 	StreamWriteTimeout     time.Duration
-	MaxLogFollowers        int
-	RecheckInterval        time.Duration
-	FailureAuditInterval   time.Duration
-	FailureAuditMaxPeers   int
+	BodyTimeout            time.Duration
+	// PublicURL is the orchestrator's address as clients know it (a TLS
+	// proxy in front); "" uses the address a request came in on.
+	PublicURL            string
+	MaxLogFollowers      int
+	RecheckInterval      time.Duration
+	FailureAuditInterval time.Duration
+	FailureAuditMaxPeers int
 	// Retention: how long finished jobs and their traces are kept.
 	Retention RetentionOptions
 	// Webhooks: how events reach the webhook subscriptions, and those of
@@ -104,8 +109,11 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 
 		ArtifactMaxObjectBytes: cfg.Artifacts.MaxObjectBytes,
 		ArtifactMaxJobBytes:    cfg.Artifacts.MaxJobBytes,
+		ArtifactMaxJobObjects:  cfg.Artifacts.MaxJobObjects,
 		ArtifactUploadGrace:    cfg.Artifacts.UploadGrace.Duration,
 		StreamWriteTimeout:     cfg.Server.StreamWriteTimeout.Duration,
+		BodyTimeout:            cfg.Server.BodyTimeout.Duration,
+		PublicURL:              strings.TrimSuffix(cfg.Server.PublicURL, "/"),
 		MaxLogFollowers:        cfg.Server.MaxLogFollowers,
 		RecheckInterval:        cfg.Auth.RecheckInterval.Duration,
 		FailureAuditInterval:   cfg.Auth.FailureAuditInterval.Duration,
@@ -126,6 +134,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxLogFollowers <= 0 {
 		o.MaxLogFollowers = def.MaxLogFollowers
+	}
+	if o.BodyTimeout <= 0 {
+		o.BodyTimeout = def.BodyTimeout
 	}
 	if o.RecheckInterval <= 0 {
 		o.RecheckInterval = def.RecheckInterval
@@ -152,6 +163,7 @@ func (o Options) webhookOptions() webhook.Options {
 	w := o.Webhooks
 	w.InstanceID = o.InstanceID
 	w.UserAgent = "simpletuner-orchestratord/" + version.Version
+	w.BaseURL = o.PublicURL
 	return w
 }
 
@@ -226,7 +238,7 @@ func (s *Server) SetAdminSocketPath(p string) { s.adminSocketPath = p }
 // New builds a Server on an open store.
 func New(st store.Store, opt Options, log *slog.Logger) *Server {
 	s := &Server{
-		freezeFile: os.Getenv(freezeHookEnv),
+		freezeFile: freezeFileFromEnv(),
 		store:      st,
 		log:        log,
 		metrics:    NewMetrics(),
@@ -292,7 +304,8 @@ func (s *Server) Healthy() error {
 func (s *Server) BeginShutdown() {
 	s.stopping.Store(true)
 	s.passMu.Lock()
-	s.passMu.Unlock() //nolint:staticcheck // waiting for the pass under way is the point
+	//lint:ignore SA2001 waiting for the pass under way is the point
+	s.passMu.Unlock()
 	s.stopOnce.Do(func() { close(s.stopped) })
 	s.hub.CloseAll()
 }
@@ -459,8 +472,10 @@ func (s *Server) Handler() http.Handler {
 	return r
 }
 
+// healthz answers while the process serves, with the version it runs and
+// the kind of store it uses (neither names a host, a path or a driver).
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": version.Version, "store": s.store.Kind()})
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
@@ -492,8 +507,13 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	if s.unready.Swap(false) {
 		s.log.Info("ready: the database answers again")
 	}
-	if why := s.disk.problem(); why != "" {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": why})
+	notReady, degraded := s.disk.problem()
+	if notReady != "" {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": notReady})
+		return
+	}
+	if degraded != "" {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "degraded": degraded})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})

@@ -24,8 +24,10 @@ import (
 // heartbeat_timeout) and may take over only once the holder is offline, which
 // makes a second workerd a cold standby rather than a competitor.
 
-// sessionRefusalEvery spaces out the log line and audit record repeated for
-// one refused installation (it retries with back-off).
+// sessionRefusalEvery spaces out the log line and audit record of the
+// refusals of one worker's session (a second installation retries with
+// back-off; a holder of the token making up installation ids would write a
+// record per request): one each per worker and interval, with the count.
 const sessionRefusalEvery = time.Minute
 
 // maxSessionLen bounds the installation id taken from a request header.
@@ -61,19 +63,21 @@ func (s *Server) checkSession(r *http.Request, wk store.Worker) error {
 	return s.refuseSession(r.Context(), wk, sess, peerIP(r), r.URL.Path)
 }
 
-// refuseSession logs and audits (at most once a minute per installation) and
-// returns the 409 the refused workerd shows its admin.
+// refuseSession logs and audits (at most once a minute per worker, with the
+// refusals since the last record) and returns the 409 the refused workerd
+// shows its admin.
 func (s *Server) refuseSession(ctx context.Context, wk store.Worker, sess, ip, path string) error {
-	if s.sessionRefusals.due(wk.ID+"/"+sess, time.Now()) {
+	if due, count := s.sessionRefusals.due(wk.ID, time.Now()); due {
 		heard := "never"
 		if wk.LastHeartbeat != nil {
 			heard = time.Since(*wk.LastHeartbeat).Round(time.Millisecond).String() + " ago"
 		}
 		s.log.Warn("refused a second workerd using the token of a worker another workerd is connected as",
 			"worker_id", wk.ID, "name", wk.Name, "refused_session", shortSession(sess), "refused_ip", ip,
-			"active_session", shortSession(wk.Session), "active_last_heard", heard, "path", path)
+			"active_session", shortSession(wk.Session), "active_last_heard", heard, "path", path, "refusals", count)
 		rec := audit.New(workerActor(wk), ip, "worker.session_refused", "worker", wk.ID, audit.Failure, map[string]any{
 			"refused_session": shortSession(sess), "active_session": shortSession(wk.Session), "path": path,
+			"refusals": count,
 		})
 		if err := s.store.AppendAudit(ctx, rec); err != nil {
 			s.log.Warn("audit write failed", "action", rec.Action, "err", err)
@@ -93,28 +97,39 @@ func shortSession(sess string) string {
 	return sess
 }
 
-// refusalLog remembers when each refused installation was last logged.
+// refusalLog remembers when the refusals of each worker were last logged,
+// and counts those since.
 type refusalLog struct {
 	mu   sync.Mutex
-	last map[string]time.Time
+	last map[string]refusals
 }
 
-func (l *refusalLog) due(key string, now time.Time) bool {
+type refusals struct {
+	at    time.Time
+	since int // refusals not logged since at
+}
+
+// due counts one refusal of key and reports whether it is to be logged now,
+// with the refusals it stands for (itself and those not logged before it).
+func (l *refusalLog) due(key string, now time.Time) (bool, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.last == nil {
-		l.last = map[string]time.Time{}
+		l.last = map[string]refusals{}
 	}
-	for k, t := range l.last { // keep the map small: forget old entries
-		if now.Sub(t) > sessionRefusalEvery {
+	r, ok := l.last[key]
+	if ok && now.Sub(r.at) <= sessionRefusalEvery {
+		r.since++
+		l.last[key] = r
+		return false, 0
+	}
+	for k, old := range l.last { // keep the map small: forget old entries
+		if now.Sub(old.at) > sessionRefusalEvery {
 			delete(l.last, k)
 		}
 	}
-	if _, ok := l.last[key]; ok {
-		return false
-	}
-	l.last[key] = now
-	return true
+	l.last[key] = refusals{at: now}
+	return true, r.since + 1
 }
 
 // errSessionHeld is returned from inside a registration's transaction when

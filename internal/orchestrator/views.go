@@ -140,8 +140,7 @@ type jobView struct {
 	CompletedAt    *string         `json:"completed_at"`
 	Config         json.RawMessage `json:"config,omitempty"`
 	Attempts       []attemptView   `json:"attempts,omitempty"`
-	// WaitingReason and WaitingDetail say why a queued job has not started
-	// (single-job view only).
+	// WaitingReason and WaitingDetail say why a queued job has not started.
 	WaitingReason string `json:"waiting_reason,omitempty"`
 	WaitingDetail string `json:"waiting_detail,omitempty"`
 }

@@ -21,27 +21,53 @@ const (
 	WaitDispatching         = "dispatching" // first in line with a free matching worker: a claim is imminent
 )
 
+// workerFacts is what explaining a wait reads of one worker: read once, it
+// serves every queued job of a list.
+type workerFacts struct {
+	w         store.Worker
+	gpus      protocol.GPUSummary
+	status    protocol.WorkerStatus
+	connected bool
+}
+
+// workerFacts reads every worker's facts.
+func (s *Server) workerFacts(ctx context.Context) ([]workerFacts, error) {
+	var out []workerFacts
+	err := s.eachWorker(ctx, func(w store.Worker) {
+		status, connected := s.shown(w)
+		out = append(out, workerFacts{w: w, gpus: protocol.ParseGPUInfo(w.GPUInfo), status: status, connected: connected})
+	})
+	return out, err
+}
+
 // waiting explains why a queued job has not started: the first of the
 // reasons above that holds, with a sentence for people.
 func (s *Server) waiting(ctx context.Context, j store.Job) (reason, detail string, err error) {
+	facts, err := s.workerFacts(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	return s.explainWait(ctx, j, facts)
+}
+
+// explainWait is waiting on workers' facts read before.
+func (s *Server) explainWait(ctx context.Context, j store.Job, facts []workerFacts) (reason, detail string, err error) {
 	var large, matching, online, room, fits, fitsReserved int
 	maxGPUs := 0
 	res := s.reservation()
-	err = s.eachWorker(ctx, func(w store.Worker) {
-		g := protocol.ParseGPUInfo(w.GPUInfo)
-		gpus := g.Count
+	for _, f := range facts {
+		w, status := f.w, f.status
+		gpus := f.gpus.Count
 		maxGPUs = max(maxGPUs, gpus)
 		if gpus >= j.GPUCount {
 			large++
 		}
-		q := j.Queued()
-		if !matches(q, w, g) {
-			return
+		if !matches(j.Queued(), w, f.gpus) {
+			continue
 		}
 		matching++
-		status, connected := s.shown(w)
-		if !connected || status == protocol.WorkerDisconnected || status == protocol.WorkerOffline {
-			return
+		if !f.connected || status == protocol.WorkerDisconnected || status == protocol.WorkerOffline {
+			continue
 		}
 		online++
 		load := w.Load()
@@ -51,19 +77,16 @@ func (s *Server) waiting(ctx context.Context, j store.Job) (reason, detail strin
 		if w.SharesGPUs() && status != protocol.WorkerDraining &&
 			(w.FreeUsableGPUs() < j.GPUCount || (j.WholeWorker && (load.Running > 0 || (gpus > 0 && w.FreeUsableGPUs() == 0)))) {
 			room++
-			return
+			continue
 		}
 		if !lifecycle.CanClaim(status, load) {
-			return
+			continue
 		}
 		room++
 		fits++
 		if res.workerID == w.ID && res.jobID != j.ID {
 			fitsReserved++
 		}
-	})
-	if err != nil {
-		return "", "", err
 	}
 	switch {
 	case large == 0:

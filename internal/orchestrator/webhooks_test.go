@@ -220,3 +220,16 @@ func TestWebhookGPUFence(t *testing.T) {
 		t.Fatalf("events %+v", evs)
 	}
 }
+
+// With server.public_url the events' links are absolute.
+func TestWebhookLinksUsePublicURL(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t), withWebhooks, func(o *Options) { o.PublicURL = "https://orch.example" })
+	h := newHookReceiver(t)
+	e.subscribe(h, "job.queued")
+	id := e.submit(map[string]any{})
+	eventually(t, 10*time.Second, "job.queued", func() bool { return len(h.types(id)) == 1 })
+	if l := h.events()[0].Job.Links; l.Dashboard != "https://orch.example/ui/jobs/"+id || l.Logs != "https://orch.example/api/queue/"+id+"/logs" {
+		t.Fatalf("links %+v", l)
+	}
+}

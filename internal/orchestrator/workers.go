@@ -54,6 +54,7 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 	}
 	now := time.Now().UTC()
 	var tookOverFrom string
+	inventoryIgnored := false
 	updated, err := s.store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
 		if sessionHeld(*cur, reg.session, now, timeout) {
 			return nil, errSessionHeld{*cur} // another installation registered meanwhile
@@ -65,7 +66,7 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 		cur.Session = reg.session
 		changes := reportedChanges(*cur, req)
 		cur.Name = req.Name
-		cur.GPUInfo = req.GPUInfo
+		cur.GPUInfo, inventoryIgnored = placementInventory(cur.GPUInfo, req.GPUInfo, cur.LabelsLocked)
 		cur.Persistent = req.Persistent
 		if req.Provider != nil && *req.Provider != "" {
 			cur.Provider = *req.Provider
@@ -106,6 +107,10 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 	if updated, err = s.noteGPUConditions(ctx, updated, req.GPUConditions, reg.ip); err != nil {
 		return protocol.RegisterResponse{}, err
 	}
+	if inventoryIgnored {
+		s.log.Warn("a worker whose labels an admin locked reports a larger GPU inventory than it had; placement keeps the "+
+			"one it had (unlock and lock its labels again to take the new one)", "worker_id", wk.ID, "name", updated.Name, "ip", reg.ip)
+	}
 	if tookOverFrom != "" {
 		s.log.Warn("another workerd installation took over this worker: the previous one had gone offline",
 			"worker_id", wk.ID, "name", updated.Name, "session", shortSession(reg.session), "previous_session", shortSession(tookOverFrom), "ip", reg.ip)
@@ -118,8 +123,12 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 			break
 		}
 	}
-	if reportedType := typeOf(req.Persistent); reportedType != updated.Type {
-		s.log.Warn("the worker reports another type than an admin gave it; it adopts the admin's unless its own configuration sets one",
+	// A workerd whose configuration leaves its type unset adopts the admin's
+	// from this reply: what it sent is no claim. SimpleTuner's agent (protocol
+	// 1) always keeps its own.
+	ownType := req.Protocol < 2 || (req.Capabilities != nil && req.Capabilities.OwnType)
+	if reportedType := typeOf(req.Persistent); ownType && reportedType != updated.Type {
+		s.log.Warn("the worker's configuration sets another type than an admin gave it",
 			"worker_id", wk.ID, "name", updated.Name, "worker_type", updated.Type, "reported", reportedType)
 	}
 
@@ -171,6 +180,44 @@ func placementLabels(current, admin, reported map[string]string, locked bool) ma
 	return mergeLabels(current, admin, reported)
 }
 
+// placementInventory is the GPU inventory jobs are placed against after a
+// worker reported reported. A worker whose labels an admin locked cannot
+// advertise its way into jobs meant for others with its GPUs either: its
+// inventory is the first one it reported after the lock, and a later report
+// is taken only when it could run no job the current one could not (fewer
+// GPUs, none larger: a GPU lost to a fault). A larger one is ignored (on
+// record, see reportedChanges) until an admin unlocks and locks again.
+func placementInventory(current, reported json.RawMessage, locked bool) (json.RawMessage, bool) {
+	if !locked || canonicalJSON(current) == "{}" || inventoryWithin(protocol.ParseGPUInfo(reported), protocol.ParseGPUInfo(current)) {
+		return reported, false
+	}
+	return current, true
+}
+
+// inventoryWithin reports whether every job that fits r fits p too: r has
+// no more GPUs than p, and its k-th largest GPU is no larger than p's.
+func inventoryWithin(r, p protocol.GPUSummary) bool {
+	if len(r.Devices) > len(p.Devices) {
+		return false
+	}
+	mem := func(g protocol.GPUSummary) []uint64 {
+		out := make([]uint64, len(g.Devices))
+		for i, d := range g.Devices {
+			out[i] = d.MemoryMiB
+		}
+		slices.Sort(out)
+		slices.Reverse(out)
+		return out
+	}
+	rm, pm := mem(r), mem(p)
+	for i := range rm {
+		if rm[i] > pm[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // reportedChanges describes, for the registration's audit record, how what
 // the worker reports for placement changed: its labels (as far as they take
 // part: an admin's keys win, and a locked worker's are ignored) and its GPU
@@ -189,7 +236,11 @@ func reportedChanges(cur store.Worker, req protocol.RegisterRequest) map[string]
 		}
 	}
 	if b, a := canonicalJSON(cur.GPUInfo), canonicalJSON(req.GPUInfo); b != a {
-		out["gpu_info_before"], out["gpu_info_after"] = json.RawMessage(b), json.RawMessage(a)
+		if _, ignored := placementInventory(cur.GPUInfo, req.GPUInfo, cur.LabelsLocked); ignored {
+			out["gpu_info_ignored"] = json.RawMessage(a) // locked: on record, not used
+		} else {
+			out["gpu_info_before"], out["gpu_info_after"] = json.RawMessage(b), json.RawMessage(a)
+		}
 	}
 	return out
 }
@@ -463,7 +514,7 @@ func (s *Server) resume(ctx context.Context, id, actor, ip string) (store.Worker
 		if cur.Status != protocol.WorkerDraining {
 			return nil, conflict("worker %s is %s, not draining", id, cur.Status)
 		}
-		cur.Status = lifecycle.Resumed(cur.Load())
+		cur.Status = lifecycle.Resumed(cur.Load(), cur.LastHeartbeat != nil)
 		rec := audit.New(actor, ip, "worker.resume", "worker", id, audit.Success, map[string]string{"name": cur.Name})
 		return &rec, nil
 	})
@@ -501,31 +552,36 @@ func (s *Server) shown(w store.Worker) (status protocol.WorkerStatus, connected 
 	status = w.Status
 	// A draining worker stays "draining" (an admin's intent that resume
 	// undoes); connected says whether it is there.
-	if lifecycle.Working(status) {
-		missed := w.LastHeartbeat == nil || time.Since(*w.LastHeartbeat) > opt.HeartbeatInterval+opt.HeartbeatInterval/2
-		if !connected && missed {
-			status = protocol.WorkerDisconnected
-		}
+	if lifecycle.Working(status) && !connected && s.heartbeatMissed(w) {
+		status = protocol.WorkerDisconnected
 	}
 	return status, connected
 }
 
-// deletable says why a worker may not be deleted without force, or nil: an
-// offline, never connected or disconnected worker with no attempt out may go.
+// heartbeatMissed reports whether a worker's last heartbeat is overdue, or
+// it never sent one.
+func (s *Server) heartbeatMissed(w store.Worker) bool {
+	opt := s.options()
+	return w.LastHeartbeat == nil || time.Since(*w.LastHeartbeat) > opt.HeartbeatInterval+opt.HeartbeatInterval/2
+}
+
+// deletable says why a worker may not be deleted without force, or nil. A
+// worker out of touch (no stream, and its heartbeat overdue or never sent;
+// or offline) with no attempt out may go, whatever an admin set: one that
+// never connected, drained or not, runs nothing.
 func (s *Server) deletable(ctx context.Context, w store.Worker) error {
-	status, _ := s.shown(w)
-	switch status {
-	case protocol.WorkerOffline, protocol.WorkerConnecting:
-		return nil
-	case protocol.WorkerDisconnected:
-		active, err := s.activeOn(ctx, w.ID)
-		if err != nil {
-			return err
-		}
-		if len(active) == 0 {
-			return nil
-		}
-		return conflict("worker %s is disconnected but still holds job %s; wait for the heartbeat timeout or use ?force=true (its job is requeued)", w.ID, active[0].ID)
+	status, connected := s.shown(w)
+	if status != protocol.WorkerOffline && (connected || !s.heartbeatMissed(w)) {
+		return conflict("worker %s is %s and in touch (its stream is open or its heartbeats arrive); only a worker with no live connection "+
+			"can be deleted without force, which requeues its jobs", w.ID, status)
 	}
-	return conflict("worker %s is %s; only a worker with no live connection can be deleted (use ?force=true to delete it anyway)", w.ID, status)
+	active, err := s.activeOn(ctx, w.ID)
+	if err != nil {
+		return err
+	}
+	if len(active) > 0 {
+		return conflict("worker %s is %s but still holds job %s; wait for the heartbeat timeout, or delete it with force (its job is requeued)",
+			w.ID, status, active[0].ID)
+	}
+	return nil
 }

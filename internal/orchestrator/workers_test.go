@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/version"
 )
 
 // TestUpstreamAgentReplay replays the exact request sequence of SimpleTuner's
@@ -19,7 +21,9 @@ import (
 func TestUpstreamAgentReplay(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
-		e := setup(t, open(t))
+		// The replay heartbeats only where the script says: a loaded machine
+		// must not make the worker look lost between two steps.
+		e := setup(t, open(t), patientHeartbeats)
 		id, token := e.createWorker("gpu-worker-1", "ephemeral", map[string]string{"location": "dc-a"})
 		a := e.newAgent(id, token, 1)
 		r := e.must(a.register(nil), 200)
@@ -211,7 +215,7 @@ func TestTokenRotationAndDeleteCloseStream(t *testing.T) {
 		a := e.startAgent("w1", nil, nil)
 		r := e.must(e.adminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
 		newToken := r.JSON["token"].(string)
-		if !strings.HasPrefix(r.JSON["connection_command"].(string), "SIMPLETUNER_WORKER_TOKEN="+newToken+" ") {
+		if cmd := r.JSON["connection_command"].(string); !strings.HasPrefix(cmd, connectionPrompt) || strings.Contains(cmd, newToken) {
 			t.Fatalf("connection_command: %s", r.Body)
 		}
 		select {
@@ -278,6 +282,87 @@ func TestAdminWorkersAPI(t *testing.T) {
 			}
 		}
 		e.must(e.adminDo("DELETE", "/api/admin/workers/"+idA, nil), 200) // never connected → deletable
+	})
+}
+
+// A worker that runs nothing and is out of touch may be deleted without
+// force, whatever an admin set: one drained (and resumed, which leaves it
+// never connected) before it ever connected, and one drained that then went
+// away. One in touch needs force; the refusal names no client's flag.
+func TestDeleteWorkerOutOfTouch(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t))
+		id, _ := e.createWorker("new", "persistent", nil)
+		path := "/api/admin/workers/" + id
+		if r := e.must(e.adminDo("POST", path+"/drain", nil), 200); r.JSON["status"] != "draining" {
+			t.Fatalf("drain: %s", r.Body)
+		}
+		if r := e.must(e.adminDo("POST", path+"/resume", nil), 200); r.JSON["status"] != "connecting" {
+			t.Fatalf("resume of a worker that never connected: %s", r.Body)
+		}
+		if r := e.must(e.adminDo("GET", path, nil), 200); r.JSON["status"] != "connecting" {
+			t.Fatalf("after resume: %s", r.Body)
+		}
+		e.must(e.adminDo("POST", path+"/drain", nil), 200)
+		e.must(e.adminDo("DELETE", path, nil), 200)
+
+		a := e.startAgent("away", nil, nil)
+		path = "/api/admin/workers/" + a.id
+		e.must(e.adminDo("POST", path+"/drain", nil), 200)
+		r := e.must(e.adminDo("DELETE", path, nil), 409)
+		if d := r.JSON["detail"].(string); !strings.Contains(d, "draining and in touch") || strings.Contains(d, "?force") {
+			t.Errorf("refusal: %s", d)
+		}
+		a.silence()
+		a.cancel()
+		eventually(t, 10*time.Second, "the drained worker deletable once out of touch", func() bool {
+			return e.adminDo("DELETE", path, nil).Status == 200
+		})
+	})
+}
+
+// A type mismatch is logged only when the worker's configuration sets its
+// type: a workerd that leaves it unset adopts the admin's from the reply.
+func TestTypeMismatchLoggedOnlyForAWorkersOwnType(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t))
+	const warning = "sets another type than an admin gave it"
+	for _, c := range []struct {
+		name string
+		caps map[string]any
+		warn bool
+	}{
+		{"adopts", map[string]any{"isolation": "cgroup"}, false},
+		{"owns", map[string]any{"isolation": "cgroup", "own_type": true}, true},
+	} {
+		id, token := e.createWorker(c.name, "persistent", nil)
+		before := strings.Count(e.logs.String(), warning)
+		e.must(e.newAgent(id, token, 2).register(map[string]any{"name": c.name, "persistent": false, "capabilities": c.caps}), 200)
+		if warned := strings.Count(e.logs.String(), warning) > before; warned != c.warn {
+			t.Errorf("%s: warned %v, want %v\n%s", c.name, warned, c.warn, e.logs.String())
+		}
+	}
+}
+
+// Worker names an admin gives are unique, so that a name finds one worker: a
+// create or a rename to a name another worker has is refused.
+func TestWorkerNamesAreUnique(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t))
+		first, _ := e.createWorker("gpu-1", "persistent", nil)
+		r := e.must(e.adminDo("POST", "/api/admin/workers", map[string]any{"name": " gpu-1 "}), 409)
+		if d := r.JSON["detail"].(string); !strings.Contains(d, first) || !strings.Contains(d, `"gpu-1"`) {
+			t.Errorf("create with a taken name: %s", d)
+		}
+		second, _ := e.createWorker("gpu-2", "persistent", nil)
+		e.must(e.adminDo("PATCH", "/api/admin/workers/"+second, map[string]any{"name": "gpu-1"}), 409)
+		e.must(e.adminDo("PATCH", "/api/admin/workers/"+first, map[string]any{"name": "gpu-1"}), 200) // its own name
+		list := e.must(e.adminDo("GET", "/api/admin/workers", nil), 200)
+		if list.JSON["total"] != float64(2) {
+			t.Fatalf("workers: %s", list.Body)
+		}
 	})
 }
 
@@ -363,21 +448,29 @@ func TestAuditChainAndNoTokenInLogs(t *testing.T) {
 
 func TestHealthzReadyzMetrics(t *testing.T) {
 	t.Parallel()
-	e := setup(t, backends["sqlite"](t))
-	e.must(e.do("GET", "/healthz", nil, nil), 200)
-	e.must(e.do("GET", "/readyz", nil, nil), 200)
-	rec := &testutil.Buffer{}
-	e.srv.writeMetrics(context.Background(), rec)
-	for _, m := range []string{"simpletuner_queue_depth", "simpletuner_workers{status=\"idle\"}", "simpletuner_dispatch_latency_seconds_bucket",
-		"simpletuner_heartbeats_total", "simpletuner_stale_attempt_rejections_total", "simpletuner_sse_connections", "simpletuner_auth_failures_total"} {
-		if !strings.Contains(rec.String(), m) {
-			t.Errorf("metrics lack %s", m)
+	forEachStore(t, func(t *testing.T, open func(t testing.TB) store.Store) {
+		st := open(t)
+		e := setup(t, st)
+		h := e.must(e.do("GET", "/healthz", nil, nil), 200)
+		if h.JSON["status"] != "ok" || h.JSON["version"] != version.Version || h.JSON["store"] != st.Kind() {
+			t.Errorf("healthz: %s; want the version %q and the store %q", h.Body, version.Version, st.Kind())
 		}
-	}
-	e.srv.BeginShutdown()
-	if r := e.do("GET", "/readyz", nil, nil); r.Status != http.StatusServiceUnavailable {
-		t.Fatalf("readyz while stopping: %d", r.Status)
-	}
+		e.must(e.do("GET", "/readyz", nil, nil), 200)
+		rec := &testutil.Buffer{}
+		e.srv.writeMetrics(context.Background(), rec)
+		buildInfo := fmt.Sprintf("simpletuner_build_info{version=%q,store=%q} 1\n", version.Version, st.Kind())
+		for _, m := range []string{"simpletuner_queue_depth", "simpletuner_workers{status=\"idle\"}", "simpletuner_dispatch_latency_seconds_bucket",
+			"simpletuner_heartbeats_total", "simpletuner_stale_attempt_rejections_total", "simpletuner_sse_connections", "simpletuner_auth_failures_total",
+			buildInfo} {
+			if !strings.Contains(rec.String(), m) {
+				t.Errorf("metrics lack %s", m)
+			}
+		}
+		e.srv.BeginShutdown()
+		if r := e.do("GET", "/readyz", nil, nil); r.Status != http.StatusServiceUnavailable {
+			t.Fatalf("readyz while stopping: %d", r.Status)
+		}
+	})
 }
 
 // A worker that drains on its own (a stop signal) says so in its heartbeat:

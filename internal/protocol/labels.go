@@ -6,6 +6,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // Limits on worker labels and on the label patterns a job asks for. Matching
@@ -31,8 +32,30 @@ func CheckLabels(labels map[string]string) error {
 		if err := checkKey(k); err != nil {
 			return err
 		}
-		if v := labels[k]; len(v) > MaxLabelValue {
+		v := labels[k]
+		if len(v) > MaxLabelValue {
 			return fmt.Errorf("the value of %q is %d bytes long; at most %d", k, len(v), MaxLabelValue)
+		}
+		if err := CheckPrintable(v); err != nil {
+			return fmt.Errorf("the value of %q %v", k, err)
+		}
+	}
+	return nil
+}
+
+// CheckPrintable refuses text that would do something on a terminal or in
+// a page rather than show: control characters (C0, DEL, C1: escape
+// sequences that move the cursor, set a window title or the clipboard) and
+// Unicode direction overrides, which make text read other than it is.
+// Names and labels a worker reports end up in admins' terminals.
+func CheckPrintable(s string) error {
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("is not valid UTF-8")
+	}
+	for i, r := range s {
+		if r < 0x20 || (r >= 0x7f && r < 0xa0) || r == 0x200e || r == 0x200f || r == 0x061c ||
+			(r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) {
+			return fmt.Errorf("has the control character %U at byte %d", r, i)
 		}
 	}
 	return nil
@@ -65,6 +88,9 @@ func checkKey(k string) error {
 		return fmt.Errorf("a key is empty")
 	case len(k) > MaxLabelKey:
 		return fmt.Errorf("the key %.20q… is %d bytes long; at most %d", k, len(k), MaxLabelKey)
+	}
+	if err := CheckPrintable(k); err != nil {
+		return fmt.Errorf("the key %q %v", k, err)
 	}
 	return nil
 }

@@ -199,6 +199,10 @@ type Capabilities struct {
 	// own that the orchestrator assigns (job_submit's gpus). 0: a worker that
 	// runs one job at a time with all its GPUs.
 	MaxJobs int `json:"max_jobs,omitempty"`
+	// OwnType: the worker's configuration sets its type (persistent). Without
+	// it, the worker takes the type an admin gave it from the registration
+	// reply, so the persistent it sends is no claim of its own.
+	OwnType bool `json:"own_type,omitempty"`
 }
 
 // ResumeJob tells a protocol-1 agent to keep the job it reported.

@@ -162,6 +162,7 @@ type GPULease struct {
 // WorkerFilter narrows ListWorkers. Zero values mean "any"/"no limit".
 type WorkerFilter struct {
 	Status protocol.WorkerStatus
+	Name   string // exactly this name
 	Limit  int
 	Offset int
 }
@@ -374,6 +375,8 @@ type Store interface {
 	// Ping reports whether the database answers.
 	Ping(ctx context.Context) error
 	Close() error
+	// Kind names the engine: "sqlite" or "postgres".
+	Kind() string
 
 	// Workers.
 	CreateWorker(ctx context.Context, w Worker, tokenHash string, rec *audit.Record) error

@@ -49,7 +49,8 @@ type JobInfo struct {
 }
 
 // Links point at the job in the orchestrator's API and dashboard: absolute
-// when the orchestrator knows its public URL, else paths on it.
+// when the orchestrator knows its public URL (server.public_url), else paths
+// on it.
 type Links struct {
 	Job       string `json:"job"`
 	Logs      string `json:"logs"`

@@ -147,8 +147,9 @@ func (w *Worker) launch(a *attempt) {
 	}
 	env := jobEnv(jobEnvInput{
 		Base:            w.opt.Environ(),
+		Pass:            a.settings.PassEnv,
 		Extra:           a.settings.Env,
-		Token:           w.opt.Token,
+		Token:           w.c.tok.get(),
 		Files:           files,
 		Event:           a.ev,
 		OrchestratorURL: w.c.currentURL(),

@@ -27,7 +27,7 @@ type client struct {
 	urls    []string // as configured
 	bases   []string // per URL: "https://host:8001", or "http://unix" for a unix socket
 	cur     atomic.Int32
-	token   string
+	tok     tokenHolder
 	http    *http.Client // no overall timeout: each call sets its own, the stream none
 	hasCert bool         // a client certificate is configured
 	// session is the installation id sent with every request (set by Start).
@@ -133,7 +133,8 @@ func newClient(rawURL, token string, tf tlsFiles) (*client, error) {
 		}
 		tr.TLSClientConfig = tc
 	}
-	c := &client{urls: urls, bases: bases, token: token, hasCert: tf.CertFile != ""}
+	c := &client{urls: urls, bases: bases, hasCert: tf.CertFile != ""}
+	c.tok.set(token)
 	c.http = &http.Client{Transport: tr, CheckRedirect: c.checkRedirect}
 	return c, nil
 }
@@ -220,7 +221,33 @@ func (c *client) unfixable(err error) error {
 	if e := c.certificateRefusal(err); e != nil {
 		return e
 	}
+	if e := c.schemeMismatch(err); e != nil {
+		return e
+	}
 	return c.notAnOrchestrator(err)
+}
+
+// ErrWrongScheme is returned by Serve when the orchestrator URL's scheme does
+// not match what answers there: https:// to a plain-HTTP listener, or http://
+// to a TLS one. Retrying cannot help; the URL (or the orchestrator's [tls])
+// must change.
+var ErrWrongScheme = errors.New("the orchestrator URL's scheme does not match the orchestrator's listener")
+
+// schemeMismatch explains a registration that failed because one side
+// speaks TLS and the other does not, or returns nil.
+func (c *client) schemeMismatch(err error) error {
+	var he *httpError
+	switch {
+	case err == nil:
+		return nil
+	case strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		return fmt.Errorf("%w: %s answers plain HTTP, not HTTPS; use http:// in [orchestrator] url, or turn TLS on in the "+
+			"orchestrator ([tls] cert_file and key_file)", ErrWrongScheme, c.currentURL())
+	case errors.As(err, &he) && he.Status == http.StatusBadRequest && (strings.Contains(he.Body.Detail, "HTTP request to an HTTPS server") ||
+		strings.Contains(he.Body.Detail, "plain HTTP request was sent to HTTPS port")): // Go's TLS listener, nginx
+		return fmt.Errorf("%w: %s is served over TLS; use https:// in [orchestrator] url", ErrWrongScheme, c.currentURL())
+	}
+	return nil
 }
 
 // tokenHint is what may be logged about a token: its first 8 characters.
@@ -236,6 +263,9 @@ type httpError struct {
 	Status int
 	Body   protocol.ErrorBody
 	Op     string
+	// token is the worker token the request carried (never printed): a 401
+	// for a token already replaced says nothing about the current one.
+	token string
 }
 
 func (e *httpError) Error() string {
@@ -263,6 +293,15 @@ func statusOf(err error) int {
 var ErrAuthRejected = errors.New("the orchestrator rejected the worker token (401): it was rotated or revoked; install a new one")
 
 func isAuthError(err error) bool { return statusOf(err) == http.StatusUnauthorized }
+
+// refusedToken is the token a 401 refused ("" when err is no 401).
+func refusedToken(err error) string {
+	var he *httpError
+	if errors.As(err, &he) && he.Status == http.StatusUnauthorized {
+		return he.token
+	}
+	return ""
+}
 
 // isSessionRefused reports the orchestrator's answer to a workerd whose token
 // another live workerd installation is using.
@@ -297,7 +336,7 @@ func (c *client) request(ctx context.Context, method, path string, body io.Reade
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("X-Worker-Token", c.token)
+	req.Header.Set("X-Worker-Token", c.tok.get())
 	if sess := c.session.Load(); sess != nil {
 		req.Header.Set(protocol.HeaderWorkerSession, *sess)
 	}
@@ -331,7 +370,16 @@ func (c *client) doJSON(ctx context.Context, timeout time.Duration, op, method, 
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	defer resp.Body.Close()
-	return decodeResponse(resp, op, out)
+	return c.noteRefusal(decodeResponse(resp, op, out))
+}
+
+// noteRefusal marks the token a 401 refused, so that the senders that wait
+// for a usable token stop at once; it returns err.
+func (c *client) noteRefusal(err error) error {
+	if tok := refusedToken(err); tok != "" {
+		c.tok.refuse(tok)
+	}
+	return err
 }
 
 // decodeResponse turns a response into out or an *httpError, draining the body so
@@ -343,6 +391,9 @@ func decodeResponse(resp *http.Response, op string, out any) error {
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		he := &httpError{Status: resp.StatusCode, Op: op}
+		if resp.Request != nil {
+			he.token = resp.Request.Header.Get("X-Worker-Token")
+		}
 		if json.Unmarshal(raw, &he.Body) != nil {
 			he.Body.Detail = strings.TrimSpace(string(raw))
 			if len(he.Body.Detail) > 200 {

@@ -1,3 +1,5 @@
+//go:build faulthooks
+
 package worker
 
 import (
@@ -10,7 +12,8 @@ import (
 // through libc, so LD_PRELOAD never sees it (checked with Debian's faketime
 // on both a cgo and a static binary). SIMPLETUNER_WORKERD_TEST_CLOCK_OFFSET,
 // a Go duration such as "-10m", shifts the wall clock workerd reports
-// instead. Unset, as everywhere but in that suite, the offset is zero.
+// instead. The hook is built only into the fault suite's binaries (build
+// tag faulthooks).
 const clockOffsetEnv = "SIMPLETUNER_WORKERD_TEST_CLOCK_OFFSET"
 
 func clockOffsetFromEnv() time.Duration {
@@ -20,6 +23,3 @@ func clockOffsetFromEnv() time.Duration {
 	}
 	return d
 }
-
-// wallClock is the time workerd reports as its own (heartbeats' sent_at).
-func (w *Worker) wallClock() time.Time { return time.Now().Add(w.clockOffset) }

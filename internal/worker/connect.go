@@ -26,6 +26,9 @@ type (
 		err  error
 		// leftOut are the self-fenced attempts the registration did not list.
 		leftOut []string
+		// sent is when the registration went out: the orchestrator heard
+		// from the worker no earlier.
+		sent time.Time
 	}
 	streamOpened struct{ gen int }
 	streamEvent  struct {
@@ -58,11 +61,12 @@ func (w *Worker) connect(ctx context.Context, gen int) {
 	}
 	body, leftOut := w.registerRequest()
 	var resp protocol.RegisterResponse
+	sent := time.Now()
 	err := w.c.doJSON(ctx, 3*w.opt.Timers.RequestTimeout, "register", http.MethodPost, "/api/workers/register", body, &resp)
 	if err == nil && resp.WorkerID == "" {
 		err = errors.New("register: the orchestrator's reply has no worker_id")
 	}
-	w.post(registered{gen: gen, url: at, resp: resp, err: err, leftOut: leftOut})
+	w.post(registered{gen: gen, url: at, resp: resp, err: err, leftOut: leftOut, sent: sent})
 }
 
 // registerRequest is the registration body, and the keys of the self-fenced
@@ -76,7 +80,7 @@ func (w *Worker) registerRequest() (protocol.RegisterRequest, []string) {
 		current = r[0].jobID
 	}
 	leftOut := slices.Collect(maps.Keys(w.unreconciled))
-	caps := protocol.Capabilities{Isolation: w.iso.Name(), MaxJobs: w.maxJobs}
+	caps := protocol.Capabilities{Isolation: w.iso.Name(), MaxJobs: w.maxJobs, OwnType: w.opt.OwnType}
 	if w.jobSettings.OwnCancelGrace {
 		caps.CancelGraceSeconds = w.jobSettings.CancelGrace.Seconds()
 	}
@@ -155,7 +159,7 @@ func (w *Worker) stream(ctx context.Context, gen int, workerID string) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		end(decodeResponse(resp, "stream", nil))
+		end(w.c.noteRefusal(decodeResponse(resp, "stream", nil)))
 		return
 	}
 	w.post(streamOpened{gen: gen})

@@ -1,3 +1,5 @@
+//go:build faulthooks
+
 package worker
 
 import (
@@ -14,7 +16,8 @@ import (
 // SIMPLETUNER_WORKERD_TEST_CRASH to "<when>:<marker>" makes workerd exit
 // with status 70 for every job_submit whose config contains marker: when is
 // "receive" (before the job is acknowledged) or "run" (once it has trained
-// for a moment). Unset, as everywhere but in that suite, nothing changes.
+// for a moment). The hook is built only into the fault suite's binaries
+// (build tag faulthooks).
 const crashHookEnv = "SIMPLETUNER_WORKERD_TEST_CRASH"
 
 // crashRunAfter is how long a "run" crash lets the job train first: long

@@ -27,15 +27,17 @@ type fakeOrch struct {
 	token    string
 	workerID string
 
-	down        atomic.Bool   // every request: the connection is dropped
-	reject      atomic.Bool   // every request: 401
-	hbFail      atomic.Bool   // heartbeats: 503
-	hbDelay     atomic.Int64  // heartbeats: answered (and recorded) this many ns late
-	hbHeld      chan struct{} // a delayed heartbeat has arrived
-	silent      atomic.Bool   // the stream sends no pings
-	dropLogs    atomic.Int32  // drop this many log POSTs
-	statusCode  atomic.Int32  // answer status reports with this code (0: 200)
-	statusDown  atomic.Bool   // status reports only: the connection is dropped
+	down        atomic.Bool            // every request: the connection is dropped
+	reject      atomic.Bool            // every request: 401
+	rotated     atomic.Pointer[string] // set: the only token taken (see rotate)
+	refusals    int                    // 401s answered
+	hbFail      atomic.Bool            // heartbeats: 503
+	hbDelay     atomic.Int64           // heartbeats: answered (and recorded) this many ns late
+	hbHeld      chan struct{}          // a delayed heartbeat has arrived
+	silent      atomic.Bool            // the stream sends no pings
+	dropLogs    atomic.Int32           // drop this many log POSTs
+	statusCode  atomic.Int32           // answer status reports with this code (0: 200)
+	statusDown  atomic.Bool            // status reports only: the connection is dropped
 	queueHasJob atomic.Bool
 
 	mu          sync.Mutex
@@ -49,6 +51,7 @@ type fakeOrch struct {
 	logPosts    int
 	logDropped  int
 	statusDrops int // status reports dropped by statusDown
+	regDrops    int // registrations dropped by down
 	streams     int
 	disconnects int
 	hbAtDisc    int // heartbeats recorded when the last disconnect came
@@ -115,15 +118,34 @@ func (f *fakeOrch) url() string { return f.srv.URL }
 func (f *fakeOrch) gate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if f.down.Load() {
+			if r.URL.Path == "/api/workers/register" {
+				f.record(func() { f.regDrops++ })
+			}
 			hijackClose(w)
 			return
 		}
-		if f.reject.Load() || r.Header.Get("X-Worker-Token") != f.token {
+		if f.reject.Load() || r.Header.Get("X-Worker-Token") != f.validToken() {
+			f.record(func() { f.refusals++ })
 			writeJSON(w, http.StatusUnauthorized, protocol.ErrorBody{Detail: "invalid worker token", Error: protocol.CodeInvalidToken})
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// validToken is the token the fake takes now.
+func (f *fakeOrch) validToken() string {
+	if tok := f.rotated.Load(); tok != nil {
+		return *tok
+	}
+	return f.token
+}
+
+// rotate makes token the only one taken and closes the open streams, as the
+// orchestrator does when an admin rotates a worker's token.
+func (f *fakeOrch) rotate(token string) {
+	f.rotated.Store(&token)
+	f.dropStreams()
 }
 
 func hijackClose(w http.ResponseWriter) {

@@ -59,6 +59,16 @@ func (w *Worker) setFenceLimit(timeout, interval time.Duration) time.Duration {
 	return limit
 }
 
+// ackedLocked records that the orchestrator answered a request sent at
+// sent. It heard from this worker no earlier than that, and the self-fence
+// limit counts from there: counting from the answer would let a slow answer
+// eat the margin between the limit and the orchestrator's timeout.
+func (w *Worker) ackedLocked(sent time.Time) {
+	if sent.After(w.lastAck) {
+		w.lastAck = sent
+	}
+}
+
 // checkFence stops every running job when heartbeats have not been acknowledged
 // for the fence limit: the orchestrator is about to declare this worker lost
 // and run the job elsewhere.

@@ -57,8 +57,12 @@ func (w *Worker) heartbeatLoop(ctx context.Context, stop <-chan struct{}) {
 				failing = false
 			}
 		case isAuthError(err):
+			// Nothing sent with a refused token can succeed: wait for the
+			// loop to install a new one (or to end the worker).
 			w.post(authRejected{err: err})
-			return
+			if !w.waitTokenUsable(ctx, stop) {
+				return
+			}
 		case ctx.Err() != nil:
 			return
 		default:
@@ -112,11 +116,12 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 	}
 	req.GPUConditions = w.gpus.conditions()
 	var resp protocol.HeartbeatResponse
+	sent := time.Now()
 	if err := w.c.doJSON(ctx, w.opt.Timers.RequestTimeout, "heartbeat", http.MethodPost, "/api/workers/heartbeat", req, &resp); err != nil {
 		return err
 	}
 	w.mu.Lock()
-	w.lastAck = time.Now()
+	w.ackedLocked(sent)
 	w.mu.Unlock()
 	if len(resp.Cancel) > 0 || resp.Drain || len(resp.ClearGPUs) > 0 {
 		listed := map[string]int{}
@@ -129,3 +134,6 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 	}
 	return nil
 }
+
+// wallClock is the time workerd reports as its own (heartbeats' sent_at).
+func (w *Worker) wallClock() time.Time { return time.Now().Add(w.clockOffset) }

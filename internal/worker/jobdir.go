@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
@@ -133,27 +136,32 @@ func writeJSONFile(path string, raw []byte) error {
 	return os.Rename(tmp, path)
 }
 
-// droppedEnv are variables of the worker's own environment a job must not inherit:
-// systemd's notify/watchdog/socket-activation/credential hand-over (they belong to
-// workerd's unit, and a job writing to NOTIFY_SOCKET would speak for the daemon),
-// the journal stream (the job's output goes to our pipe) and the worker token.
-var droppedEnv = map[string]bool{
-	"NOTIFY_SOCKET":            true,
-	"WATCHDOG_USEC":            true,
-	"WATCHDOG_PID":             true,
-	"LISTEN_FDS":               true,
-	"LISTEN_PID":               true,
-	"LISTEN_FDNAMES":           true,
-	"INVOCATION_ID":            true,
-	"JOURNAL_STREAM":           true,
-	"CREDENTIALS_DIRECTORY":    true,
-	"MAINPID":                  true,
-	"SIMPLETUNER_WORKER_TOKEN": true,
+// inheritedEnv is what a job inherits of workerd's own environment, besides
+// job.pass_env: what any program needs to run (PATH, the locale, the time
+// zone, the temporary directory, and HOME, USER and LOGNAME, which a job that
+// runs as a uid of its own gets for that uid instead), and the GPU variables
+// that describe this machine (CUDA_*, NCCL_*, NVIDIA_*, and ROCR_*, HIP_*,
+// HSA_* for AMD). Nothing else: workerd may have been started from an
+// admin's shell that holds admin tokens, the orchestrator's URL, a Python
+// environment or proxy settings, and none of that is the job's business
+// unless job.pass_env or job.env says so.
+var inheritedEnv = []string{"PATH", "LANG", "LANGUAGE", "LC_*", "TZ", "TMPDIR", "HOME", "USER", "LOGNAME",
+	"CUDA_*", "NCCL_*", "NVIDIA_*", "ROCR_*", "HIP_*", "HSA_*"}
+
+// inherits reports whether a job inherits the variable name of workerd's
+// environment: it is on the allowlist or in pass, and not a secret's name.
+func inherits(name string, pass []string) bool {
+	if config.SecretLikeName(name) {
+		return false
+	}
+	match := func(p string) bool { ok, _ := path.Match(p, name); return ok }
+	return slices.ContainsFunc(inheritedEnv, match) || slices.ContainsFunc(pass, match)
 }
 
 // jobEnvInput is what jobEnv needs.
 type jobEnvInput struct {
 	Base            []string          // the worker's environment (os.Environ)
+	Pass            []string          // [job] pass_env: more of Base to pass on
 	Extra           map[string]string // [job] env from workerd.toml
 	Token           string            // the worker token: never passed on, under any name
 	Files           jobFiles
@@ -162,20 +170,17 @@ type jobEnvInput struct {
 	GPUs            map[string]string // CUDA_VISIBLE_DEVICES and the like; nil leaves the inherited values
 }
 
-// jobEnv builds the environment of a job (see "What a job sees" in simpletuner-workerd(8)): the
-// worker's environment without droppedEnv, then [job] env, then the job's own
-// variables, which win.
+// jobEnv builds the environment of a job (see "What a job sees" in
+// simpletuner-workerd(8)): the allowed part of the worker's environment (see
+// inherits), then [job] env, then the job's own variables, which win. No
+// variable whose value holds the worker token is passed, whatever its name.
 func jobEnv(in jobEnvInput) []string {
 	vars := map[string]string{}
 	for _, kv := range in.Base {
 		k, v, ok := strings.Cut(kv, "=")
-		if !ok || droppedEnv[k] || strings.HasPrefix(k, "LISTEN_") || strings.HasPrefix(k, "WATCHDOG_") {
-			continue
+		if ok && inherits(k, in.Pass) {
+			vars[k] = v
 		}
-		if in.Token != "" && strings.Contains(v, in.Token) {
-			continue // the token under another name is still the token
-		}
-		vars[k] = v
 	}
 	for k, v := range in.Extra {
 		vars[k] = v

@@ -90,7 +90,7 @@ func (w *Worker) shutdown(why string) error {
 // the next registration, with a new token), so the orchestrator requeues the job
 // rather than ending it as cancelled.
 func (w *Worker) authFailed(err error) error {
-	w.log.Error(ErrAuthRejected.Error(), "token", tokenHint(w.opt.Token), "err", err)
+	w.log.Error(ErrAuthRejected.Error(), "token", tokenHint(w.c.tok.get()), "err", err)
 	w.stopAndWait(stopFence, "the worker token was rejected")
 	return ErrAuthRejected
 }

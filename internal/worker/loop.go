@@ -29,12 +29,21 @@ type session struct {
 	retryC <-chan time.Time
 	kick   chan struct{} // wakes the reporter
 	fence  *time.Ticker  // self-fence checks; its period follows the limit
+
+	// While the token in force is refused (see onTokenRefused): the source
+	// (tokenWhere) is re-read on tokenC until tokenDeadline; tokenErr is the
+	// last error reading it, logged once.
+	tokenTick     *time.Ticker
+	tokenC        <-chan time.Time
+	tokenDeadline time.Time
+	tokenWhere    string
+	tokenErr      string
 }
 
 // Serve runs the session until ctx is cancelled (the job is stopped and reported
 // cancelled, the worker disconnects: nil), the worker finishes by itself (drained,
 // or an ephemeral worker with nothing left to do: nil), or the orchestrator
-// rejects the token (ErrAuthRejected).
+// rejects the token and no new one comes (ErrAuthRejected).
 func (w *Worker) Serve(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer func() {
@@ -72,6 +81,7 @@ func (w *Worker) Serve(ctx context.Context) error {
 
 	s.fence = time.NewTicker(fenceTick(w.fenceLimit()))
 	defer s.fence.Stop()
+	defer s.stopTokenWait()
 	for {
 		var (
 			done bool
@@ -86,6 +96,8 @@ func (w *Worker) Serve(ctx context.Context) error {
 		case <-s.fence.C:
 			w.checkFence()
 			done, err = w.checkIdleDrain(false)
+		case <-s.tokenC:
+			done, err = w.pollToken(runCtx, s)
 		case m := <-w.msgs:
 			done, err = w.handle(runCtx, s, m)
 		}
@@ -125,7 +137,7 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 		}
 		if m.err != nil {
 			if isAuthError(m.err) {
-				return true, w.authFailed(m.err)
+				return w.onTokenRefused(ctx, s, m.err, true)
 			}
 			if err := w.c.unfixable(m.err); err != nil {
 				w.log.Error("configuration error; not retrying", "url", w.opt.URL, "err", err)
@@ -145,7 +157,7 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 			w.reconnect(s, errFencedMeanwhile)
 			return false, nil
 		}
-		w.onRegistered(ctx, s, m.resp)
+		w.onRegistered(ctx, s, m.resp, m.sent)
 	case streamOpened:
 		if m.gen == s.gen {
 			w.mu.Lock()
@@ -163,7 +175,7 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 			return false, nil
 		}
 		if isAuthError(m.err) {
-			return true, w.authFailed(m.err)
+			return w.onTokenRefused(ctx, s, m.err, true)
 		}
 		if m.upFor >= w.opt.Timers.StableAfter {
 			s.retry.reset()
@@ -184,7 +196,9 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 			return w.onOrchestratorDrain("heartbeat reply")
 		}
 	case authRejected:
-		return true, w.authFailed(m.err)
+		return w.onTokenRefused(ctx, s, m.err, false)
+	case tokenCheck:
+		return w.pollToken(ctx, s)
 	case drainRequested:
 		return w.checkIdleDrain(true)
 	case drainExpired:

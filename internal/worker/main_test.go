@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -183,23 +181,6 @@ func pidsOf(t *testing.T, dir string) []int {
 	}
 }
 
-// alive reports whether pid exists and is not a zombie (reaped or not, a zombie
-// holds no GPU).
-func alive(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
-	}
-	return true
-}
-
 // waitDead waits until none of pids is alive.
 func waitDead(t *testing.T, pids []int, timeout time.Duration) {
 	t.Helper()
@@ -207,7 +188,7 @@ func waitDead(t *testing.T, pids []int, timeout time.Duration) {
 	for {
 		var left []int
 		for _, p := range pids {
-			if alive(p) {
+			if testutil.Running(p) {
 				left = append(left, p)
 			}
 		}

@@ -8,7 +8,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
-func (w *Worker) onRegistered(ctx context.Context, s *session, resp protocol.RegisterResponse) {
+func (w *Worker) onRegistered(ctx context.Context, s *session, resp protocol.RegisterResponse, sent time.Time) {
 	now := time.Now()
 	w.mu.Lock()
 	w.workerID = resp.WorkerID
@@ -24,7 +24,7 @@ func (w *Worker) onRegistered(ctx context.Context, s *session, resp protocol.Reg
 		w.persistent = resp.WorkerType == protocol.Persistent
 	}
 	mismatch := w.opt.OwnType && resp.WorkerType.Valid() && (resp.WorkerType == protocol.Persistent) != w.persistent
-	w.lastAck = now // the orchestrator just heard from us
+	w.ackedLocked(sent)
 	w.lastProgress = now
 	w.mu.Unlock()
 	w.registeredOnce.Do(func() { close(w.registered) })

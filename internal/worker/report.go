@@ -64,7 +64,10 @@ func (w *Worker) sendProgress(ctx context.Context, a *attempt) {
 				return false
 			case code == http.StatusUnauthorized:
 				w.post(authRejected{err: err})
-				return false
+				if !w.waitTokenUsable(ctx, a.ended) {
+					return false
+				}
+				continue
 			case code >= 400 && code < 500:
 				a.log.Warn("status report refused", "report", status, "err", err)
 				return true
@@ -207,6 +210,9 @@ func (w *Worker) reporterLoop(ctx context.Context, kick <-chan struct{}) {
 		}
 		if err := w.flushReports(ctx, false); isAuthError(err) {
 			w.post(authRejected{err: err})
+			if !w.waitTokenUsable(ctx, nil) {
+				return
+			}
 		} else if err != nil && !errors.Is(err, context.Canceled) {
 			w.log.Debug("spooled reports not flushed", "err", err)
 		}

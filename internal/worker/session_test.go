@@ -3,7 +3,6 @@ package worker
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -55,8 +54,10 @@ func TestJobFilesAndEnvironment(t *testing.T) {
 				"NOTIFY_SOCKET=/run/systemd/notify", "WATCHDOG_USEC=30000000", "WATCHDOG_PID=1",
 				"LISTEN_FDS=1", "LISTEN_PID=1", "LISTEN_FDNAMES=x", "INVOCATION_ID=abc",
 				"CREDENTIALS_DIRECTORY=/run/credentials/simpletuner-workerd.service",
-				"SIMPLETUNER_WORKER_TOKEN="+f0token, "SNEAKY=prefix-"+f0token, "KEEP_ME=1")
+				"SIMPLETUNER_WORKER_TOKEN="+f0token, "KEEP_SNEAKY=prefix-"+f0token, "KEEP_ME=1", "DROP_ME=1",
+				"SIMPLETUNER_ADMIN_TOKEN=sta_admin", "SIMPLETUNER_URL=http://orch:8001")
 		}
+		o.PassEnv = []string{"KEEP_*"}
 		opt = *o
 	})
 	f.connected(1)
@@ -128,7 +129,8 @@ func TestJobFilesAndEnvironment(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID",
-		"LISTEN_FDNAMES", "INVOCATION_ID", "CREDENTIALS_DIRECTORY", "SIMPLETUNER_WORKER_TOKEN", "SNEAKY"} {
+		"LISTEN_FDNAMES", "INVOCATION_ID", "CREDENTIALS_DIRECTORY", "SIMPLETUNER_WORKER_TOKEN", "KEEP_SNEAKY",
+		"DROP_ME", "SIMPLETUNER_ADMIN_TOKEN", "SIMPLETUNER_URL"} {
 		if _, ok := env[k]; ok {
 			t.Errorf("job env has %s", k)
 		}
@@ -311,20 +313,6 @@ func waitFile(t *testing.T, path string, timeout time.Duration) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s did not appear within %s", path, timeout)
-		}
-		time.Sleep(10 * time.Millisecond) // polling the file system
-	}
-}
-
-func waitGone(t *testing.T, path string, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s still there after %s", path, timeout)
 		}
 		time.Sleep(10 * time.Millisecond) // polling the file system
 	}

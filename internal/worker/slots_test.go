@@ -155,7 +155,9 @@ func waitLog(t *testing.T, r *running, s string) {
 // self-fenced job is still in its stop grace. The registration must not list
 // the job (the orchestrator would resume an attempt that is being killed), and
 // the job's cancelled report must go once it is dead, without waiting for yet
-// another registration.
+// another registration. The orchestrator comes back only once a registration
+// composed after the fence has been tried: one composed before it, still on
+// its way, lists the job by design (TestFencedWhileRegistering).
 func TestFencedJobNotResumedWhileItDies(t *testing.T) {
 	t.Parallel()
 	f, r := setup(t, func(o *Options) {
@@ -172,8 +174,11 @@ func TestFencedJobNotResumedWhileItDies(t *testing.T) {
 	f.srv.CloseClientConnections()
 	waitLog(t, r, "stopping the job: the orchestrator has not acknowledged")
 	f.mu.Lock()
-	before := len(f.registers)
+	before, drops := len(f.registers), f.regDrops
 	f.mu.Unlock()
+	// Registrations go one at a time: the first dropped from here on may
+	// have been composed before the fence, the second was composed after.
+	f.waitFor("a registration composed after the fence", 5*time.Second, func() bool { return f.regDrops >= drops+2 })
 	f.down.Store(false)
 	f.waitFor("a registration after the fence", 5*time.Second, func() bool { return len(f.registers) > before })
 	f.mu.Lock()
@@ -226,6 +231,27 @@ func TestFencedWhileRegistering(t *testing.T) {
 		t.Errorf("the registration after the fence lists the fenced job: running %+v, current_job_id %v", second.Running, second.CurrentJobID)
 	}
 	waitLog(t, r, "registering again without it")
+	if rep := f.report(id, "cancelled"); rep.Error == nil || !strings.Contains(*rep.Error, "self-fenced") {
+		t.Errorf("%+v", rep)
+	}
+}
+
+// The self-fence limit counts from when the last acknowledged heartbeat was
+// sent, not from when its answer came: the orchestrator may have heard it at
+// any moment between. Answers that each take most of the limit leave the
+// worker fenced, though one arrives more often than the limit.
+func TestSelfFenceCountsFromTheSend(t *testing.T) {
+	t.Parallel()
+	f, r := setup(t, func(o *Options) { o.SelfFenceAfter = 300 * time.Millisecond })
+	f.connected(1)
+	const id = "j_fencesend001"
+	f.submit(protocol.JobSubmitEvent{JobID: id, Attempt: 1, GPUs: gpus(protocol.AssignedGPU{Index: 0}),
+		Config: json.RawMessage(`{"steps":100000,"step_seconds":0.05}`)})
+	f.started(id)
+	f.hbDelay.Store(int64(250 * time.Millisecond))
+	waitLog(t, r, "stopping the job: the orchestrator has not acknowledged")
+	f.hbDelay.Store(0)
+	f.dropStreams() // the cancelled report goes after the next registration
 	if rep := f.report(id, "cancelled"); rep.Error == nil || !strings.Contains(*rep.Error, "self-fenced") {
 		t.Errorf("%+v", rep)
 	}

@@ -170,7 +170,7 @@ func (s *statusSpool) rewrite(live map[string]statusRecord) error {
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(buf.Bytes()); err == nil {
+	if _, err = f.Write(buf.Bytes()); err == nil {
 		err = f.Sync()
 	}
 	if err == nil {

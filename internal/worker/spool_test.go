@@ -1,11 +1,16 @@
 package worker
 
 import (
+	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 func testRecord(job string, attempt int, created time.Time) statusRecord {
@@ -159,4 +164,47 @@ func TestStatusJournalCompacts(t *testing.T) {
 		t.Fatalf("after compaction: %+v", recs)
 	}
 	again.close()
+}
+
+// A rewrite of the journal that the disk cannot take (it is full) fails and
+// leaves the journal as it was: the reports it holds are still there once
+// the disk has room again.
+func TestStatusJournalRewriteOnAFullDisk(t *testing.T) {
+	t.Parallel()
+	dir := testutil.SmallFS(t, "256k")
+	rec := testRecord("j_full", 1, time.Now())
+	rec.Error = strings.Repeat("the trainer's last words. ", 2000) // 50 KiB: more than a page
+	s := &statusSpool{dir: dir}
+	if err := s.put(rec); err != nil {
+		t.Fatal(err)
+	}
+	s.close()
+	journal := filepath.Join(dir, journalName)
+	before, err := os.ReadFile(journal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	filler := testutil.Fill(t, dir)
+
+	full := &statusSpool{dir: dir} // a restart rewrites the journal
+	if recs, errs := full.list(); len(errs) != 1 || !errors.Is(errs[0], syscall.ENOSPC) || len(recs) != 0 {
+		t.Fatalf("reading the journal on a full disk: %d records, errors %v; want ENOSPC", len(recs), errs)
+	}
+	full.close()
+	if after, _ := os.ReadFile(journal); !bytes.Equal(after, before) {
+		t.Fatalf("the failed rewrite changed the journal: %d bytes, was %d", len(after), len(before))
+	}
+	if _, err := os.Stat(journal + ".tmp"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the failed rewrite left its temporary file: %v", err)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	again := &statusSpool{dir: dir}
+	defer again.close()
+	recs, errs := again.list()
+	if len(errs) > 0 || len(recs) != 1 || recs[0].JobID != rec.JobID || recs[0].Error != rec.Error {
+		t.Fatalf("once the disk has room: %d records, errors %v", len(recs), errs)
+	}
 }

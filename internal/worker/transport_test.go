@@ -206,3 +206,39 @@ func TestRefusedRegistrationIsNotRetried(t *testing.T) {
 		t.Fatalf("%d registrations sent; want 1", registers)
 	}
 }
+
+// A URL whose scheme does not match the listener (https:// to plain HTTP;
+// http:// to a TLS port of nginx, which answers 400) is a configuration
+// error said once, not a retry loop with a warning each time.
+func TestWrongSchemeIsNotRetried(t *testing.T) {
+	t.Parallel()
+	t.Run("https to plain HTTP", func(t *testing.T) {
+		t.Parallel()
+		f := newFakeOrch(t)
+		r := startWorker(t, f, func(o *Options) { o.URL = strings.Replace(f.url(), "http://", "https://", 1) })
+		wantWrongScheme(t, r, "answers plain HTTP, not HTTPS; use http://")
+	})
+	t.Run("http to nginx's TLS port", func(t *testing.T) {
+		t.Parallel()
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(http.StatusBadRequest)
+			w.Write([]byte("<html>\r\n<head><title>400 The plain HTTP request was sent to HTTPS port</title></head>\r\n</html>\r\n"))
+		}))
+		t.Cleanup(srv.Close)
+		f := newFakeOrch(t)
+		r := startWorker(t, f, func(o *Options) { o.URL = srv.URL })
+		wantWrongScheme(t, r, "is served over TLS; use https://")
+	})
+}
+
+func wantWrongScheme(t *testing.T, r *running, want string) {
+	t.Helper()
+	err := r.wait(t, 10*time.Second)
+	if !errors.Is(err, ErrWrongScheme) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Serve returned %v; want ErrWrongScheme saying %q", err, want)
+	}
+	if n := strings.Count(r.logs.String(), "; retrying"); n != 0 {
+		t.Errorf("the worker retried %d times:\n%s", n, r.logs.String())
+	}
+}

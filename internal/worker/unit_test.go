@@ -114,14 +114,21 @@ func FuzzReadSSE(f *testing.F) {
 	})
 }
 
+// A job inherits only the allowlist and job.pass_env of workerd's
+// environment, never a secret-like name, never the worker token under any
+// name; [job] env and the job's own variables are set as given.
 func TestJobEnv(t *testing.T) {
 	t.Parallel()
 	tok := "wt_secret_token_value_1234567890"
-	ev := &protocol.JobSubmitEvent{JobID: "j_x", Attempt: 3, UploadEndpoint: "/api/cloud/storage", UploadToken: ""}
+	ev := &protocol.JobSubmitEvent{JobID: "j_x", Attempt: 3, UploadEndpoint: "/api/cloud/storage", UploadToken: "", HFToken: "hf_job"}
 	env := jobEnv(jobEnvInput{
 		Base: []string{"PATH=/usr/bin", "NOTIFY_SOCKET=/run/n", "LISTEN_FDS=2", "WATCHDOG_USEC=1", "SIMPLETUNER_WORKER_TOKEN=" + tok,
-			"OTHER_NAME=" + tok, "HOME=/var/lib/x", "CUDA_VISIBLE_DEVICES=7"},
-		Extra:           map[string]string{"HOME": "/home/train", "CONFIG_PATH": "/not/this"},
+			"OTHER_NAME=" + tok, "HOME=/var/lib/x", "CUDA_VISIBLE_DEVICES=7", "NCCL_SOCKET_IFNAME=ib0", "LC_ALL=C.UTF-8", "TZ=UTC",
+			"SIMPLETUNER_ADMIN_TOKEN=sta_x", "SIMPLETUNER_URL=http://orch:8001", "FOO=y", "NVIDIA_API_KEY=nvapi",
+			"HF_HOME=/srv/hf", "HF_TOKEN=hf_admins", "VIRTUAL_ENV=/opt/venv", "VIRTUAL_ENV_PROMPT=(venv)", "PYTHONPATH=/x",
+			"HF_PASS=" + tok, "NOEQUALS"},
+		Pass:            []string{"HF_*", "VIRTUAL_ENV"},
+		Extra:           map[string]string{"HOME": "/home/train", "CONFIG_PATH": "/not/this", "WANDB_API_KEY": "explicit"},
 		Token:           tok,
 		Files:           jobFiles{Dir: "/w/j_x", ConfigPath: "/w/j_x/config.json"},
 		Event:           ev,
@@ -137,15 +144,34 @@ func TestJobEnv(t *testing.T) {
 		"SIMPLETUNER_CONFIG_BACKEND": "json", "SIMPLETUNER_UPLOAD_ENDPOINT": "https://orch:8001/api/cloud/storage",
 		"SIMPLETUNER_UPLOAD_TOKEN": "", "SIMPLETUNER_JOB_ID": "j_x", "SIMPLETUNER_ATTEMPT": "3",
 		"CUDA_VISIBLE_DEVICES": "7", // no GPU inventory: the inherited value stays
+		"NCCL_SOCKET_IFNAME":   "ib0", "LC_ALL": "C.UTF-8", "TZ": "UTC",
+		"HF_HOME": "/srv/hf", "VIRTUAL_ENV": "/opt/venv", // job.pass_env
+		"HF_TOKEN":      "hf_job",   // the job's own, not workerd's
+		"WANDB_API_KEY": "explicit", // [job] env is the admin's explicit choice
 	}
 	for k, v := range want {
 		if got, ok := m[k]; !ok || got != v {
 			t.Errorf("%s = %q (set %v); want %q", k, got, ok, v)
 		}
 	}
-	for _, k := range []string{"NOTIFY_SOCKET", "LISTEN_FDS", "WATCHDOG_USEC", "SIMPLETUNER_WORKER_TOKEN", "OTHER_NAME", "HF_TOKEN"} {
+	for _, k := range []string{"NOTIFY_SOCKET", "LISTEN_FDS", "WATCHDOG_USEC", "SIMPLETUNER_WORKER_TOKEN", "OTHER_NAME",
+		"SIMPLETUNER_ADMIN_TOKEN", "SIMPLETUNER_URL", "FOO", "NVIDIA_API_KEY", "VIRTUAL_ENV_PROMPT", "PYTHONPATH", "HF_PASS", "NOEQUALS"} {
 		if _, ok := m[k]; ok {
 			t.Errorf("%s passed to the job", k)
+		}
+	}
+}
+
+// Secret-like names never pass through job.pass_env, which refuses them.
+func TestInherits(t *testing.T) {
+	t.Parallel()
+	for name, want := range map[string]bool{
+		"PATH": true, "LC_CTYPE": true, "CUDA_HOME": true, "HSA_OVERRIDE_GFX_VERSION": true,
+		"CUDA_TOKEN": false, "HOSTNAME": false, "SSH_AUTH_SOCK": false, "hf_home": false,
+		"HF_HOME": true, "HF_TOKEN": false, "HF_HUB_TOKEN_PATH": false, "AWS_SECRET_ACCESS_KEY": false, "MY_password": false,
+	} {
+		if got := inherits(name, []string{"HF_*"}); got != want {
+			t.Errorf("inherits(%q) = %v; want %v", name, got, want)
 		}
 	}
 }

@@ -60,6 +60,7 @@ type Options struct {
 	// overrides the orchestrator's for jobs here.
 	OwnCancelGrace bool
 	JobEnv         map[string]string // [job] env
+	PassEnv        []string          // [job] pass_env
 	LogLimitBytes  int64             // stop shipping a job's log after this many bytes; 0 no limit
 
 	// SelfFenceAfter stops the running job when no heartbeat has been
@@ -82,9 +83,16 @@ type Options struct {
 	// process group running as workerd's own user (tests in one process).
 	Isolation *isolation.Isolator
 
-	// Environ returns the environment jobs inherit (minus what jobs must not
-	// see); nil → os.Environ.
+	// Environ returns workerd's environment, of which jobs inherit what
+	// jobEnv allows; nil → os.Environ.
 	Environ func() []string
+
+	// TokenSource re-reads the worker token from where it came from (the
+	// token file, the systemd credential, the configuration file) and says
+	// where that is. With it, a token rotated while workerd runs is picked
+	// up after the orchestrator refuses the old one; nil: the token cannot
+	// change and a 401 ends the worker.
+	TokenSource func() (token, where string, err error)
 
 	Timers Timers
 }
@@ -95,6 +103,7 @@ type Options struct {
 type JobSettings struct {
 	Command []string
 	Env     map[string]string
+	PassEnv []string // more of workerd's environment jobs inherit (see inherits)
 	// CancelGrace is SIGTERM → SIGKILL. The orchestrator sends its own grace
 	// with each job and cancel; this one overrides it only when an admin set
 	// it in this worker's configuration (OwnCancelGrace).
@@ -105,7 +114,7 @@ type JobSettings struct {
 
 // JobSettingsFrom picks the per-job settings out of a configuration.
 func JobSettingsFrom(cfg *config.Worker) JobSettings {
-	return JobSettings{Command: cfg.Job.Command, Env: cfg.Job.Env, CancelGrace: cfg.Job.CancelGrace.Duration,
+	return JobSettings{Command: cfg.Job.Command, Env: cfg.Job.Env, PassEnv: cfg.Job.PassEnv, CancelGrace: cfg.Job.CancelGrace.Duration,
 		OwnCancelGrace: cfg.Origin("job.cancel_grace") != "", LogLimitBytes: max(cfg.Job.LogLimitBytes, 0)}
 }
 
@@ -139,6 +148,7 @@ func OptionsFrom(cfg *config.Worker) Options {
 		CancelGrace:        cfg.Job.CancelGrace.Duration,
 		OwnCancelGrace:     cfg.Origin("job.cancel_grace") != "",
 		JobEnv:             cfg.Job.Env,
+		PassEnv:            cfg.Job.PassEnv,
 		LogLimitBytes:      cfg.Job.LogLimitBytes,
 		SelfFenceAfter:     cfg.Worker.SelfFenceAfter.Duration,
 		DrainTimeout:       cfg.Worker.DrainTimeout.Duration,
@@ -158,6 +168,7 @@ type Timers struct {
 	LogDrain          time.Duration // wait this long for the log to ship before the terminal report (10s)
 	RequestTimeout    time.Duration // heartbeat, status, queue (10s); register takes 3×
 	ShutdownTimeout   time.Duration // final report and disconnect on the way out (5s)
+	TokenPoll         time.Duration // re-read the token's source this often while the token is refused (1s)
 	// GPUSettle is how long an ended job's GPUs may take to drop its
 	// processes before they are held back (3s).
 	GPUSettle time.Duration
@@ -178,6 +189,7 @@ func (o *Options) setDefaults() {
 	def(&t.LogDrain, 10*time.Second)
 	def(&t.RequestTimeout, 10*time.Second)
 	def(&t.ShutdownTimeout, 5*time.Second)
+	def(&t.TokenPoll, time.Second)
 	def(&t.GPUSettle, 3*time.Second)
 	def(&o.GPUWatchInterval, config.DefaultGPUWatchInterval)
 	if o.LogLimitBytes < 0 {
@@ -234,8 +246,8 @@ type Worker struct {
 	orchDrain    bool                // the orchestrator said drain
 	connected    bool                // the stream is open
 	retries      int                 // reconnect attempts since the last good connection
-	lastAck      time.Time
-	lastProgress time.Time // the loop or a reconnect attempt did something
+	lastAck      time.Time           // when the last request the orchestrator answered was sent
+	lastProgress time.Time           // the loop or a reconnect attempt did something
 	jobSettings  JobSettings
 	persistent   bool          // the worker's type in force: its own, or the admin's
 	fenceAfter   time.Duration // effective self-fence limit (see fenceLimit)
@@ -301,7 +313,7 @@ func New(opt Options) (*Worker, error) {
 		finishing:    map[string]statusRecord{},
 		unreconciled: map[string]bool{},
 		fenceAfter:   opt.SelfFenceAfter,
-		jobSettings: JobSettings{Command: opt.Command, Env: opt.JobEnv, CancelGrace: opt.CancelGrace,
+		jobSettings: JobSettings{Command: opt.Command, Env: opt.JobEnv, PassEnv: opt.PassEnv, CancelGrace: opt.CancelGrace,
 			OwnCancelGrace: opt.OwnCancelGrace, LogLimitBytes: opt.LogLimitBytes},
 		persistent:  opt.Persistent,
 		crash:       crashHookFromEnv(),
@@ -378,7 +390,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		names = append(names, d.Name)
 	}
 	w.log.Info("worker configured",
-		"orchestrator", w.opt.URL, "token", tokenHint(w.opt.Token), "client_cert", w.opt.CertFile, "name", w.opt.Name,
+		"orchestrator", w.opt.URL, "token", tokenHint(w.c.tok.get()), "client_cert", w.opt.CertFile, "name", w.opt.Name,
 		"persistent", w.opt.Persistent, "gpus", inv.Count, "gpu_names", strings.Join(names, ", "),
 		"state_dir", w.opt.StateDir, "work_dir", w.opt.WorkDir)
 	return ctx.Err()

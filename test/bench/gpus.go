@@ -185,16 +185,13 @@ func runGPUs(gf gpuFlags, orchBin, tmp string) (gpuResult, error) {
 	if err := os.Chmod(tmp, 0o711); err != nil {
 		return gpuResult{}, err
 	}
-	stampBin := filepath.Join(tmp, "stamp")
-	if err := goBuild(stampBin, "./test/bench/stamp", "0"); err != nil {
+	stampBin, err := stampPart(tmp)
+	if err != nil {
 		return gpuResult{}, err
 	}
-	workerdBin := filepath.Join(tmp, "simpletuner-workerd")
-	if _, err := os.Stat(workerdBin); err != nil {
-		log.Printf("building simpletuner-workerd")
-		if err := goBuild(workerdBin, "./cmd/simpletuner-workerd", "1"); err != nil {
-			return gpuResult{}, err
-		}
+	workerdBin, err := workerdPart(tmp)
+	if err != nil {
+		return gpuResult{}, err
 	}
 	dir, err := os.MkdirTemp(tmp, "gpus-")
 	if err != nil {

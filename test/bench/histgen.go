@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lib/pq"
+	_ "github.com/lib/pq"  // PostgreSQL's driver, for bulk loading with COPY
 	_ "modernc.org/sqlite" // the embedded store's driver, for bulk loading
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
@@ -219,8 +219,8 @@ func generateAudit(ctx context.Context, db *sql.DB, engine string, h histSpec) e
 			st, err = tx.PrepareContext(ctx, `INSERT INTO audit (seq, time, actor, actor_ip, action, target_type, target_id,
 				outcome, details, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 		} else {
-			st, err = tx.PrepareContext(ctx, pq.CopyIn("audit", "seq", "time", "actor", "actor_ip", "action", "target_type",
-				"target_id", "outcome", "details", "prev_hash", "hash"))
+			st, err = tx.PrepareContext(ctx, `COPY audit (seq, time, actor, actor_ip, action, target_type, target_id,
+				outcome, details, prev_hash, hash) FROM STDIN`)
 		}
 		if err != nil {
 			return err

@@ -64,15 +64,13 @@ func runLaunch(lf launchFlags, orchBin, tmp string) ([]launchResult, error) {
 	if err := os.Chmod(tmp, 0o711); err != nil {
 		return nil, err
 	}
-	stampBin := filepath.Join(tmp, "zerojob")
-	if err := buildZeroJob(stampBin); err != nil {
+	stampBin, err := zeroJobPart(tmp)
+	if err != nil {
 		return nil, err
 	}
 	workerdBin := lf.workerdBin
 	if workerdBin == "" {
-		workerdBin = filepath.Join(tmp, "simpletuner-workerd")
-		log.Printf("building simpletuner-workerd")
-		if err := goBuild(workerdBin, "./cmd/simpletuner-workerd", "1"); err != nil {
+		if workerdBin, err = workerdPart(tmp); err != nil {
 			return nil, err
 		}
 	}
@@ -85,30 +83,6 @@ func runLaunch(lf launchFlags, orchBin, tmp string) ([]launchResult, error) {
 		out = append(out, r)
 	}
 	return out, nil
-}
-
-func goBuild(out, pkg, cgo string) error {
-	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
-	}
-	return nil
-}
-
-// buildZeroJob compiles the zero-work job, static and without a C library
-// (see zerojob.c): neither a loader nor libc's start-up runs before its
-// first instruction. -fno-builtin and -fno-tree-loop-distribute-patterns keep
-// the compiler from turning its loops into calls to memcpy or memset, which
-// it would then lack.
-func buildZeroJob(out string) error {
-	const src = "test/bench/zerojob/zerojob.c"
-	cmd := exec.Command("cc", "-O2", "-static", "-nostdlib", "-ffreestanding", "-fno-stack-protector",
-		"-fno-builtin", "-fno-tree-loop-distribute-patterns", "-o", out, src)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("cc %s: %v\n%s", src, err, b)
-	}
-	return nil
 }
 
 // launchMode runs both measurements for one isolation mode; mode "default"

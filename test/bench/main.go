@@ -103,6 +103,7 @@ func main() {
 	flag.StringVar(&f.gpus.traceOut, "gpu-trace-out", "", "write the GPU packing trace as JSON to this file and exit (to replay it on another scheduler)")
 	flag.StringVar(&f.gpus.analyze, "gpu-analyze", "", "judge another scheduler's run of the trace (JSON: [{id, gpus, submit_s, start_s, end_s}]) and exit")
 	flag.StringVar(&f.orchBin, "orchestratord-bin", "", "a prebuilt simpletuner-orchestratord; default: build this tree's")
+	flag.StringVar(&bundleDir, "bundle", "", "take every program the benchmark runs prebuilt from this folder (make bench-bundle) instead of building them")
 	flag.StringVar(&f.launch.workerdBin, "workerd-bin", "", "a prebuilt simpletuner-workerd for the launch benchmark (an older version, to compare); default: build this tree's")
 	flag.BoolVar(&f.dashboard, "dashboard", true, "also measure the web dashboard on a store filled with -dash-workers and -dash-jobs")
 	flag.BoolVar(&f.dashboardOnly, "dashboard-only", false, "measure only the web dashboard")
@@ -172,8 +173,7 @@ func main() {
 	}
 	bin := f.orchBin
 	if bin == "" {
-		log.Printf("building simpletuner-orchestratord")
-		if bin, err = buildBinary(tmp); err != nil {
+		if bin, err = orchestratordPart(tmp); err != nil {
 			log.Fatal(err)
 		}
 	}

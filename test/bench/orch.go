@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -190,17 +189,4 @@ func readRSS(pid int) (int64, error) {
 		}
 	}
 	return 0, errors.New("no VmRSS line")
-}
-
-// buildBinary compiles the orchestrator into dir.
-func buildBinary(dir string) (string, error) {
-	bin := filepath.Join(dir, "simpletuner-orchestratord")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/simpletuner-orchestratord")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, stderr.String())
-	}
-	return bin, nil
 }

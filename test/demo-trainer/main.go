@@ -56,24 +56,27 @@ func main() {
 		sleeper()
 		return
 	}
-	if err := run(); err != nil {
+	code, err := run()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo-trainer:", err)
-		os.Exit(1)
+		code = 1
 	}
+	os.Exit(code)
 }
 
-func run() error {
+// run trains and returns the exit status the config asks for.
+func run() (int, error) {
 	path := os.Getenv("CONFIG_PATH")
 	if path == "" {
-		return fmt.Errorf("CONFIG_PATH is not set")
+		return 0, fmt.Errorf("CONFIG_PATH is not set")
 	}
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var cfg config
 	if err := json.Unmarshal(raw, &cfg); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+		return 0, fmt.Errorf("%s: %w", path, err)
 	}
 	steps, stepSeconds := 5, 0.5
 	if cfg.Steps != nil {
@@ -88,18 +91,18 @@ func run() error {
 		signal.Ignore(syscall.SIGTERM)
 		self, err := os.Executable()
 		if err != nil {
-			return err
+			return 0, err
 		}
 		child := exec.Command(self, "--sleeper")
 		child.Stdout, child.Stderr = os.Stdout, os.Stderr
 		if err := child.Start(); err != nil {
-			return err
+			return 0, err
 		}
 		pids += strconv.Itoa(child.Process.Pid) + "\n"
 		fmt.Println("started a child that ignores SIGTERM, pid", child.Process.Pid)
 	}
-	if err := os.WriteFile("pids.txt", []byte(pids), 0o644); err != nil {
-		return err
+	if err := writeAtomically("pids.txt", []byte(pids)); err != nil {
+		return 0, err
 	}
 
 	fmt.Printf("demo-trainer: job %s attempt %s, %d steps\n",
@@ -114,7 +117,7 @@ func run() error {
 	}
 	out := fmt.Sprintf("trained %d steps\n", steps)
 	if err := os.WriteFile("output.txt", []byte(out), 0o644); err != nil {
-		return err
+		return 0, err
 	}
 	if cfg.Publish {
 		data := []byte(out)
@@ -127,7 +130,7 @@ func run() error {
 			var se *statusError
 			if err == nil || !errors.As(err, &se) || se.code < 500 || time.Now().After(deadline) {
 				if err != nil {
-					return err
+					return 0, err
 				}
 				break
 			}
@@ -139,8 +142,17 @@ func run() error {
 	if cfg.ExitCode != 0 {
 		fmt.Fprintf(os.Stderr, "exiting with code %d as configured\n", cfg.ExitCode)
 	}
-	os.Exit(cfg.ExitCode)
-	return nil
+	return cfg.ExitCode, nil
+}
+
+// writeAtomically writes a file that a reader sees either whole or not at
+// all: a test polling for pids.txt must never read it half written.
+func writeAtomically(name string, data []byte) error {
+	tmp := name + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, name)
 }
 
 // publish uploads data the way a job publishes its results: PUT to the

@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,6 +22,9 @@ func TestWorkerAdoptsTheAdminsType(t *testing.T) {
 	w := o.StartWorker(WorkerSpec{Name: "adopt", Persistent: true, NoPersistentKey: true})
 	if !strings.Contains(w.P.Output(), "taking the worker type an admin gave this worker") {
 		t.Fatalf("the worker did not log adopting the admin's type")
+	}
+	if strings.Contains(o.P.Output(), "sets another type than an admin gave it") {
+		t.Fatalf("the orchestrator warned of a type the worker's configuration does not set")
 	}
 	id := o.Submit(slowJob(0.2), nil)
 	o.WaitJob(id, "completed", 20*time.Second)
@@ -40,7 +46,7 @@ func TestWorkerTypeMismatchIsLoggedOnBothSides(t *testing.T) {
 	w := o.StartWorkerFor(id, token, WorkerSpec{Name: "mismatch", Persistent: false})
 	Eventually(t, 10*time.Second, "both sides log the mismatch", func() bool {
 		return strings.Contains(w.P.Output(), "keeping the one this worker's configuration sets") &&
-			strings.Contains(o.P.Output(), "reports another type than an admin gave it")
+			strings.Contains(o.P.Output(), "sets another type than an admin gave it")
 	})
 }
 
@@ -136,5 +142,34 @@ func TestWorkerReload(t *testing.T) {
 	o.WaitJob(third, "completed", 20*time.Second)
 	if !strings.Contains(o.Logs(third), "marker=two") {
 		t.Fatalf("after a failed reload the job saw %q", o.Logs(third))
+	}
+}
+
+// A second orchestratord started on the first one's embedded database
+// exits with status 1 naming the lock, and never answers /readyz.
+func TestSecondOrchestratorOnOneSQLiteDatabase(t *testing.T) {
+	t.Parallel()
+	o := StartOrchestrator(t, "")
+	conf, err := os.ReadFile(o.Conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := FreePort(t)
+	second := regexp.MustCompile(`listen = \["127\.0\.0\.1:\d+"\]`).ReplaceAllString(string(conf), fmt.Sprintf(`listen = ["127.0.0.1:%d"]`, port))
+	second = strings.Replace(second, o.AdminSocket(), filepath.Join(o.Dir, "second.sock"), 1)
+	path := filepath.Join(o.Dir, "second.toml")
+	if err := os.WriteFile(path, []byte(second), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := Start(t, "simpletuner-orchestratord", "--config", path)
+	code, exited := p.Exited(20 * time.Second)
+	if !exited || code != 1 {
+		t.Fatalf("the second orchestratord: exited %v with %d, want 1", exited, code)
+	}
+	if !strings.Contains(p.Output(), "in use by another simpletuner-orchestratord") || !strings.Contains(p.Output(), "orchestrator.db.lock") {
+		t.Errorf("no clear refusal:\n%s", p.Output())
+	}
+	if o.Ready() != 200 {
+		t.Error("the first orchestrator is not ready any more")
 	}
 }

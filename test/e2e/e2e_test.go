@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -24,7 +25,12 @@ func TestJobSeesItsFilesAndEnvironment(t *testing.T) {
 	t.Parallel()
 	o := StartOrchestrator(t, "")
 	script := `env > env.txt; cp "$CONFIG_PATH" seen-config.json; pwd > pwd.txt; echo done`
-	w := o.StartWorker(WorkerSpec{Name: "env", Persistent: true, Command: []string{"/bin/sh", "-c", script}})
+	// workerd started from a shell like the README's quick start: an admin
+	// token and the orchestrator's URL exported, and more.
+	w := o.StartWorker(WorkerSpec{Name: "env", Persistent: true, Command: []string{"/bin/sh", "-c", script},
+		Env: []string{"SIMPLETUNER_ADMIN_TOKEN=" + o.Admin, "SIMPLETUNER_URL=" + o.URL, "FOO=y", "BAR=z", "BAR_TOKEN=t",
+			"NCCL_DEBUG=INFO"},
+		JobTOML: "pass_env = [\"BAR*\"]\n"})
 	id := o.Submit(map[string]any{"model_type": "lora", "learning_rate": 0.0001}, map[string]any{"hf_token": "hf_e2e_secret"})
 	o.WaitJob(id, "completed", 20*time.Second)
 
@@ -45,8 +51,14 @@ func TestJobSeesItsFilesAndEnvironment(t *testing.T) {
 			t.Errorf("job environment lacks %q", want)
 		}
 	}
-	for _, banned := range []string{w.Token, "NOTIFY_SOCKET", "WATCHDOG_", "SIMPLETUNER_WORKER_TOKEN"} {
-		if strings.Contains(string(env), banned) {
+	for _, want := range []string{"\nBAR=z\n", "\nNCCL_DEBUG=INFO\n", "\nPATH="} {
+		if !strings.Contains("\n"+string(env), want) {
+			t.Errorf("job environment lacks %q", strings.TrimSpace(want))
+		}
+	}
+	for _, banned := range []string{w.Token, o.Admin, "NOTIFY_SOCKET", "WATCHDOG_", "SIMPLETUNER_WORKER_TOKEN", "SIMPLETUNER_ADMIN_TOKEN",
+		"SIMPLETUNER_URL", "\nFOO=", "BAR_TOKEN"} {
+		if strings.Contains("\n"+string(env), banned) {
 			t.Errorf("job environment leaks %.12q", banned)
 		}
 	}
@@ -199,5 +211,26 @@ func TestSIGTERMDrainsThenExits(t *testing.T) {
 	}
 	if got := o.Job(next)["status"]; got != "queued" {
 		t.Fatalf("a draining worker took a new job: %v", got)
+	}
+}
+
+// The binaries built as releases are (this package's) carry none of the
+// fault suite's test hooks: no environment variable can freeze the
+// scheduler, crash workerd on a job or shift its clock.
+func TestReleaseBinariesHaveNoTestHooks(t *testing.T) {
+	t.Parallel()
+	for bin, hooks := range map[string][]string{
+		"simpletuner-orchestratord": {"SIMPLETUNER_ORCHESTRATORD_TEST_FREEZE", "the scheduler loop is frozen"},
+		"simpletuner-workerd":       {"SIMPLETUNER_WORKERD_TEST_CRASH", "SIMPLETUNER_WORKERD_TEST_CLOCK_OFFSET", "workerd crashes on this job"},
+	} {
+		b, err := os.ReadFile(filepath.Join(BinDir, bin))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range hooks {
+			if bytes.Contains(b, []byte(h)) {
+				t.Errorf("%s contains the test hook %q", bin, h)
+			}
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 	. "github.com/simpletuner/simpletuner-orchestration/test/e2e/e2etest"
 )
 
@@ -40,18 +41,6 @@ func needCgroups(t *testing.T, o *Orch, w *Wrk) {
 	if got := isolationOf(o, w.ID); !strings.HasPrefix(got, "cgroup") {
 		t.Fatalf("workerd runs as root but isolates jobs with %q, not a cgroup per job:\n%s", got, w.P.Output())
 	}
-}
-
-// running reports whether pid is a live process (a zombie waiting for init
-// runs nothing and counts as gone).
-func running(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
 // readPid waits for a job to write its pid into file.
@@ -96,7 +85,7 @@ sleep 300`
 	id := o.Submit(map[string]any{}, nil)
 	dir := filepath.Join(w.Dir, "state", "jobs", id)
 	leader, escaped := readPid(t, filepath.Join(dir, "leader.pid")), readPid(t, filepath.Join(dir, "escaped.pid"))
-	if !running(leader) || !running(escaped) {
+	if !testutil.Running(leader) || !testutil.Running(escaped) {
 		t.Fatal("the job is not running")
 	}
 	cg := jobCgroup(t, w, id)
@@ -109,7 +98,7 @@ sleep 300`
 	}
 	o.WaitJob(id, "cancelled", 20*time.Second)
 	for _, pid := range []int{leader, escaped} {
-		if running(pid) {
+		if testutil.Running(pid) {
 			t.Errorf("pid %d of the cancelled job still runs", pid)
 		}
 	}
@@ -259,7 +248,7 @@ func TestKill9WorkerdEndsItsJob(t *testing.T) {
 			var took time.Duration
 			for {
 				requeued := o.Job(id)["status"] == "queued"
-				alive := running(leader) || running(child)
+				alive := testutil.Running(leader) || testutil.Running(child)
 				if requeued && alive {
 					t.Fatalf("the job was requeued %s after workerd's SIGKILL while its processes still ran", time.Since(killed))
 				}

@@ -81,7 +81,7 @@ func diskPaths(cfg *config.Orchestrator) (database, arts string) {
 // later from the options, and follow reloads.
 func OpenArtifacts(ctx context.Context, cfg *config.Orchestrator) (*artifacts.Store, error) {
 	c := cfg.Artifacts
-	limits := artifacts.Limits{MaxObjectBytes: c.MaxObjectBytes, MaxJobBytes: c.MaxJobBytes}
+	limits := artifacts.Limits{MaxObjectBytes: c.MaxObjectBytes, MaxJobBytes: c.MaxJobBytes, MaxJobObjects: c.MaxJobObjects}
 	if c.Backend == "s3" {
 		b, err := artifacts.NewS3(ctx, artifacts.S3Config{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Region: c.S3Region,
 			Prefix: c.S3Prefix, AccessKey: c.S3AccessKey, SecretKey: c.S3SecretKey.Value(), PartSize: s3PartSize(c.MaxObjectBytes)})
@@ -132,6 +132,8 @@ type App struct {
 	// loopCtx ends the background loops after the HTTP servers have stopped.
 	loopCancel context.CancelFunc
 	loopsDone  chan struct{}
+	// dbLock holds an embedded database for this process (see lockDatabase).
+	dbLock *os.File
 }
 
 // New returns an App for a loaded config; args and getenv are kept for SIGHUP
@@ -144,8 +146,19 @@ func New(cfg *config.Orchestrator, args []string, getenv func(string) string, lo
 func (a *App) Server() *orchestrator.Server { return a.srv }
 
 // Start binds the listeners, opens and migrates the store, and starts the loops.
-func (a *App) Start(ctx context.Context) error {
+func (a *App) Start(ctx context.Context) (err error) {
 	cfg := a.cfg
+	if kind, path := storeLocation(cfg); kind == "sqlite" {
+		if a.dbLock, err = lockDatabase(path); err != nil {
+			return err
+		}
+		defer func() {
+			if err != nil {
+				a.dbLock.Close()
+				a.dbLock = nil
+			}
+		}()
+	}
 	specs := []daemon.ListenSpec{{Name: "api", Addrs: cfg.Server.Listen}}
 	if cfg.Server.AdminSocket != "" {
 		specs = append(specs, daemon.ListenSpec{Name: "admin", Addrs: []string{"unix:" + cfg.Server.AdminSocket}, UnixMode: 0o660, UnixGroup: cfg.Server.AdminGroup})
@@ -185,7 +198,7 @@ func (a *App) Start(ctx context.Context) error {
 	api := a.srv.Handler()
 	// The web dashboard lives under /ui/ on the API listeners (not the admin
 	// socket) and acts only through api, called in process.
-	dash, err := dashboard.New(dashboard.Options{API: api, Sessions: st, Version: version.Version, Log: a.log})
+	dash, err := dashboard.New(dashboard.Options{API: api, Sessions: st, PublicURL: cfg.PublicURL(), Version: version.Version, Log: a.log})
 	if err != nil {
 		closeAll(listeners)
 		_ = st.Close()
@@ -212,10 +225,10 @@ func (a *App) Start(ctx context.Context) error {
 				"the jobs' hf_tokens cross the network in the clear; set [tls] cert_file and key_file, or listen on "+
 				"127.0.0.1 behind a TLS proxy", "addr", l.Addr().String())
 		}
-		serve(l, dash.Mount(api), nil, tlsConf)
+		serve(l, a.srv.BodyDeadline(dash.Mount(api)), nil, tlsConf)
 	}
 	for _, l := range listeners["admin"] {
-		serve(l, api, a.srv.AdminConnContext, nil)
+		serve(l, a.srv.BodyDeadline(api), a.srv.AdminConnContext, nil)
 	}
 	for _, l := range listeners["metrics"] {
 		serve(l, a.srv.MetricsHandler(), nil, nil)
@@ -288,6 +301,9 @@ func (a *App) Serve(ctx context.Context) error {
 	if cerr := a.store.Close(); cerr != nil {
 		a.log.Warn("closing the database", "err", cerr)
 	}
+	if a.dbLock != nil {
+		a.dbLock.Close()
+	}
 	a.log.Info("shutdown complete")
 	return err
 }
@@ -341,6 +357,7 @@ func restartKeys(running, next *config.Orchestrator) []string {
 		{"server.listen", running.Server.Listen, next.Server.Listen},
 		{"server.admin_socket", running.Server.AdminSocket, next.Server.AdminSocket},
 		{"server.instance_id", running.Server.InstanceID, next.Server.InstanceID},
+		{"server.public_url", running.Server.PublicURL, next.Server.PublicURL},
 		{"tls", running.TLS, next.TLS},
 		{"database", running.Database, next.Database},
 		{"paths.state_dir", running.Paths.StateDir, next.Paths.StateDir},

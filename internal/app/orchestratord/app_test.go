@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -145,5 +147,40 @@ func TestReloadWarnsEveryTime(t *testing.T) {
 	}
 	if code := ta.submit(t, 10); code != 201 {
 		t.Fatalf("submit after the reloads answered %d", code)
+	}
+}
+
+// A second orchestratord on the same embedded database is refused at start,
+// before it binds a port, naming the lock and its holder; vacuum is refused
+// too while the first one runs.
+func TestSecondOrchestratorOnOneSQLiteFileRefused(t *testing.T) {
+	t.Parallel()
+	first := startApp(t)
+	dir := filepath.Dir(first.app.cfg.Paths.StateDir + "/x")
+	second := filepath.Join(t.TempDir(), "second.toml")
+	port := testutil.MustFreePort(t)
+	conf := fmt.Sprintf("[server]\nlisten = [\"127.0.0.1:%d\"]\nadmin_socket = \"\"\n[paths]\nstate_dir = %q\nconfigs_dir = %q\n[metrics]\nlisten = \"\"\n",
+		port, dir, dir)
+	if err := os.WriteFile(second, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--config", second}
+	cfg, _, err := config.LoadOrchestrator(args, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = New(cfg, args, nil, slog.New(slog.DiscardHandler), new(slog.LevelVar)).Start(context.Background())
+	lock := filepath.Join(dir, "orchestrator.db.lock")
+	if err == nil || !strings.Contains(err.Error(), "in use by another simpletuner-orchestratord: process "+strconv.Itoa(os.Getpid())+" holds "+lock) {
+		t.Fatalf("the second orchestratord's start: %v", err)
+	}
+	if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+		c.Close()
+		t.Error("the second orchestratord left a listener open")
+	}
+	var out, errOut strings.Builder
+	if code := Main([]string{"--config", second, "vacuum"}, func(string) string { return "" }, &out, &errOut); code != ExitFailed ||
+		!strings.Contains(errOut.String(), "in use by another simpletuner-orchestratord") {
+		t.Errorf("vacuum beside a running orchestrator: exit %d\n%s", code, errOut.String())
 	}
 }

@@ -42,7 +42,7 @@ func wantsHelp(args []string) bool {
 			return true
 		}
 	}
-	return len(args) == 0
+	return false
 }
 
 // tokenArgs is a parsed token subcommand.
@@ -53,8 +53,13 @@ type tokenArgs struct {
 	id     string
 }
 
+// parseTokenArgs reads "create|list|revoke ..."; what it refuses is a
+// *config.UsageError naming the flag or argument.
 func parseTokenArgs(args []string) (tokenArgs, error) {
 	t := tokenArgs{verb: args[0]}
+	usagef := func(format string, a ...any) (tokenArgs, error) {
+		return t, &config.UsageError{Err: fmt.Errorf(format, a...)}
+	}
 	switch t.verb {
 	case "create":
 		fs := flag.NewFlagSet("token create", flag.ContinueOnError)
@@ -63,25 +68,34 @@ func parseTokenArgs(args []string) (tokenArgs, error) {
 		var scopes multiFlag
 		fs.Var(&scopes, "scope", "scope (repeatable)")
 		if err := fs.Parse(args[1:]); err != nil {
-			return t, fmt.Errorf("token create: %v\n%s", err, tokenUsage)
+			return usagef("token create: %v\n%s", err, tokenUsage)
+		}
+		if fs.NArg() > 0 {
+			return usagef("token create: unexpected argument %q; the name goes in --name", fs.Arg(0))
 		}
 		for _, s := range scopes {
 			t.scopes = append(t.scopes, strings.Split(s, ",")...)
 		}
+		switch {
+		case strings.TrimSpace(t.name) == "":
+			return usagef("token create: --name is required")
+		case len(t.scopes) == 0:
+			return usagef("token create: --scope is required (%s, or * for all)", strings.Join(auth.AllScopes(), ", "))
+		}
 		if _, _, err := orchestrator.NewAdminToken(t.name, t.scopes); err != nil {
-			return t, fmt.Errorf("token create: %v", err)
+			return usagef("token create: --scope: %v", err)
 		}
 	case "list":
 		if len(args) != 1 {
-			return t, fmt.Errorf("usage: token list")
+			return usagef("token list takes no argument")
 		}
 	case "revoke":
 		if len(args) != 2 {
-			return t, fmt.Errorf("usage: token revoke ID")
+			return usagef("token revoke needs one argument, the token's ID")
 		}
 		t.id = args[1]
 	default:
-		return t, fmt.Errorf("unknown token subcommand %q (create, list, revoke)\n%s", t.verb, tokenUsage)
+		return usagef("unknown token command %q (create, list, revoke)\n%s", t.verb, tokenUsage)
 	}
 	return t, nil
 }

@@ -38,11 +38,14 @@ func TestTokenCommandNeverCreatesADatabase(t *testing.T) {
 	dir := t.TempDir()
 	conf := tokenConfig(t, dir, "")
 	db := filepath.Join(dir, "orchestrator.db")
-	for _, args := range [][]string{{"token", "--help"}, {"token"}, {"token", "create", "-h"}} {
+	for _, args := range [][]string{{"token", "--help"}, {"token", "create", "-h"}} {
 		code, out, _ := runMain(append([]string{"--config", conf}, args...)...)
 		if code != ExitOK || !strings.Contains(out, "token create --name NAME") {
 			t.Errorf("%v: exit %d, output %q", args, code, out)
 		}
+	}
+	if code, out, errOut := runMain("--config", conf, "token"); code != ExitUsage || out != "" || !strings.Contains(errOut, "token create --name NAME") {
+		t.Errorf("token without its command: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	code, out, errOut := runMain("--config", conf, "token", "create", "--name", "ops", "--scope", "*")
 	if code != ExitFailed || out != "" || !strings.Contains(errOut, db) || !strings.Contains(errOut, "nothing was created") {
@@ -107,5 +110,45 @@ func TestTokenCommandUsesTheAdminSocket(t *testing.T) {
 	ts, err := a.store.ListAdminTokens(context.Background())
 	if err != nil || len(ts) != 1 || ts[0].Name != "ops" {
 		t.Fatalf("tokens in the running orchestrator's store: %+v %v", ts, err)
+	}
+}
+
+// The exit statuses and messages the man page gives for the command line:
+// help on stdout, exit 0; bad usage named on stderr, exit 2, before anything
+// is read or opened.
+func TestCommandLineUsage(t *testing.T) {
+	dir := t.TempDir()
+	conf := tokenConfig(t, dir, "")
+	code, out, _ := runMain("--help")
+	if code != ExitOK || !strings.HasPrefix(out, "Usage:") || strings.Contains(out, "help requested") {
+		t.Errorf("--help: exit %d:\n%s", code, out)
+	}
+	for _, want := range []string{"  --config file ", "  -v, --verbose ", " token create|list|revoke", " vacuum ", "simpletuner-orchestratord(8)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--help lacks %q:\n%s", want, out)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bogus"}, "flag provided but not defined: --bogus"},
+		{[]string{"--config"}, "flag needs an argument: --config"},
+		{[]string{"--config", conf, "serve"}, `unknown command "serve"`},
+		{[]string{"--config", conf, "token", "rotate"}, `unknown token command "rotate"`},
+		{[]string{"--config", conf, "token", "create", "--scope", "*"}, "--name is required"},
+		{[]string{"--config", conf, "token", "create", "--name", "ops"}, "--scope is required"},
+		{[]string{"--config", conf, "token", "create", "--name", "ops", "--scope", "root"}, `--scope: unknown scope "root"`},
+		{[]string{"--config", conf, "token", "create", "--name", "ops", "--scope", "*", "extra"}, `unexpected argument "extra"`},
+		{[]string{"--config", conf, "token", "revoke"}, "the token's ID"},
+		{[]string{"--config", conf, "token", "list", "all"}, "token list takes no argument"},
+	} {
+		code, out, errOut := runMain(c.args...)
+		if code != ExitUsage || out != "" || !strings.HasPrefix(errOut, "simpletuner-orchestratord: ") || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, code, out, errOut, c.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "orchestrator.db")); !os.IsNotExist(err) {
+		t.Fatalf("a refused command line opened the database")
 	}
 }

@@ -24,19 +24,47 @@ const (
 	ExitUsage  = 2 // an unknown subcommand or flag
 )
 
+// usage is what --help prints.
+func usage() string {
+	return `Usage:
+  simpletuner-orchestratord [flags]                  serve the API, the scheduler and the dashboard
+  simpletuner-orchestratord [--config FILE] token create|list|revoke ...
+                                                     manage admin tokens ("token --help" says more)
+  simpletuner-orchestratord [--config FILE] vacuum   give the SQLite file's free space back to the
+                                                     filesystem (the orchestrator must be stopped)
+
+Flags:
+` + config.OrchestratorFlagHelp() + `
+See simpletuner-orchestratord(8) and simpletuner-orchestratord.toml(5).
+`
+}
+
 // Main runs the program with args (without the program name) and returns its
 // exit status.
 func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	cfg, opts, err := config.LoadOrchestrator(args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(stdout, err)
+		fmt.Fprint(stdout, usage())
 		return ExitOK
 	}
 	if opts.Version {
 		fmt.Fprintln(stdout, "simpletuner-orchestratord", version.Version)
 		return ExitOK
 	}
-	if len(opts.Args) > 0 && opts.Args[0] == "token" && wantsHelp(opts.Args[1:]) {
+	command, cmdArgs := "", []string(nil)
+	if len(opts.Args) > 0 {
+		command, cmdArgs = opts.Args[0], opts.Args[1:]
+	}
+	if _, ok := errors.AsType[*config.UsageError](err); !ok {
+		if cerr := checkCommand(command, cmdArgs); cerr != nil {
+			err = cerr // before a configuration error: nothing is read for a bad command line
+		}
+	}
+	if _, ok := errors.AsType[*config.UsageError](err); ok {
+		fmt.Fprintf(stderr, "simpletuner-orchestratord: %v\n", err)
+		return ExitUsage
+	}
+	if command == "token" && wantsHelp(cmdArgs) {
 		fmt.Fprintln(stdout, tokenUsage) // nothing is read or opened for help
 		return ExitOK
 	}
@@ -50,23 +78,15 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) i
 	}
 	log, level := daemon.NewLogger(cfg.Log, os.Stderr)
 	ctx := context.Background()
-	if len(opts.Args) > 0 && opts.Args[0] == "vacuum" {
-		if len(opts.Args) > 1 {
-			fmt.Fprintln(stderr, "simpletuner-orchestratord: usage: simpletuner-orchestratord [--config FILE] vacuum")
-			return ExitUsage
-		}
+	switch command {
+	case "vacuum":
 		if err := VacuumCommand(ctx, cfg, stdout); err != nil {
 			fmt.Fprintf(stderr, "simpletuner-orchestratord: vacuum: %v\n", err)
 			return ExitFailed
 		}
 		return ExitOK
-	}
-	if len(opts.Args) > 0 {
-		if opts.Args[0] != "token" {
-			fmt.Fprintf(stderr, "simpletuner-orchestratord: unknown command %q (did you mean: token create|list|revoke, or vacuum?)\n", opts.Args[0])
-			return ExitUsage
-		}
-		if err := TokenCommand(ctx, cfg, opts.ConfigPath, opts.Args[1:], stdout, stderr, log); err != nil {
+	case "token":
+		if err := TokenCommand(ctx, cfg, opts.ConfigPath, cmdArgs, stdout, stderr, log); err != nil {
 			fmt.Fprintf(stderr, "simpletuner-orchestratord: %v\n", err)
 			return ExitFailed
 		}
@@ -78,4 +98,28 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) i
 		return ExitFailed
 	}
 	return ExitOK
+}
+
+// checkCommand refuses, as a *config.UsageError, a command line that names an
+// unknown command or gives one the wrong arguments; nothing is read for it.
+func checkCommand(command string, args []string) error {
+	switch command {
+	case "":
+		return nil
+	case "vacuum":
+		if len(args) > 0 {
+			return &config.UsageError{Err: errors.New("vacuum takes no argument; usage: simpletuner-orchestratord [--config FILE] vacuum")}
+		}
+		return nil
+	case "token":
+		if wantsHelp(args) {
+			return nil
+		}
+		if len(args) == 0 {
+			return &config.UsageError{Err: fmt.Errorf("token needs a command: create, list or revoke\n%s", tokenUsage)}
+		}
+		_, err := parseTokenArgs(args)
+		return err
+	}
+	return &config.UsageError{Err: fmt.Errorf("unknown command %q (token create|list|revoke, or vacuum; see --help)", command)}
 }

@@ -24,6 +24,11 @@ func VacuumCommand(ctx context.Context, cfg *config.Orchestrator, stdout io.Writ
 	if adminSocketClient(cfg.Server.AdminSocket) != nil {
 		return fmt.Errorf("the orchestrator is running (its admin socket %s answers); stop it first", cfg.Server.AdminSocket)
 	}
+	lock, err := lockDatabase(path)
+	if err != nil {
+		return fmt.Errorf("%w; stop it first", err)
+	}
+	defer lock.Close()
 	before, after, err := sqlite.Vacuum(ctx, path)
 	if err != nil {
 		return err

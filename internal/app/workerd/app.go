@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"strings"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
@@ -42,17 +43,52 @@ func New(cfg *config.Worker, args []string, getenv func(string) string, log *slo
 	gpus := gpuSource(cfg.GPU, log)
 	opt := worker.OptionsFrom(cfg)
 	opt.Version, opt.GPU, opt.Logger, opt.Isolation = version.Version, gpus, log, iso
+	a := &App{args: args, getenv: getenv, log: log, level: level, started: cfg, applied: cfg, gpus: gpus, iso: iso}
+	if cfg.TokenRereadable() {
+		opt.TokenSource = a.readToken
+	}
 	w, err := worker.New(opt)
 	if err != nil {
 		gpus.Close()
 		iso.Close()
 		return nil, err
 	}
+	a.Worker = w
 	if js := worker.JobSettingsFrom(cfg); js.OwnCancelGrace {
 		log.Info("job.cancel_grace is set in this worker's configuration; it overrides the orchestrator's for jobs here",
 			"cancel_grace", js.CancelGrace.String(), "set_in", cfg.Origin("job.cancel_grace"))
 	}
-	return &App{Worker: w, args: args, getenv: getenv, log: log, level: level, started: cfg, applied: cfg, gpus: gpus, iso: iso}, nil
+	return a, nil
+}
+
+// readToken re-reads the worker token the way a start would find it, and
+// says where it is: the token file, the credential, or the configuration
+// file's line.
+func (a *App) readToken() (string, string, error) {
+	cfg, _, err := config.LoadWorker(a.args, a.getenv)
+	if err == nil {
+		err = cfg.Require()
+	}
+	if err != nil {
+		return "", "", err
+	}
+	where := cfg.Origin("orchestrator.token")
+	creds := a.env("CREDENTIALS_DIRECTORY")
+	switch {
+	case where != "" && where == cfg.Origin("orchestrator.token_file"):
+		where = cfg.Orchestrator.TokenFile
+	case creds != "" && strings.HasPrefix(where, creds+"/"):
+		where += " (a systemd credential: systemd copies it when the unit starts and never again, " +
+			"so a new token there takes a restart; set [orchestrator] token_file to take it at once)"
+	}
+	return cfg.Orchestrator.Token.Value(), where, nil
+}
+
+func (a *App) env(name string) string {
+	if a.getenv == nil {
+		return os.Getenv(name)
+	}
+	return a.getenv(name)
 }
 
 // IsolationConfig maps the [job] settings onto the job isolation's.
@@ -94,6 +130,9 @@ func (a *App) Reload() error {
 		a.log.Warn("config change needs a restart to take effect", "key", key)
 	}
 	a.log.Info("configuration reloaded", "log_level", cfg.Log.Level, "job_command", cfg.Job.Command)
+	if a.started.TokenRereadable() {
+		a.CheckToken()
+	}
 	return nil
 }
 
@@ -105,7 +144,7 @@ func restartKeys(running, next *config.Worker) []string {
 		name     string
 		old, new any
 	}{
-		{"orchestrator", running.Orchestrator, next.Orchestrator},
+		{"orchestrator", withoutToken(running.Orchestrator), withoutToken(next.Orchestrator)},
 		{"worker.name", running.Worker.Name, next.Worker.Name},
 		{"worker.persistent", running.Worker.Persistent, next.Worker.Persistent},
 		{"worker.labels", running.Worker.Labels, next.Worker.Labels},
@@ -128,4 +167,11 @@ func restartKeys(running, next *config.Worker) []string {
 		}
 	}
 	return out
+}
+
+// withoutToken is [orchestrator] less the token and where it comes from: a
+// new token is taken without a restart (see readToken).
+func withoutToken(c config.ConnectionConfig) config.ConnectionConfig {
+	c.Token, c.TokenFile = "", ""
+	return c
 }

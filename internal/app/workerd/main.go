@@ -26,30 +26,62 @@ import (
 // Exit statuses of simpletuner-workerd.
 const (
 	ExitOK     = 0 // a clean stop: signal, drain, an ephemeral worker with no more jobs
-	ExitConfig = 1 // a configuration or start-up error, a URL that is not an orchestrator's or redirects elsewhere, a client certificate missing or refused
+	ExitConfig = 1 // bad usage, a configuration or start-up error, a URL that is not an orchestrator's or redirects elsewhere, a client certificate missing or refused
 	ExitAuth   = 2 // the orchestrator rejected the worker token (401)
 	ExitFailed = 3 // any other failure
 )
+
+// tokenFlagWarning is said whenever the token comes from --worker-token.
+const tokenFlagWarning = "simpletuner-workerd: warning: a token given as --worker-token can be read by every user of this " +
+	"machine in ps and /proc/<pid>/cmdline until workerd hides it, and stays in the shell's history; put it in " +
+	config.DefaultWorkerTokenFile + " (the default token_file, mode 0600), a systemd credential, or SIMPLETUNER_WORKER_TOKEN instead"
+
+// usage is what --help prints.
+func usage() string {
+	return `Usage:
+  simpletuner-workerd [flags]   register with the orchestrator and run the jobs it sends
+
+Flags:
+` + config.WorkerFlagHelp() + `
+See simpletuner-workerd(8) and simpletuner-workerd.toml(5).
+`
+}
 
 // Main runs the program with args (without the program name) and returns its
 // exit status.
 func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	cfg, opts, err := config.LoadWorker(args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(stdout, err)
+		fmt.Fprint(stdout, usage())
 		return ExitOK
 	}
 	if opts.Version {
 		fmt.Fprintln(stdout, "simpletuner-workerd", version.Version)
 		return ExitOK
 	}
+	if _, ok := errors.AsType[*config.UsageError](err); !ok && len(opts.Args) > 0 {
+		err = &config.UsageError{Err: fmt.Errorf("unexpected argument %q: simpletuner-workerd takes flags only (see --help)", opts.Args[0])}
+	}
+	if _, ok := errors.AsType[*config.UsageError](err); ok {
+		fmt.Fprintf(stderr, "simpletuner-workerd: %v\n", err)
+		return ExitConfig
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "simpletuner-workerd: configuration error:\n%v\n", err)
 		return ExitConfig
 	}
+	if cfg.Origin("orchestrator.token") == "--worker-token" {
+		fmt.Fprintln(stderr, tokenFlagWarning)
+	}
 	if opts.CheckConfig {
 		fmt.Fprint(stdout, cfg.Redacted())
 		fmt.Fprintf(stdout, "\n# job isolation here: %s\n", isolation.Probe(IsolationConfig(cfg, nil)))
+		// A worker without an orchestrator URL or a token cannot run: the
+		// packaged file, as shipped, is such a template.
+		if err := cfg.Require(); err != nil {
+			fmt.Fprintf(stderr, "simpletuner-workerd: configuration error: the worker cannot run:\n%v\n", err)
+			return ExitConfig
+		}
 		return ExitOK
 	}
 	log, level := daemon.NewLogger(cfg.Log, os.Stderr)
@@ -77,7 +109,7 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) i
 		fmt.Fprintln(stderr, "simpletuner-workerd:", err)
 		return ExitConfig
 	case errors.Is(err, worker.ErrNotAnOrchestrator), errors.Is(err, worker.ErrRedirected), errors.Is(err, worker.ErrClientCertificate),
-		errors.Is(err, worker.ErrRegistrationRefused):
+		errors.Is(err, worker.ErrRegistrationRefused), errors.Is(err, worker.ErrWrongScheme):
 		fmt.Fprintln(stderr, "simpletuner-workerd: configuration error:", err)
 		return ExitConfig
 	default:

@@ -88,6 +88,78 @@ func (s Styler) Header(word string) string {
 	return bold + word + resetSq
 }
 
+// ownSequences are the only escape sequences Sanitize lets through: the
+// colours this package writes itself.
+var ownSequences = []string{red, green, yellow, cyan, plain, dimmed, bold, resetSq}
+
+// Sanitize makes text that came from elsewhere (a worker's name, labels or
+// GPU names, an error a worker reported) safe to print on a terminal: every
+// control character but newline (C0, DEL, C1) and every Unicode direction
+// override is shown escaped, as \x1b or \u202e, so that no such text can
+// move the cursor, rewrite the screen, set the title or the clipboard, or
+// reorder what is shown. The colour sequences this package adds pass.
+func Sanitize(s string) string {
+	if !needsSanitizing(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		if s[i] == 0x1b {
+			if own := ownSequence(s[i:]); own != "" {
+				b.WriteString(own)
+				i += len(own)
+				continue
+			}
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unsafeRune(r):
+			if r < 0x100 {
+				fmt.Fprintf(&b, `\x%02x`, r)
+			} else {
+				fmt.Fprintf(&b, `\u%04x`, r)
+			}
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}
+
+func needsSanitizing(s string) bool {
+	if !utf8.ValidString(s) {
+		return true
+	}
+	for _, r := range s {
+		if unsafeRune(r) {
+			return true
+		}
+	}
+	return false
+}
+
+func ownSequence(s string) string {
+	for _, seq := range ownSequences {
+		if strings.HasPrefix(s, seq) {
+			return seq
+		}
+	}
+	return ""
+}
+
+// unsafeRune: a control character other than newline, or a direction mark
+// or override (LRM, RLM, ALM, LRE…RLO, LRI…PDI).
+func unsafeRune(r rune) bool {
+	return (r < 0x20 && r != '\n') || (r >= 0x7f && r < 0xa0) || r == 0x200e || r == 0x200f || r == 0x061c ||
+		(r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
+}
+
+// layoutBreaks are what would break a table's layout, replaced by spaces.
+var layoutBreaks = strings.NewReplacer("\t", " ", "\n", " ", "\r", " ")
+
 // Table collects rows and writes them aligned.
 type Table struct {
 	rows [][]string
@@ -115,15 +187,11 @@ func (t *Table) Len() int { return len(t.rows) - 1 }
 func (t *Table) Write(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	for _, r := range t.rows {
-		// A tab or newline inside a value would break the layout.
+		// A tab or newline inside a value would break the layout; other
+		// control characters are shown escaped (see Sanitize).
 		clean := make([]string, len(r))
 		for i, c := range r {
-			clean[i] = strings.Map(func(r rune) rune {
-				if r == '\t' || r == '\n' || r == '\r' {
-					return ' '
-				}
-				return r
-			}, c)
+			clean[i] = Sanitize(layoutBreaks.Replace(c))
 		}
 		fmt.Fprintln(tw, strings.Join(clean, "\t"))
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestParseFormat(t *testing.T) {
@@ -96,4 +97,41 @@ func TestStylerOffAndOn(t *testing.T) {
 	if len(on.Header("STATUS"))-len("STATUS") != n {
 		t.Error("header escapes differ in length")
 	}
+}
+
+func TestSanitize(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain name":               "plain name",
+		"a\x1b[2Jb":                `a\x1b[2Jb`,
+		"title\x1b]0;x\x07":        `title\x1b]0;x\x07`,
+		"c1\u009b31m":              `c1\x9b31m`,
+		"r\u202eevil":              `r\u202eevil`,
+		"bad\xffutf8":              `bad\xffutf8`,
+		"line\nnext\rover":         "line\nnext\\x0dover",
+		red + "idle" + resetSq:     red + "idle" + resetSq,
+		"\x1b[1;31mfake" + resetSq: `\x1b[1;31mfake` + resetSq,
+	} {
+		if got := Sanitize(in); got != want {
+			t.Errorf("Sanitize(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func FuzzSanitize(f *testing.F) {
+	f.Add("gpu\x1b[2J\u202e\x9b")
+	f.Add(red + "x" + resetSq)
+	f.Fuzz(func(t *testing.T, s string) {
+		out := Sanitize(s)
+		for _, seq := range ownSequences {
+			out = strings.ReplaceAll(out, seq, "")
+		}
+		for _, r := range out {
+			if unsafeRune(r) {
+				t.Fatalf("Sanitize(%q) leaves %U", s, r)
+			}
+		}
+		if !utf8.ValidString(out) {
+			t.Fatalf("Sanitize(%q) is not valid UTF-8", s)
+		}
+	})
 }

@@ -54,6 +54,9 @@ func (s *Store) ReadDB() *sql.DB { return s.rdb }
 // Hub returns the in-process fan-out used by Publish and Subscribe.
 func (s *Store) Hub() *Hub { return s.hub }
 
+// Kind names the engine, as its dialect does.
+func (s *Store) Kind() string { return s.d.Name }
+
 // Ping reports whether the database answers.
 func (s *Store) Ping(ctx context.Context) error { return s.rdb.PingContext(ctx) }
 

@@ -174,6 +174,10 @@ func (s *Store) ListWorkers(ctx context.Context, f store.WorkerFilter) ([]store.
 		where += " AND status = ?"
 		args = append(args, f.Status)
 	}
+	if f.Name != "" {
+		where += " AND name = ?"
+		args = append(args, f.Name)
+	}
 	rows, err := s.reader().query(ctx, `SELECT `+workerCols+` FROM workers`+where+
 		` ORDER BY created_at, id LIMIT ? OFFSET ?`, append(args, limitArg(f.Limit), f.Offset)...)
 	if err != nil {

@@ -118,7 +118,9 @@ func testListWorkersPaging(t *testing.T, s store.Store) {
 		{"w_b", 2, protocol.WorkerOffline}, {"w_d", 0, protocol.WorkerIdle},
 	}
 	for _, sp := range specs {
-		newWorker(t, s, func(w *store.Worker) { w.ID, w.CreatedAt, w.Status = sp.id, at(sp.at*time.Second), sp.status })
+		newWorker(t, s, func(w *store.Worker) {
+			w.ID, w.CreatedAt, w.Status, w.Name = sp.id, at(sp.at*time.Second), sp.status, "box-"+sp.id[2:]
+		})
 	}
 	ids := func(ws []store.Worker) []string {
 		var out []string
@@ -140,6 +142,9 @@ func testListWorkersPaging(t *testing.T, s store.Store) {
 		{store.WorkerFilter{Status: protocol.WorkerIdle}, []string{"w_d", "w_c", "w_e"}, 3},
 		{store.WorkerFilter{Status: protocol.WorkerIdle, Limit: 1, Offset: 1}, []string{"w_c"}, 3},
 		{store.WorkerFilter{Status: protocol.WorkerDraining}, nil, 0},
+		{store.WorkerFilter{Name: "box-c"}, []string{"w_c"}, 1},
+		{store.WorkerFilter{Name: "box-c", Status: protocol.WorkerBusy}, nil, 0},
+		{store.WorkerFilter{Name: "box"}, nil, 0},
 	}
 	for _, c := range cases {
 		ws, total, err := s.ListWorkers(t.Context(), c.f)
@@ -219,8 +224,9 @@ func testSetWorkerTokenHash(t *testing.T, s store.Store) {
 
 func testDeleteWorkerKeepsHistory(t *testing.T, s store.Store) {
 	w := newWorker(t, s)
-	j := newJob(t, s)
-	j, _ = claim(t, s, w.ID)
+	queued := newJob(t, s)
+	j, _ := claim(t, s, w.ID)
+	equal(t, j.ID, queued.ID, "the claimed job")
 	j = transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobCompleted, By: lifecycle.Report, EndAttempt: protocol.OutcomeCompleted}})
 	noErr(t, s.DeleteWorker(t.Context(), w.ID, rec("worker.delete")), "DeleteWorker")
 	_, err := s.GetWorker(t.Context(), w.ID)

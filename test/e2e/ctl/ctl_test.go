@@ -59,7 +59,7 @@ func TestEveryCommandOverTCP(t *testing.T) {
 
 	// status, on an empty orchestrator: a stable JSON document.
 	r := c.ok("status")
-	mustContain(t, "status", r.Stdout, "Health:", "ok, ready", "Workers:", "0 queued, 0 running")
+	mustContain(t, "status", r.Stdout, "Health:", "ok, ready", "Version:       dev\n", "Store:         sqlite\n", "Workers:", "0 queued, 0 running")
 	golden(t, "status.json", norm.apply(c.ok("status", "-o", "json").Stdout))
 
 	// worker create: the token goes to the credential file, 0600, never to stdout.
@@ -93,7 +93,7 @@ func TestEveryCommandOverTCP(t *testing.T) {
 	w := o.StartWorker(WorkerSpec{Name: "gpu-a", Persistent: true, ID: workerID(t, c, "gpu-a"), Token: workerToken})
 
 	r = c.ok("workers")
-	mustContain(t, "workers", r.Stdout, "NAME", "GPUS", "gpu-a", w.ID, "idle", "spare", "connecting")
+	mustContain(t, "workers", r.Stdout, "NAME", "GPUS", "gpu-a", w.ID, "idle", "spare", "never connected")
 	mustContain(t, "workers -o wide", c.ok("workers", "-o", "wide").Stdout, "persistent", "pool=x", "workerd")
 	r = c.want(2, "worker", "show", "w_")
 	mustContain(t, "ambiguous prefix", r.Stderr, "\"w_\" matches 2 workers", w.ID, spareID)
@@ -378,6 +378,14 @@ func TestSubmitWaitExitCodes(t *testing.T) {
 			t.Errorf("submit --wait of a job that ends %s: want exit %d\n%s", tc.status, tc.code, r)
 		}
 	}
+
+	// The reply's warnings go to stderr; the job is queued all the same.
+	r := c.runStdin(`{"steps": 1}`, "submit", "-", "-q", "--gpus", "64")
+	if r.Code != 0 || !strings.HasPrefix(r.Stdout, "j_") ||
+		!strings.Contains(r.Stderr, "simpletunerctl submit: warning: no worker can run this job yet: it asks for 64 GPUs") {
+		t.Errorf("submit of a job too large for every worker:\n%s", r)
+	}
+	c.ok("cancel", strings.TrimSpace(r.Stdout))
 
 	// Cancelled while waiting: exit 1; -o json prints the final job.
 	b := c.start("submit", "--config", writeFile(t, `{"steps": 600, "step_seconds": 0.1}`), "--wait", "-o", "json")

@@ -29,9 +29,16 @@ import (
 // BinDir holds the binaries Main built.
 var BinDir string
 
-// Main builds the daemons, the demo trainer and simpletunerctl, runs the tests, stops the
-// shared PostgreSQL cluster and removes the binaries. Use it as TestMain.
-func Main(m *testing.M) {
+// Main builds the daemons, the demo trainer and simpletunerctl as releases are
+// built, runs the tests, stops the shared PostgreSQL cluster and removes the
+// binaries. Use it as TestMain.
+func Main(m *testing.M) { main(m, "") }
+
+// MainWithFaultHooks is Main for the fault suite: the daemons are built with
+// the test hooks it drives (build tag faulthooks), which release builds lack.
+func MainWithFaultHooks(m *testing.M) { main(m, "faulthooks") }
+
+func main(m *testing.M, tags string) {
 	dir, err := os.MkdirTemp("", "simpletuner-e2e-bin")
 	if err != nil {
 		panic(err)
@@ -50,7 +57,7 @@ func Main(m *testing.M) {
 		{"demo-trainer", "./test/demo-trainer", "0"},
 		{"simpletunerctl", "./cmd/simpletunerctl", "0"},
 	} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.name), b.pkg)
+		cmd := exec.Command("go", "build", "-tags", tags, "-o", filepath.Join(dir, b.name), b.pkg)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo)
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -160,10 +167,11 @@ type OrchOptions struct {
 	AckTimeout        string
 	PingInterval      string
 	SchedulerInterval string
-	MaxRetries        int   // 0 → 3
-	LogLimitBytes     int64 // 0 → built-in default
-	MaxBodyBytes      int64 // 0 → built-in default
-	Metrics           bool  // serve /metrics on a free port (Orch.MetricsURL)
+	MaxRetries        int    // 0 → 3
+	LogLimitBytes     int64  // 0 → built-in default
+	MaxBodyBytes      int64  // 0 → built-in default
+	BodyTimeout       string // [server] body_timeout; "" → built-in default
+	Metrics           bool   // serve /metrics on a free port (Orch.MetricsURL)
 	LogLevel          string
 	Env               []string // extra environment of the orchestrator process
 	StateDir          string   // "" → <dir>/state
@@ -233,6 +241,9 @@ func orchestratorTOML(dir string, port, metricsPort int, o OrchOptions) string {
 	}
 	if o.MaxBodyBytes > 0 {
 		extraServer = fmt.Sprintf("max_body_bytes = %d\n", o.MaxBodyBytes)
+	}
+	if o.BodyTimeout != "" {
+		extraServer += fmt.Sprintf("body_timeout = %q\n", o.BodyTimeout)
 	}
 	stateDir := o.StateDir
 	if stateDir == "" {

@@ -266,3 +266,99 @@ func TestLogFlood(t *testing.T) {
 	}
 	base.check(t, o)
 }
+
+// Request bodies that stop coming, from clients with no credential at all,
+// on the routes that read a body before (the dashboard's sign-in) or instead
+// of (a refused token) checking it: each connection is cut at
+// server.body_timeout (2 s here), /healthz answers throughout, and the
+// long-lived requests of a worker running a job (its event stream, its log
+// uploads) and a log follower go on through many timeouts.
+func TestSlowBodies(t *testing.T) {
+	n := 300
+	if isFull() {
+		n = 1500
+	}
+	const timeout = 2 * time.Second
+	o := StartOrchestratorWith(t, OrchOptions{Metrics: true, BodyTimeout: timeout.String()})
+	h := NewHistory(t, o)
+	w := o.StartWorker(WorkerSpec{Name: "steady", Persistent: true})
+	base := takeBaseline(o)
+	_, job := h.Submit(trainFor(4*timeout.Seconds()), nil)
+	Eventually(t, 20*time.Second, "job running", func() bool { return o.Job(job)["status"] == "running" })
+	follow, err := http.NewRequest("GET", o.URL+"/api/queue/"+job+"/logs?follow=1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	follow.Header.Set("Authorization", "Bearer "+o.Admin)
+	fres, err := http.DefaultClient.Do(follow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fres.Body.Close()
+	followed := make(chan string, 1)
+	go func() { b, _ := io.ReadAll(fres.Body); followed <- string(b) }()
+
+	routes := []string{
+		"POST /api/queue/submit HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n{\"config\":",
+		"POST /ui/signin HTTP/1.1\r\nHost: x\r\nCookie: st_signin=x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 4096\r\n\r\nform_token=x&token=",
+		"POST /api/workers/heartbeat HTTP/1.1\r\nHost: x\r\nX-Worker-Token: wt_made_up\r\nContent-Length: 4096\r\n\r\n{\"worker_id\":",
+	}
+	started := time.Now()
+	closedAt := make([]time.Duration, n)
+	var closed atomic.Int32
+	var conns []net.Conn
+	for i := range n {
+		c, err := net.Dial("tcp", strings.TrimPrefix(o.URL, "http://"))
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		conns = append(conns, c)
+		if _, err := io.WriteString(c, routes[i%len(routes)]); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			_, _ = io.Copy(io.Discard, c) // until the server closes it
+			closedAt[i] = time.Since(started)
+			closed.Add(1)
+		}()
+	}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	h.Fault("%d stalled request bodies", n)
+	var worst time.Duration
+	for closed.Load() < int32(n) && time.Since(started) < timeout {
+		s := time.Now()
+		res, err := http.Get(o.URL + "/healthz")
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("/healthz during the stalled bodies: %v %v", res, err)
+		}
+		res.Body.Close()
+		worst = max(worst, time.Since(s))
+		time.Sleep(50 * time.Millisecond) // sampling
+	}
+	Eventually(t, 30*time.Second, "every stalled body cut off", func() bool { return closed.Load() == int32(n) })
+	if first := minD(closedAt); first < timeout/2 {
+		t.Errorf("a stalled body was cut after %s, before the body timeout", first)
+	}
+	t.Logf("RESULT %s: %d stalled bodies (submit, sign-in, heartbeat), all cut by the server, first after %s, last after %s; "+
+		"worst /healthz %s meanwhile", t.Name(), n, minD(closedAt), maxD(closedAt), worst.Round(time.Millisecond))
+
+	o.WaitJob(job, "completed", 30*time.Second)
+	select {
+	case log := <-followed:
+		if !strings.Contains(log, "event: end") || !strings.Contains(log, "training finished") {
+			t.Errorf("the log follower did not see the whole job:\n%s", log)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the log follow stream did not end with the job")
+	}
+	if o.Worker(w.ID)["connected"] != true {
+		t.Error("the worker lost its stream")
+	}
+	h.Finish()
+	h.Check(Expect{MaxRequeues: 0})
+	base.check(t, o)
+}

@@ -18,7 +18,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/test/e2e/e2etest"
 )
 
-func TestMain(m *testing.M) { e2etest.Main(m) }
+func TestMain(m *testing.M) { e2etest.MainWithFaultHooks(m) }
 
 // fullOnly skips a scenario outside the full suite.
 func fullOnly(t *testing.T) {

@@ -69,7 +69,7 @@ func (n *notifyListener) since(t0 time.Time) []time.Time {
 // during the freeze run after the restart.
 func TestWatchdogFreeze(t *testing.T) {
 	fullOnly(t)
-	const watchdogSec = 2 * time.Second
+	const watchdogTimeout = 2 * time.Second
 	n := listenNotify(t)
 	freeze := filepath.Join(t.TempDir(), "freeze")
 	o := StartOrchestratorWith(t, OrchOptions{Metrics: true, Env: []string{
@@ -103,7 +103,7 @@ func TestWatchdogFreeze(t *testing.T) {
 		if len(pings) > 0 {
 			lastPing = pings[len(pings)-1]
 		}
-		if time.Since(lastPing) > watchdogSec {
+		if time.Since(lastPing) > watchdogTimeout {
 			firedAfter = time.Since(frozen)
 			return true
 		}
@@ -127,5 +127,5 @@ func TestWatchdogFreeze(t *testing.T) {
 	h.Finish()
 	sum := h.Check(Expect{MaxRequeues: 0, Statuses: []string{"completed"}})
 	t.Logf("RESULT %s: last WATCHDOG=1 %s after the freeze; systemd (WatchdogSec %s) would fire %s after it; after SIGABRT and restart no job lost; %s",
-		t.Name(), lastPing.Sub(frozen).Round(time.Millisecond), watchdogSec, firedAfter.Round(time.Millisecond), sum)
+		t.Name(), lastPing.Sub(frozen).Round(time.Millisecond), watchdogTimeout, firedAfter.Round(time.Millisecond), sum)
 }

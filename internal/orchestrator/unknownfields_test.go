@@ -1,0 +1,62 @@
+package orchestrator
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// A misspelled submit field is accepted but named in the reply's warnings,
+// with the field it most likely means; a known field in another case, or a
+// body without extra fields, earns none.
+func TestSubmitWarnsAboutUnknownFields(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t))
+	r := e.must(e.adminDo("POST", "/api/queue/submit", map[string]any{"config": map[string]any{}, "priorty": 20,
+		"Target": "worker", "provider": "x"}), 201)
+	ws, _ := r.JSON["warnings"].([]any)
+	want := []any{`unknown field "priorty" was ignored (did you mean "priority"?)`, `unknown field "provider" was ignored`}
+	if fmt.Sprint(ws) != fmt.Sprint(want) {
+		t.Errorf("warnings %v; want %v", ws, want)
+	}
+	j := e.must(e.adminDo("GET", "/api/queue/"+r.JSON["job_id"].(string), nil), 200)
+	if j.JSON["priority"] != float64(10) || j.JSON["target"] != "worker" {
+		t.Errorf("the misspelled field changed the job, or the known one in another case did not: %s", j.Body)
+	}
+	r = e.must(e.adminDo("POST", "/api/queue/submit", map[string]any{"config": map[string]any{}, "priority": 20}), 201)
+	if _, ok := r.JSON["warnings"]; ok {
+		t.Errorf("warnings for a clean body: %s", r.Body)
+	}
+}
+
+func TestUnknownFieldWarningsAreBounded(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	b.WriteString(`{"config":{}`)
+	for i := range 1000 {
+		fmt.Fprintf(&b, `,"junk%04d":1`, i)
+	}
+	fmt.Fprintf(&b, `,"%s":1}`, strings.Repeat("k", 5000))
+	ws := unknownFieldWarnings([]byte(b.String()), submitRequest{})
+	if len(ws) != maxFieldWarnings+1 || ws[maxFieldWarnings] != "991 more unknown fields were ignored" {
+		t.Fatalf("%d warnings: %q", len(ws), ws[len(ws)-1])
+	}
+	for _, w := range ws {
+		if len(w) > 200 {
+			t.Errorf("a warning of %d bytes", len(w))
+		}
+	}
+}
+
+func FuzzUnknownFieldWarnings(f *testing.F) {
+	f.Add([]byte(`{"priorty":1,"config":{}}`))
+	f.Add([]byte(`{"\u0000\u001b[31m":1}`))
+	f.Add([]byte(`[1,2]`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, w := range unknownFieldWarnings(body, submitRequest{}) {
+			if strings.ContainsAny(w, "\x00\x1b\r\n") {
+				t.Fatalf("a control character reaches a warning: %q", w)
+			}
+		}
+	})
+}

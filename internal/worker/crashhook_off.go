@@ -1,0 +1,13 @@
+//go:build !faulthooks
+
+package worker
+
+import "github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+
+// Release builds have no crash hook (see crashhook.go).
+
+type crashHook struct{}
+
+func crashHookFromEnv() *crashHook { return nil }
+
+func (*crashHook) fire(*Worker, string, *protocol.JobSubmitEvent) {}
