@@ -13,6 +13,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/webhook/spec"
 )
 
 // Worker is a worker as GET /api/admin/workers shows it: upstream's fields
@@ -440,6 +441,42 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return e.Body.Detail }
+
+// WebhookList is GET /api/admin/webhooks: the subscriptions, and every
+// event one can subscribe to.
+type WebhookList struct {
+	Webhooks []spec.Subscription `json:"webhooks"`
+	Events   []string            `json:"events"`
+}
+
+// WebhookRef names a subscription by id or name.
+type WebhookRef struct{ ID string }
+
+// WebhookDeleted answers DELETE /api/admin/webhooks/{id}.
+type WebhookDeleted struct {
+	Success bool   `json:"success"`
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+}
+
+// DeliveriesQuery narrows a subscription's delivery log: a State (pending,
+// delivered, failed; "" any), the page before delivery Before (0: the
+// newest), Limit per page (0: 50), with the events' bodies when Payload.
+type DeliveriesQuery struct {
+	ID      string
+	State   string
+	Before  int64
+	Limit   int
+	Payload bool
+}
+
+// DeliveryPage is GET /api/admin/webhooks/{id}/deliveries, newest first;
+// Next continues it (?before=).
+type DeliveryPage struct {
+	Deliveries []spec.Delivery `json:"deliveries"`
+	Count      int             `json:"count"`
+	Next       string          `json:"next,omitempty"`
+}
 
 // ErrorOf is the *Error in err's chain, nil when there is none.
 func ErrorOf(err error) *Error {

@@ -10,11 +10,13 @@ import (
 const (
 	ScopeAdminWorkers = "admin.workers"
 	ScopeAdminAudit   = "admin.audit"
-	ScopeQueueSubmit  = "queue.submit"
-	ScopeQueueView    = "queue.view"
-	ScopeQueueCancel  = "queue.cancel"
-	ScopeQueueManage  = "queue.manage"
-	ScopeAll          = "*"
+	// ScopeAdminWebhooks: webhook subscriptions and their delivery logs.
+	ScopeAdminWebhooks = "admin.webhooks"
+	ScopeQueueSubmit   = "queue.submit"
+	ScopeQueueView     = "queue.view"
+	ScopeQueueCancel   = "queue.cancel"
+	ScopeQueueManage   = "queue.manage"
+	ScopeAll           = "*"
 )
 
 // Principal kinds.
@@ -24,7 +26,7 @@ const (
 )
 
 var allScopes = []string{
-	ScopeAdminWorkers, ScopeAdminAudit,
+	ScopeAdminWorkers, ScopeAdminAudit, ScopeAdminWebhooks,
 	ScopeQueueSubmit, ScopeQueueView, ScopeQueueCancel, ScopeQueueManage,
 	ScopeAll,
 }

@@ -8,7 +8,7 @@ import (
 func TestScopes(t *testing.T) {
 	t.Parallel()
 	all := AllScopes()
-	if len(all) != 7 || !slices.Contains(all, ScopeAll) {
+	if len(all) != 8 || !slices.Contains(all, ScopeAll) {
 		t.Fatalf("AllScopes() = %v", all)
 	}
 	all[0] = "mutated"
@@ -21,6 +21,7 @@ func TestScopes(t *testing.T) {
 	}{
 		{ScopeAdminWorkers, true},
 		{ScopeAdminAudit, true},
+		{ScopeAdminWebhooks, true},
 		{ScopeQueueSubmit, true},
 		{ScopeQueueView, true},
 		{ScopeQueueCancel, true},

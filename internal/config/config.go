@@ -138,6 +138,10 @@ type Orchestrator struct {
 	Metrics   MetricsConfig   `toml:"metrics"`
 	Artifacts ArtifactsConfig `toml:"artifacts"`
 	Retention RetentionConfig `toml:"retention"`
+	// WebhookDelivery is how events reach the subscriptions, Webhooks the
+	// subscriptions kept in this file.
+	WebhookDelivery WebhookDeliveryConfig `toml:"webhook_delivery"`
+	Webhooks        []WebhookConfig       `toml:"webhooks"`
 
 	origins map[string]string // key → where it was set (file:line, variable, flag)
 }
@@ -530,6 +534,7 @@ func DefaultOrchestrator() *Orchestrator {
 			Interval:  D(time.Hour),
 			BatchSize: 500,
 		},
+		WebhookDelivery: defaultWebhookDelivery(),
 	}
 }
 

@@ -110,6 +110,7 @@ func (c *Orchestrator) validate(l *loader) {
 	if n := c.Retention.BatchSize; n < 1 || n > 10000 {
 		l.errf("retention.batch_size", "must be from 1 to 10000, got %d", n)
 	}
+	l.validateWebhooks(c)
 }
 
 func (l *loader) validateArtifacts(a ArtifactsConfig) {

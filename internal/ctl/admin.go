@@ -24,6 +24,7 @@ func (a *app) adminCommands() []*cobra.Command {
 	return []*cobra.Command{
 		group("tokens", "List, create and revoke admin tokens", a.tokensListCommand(), a.tokensCreateCommand(), a.tokensRevokeCommand()),
 		a.auditCommand(),
+		a.webhooksCommand(),
 		a.statusCommand(),
 	}
 }
@@ -65,8 +66,8 @@ func (a *app) tokensCreateCommand() *cobra.Command {
 		Short: "Create an admin token and print it (once)",
 		Long: `Create an admin token. The token alone goes to standard output, once, so that
 it can be captured: TOKEN=$(simpletunerctl tokens create --name ci --scope queue.submit).
-Scopes: admin.workers, admin.audit, queue.submit, queue.view, queue.cancel,
-queue.manage, * (everything).`,
+Scopes: admin.workers, admin.audit, admin.webhooks, queue.submit, queue.view,
+queue.cancel, queue.manage, * (everything).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(name) == "" {
@@ -103,7 +104,7 @@ queue.manage, * (everything).`,
 	}
 	cmd.Flags().StringVar(&name, "name", "", "a name that says who or what uses the token")
 	cmd.Flags().StringArrayVar(&scopes, "scope", nil, "scope granted (repeatable or comma-separated)")
-	_ = cmd.RegisterFlagCompletionFunc("scope", cobra.FixedCompletions([]string{"admin.workers", "admin.audit", "queue.submit",
+	_ = cmd.RegisterFlagCompletionFunc("scope", cobra.FixedCompletions([]string{"admin.workers", "admin.audit", "admin.webhooks", "queue.submit",
 		"queue.view", "queue.cancel", "queue.manage", "*"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }

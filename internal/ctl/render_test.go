@@ -16,6 +16,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/ctl/output"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/webhook/spec"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from this run")
@@ -86,6 +87,14 @@ func renderCases(t *testing.T) []renderCase {
 	}
 	var status statusReport
 	readFixture(t, "status.json", &status)
+	var hooks struct {
+		Webhooks []spec.Subscription `json:"webhooks"`
+	}
+	readFixture(t, "webhooks.json", &hooks)
+	var deliveries struct {
+		Deliveries []spec.Delivery `json:"deliveries"`
+	}
+	readFixture(t, "deliveries.json", &deliveries)
 	return []renderCase{
 		{"workers", func(r renderer, w *bytes.Buffer) error { return r.workers(w, workers.Workers) }},
 		{"worker", func(r renderer, w *bytes.Buffer) error { return r.worker(w, workers.Workers[0]) }},
@@ -95,6 +104,9 @@ func renderCases(t *testing.T) []renderCase {
 		{"audit", func(r renderer, w *bytes.Buffer) error { r.auditHeader(w); r.auditRows(w, recs.Records); return nil }},
 		{"artifacts", func(r renderer, w *bytes.Buffer) error { return r.artifacts(w, arts) }},
 		{"status", func(r renderer, w *bytes.Buffer) error { return r.status(w, status) }},
+		{"webhooks", func(r renderer, w *bytes.Buffer) error { return r.webhooks(w, hooks.Webhooks) }},
+		{"webhook", func(r renderer, w *bytes.Buffer) error { return r.webhook(w, hooks.Webhooks[1], deliveries.Deliveries) }},
+		{"deliveries", func(r renderer, w *bytes.Buffer) error { return r.deliveries(w, deliveries.Deliveries) }},
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
+	"github.com/simpletuner/simpletuner-orchestration/internal/webhook/spec"
 )
 
 // API is what the dashboard calls of the orchestrator.
@@ -37,6 +38,11 @@ type API interface {
 	Audit(ctx context.Context, q api.AuditQuery) (api.AuditPage, error)
 	VerifyAudit(ctx context.Context, _ struct{}) (api.AuditVerdict, error)
 	WriteJobLog(ctx context.Context, id string, w io.Writer) error
+	Webhooks(ctx context.Context, _ struct{}) (api.WebhookList, error)
+	CreateWebhook(ctx context.Context, req spec.CreateRequest) (spec.Created, error)
+	Webhook(ctx context.Context, ref api.WebhookRef) (spec.Subscription, error)
+	DeleteWebhook(ctx context.Context, ref api.WebhookRef) (api.WebhookDeleted, error)
+	WebhookDeliveries(ctx context.Context, q api.DeliveriesQuery) (api.DeliveryPage, error)
 	AdminByToken(r *http.Request, token, route string) (auth.Principal, error)
 }
 
@@ -65,7 +71,8 @@ type apiResult struct {
 }
 
 // fieldPattern finds the request field an API error names.
-var fieldPattern = regexp.MustCompile(`(?:field|query parameter) "([a-z_]+)"`)
+// ("events[1]" names the field events).
+var fieldPattern = regexp.MustCompile(`(?:field|query parameter) "([a-z_]+)(?:\[\d+\])?"`)
 
 // Field is the request field the error names, or "".
 func (a apiResult) Field() string {

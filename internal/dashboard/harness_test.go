@@ -74,13 +74,13 @@ func openPostgres(t testing.TB, url string) store.Store {
 	return st
 }
 
-func newSite(t testing.TB, st store.Store) *site {
+func newSite(t testing.TB, st store.Store, mods ...func(*orchestrator.Options)) *site {
 	t.Helper()
-	return newSiteWith(t, st, nil)
+	return newSiteWith(t, st, nil, mods...)
 }
 
 // newSiteWith is newSite with the dashboard's options adjusted by tweak.
-func newSiteWith(t testing.TB, st store.Store, tweak func(*Options)) *site {
+func newSiteWith(t testing.TB, st store.Store, tweak func(*Options), mods ...func(*orchestrator.Options)) *site {
 	t.Helper()
 	opt := orchestrator.OptionsFrom(config.DefaultOrchestrator())
 	opt.InstanceID = "test-" + t.Name()
@@ -93,6 +93,9 @@ func newSiteWith(t testing.TB, st store.Store, tweak func(*Options)) *site {
 	opt.CancelGrace, opt.CancelReportTimeout = time.Minute, time.Minute
 	opt.AuthFailuresPerMinute = 5
 	opt.FailureAuditInterval = 100 * time.Millisecond
+	for _, m := range mods {
+		m(&opt)
+	}
 	log := slog.New(slog.DiscardHandler)
 	srv := orchestrator.New(st, opt, log)
 	c := &clock{t: time.Now()}

@@ -13,12 +13,14 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/webhook/spec"
 )
 
 // pageTemplate is one page: the shared layout plus the page's own file.
 type pageTemplate struct{ t *template.Template }
 
-var pageNames = []string{"signin", "error", "overview", "workers", "worker", "token", "delete", "queue", "job", "audit"}
+var pageNames = []string{"signin", "error", "overview", "workers", "worker", "token", "delete", "queue", "job", "audit", "webhooks", "webhook"}
 
 func (d *Dashboard) parseTemplates() (map[string]*pageTemplate, error) {
 	funcs := template.FuncMap{
@@ -37,6 +39,9 @@ func (d *Dashboard) parseTemplates() (map[string]*pageTemplate, error) {
 		"inList":      func(s string, list []string) bool { return slices.Contains(list, s) },
 		"query":       func(kv ...string) template.URL { return template.URL(queryString(kv...)) },
 		"statuses":    func() []string { return jobStatuses },
+		"join":        strings.Join,
+		"split":       func(s string) []string { return strings.Split(s, ",") },
+		"origin":      spec.Origin,
 		"wstatuses": func() []string {
 			return []string{"connecting", "idle", "partial", "busy", "draining", "offline"}
 		},
@@ -65,12 +70,13 @@ type view struct {
 // flashes are the fixed messages a redirect may ask a page to show; a query
 // parameter picks one, so nothing from the URL is shown as is.
 var flashes = map[string]string{
-	"drained":     "Worker drained: it finishes its job and takes no new one.",
-	"resumed":     "Worker resumed: it takes jobs again.",
-	"labels":      "Labels saved.",
-	"deleted":     "Worker deleted.",
-	"cancel":      "Cancel requested.",
-	"gpu_cleared": "GPU cleared: the worker takes it back into use.",
+	"drained":         "Worker drained: it finishes its job and takes no new one.",
+	"resumed":         "Worker resumed: it takes jobs again.",
+	"labels":          "Labels saved.",
+	"deleted":         "Worker deleted.",
+	"cancel":          "Cancel requested.",
+	"gpu_cleared":     "GPU cleared: the worker takes it back into use.",
+	"webhook_deleted": "Webhook deleted.",
 }
 
 // render writes a whole page (status, layout and page) to w.

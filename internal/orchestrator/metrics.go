@@ -157,6 +157,7 @@ func (s *Server) writeMetrics(ctx context.Context, w io.Writer) {
 	m.writeArtifacts(counter)
 	gauge("simpletuner_disk_full", "1 while writes fail because the database's or the artifacts' disk is full.", s.disk.fullGauge())
 	s.retention.WriteMetrics(w, counter, gauge)
+	s.webhooks.WriteMetrics(ctx, w)
 }
 
 func sortedStatuses(m map[protocol.JobStatus]int) []string {

@@ -30,6 +30,8 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/retention"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/version"
+	"github.com/simpletuner/simpletuner-orchestration/internal/webhook"
+	"github.com/simpletuner/simpletuner-orchestration/internal/webhook/spec"
 )
 
 // Options are the orchestrator's settings. OptionsFrom fills them from the
@@ -69,6 +71,9 @@ type Options struct {
 	FailureAuditMaxPeers int
 	// Retention: how long finished jobs and their traces are kept.
 	Retention retention.Options
+	// Webhooks: how events reach the webhook subscriptions, and those of
+	// the configuration.
+	Webhooks webhook.Options
 
 	// followFallback replaces defaultFollowFallback when set: tests that
 	// count store reads put the fallback look out of their way.
@@ -119,6 +124,7 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 		FailureAuditMaxPeers:   cfg.Auth.FailureAuditMaxPeers,
 
 		Retention: retention.OptionsFrom(cfg.Retention),
+		Webhooks:  webhook.OptionsFrom(cfg),
 	}
 }
 
@@ -153,6 +159,16 @@ func (o Options) withDefaults() Options {
 		o.Retention.BatchSize = def.Retention.BatchSize
 	}
 	return o
+}
+
+// webhookOptions are the webhook delivery's settings, with this instance's
+// name for the leases it takes.
+func (o Options) webhookOptions() webhook.Options {
+	w := o.Webhooks
+	w.InstanceID = o.InstanceID
+	w.UserAgent = "simpletuner-orchestratord/" + version.Version
+	w.BaseURL = o.PublicURL
+	return w
 }
 
 // Server holds the orchestrator's live state. Create it with New, then serve
@@ -215,6 +231,9 @@ type Server struct {
 	disk diskState
 	// recent holds the last full count of the jobs that ended lately (recent.go).
 	recent recentEnds
+	// webhooks turns the store's changes into webhook events and delivers
+	// them (internal/webhook).
+	webhooks *webhook.Service
 }
 
 // SetAdminSocketPath tells the server where its admin socket lives.
@@ -238,6 +257,7 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 	}
 	opt = opt.withDefaults()
 	s.opt.Store(&opt)
+	s.webhooks = webhook.New(st, opt.webhookOptions(), log)
 	s.disk.init()
 	s.hub = NewHub(s.metrics, log)
 	s.retention = &retention.Keeper{Store: st, Artifacts: s.artifacts.Load, Log: log,
@@ -254,6 +274,7 @@ func (s *Server) options() Options { return *s.opt.Load() }
 func (s *Server) SetOptions(o Options) {
 	o = o.withDefaults()
 	s.opt.Store(&o)
+	s.webhooks.SetOptions(o.webhookOptions())
 	s.applyArtifactLimits(o)
 	s.Wake()
 }
@@ -351,7 +372,7 @@ func (s *Server) Routes() []Route {
 	submit := httpCall(s, auth.ScopeQueueSubmit, http.StatusCreated, s.parseSubmit, s.submitHTTP)
 	stats := httpCall(s, auth.ScopeQueueView, http.StatusOK, statsQuery, s.Stats)
 	getJob := httpCall(s, auth.ScopeQueueView, http.StatusOK, jobRef, s.Job)
-	ok, workers := http.StatusOK, auth.ScopeAdminWorkers
+	ok, workers, hooks := http.StatusOK, auth.ScopeAdminWorkers, auth.ScopeAdminWebhooks
 	postQueue := func(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
 		if ps.ByName("job_id") != "submit" {
 			s.writeError(w, req, errorf(http.StatusMethodNotAllowed, "method_not_allowed", "POST is not allowed on %s", req.URL.Path))
@@ -396,6 +417,11 @@ func (s *Server) Routes() []Route {
 		{"GET", "/api/admin/fleet/gpu-history", "", httpCall(s, auth.ScopeQueueView, ok, noRequest, s.FleetGPUHistory)},
 		{"GET", "/api/admin/audit", "", httpCall(s, auth.ScopeAdminAudit, ok, auditQuery, s.Audit)},
 		{"GET", "/api/admin/audit/verify", "", httpCall(s, auth.ScopeAdminAudit, ok, noRequest, s.VerifyAudit)},
+		{"GET", "/api/admin/webhooks", "", httpCall(s, hooks, ok, noRequest, s.Webhooks)},
+		{"POST", "/api/admin/webhooks", "", httpCall(s, hooks, http.StatusCreated, jsonBody[spec.CreateRequest](s), s.CreateWebhook)},
+		{"GET", "/api/admin/webhooks/:id", "", httpCall(s, hooks, ok, webhookRef, s.Webhook)},
+		{"DELETE", "/api/admin/webhooks/:id", "", httpCall(s, hooks, ok, webhookRef, s.DeleteWebhook)},
+		{"GET", "/api/admin/webhooks/:id/deliveries", "", httpCall(s, hooks, ok, deliveriesQuery, s.WebhookDeliveries)},
 		{"GET", "/api/auth/whoami", "", httpCall(s, scopeAnyCaller, ok, noRequest, s.Whoami)},
 		{"GET", "/api/configs", "", httpCall(s, auth.ScopeQueueSubmit, ok, noRequest, s.Configs)},
 		{"GET", "/api/admin/tokens", "", httpCall(s, auth.ScopeAll, ok, noRequest, s.Tokens)},

@@ -524,4 +524,7 @@ type Store interface {
 
 	// Retention and sizes.
 	History
+
+	// Webhook subscriptions and the outbox of their events.
+	Webhooks
 }

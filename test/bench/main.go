@@ -65,6 +65,8 @@ type flags struct {
 	retentionWorkers int
 	controlWindow    time.Duration
 	skipReads        bool
+	// The webhook scenario.
+	webhooks webhookFlags
 }
 
 func main() {
@@ -116,6 +118,11 @@ func main() {
 	flag.IntVar(&f.retentionWorkers, "retention-workers", 200, "workers heartbeating every second during the retention pass")
 	flag.DurationVar(&f.controlWindow, "control-window", time.Minute, "before the retention pass, measure the same load this long without it")
 	flag.BoolVar(&f.skipReads, "skip-reads", false, "in the history scenario, skip the read endpoints, dispatch and verify (to iterate on the retention pass)")
+	flag.BoolVar(&f.webhooks.run, "webhooks", false, "also measure dispatch with a webhook subscription whose receiver answers at once, then after -webhook-delay")
+	flag.BoolVar(&f.webhooks.only, "webhooks-only", false, "measure only the webhook scenario")
+	flag.DurationVar(&f.webhooks.delay, "webhook-delay", 30*time.Second, "how long the slow webhook receiver takes to answer each request")
+	flag.DurationVar(&f.webhooks.window, "webhook-window", 45*time.Second, "how long each webhook phase measures latency (longer than -webhook-delay, so requests are held throughout)")
+	flag.IntVar(&f.webhooks.jobs, "webhook-jobs", 2000, "zero-work jobs per webhook phase's job-cycle measurement")
 	flag.Parse()
 	f.newBinary = !f.oldBinary
 	f.launch.inProcess = f.inProcess
@@ -134,7 +141,7 @@ func main() {
 		printGPUs(f.gpus, []gpuResult{r})
 		return
 	}
-	only := f.launchOnly || f.gpus.only || f.dashboardOnly
+	only := f.launchOnly || f.gpus.only || f.dashboardOnly || f.webhooks.only
 
 	limit := raiseFileLimit()
 	if f.inProcess && uint64(2*f.workers+1000) > limit {
@@ -209,6 +216,17 @@ func main() {
 			dash = append(dash, r)
 		}
 	}
+	var hooks []webhookResult
+	for _, name := range []string{"sqlite", "postgres"} {
+		if (!f.webhooks.run && !f.webhooks.only) || (f.stores != "both" && f.stores != name) {
+			continue
+		}
+		r, err := runWebhooks(f, name, bin, tmp)
+		if err != nil {
+			log.Fatalf("%s webhooks: %v", name, err)
+		}
+		hooks = append(hooks, r)
+	}
 	var launches []launchResult
 	if f.launch.modes != "" && (!only || f.launchOnly) {
 		if launches, err = runLaunch(f.launch, bin, tmp); err != nil {
@@ -227,6 +245,7 @@ func main() {
 		printTable(f, results)
 	}
 	printDashboard(dash)
+	printWebhooks(f, hooks)
 	if len(launches) > 0 {
 		printLaunch(f.launch, launches)
 	}

@@ -59,6 +59,8 @@ var stateColours = map[string]string{
 	"running": cyan, "dispatched": cyan,
 	// workers
 	"idle": green, "busy": cyan, "draining": yellow, "offline": red,
+	// webhook deliveries ("failed" is the jobs' red)
+	"delivered": green, "pending": yellow,
 	// health
 	"ready": green, "not ready": red, "ok": green, "FAIL": red, "revoked": dimmed,
 }

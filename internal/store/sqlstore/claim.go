@@ -35,11 +35,13 @@ func (s *Store) ClaimJobs(ctx context.Context, reqs []store.ClaimRequest) ([]sto
 		}
 	}
 	var out []store.ClaimResult
+	var emitted bool
 	err := s.write(ctx, func(c conn) error {
 		var err error
-		out, err = s.claimInTx(ctx, c, reqs)
+		out, emitted, err = s.claimInTx(ctx, c, reqs)
 		return err
 	})
+	s.committed(emitted, err)
 	return out, err
 }
 
@@ -55,11 +57,12 @@ func (s *Store) ClaimJobs(ctx context.Context, reqs []store.ClaimRequest) ([]sto
 //
 // Each claim is checked before it writes anything: a refused claim leaves no
 // trace and the others go on.
-func (s *Store) claimInTx(ctx context.Context, c conn, reqs []store.ClaimRequest) ([]store.ClaimResult, error) {
+func (s *Store) claimInTx(ctx context.Context, c conn, reqs []store.ClaimRequest) ([]store.ClaimResult, bool, error) {
 	workers, err := s.lockWorkers(ctx, c, reqs)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
+	emitted := false
 	out := make([]store.ClaimResult, len(reqs))
 	var claimed []string // workers that took a job, in the order of their first claim
 	var audits []*audit.Record
@@ -76,12 +79,13 @@ func (s *Store) claimInTx(ctx context.Context, c conn, reqs []store.ClaimRequest
 				out[i].Err = err
 				continue
 			}
-			return nil, err
+			return nil, false, err
 		}
 		at := now(req.Now)
+		before := j
 		j.Attempt++
 		if err := s.writeClaim(ctx, c, w, j, req, at); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		moved++
 		if !slices.Contains(claimed, w.ID) {
@@ -98,22 +102,29 @@ func (s *Store) claimInTx(ctx context.Context, c conn, reqs []store.ClaimRequest
 		if req.Audit != nil {
 			audits = append(audits, req.Audit)
 		}
+		t := store.JobTransition{JobID: j.ID, ExpectAttempt: before.Attempt, From: before.Status,
+			Step: lifecycle.Step{To: protocol.JobDispatched, By: lifecycle.Claim}, Now: at, Audit: req.Audit}
+		wrote, err := s.emitJob(ctx, c, before, job, &t)
+		if err != nil {
+			return nil, false, err
+		}
+		emitted = emitted || wrote
 	}
 	if moved == 0 {
-		return out, nil
+		return out, false, nil
 	}
 	for _, id := range claimed {
 		w := workers[id]
 		if _, err := c.exec(ctx, `UPDATE workers SET status = ?, current_job_id = ?, running = ?, gpus_used = ?, held_whole = ? WHERE id = ?`,
 			lifecycle.Settle(w.Status, w.Load()), w.CurrentJobID, w.Running, w.GPUsUsed, w.HeldWhole, w.ID); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	// The counts, like the audit head, are locked last: see counts.go.
 	if err := s.countAdd(ctx, c, map[protocol.JobStatus]int64{protocol.JobQueued: -moved, protocol.JobDispatched: moved}); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return out, s.appendAudits(ctx, c, audits)
+	return out, emitted, s.appendAudits(ctx, c, audits)
 }
 
 // lockWorkers locks and reads the workers the claims name, in ID order. A

@@ -57,6 +57,7 @@ func (s *Store) InsertJob(ctx context.Context, j store.Job, rec *audit.Record) (
 	if j.WorkerLabels == nil {
 		j.WorkerLabels = map[string]string{}
 	}
+	var emitted bool
 	err := s.write(ctx, func(c conn) error {
 		args := []any{j.ID, j.ConfigName, rawArg(j.Config, "{}"), rawArg(j.Dataloader, nil), j.HFToken,
 			j.Target, labelsArg(j.WorkerLabels), j.GPUCount, j.MinVRAMGB, j.Priority, j.MaxRetries,
@@ -73,11 +74,15 @@ func (s *Store) InsertJob(ctx context.Context, j store.Job, rec *audit.Record) (
 		if err != nil {
 			return err
 		}
+		if emitted, err = s.emitJob(ctx, c, store.Job{}, j, nil); err != nil {
+			return err
+		}
 		if err := s.countMove(ctx, c, "", j.Status); err != nil {
 			return err
 		}
 		return s.appendAudit(ctx, c, rec)
 	})
+	s.committed(emitted, err)
 	if err != nil {
 		return store.Job{}, err
 	}

@@ -24,6 +24,8 @@ type Store struct {
 	stmts *stmtCache
 	// group, on an engine with one writer, commits queued writes together.
 	group *groupCommit
+	// outbox turns changes into webhook events, written with them.
+	outbox outboxHook
 }
 
 var _ store.Store = (*Store)(nil)

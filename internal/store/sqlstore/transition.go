@@ -13,6 +13,7 @@ import (
 func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store.Job, error) {
 	at := now(t.Now)
 	var out store.Job
+	var emitted bool
 	err := s.write(ctx, func(c conn) error {
 		j, err := s.getJob(ctx, c, t.JobID, true)
 		if err != nil {
@@ -99,12 +100,16 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 				return err
 			}
 		}
+		if emitted, err = s.emitJob(ctx, c, j, out, &t); err != nil {
+			return err
+		}
 		// The counts, like the audit head, are locked last: see counts.go.
 		if err := s.countMove(ctx, c, j.Status, t.To); err != nil {
 			return err
 		}
 		return s.appendAudit(ctx, c, t.Audit)
 	})
+	s.committed(emitted, err)
 	return out, err
 }
 

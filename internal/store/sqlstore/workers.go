@@ -228,11 +228,14 @@ func (s *Store) SummarizeWorkers(ctx context.Context) ([]store.WorkerGroup, erro
 // cannot change the ID or the token hash.
 func (s *Store) UpdateWorker(ctx context.Context, id string, fn func(*store.Worker) (*audit.Record, error)) (store.Worker, error) {
 	var out store.Worker
+	var emitted bool
 	err := s.write(ctx, func(c conn) error {
 		w, err := s.getWorker(ctx, c, id, true)
 		if err != nil {
 			return err
 		}
+		before := w
+		before.GPUConditions = slices.Clone(w.GPUConditions)
 		tokenHash := w.TokenHash
 		rec, err := fn(&w)
 		if err != nil {
@@ -243,8 +246,12 @@ func (s *Store) UpdateWorker(ctx context.Context, id string, fn func(*store.Work
 			return err
 		}
 		out = w
+		if emitted, err = s.emitWorker(ctx, c, before, w, rec); err != nil {
+			return err
+		}
 		return s.appendAudit(ctx, c, rec)
 	})
+	s.committed(emitted, err)
 	return out, err
 }
 

@@ -1,0 +1,130 @@
+package webhook
+
+import (
+	"encoding/json"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/webhook/spec"
+)
+
+// Emitter turns the changes the store applies into events: it is the
+// store's Outbox, so every change of a job's state, every worker going
+// offline or coming back and every GPU fenced makes its event in the
+// change's own transaction, whichever code path made the change.
+type Emitter struct {
+	base atomic.Pointer[string]
+	wake func()
+}
+
+var _ store.Outbox = (*Emitter)(nil)
+
+// NewEmitter returns an Emitter that calls wake when events were committed.
+func NewEmitter(wake func()) *Emitter {
+	e := &Emitter{wake: wake}
+	e.SetBaseURL("")
+	return e
+}
+
+// SetBaseURL sets the public URL the events' links start with ("" for
+// paths on the orchestrator).
+func (e *Emitter) SetBaseURL(u string) { e.base.Store(&u) }
+
+func (e *Emitter) baseURL() string { return *e.base.Load() }
+
+// Committed wakes the senders.
+func (e *Emitter) Committed() {
+	if e.wake != nil {
+		e.wake()
+	}
+}
+
+func (e *Emitter) job(typ string, j store.Job, at time.Time, edit func(*JobInfo)) store.OutboxEvent {
+	info := jobInfo(j, e.baseURL())
+	if edit != nil {
+		edit(info)
+	}
+	return event(Payload{Type: typ, Job: info}, JobKey(j.ID), teamOf(j), at)
+}
+
+// JobInserted: job.queued.
+func (e *Emitter) JobInserted(j store.Job) []store.OutboxEvent {
+	return []store.OutboxEvent{e.job(spec.JobQueued, j, j.CreatedAt, nil)}
+}
+
+// terminal maps an end state to its event.
+var terminal = map[protocol.JobStatus]string{
+	protocol.JobCompleted: spec.JobCompleted,
+	protocol.JobFailed:    spec.JobFailed,
+	protocol.JobCancelled: spec.JobCancelled,
+}
+
+// JobMoved: job.started when an attempt is acknowledged; job.completed,
+// failed or cancelled at the end; job.requeued when an attempt ends with
+// the job back in the queue. A move that acknowledges and ends an attempt
+// at once (a job that finished before its start was reported) makes both,
+// started first. Claims, cancels under way and progress make none.
+func (e *Emitter) JobMoved(before, after store.Job, t *store.JobTransition) []store.OutboxEvent {
+	at := after.UpdatedAt
+	outcome := string(t.EndAttempt)
+	var out []store.OutboxEvent
+	if t.Ack {
+		out = append(out, e.job(spec.JobStarted, after, at, func(i *JobInfo) {
+			i.Status, i.EndedAt, i.Error = string(protocol.JobRunning), "", ""
+		}))
+	}
+	switch {
+	case terminal[after.Status] != "":
+		out = append(out, e.job(terminal[after.Status], after, at, func(i *JobInfo) { i.Outcome = outcome }))
+	case after.Status == protocol.JobQueued && before.Status != protocol.JobQueued:
+		// Once jobs can be preempted, a preemption is this move by its own
+		// cause, and its event spec.JobPreempted.
+		out = append(out, e.job(spec.JobRequeued, after, at, func(i *JobInfo) {
+			i.Outcome, i.Reason, i.Error, i.WorkerID = outcome, after.Error, "", before.WorkerID
+		}))
+	}
+	return out
+}
+
+// WorkerChanged: worker.offline and worker.online when a worker's status
+// crosses offline, gpu.unhealthy for each GPU newly fenced.
+func (e *Emitter) WorkerChanged(before, after store.Worker, rec *audit.Record) []store.OutboxEvent {
+	at := time.Now().UTC()
+	key := WorkerKey(after.ID)
+	var out []store.OutboxEvent
+	wasOff, isOff := before.Status == protocol.WorkerOffline, after.Status == protocol.WorkerOffline
+	switch {
+	case isOff && !wasOff:
+		info := workerInfo(after)
+		info.Reason = reasonOf(rec)
+		out = append(out, event(Payload{Type: spec.WorkerOffline, Worker: info}, key, "", at))
+	case wasOff && !isOff:
+		out = append(out, event(Payload{Type: spec.WorkerOnline, Worker: workerInfo(after)}, key, "", at))
+	}
+	for _, c := range after.GPUConditions {
+		if c.State != protocol.GPUUnhealthy || slices.ContainsFunc(before.GPUConditions, func(b protocol.GPUCondition) bool {
+			return b.Index == c.Index && b.State == c.State
+		}) {
+			continue
+		}
+		out = append(out, event(Payload{Type: spec.GPUUnhealthy, Worker: workerInfo(after),
+			GPU: &GPUInfo{Index: c.Index, UUID: c.UUID, State: c.State, Reason: c.Reason}}, key, "", at))
+	}
+	return out
+}
+
+// reasonOf is the "reason" an audit record's details give, if any.
+func reasonOf(rec *audit.Record) string {
+	if rec == nil {
+		return ""
+	}
+	var d struct {
+		Reason string `json:"reason"`
+	}
+	_ = json.Unmarshal(rec.Details, &d) // details are JSON objects; no reason, no text
+	return d.Reason
+}

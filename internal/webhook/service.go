@@ -1,0 +1,306 @@
+// Package webhook tells people what happened: it turns job and fleet
+// changes into signed webhook events and delivers them at least once.
+//
+// Events are written by the store in the transaction of the change they
+// report (the Emitter is the store's Outbox), with a delivery for each
+// subscription that wants them. The Service's loop claims due deliveries
+// with a lease, posts them with an HMAC signature, and records each
+// outcome: delivered, due again after a jittered back-off, or given up once
+// retry_for has passed. It runs apart from the scheduler, so a slow or dead
+// receiver delays no job.
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/webhook/spec"
+)
+
+// Service delivers the outbox's events.
+type Service struct {
+	st      store.Store
+	log     *slog.Logger
+	opt     atomic.Pointer[Options]
+	client  atomic.Pointer[http.Client]
+	emitter *Emitter
+	// wake asks the loop to look for deliveries now; resync to store the
+	// configuration's subscriptions again.
+	wake   chan struct{}
+	resync chan struct{}
+	claims atomic.Int64
+	m      metrics
+	// errLog spaces out the log line of a claim that fails (a database
+	// that is away fails every look).
+	errMu   sync.Mutex
+	errLast time.Time
+}
+
+// New returns a Service on st and installs its Emitter as st's Outbox:
+// from here on the store's changes make events.
+func New(st store.Store, opt Options, log *slog.Logger) *Service {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Service{st: st, log: log, wake: make(chan struct{}, 1), resync: make(chan struct{}, 1)}
+	s.emitter = NewEmitter(s.Wake)
+	s.apply(opt)
+	st.SetOutbox(s.emitter)
+	return s
+}
+
+// SetOptions applies new settings (a reload). Changed [[webhooks]] are
+// stored again by the loop.
+func (s *Service) SetOptions(opt Options) {
+	prev := s.options()
+	s.apply(opt)
+	if !reflect.DeepEqual(prev.Subscriptions, s.options().Subscriptions) {
+		signal(s.resync)
+	}
+	s.Wake()
+}
+
+func (s *Service) apply(opt Options) {
+	opt = opt.withDefaults()
+	// Kept apart from the caller's, which a reload may change in place.
+	opt.Subscriptions = slices.Clone(opt.Subscriptions)
+	for i := range opt.Subscriptions {
+		opt.Subscriptions[i].Events = slices.Clone(opt.Subscriptions[i].Events)
+	}
+	old := s.opt.Swap(&opt)
+	if old == nil || !reflect.DeepEqual(old.Guard, opt.Guard) || old.Timeout != opt.Timeout {
+		if prev := s.client.Swap(newClient(opt.Guard, opt.Timeout)); prev != nil {
+			prev.CloseIdleConnections()
+		}
+	}
+	s.emitter.SetBaseURL(opt.BaseURL)
+}
+
+func (s *Service) options() Options { return *s.opt.Load() }
+
+// Wake asks the loop to look for due deliveries now; it never blocks.
+func (s *Service) Wake() { signal(s.wake) }
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// Emit writes events no other change carries (a checkpoint saved, say): a
+// transaction of their own, delivered like the rest.
+func (s *Service) Emit(ctx context.Context, events ...store.OutboxEvent) error {
+	return s.st.EmitEvents(ctx, events)
+}
+
+// CheckpointSaved emits checkpoint.saved for a checkpoint job j saved.
+func (s *Service) CheckpointSaved(ctx context.Context, j store.Job, c CheckpointInfo) error {
+	return s.Emit(ctx, CheckpointSaved(j, c, s.options().BaseURL, time.Now().UTC()))
+}
+
+// Run delivers until ctx ends: it claims what is due (as many as it has
+// room for), sends each in a goroutine of its own and looks again when one
+// finishes, when events are written here, or every poll_interval (retries,
+// events of other replicas). The outcomes of the requests that finished
+// meanwhile are recorded together, in one transaction, before each look.
+// In-flight requests are cut when ctx ends and recorded as due at once, for
+// the next orchestrator to send.
+func (s *Service) Run(ctx context.Context) {
+	s.syncConfig(ctx)
+	results := make(chan sent, 64)
+	inflight := 0
+	var done []sent
+	nextPrune := time.Now().Add(s.options().PruneEvery)
+	for {
+		s.record(ctx, done)
+		inflight -= len(done)
+		done = done[:0]
+		if ctx.Err() != nil {
+			break
+		}
+		opt := s.options()
+		if free := opt.Concurrency - inflight; free > 0 {
+			owner := fmt.Sprintf("%s#%d", opt.InstanceID, s.claims.Add(1))
+			now := time.Now().UTC()
+			ds, err := s.st.ClaimWebhookDeliveries(ctx, owner, now, now.Add(opt.lease()), free)
+			if err != nil && ctx.Err() == nil {
+				s.logClaimError(err)
+			}
+			for _, d := range ds {
+				inflight++
+				go func() { results <- sent{d: d, out: s.deliver(ctx, d, owner)} }()
+			}
+		}
+		if time.Now().After(nextPrune) {
+			s.prune(ctx)
+			nextPrune = time.Now().Add(opt.PruneEvery)
+		}
+		t := time.NewTimer(opt.PollInterval)
+		select {
+		case <-ctx.Done():
+		case <-s.wake:
+		case r := <-results:
+			done = append(done, r)
+		case <-s.resync:
+			s.syncConfig(ctx)
+		case <-t.C:
+		}
+		t.Stop()
+		for more := true; more; {
+			select {
+			case r := <-results:
+				done = append(done, r)
+			default:
+				more = false
+			}
+		}
+	}
+	for ; inflight > 0; inflight-- {
+		done = append(done, <-results)
+	}
+	s.record(ctx, done)
+}
+
+// sent is a request that finished, and how.
+type sent struct {
+	d   store.WebhookDelivery
+	out store.DeliveryOutcome
+}
+
+func (s *Service) logClaimError(err error) {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	if time.Since(s.errLast) < time.Minute {
+		return
+	}
+	s.errLast = time.Now()
+	s.log.Warn("webhooks: cannot look for deliveries due", "err", err)
+}
+
+// deliver sends one claimed delivery and says how it went.
+func (s *Service) deliver(ctx context.Context, d store.WebhookDelivery, owner string) store.DeliveryOutcome {
+	opt := s.options()
+	attempt := d.Attempts + 1
+	rctx, cancel := context.WithTimeout(ctx, opt.Timeout)
+	res := send(rctx, s.client.Load(), d, attempt, opt.UserAgent, time.Now())
+	cancel()
+	now := time.Now().UTC()
+	out := store.DeliveryOutcome{ID: d.ID, Owner: owner, Now: now, Status: res.status, Error: res.err}
+	deadline := d.EventTime.Add(opt.RetryFor)
+	log := s.logFor(d, attempt)
+	switch {
+	case res.ok:
+		out.Delivered = true
+		s.m.delivered.Add(1)
+		log.Debug("webhook delivered", "status", res.status)
+	case ctx.Err() != nil: // stopping: due at once, for whoever runs next
+		out.Retry = now
+	case !now.Before(deadline):
+		out.GiveUp = true
+		s.m.failures.Add(1)
+		s.m.givenUp.Add(1)
+		log.Warn("webhook delivery given up: retried for webhook_delivery.retry_for", "retry_for", opt.RetryFor, "err", res.err)
+	default:
+		out.Retry = now.Add(backoff(attempt, opt))
+		if out.Retry.After(deadline) { // the last try at the deadline
+			out.Retry = deadline
+		}
+		s.m.failures.Add(1)
+		log.Info("webhook delivery failed; it will be retried", "err", res.err, "retry_at", out.Retry)
+	}
+	return out
+}
+
+func (s *Service) logFor(d store.WebhookDelivery, attempt int) *slog.Logger {
+	return s.log.With("webhook", d.Webhook.Name, "receiver", originOf(d), "event", d.EventType, "event_id", d.EventID,
+		"delivery", d.ID, "attempt", attempt)
+}
+
+// record stores the outcomes of finished requests in one transaction. An
+// outcome that cannot be stored leaves its delivery leased: when the lease
+// runs out it is sent again (at least once).
+func (s *Service) record(ctx context.Context, done []sent) {
+	if len(done) == 0 {
+		return
+	}
+	outs := make([]store.DeliveryOutcome, len(done))
+	for i, r := range done {
+		outs[i] = r.out
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	errs, err := s.st.FinishWebhookDeliveries(fctx, outs)
+	if err != nil {
+		s.log.Warn("webhooks: cannot record the outcome of deliveries; they will be sent again", "deliveries", len(outs), "err", err)
+		return
+	}
+	for i, err := range errs {
+		if err != nil {
+			s.logFor(done[i].d, done[i].d.Attempts+1).Info("webhook delivery taken over by another sender meanwhile", "err", err)
+		}
+	}
+}
+
+// originOf is the receiver's scheme and host: what logs show of its URL.
+func originOf(d store.WebhookDelivery) string { return spec.Origin(d.Webhook.URL) }
+
+// backoff is the wait before retry n (n ≥ 1 requests failed): BackoffMin
+// doubled n-1 times, at most BackoffMax, then jittered to half to all of it
+// so that receivers coming back are not hit by every retry at once.
+func backoff(n int, o Options) time.Duration {
+	d := o.BackoffMax
+	if n-1 < 40 {
+		if b := o.BackoffMin << (n - 1); b > 0 && b < d {
+			d = b
+		}
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// prune deletes finished deliveries past Keep, a batch at a time.
+func (s *Service) prune(ctx context.Context) {
+	cutoff := time.Now().Add(-s.options().Keep)
+	for ctx.Err() == nil {
+		n, err := s.st.PruneWebhookDeliveries(ctx, cutoff, 500)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("webhooks: cannot delete old deliveries", "err", err)
+			}
+			return
+		}
+		if n < 500 {
+			return
+		}
+	}
+}
+
+// metrics count this orchestrator's requests.
+type metrics struct {
+	delivered, failures, givenUp atomic.Int64
+}
+
+// WriteMetrics writes the delivery's counters and backlog in the
+// Prometheus text format.
+func (s *Service) WriteMetrics(ctx context.Context, w io.Writer) {
+	line := func(kind, name, help string, v int64) {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %d\n", name, help, name, kind, name, v)
+	}
+	line("counter", "simpletuner_webhook_deliveries_total", "Webhook requests a receiver accepted (2xx).", s.m.delivered.Load())
+	line("counter", "simpletuner_webhook_delivery_failures_total", "Webhook requests that failed (no answer, refused, or not 2xx).", s.m.failures.Load())
+	line("counter", "simpletuner_webhook_deliveries_given_up_total", "Webhook deliveries given up after webhook_delivery.retry_for.", s.m.givenUp.Load())
+	if counts, err := s.st.CountWebhookDeliveries(ctx, ""); err == nil {
+		line("gauge", "simpletuner_webhook_deliveries_pending", "Webhook deliveries waiting to be sent or retried.", int64(counts[store.DeliveryPending]))
+		line("gauge", "simpletuner_webhook_deliveries_failed", "Webhook deliveries given up, still in the delivery log.", int64(counts[store.DeliveryFailed]))
+	}
+}
