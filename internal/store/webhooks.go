@@ -66,6 +66,8 @@ type Outbox interface {
 	// WorkerChanged: a worker row was updated; rec is the audit record
 	// written with the change, nil when none.
 	WorkerChanged(before, after Worker, rec *audit.Record) []OutboxEvent
+	// CheckpointKept: a complete checkpoint of job j was recorded.
+	CheckpointKept(j Job, c Checkpoint) []OutboxEvent
 	// Committed is called after a transaction that wrote events committed:
 	// they may be delivered now.
 	Committed()

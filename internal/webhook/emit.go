@@ -3,6 +3,7 @@ package webhook
 import (
 	"encoding/json"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -49,6 +50,14 @@ func (e *Emitter) job(typ string, j store.Job, at time.Time, edit func(*JobInfo)
 		edit(info)
 	}
 	return event(Payload{Type: typ, Job: info}, JobKey(j.ID), teamOf(j), at)
+}
+
+// CheckpointKept: checkpoint.saved, once the orchestrator checked every
+// file of it: a retry now resumes from it.
+func (e *Emitter) CheckpointKept(j store.Job, c store.Checkpoint) []store.OutboxEvent {
+	link := e.baseURL() + "/api/queue/" + j.ID + "/artifacts?attempt=" + strconv.Itoa(c.Attempt)
+	return []store.OutboxEvent{CheckpointSaved(j, CheckpointInfo{Attempt: c.Attempt, Path: "checkpoints/" + c.Name,
+		Bytes: c.Bytes, Link: link}, e.baseURL(), c.CreatedAt)}
 }
 
 // JobInserted: job.queued.

@@ -135,6 +135,24 @@ func TestJobEvents(t *testing.T) {
 	}
 }
 
+// A kept checkpoint is announced with its job, where it is stored and how
+// big it is.
+func TestCheckpointEvent(t *testing.T) {
+	t.Parallel()
+	e := NewEmitter(nil)
+	e.SetBaseURL("https://orch.example")
+	job := store.Job{ID: "j_1", ConfigName: "flux-lora", Status: protocol.JobRunning, Attempt: 2, WorkerID: "w_1", CreatedAt: t0}
+	es := e.CheckpointKept(job, store.Checkpoint{JobID: "j_1", Attempt: 2, Name: "checkpoint-500", Step: 500, Bytes: 3 << 30, CreatedAt: t0})
+	if got := types(es); !slices.Equal(got, []string{spec.CheckpointSaved}) || es[0].Key != "job:j_1" || !es[0].Time.Equal(t0) {
+		t.Fatalf("checkpoint: %v %+v", got, es)
+	}
+	p := payloadOf(t, es[0])
+	if p.Job == nil || p.Job.ID != "j_1" || p.Checkpoint == nil || p.Checkpoint.Path != "checkpoints/checkpoint-500" ||
+		p.Checkpoint.Attempt != 2 || p.Checkpoint.Bytes != 3<<30 || p.Checkpoint.Link != "https://orch.example/api/queue/j_1/artifacts?attempt=2" {
+		t.Fatalf("checkpoint payload %+v %+v", p.Job, p.Checkpoint)
+	}
+}
+
 func TestWorkerEvents(t *testing.T) {
 	t.Parallel()
 	e := NewEmitter(nil)

@@ -98,17 +98,6 @@ func signal(c chan struct{}) {
 	}
 }
 
-// Emit writes events no other change carries (a checkpoint saved, say): a
-// transaction of their own, delivered like the rest.
-func (s *Service) Emit(ctx context.Context, events ...store.OutboxEvent) error {
-	return s.st.EmitEvents(ctx, events)
-}
-
-// CheckpointSaved emits checkpoint.saved for a checkpoint job j saved.
-func (s *Service) CheckpointSaved(ctx context.Context, j store.Job, c CheckpointInfo) error {
-	return s.Emit(ctx, CheckpointSaved(j, c, s.options().BaseURL, time.Now().UTC()))
-}
-
 // Run delivers until ctx ends: it claims what is due (as many as it has
 // room for), sends each in a goroutine of its own and looks again when one
 // finishes, when events are written here, or every poll_interval (retries,

@@ -25,8 +25,9 @@ func (s *Store) PutCheckpoint(ctx context.Context, c store.Checkpoint, keep int)
 		return nil, err
 	}
 	var forgotten []store.Checkpoint
+	var emitted bool
 	err = s.write(ctx, func(cn conn) error {
-		forgotten = nil // the body may run twice (group commit)
+		forgotten, emitted = nil, false // the body may run twice (group commit)
 		if _, err := cn.exec(ctx, `INSERT INTO checkpoints (`+checkpointCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (job_id, attempt, name) DO UPDATE SET step = excluded.step, bytes = excluded.bytes,
 			files = excluded.files, created_at = excluded.created_at`,
@@ -44,8 +45,11 @@ func (s *Store) PutCheckpoint(ctx context.Context, c store.Checkpoint, keep int)
 			}
 			forgotten = append(forgotten, old)
 		}
-		return nil
+		// checkpoint.saved is written with the checkpoint it reports.
+		emitted, err = s.emitCheckpoint(ctx, cn, c)
+		return err
 	})
+	s.committed(emitted, err)
 	if err != nil {
 		return nil, err
 	}

@@ -73,6 +73,18 @@ func (s *Store) emitWorker(ctx context.Context, c conn, before, after store.Work
 	return s.emit(ctx, c, o.WorkerChanged(before, after, rec))
 }
 
+func (s *Store) emitCheckpoint(ctx context.Context, c conn, cp store.Checkpoint) (bool, error) {
+	o := s.outbox.get()
+	if o == nil {
+		return false, nil
+	}
+	j, err := s.getJob(ctx, c, cp.JobID, false)
+	if err != nil {
+		return false, err
+	}
+	return s.emit(ctx, c, o.CheckpointKept(j, cp))
+}
+
 // committed tells the Outbox that a transaction which wrote events
 // committed.
 func (s *Store) committed(wrote bool, err error) {

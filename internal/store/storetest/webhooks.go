@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,6 +27,7 @@ var webhookTests = []test{
 	{"DeliveryLease", testDeliveryLease},
 	{"DeliveryConcurrentClaims", testDeliveryConcurrentClaims},
 	{"DeliveryLogAndPrune", testDeliveryLogAndPrune},
+	{"OutboxWithACheckpoint", testOutboxWithACheckpoint},
 }
 
 // recordingOutbox emits one event per change, named after it, and counts
@@ -56,6 +58,10 @@ func (o *recordingOutbox) WorkerChanged(before, after store.Worker, _ *audit.Rec
 	e := o.event("worker."+string(after.Status), "worker:"+after.ID)
 	e.Team = ""
 	return []store.OutboxEvent{e}
+}
+
+func (o *recordingOutbox) CheckpointKept(j store.Job, c store.Checkpoint) []store.OutboxEvent {
+	return []store.OutboxEvent{o.event("checkpoint.saved", "job:"+j.ID)}
 }
 
 func (o *recordingOutbox) Committed() { o.committed.Add(1) }
@@ -439,4 +445,20 @@ func testDeliveryLogAndPrune(t *testing.T, s store.Store) {
 	left, err := s.ListWebhookDeliveries(ctx, store.DeliveryFilter{})
 	noErr(t, err, "ListWebhookDeliveries")
 	equal(t, len(left), 1, "deliveries left: b's")
+}
+
+// A kept checkpoint's event is written with its row.
+func testOutboxWithACheckpoint(t *testing.T, s store.Store) {
+	o := &recordingOutbox{}
+	s.SetOutbox(o)
+	wh := newWebhook(t, s, "all", []string{"checkpoint.saved"})
+	w := newWorker(t, s)
+	j := newJob(t, s)
+	claim(t, s, w.ID)
+	_, err := s.PutCheckpoint(t.Context(), store.Checkpoint{JobID: j.ID, Attempt: 1, Name: "checkpoint-10", Step: 10, Bytes: 3,
+		Files: []protocol.CheckpointFile{{Path: "a", Size: 3, SHA256: strings.Repeat("0", 64)}}}, 2)
+	noErr(t, err, "PutCheckpoint")
+	ds := deliveries(t, s, wh.ID)
+	equal(t, eventTypes(ds), []string{"checkpoint.saved"}, "events delivered")
+	equal(t, ds[0].Key, "job:"+j.ID, "the event's key")
 }
