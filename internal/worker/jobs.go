@@ -13,7 +13,7 @@ import (
 // hold, what the heartbeats list) is decided here, never in the runner.
 
 func (w *Worker) onSubmit(ctx context.Context, ev *protocol.JobSubmitEvent) {
-	a := newRunner(&w.run, ev, w.currentJobSettings())
+	a := newRunner(&w.runnerEnv, ev, w.currentJobSettings())
 	w.mu.Lock()
 	cur, draining := w.jobs[ev.JobID], w.localDrain
 	devs, whole, refused := w.gpusForLocked(ev)

@@ -47,8 +47,8 @@ type Worker struct {
 	iso  *isolation.Isolator
 	out  *outbox // the terminal reports on their way
 	gpus *gpuWatch
-	// run is what the attempts' runners share (see runner.go).
-	run runnerEnv
+	// runnerEnv is what the attempts' runners share (see runner.go).
+	runnerEnv runnerEnv
 
 	msgs     chan any      // to the session loop
 	loopDone chan struct{} // closed when the loop stops reading msgs
@@ -147,7 +147,7 @@ func New(opt Options) (*Worker, error) {
 		hbNow:       make(chan struct{}, 1),
 		clockOffset: clockOffsetFromEnv(),
 	}
-	w.run = runnerEnv{
+	w.runnerEnv = runnerEnv{
 		opt: &w.opt, log: w.log, c: c, iso: w.iso, gpus: gpus, out: w.out, wg: &w.wg,
 		keeper: keeper.New(keeper.Options{HTTP: c.http, Resolve: c.resolve, WorkDir: opt.WorkDir, Log: opt.Logger,
 			BytesPerSecond: opt.Checkpoints.BytesPerSecond, RequestTimeout: opt.Timers.RequestTimeout,
@@ -323,7 +323,7 @@ func (w *Worker) SetJobSettings(js JobSettings) error {
 	w.mu.Lock()
 	w.jobSettings = js
 	w.mu.Unlock()
-	w.run.keeper.SetRate(js.Checkpoints.BytesPerSecond)
+	w.runnerEnv.keeper.SetRate(js.Checkpoints.BytesPerSecond)
 	return nil
 }
 
