@@ -54,8 +54,8 @@ const (
 // the services the attempts share, and the only ways back to the Worker.
 // Nothing here tells a runner about the other attempts.
 type runnerEnv struct {
-	opt    *Options // read only
-	log    *slog.Logger
+	opt    *Options     // read only
+	log    *slog.Logger // the Worker's; each runner logs with its job and attempt
 	c      *client
 	iso    *isolation.Isolator
 	keeper *keeper.Keeper // keeps the jobs' checkpoints in their artifacts
@@ -66,7 +66,9 @@ type runnerEnv struct {
 
 	// post hands a message to the session loop (Worker.post).
 	post func(any)
-	// flushReports sends the spooled terminal reports (Worker.flushReports).
+	// flushReports sends the spooled terminal reports (Worker.flushReports):
+	// the Worker's, since which of them may go depends on the session (a
+	// self-fenced attempt's waits for a registration that left it out).
 	flushReports func(ctx context.Context, beforeRegister bool) error
 	// reported tells the Worker an attempt's report was acknowledged or
 	// given up (Worker.reported): heartbeats stop listing it as finishing.
