@@ -4,6 +4,7 @@ package worker
 
 import (
 	"bytes"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -38,12 +39,12 @@ func crashHookFromEnv() *crashHook {
 }
 
 // fire crashes workerd now (receive) or soon (run) when ev is the marked job.
-func (h *crashHook) fire(w *Worker, when string, ev *protocol.JobSubmitEvent) {
+func (h *crashHook) fire(log *slog.Logger, when string, ev *protocol.JobSubmitEvent) {
 	if h == nil || h.when != when || !bytes.Contains(ev.Config, h.marker) {
 		return
 	}
 	crash := func() {
-		w.log.Error("test hook: workerd crashes on this job", "hook", crashHookEnv, "job_id", ev.JobID, "attempt", ev.Attempt, "when", when)
+		log.Error("test hook: workerd crashes on this job", "hook", crashHookEnv, "job_id", ev.JobID, "attempt", ev.Attempt, "when", when)
 		os.Exit(70)
 	}
 	if when == "run" {

@@ -2,7 +2,11 @@
 
 package worker
 
-import "github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+import (
+	"log/slog"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+)
 
 // Release builds have no crash hook (see crashhook.go).
 
@@ -10,4 +14,4 @@ type crashHook struct{}
 
 func crashHookFromEnv() *crashHook { return nil }
 
-func (*crashHook) fire(*Worker, string, *protocol.JobSubmitEvent) {}
+func (*crashHook) fire(*slog.Logger, string, *protocol.JobSubmitEvent) {}

@@ -38,7 +38,7 @@ func (w *Worker) onEvent(ctx context.Context, ev sseEvent) (bool, error) {
 			w.log.Info("job_cancel for an attempt this worker does not run; ignored", "job_id", c.JobID, "attempt", c.Attempt)
 			return false, nil
 		}
-		w.stopJob(a, stopCancel, "cancelled by the orchestrator", a.settings.grace(c.GraceSeconds))
+		w.stopJob(a, stopCancel, "cancelled by the orchestrator", a.cancelGrace(c.GraceSeconds))
 	case protocol.EventDrain:
 		return w.onOrchestratorDrain("drain event")
 	case protocol.EventGPUClear:

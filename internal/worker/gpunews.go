@@ -82,7 +82,7 @@ func (w *Worker) beatSoon() {
 }
 
 // attemptOnGPU is the running attempt that holds GPU i; nil when none does.
-func (w *Worker) attemptOnGPU(i int) *attempt {
+func (w *Worker) attemptOnGPU(i int) *runner {
 	for _, a := range w.running() {
 		if slices.ContainsFunc(a.gpus, func(d gpu.Device) bool { return d.Index == i }) {
 			return a
@@ -104,12 +104,7 @@ func (w *Worker) onGPUEvent(ev gpu.Event) {
 		w.log.Warn("GPU error with no job on the GPU", "index", ev.Index, "uuid", ev.UUID, "error", what)
 		return
 	}
-	note := fmt.Sprintf("%s on GPU %d at %s", what, ev.Index, protocol.Time(ev.At))
-	a.gpuEvents = append(a.gpuEvents, note)
-	a.log.Warn("the job's GPU raised an error", "gpu", ev.Index, "error", what)
-	if a.spool != nil {
-		_, _ = a.spool.Write([]byte("simpletuner-workerd: " + note + "\n"))
-	}
+	a.gpuError(ev, what)
 }
 
 // onGPUFault fences GPU i and stops the attempt on it with its grace: the
@@ -124,38 +119,18 @@ func (w *Worker) onGPUFault(i int, reason string) {
 		return
 	}
 	detail := fmt.Sprintf("GPU %d is unhealthy: %s", i, reason)
-	if a.spool != nil {
-		_, _ = a.spool.Write([]byte("simpletuner-workerd: " + detail + "; stopping the job, which is requeued\n"))
-	}
-	if a.stop == notStopped || a.stop == stopGPUFault {
-		a.fault = &protocol.GPUFault{GPUs: []int{i}, Reason: reason}
-	}
+	a.gpuFaulted(i, reason, detail)
 	w.stopJob(a, stopGPUFault, detail, a.grace)
 }
 
-// onGPUSample adds a sample to each running attempt's GPU accounting: the
-// mean utilisation of its GPUs, and the GPU memory its own processes hold
-// (those in its cgroup, or its process group without one).
+// onGPUSample adds a sample to each running attempt's GPU accounting.
 func (w *Worker) onGPUSample(s gpuSample) {
 	byIndex := map[int]protocol.GPUTelemetry{}
 	for _, t := range s.tel {
 		byIndex[t.Index] = t
 	}
 	for _, a := range w.running() {
-		if len(a.gpus) == 0 || a.proc == nil {
-			continue
-		}
-		var util float64
-		var mem uint64
-		for _, d := range a.gpus {
-			util += byIndex[d.Index].UtilizationPct
-			for _, p := range s.procs[d.Index] {
-				if a.proc.job.Contains(p.PID) {
-					mem += p.UsedBytes
-				}
-			}
-		}
-		a.use.add(util/float64(len(a.gpus)), mem)
+		a.sampleGPUs(byIndex, s.procs)
 	}
 }
 
@@ -167,6 +142,61 @@ func (w *Worker) clearFences(indices []int) {
 	}
 	if cleared {
 		w.beatSoon()
+	}
+}
+
+// gpuError records a driver error on one of the attempt's GPUs that is the
+// job's own, in its report and its log.
+func (r *runner) gpuError(ev gpu.Event, what string) {
+	note := fmt.Sprintf("%s on GPU %d at %s", what, ev.Index, protocol.Time(ev.At))
+	r.gpuEvents = append(r.gpuEvents, note)
+	r.log.Warn("the job's GPU raised an error", "gpu", ev.Index, "error", what)
+	if r.spool != nil {
+		_, _ = r.spool.Write([]byte("simpletuner-workerd: " + note + "\n"))
+	}
+}
+
+// gpuFaulted tells the job's log that GPU i failed under it, and keeps the
+// fault for its report unless it is being stopped for something else; the
+// loop stops it next.
+func (r *runner) gpuFaulted(i int, reason, detail string) {
+	if r.spool != nil {
+		_, _ = r.spool.Write([]byte("simpletuner-workerd: " + detail + "; stopping the job, which is requeued\n"))
+	}
+	if r.stop == notStopped || r.stop == stopGPUFault {
+		r.fault = &protocol.GPUFault{GPUs: []int{i}, Reason: reason}
+	}
+}
+
+// sampleGPUs adds a sample to the attempt's GPU accounting: the mean
+// utilisation of its GPUs, and the GPU memory its own processes hold (those
+// in its cgroup, or its process group without one).
+func (r *runner) sampleGPUs(byIndex map[int]protocol.GPUTelemetry, procs map[int][]gpu.Process) {
+	if len(r.gpus) == 0 || r.proc == nil {
+		return
+	}
+	var util float64
+	var mem uint64
+	for _, d := range r.gpus {
+		util += byIndex[d.Index].UtilizationPct
+		for _, p := range procs[d.Index] {
+			if r.proc.job.Contains(p.PID) {
+				mem += p.UsedBytes
+			}
+		}
+	}
+	r.use.add(util/float64(len(r.gpus)), mem)
+}
+
+// holdDirtyGPUs runs once the attempt ended, before its report frees its
+// GPUs at the orchestrator: one the job left a process on is held back
+// first, and the report says so.
+func (r *runner) holdDirtyGPUs() {
+	if len(r.gpus) == 0 || r.proc == nil {
+		return
+	}
+	if held := r.env.gpus.holdLeftovers(r.gpus, r.env.opt.Timers.GPUSettle); len(held) > 0 {
+		r.log.Warn("the job's GPUs are not clean after it ended; holding them back", "gpus", held)
 	}
 }
 

@@ -60,7 +60,7 @@ func (w *Worker) heartbeatLoop(ctx context.Context, stop <-chan struct{}) {
 			// Nothing sent with a refused token can succeed: wait for the
 			// loop to install a new one (or to end the worker).
 			w.post(authRejected{err: err})
-			if !w.waitTokenUsable(ctx, stop) {
+			if !w.c.tok.waitUntilUsable(ctx, stop) {
 				return
 			}
 		case ctx.Err() != nil:

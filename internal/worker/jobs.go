@@ -7,15 +7,13 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
+// The loop's side of an attempt: it decides whether a dispatch is taken,
+// creates its runner, tells it to stop, and tears it down once its process
+// tree is gone. What needs the other attempts (the slots, the GPUs they
+// hold, what the heartbeats list) is decided here, never in the runner.
+
 func (w *Worker) onSubmit(ctx context.Context, ev *protocol.JobSubmitEvent) {
-	settings := w.currentJobSettings()
-	a := &attempt{
-		jobID: ev.JobID, n: ev.Attempt, ev: ev, settings: settings, grace: settings.grace(ev.CancelGraceSeconds),
-		log:          w.log.With("job_id", ev.JobID, "attempt", ev.Attempt),
-		launched:     make(chan struct{}),
-		ended:        make(chan struct{}),
-		progressDone: make(chan struct{}),
-	}
+	a := newRunner(&w.runnerEnv, ev, w.currentJobSettings())
 	w.mu.Lock()
 	cur, draining := w.jobs[ev.JobID], w.localDrain
 	devs, whole, refused := w.gpusForLocked(ev)
@@ -39,63 +37,27 @@ func (w *Worker) onSubmit(ctx context.Context, ev *protocol.JobSubmitEvent) {
 		w.log.Warn("not taking job: "+refused, "job_id", ev.JobID, "attempt", ev.Attempt)
 		return
 	}
-	indices := make([]int, len(a.gpus))
-	for i, d := range a.gpus {
-		indices[i] = d.Index
-	}
-	a.log.Info("job received", "config_name", ev.ConfigName, "gpus", indices)
-	w.crash.fire(w, "receive", ev)
-
-	w.wg.Add(1)
-	go w.sendProgress(ctx, a)
-	if w.restoreFirst(ctx, a) {
+	a.otherNodes, a.gpuVars = w.otherGPUNodes(a), w.gpuEnv(a)
+	if a.begin(ctx) {
 		return // onRestored starts it
 	}
 	w.startAttempt(ctx, a)
 }
 
-// startAttempt launches a's trainer and what runs beside it.
-func (w *Worker) startAttempt(ctx context.Context, a *attempt) {
-	w.launch(a)
-	if a.startErr != nil {
-		a.log.Error("could not start training", "err", a.startErr)
+// startAttempt has a's runner start the trainer; one that could not start
+// ends at once.
+func (w *Worker) startAttempt(ctx context.Context, a *runner) {
+	if !a.start(ctx) {
 		w.endAttempt(ctx, a)
-		return
 	}
-	ev := a.ev
-	w.crash.fire(w, "run", ev)
-	w.watchCheckpoints(ctx, a)
-	if ev.LogEndpoint != "" {
-		a.ship = newShipper(w.c, ev.LogEndpoint, a.n, a.spool, w.opt.Timers.LogPoll,
-			w.opt.Timers.ReconnectBase, w.opt.ReconnectMax, a.log)
-		w.wg.Add(1)
-		go func() { defer w.wg.Done(); a.ship.run(ctx) }()
-	}
-	if ev.TimeoutSeconds > 0 {
-		a.timeout = time.AfterFunc(time.Duration(ev.TimeoutSeconds*float64(time.Second)), func() { w.post(jobTimedOut{a: a}) })
-	}
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		select {
-		case <-a.proc.Done():
-			w.post(jobEnded{a: a})
-		case <-ctx.Done():
-		}
-	}()
 }
 
 // stopJob stops a's process tree: SIGTERM now, SIGKILL after grace. The first
 // reason is kept, except that "abandoned" overrides (it suppresses the report).
-func (w *Worker) stopJob(a *attempt, why stopReason, detail string, grace time.Duration) {
-	switch {
-	case a.stop == why:
-		// Repeated (a heartbeat reply repeats a cancel): only the SIGKILL may come sooner.
-	case a.stop == notStopped || why == stopAbandon:
-		a.stop, a.stopDetail = why, detail
-		a.log.Info("stopping training", "reason", detail, "grace", grace.String())
-	}
-	if a.stop == stopFence {
+// A self-fenced attempt leaves the heartbeats and registrations before its
+// process is signalled.
+func (w *Worker) stopJob(a *runner, why stopReason, detail string, grace time.Duration) {
+	if a.setStop(why, detail, grace) == stopFence {
 		w.mu.Lock()
 		if !a.fenced {
 			a.fenced = true
@@ -103,47 +65,21 @@ func (w *Worker) stopJob(a *attempt, why stopReason, detail string, grace time.D
 		}
 		w.mu.Unlock()
 	}
-	if a.proc != nil {
-		a.proc.Stop(grace)
-	} else if a.ckpt.cancel != nil {
-		a.ckpt.cancel() // still getting its checkpoint back: it never starts
-	}
+	a.halt(grace)
 }
 
 // endAttempt runs when a's process tree is gone (or never started): the outcome is
 // spooled to disk and reported off the loop.
-func (w *Worker) endAttempt(ctx context.Context, a *attempt) {
+func (w *Worker) endAttempt(ctx context.Context, a *runner) {
 	rec, report, spooled := w.closeAttempt(a)
 	w.wg.Add(1)
-	go w.finish(ctx, a, rec, report, spooled)
+	go a.finish(ctx, rec, report, spooled)
 }
 
-// closeAttempt is the synchronous part of ending an attempt.
-func (w *Worker) closeAttempt(a *attempt) (rec statusRecord, report, spooled bool) {
-	if a.timeout != nil {
-		a.timeout.Stop()
-	}
-	if a.spool != nil {
-		_ = a.spool.Close()
-	}
-	select {
-	case <-a.ended:
-	default:
-		close(a.ended)
-	}
-	rec, report = a.record()
-	if report {
-		a.log.Info("training ended", "status", rec.Status, "error", rec.Error)
-		w.hold(rec.key())
-		if err := w.spool.put(rec); err != nil {
-			w.release(rec.key())
-			a.log.Error("cannot spool the job's outcome", "err", err)
-		} else {
-			spooled = true
-		}
-	} else {
-		a.log.Info("training stopped; not reported, the orchestrator moved on", "reason", a.stopDetail)
-	}
+// closeAttempt is the synchronous part of ending an attempt: the runner
+// spools its outcome, and the attempt stops being a running one.
+func (w *Worker) closeAttempt(a *runner) (rec statusRecord, report, spooled bool) {
+	rec, report, spooled = a.close()
 	// The attempt stops being the running job and becomes a finishing one in
 	// the same critical section: a heartbeat sees one or the other, never
 	// neither.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
-	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
@@ -103,33 +102,8 @@ func (w *Worker) stopAndWait(why stopReason, detail string) {
 		w.stopJob(a, why, detail, a.grace)
 	}
 	for _, a := range running {
-		w.waitStopped(a)
-	}
-}
-
-// waitStopped waits for a stopped attempt's processes to be gone and ends it.
-func (w *Worker) waitStopped(a *attempt) {
-	if a.proc != nil {
-		select {
-		case <-a.proc.Done():
-		case <-time.After(a.grace + 10*time.Second):
-			a.log.Error("the job's process tree did not end after SIGKILL")
-		}
-	}
-	rec, report, spooled := w.closeAttempt(a)
-	w.release(rec.key())
-	if a.ship != nil {
-		// A moment for the log's tail; it is in the journal in any case.
-		select {
-		case <-a.ship.done:
-		case <-time.After(min(w.opt.Timers.ShutdownTimeout, 2*time.Second)):
-		}
-	}
-	if report && !spooled {
-		ctx, cancel := context.WithTimeout(context.Background(), w.opt.Timers.ShutdownTimeout)
-		defer cancel()
-		_ = w.sendReport(ctx, w.opt.Timers.ShutdownTimeout, rec)
-		w.reported(rec.key())
+		a.waitGone()
+		a.lastReport(w.closeAttempt(a))
 	}
 }
 

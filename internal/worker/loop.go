@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
@@ -10,8 +9,6 @@ import (
 type (
 	drainRequested struct{}
 	drainExpired   struct{} // worker.drain_timeout passed since the first Drain
-	jobEnded       struct{ a *attempt }
-	jobTimedOut    struct{ a *attempt }
 )
 
 // post hands m to the session loop; after the loop ended it is dropped.
@@ -50,7 +47,7 @@ func (w *Worker) Serve(ctx context.Context) error {
 		close(w.loopDone)
 		cancel()
 		w.wg.Wait()
-		w.spool.close()
+		w.out.spool.close()
 		if w.stateLock != nil {
 			w.stateLock.Close() // the state directory is free for the next workerd
 		}
@@ -214,7 +211,7 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 		w.onRestored(ctx, m)
 	case jobTimedOut:
 		if a := m.a; w.isCurrent(a) {
-			w.stopJob(a, stopTimeout, fmt.Sprintf("timed out after %s", time.Duration(a.ev.TimeoutSeconds*float64(time.Second))), a.grace)
+			w.stopJob(a, stopTimeout, a.timedOut(), a.grace)
 		}
 	case staleAttempt:
 		if a := m.a; w.isCurrent(a) {

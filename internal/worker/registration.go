@@ -76,7 +76,7 @@ func (w *Worker) reconcile(resp protocol.RegisterResponse) {
 	}
 }
 
-func (w *Worker) reconcileOne(a *attempt, resp protocol.RegisterResponse) {
+func (w *Worker) reconcileOne(a *runner, resp protocol.RegisterResponse) {
 	abandon, resume := false, false
 	for _, r := range resp.Abandon {
 		abandon = abandon || a.matches(r.JobID, r.Attempt)

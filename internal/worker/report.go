@@ -5,79 +5,101 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
+// How an attempt's outcome reaches the orchestrator. Its runner acknowledges
+// the dispatch (starting), and when the attempt ended it spools the terminal
+// report, waits for the log, and sends it. The outbox holds the spooled
+// reports, of this process's attempts and of earlier ones; the Worker
+// flushes it before each registration, periodically, and after each
+// attempt, since what may go when depends on the session (see flushReports).
+
 // Messages from report goroutines to the loop.
 type (
 	// staleAttempt: the orchestrator answered 409 to a report of a running
 	// attempt; it gave the job to someone else, so the process must die.
-	staleAttempt struct{ a *attempt }
+	staleAttempt struct{ a *runner }
 	// reportDone: an ended attempt's log and terminal report were dealt with.
-	reportDone struct{ a *attempt }
+	reportDone struct{ a *runner }
 )
+
+// outbox is the terminal reports on their way: the spool journal, and the
+// records the periodic flusher leaves alone while their log ships.
+type outbox struct {
+	spool *statusSpool
+	c     *client
+	gpus  *gpuWatch
+	// flushMu: one flush of the spool at a time.
+	flushMu sync.Mutex
+
+	mu   sync.Mutex
+	held map[string]bool
+}
 
 func statusPath(jobID string) string {
 	return "/api/workers/job/" + url.PathEscape(jobID) + "/status"
 }
 
-// sendStatus POSTs one report for (jobID, attempt).
-func (w *Worker) sendStatus(ctx context.Context, timeout time.Duration, jobID string, attempt int, status, errMsg string) error {
-	n := attempt
+// sendStatus POSTs one report of the attempt.
+func (r *runner) sendStatus(ctx context.Context, timeout time.Duration, status, errMsg string) error {
+	n := r.n
 	rep := protocol.StatusReport{Status: status, Attempt: &n}
 	if errMsg != "" {
 		rep.Error = &errMsg
 	}
-	return w.c.doJSON(ctx, timeout, "report "+status, http.MethodPost, statusPath(jobID), rep, nil)
+	return r.env.c.doJSON(ctx, timeout, "report "+status, http.MethodPost, statusPath(r.jobID), rep, nil)
 }
 
-// sendReport POSTs an ended attempt's terminal report, with what it used.
-func (w *Worker) sendReport(ctx context.Context, timeout time.Duration, rec statusRecord) error {
+// send POSTs an ended attempt's terminal report, with what it used.
+func (o *outbox) send(ctx context.Context, timeout time.Duration, rec statusRecord) error {
 	n := rec.Attempt
 	rep := protocol.StatusReport{Status: rec.Status, Attempt: &n, Usage: rec.Usage, Fault: rec.Fault,
-		GPUConditions: w.gpus.conditions()}
+		GPUConditions: o.gpus.conditions()}
 	if rec.Error != "" {
 		rep.Error = &rec.Error
 	}
-	return w.c.doJSON(ctx, timeout, "report "+rec.Status, http.MethodPost, statusPath(rec.JobID), rep, nil)
+	return o.c.doJSON(ctx, timeout, "report "+rec.Status, http.MethodPost, statusPath(rec.JobID), rep, nil)
 }
 
 // sendProgress reports "starting", the dispatch acknowledgement, while the
 // job is being launched; it is retried a few times, and a 409 means the
 // attempt is stale and the loop kills it. No "running" follows: to the
 // orchestrator it would change nothing after the acknowledgement.
-func (w *Worker) sendProgress(ctx context.Context, a *attempt) {
-	defer w.wg.Done()
-	defer close(a.progressDone)
+func (r *runner) sendProgress(ctx context.Context) {
+	env := r.env
+	defer env.wg.Done()
+	defer close(r.progressDone)
 	send := func(status string) bool {
-		retry := newBackoff(w.opt.Timers.ReconnectBase, w.opt.Timers.RequestTimeout)
+		retry := newBackoff(env.opt.Timers.ReconnectBase, env.opt.Timers.RequestTimeout)
 		for try := 0; try < 5; try++ {
-			err := w.sendStatus(ctx, w.opt.Timers.RequestTimeout, a.jobID, a.n, status, "")
+			err := r.sendStatus(ctx, env.opt.Timers.RequestTimeout, status, "")
 			switch code := statusOf(err); {
 			case err == nil:
 				return true
 			case code == http.StatusConflict:
-				a.log.Warn("the orchestrator says this attempt is stale; stopping it", "report", status, "err", err)
-				w.post(staleAttempt{a: a})
+				r.log.Warn("the orchestrator says this attempt is stale; stopping it", "report", status, "err", err)
+				env.post(staleAttempt{a: r})
 				return false
 			case code == http.StatusUnauthorized:
-				w.post(authRejected{err: err})
-				if !w.waitTokenUsable(ctx, a.ended) {
+				env.post(authRejected{err: err})
+				if !env.c.tok.waitUntilUsable(ctx, r.ended) {
 					return false
 				}
 				continue
 			case code >= 400 && code < 500:
-				a.log.Warn("status report refused", "report", status, "err", err)
+				r.log.Warn("status report refused", "report", status, "err", err)
 				return true
 			default:
-				a.log.Warn("status report failed; retrying", "report", status, "err", err)
+				r.log.Warn("status report failed; retrying", "report", status, "err", err)
 			}
 			select {
 			case <-ctx.Done():
 				return false
-			case <-a.ended:
+			case <-r.ended:
 				return false
 			case <-time.After(retry.next()):
 			}
@@ -89,62 +111,84 @@ func (w *Worker) sendProgress(ctx context.Context, a *attempt) {
 
 // finish deals with an ended attempt off the loop: it waits (bounded) for the
 // progress reports and the log to ship, then sends the spooled terminal report.
-func (w *Worker) finish(ctx context.Context, a *attempt, rec statusRecord, report, spooled bool) {
-	defer w.wg.Done()
-	defer w.post(reportDone{a: a})
-	wait := time.NewTimer(w.opt.Timers.LogDrain)
+func (r *runner) finish(ctx context.Context, rec statusRecord, report, spooled bool) {
+	env := r.env
+	defer env.wg.Done()
+	defer env.post(reportDone{a: r})
+	wait := time.NewTimer(env.opt.Timers.LogDrain)
 	defer wait.Stop()
 	select {
-	case <-a.progressDone:
+	case <-r.progressDone:
 	case <-wait.C:
 	case <-ctx.Done():
 	}
-	if a.ship != nil {
+	if r.ship != nil {
 		select {
-		case <-a.ship.done:
+		case <-r.ship.done:
 		case <-wait.C:
-			a.log.Warn("the job's log is still shipping; reporting the outcome first")
+			r.log.Warn("the job's log is still shipping; reporting the outcome first")
 		case <-ctx.Done():
 		}
 	}
-	if len(a.gpus) > 0 && a.proc != nil {
-		// Before the report frees its GPUs at the orchestrator: one the job
-		// left a process on is held back first, and the report says so.
-		if held := w.gpus.holdLeftovers(a.gpus, w.opt.Timers.GPUSettle); len(held) > 0 {
-			a.log.Warn("the job's GPUs are not clean after it ended; holding them back", "gpus", held)
-		}
-	}
-	w.finishCheckpoints(ctx, a, rec, report)
+	r.holdDirtyGPUs()
+	r.finishCheckpoints(ctx, rec, report)
 	switch {
 	case !report:
 		return
 	case !spooled:
 		// The spool could not be written: one direct try is the best left.
-		if err := w.sendReport(ctx, w.opt.Timers.RequestTimeout, rec); err != nil {
-			a.log.Error("the job's outcome could not be reported", "status", rec.Status, "err", err)
+		if err := env.out.send(ctx, env.opt.Timers.RequestTimeout, rec); err != nil {
+			r.log.Error("the job's outcome could not be reported", "status", rec.Status, "err", err)
 		}
 		// Delivered or not, nothing more will come: let the orchestrator's
 		// view of this attempt follow.
-		w.reported(rec.key())
+		env.reported(rec.key())
 		return
 	}
-	w.release(rec.key())
-	if err := w.flushReports(ctx, false); isAuthError(err) {
-		w.post(authRejected{err: err})
+	env.out.release(rec.key())
+	if err := env.flushReports(ctx, false); isAuthError(err) {
+		env.post(authRejected{err: err})
+	}
+}
+
+// lastReport is finish for an attempt stopped because the worker exits: the
+// spooled report goes with the worker's final flush, so the log's tail gets
+// only a moment, and a report the spool could not take one direct try.
+func (r *runner) lastReport(rec statusRecord, report, spooled bool) {
+	env := r.env
+	env.out.release(rec.key())
+	if r.ship != nil {
+		// A moment for the log's tail; it is in the journal in any case.
+		select {
+		case <-r.ship.done:
+		case <-time.After(min(env.opt.Timers.ShutdownTimeout, 2*time.Second)):
+		}
+	}
+	if report && !spooled {
+		ctx, cancel := context.WithTimeout(context.Background(), env.opt.Timers.ShutdownTimeout)
+		defer cancel()
+		_ = env.out.send(ctx, env.opt.Timers.ShutdownTimeout, rec)
+		env.reported(rec.key())
 	}
 }
 
 // hold keeps the periodic flusher off a record until its log shipped.
-func (w *Worker) hold(key string) {
-	w.mu.Lock()
-	w.held[key] = true
-	w.mu.Unlock()
+func (o *outbox) hold(key string) {
+	o.mu.Lock()
+	o.held[key] = true
+	o.mu.Unlock()
 }
 
-func (w *Worker) release(key string) {
-	w.mu.Lock()
-	delete(w.held, key)
-	w.mu.Unlock()
+func (o *outbox) release(key string) {
+	o.mu.Lock()
+	delete(o.held, key)
+	o.mu.Unlock()
+}
+
+func (o *outbox) isHeld(key string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.held[key]
 }
 
 // flushReports sends the spooled terminal reports. A record is dropped once the
@@ -157,21 +201,21 @@ func (w *Worker) release(key string) {
 // the first transport or 5xx error (the orchestrator is down; try later) and
 // returns that error, or the 401.
 func (w *Worker) flushReports(ctx context.Context, beforeRegister bool) error {
-	w.flushMu.Lock()
-	defer w.flushMu.Unlock()
-	recs, errs := w.spool.list()
+	w.out.flushMu.Lock()
+	defer w.out.flushMu.Unlock()
+	recs, errs := w.out.spool.list()
 	for _, err := range errs {
 		w.log.Warn("status spool", "err", err)
 	}
 	for _, rec := range recs {
+		held := !beforeRegister && w.out.isHeld(rec.key())
 		w.mu.Lock()
-		held := w.held[rec.key()] && !beforeRegister
 		waiting := rec.AfterRegister && (w.unreconciled[rec.key()] || !w.hasRegistered())
 		w.mu.Unlock()
 		if held || waiting {
 			continue
 		}
-		err := w.sendReport(ctx, w.opt.Timers.RequestTimeout, rec)
+		err := w.out.send(ctx, w.opt.Timers.RequestTimeout, rec)
 		code := statusOf(err)
 		switch {
 		case err == nil:
@@ -187,7 +231,7 @@ func (w *Worker) flushReports(ctx context.Context, beforeRegister bool) error {
 			w.log.Warn("job report not delivered; it stays spooled and is re-sent", "job_id", rec.JobID, "attempt", rec.Attempt, "err", err)
 			return err
 		}
-		if err := w.spool.remove(rec); err != nil {
+		if err := w.out.spool.remove(rec); err != nil {
 			w.log.Warn("status spool", "err", err)
 		}
 		w.reported(rec.key())
@@ -211,7 +255,7 @@ func (w *Worker) reporterLoop(ctx context.Context, kick <-chan struct{}) {
 		}
 		if err := w.flushReports(ctx, false); isAuthError(err) {
 			w.post(authRejected{err: err})
-			if !w.waitTokenUsable(ctx, nil) {
+			if !w.c.tok.waitUntilUsable(ctx, nil) {
 				return
 			}
 		} else if err != nil && !errors.Is(err, context.Canceled) {

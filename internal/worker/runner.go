@@ -1,203 +1,369 @@
 package worker
 
 import (
-	"errors"
+	"context"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
-	"runtime"
+	"log/slog"
+	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/checkpoint/keeper"
+	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
 	"github.com/simpletuner/simpletuner-orchestration/internal/isolation"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
-// process is one training run: a child started straight from workerd inside
-// the job's walls (its own cgroup and uid where the machine allows, its own
-// process group always), whose stdout and stderr are merged into one pipe read
-// by a goroutine. The worker's session loop never reads the pipe itself, so a
-// silent or chatty trainer cannot stall heartbeats or the stream.
-type process struct {
-	cmd  *exec.Cmd
-	job  *isolation.Job
-	pgid int
-	done chan struct{} // closed once the leader is reaped, the job ended and the output drained
+// A runner runs one attempt of a job, the way Nomad's client runs each
+// allocation with an alloc runner of its own: it launches the trainer,
+// stops it (SIGTERM, SIGKILL after the grace), keeps its timeout, ships its
+// log, reports how it went (spooled, retried), keeps its checkpoints and,
+// once it ended, checks that its GPUs are clean. Its reports are in
+// report.go, its checkpoints in checkpoints.go, its GPUs in gpunews.go; the
+// loop's side of an attempt is in jobs.go.
+//
+// The session loop creates, drives and tears down every runner and stays
+// the one place that decides: whether to take a dispatch, when to stop an
+// attempt and why, what the heartbeats list. A runner decides nothing that
+// needs the other attempts' state; what it learns that calls for a decision
+// (its process ended, its timeout passed, the orchestrator called it stale,
+// its checkpoint is back, its report is done) it posts to the loop. Its
+// fields are the loop's except where noted; the goroutines it starts read
+// only what the loop set before starting them.
 
-	mu       sync.Mutex
-	exited   bool
-	stopping bool
-	killAt   time.Time
-	kill     *time.Timer
-	state    *os.ProcessState
-	waitErr  error
-	usage    isolation.Usage
-	outDrain time.Duration
+// Messages from runners to the loop.
+type (
+	jobEnded    struct{ a *runner }
+	jobTimedOut struct{ a *runner }
+)
+
+// stopReason records why the worker stopped an attempt; it decides the report.
+type stopReason int
+
+const (
+	notStopped   stopReason = iota
+	stopCancel              // job_cancel: report cancelled
+	stopShutdown            // the worker is exiting: report cancelled
+	stopFence               // self-fenced: report cancelled, but only after re-registering
+	stopTimeout             // timeout_seconds passed: report failed
+	stopAbandon             // the orchestrator moved on (abandon, 409): report nothing
+	stopGPUFault            // one of its GPUs failed: report failed with the fault
+)
+
+// runnerEnv is what the Worker lends each of its runners, set once by New:
+// the services the attempts share, and the only ways back to the Worker.
+// Nothing here tells a runner about the other attempts.
+type runnerEnv struct {
+	opt    *Options     // read only
+	log    *slog.Logger // the Worker's; each runner logs with its job and attempt
+	c      *client
+	iso    *isolation.Isolator
+	keeper *keeper.Keeper // keeps the jobs' checkpoints in their artifacts
+	gpus   *gpuWatch
+	out    *outbox
+	crash  *crashHook      // the fault suite's crash hook; nil in production
+	wg     *sync.WaitGroup // Serve waits for the runners' goroutines too
+
+	// post hands a message to the session loop (Worker.post).
+	post func(any)
+	// flushReports sends the spooled terminal reports (Worker.flushReports):
+	// the Worker's, since which of them may go depends on the session (a
+	// self-fenced attempt's waits for a registration that left it out).
+	flushReports func(ctx context.Context, beforeRegister bool) error
+	// reported tells the Worker an attempt's report was acknowledged or
+	// given up (Worker.reported): heartbeats stop listing it as finishing.
+	reported func(key string)
 }
 
-// outputDrainTimeout bounds how long output is read after the job ended: only
-// a process that escaped a process-group job (setsid, no cgroup) can hold the
-// pipe open that long.
-const outputDrainTimeout = 2 * time.Second
+// runner is one dispatch of a job running on this worker, and what runs it.
+type runner struct {
+	env   *runnerEnv
+	jobID string
+	n     int
+	ev    *protocol.JobSubmitEvent
+	// settings are the job settings in force when the attempt arrived.
+	settings JobSettings
+	grace    time.Duration
+	log      *slog.Logger
+	// gpus are the GPUs the attempt may use; whole is set for a dispatch
+	// that gave it the whole worker (then gpus is every GPU). The loop
+	// chose them against the other attempts' (gpusForLocked).
+	gpus  []gpu.Device
+	whole bool
+	// otherNodes are the device files of the GPUs it was not given (its
+	// cgroup keeps it from opening them) and gpuVars how it is told its
+	// own: both from the Worker's inventory, set by the loop with gpus.
+	otherNodes []string
+	gpuVars    map[string]string
 
-// startProcess runs argv in dir with env inside job's walls, copying its
-// merged output to out.
-func startProcess(argv []string, dir string, env []string, out io.Writer, job *isolation.Job) (*process, error) {
-	if len(argv) == 0 {
-		return nil, errors.New("job command is empty")
-	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd := job.Command(argv)
-	cmd.Dir = dir
-	cmd.Env = append(env, job.Env()...)
-	cmd.Stdin = nil // /dev/null
-	cmd.Stdout = pw // the same *os.File for both: exec passes the fd, no copy goroutine
-	cmd.Stderr = pw
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		// If workerd dies (even SIGKILL) the leader goes too; the reaper ends
-		// the rest of the job.
-		Pdeathsig: syscall.SIGKILL,
-	}
-	job.Apply(cmd.SysProcAttr)
-	p := &process{cmd: cmd, job: job, done: make(chan struct{}), outDrain: outputDrainTimeout}
+	proc      *process // nil when the start failed
+	startedAt time.Time
+	startErr  error
+	// use, gpuEvents and fault are what the attempt met on its GPUs: its
+	// sampled use, the errors the driver raised that are its own, and the
+	// hardware fault it was stopped for.
+	use       gpuUse
+	gpuEvents []string
+	fault     *protocol.GPUFault
+	spool     *logSpool // nil when the launch failed before it
+	ship      *shipper  // nil without a log endpoint
+	ckpt      attemptCheckpoints
 
-	started := make(chan error, 1)
-	reaped := make(chan struct{})
-	go func() {
-		// Pdeathsig fires when the *thread* that forked the child exits, so the
-		// thread stays locked to this goroutine until the child has been reaped.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		job.Started(cmd.Process.Pid)
-		started <- nil
-		err := cmd.Wait()
-		p.mu.Lock()
-		p.exited = true
-		p.state = cmd.ProcessState
-		p.waitErr = err
-		if p.kill != nil {
-			p.kill.Stop()
-		}
-		p.mu.Unlock()
-		close(reaped)
-	}()
-	if err := <-started; err != nil {
-		pr.Close()
-		pw.Close()
-		return nil, err
-	}
-	pw.Close() // only the job holds the write end now: EOF comes when the job is gone
-	p.pgid = cmd.Process.Pid
+	stop       stopReason
+	stopDetail string
+	// fenced (guarded by the Worker's mu, and the Worker's to set) leaves a
+	// self-fenced attempt out of what the worker says it runs while it is
+	// being stopped: the orchestrator must take it for lost, not resume it.
+	fenced  bool
+	timeout *time.Timer
 
-	copied := make(chan struct{})
+	launched     chan struct{} // closed once the start was tried (success or not)
+	ended        chan struct{} // closed by the loop when the attempt is over
+	progressDone chan struct{} // closed after the starting report was sent
+}
+
+func newRunner(env *runnerEnv, ev *protocol.JobSubmitEvent, settings JobSettings) *runner {
+	return &runner{
+		env: env, jobID: ev.JobID, n: ev.Attempt, ev: ev, settings: settings, grace: settings.grace(ev.CancelGraceSeconds),
+		log:          env.log.With("job_id", ev.JobID, "attempt", ev.Attempt),
+		launched:     make(chan struct{}),
+		ended:        make(chan struct{}),
+		progressDone: make(chan struct{}),
+	}
+}
+
+func (r *runner) key() string { return fmt.Sprintf("%s-%d", r.jobID, r.n) }
+
+func (r *runner) matches(jobID string, n int) bool {
+	return r.jobID == jobID && (n == 0 || r.n == n)
+}
+
+// begin takes over an attempt the loop has just accepted: the dispatch is
+// acknowledged off the loop, and a retry gets its checkpoint back first. It
+// reports true when the start waits for that (checkpointRestored); else the
+// loop starts it now.
+func (r *runner) begin(ctx context.Context) (restoring bool) {
+	indices := make([]int, len(r.gpus))
+	for i, d := range r.gpus {
+		indices[i] = d.Index
+	}
+	r.log.Info("job received", "config_name", r.ev.ConfigName, "gpus", indices)
+	r.env.crash.fire(r.env.log, "receive", r.ev)
+
+	r.env.wg.Add(1)
+	go r.sendProgress(ctx)
+	return r.restoreFirst(ctx)
+}
+
+// start launches the trainer and what runs beside it: the checkpoint
+// watcher, the log shipper, the timeout, and the waiter that tells the loop
+// once the process tree is gone. It reports false when the trainer did not
+// start: the loop then ends the attempt.
+func (r *runner) start(ctx context.Context) bool {
+	r.launch()
+	if r.startErr != nil {
+		r.log.Error("could not start training", "err", r.startErr)
+		return false
+	}
+	ev, env := r.ev, r.env
+	env.crash.fire(env.log, "run", ev)
+	r.watchCheckpoints(ctx)
+	if ev.LogEndpoint != "" {
+		r.ship = newShipper(env.c, ev.LogEndpoint, r.n, r.spool, env.opt.Timers.LogPoll,
+			env.opt.Timers.ReconnectBase, env.opt.ReconnectMax, r.log)
+		env.wg.Add(1)
+		go func() { defer env.wg.Done(); r.ship.run(ctx) }()
+	}
+	if ev.TimeoutSeconds > 0 {
+		r.timeout = time.AfterFunc(time.Duration(ev.TimeoutSeconds*float64(time.Second)), func() { env.post(jobTimedOut{a: r}) })
+	}
+	env.wg.Add(1)
 	go func() {
-		defer close(copied)
-		_, _ = io.Copy(out, pr)
-	}()
-	go func() {
-		<-reaped
-		// The leader is gone; whatever it left behind goes too, so orphaned
-		// dataloader workers or a stuck grandchild never linger on the GPU.
-		var ru *syscall.Rusage
-		if st := p.state; st != nil {
-			ru, _ = st.SysUsage().(*syscall.Rusage)
-		}
-		usage := job.Finish(ru)
-		p.mu.Lock()
-		p.usage = usage
-		p.mu.Unlock()
+		defer env.wg.Done()
 		select {
-		case <-copied:
-		case <-time.After(p.outDrain):
-			_ = pr.SetReadDeadline(time.Now())
-			<-copied
+		case <-r.proc.Done():
+			env.post(jobEnded{a: r})
+		case <-ctx.Done():
 		}
-		pr.Close()
-		close(p.done)
 	}()
-	return p, nil
+	return true
 }
 
-// Done is closed when the whole run is over.
-func (p *process) Done() <-chan struct{} { return p.done }
-
-// Stop sends SIGTERM to every process of the job and SIGKILL to all of them
-// after grace. Calling it again can only bring the SIGKILL forward. Grace 0
-// kills at once.
-func (p *process) Stop(grace time.Duration) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.exited {
+// launch prepares the working directory and starts the process, its log spool and
+// shipper. Errors end up in r.startErr and make the attempt fail.
+func (r *runner) launch() {
+	defer close(r.launched)
+	env := r.env
+	dir, err := jobDir(env.opt.WorkDir, r.ev.JobID)
+	if err != nil {
+		r.startErr = err
 		return
 	}
-	at := time.Now().Add(grace)
-	if !p.stopping {
-		p.stopping = true
-		p.job.Signal(syscall.SIGTERM)
-	} else if !at.Before(p.killAt) {
+	job, err := env.iso.Start(r.ev.JobID, r.n, dir, r.otherNodes)
+	if err != nil {
+		r.startErr = fmt.Errorf("job isolation: %w", err)
 		return
 	}
-	p.killAt = at
-	if p.kill != nil {
-		p.kill.Stop()
+	files, err := prepareJobDir(dir, r.resumeEvent())
+	if err == nil {
+		err = job.Handover(files.paths()...)
 	}
-	if grace <= 0 {
-		p.job.Kill()
+	if err != nil {
+		job.Finish(nil)
+		r.startErr = err
 		return
 	}
-	p.kill = time.AfterFunc(grace, p.job.Kill)
+	logPath := filepath.Join(env.out.spool.dir, r.key()+".log")
+	r.spool = newLogSpool(logPath, r.settings.LogLimitBytes, r.log.With("stream", "output"))
+	if r.ev.GPUs != nil && len(*r.ev.GPUs) == 0 && !r.ev.WholeWorker {
+		// Said first, where the user reads the job's output: a trainer that
+		// finds no GPU otherwise fails with an error that blames the machine.
+		_, _ = r.spool.Write([]byte("simpletuner-workerd: this job was given no GPU (gpu_count 0): it runs on the CPU only\n"))
+	}
+	resume := r.checkpointsAtLaunch(job, files)
+	vars := jobEnv(jobEnvInput{
+		Base:            env.opt.Environ(),
+		Pass:            r.settings.PassEnv,
+		Extra:           r.settings.Env,
+		Token:           env.c.tok.get(),
+		Files:           files,
+		Event:           r.ev,
+		OrchestratorURL: env.c.currentURL(),
+		GPUs:            r.gpuVars,
+	})
+	vars = append(vars, resume...)
+	r.proc, err = startProcess(r.settings.Command, files.Dir, vars, r.spool, job)
+	if err != nil {
+		job.Finish(nil)
+		r.startErr = err
+		return
+	}
+	r.startedAt = time.Now()
+	r.log.Info("training started", "pid", r.proc.pgid, "dir", files.Dir, "uid", job.Uid(), "cgroup", job.CgroupDir(), "command", r.settings.Command)
 }
 
-// Usage is what the job used; valid once Done is closed.
-func (p *process) Usage() isolation.Usage {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.usage
+// setStop records why the loop stops the attempt and returns the reason in
+// force. The first reason is kept, except that "abandoned" overrides (it
+// suppresses the report).
+func (r *runner) setStop(why stopReason, detail string, grace time.Duration) stopReason {
+	switch {
+	case r.stop == why:
+		// Repeated (a heartbeat reply repeats a cancel): only the SIGKILL may come sooner.
+	case r.stop == notStopped || why == stopAbandon:
+		r.stop, r.stopDetail = why, detail
+		r.log.Info("stopping training", "reason", detail, "grace", grace.String())
+	}
+	return r.stop
 }
 
-// exitDescription says how the leader ended: ok is true for exit status 0.
-func (p *process) exitDescription() (ok bool, desc string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	st := p.state
-	if st == nil {
-		return false, fmt.Sprintf("training ended: %v", p.waitErr)
+// halt stops the process tree: SIGTERM now, SIGKILL after grace (a repeat can
+// only bring the SIGKILL forward). An attempt still getting its checkpoint
+// back never starts.
+func (r *runner) halt(grace time.Duration) {
+	if r.proc != nil {
+		r.proc.Stop(grace)
+	} else if r.ckpt.cancel != nil {
+		r.ckpt.cancel()
 	}
-	if ws, isWS := st.Sys().(syscall.WaitStatus); isWS && ws.Signaled() {
-		return false, "killed by signal " + signalName(ws.Signal())
-	}
-	if st.ExitCode() == 0 {
-		return true, ""
-	}
-	return false, fmt.Sprintf("training exited with code %d", st.ExitCode())
 }
 
-func signalName(s syscall.Signal) string {
-	switch s {
-	case syscall.SIGKILL:
-		return "SIGKILL"
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	case syscall.SIGINT:
-		return "SIGINT"
-	case syscall.SIGSEGV:
-		return "SIGSEGV"
-	case syscall.SIGABRT:
-		return "SIGABRT"
-	case syscall.SIGBUS:
-		return "SIGBUS"
-	case syscall.SIGHUP:
-		return "SIGHUP"
-	case syscall.SIGPIPE:
-		return "SIGPIPE"
+// cancelGrace is the grace of a job_cancel that asked for seconds (0: it did
+// not say).
+func (r *runner) cancelGrace(seconds float64) time.Duration { return r.settings.grace(seconds) }
+
+// timedOut is the stop detail of an attempt whose timeout passed.
+func (r *runner) timedOut() string {
+	return fmt.Sprintf("timed out after %s", time.Duration(r.ev.TimeoutSeconds*float64(time.Second)))
+}
+
+// close is the runner's part of ending the attempt once its process tree is
+// gone (or never started), on the loop: the timeout and the output end, and
+// the outcome is spooled to disk and kept from the periodic flusher until
+// finish has dealt with the log. The Worker then stops listing the attempt
+// as running (closeAttempt).
+func (r *runner) close() (rec statusRecord, report, spooled bool) {
+	if r.timeout != nil {
+		r.timeout.Stop()
 	}
-	return fmt.Sprintf("%d (%s)", int(s), s.String())
+	if r.spool != nil {
+		_ = r.spool.Close()
+	}
+	select {
+	case <-r.ended:
+	default:
+		close(r.ended)
+	}
+	rec, report = r.record()
+	if report {
+		r.log.Info("training ended", "status", rec.Status, "error", rec.Error)
+		out := r.env.out
+		out.hold(rec.key())
+		if err := out.spool.put(rec); err != nil {
+			out.release(rec.key())
+			r.log.Error("cannot spool the job's outcome", "err", err)
+		} else {
+			spooled = true
+		}
+	} else {
+		r.log.Info("training stopped; not reported, the orchestrator moved on", "reason", r.stopDetail)
+	}
+	return rec, report, spooled
+}
+
+// record is the terminal report of an ended attempt; ok is false when nothing
+// is reported (the orchestrator already moved on).
+func (r *runner) record() (rec statusRecord, ok bool) {
+	rec = statusRecord{JobID: r.jobID, Attempt: r.n, Created: time.Now().UTC()}
+	switch r.stop {
+	case stopAbandon:
+		return rec, false
+	case stopCancel:
+		rec.Status = protocol.ReportCancelled
+	case stopShutdown, stopFence:
+		rec.Status = protocol.ReportCancelled
+		rec.Error = r.stopDetail
+		rec.AfterRegister = r.stop == stopFence
+	case stopTimeout:
+		rec.Status = protocol.ReportFailed
+		rec.Error = r.stopDetail
+	case stopGPUFault:
+		rec.Status = protocol.ReportFailed
+		rec.Error = r.stopDetail
+		rec.Fault = r.fault
+	}
+	if r.proc != nil {
+		u := r.proc.Usage()
+		rec.Usage = &protocol.Usage{CPUSeconds: u.CPU.Seconds(), PeakMemoryBytes: u.PeakMemory, GPUEvents: r.gpuEvents}
+		r.use.fill(rec.Usage, len(r.gpus), time.Since(r.startedAt))
+	}
+	if rec.Status == "" {
+		switch {
+		case r.startErr != nil:
+			rec.Status = protocol.ReportFailed
+			rec.Error = "could not start training: " + r.startErr.Error()
+		case r.proc == nil:
+			rec.Status = protocol.ReportFailed
+			rec.Error = "training did not start"
+		default:
+			if ok, desc := r.proc.exitDescription(); ok {
+				rec.Status = protocol.ReportCompleted
+			} else {
+				rec.Status = protocol.ReportFailed
+				rec.Error = desc
+			}
+		}
+	}
+	return rec, true
+}
+
+// waitGone waits for a stopped attempt's processes to be gone: SIGKILL comes
+// after the grace, so this is bounded.
+func (r *runner) waitGone() {
+	if r.proc != nil {
+		select {
+		case <-r.proc.Done():
+		case <-time.After(r.grace + 10*time.Second):
+			r.log.Error("the job's process tree did not end after SIGKILL")
+		}
+	}
 }

@@ -24,31 +24,31 @@ func effectiveMaxJobs(configured int, inv gpu.Inventory) int {
 }
 
 // runningLocked lists the running attempts in job id order. w.mu is held.
-func (w *Worker) runningLocked() []*attempt {
-	out := make([]*attempt, 0, len(w.jobs))
+func (w *Worker) runningLocked() []*runner {
+	out := make([]*runner, 0, len(w.jobs))
 	for _, a := range w.jobs {
 		out = append(out, a)
 	}
-	slices.SortFunc(out, func(a, b *attempt) int { return cmp.Compare(a.jobID, b.jobID) })
+	slices.SortFunc(out, func(a, b *runner) int { return cmp.Compare(a.jobID, b.jobID) })
 	return out
 }
 
 // running is runningLocked for callers without the lock.
-func (w *Worker) running() []*attempt {
+func (w *Worker) running() []*runner {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.runningLocked()
 }
 
 // attemptOf is the running attempt of jobID, nil when none runs here.
-func (w *Worker) attemptOf(jobID string) *attempt {
+func (w *Worker) attemptOf(jobID string) *runner {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.jobs[jobID]
 }
 
 // isCurrent reports whether a is still the running attempt of its job.
-func (w *Worker) isCurrent(a *attempt) bool { return w.attemptOf(a.jobID) == a }
+func (w *Worker) isCurrent(a *runner) bool { return w.attemptOf(a.jobID) == a }
 
 // gpusFor checks a dispatch against what runs here and resolves the GPUs it
 // assigns; whole is true for a dispatch that takes the whole worker. A
@@ -102,7 +102,7 @@ func (w *Worker) gpusForLocked(ev *protocol.JobSubmitEvent) (devs []gpu.Device, 
 
 // otherGPUNodes lists the device files of the GPUs a was not given: its
 // cgroup keeps it from opening them.
-func (w *Worker) otherGPUNodes(a *attempt) []string {
+func (w *Worker) otherGPUNodes(a *runner) []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []string
@@ -116,7 +116,7 @@ func (w *Worker) otherGPUNodes(a *attempt) []string {
 
 // gpuEnv is how the attempt is told its GPUs. A whole-worker attempt on a
 // machine without GPUs leaves the inherited variables alone.
-func (w *Worker) gpuEnv(a *attempt) map[string]string {
+func (w *Worker) gpuEnv(a *runner) map[string]string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if a.whole && len(a.gpus) == 0 {

@@ -66,6 +66,25 @@ func (t *tokenHolder) waitUsable() <-chan struct{} {
 	return t.changed
 }
 
+// waitUntilUsable blocks while the token in force is refused (a heartbeat or
+// report sender then has nothing to send that could succeed); false once ctx
+// or stop ends.
+func (t *tokenHolder) waitUntilUsable(ctx context.Context, stop <-chan struct{}) bool {
+	for {
+		ch := t.waitUsable()
+		if ch == nil {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		case <-stop:
+			return false
+		}
+	}
+}
+
 // tokenCheck asks the loop to re-read the token's source now (a reload).
 type tokenCheck struct{}
 
@@ -164,23 +183,4 @@ func (s *session) stopTokenWait() {
 		s.tokenTick.Stop()
 	}
 	s.tokenTick, s.tokenC, s.tokenErr = nil, nil, ""
-}
-
-// waitTokenUsable blocks while the token in force is refused (a heartbeat or
-// report sender then has nothing to send that could succeed); false once ctx
-// or stop ends.
-func (w *Worker) waitTokenUsable(ctx context.Context, stop <-chan struct{}) bool {
-	for {
-		ch := w.c.tok.waitUsable()
-		if ch == nil {
-			return true
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return false
-		case <-stop:
-			return false
-		}
-	}
 }

@@ -360,7 +360,7 @@ func TestHeartbeatCancelIsForTheListedAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &attempt{jobID: "j_a", n: 2, log: slog.New(slog.DiscardHandler)}
+	a := &runner{jobID: "j_a", n: 2, log: slog.New(slog.DiscardHandler)}
 	w.jobs["j_a"] = a
 	reply := protocol.HeartbeatResponse{Success: true, Cancel: []string{"j_a"}}
 	if _, err := w.handle(t.Context(), &session{}, heartbeatReply{resp: reply, listed: map[string]int{"j_a": 1}}); err != nil {

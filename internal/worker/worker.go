@@ -7,6 +7,12 @@
 // the network or on a process (the stream reader, the heartbeat, the log shipper,
 // report senders, the process waiter) runs on its own goroutine and posts a message
 // to the loop. Nothing the trainer does can stall heartbeats or the stream.
+// The Worker keeps the session: registration, heartbeats, the stream, the
+// GPUs' inventory and health, and which attempts hold which slots. Each
+// attempt has a runner (runner.go) that the loop creates, drives and tears
+// down: it launches and stops the trainer and keeps its timeout, log,
+// reports, checkpoints and GPU hygiene, and decides nothing that needs the
+// other attempts.
 //
 // Files on disk, under Options.StateDir/spool: <job>-<attempt>.log (the job's
 // output, shipped from there) and reports.jsonl (the terminal reports not yet
@@ -33,216 +39,20 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
-// Options configure a Worker. OptionsFrom fills them from the
-// configuration, whose defaults are the only built-in values of the settings
-// an admin can change; Timers are internal and have their defaults here.
-type Options struct {
-	URL                string // http(s)://host:port or unix:///path/to.sock
-	Token              string
-	CAFile             string
-	CertFile, KeyFile  string // client certificate for mutual TLS
-	InsecureSkipVerify bool
-
-	Name       string // "" → hostname
-	Persistent bool
-	// OwnType: Persistent was set in this worker's configuration. Otherwise
-	// the worker adopts the type an admin gave it, from the registration reply.
-	OwnType  bool
-	Labels   map[string]string
-	StateDir string
-	Version  string // reported at registration
-	// MaxJobs is how many jobs run at once; 0: one per GPU (one without GPUs).
-	MaxJobs int
-
-	Command     []string      // the job command
-	WorkDir     string        // "" → <StateDir>/jobs
-	CancelGrace time.Duration // SIGTERM → SIGKILL, unless the orchestrator says otherwise
-	// OwnCancelGrace: CancelGrace was set in this worker's configuration and
-	// overrides the orchestrator's for jobs here.
-	OwnCancelGrace bool
-	JobEnv         map[string]string // [job] env
-	PassEnv        []string          // [job] pass_env
-	LogLimitBytes  int64             // stop shipping a job's log after this many bytes; 0 no limit
-	// Checkpoints keeps jobs' checkpoints in their artifacts; the zero
-	// value keeps none.
-	Checkpoints CheckpointSettings
-
-	// SelfFenceAfter stops the running job when no heartbeat has been
-	// acknowledged for this long. The effective limit is also kept below the
-	// heartbeat timeout the orchestrator announces at registration (see
-	// fenceLimit), so the job is stopped here before the orchestrator gives it
-	// to another worker. 0 leaves the orchestrator's timeout alone to decide.
-	SelfFenceAfter time.Duration
-	// DrainTimeout bounds a drain started by Drain (a stop signal): jobs
-	// still running then are stopped with their grace. 0: no bound.
-	DrainTimeout time.Duration
-	ReconnectMax time.Duration // back-off cap
-
-	GPU gpu.Source // nil → gpu.None()
-	// GPUWatchInterval is how often the GPUs' health is read, held GPUs are
-	// checked again and the jobs' GPU use is sampled ([gpu] watch_interval).
-	GPUWatchInterval time.Duration
-	Logger           *slog.Logger // nil → slog.Default()
-	// Isolation starts jobs behind their walls; nil → each job is a plain
-	// process group running as workerd's own user (tests in one process).
-	Isolation *isolation.Isolator
-
-	// Environ returns workerd's environment, of which jobs inherit what
-	// jobEnv allows; nil → os.Environ.
-	Environ func() []string
-
-	// TokenSource re-reads the worker token from where it came from (the
-	// token file, the systemd credential, the configuration file) and says
-	// where that is. With it, a token rotated while workerd runs is picked
-	// up after the orchestrator refuses the old one; nil: the token cannot
-	// change and a 401 ends the worker.
-	TokenSource func() (token, where string, err error)
-
-	Timers Timers
-}
-
-// JobSettings are the options that apply to each job as it starts; a
-// configuration reload may replace them (SetJobSettings) and the jobs started
-// afterwards use the new ones.
-type JobSettings struct {
-	Command []string
-	Env     map[string]string
-	PassEnv []string // more of workerd's environment jobs inherit (see inherits)
-	// CancelGrace is SIGTERM → SIGKILL. The orchestrator sends its own grace
-	// with each job and cancel; this one overrides it only when an admin set
-	// it in this worker's configuration (OwnCancelGrace).
-	CancelGrace    time.Duration
-	OwnCancelGrace bool
-	LogLimitBytes  int64 // 0 no limit
-	Checkpoints    CheckpointSettings
-}
-
-// JobSettingsFrom picks the per-job settings out of a configuration.
-func JobSettingsFrom(cfg *config.Worker) JobSettings {
-	return JobSettings{Command: cfg.Job.Command, Env: cfg.Job.Env, PassEnv: cfg.Job.PassEnv, CancelGrace: cfg.Job.CancelGrace.Duration,
-		OwnCancelGrace: cfg.Origin("job.cancel_grace") != "", LogLimitBytes: max(cfg.Job.LogLimitBytes, 0),
-		Checkpoints: checkpointSettingsFrom(cfg)}
-}
-
-func checkpointSettingsFrom(cfg *config.Worker) CheckpointSettings {
-	return CheckpointSettings{Enabled: cfg.Job.Checkpoints, Keep: cfg.Job.KeepCheckpoints,
-		Scan: cfg.Job.CheckpointScanInterval.Duration, BytesPerSecond: cfg.Job.CheckpointUploadBytesPerSecond()}
-}
-
-// grace is the SIGTERM → SIGKILL grace for a job, given the seconds the
-// orchestrator asked for (0 when it did not say).
-func (js JobSettings) grace(orchestratorSeconds float64) time.Duration {
-	if js.OwnCancelGrace || orchestratorSeconds <= 0 {
-		return js.CancelGrace
-	}
-	return time.Duration(orchestratorSeconds * float64(time.Second))
-}
-
-// OptionsFrom maps a loaded configuration onto the worker's options. The
-// token, GPU source, logger and version are the caller's to add.
-func OptionsFrom(cfg *config.Worker) Options {
-	return Options{
-		URL:                cfg.Orchestrator.URL,
-		Token:              cfg.Orchestrator.Token.Value(),
-		CAFile:             cfg.Orchestrator.CAFile,
-		CertFile:           cfg.Orchestrator.CertFile,
-		KeyFile:            cfg.Orchestrator.KeyFile,
-		InsecureSkipVerify: cfg.Orchestrator.InsecureSkipVerify,
-		Name:               cfg.Worker.Name,
-		Persistent:         cfg.Worker.Persistent,
-		OwnType:            cfg.Origin("worker.persistent") != "",
-		Labels:             cfg.Worker.Labels,
-		StateDir:           cfg.Worker.StateDir,
-		MaxJobs:            cfg.Worker.MaxJobs,
-		Command:            cfg.Job.Command,
-		WorkDir:            cfg.Job.WorkDir,
-		CancelGrace:        cfg.Job.CancelGrace.Duration,
-		OwnCancelGrace:     cfg.Origin("job.cancel_grace") != "",
-		JobEnv:             cfg.Job.Env,
-		PassEnv:            cfg.Job.PassEnv,
-		LogLimitBytes:      cfg.Job.LogLimitBytes,
-		Checkpoints:        checkpointSettingsFrom(cfg),
-		SelfFenceAfter:     cfg.Worker.SelfFenceAfter.Duration,
-		DrainTimeout:       cfg.Worker.DrainTimeout.Duration,
-		ReconnectMax:       cfg.Worker.ReconnectMax.Duration,
-		GPUWatchInterval:   cfg.GPU.WatchInterval.Duration,
-	}
-}
-
-// Timers are the worker's internal timings; tests shrink them.
-type Timers struct {
-	ReconnectBase     time.Duration // first back-off step (1s)
-	HeartbeatInterval time.Duration // 0 → what the orchestrator says at registration, else the default interval
-	PingInterval      time.Duration // the orchestrator's ping interval when it does not announce one (15s); 3× silence → reconnect
-	StableAfter       time.Duration // a stream up this long resets the back-off (30s)
-	ReportRetry       time.Duration // re-send spooled terminal reports this often (15s)
-	LogPoll           time.Duration // the log shipper's poll interval (1s)
-	LogDrain          time.Duration // wait this long for the log to ship before the terminal report (10s)
-	RequestTimeout    time.Duration // heartbeat, status, queue (10s); register takes 3×
-	ShutdownTimeout   time.Duration // final report and disconnect on the way out (5s)
-	TokenPoll         time.Duration // re-read the token's source this often while the token is refused (1s)
-	// GPUSettle is how long an ended job's GPUs may take to drop its
-	// processes before they are held back (3s).
-	GPUSettle time.Duration
-}
-
-func (o *Options) setDefaults() {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	t := &o.Timers
-	def(&t.ReconnectBase, time.Second)
-	def(&t.PingInterval, config.DefaultPingInterval)
-	def(&t.StableAfter, 30*time.Second)
-	def(&t.ReportRetry, 15*time.Second)
-	def(&t.LogPoll, time.Second)
-	def(&t.LogDrain, 10*time.Second)
-	def(&t.RequestTimeout, 10*time.Second)
-	def(&t.ShutdownTimeout, 5*time.Second)
-	def(&t.TokenPoll, time.Second)
-	def(&t.GPUSettle, 3*time.Second)
-	def(&o.GPUWatchInterval, config.DefaultGPUWatchInterval)
-	if o.LogLimitBytes < 0 {
-		o.LogLimitBytes = 0 // logSpool: 0 means unlimited
-	}
-	if o.GPU == nil {
-		o.GPU = gpu.None()
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.Environ == nil {
-		o.Environ = os.Environ
-	}
-	if o.Isolation == nil {
-		o.Isolation, _ = isolation.New(isolation.Config{Mode: isolation.ModeProcessGroup,
-			Log: slog.New(slog.DiscardHandler)})
-	}
-	if o.Name == "" {
-		o.Name, _ = os.Hostname()
-	}
-	if o.WorkDir == "" && o.StateDir != "" {
-		o.WorkDir = filepath.Join(o.StateDir, "jobs")
-	}
-}
-
 // Worker implements daemon.App (Start, Serve, Healthy, Status, Reload, Drain).
 type Worker struct {
-	opt   Options
-	log   *slog.Logger
-	c     *client
-	iso   *isolation.Isolator
-	spool *statusSpool
-	gpus  *gpuWatch
-	// keeper keeps the jobs' checkpoints in their artifacts.
-	keeper *keeper.Keeper
+	opt  Options
+	log  *slog.Logger
+	c    *client
+	iso  *isolation.Isolator
+	out  *outbox // the terminal reports on their way
+	gpus *gpuWatch
+	// runnerEnv is what the attempts' runners share (see runner.go).
+	runnerEnv runnerEnv
 
 	msgs     chan any      // to the session loop
 	loopDone chan struct{} // closed when the loop stops reading msgs
 	wg       sync.WaitGroup
-	flushMu  sync.Mutex // one spool flush at a time
 
 	stopHeartbeats func(context.Context) // set by Serve: stops the heartbeat goroutine and waits
 
@@ -253,19 +63,18 @@ type Worker struct {
 	inv          gpu.Inventory
 	workerID     string
 	hbInterval   time.Duration
-	pingInterval time.Duration       // the stream's keep-alive interval the orchestrator announced; 0: Timers.PingInterval
-	jobs         map[string]*attempt // running attempts by job id
-	maxJobs      int                 // how many may run at once (see effectiveMaxJobs)
-	localDrain   bool                // Drain(): finish the job, then exit
-	orchDrain    bool                // the orchestrator said drain
-	connected    bool                // the stream is open
-	retries      int                 // reconnect attempts since the last good connection
-	lastAck      time.Time           // when the last request the orchestrator answered was sent
-	lastProgress time.Time           // the loop or a reconnect attempt did something
+	pingInterval time.Duration      // the stream's keep-alive interval the orchestrator announced; 0: Timers.PingInterval
+	jobs         map[string]*runner // running attempts by job id
+	maxJobs      int                // how many may run at once (see effectiveMaxJobs)
+	localDrain   bool               // Drain(): finish the job, then exit
+	orchDrain    bool               // the orchestrator said drain
+	connected    bool               // the stream is open
+	retries      int                // reconnect attempts since the last good connection
+	lastAck      time.Time          // when the last request the orchestrator answered was sent
+	lastProgress time.Time          // the loop or a reconnect attempt did something
 	jobSettings  JobSettings
 	persistent   bool          // the worker's type in force: its own, or the admin's
 	fenceAfter   time.Duration // effective self-fence limit (see fenceLimit)
-	held         map[string]bool
 	// finishing holds the ended attempts whose terminal report is not yet
 	// acknowledged, by key. Heartbeats and registrations list them, so the
 	// orchestrator never takes an attempt for lost while its outcome is on the
@@ -277,7 +86,6 @@ type Worker struct {
 	unreconciled map[string]bool
 	// stateLock holds the state directory for this process (see lockStateDir).
 	stateLock *os.File
-	crash     *crashHook // the fault suite's crash hook; nil in production
 	// hbNow asks the heartbeat goroutine for a heartbeat now (a drain began).
 	hbNow chan struct{}
 	// clockOffset shifts the wall clock workerd reports (a fault-suite hook).
@@ -317,21 +125,18 @@ func New(opt Options) (*Worker, error) {
 	if opt.Checkpoints.Scan <= 0 {
 		opt.Checkpoints.Scan = config.DefaultCheckpointScanInterval
 	}
-	return &Worker{
-		opt: opt,
-		log: opt.Logger,
-		c:   c,
-		keeper: keeper.New(keeper.Options{HTTP: c.http, Resolve: c.resolve, WorkDir: opt.WorkDir, Log: opt.Logger,
-			BytesPerSecond: opt.Checkpoints.BytesPerSecond, RequestTimeout: opt.Timers.RequestTimeout,
-			RetryBase: opt.Timers.ReconnectBase}),
+	gpus := newGPUWatch(opt.GPU, opt.StateDir, opt.Logger)
+	w := &Worker{
+		opt:          opt,
+		log:          opt.Logger,
+		c:            c,
 		iso:          opt.Isolation,
-		spool:        &statusSpool{dir: filepath.Join(opt.StateDir, "spool")},
-		gpus:         newGPUWatch(opt.GPU, opt.StateDir, opt.Logger),
+		out:          &outbox{spool: &statusSpool{dir: filepath.Join(opt.StateDir, "spool")}, c: c, gpus: gpus, held: map[string]bool{}},
+		gpus:         gpus,
 		msgs:         make(chan any, 256),
 		loopDone:     make(chan struct{}),
 		registered:   make(chan struct{}),
-		held:         map[string]bool{},
-		jobs:         map[string]*attempt{},
+		jobs:         map[string]*runner{},
 		maxJobs:      1,
 		finishing:    map[string]statusRecord{},
 		unreconciled: map[string]bool{},
@@ -339,10 +144,20 @@ func New(opt Options) (*Worker, error) {
 		jobSettings: JobSettings{Command: opt.Command, Env: opt.JobEnv, PassEnv: opt.PassEnv, CancelGrace: opt.CancelGrace,
 			OwnCancelGrace: opt.OwnCancelGrace, LogLimitBytes: opt.LogLimitBytes, Checkpoints: opt.Checkpoints},
 		persistent:  opt.Persistent,
-		crash:       crashHookFromEnv(),
 		hbNow:       make(chan struct{}, 1),
 		clockOffset: clockOffsetFromEnv(),
-	}, nil
+	}
+	w.runnerEnv = runnerEnv{
+		opt: &w.opt, log: w.log, c: c, iso: w.iso, gpus: gpus, out: w.out, wg: &w.wg,
+		keeper: keeper.New(keeper.Options{HTTP: c.http, Resolve: c.resolve, WorkDir: opt.WorkDir, Log: opt.Logger,
+			BytesPerSecond: opt.Checkpoints.BytesPerSecond, RequestTimeout: opt.Timers.RequestTimeout,
+			RetryBase: opt.Timers.ReconnectBase}),
+		crash:        crashHookFromEnv(),
+		post:         w.post,
+		flushReports: w.flushReports,
+		reported:     w.reported,
+	}
+	return w, nil
 }
 
 // ErrMisconfigured is returned by Start for a setting it cannot work with;
@@ -359,7 +174,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	for _, d := range []struct {
 		path string
 		mode os.FileMode
-	}{{w.opt.StateDir, 0o711}, {w.spool.dir, 0o700}, {w.opt.WorkDir, 0o711}} {
+	}{{w.opt.StateDir, 0o711}, {w.out.spool.dir, 0o700}, {w.opt.WorkDir, 0o711}} {
 		if err := os.MkdirAll(d.path, d.mode); err != nil {
 			return fmt.Errorf("state directory: %w", err)
 		}
@@ -380,8 +195,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.iso.CheckReachable(w.opt.WorkDir); err != nil {
 		return fmt.Errorf("%w: job.work_dir: %w", ErrMisconfigured, err)
 	}
-	w.spool.clean()
-	recs, errs := w.spool.list() // reports a previous run could not deliver
+	w.out.spool.clean()
+	recs, errs := w.out.spool.list() // reports a previous run could not deliver
 	for _, err := range errs {
 		w.log.Warn("status spool", "err", err)
 	}
@@ -446,8 +261,8 @@ func (w *Worker) reported(key string) {
 
 // answeredLocked lists the running attempts the worker tells the orchestrator
 // about: all but the self-fenced ones. w.mu is held.
-func (w *Worker) answeredLocked() []*attempt {
-	return slices.DeleteFunc(w.runningLocked(), func(a *attempt) bool { return a.fenced })
+func (w *Worker) answeredLocked() []*runner {
+	return slices.DeleteFunc(w.runningLocked(), func(a *runner) bool { return a.fenced })
 }
 
 // attemptsLocked lists the attempts this worker answers for: the running ones
@@ -508,7 +323,7 @@ func (w *Worker) SetJobSettings(js JobSettings) error {
 	w.mu.Lock()
 	w.jobSettings = js
 	w.mu.Unlock()
-	w.keeper.SetRate(js.Checkpoints.BytesPerSecond)
+	w.runnerEnv.keeper.SetRate(js.Checkpoints.BytesPerSecond)
 	return nil
 }
 
