@@ -52,12 +52,14 @@ check_list simpletunerctl /usr/bin/simpletunerctl /usr/share/man/man1/simpletune
 	/usr/share/bash-completion/completions/simpletunerctl /usr/share/zsh/vendor-completions/_simpletunerctl \
 	/usr/share/fish/vendor_completions.d/simpletunerctl.fish
 
-# Each package ships only its own program.
+# Each package ships only its own program. (grep reads dpkg-deb's whole
+# listing, no -q: stopping at the first match kills dpkg-deb with a broken
+# pipe, which it reports as an error.)
 for pair in simpletuner-orchestratord:simpletuner-workerd simpletuner-workerd:simpletuner-orchestratord \
 	simpletunerctl:simpletuner-orchestratord simpletunerctl:simpletuner-workerd; do
 	pkg=${pair%%:*}
 	other=${pair#*:}
-	if dpkg-deb -c "$(deb "$pkg")" | grep -q "usr/bin/$other\$"; then
+	if dpkg-deb -c "$(deb "$pkg")" | grep "usr/bin/$other\$" >/dev/null; then
 		echo "$pkg ships /usr/bin/$other" >&2
 		exit 1
 	fi
@@ -65,9 +67,9 @@ done
 dpkg-deb -I "$(deb simpletuner-orchestratord)" conffiles | grep -qx /etc/simpletuner/orchestratord.toml
 # Files that may hold secrets are never world-readable, not even in the
 # archive, before a maintainer script runs.
-dpkg-deb -c "$(deb simpletuner-orchestratord)" | grep -q '^-rw-r----- .* \./etc/simpletuner/orchestratord\.toml$' ||
+dpkg-deb -c "$(deb simpletuner-orchestratord)" | grep '^-rw-r----- .* \./etc/simpletuner/orchestratord\.toml$' >/dev/null ||
 	{ echo "orchestratord.toml is not 0640 in the .deb" >&2; exit 1; }
-dpkg-deb -c "$(deb simpletuner-workerd)" | grep -q '^-rw------- .* \./etc/simpletuner/workerd\.toml$' ||
+dpkg-deb -c "$(deb simpletuner-workerd)" | grep '^-rw------- .* \./etc/simpletuner/workerd\.toml$' >/dev/null ||
 	{ echo "workerd.toml is not 0600 in the .deb" >&2; exit 1; }
 dpkg-deb -I "$(deb simpletuner-workerd)" conffiles | grep -qx /etc/simpletuner/workerd.toml
 if command -v rpm >/dev/null 2>&1; then

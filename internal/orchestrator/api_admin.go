@@ -395,9 +395,8 @@ func (s *Server) DeleteWorker(ctx context.Context, ref api.WorkerRef) (api.Worke
 	if err := s.store.DeleteWorker(ctx, wk.ID, &rec); err != nil {
 		return api.WorkerAction{}, err
 	}
-	s.telemetry.forget(wk.ID)
-	s.gpuHistory.forget(wk.ID)
-	s.clocks.forget(wk.ID)
+	s.heard.Forget(wk.ID)
+	s.gpuHistory.Forget(wk.ID)
 	s.log.Info("worker deleted", "worker_id", wk.ID, "force", ref.Force, "by", c.Actor())
 	return api.WorkerAction{Success: true, WorkerID: wk.ID}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/hub"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -116,7 +117,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request, _ httprout
 	}
 	// A job_submit goes out only while the stream's token is still the
 	// worker's (see dispatchAllowed).
-	send := func(out Outgoing) bool {
+	send := func(out hub.Outgoing) bool {
 		if out.JobID != "" && !s.dispatchAllowed(ctx, st, out.JobID) {
 			return false
 		}
@@ -162,7 +163,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request, _ httprout
 // worker's: a rotation whose notification this instance missed must not
 // leave the old token's stream receiving jobs. When it is not, or the store
 // cannot say, the attempt is withdrawn and the stream closed.
-func (s *Server) dispatchAllowed(ctx context.Context, st *Stream, jobID string) bool {
+func (s *Server) dispatchAllowed(ctx context.Context, st *hub.Stream, jobID string) bool {
 	cur, err := s.store.GetWorkerState(ctx, st.WorkerID)
 	if err == nil && auth.Equal(cur.TokenHash, st.TokenHash) {
 		return true
@@ -177,7 +178,7 @@ func (s *Server) dispatchAllowed(ctx context.Context, st *Stream, jobID string) 
 	if err := s.loseAttempt(bg, jobID, st.WorkerID, why); err != nil {
 		s.log.Warn("could not withdraw the attempt; the acknowledgement timeout will", "job_id", jobID, "err", err)
 	}
-	st.close("token no longer valid") // its handler detaches it and clears the store's marker
+	st.Close("token no longer valid") // its handler detaches it and clears the store's marker
 	return false
 }
 
@@ -197,7 +198,7 @@ func (s *Server) checkStreamTokens(ctx context.Context) {
 	for _, st := range streams {
 		if hash, ok := current[st.WorkerID]; !ok || !auth.Equal(hash, st.TokenHash) {
 			s.log.Info("closing a worker stream: its token was rotated or the worker deleted", "worker_id", st.WorkerID)
-			st.close("token no longer valid") // its handler detaches it and clears the store's marker
+			st.Close("token no longer valid") // its handler detaches it and clears the store's marker
 		}
 	}
 }
@@ -231,7 +232,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, _ httpr
 		if err != nil {
 			return invalid("field \"sent_at\" must be an RFC 3339 time, got %q", req.SentAt)
 		}
-		s.clocks.note(s.log, wk.ID, sent, received)
+		s.heard.NoteClock(wk.ID, sent, received)
 	}
 	resp, err := s.heartbeat(r.Context(), wk, req)
 	if err != nil {

@@ -49,9 +49,6 @@ type diskState struct {
 	mu    sync.Mutex
 	full  map[string]diskFull
 	paths map[string]string // disk → a path on its filesystem ("" when not local)
-	// beats are heartbeats that could not be written while the database's
-	// disk was full: worker id → when.
-	beats map[string]time.Time
 }
 
 type diskFull struct {
@@ -60,7 +57,7 @@ type diskFull struct {
 }
 
 func (d *diskState) init() {
-	d.full, d.paths, d.beats = map[string]diskFull{}, map[string]string{}, map[string]time.Time{}
+	d.full, d.paths = map[string]diskFull{}, map[string]string{}
 }
 
 // SetDiskPaths names a path on the filesystem of the database (when it is a
@@ -131,32 +128,6 @@ func (d *diskState) fullGauge() int64 {
 		return 1
 	}
 	return 0
-}
-
-// beatInMemory keeps a heartbeat that could not be written.
-func (d *diskState) beatInMemory(workerID string, at time.Time) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.beats[workerID] = at
-}
-
-// wroteBeat forgets the in-memory heartbeat once one was written.
-func (d *diskState) wroteBeat(workerID string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if len(d.beats) > 0 {
-		delete(d.beats, workerID)
-	}
-}
-
-// lastBeat is the later of the stored heartbeat and one kept in memory.
-func (d *diskState) lastBeat(workerID string, stored *time.Time) *time.Time {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if t, ok := d.beats[workerID]; ok && (stored == nil || t.After(*stored)) {
-		return &t
-	}
-	return stored
 }
 
 // runDiskWatch leaves the full state of each disk once it has room again.

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
-	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/liveness"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -31,26 +31,22 @@ func (s *Server) healthPass(ctx context.Context) {
 	}
 	opt := s.options()
 	now := time.Now().UTC()
-	// Right after a start every worker looks silent: give them time to reconnect.
-	inGrace := time.Since(s.started) < opt.StartupGrace
+	rules := liveness.Rules{
+		HeartbeatTimeout:      opt.HeartbeatTimeout,
+		EphemeralCleanupAfter: opt.EphemeralCleanupAfter,
+		InStartupGrace:        time.Since(s.started) < opt.StartupGrace,
+	}
 	var stale, expired []store.Worker
 	largest := 0
 	err := s.eachWorker(ctx, func(w store.Worker) {
 		largest = max(largest, w.GPUInfo.Count)
-		switch {
-		case lifecycle.Working(w.Status) || w.Status == protocol.WorkerDraining:
-			// Draining workers are checked too: a draining worker that vanished
-			// must not keep its job forever.
-			// A heartbeat the full disk kept from the store counts too.
-			w.LastHeartbeat = s.disk.lastBeat(w.ID, w.LastHeartbeat)
-			if !inGrace && w.LastHeartbeat != nil && now.Sub(*w.LastHeartbeat) > opt.HeartbeatTimeout {
-				stale = append(stale, w)
-			}
-		case w.Status == protocol.WorkerOffline:
-			if w.Type == protocol.Ephemeral && w.CurrentJobID == "" && w.LastHeartbeat != nil &&
-				now.Sub(*w.LastHeartbeat) > opt.EphemeralCleanupAfter {
-				expired = append(expired, w)
-			}
+		// A heartbeat the full disk kept from the store counts too.
+		w.LastHeartbeat = s.heard.LastBeat(w.ID, w.LastHeartbeat)
+		switch liveness.Judge(w, now, rules) {
+		case liveness.Silent:
+			stale = append(stale, w)
+		case liveness.Expired:
+			expired = append(expired, w)
 		}
 	})
 	s.noteStore(err)

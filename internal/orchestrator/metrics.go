@@ -18,16 +18,14 @@ import (
 // Metrics are the orchestrator's counters, written in the Prometheus text
 // format by MetricsHandler. Gauges that live in the store are read at scrape.
 type Metrics struct {
-	Heartbeats         atomic.Int64
-	StaleRejections    atomic.Int64
-	AuthFailures       atomic.Int64
-	Dispatches         atomic.Int64
-	SSEConnections     atomic.Int64
-	SlowStreamsDropped atomic.Int64
-	Requeues           atomic.Int64
-	dispatchLatency    histogram
-	artifacts          artifactMetrics
-	gpuSeconds         gpuSecondsByWorker
+	Heartbeats      atomic.Int64
+	StaleRejections atomic.Int64
+	AuthFailures    atomic.Int64
+	Dispatches      atomic.Int64
+	Requeues        atomic.Int64
+	dispatchLatency histogram
+	artifacts       artifactMetrics
+	gpuSeconds      gpuSecondsByWorker
 }
 
 // gpuSecondsByWorker sums the GPU-seconds of the attempts whose end this
@@ -146,13 +144,13 @@ func (s *Server) writeMetrics(ctx context.Context, w io.Writer) {
 		}
 		s.writeGPUMetrics(w, workers)
 	}
-	gauge("simpletuner_sse_connections", "Worker event streams open on this instance.", m.SSEConnections.Load())
+	gauge("simpletuner_sse_connections", "Worker event streams open on this instance.", int64(s.hub.Count()))
 	counter("simpletuner_heartbeats_total", "Heartbeats received.", m.Heartbeats.Load())
 	counter("simpletuner_dispatches_total", "job_submit events sent.", m.Dispatches.Load())
 	counter("simpletuner_requeues_total", "Attempts that ended with the job back in the queue.", m.Requeues.Load())
 	counter("simpletuner_stale_attempt_rejections_total", "Reports refused because they came from a stale attempt.", m.StaleRejections.Load())
 	counter("simpletuner_auth_failures_total", "Requests refused for a missing, unknown or rate-limited credential.", m.AuthFailures.Load())
-	counter("simpletuner_sse_slow_streams_dropped_total", "Worker streams closed because their reader fell behind.", m.SlowStreamsDropped.Load())
+	counter("simpletuner_sse_slow_streams_dropped_total", "Worker streams closed because their reader fell behind.", s.hub.Dropped())
 	m.dispatchLatency.write(w, "simpletuner_dispatch_latency_seconds", "Time from a job becoming queued to its job_submit event.")
 	m.writeArtifacts(counter)
 	gauge("simpletuner_disk_full", "1 while writes fail because the database's or the artifacts' disk is full.", s.disk.fullGauge())

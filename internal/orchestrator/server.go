@@ -26,6 +26,9 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/gpuhistory"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/hub"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/liveness"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/placement"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/retention"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -177,7 +180,7 @@ func (o Options) webhookOptions() webhook.Options {
 type Server struct {
 	store   store.Store
 	log     *slog.Logger
-	hub     *Hub
+	hub     *hub.Hub
 	metrics *Metrics
 	limiter *auth.FailureLimiter
 	started time.Time
@@ -194,8 +197,6 @@ type Server struct {
 	// watchdog and /readyz look at it.
 	lastTick atomic.Int64
 	storeErr atomic.Pointer[error]
-	// missed tracks running attempts left out of a worker's heartbeat.
-	missed missedAttempts
 	// passMu is held by a scheduler pass; shutdown waits on it.
 	passMu sync.Mutex
 	// res is the worker held for a job no worker had room for (see
@@ -216,12 +217,12 @@ type Server struct {
 	followers followers
 	// failures gathers failed authentications for the audit log.
 	failures failureAudit
-	// telemetry holds each worker's latest GPU numbers from its heartbeats,
-	// gpuHistory the last hours of them and of the fleet's GPUs.
-	telemetry  *telemetryMap
-	gpuHistory *gpuHistory
-	// clocks holds each worker's clock skew, from its heartbeats.
-	clocks *clockSkews
+	// heard is what heartbeats told of each worker: attempts they left out,
+	// clock skew, the latest GPU numbers, a heartbeat the full disk could
+	// not store. gpuHistory keeps the last hours of
+	// those numbers and of the fleet's GPUs.
+	heard      *liveness.Memory
+	gpuHistory *gpuhistory.History
 	// sessionRefusals spaces out the log line and audit record of a second
 	// workerd refused for using a live worker's token.
 	sessionRefusals refusalLog
@@ -251,15 +252,14 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 		limiter:    auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now),
 		logFeed:    newLogFeed(),
 		stopped:    make(chan struct{}),
-		telemetry:  newTelemetryMap(),
-		gpuHistory: newGPUHistory(),
-		clocks:     newClockSkews(),
+		heard:      liveness.NewMemory(log),
+		gpuHistory: gpuhistory.New(),
 	}
 	opt = opt.withDefaults()
 	s.opt.Store(&opt)
 	s.webhooks = webhook.New(st, opt.webhookOptions(), log)
 	s.disk.init()
-	s.hub = NewHub(s.metrics, log)
+	s.hub = hub.New(log)
 	s.retention = &retention.Keeper{Store: st, Artifacts: s.artifacts.Load, Log: log,
 		Options: func() retention.Options { return s.options().Retention }, StartupGrace: func() time.Duration { return s.options().StartupGrace },
 		Quiet: s.logDiskFullOnce}
@@ -278,9 +278,6 @@ func (s *Server) SetOptions(o Options) {
 	s.applyArtifactLimits(o)
 	s.Wake()
 }
-
-// Hub exposes the SSE hub (tests and metrics).
-func (s *Server) Hub() *Hub { return s.hub }
 
 // Wake asks the scheduler for a pass soon; it never blocks.
 func (s *Server) Wake() {

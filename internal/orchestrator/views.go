@@ -47,8 +47,8 @@ func (s *Server) workerView(w store.Worker) api.Worker {
 		CreatedAt: protocol.Time(w.CreatedAt), Connected: connected,
 		GPUCount: g.Count, GPUName: g.Name, GPUVRAMGB: g.VRAMGB, AcceleratorType: strPtr(g.Accelerator),
 		Local: w.Local, Protocol: w.Protocol, AgentVersion: w.AgentVersion, Capabilities: w.Capabilities,
-		GPUTelemetry:     s.telemetry.get(w.ID),
-		ClockSkewSeconds: s.clocks.seconds(w.ID),
+		GPUTelemetry:     s.heard.Telemetry(w.ID),
+		ClockSkewSeconds: s.heard.ClockSkewSeconds(w.ID),
 		RunningJobs:      w.Running, MaxJobs: w.Slots(), GPUsFree: w.FreeUsableGPUs(),
 		GPUConditions: []api.GPUCondition{},
 	}

@@ -361,8 +361,8 @@ func (s *Server) streamClosed(workerID string) {
 func (s *Server) heartbeat(ctx context.Context, wk store.Worker, req protocol.HeartbeatRequest) (protocol.HeartbeatResponse, error) {
 	s.metrics.Heartbeats.Add(1)
 	now := time.Now().UTC()
-	s.telemetry.set(wk.ID, req.GPUs, now)
-	s.gpuHistory.noteTelemetry(wk.ID, req.GPUs, now)
+	s.heard.SetTelemetry(wk.ID, req.GPUs, now)
+	s.gpuHistory.NoteTelemetry(wk.ID, req.GPUs, now)
 	wk, err := s.noteGPUConditions(ctx, wk, req.GPUConditions, "")
 	if err != nil {
 		return protocol.HeartbeatResponse{}, err
@@ -383,11 +383,11 @@ func (s *Server) heartbeat(ctx context.Context, wk store.Worker, req protocol.He
 	})
 	switch {
 	case err == nil:
-		s.disk.wroteBeat(wk.ID)
+		s.heard.BeatStored(wk.ID)
 	case errors.Is(err, store.ErrDiskFull):
 		// The worker is alive all the same: keep that in memory.
 		s.noteDiskFull(diskDatabase, err)
-		s.disk.beatInMemory(wk.ID, now)
+		s.heard.KeepBeat(wk.ID, now)
 		updated, updated.LastHeartbeat = wk, &now
 	default:
 		return protocol.HeartbeatResponse{}, err
@@ -450,7 +450,7 @@ func (s *Server) heartbeatVerdict(ctx context.Context, wk store.Worker, req prot
 			absent = append(absent, j)
 		}
 	}
-	for _, j := range s.missed.note(wk.ID, absent) {
+	for _, j := range s.heard.LostAttempts(wk.ID, absent) {
 		if err := s.loseAttempt(ctx, j.ID, wk.ID, "the worker's last two heartbeats no longer list it"); err != nil {
 			return nil, err
 		}
@@ -462,7 +462,6 @@ func (s *Server) heartbeatVerdict(ctx context.Context, wk store.Worker, req prot
 // attempts it held.
 func (s *Server) markOffline(ctx context.Context, workerID, actor, ip, why string) error {
 	s.closeWorkerStream(workerID, why)
-	s.telemetry.forget(workerID)
 	wk, err := s.store.UpdateWorker(ctx, workerID, func(cur *store.Worker) (*audit.Record, error) {
 		if cur.Status == protocol.WorkerOffline {
 			return nil, nil
@@ -475,7 +474,7 @@ func (s *Server) markOffline(ctx context.Context, workerID, actor, ip, why strin
 	if err != nil {
 		return err
 	}
-	s.missed.forget(workerID)
+	s.heard.Offline(workerID)
 	s.log.Info("worker offline", "worker_id", workerID, "reason", why)
 	return s.loseAll(ctx, wk.ID, fmt.Sprintf("worker %s (%s) went offline: %s", wk.ID, wk.Name, why))
 }
@@ -539,7 +538,7 @@ func (s *Server) evictWorker(ctx context.Context, wk store.Worker, actor, ip str
 			return err
 		}
 	}
-	s.missed.forget(wk.ID)
+	s.heard.ForgetAttempts(wk.ID)
 	return nil
 }
 

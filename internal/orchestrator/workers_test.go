@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 	"github.com/simpletuner/simpletuner-orchestration/internal/version"
@@ -522,4 +523,24 @@ func TestQueueCheckSeesOnlyJobsThatFit(t *testing.T) {
 			t.Fatalf("has_jobs %v with a queued job for its zone", got)
 		}
 	})
+}
+
+// An event queued just before its stream is closed still reaches the worker:
+// a job_submit handed over right before a shutdown must not be lost.
+func TestQueuedEventSurvivesClose(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t), func(o *Options) { o.SchedulerInterval = time.Hour })
+	for i := range 20 {
+		id, token := e.createWorker(fmt.Sprintf("w%d", i), "persistent", nil)
+		a := e.newAgent(id, token, 2)
+		e.must(a.register(nil), 200)
+		a.connect()
+		if !e.srv.hub.Send(id, protocol.EventDrain, protocol.DrainEvent{Type: protocol.EventDrain, Reason: fmt.Sprint(i)}) {
+			t.Fatal("send failed")
+		}
+		e.srv.hub.Close(id, "shutting down")
+		if ev := a.next(protocol.EventDrain, 5*time.Second); ev["reason"] != fmt.Sprint(i) {
+			t.Fatalf("got %v", ev)
+		}
+	}
 }

@@ -1,4 +1,7 @@
-package orchestrator
+// Package hub keeps the event stream each connected worker holds open on this
+// orchestrator instance, and queues framed events onto them without ever
+// blocking the sender: a reader that falls behind is dropped instead.
+package hub
 
 import (
 	"encoding/json"
@@ -20,7 +23,7 @@ type Hub struct {
 	mu      sync.Mutex
 	streams map[string]*Stream
 	seq     atomic.Uint64
-	metrics *Metrics
+	dropped atomic.Int64
 	log     *slog.Logger
 }
 
@@ -44,10 +47,13 @@ type Outgoing struct {
 	JobID string
 }
 
-// NewHub returns an empty hub.
-func NewHub(m *Metrics, log *slog.Logger) *Hub {
-	return &Hub{streams: map[string]*Stream{}, metrics: m, log: log}
+// New returns an empty hub.
+func New(log *slog.Logger) *Hub {
+	return &Hub{streams: map[string]*Stream{}, log: log}
 }
+
+// Dropped counts the streams closed because their reader fell behind.
+func (h *Hub) Dropped() int64 { return h.dropped.Load() }
 
 // Done is closed when the stream must end.
 func (st *Stream) Done() <-chan struct{} { return st.done }
@@ -61,7 +67,8 @@ func (st *Stream) Reason() string {
 	return r
 }
 
-func (st *Stream) close(reason string) {
+// Close tells the stream to end with reason; its handler then detaches it.
+func (st *Stream) Close(reason string) {
 	st.once.Do(func() {
 		st.reason.Store(reason)
 		close(st.done)
@@ -75,27 +82,23 @@ func (h *Hub) Attach(workerID, tokenHash string) *Stream {
 	h.mu.Lock()
 	old := h.streams[workerID]
 	h.streams[workerID] = st
-	n := len(h.streams)
 	h.mu.Unlock()
 	if old != nil {
-		old.close("replaced by a newer stream")
+		old.Close("replaced by a newer stream")
 	}
-	h.metrics.SSEConnections.Store(int64(n))
 	return st
 }
 
 // Detach removes st if it is still the worker's current stream; a replaced
 // stream's cleanup therefore never unregisters its successor.
 func (h *Hub) Detach(st *Stream) bool {
-	st.close("stream ended")
+	st.Close("stream ended")
 	h.mu.Lock()
 	current := h.streams[st.WorkerID] == st
 	if current {
 		delete(h.streams, st.WorkerID)
 	}
-	n := len(h.streams)
 	h.mu.Unlock()
-	h.metrics.SSEConnections.Store(int64(n))
 	return current
 }
 
@@ -189,8 +192,8 @@ func (h *Hub) send(workerID string, out Outgoing) bool {
 		return true
 	default:
 		h.log.Warn("worker stream is not reading; dropping it", "worker_id", workerID)
-		h.metrics.SlowStreamsDropped.Add(1)
-		st.close("reader too slow")
+		h.dropped.Add(1)
+		st.Close("reader too slow")
 		h.Detach(st)
 		return false
 	}
@@ -204,7 +207,7 @@ func (h *Hub) Close(workerID, reason string) bool {
 	if st == nil {
 		return false
 	}
-	st.close(reason)
+	st.Close(reason)
 	h.Detach(st)
 	return true
 }

@@ -1,11 +1,10 @@
-package orchestrator
+package gpuhistory
 
 import (
 	"testing"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
-	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 func value(p *float64) float64 {
@@ -20,15 +19,15 @@ func value(p *float64) float64 {
 // fall off.
 func TestGPUHistoryPoints(t *testing.T) {
 	t.Parallel()
-	h := newGPUHistory()
+	h := New()
 	t0 := time.Unix(1_800_000_000, 0).Truncate(time.Minute)
 	beat := func(at time.Time, util float64, usedMiB uint64) {
-		h.noteTelemetry("w", []protocol.GPUTelemetry{{Index: 1, UUID: "GPU-1", UtilizationPct: util, MemoryUsedMiB: usedMiB, MemoryTotalMiB: 1000}}, at)
+		h.NoteTelemetry("w", []protocol.GPUTelemetry{{Index: 1, UUID: "GPU-1", UtilizationPct: util, MemoryUsedMiB: usedMiB, MemoryTotalMiB: 1000}}, at)
 	}
 	beat(t0, 50, 100)
 	beat(t0.Add(20*time.Second), 100, 600)
 	beat(t0.Add(2*time.Minute), 10, 200) // a minute without heartbeats before it
-	v := h.worker("w", t0.Add(2*time.Minute))
+	v := h.Worker("w", t0.Add(2*time.Minute))
 	if len(v.GPUs) != 1 || v.GPUs[0].Index != 1 || v.GPUs[0].UUID != "GPU-1" {
 		t.Fatalf("series %+v", v.GPUs)
 	}
@@ -44,40 +43,19 @@ func TestGPUHistoryPoints(t *testing.T) {
 	// Six hours on, the old minutes are gone.
 	later := t0.Add((historyPoints + 3) * time.Minute)
 	beat(later, 30, 0)
-	v = h.worker("w", later)
+	v = h.Worker("w", later)
 	for i, p := range v.GPUs[0].UtilizationPct[:historyPoints-1] {
 		if p != nil {
 			t.Fatalf("point %d survived six hours: %v", i, *p)
 		}
 	}
 	// A replaced GPU (another UUID at the index) starts afresh.
-	h.noteTelemetry("w", []protocol.GPUTelemetry{{Index: 1, UUID: "GPU-new", UtilizationPct: 5}}, later)
-	if v = h.worker("w", later); v.GPUs[0].UUID != "GPU-new" || value(v.GPUs[0].UtilizationPct[historyPoints-1]) != 5 {
+	h.NoteTelemetry("w", []protocol.GPUTelemetry{{Index: 1, UUID: "GPU-new", UtilizationPct: 5}}, later)
+	if v = h.Worker("w", later); v.GPUs[0].UUID != "GPU-new" || value(v.GPUs[0].UtilizationPct[historyPoints-1]) != 5 {
 		t.Fatalf("replaced GPU: %+v", v.GPUs[0])
 	}
-	h.forget("w")
-	if v = h.worker("w", later); len(v.GPUs) != 0 {
+	h.Forget("w")
+	if v = h.Worker("w", later); len(v.GPUs) != 0 {
 		t.Fatalf("a deleted worker's history: %+v", v.GPUs)
 	}
-}
-
-// The fleet's chart counts the GPUs in use, asked for (a whole-worker job
-// as the largest worker) and online, once a minute.
-func TestFleetGPUHistory(t *testing.T) {
-	t.Parallel()
-	e := setup(t, backends["sqlite"](t), patientHeartbeats, func(o *Options) { o.fleetHistoryEvery = 20 * time.Millisecond })
-	a := e.startSlotAgent("a", 4)
-	e.submit(gpuJobBody(3, 10))
-	a.take()
-	e.submit(gpuJobBody(2, 10)) // waits: one GPU free
-	e.submit(map[string]any{})  // a whole worker: four GPUs asked
-	testutil.Eventually(t, 10*time.Second, "the fleet's counts", func() bool {
-		f := e.must(e.adminDo("GET", "/api/admin/fleet/gpu-history", nil), 200).JSON
-		last := func(k string) float64 {
-			l := f[k].([]any)
-			v, _ := l[len(l)-1].(float64)
-			return v
-		}
-		return last("in_use") == 3 && last("asked") == 6 && last("online") == 4
-	})
 }

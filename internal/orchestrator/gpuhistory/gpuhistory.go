@@ -1,25 +1,24 @@
-package orchestrator
+// Package gpuhistory keeps the numbers behind the dashboard's GPU charts:
+// each worker's GPUs (utilisation and memory in use) and the fleet's GPUs in
+// use against those the queued jobs ask for, over the last six hours, a point
+// a minute. They live in memory, in the instance that sees them (the
+// heartbeats it receives, the fleet it reads from the store), start empty
+// after a restart, and cost two bytes per GPU and minute.
+package gpuhistory
 
 import (
-	"context"
 	"math"
 	"sync"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
-	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/liveness"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
-// The dashboard's GPU charts: each worker's GPUs (utilisation and memory in
-// use) and the fleet's GPUs in use against those the queued jobs ask for,
-// over the last six hours, a point a minute. They are kept in memory by the
-// instance that sees them (the heartbeats it receives; the fleet it reads
-// from the store), start empty after a restart, and cost two bytes per GPU
-// and minute.
-
 const (
-	historyStep   = time.Minute
+	// Step is the time between two points of a chart.
+	Step          = time.Minute
 	historyPoints = 360
 )
 
@@ -104,8 +103,8 @@ type gpuSeries struct {
 	util, mem *ring // utilisation and memory in use, in percent
 }
 
-// gpuHistory keeps the charts' numbers.
-type gpuHistory struct {
+// History keeps the charts' numbers. Safe for concurrent use.
+type History struct {
 	mu      sync.Mutex
 	workers map[string]map[int]*gpuSeries
 	// The fleet's GPUs, counted: in use, asked for by queued jobs, online.
@@ -117,12 +116,13 @@ type fleetPoint struct {
 	v      int
 }
 
-func newGPUHistory() *gpuHistory { return &gpuHistory{workers: map[string]map[int]*gpuSeries{}} }
+// New returns an empty history.
+func New() *History { return &History{workers: map[string]map[int]*gpuSeries{}} }
 
-func minuteOf(t time.Time) int64 { return t.Unix() / int64(historyStep/time.Second) }
+func minuteOf(t time.Time) int64 { return t.Unix() / int64(Step/time.Second) }
 
-// noteTelemetry records a heartbeat's GPU numbers.
-func (h *gpuHistory) noteTelemetry(workerID string, gpus []protocol.GPUTelemetry, at time.Time) {
+// NoteTelemetry records a heartbeat's GPU numbers.
+func (h *History) NoteTelemetry(workerID string, gpus []protocol.GPUTelemetry, at time.Time) {
 	if len(gpus) == 0 {
 		return
 	}
@@ -134,7 +134,7 @@ func (h *gpuHistory) noteTelemetry(workerID string, gpus []protocol.GPUTelemetry
 		byIndex = map[int]*gpuSeries{}
 		h.workers[workerID] = byIndex
 	}
-	for _, g := range gpus[:min(len(gpus), maxTelemetryGPUs)] {
+	for _, g := range gpus[:min(len(gpus), liveness.MaxTelemetryGPUs)] {
 		s := byIndex[g.Index]
 		if s == nil || s.uuid != g.UUID {
 			s = &gpuSeries{uuid: g.UUID, util: newRing(false), mem: newRing(true)}
@@ -147,16 +147,17 @@ func (h *gpuHistory) noteTelemetry(workerID string, gpus []protocol.GPUTelemetry
 	}
 }
 
-// forget drops a deleted worker's history.
-func (h *gpuHistory) forget(workerID string) {
+// Forget drops a deleted worker's history.
+func (h *History) Forget(workerID string) {
 	h.mu.Lock()
 	delete(h.workers, workerID)
 	h.mu.Unlock()
 }
 
-// noteFleet records the fleet's counts at minute m, replacing a count
+// NoteFleet records the fleet's counts at the minute of at, replacing a count
 // already taken in that minute.
-func (h *gpuHistory) noteFleet(m int64, inUse, asked, online int) {
+func (h *History) NoteFleet(at time.Time, inUse, asked, online int) {
+	m := minuteOf(at)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	put := func(s []fleetPoint, v int) []fleetPoint {
@@ -173,12 +174,13 @@ func (h *gpuHistory) noteFleet(m int64, inUse, asked, online int) {
 	h.inUse, h.asked, h.online = put(h.inUse, inUse), put(h.asked, asked), put(h.online, online)
 }
 
-func (h *gpuHistory) worker(workerID string, now time.Time) api.GPUHistory {
+// Worker is a worker's GPUs over the six hours before now.
+func (h *History) Worker(workerID string, now time.Time) api.GPUHistory {
 	m := minuteOf(now)
-	v := api.GPUHistory{StepSeconds: int(historyStep / time.Second), Start: protocol.Time(time.Unix((m-historyPoints+1)*60, 0)), GPUs: []api.GPUSeries{}}
+	v := api.GPUHistory{StepSeconds: int(Step / time.Second), Start: protocol.Time(time.Unix((m-historyPoints+1)*60, 0)), GPUs: []api.GPUSeries{}}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for i := 0; i < maxTelemetryGPUs; i++ {
+	for i := 0; i < liveness.MaxTelemetryGPUs; i++ {
 		s, ok := h.workers[workerID][i]
 		if !ok {
 			continue
@@ -188,7 +190,8 @@ func (h *gpuHistory) worker(workerID string, now time.Time) api.GPUHistory {
 	return v
 }
 
-func (h *gpuHistory) fleet(now time.Time) api.FleetHistory {
+// Fleet is the fleet's GPU counts over the six hours before now.
+func (h *History) Fleet(now time.Time) api.FleetHistory {
 	m := minuteOf(now)
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -202,62 +205,6 @@ func (h *gpuHistory) fleet(now time.Time) api.FleetHistory {
 		}
 		return out
 	}
-	return api.FleetHistory{StepSeconds: int(historyStep / time.Second), Start: protocol.Time(time.Unix((m-historyPoints+1)*60, 0)),
+	return api.FleetHistory{StepSeconds: int(Step / time.Second), Start: protocol.Time(time.Unix((m-historyPoints+1)*60, 0)),
 		InUse: points(h.inUse), Asked: points(h.asked), Online: points(h.online)}
-}
-
-// runFleetHistory counts the fleet's GPUs once a minute (and at start).
-func (s *Server) runFleetHistory(ctx context.Context) {
-	every := s.options().fleetHistoryEvery
-	if every <= 0 {
-		every = historyStep
-	}
-	for {
-		s.sampleFleet(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(every):
-		}
-	}
-}
-
-func (s *Server) sampleFleet(ctx context.Context) {
-	groups, err := s.store.SummarizeWorkers(ctx)
-	if err != nil {
-		return
-	}
-	gpus, whole, err := s.store.QueuedGPUDemand(ctx)
-	if err != nil {
-		return
-	}
-	inUse, online := 0, 0
-	for _, g := range groups {
-		inUse += g.GPUsUsed
-		if g.Status == protocol.WorkerIdle || g.Status == protocol.WorkerPartial || g.Status == protocol.WorkerBusy {
-			online += g.Count * g.GPUInfo.Count
-		}
-	}
-	asked := gpus + whole*int(s.largestWorker.Load())
-	s.gpuHistory.noteFleet(minuteOf(time.Now()), inUse, asked, online)
-}
-
-// WorkerGPUHistory is the worker's GPUs over the last six hours.
-func (s *Server) WorkerGPUHistory(ctx context.Context, ref api.WorkerRef) (api.GPUHistory, error) {
-	if _, err := authorize(ctx, auth.ScopeAdminWorkers); err != nil {
-		return api.GPUHistory{}, err
-	}
-	wk, err := s.loadWorker(ctx, ref.ID)
-	if err != nil {
-		return api.GPUHistory{}, err
-	}
-	return s.gpuHistory.worker(wk.ID, time.Now()), nil
-}
-
-// FleetGPUHistory is the fleet's GPUs over the last six hours.
-func (s *Server) FleetGPUHistory(ctx context.Context, _ struct{}) (api.FleetHistory, error) {
-	if _, err := authorize(ctx, auth.ScopeQueueView); err != nil {
-		return api.FleetHistory{}, err
-	}
-	return s.gpuHistory.fleet(time.Now()), nil
 }

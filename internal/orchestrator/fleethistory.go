@@ -1,0 +1,67 @@
+package orchestrator
+
+import (
+	"context"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
+	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/gpuhistory"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+)
+
+// runFleetHistory counts the fleet's GPUs once a minute (and at start).
+func (s *Server) runFleetHistory(ctx context.Context) {
+	every := s.options().fleetHistoryEvery
+	if every <= 0 {
+		every = gpuhistory.Step
+	}
+	for {
+		s.sampleFleet(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
+func (s *Server) sampleFleet(ctx context.Context) {
+	groups, err := s.store.SummarizeWorkers(ctx)
+	if err != nil {
+		return
+	}
+	gpus, whole, err := s.store.QueuedGPUDemand(ctx)
+	if err != nil {
+		return
+	}
+	inUse, online := 0, 0
+	for _, g := range groups {
+		inUse += g.GPUsUsed
+		if g.Status == protocol.WorkerIdle || g.Status == protocol.WorkerPartial || g.Status == protocol.WorkerBusy {
+			online += g.Count * g.GPUInfo.Count
+		}
+	}
+	asked := gpus + whole*int(s.largestWorker.Load())
+	s.gpuHistory.NoteFleet(time.Now(), inUse, asked, online)
+}
+
+// WorkerGPUHistory is the worker's GPUs over the last six hours.
+func (s *Server) WorkerGPUHistory(ctx context.Context, ref api.WorkerRef) (api.GPUHistory, error) {
+	if _, err := authorize(ctx, auth.ScopeAdminWorkers); err != nil {
+		return api.GPUHistory{}, err
+	}
+	wk, err := s.loadWorker(ctx, ref.ID)
+	if err != nil {
+		return api.GPUHistory{}, err
+	}
+	return s.gpuHistory.Worker(wk.ID, time.Now()), nil
+}
+
+// FleetGPUHistory is the fleet's GPUs over the last six hours.
+func (s *Server) FleetGPUHistory(ctx context.Context, _ struct{}) (api.FleetHistory, error) {
+	if _, err := authorize(ctx, auth.ScopeQueueView); err != nil {
+		return api.FleetHistory{}, err
+	}
+	return s.gpuHistory.Fleet(time.Now()), nil
+}
