@@ -394,6 +394,10 @@ type JobConfig struct {
 	// CheckpointScanInterval is how often a running job's output directory
 	// is looked at for finished checkpoints.
 	CheckpointScanInterval Duration `toml:"checkpoint_scan_interval"`
+	// ShutdownCheckpointTimeout bounds the upload of a job's last
+	// checkpoint when workerd stops the job because it is itself stopping;
+	// the job's requeue waits for it.
+	ShutdownCheckpointTimeout Duration `toml:"shutdown_checkpoint_timeout"`
 }
 
 // CheckpointUploadBytesPerSecond is checkpoint_upload_rate in bytes per
@@ -476,6 +480,10 @@ const (
 	// disk's bandwidth to the training.
 	DefaultCheckpointUploadRate   = "256M"
 	DefaultCheckpointScanInterval = 10 * time.Second
+	// DefaultShutdownCheckpointTimeout fits the packaged unit: the drain,
+	// the cancel grace, this and the final reports stay within
+	// TimeoutStopSec=120s (see DefaultDrainTimeout).
+	DefaultShutdownCheckpointTimeout = 20 * time.Second
 	// DefaultJobUIDRange gives each running job a uid of its own, from a span
 	// above the ranges systemd hands out (dynamic users, containers).
 	DefaultJobUIDRange = "1879048192-1879113727"
@@ -539,7 +547,8 @@ func DefaultOrchestrator() *Orchestrator {
 }
 
 // DefaultDrainTimeout fits the packaged unit: 60 s of drain, the default
-// 30 s cancel grace and the final reports stay within TimeoutStopSec=120s.
+// 30 s cancel grace, 20 s for the last checkpoint's upload and the final
+// reports stay within TimeoutStopSec=120s.
 const DefaultDrainTimeout = 60 * time.Second
 
 // DefaultWorker returns the built-in defaults; note persistent is false here
@@ -568,6 +577,8 @@ func DefaultWorker() *Worker {
 			KeepCheckpoints:        DefaultKeepCheckpoints,
 			CheckpointUploadRate:   DefaultCheckpointUploadRate,
 			CheckpointScanInterval: D(DefaultCheckpointScanInterval),
+
+			ShutdownCheckpointTimeout: D(DefaultShutdownCheckpointTimeout),
 		},
 		GPU: GPUConfig{Backend: "nvml", Vendor: "nvidia", WatchInterval: D(DefaultGPUWatchInterval)},
 		Log: LogConfig{Level: "info", Format: "auto"},

@@ -25,6 +25,9 @@ type CheckpointSettings struct {
 	Keep           int
 	Scan           time.Duration
 	BytesPerSecond int64 // shared by the worker's uploads; 0 no bound
+	// OnShutdown bounds the last checkpoint's upload when the attempt was
+	// stopped because workerd is stopping.
+	OnShutdown time.Duration
 }
 
 // ResumeEnv names, for any trainer, the checkpoint an attempt resumes from.
@@ -197,4 +200,18 @@ func (r *runner) finishCheckpoints(ctx context.Context, rec statusRecord, report
 	}
 	final := report && r.proc != nil && r.stop != stopFence && r.stop != stopCancel
 	r.ckpt.watch.Finish(ctx, final, rec.Status == protocol.ReportCompleted)
+}
+
+// finishCheckpointsOnShutdown is finishCheckpoints for an attempt stopped
+// because workerd is stopping: the checkpoint its trainer finished last
+// (one saved on SIGTERM, or since the watcher last looked) is uploaded
+// within the job's shutdown_checkpoint_timeout, before the report that lets
+// the orchestrator requeue the job, so the retry resumes from it.
+func (r *runner) finishCheckpointsOnShutdown(rec statusRecord, report bool) {
+	if r.ckpt.watch == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.settings.Checkpoints.OnShutdown)
+	defer cancel()
+	r.finishCheckpoints(ctx, rec, report)
 }

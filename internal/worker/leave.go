@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"sync"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
@@ -95,15 +96,31 @@ func (w *Worker) authFailed(err error) error {
 }
 
 // stopAndWait stops every running job and waits for them to be gone (SIGKILL
-// comes after the grace, so this is bounded).
+// comes after the grace, so this is bounded). The reports that let the
+// orchestrator requeue the jobs wait for their last checkpoints' uploads,
+// which run side by side, so the time they take is one bound per worker,
+// not per job.
 func (w *Worker) stopAndWait(why stopReason, detail string) {
 	running := w.running()
 	for _, a := range running {
 		w.stopJob(a, why, detail, a.grace)
 	}
-	for _, a := range running {
+	type ended struct {
+		rec             statusRecord
+		report, spooled bool
+	}
+	ends := make([]ended, len(running))
+	for i, a := range running {
 		a.waitGone()
-		a.lastReport(w.closeAttempt(a))
+		ends[i].rec, ends[i].report, ends[i].spooled = w.closeAttempt(a)
+	}
+	var uploads sync.WaitGroup
+	for i, a := range running {
+		uploads.Go(func() { a.finishCheckpointsOnShutdown(ends[i].rec, ends[i].report) })
+	}
+	uploads.Wait()
+	for i, a := range running {
+		a.lastReport(ends[i].rec, ends[i].report, ends[i].spooled)
 	}
 }
 

@@ -104,7 +104,8 @@ func JobSettingsFrom(cfg *config.Worker) JobSettings {
 
 func checkpointSettingsFrom(cfg *config.Worker) CheckpointSettings {
 	return CheckpointSettings{Enabled: cfg.Job.Checkpoints, Keep: cfg.Job.KeepCheckpoints,
-		Scan: cfg.Job.CheckpointScanInterval.Duration, BytesPerSecond: cfg.Job.CheckpointUploadBytesPerSecond()}
+		Scan: cfg.Job.CheckpointScanInterval.Duration, BytesPerSecond: cfg.Job.CheckpointUploadBytesPerSecond(),
+		OnShutdown: cfg.Job.ShutdownCheckpointTimeout.Duration}
 }
 
 // grace is the SIGTERM → SIGKILL grace for a job, given the seconds the

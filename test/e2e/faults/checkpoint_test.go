@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -89,6 +90,55 @@ func TestKill9WorkerResumesFromCheckpoint(t *testing.T) {
 	}
 	t.Logf("RESULT %s: %s; attempt 1 reached step %d, checkpoint-%d kept before the kill; the retry on b resumed at step %d; %d steps trained in all for %d (at most %d)",
 		t.Name(), sum, lastOfFirst, kept, resumed, total, steps, steps+k)
+}
+
+// systemctl stop of the workerd running a job whose checkpoints the watcher
+// has not picked up yet (it looks only once an hour here): on its way out,
+// after the drain and the trainer's stop, workerd uploads the newest finished
+// checkpoint before it reports the job, and the retry on another worker
+// resumes from it.
+func TestWorkerStopKeepsTheLastCheckpoint(t *testing.T) {
+	const steps, k = 200, 5
+	o := StartOrchestratorWith(t, OrchOptions{Metrics: true})
+	h := NewHistory(t, o)
+	cmd := h.ExecWrapperCommand()
+	a := o.StartWorker(WorkerSpec{Name: "a", Persistent: true, Command: cmd, CancelGrace: "5s",
+		WorkerTOML: "drain_timeout = \"300ms\"\n", JobTOML: "checkpoint_scan_interval = \"1h\"\ncheckpoint_upload_rate = \"0\"\n"})
+	_, id := h.Submit(map[string]any{"steps": steps, "step_seconds": 0.05, "checkpointing_steps": k, "output_dir": "out"}, nil)
+	reached := 0
+	Eventually(t, 60*time.Second, "step 20 trained", func() bool {
+		for _, m := range stepLine.FindAllStringSubmatch(o.Logs(id), -1) {
+			reached, _ = strconv.Atoi(m[1])
+		}
+		return reached >= 20
+	})
+	if kept := keptStep(o, id); kept != -1 {
+		t.Fatalf("checkpoint-%d was kept while the job ran; this test needs the watcher not to have looked", kept)
+	}
+	h.Fault("SIGTERM (systemctl stop) worker a while %s trains (step %d reached, no checkpoint kept yet)", id, reached)
+	a.P.Signal(syscall.SIGTERM)
+	if code, ok := a.P.Exited(30 * time.Second); !ok || code != 0 {
+		t.Fatalf("worker a exited %d (exited: %v), want 0", code, ok)
+	}
+	kept := keptStep(o, id)
+	if kept < reached/k*k {
+		t.Fatalf("after the stop the newest kept checkpoint is at step %d; the trainer had finished checkpoint-%d before the signal", kept, reached/k*k)
+	}
+	// b takes the requeued job at once: it is never seen idle.
+	b := o.StartWorker(WorkerSpec{Name: "b", Persistent: true, Command: cmd, JobTOML: checkpointTOML("0"), NoWait: true})
+	h.WaitAllTerminal(90 * time.Second)
+	h.Finish()
+	sum := h.Check(Expect{MaxRequeues: -1, Statuses: []string{"completed"}})
+	at := Attempts(h.Final[id])
+	if len(at) != 2 || at[0]["worker_id"] != a.ID || at[1]["worker_id"] != b.ID {
+		t.Fatalf("attempts %v: want attempt 1 on a, attempt 2 on b", at)
+	}
+	_, resumed, first, total := resumeOf(t, o.Logs(id))
+	if resumed != kept || first != kept+1 {
+		t.Errorf("the retry resumed at %d (first step %d), want checkpoint-%d, uploaded on the way out", resumed, first, kept)
+	}
+	t.Logf("RESULT %s: %s; stopped at step %d or later with nothing kept; checkpoint-%d uploaded on the way out; the retry on b resumed from it; %d steps trained in all for %d",
+		t.Name(), sum, reached, kept, total, steps)
 }
 
 // kill -9 of the workerd while it uploads a checkpoint: the half-uploaded
