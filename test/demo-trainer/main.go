@@ -36,6 +36,10 @@
 //	               do that much work each step besides sleeping: hash that
 //	               many bytes and write them to work.bin, synced (CPU and
 //	               disk, as a trainer's data loading and logging)
+//	pause_after_step
+//	               after that step (and its checkpoint), wait an hour: a job
+//	               a test stops there whatever the machine's speed; a retry
+//	               resumed past that step does not wait
 //	resume_from_checkpoint
 //	               resume from that checkpoint ("latest": the highest step
 //	               under output_dir); $SIMPLETUNER_RESUME_FROM is read when
@@ -83,6 +87,7 @@ type config struct {
 	CheckpointGuard    *bool  `json:"checkpoint_guard"`
 	ResumeFrom         string `json:"resume_from_checkpoint"`
 	StepWorkBytes      int    `json:"step_work_bytes"`
+	PauseAfterStep     int    `json:"pause_after_step"`
 }
 
 func main() {
@@ -160,6 +165,10 @@ func run() (int, error) {
 		fmt.Printf("step %d/%d loss=%.2f%s\n", i, steps, loss, strings.Repeat(".", max(0, cfg.StepPadding)))
 		if err := ck.save(i, loss); err != nil {
 			return 0, err
+		}
+		if i == cfg.PauseAfterStep {
+			fmt.Printf("pausing after step %d\n", i)
+			time.Sleep(time.Hour)
 		}
 	}
 	if cfg.StepWorkBytes > 0 {

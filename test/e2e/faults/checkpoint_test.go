@@ -223,9 +223,10 @@ func TestCheckpoint2GiB(t *testing.T) {
 	h := NewHistory(t, o)
 	cmd := h.ExecWrapperCommand()
 	a := o.StartWorker(WorkerSpec{Name: "a", Persistent: true, Command: cmd, JobTOML: checkpointTOML("0")})
-	// checkpoint-2 is kept while attempt 1 trains on; the kill follows.
-	_, id := h.Submit(map[string]any{"steps": 16, "step_seconds": 1, "checkpointing_steps": 2, "output_dir": "out",
-		"checkpoint_bytes": 2 << 30, "checkpoint_sparse": true}, nil)
+	// Attempt 1 waits after checkpoint-2, however long its upload takes on
+	// this machine; the kill follows once it is kept.
+	_, id := h.Submit(map[string]any{"steps": 6, "step_seconds": 1, "checkpointing_steps": 2, "output_dir": "out",
+		"checkpoint_bytes": 2 << 30, "checkpoint_sparse": true, "pause_after_step": 2}, nil)
 	Eventually(t, 60*time.Second, "checkpoint-2 kept", func() bool { return keptStep(o, id) >= 2 })
 	up := 0.0
 	Eventually(t, 30*time.Second, "the kept line in the job's log", func() bool { up = keptSeconds(o.Logs(id)); return up > 0 })
