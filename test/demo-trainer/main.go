@@ -37,9 +37,9 @@
 //	               many bytes and write them to work.bin, synced (CPU and
 //	               disk, as a trainer's data loading and logging)
 //	pause_after_step
-//	               after that step (and its checkpoint), wait an hour: a job
-//	               a test stops there whatever the machine's speed; a retry
-//	               resumed past that step does not wait
+//	               on attempt 1, after that step (and its checkpoint), wait
+//	               an hour: a job a test stops there whatever the machine's
+//	               speed; retries do not wait
 //	resume_from_checkpoint
 //	               resume from that checkpoint ("latest": the highest step
 //	               under output_dir); $SIMPLETUNER_RESUME_FROM is read when
@@ -166,7 +166,7 @@ func run() (int, error) {
 		if err := ck.save(i, loss); err != nil {
 			return 0, err
 		}
-		if i == cfg.PauseAfterStep {
+		if i == cfg.PauseAfterStep && os.Getenv("SIMPLETUNER_ATTEMPT") == "1" {
 			fmt.Printf("pausing after step %d\n", i)
 			time.Sleep(time.Hour)
 		}

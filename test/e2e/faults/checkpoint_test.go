@@ -64,7 +64,9 @@ func TestKill9WorkerResumesFromCheckpoint(t *testing.T) {
 	h := NewHistory(t, o)
 	cmd := h.ExecWrapperCommand()
 	a := o.StartWorker(WorkerSpec{Name: "a", Persistent: true, Command: cmd, JobTOML: checkpointTOML("0")})
-	_, id := h.Submit(map[string]any{"steps": steps, "step_seconds": 0.1, "checkpointing_steps": k, "output_dir": "out"}, nil)
+	// Attempt 1 waits after step 20, so the kill lands mid-training on any machine.
+	_, id := h.Submit(map[string]any{"steps": steps, "step_seconds": 0.1, "checkpointing_steps": k, "output_dir": "out",
+		"pause_after_step": 20}, nil)
 	kept := -1
 	Eventually(t, 30*time.Second, "a checkpoint at step 15 or later kept", func() bool { kept = keptStep(o, id); return kept >= 15 })
 	h.Fault("kill -9 worker a right after checkpoint-%d of %s was kept", kept, id)
@@ -104,7 +106,9 @@ func TestWorkerStopKeepsTheLastCheckpoint(t *testing.T) {
 	cmd := h.ExecWrapperCommand()
 	a := o.StartWorker(WorkerSpec{Name: "a", Persistent: true, Command: cmd, CancelGrace: "5s",
 		WorkerTOML: "drain_timeout = \"300ms\"\n", JobTOML: "checkpoint_scan_interval = \"1h\"\ncheckpoint_upload_rate = \"0\"\n"})
-	_, id := h.Submit(map[string]any{"steps": steps, "step_seconds": 0.05, "checkpointing_steps": k, "output_dir": "out"}, nil)
+	// Attempt 1 waits after step 20, so the stop lands mid-training on any machine.
+	_, id := h.Submit(map[string]any{"steps": steps, "step_seconds": 0.05, "checkpointing_steps": k, "output_dir": "out",
+		"pause_after_step": 20}, nil)
 	reached := 0
 	Eventually(t, 60*time.Second, "step 20 trained", func() bool {
 		for _, m := range stepLine.FindAllStringSubmatch(o.Logs(id), -1) {
