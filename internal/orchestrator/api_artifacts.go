@@ -18,6 +18,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/diskfull"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -226,7 +227,7 @@ func (s *Server) putObject(w http.ResponseWriter, r *http.Request, ps httprouter
 		if errors.As(err, &ae) {
 			return ae // the attempt was replaced meanwhile
 		}
-		if !isNoSpace(err) { // a full disk is logged once, not per upload
+		if !diskfull.IsNoSpace(err) { // a full disk is logged once, not per upload
 			s.log.Info("artifact upload failed", "job_id", ref.JobID, "attempt", ref.Attempt, "path", ref.Path(), "err", err)
 		}
 		return s.artifactError(err)

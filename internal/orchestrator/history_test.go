@@ -345,7 +345,7 @@ func TestArtifactDiskFullIs507(t *testing.T) {
 		t.Fatalf("readyz with the artifacts' disk full: %d %s", r.Status, r.Body)
 	}
 	// The disk has room: the watcher's probe write succeeds and it recovers.
-	testutil.Eventually(t, 5*time.Second, "space again", func() bool { _, degraded := e.srv.disk.problem(); return degraded == "" })
+	testutil.Eventually(t, 5*time.Second, "space again", func() bool { _, degraded := e.srv.disk.Problem(); return degraded == "" })
 	if left := e.stored(); len(left) != 0 {
 		t.Fatalf("the probe left %v", left)
 	}

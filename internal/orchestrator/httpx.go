@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/diskfull"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -78,11 +79,11 @@ func (s *Server) apiError(err error, what string) (ae *api.Error, retryAfter str
 		}
 		return ae, retryAfter
 	}
-	if isNoSpace(err) {
+	if diskfull.IsNoSpace(err) {
 		// Logged once for the whole episode, not per request.
-		disk := diskArtifacts
+		disk := diskfull.Artifacts
 		if errors.Is(err, store.ErrDiskFull) {
-			disk = diskDatabase
+			disk = diskfull.Database
 		}
 		return s.diskFullError(disk, err), "30"
 	}

@@ -153,7 +153,7 @@ func (s *Server) writeMetrics(ctx context.Context, w io.Writer) {
 	counter("simpletuner_sse_slow_streams_dropped_total", "Worker streams closed because their reader fell behind.", s.hub.Dropped())
 	m.dispatchLatency.write(w, "simpletuner_dispatch_latency_seconds", "Time from a job becoming queued to its job_submit event.")
 	m.writeArtifacts(counter)
-	gauge("simpletuner_disk_full", "1 while writes fail because the database's or the artifacts' disk is full.", s.disk.fullGauge())
+	gauge("simpletuner_disk_full", "1 while writes fail because the database's or the artifacts' disk is full.", s.disk.Gauge())
 	s.retention.WriteMetrics(w, counter, gauge)
 	s.webhooks.WriteMetrics(ctx, w)
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/diskfull"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/gpuhistory"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/hub"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/liveness"
@@ -228,8 +229,8 @@ type Server struct {
 	sessionRefusals refusalLog
 	// freezeFile is the fault suite's freeze hook (see freezehook.go); "" in production.
 	freezeFile string
-	// disk tracks full disks (see diskfull.go).
-	disk diskState
+	// disk tracks full disks (package diskfull).
+	disk *diskfull.State
 	// recent holds the last full count of the jobs that ended lately (recent.go).
 	recent recentEnds
 	// webhooks turns the store's changes into webhook events and delivers
@@ -254,11 +255,11 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 		stopped:    make(chan struct{}),
 		heard:      liveness.NewMemory(log),
 		gpuHistory: gpuhistory.New(),
+		disk:       diskfull.New(log),
 	}
 	opt = opt.withDefaults()
 	s.opt.Store(&opt)
 	s.webhooks = webhook.New(st, opt.webhookOptions(), log)
-	s.disk.init()
 	s.hub = hub.New(log)
 	s.retention = &retention.Keeper{Store: st, Artifacts: s.artifacts.Load, Log: log,
 		Options: func() retention.Options { return s.options().Retention }, StartupGrace: func() time.Duration { return s.options().StartupGrace },
@@ -521,7 +522,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	if s.unready.Swap(false) {
 		s.log.Info("ready: the database answers again")
 	}
-	notReady, degraded := s.disk.problem()
+	notReady, degraded := s.disk.Problem()
 	if notReady != "" {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": notReady})
 		return

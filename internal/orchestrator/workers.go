@@ -11,6 +11,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/diskfull"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -386,7 +387,7 @@ func (s *Server) heartbeat(ctx context.Context, wk store.Worker, req protocol.He
 		s.heard.BeatStored(wk.ID)
 	case errors.Is(err, store.ErrDiskFull):
 		// The worker is alive all the same: keep that in memory.
-		s.noteDiskFull(diskDatabase, err)
+		s.disk.Note(diskfull.Database, err)
 		s.heard.KeepBeat(wk.ID, now)
 		updated, updated.LastHeartbeat = wk, &now
 	default:
