@@ -13,6 +13,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/logfeed"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -134,7 +135,7 @@ func (ls *logStream) write() bool {
 // piece writes what p adds after the cursor. It returns false when p does
 // not continue the cursor exactly (a gap, a new attempt, a resend): the store
 // then has to say what comes next.
-func (ls *logStream) piece(p logPiece) bool {
+func (ls *logStream) piece(p logfeed.Piece) bool {
 	end := p.Offset + int64(len(p.Data))
 	switch {
 	case p.Attempt < ls.cursor.Attempt, p.Attempt == ls.cursor.Attempt && end <= ls.cursor.Offset:
@@ -178,8 +179,8 @@ func (s *Server) followLog(w http.ResponseWriter, r *http.Request, j store.Job, 
 			"this credential already follows %d logs, the most server.max_log_followers allows; close one first", opt.MaxLogFollowers)
 	}
 	defer s.followers.release(key)
-	sub := s.logFeed.subscribe(j.ID)
-	defer s.logFeed.unsubscribe(j.ID, sub)
+	sub := s.logFeed.Subscribe(j.ID)
+	defer s.logFeed.Unsubscribe(j.ID, sub)
 
 	rc := http.NewResponseController(w)
 	ls := &logStream{s: s, w: w, rc: rc, jobID: j.ID}
@@ -228,8 +229,8 @@ func (s *Server) followLog(w http.ResponseWriter, r *http.Request, j store.Job, 
 			return nil
 		case <-s.stopped:
 			return nil
-		case <-sub.wake:
-			pieces, catchUp, moved := sub.take()
+		case <-sub.Wake():
+			pieces, catchUp, moved := sub.Take()
 			for _, p := range pieces {
 				if catchUp {
 					break

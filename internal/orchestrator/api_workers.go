@@ -14,6 +14,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/hub"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/logfeed"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -322,9 +323,9 @@ func (s *Server) handleJobLogs(w http.ResponseWriter, r *http.Request, ps httpro
 	}
 	switch end := offset + int64(len(data)); {
 	case truncated:
-		s.logFeed.changed(jobID)
+		s.logFeed.Changed(jobID)
 	case end == size && len(data) > 0:
-		s.logFeed.stored(jobID, logPiece{Attempt: attempt, Offset: offset, Data: data})
+		s.logFeed.Stored(jobID, logfeed.Piece{Attempt: attempt, Offset: offset, Data: data})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "size": size, "truncated": truncated})
 	return nil

@@ -45,13 +45,13 @@ func presenterOf(r *http.Request) presenter {
 // limited refuses (429) a client that has failed too often. A well-formed
 // credential still gets its lookup, so a valid one is never locked out;
 // garbage from a flooding client costs no database work. Neither writes
-// anything: failures are audited in aggregate (see failureAudit).
+// anything: failures are audited in aggregate (package authfail).
 func (s *Server) limited(c presenter, token string, wellFormed bool) error {
 	wait, blocked := s.limiter.Blocked(c.key)
 	if !blocked || wellFormed {
 		return nil
 	}
-	s.failures.note(c.key, c.ip, c.route, token, true)
+	s.failures.Note(c.key, c.ip, c.route, token, true)
 	return s.tooMany(c, wait)
 }
 
@@ -67,7 +67,7 @@ func (s *Server) refused(c presenter, token, code, detail string) error {
 	s.limiter.Fail(c.key)
 	s.metrics.AuthFailures.Add(1)
 	wait, blocked := s.limiter.Blocked(c.key)
-	s.failures.note(c.key, c.ip, c.route, token, blocked)
+	s.failures.Note(c.key, c.ip, c.route, token, blocked)
 	if blocked {
 		return s.tooMany(c, wait)
 	}
@@ -118,13 +118,6 @@ func (s *Server) worker(h workerHandler) httprouter.Handle {
 			s.writeError(w, r, err)
 		}
 	}
-}
-
-func tokenAccessor(token string) string {
-	if token == "" {
-		return "(none)"
-	}
-	return auth.Accessor(token)
 }
 
 func (s *Server) workerByToken(r *http.Request, token string) (store.Worker, error) {

@@ -26,10 +26,12 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/authfail"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/diskfull"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/gpuhistory"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/hub"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/liveness"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/logfeed"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/placement"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/retention"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -214,10 +216,10 @@ type Server struct {
 	// artifacts stores what jobs upload; nil answers 503 (see SetArtifacts).
 	artifacts atomic.Pointer[artifacts.Store]
 	// logFeed passes stored log output to follow streams; followers counts them.
-	logFeed   *logFeed
+	logFeed   *logfeed.Feed
 	followers followers
 	// failures gathers failed authentications for the audit log.
-	failures failureAudit
+	failures authfail.Gatherer
 	// heard is what heartbeats told of each worker: attempts they left out,
 	// clock skew, the latest GPU numbers, a heartbeat the full disk could
 	// not store. gpuHistory keeps the last hours of
@@ -251,7 +253,7 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 		started:    time.Now(),
 		wake:       make(chan struct{}, 1),
 		limiter:    auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now),
-		logFeed:    newLogFeed(),
+		logFeed:    logfeed.New(),
 		stopped:    make(chan struct{}),
 		heard:      liveness.NewMemory(log),
 		gpuHistory: gpuhistory.New(),

@@ -50,7 +50,7 @@ func (s *Server) moveJob(ctx context.Context, jobID string, decide decideFunc) (
 
 // afterMove does the in-memory follow-ups of a job change.
 func (s *Server) afterMove(before, after store.Job, t *store.JobTransition) {
-	s.logFeed.moved(after.ID)
+	s.logFeed.Moved(after.ID)
 	if after.Status == protocol.JobQueued && before.Status != protocol.JobQueued {
 		s.metrics.Requeues.Add(1)
 	}
