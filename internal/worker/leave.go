@@ -96,32 +96,25 @@ func (w *Worker) authFailed(err error) error {
 }
 
 // stopAndWait stops every running job and waits for them to be gone (SIGKILL
-// comes after the grace, so this is bounded). The reports that let the
-// orchestrator requeue the jobs wait for their last checkpoints' uploads,
-// which run side by side, so the time they take is one bound per worker,
-// not per job.
+// comes after the grace, so this is bounded). Each job's report, which lets
+// the orchestrator requeue it, waits for its last checkpoint's upload; the
+// jobs' uploads and reports run side by side, so the time they take is one
+// bound per worker, not per job.
 func (w *Worker) stopAndWait(why stopReason, detail string) {
 	running := w.running()
 	for _, a := range running {
 		w.stopJob(a, why, detail, a.grace)
 	}
-	type ended struct {
-		rec             statusRecord
-		report, spooled bool
-	}
-	ends := make([]ended, len(running))
-	for i, a := range running {
+	var ends sync.WaitGroup
+	for _, a := range running {
 		a.waitGone()
-		ends[i].rec, ends[i].report, ends[i].spooled = w.closeAttempt(a)
+		rec, report, spooled := w.closeAttempt(a)
+		ends.Go(func() {
+			a.finishCheckpointsOnShutdown(rec, report)
+			a.lastReport(rec, report, spooled)
+		})
 	}
-	var uploads sync.WaitGroup
-	for i, a := range running {
-		uploads.Go(func() { a.finishCheckpointsOnShutdown(ends[i].rec, ends[i].report) })
-	}
-	uploads.Wait()
-	for i, a := range running {
-		a.lastReport(ends[i].rec, ends[i].report, ends[i].spooled)
-	}
+	ends.Wait()
 }
 
 // finalReportsAndDisconnect sends what is spooled and says goodbye, each bounded by

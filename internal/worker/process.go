@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"runtime"
 	"sync"
 	"syscall"
@@ -20,7 +19,6 @@ import (
 // by a goroutine. The worker's session loop never reads the pipe itself, so a
 // silent or chatty trainer cannot stall heartbeats or the stream.
 type process struct {
-	cmd  *exec.Cmd
 	job  *isolation.Job
 	pgid int
 	done chan struct{} // closed once the leader is reaped, the job ended and the output drained
@@ -63,7 +61,7 @@ func startProcess(argv []string, dir string, env []string, out io.Writer, job *i
 		Pdeathsig: syscall.SIGKILL,
 	}
 	job.Apply(cmd.SysProcAttr)
-	p := &process{cmd: cmd, job: job, done: make(chan struct{}), outDrain: outputDrainTimeout}
+	p := &process{job: job, done: make(chan struct{}), outDrain: outputDrainTimeout}
 
 	started := make(chan error, 1)
 	reaped := make(chan struct{})

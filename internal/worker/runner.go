@@ -117,7 +117,6 @@ type runner struct {
 	fenced  bool
 	timeout *time.Timer
 
-	launched     chan struct{} // closed once the start was tried (success or not)
 	ended        chan struct{} // closed by the loop when the attempt is over
 	progressDone chan struct{} // closed after the starting report was sent
 }
@@ -126,7 +125,6 @@ func newRunner(env *runnerEnv, ev *protocol.JobSubmitEvent, settings JobSettings
 	return &runner{
 		env: env, jobID: ev.JobID, n: ev.Attempt, ev: ev, settings: settings, grace: settings.grace(ev.CancelGraceSeconds),
 		log:          env.log.With("job_id", ev.JobID, "attempt", ev.Attempt),
-		launched:     make(chan struct{}),
 		ended:        make(chan struct{}),
 		progressDone: make(chan struct{}),
 	}
@@ -192,7 +190,6 @@ func (r *runner) start(ctx context.Context) bool {
 // launch prepares the working directory and starts the process, its log spool and
 // shipper. Errors end up in r.startErr and make the attempt fail.
 func (r *runner) launch() {
-	defer close(r.launched)
 	env := r.env
 	dir, err := jobDir(env.opt.WorkDir, r.ev.JobID)
 	if err != nil {

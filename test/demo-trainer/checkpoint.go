@@ -107,10 +107,7 @@ func (c *checkpointer) save(step int, loss float64) error {
 		return err
 	}
 	if c.guard {
-		if err := os.WriteFile(filepath.Join(dir, ".guard.tmp"), []byte("complete\n"), 0o644); err != nil {
-			return err
-		}
-		if err := os.Rename(filepath.Join(dir, ".guard.tmp"), filepath.Join(dir, ".guard")); err != nil {
+		if err := writeAtomically(filepath.Join(dir, ".guard"), []byte("complete\n")); err != nil {
 			return err
 		}
 	}

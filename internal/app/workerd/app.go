@@ -44,6 +44,9 @@ func New(cfg *config.Worker, args []string, getenv func(string) string, log *slo
 	gpus := gpuSource(cfg.GPU, log)
 	opt := worker.OptionsFrom(cfg)
 	opt.Version, opt.GPU, opt.Logger, opt.Isolation = version.Version, gpus, log, iso
+	if getenv == nil {
+		getenv = os.Getenv
+	}
 	a := &App{args: args, getenv: getenv, log: log, level: level, started: cfg, applied: cfg, gpus: gpus, iso: iso}
 	if cfg.TokenRereadable() {
 		opt.TokenSource = a.readToken
@@ -66,15 +69,12 @@ func New(cfg *config.Worker, args []string, getenv func(string) string, log *slo
 // says where it is: the token file, the credential, or the configuration
 // file's line.
 func (a *App) readToken() (string, string, error) {
-	cfg, _, err := config.LoadWorker(a.args, a.getenv)
-	if err == nil {
-		err = cfg.Require()
-	}
+	cfg, err := a.load()
 	if err != nil {
 		return "", "", err
 	}
 	where := cfg.Origin("orchestrator.token")
-	creds := a.env("CREDENTIALS_DIRECTORY")
+	creds := a.getenv("CREDENTIALS_DIRECTORY")
 	switch {
 	case where != "" && where == cfg.Origin("orchestrator.token_file"):
 		where = cfg.Orchestrator.TokenFile
@@ -85,11 +85,14 @@ func (a *App) readToken() (string, string, error) {
 	return cfg.Orchestrator.Token.Value(), where, nil
 }
 
-func (a *App) env(name string) string {
-	if a.getenv == nil {
-		return os.Getenv(name)
+// load reads the configuration the way a start would, with every required
+// key checked.
+func (a *App) load() (*config.Worker, error) {
+	cfg, _, err := config.LoadWorker(a.args, a.getenv)
+	if err == nil {
+		err = cfg.Require()
 	}
-	return a.getenv(name)
+	return cfg, err
 }
 
 // IsolationConfig maps the [job] settings onto the job isolation's.
@@ -112,10 +115,7 @@ func (a *App) Close() {
 // neither started nor cancelled by a reload. An invalid file keeps the
 // running configuration.
 func (a *App) Reload() error {
-	cfg, _, err := config.LoadWorker(a.args, a.getenv)
-	if err == nil {
-		err = cfg.Require()
-	}
+	cfg, err := a.load()
 	if err != nil {
 		return err
 	}
