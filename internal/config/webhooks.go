@@ -76,9 +76,6 @@ func (c WebhookDeliveryConfig) WebhookGuard() spec.Guard {
 	return g
 }
 
-// minWebhookSecret is the shortest secret a subscription may have.
-const minWebhookSecret = 16
-
 func (l *loader) validateWebhooks(c *Orchestrator) {
 	d := c.WebhookDelivery
 	if n := d.Concurrency; n < 1 || n > 1024 {
@@ -146,8 +143,8 @@ func (l *loader) webhookSecret(w *WebhookConfig, at func(string, ...any)) {
 		at("a secret is required (secret_file, or secret): the receiver checks every request's signature with it")
 		return
 	}
-	if len(w.Secret) < minWebhookSecret {
-		at("the secret must be at least %d characters, got %d", minWebhookSecret, len(w.Secret))
+	if len(w.Secret) < spec.MinSecret {
+		at("the secret must be at least %d characters, got %d", spec.MinSecret, len(w.Secret))
 	}
 }
 

@@ -221,12 +221,12 @@ func FuzzRender(f *testing.F) {
 		if slack {
 			d.Webhook.Format = spec.FormatSlack
 		}
-		r, err := render(d)
+		body, err := render(d)
 		if err != nil {
 			return
 		}
-		if slack && !json.Valid(r.body) {
-			t.Fatalf("slack body %q is not JSON", r.body)
+		if slack && !json.Valid(body) {
+			t.Fatalf("slack body %q is not JSON", body)
 		}
 	})
 }

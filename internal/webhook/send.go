@@ -68,23 +68,16 @@ func guardControl(g spec.Guard) func(network, address string, _ syscall.RawConn)
 	}
 }
 
-// request is one request of a delivery, ready to send.
-type request struct {
-	body        []byte
-	contentType string
-}
-
-// render makes the body of d in its subscription's format.
-func render(d store.WebhookDelivery) (request, error) {
+// render makes the body of d in its subscription's format (JSON either way).
+func render(d store.WebhookDelivery) ([]byte, error) {
 	if d.Webhook.Format != spec.FormatSlack {
-		return request{body: d.Payload, contentType: "application/json"}, nil
+		return d.Payload, nil
 	}
 	var p Payload
 	if err := json.Unmarshal(d.Payload, &p); err != nil {
-		return request{}, fmt.Errorf("the event's payload does not decode: %w", err)
+		return nil, fmt.Errorf("the event's payload does not decode: %w", err)
 	}
-	body, err := json.Marshal(map[string]string{"text": SlackText(p)})
-	return request{body: body, contentType: "application/json"}, err
+	return json.Marshal(map[string]string{"text": SlackText(p)})
 }
 
 // result is how a request went.
@@ -96,22 +89,22 @@ type result struct {
 
 // send makes one request of d, signed, and reads the answer.
 func send(ctx context.Context, c *http.Client, d store.WebhookDelivery, attempt int, ua string, at time.Time) result {
-	r, err := render(d)
+	body, err := render(d)
 	if err != nil {
 		return result{err: err.Error()}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.Webhook.URL, bytes.NewReader(r.body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.Webhook.URL, bytes.NewReader(body))
 	if err != nil {
 		return result{err: "the URL does not make a request"}
 	}
 	h := req.Header
-	h.Set("Content-Type", r.contentType)
+	h.Set("Content-Type", "application/json")
 	h.Set("User-Agent", ua)
 	h.Set(EventHeader, d.EventType)
 	h.Set(EventIDHeader, d.EventID)
 	h.Set(DeliveryHeader, strconv.FormatInt(d.ID, 10))
 	h.Set(AttemptHeader, strconv.Itoa(attempt))
-	h.Set(SignatureHeader, Sign(d.Webhook.Secret, at, r.body))
+	h.Set(SignatureHeader, Sign(d.Webhook.Secret, at, body))
 	resp, err := c.Do(req)
 	if err != nil {
 		return result{err: requestError(ctx, err)}

@@ -29,7 +29,7 @@ func (e *FieldError) Error() string { return fmt.Sprintf("field %q: %s", e.Field
 var ErrFromConfig = errors.New("the subscription is a [[webhooks]] entry of orchestratord.toml: change it there")
 
 // MinSecret is the shortest secret a subscription may have.
-const MinSecret = 16
+const MinSecret = spec.MinSecret
 
 // NewSecret returns a fresh secret: "whsec_" and 32 random bytes.
 func NewSecret() string {

@@ -363,26 +363,32 @@ func scanDelivery(r scanner, extra ...any) (store.WebhookDelivery, error) {
 	return d, err
 }
 
+// claimableDelivery is a delivery d that may be sent now: pending, due, not
+// leased, and the oldest pending one of its subscription and key (two ?: the
+// due time and the lease time).
+const claimableDelivery = `d.state = 'pending' AND d.next_at <= ? AND (d.lease_until IS NULL OR d.lease_until <= ?)
+	AND NOT EXISTS (SELECT 1 FROM webhook_deliveries p WHERE p.webhook_id = d.webhook_id
+		AND p.order_key = d.order_key AND p.state = 'pending' AND p.id < d.id)`
+
 // ClaimWebhookDeliveries leases the due deliveries that head their
 // subscription's and key's queue.
 func (s *Store) ClaimWebhookDeliveries(ctx context.Context, owner string, at, until time.Time, limit int) ([]store.WebhookDelivery, error) {
 	if owner == "" || limit <= 0 {
 		return nil, errors.New("store: a claim needs an owner and a limit")
 	}
-	// Most looks find nothing due: they read, and take no write turn.
+	// Most looks find nothing claimable (nothing due, or only deliveries
+	// leased or waiting behind an older one of their key): they read, with the
+	// claim's own condition, and take no write turn.
 	var due int
-	err := s.reader().queryRow(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM webhook_deliveries
-		WHERE state = 'pending' AND next_at <= ? LIMIT 1) AS due`, s.tv(at)).Scan(&due)
+	err := s.reader().queryRow(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM webhook_deliveries d
+		WHERE `+claimableDelivery+` LIMIT 1) AS due`, s.tv(at), s.tv(at)).Scan(&due)
 	if err != nil || due == 0 {
 		return nil, err
 	}
 	var out []store.WebhookDelivery
 	err = s.write(ctx, func(c conn) error {
 		out = nil
-		rows, err := c.query(ctx, `SELECT d.id FROM webhook_deliveries d
-			WHERE d.state = 'pending' AND d.next_at <= ? AND (d.lease_until IS NULL OR d.lease_until <= ?)
-			AND NOT EXISTS (SELECT 1 FROM webhook_deliveries p WHERE p.webhook_id = d.webhook_id
-				AND p.order_key = d.order_key AND p.state = 'pending' AND p.id < d.id)
+		rows, err := c.query(ctx, `SELECT d.id FROM webhook_deliveries d WHERE `+claimableDelivery+`
 			ORDER BY d.next_at, d.id LIMIT ?`+s.d.SkipLocked, s.tv(at), s.tv(at), limit)
 		if err != nil {
 			return err

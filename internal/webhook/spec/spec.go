@@ -90,6 +90,9 @@ const (
 // DefaultTeam is the team of every job until jobs have teams.
 const DefaultTeam = "default"
 
+// MinSecret is the shortest signing secret a subscription may have.
+const MinSecret = 16
+
 // CheckFilter checks one entry of a subscription's events: an event name,
 // "*" (every event) or a family ("job.*").
 func CheckFilter(f string) error {
