@@ -404,6 +404,10 @@ type JobArtifacts struct {
 	Artifacts  []Artifact `json:"artifacts"`
 }
 
+// ArtifactSHA256Header carries an artifact's SHA-256 (hex) in a download's
+// answer.
+const ArtifactSHA256Header = "X-Artifact-Sha256"
+
 // Artifact is one file a job's attempt stored.
 type Artifact struct {
 	Path       string `json:"path"`
@@ -419,16 +423,6 @@ type Artifact struct {
 type ArtifactsQuery struct {
 	JobID   string
 	Attempt int
-}
-
-// Health is GET /healthz and GET /readyz. Reason says what is not ready;
-// Degraded what works only in part (a full artifacts disk).
-type Health struct {
-	Status   string `json:"status"`
-	Version  string `json:"version,omitempty"`
-	Store    string `json:"store,omitempty"`
-	Reason   string `json:"reason,omitempty"`
-	Degraded string `json:"degraded,omitempty"`
 }
 
 // Error is a refusal or failure of an API call: an HTTP status and the

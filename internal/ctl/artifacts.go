@@ -19,6 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/ctl/client"
 	"github.com/simpletuner/simpletuner-orchestration/internal/ctl/output"
 )
@@ -193,14 +194,11 @@ func (d *downloader) toWriter(ctx context.Context, w io.Writer) (int64, error) {
 	defer res.Body.Close()
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(w, h), res.Body)
-	if err == nil && !checksumMatches(res.Header.Get(sha256Header), h) {
+	if err == nil && !checksumMatches(res.Header.Get(api.ArtifactSHA256Header), h) {
 		err = fmt.Errorf("%w; what was written is not that file", errChecksum)
 	}
 	return n, err
 }
-
-// sha256Header carries an artifact's SHA-256 (hex) in a download's answer.
-const sha256Header = "X-Artifact-Sha256"
 
 func checksumMatches(want string, h hash.Hash) bool {
 	return want == "" || strings.EqualFold(want, hex.EncodeToString(h.Sum(nil)))
@@ -344,7 +342,7 @@ func (d *downloader) fetch(ctx context.Context, f *os.File, have *int64, validat
 		return false, err
 	}
 	defer res.Body.Close()
-	sum := res.Header.Get(sha256Header)
+	sum := res.Header.Get(api.ArtifactSHA256Header)
 	switch res.StatusCode {
 	case http.StatusOK:
 		// Whole file: the server ignored the range, or it changed since the

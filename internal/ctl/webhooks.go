@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/ctl/client"
 	"github.com/simpletuner/simpletuner-orchestration/internal/ctl/output"
 	"github.com/simpletuner/simpletuner-orchestration/internal/webhook/spec"
@@ -47,9 +48,7 @@ func (a *app) webhooks(cmd *cobra.Command) ([]spec.Subscription, []byte, error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	var reply struct {
-		Webhooks []spec.Subscription `json:"webhooks"`
-	}
+	var reply api.WebhookList
 	raw, err := cl.GetJSON(cmd.Context(), "/api/admin/webhooks", nil, &reply)
 	return reply.Webhooks, raw, err
 }
@@ -178,9 +177,7 @@ func (a *app) deliveries(cmd *cobra.Command, name string, q url.Values) ([]spec.
 	if err != nil {
 		return nil, nil, err
 	}
-	var reply struct {
-		Deliveries []spec.Delivery `json:"deliveries"`
-	}
+	var reply api.DeliveryPage
 	raw, err := cl.GetJSON(cmd.Context(), "/api/admin/webhooks/"+client.PathEscape(name)+"/deliveries", q, &reply)
 	return reply.Deliveries, raw, err
 }
@@ -240,10 +237,7 @@ func (a *app) webhooksDeleteCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var reply struct {
-				ID   string `json:"id"`
-				Name string `json:"name"`
-			}
+			var reply api.WebhookDeleted
 			raw, err := cl.JSON(cmd.Context(), client.Request{Method: http.MethodDelete, Path: "/api/admin/webhooks/" + client.PathEscape(args[0])}, &reply)
 			if err != nil {
 				return err

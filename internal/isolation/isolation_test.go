@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 func TestMountsAndMembership(t *testing.T) {
@@ -141,14 +143,14 @@ func TestCgroupEndsEscapers(t *testing.T) {
 	}
 	job.Signal(syscall.SIGTERM)
 	time.Sleep(100 * time.Millisecond)
-	if !running(escaped) {
+	if !testutil.Running(escaped) {
 		t.Fatal("the escaper died of a SIGTERM it ignores")
 	}
 	job.Kill()
 	_ = cmd.Wait()
 	job.Finish(nil)
 	for _, pid := range []int{cmd.Process.Pid, escaped} {
-		if running(pid) {
+		if testutil.Running(pid) {
 			t.Errorf("pid %d survived the job", pid)
 		}
 	}
@@ -188,19 +190,6 @@ func TestCgroupAccountsCPU(t *testing.T) {
 	if u.CPU < charged*9/10 || u.CPU > charged*3/2+50*time.Millisecond {
 		t.Fatalf("the cgroup counted %s; the processes were charged %s", u.CPU, charged)
 	}
-}
-
-// running reports whether pid is a live process. A killed process that
-// left its parent behind lingers as a zombie until init reaps it; that one
-// runs nothing and counts as gone.
-func running(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
 // A job kept from one of two "GPUs" cannot open its device file and still

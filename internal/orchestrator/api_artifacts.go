@@ -423,7 +423,7 @@ func serveArtifact(w http.ResponseWriter, r *http.Request, rd io.ReadSeeker, obj
 		h.Set("ETag", et)
 	}
 	if obj.SHA256 != "" {
-		h.Set("X-Artifact-Sha256", obj.SHA256)
+		h.Set(api.ArtifactSHA256Header, obj.SHA256)
 	}
 	http.ServeContent(w, r, "", obj.Modified, rd)
 }

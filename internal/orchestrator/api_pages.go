@@ -93,9 +93,13 @@ func jobsQuery(_ http.ResponseWriter, r *http.Request, _ httprouter.Params) (api
 		}
 	}
 	var err error
-	out.Limit, out.Offset, err = page(r, 50, 200)
+	out.Limit, out.Offset, err = page(r, jobsPageDefault, jobsPageMax)
 	return out, err
 }
+
+// A page of the jobs list: the default and the most a query may ask for, the
+// same over HTTP and for in-process callers.
+const jobsPageDefault, jobsPageMax = 50, 200
 
 func parseJobList(in api.JobsQuery) (jobListQuery, error) {
 	out := jobListQuery{waiting: in.Waiting}
@@ -125,10 +129,10 @@ func parseJobList(in api.JobsQuery) (jobListQuery, error) {
 	}
 	f.Limit, f.Offset = in.Limit, in.Offset
 	if f.Limit <= 0 {
-		f.Limit = 50
+		f.Limit = jobsPageDefault
 	}
-	if f.Limit > 200 || f.Offset < 0 {
-		return out, invalid("query parameter \"limit\" must be an integer from 1 to 200")
+	if f.Limit > jobsPageMax || f.Offset < 0 {
+		return out, invalid("query parameter \"limit\" must be an integer from 1 to %d", jobsPageMax)
 	}
 	if c := in.Cursor; c != "" {
 		order, seq, ok := decodeCursor(c)

@@ -6,8 +6,8 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/gpuhistory"
-	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
 // runFleetHistory counts the fleet's GPUs once a minute (and at start).
@@ -38,7 +38,7 @@ func (s *Server) sampleFleet(ctx context.Context) {
 	inUse, online := 0, 0
 	for _, g := range groups {
 		inUse += g.GPUsUsed
-		if g.Status == protocol.WorkerIdle || g.Status == protocol.WorkerPartial || g.Status == protocol.WorkerBusy {
+		if lifecycle.Working(g.Status) {
 			online += g.Count * g.GPUInfo.Count
 		}
 	}

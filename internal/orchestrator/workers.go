@@ -65,9 +65,10 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 			tookOverFrom = cur.Session
 		}
 		cur.Session = reg.session
-		changes := reportedChanges(*cur, req)
+		inventory, ignored := placementInventory(cur.GPUInfo, req.GPUInfo, cur.LabelsLocked)
+		changes := reportedChanges(*cur, req, ignored)
 		cur.Name = req.Name
-		cur.GPUInfo, inventoryIgnored = placementInventory(cur.GPUInfo, req.GPUInfo, cur.LabelsLocked)
+		cur.GPUInfo, inventoryIgnored = inventory, ignored
 		cur.Persistent = req.Persistent
 		if req.Provider != nil && *req.Provider != "" {
 			cur.Provider = *req.Provider
@@ -225,7 +226,7 @@ func inventoryWithin(r, p protocol.GPUSummary) bool {
 // part: an admin's keys win, and a locked worker's are ignored) and its GPU
 // inventory. Since these decide which jobs, and which jobs' secrets, a
 // worker gets, every change is on record. Nothing changed: nil.
-func reportedChanges(cur store.Worker, req protocol.RegisterRequest) map[string]any {
+func reportedChanges(cur store.Worker, req protocol.RegisterRequest, inventoryIgnored bool) map[string]any {
 	out := map[string]any{}
 	before := reportedPart(cur.Labels, cur.AdminLabels)
 	after := reportedPart(placementLabels(cur.Labels, cur.AdminLabels, req.Labels, cur.LabelsLocked), cur.AdminLabels)
@@ -238,7 +239,7 @@ func reportedChanges(cur store.Worker, req protocol.RegisterRequest) map[string]
 		}
 	}
 	if b, a := canonicalJSON(cur.GPUInfo.Raw), canonicalJSON(req.GPUInfo); b != a {
-		if _, ignored := placementInventory(cur.GPUInfo, req.GPUInfo, cur.LabelsLocked); ignored {
+		if inventoryIgnored {
 			out["gpu_info_ignored"] = json.RawMessage(a) // locked: on record, not used
 		} else {
 			out["gpu_info_before"], out["gpu_info_after"] = json.RawMessage(b), json.RawMessage(a)

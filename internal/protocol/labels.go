@@ -53,12 +53,19 @@ func CheckPrintable(s string) error {
 		return fmt.Errorf("is not valid UTF-8")
 	}
 	for i, r := range s {
-		if r < 0x20 || (r >= 0x7f && r < 0xa0) || r == 0x200e || r == 0x200f || r == 0x061c ||
-			(r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) {
+		if Unprintable(r) {
 			return fmt.Errorf("has the control character %U at byte %d", r, i)
 		}
 	}
 	return nil
+}
+
+// Unprintable reports whether r is a control character or a direction mark
+// or override (LRM, RLM, ALM, LRE…RLO, LRI…PDI): what would let a name or a
+// label rewrite a terminal's or a page's line around it.
+func Unprintable(r rune) bool {
+	return r < 0x20 || (r >= 0x7f && r < 0xa0) || r == 0x200e || r == 0x200f || r == 0x061c ||
+		(r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
 }
 
 // CheckLabelPatterns checks a job's label patterns, key → glob ("*", "?",

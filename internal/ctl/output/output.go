@@ -12,6 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
 // Format is the -o choice.
@@ -150,12 +152,8 @@ func ownSequence(s string) string {
 	return ""
 }
 
-// unsafeRune: a control character other than newline, or a direction mark
-// or override (LRM, RLM, ALM, LRE…RLO, LRI…PDI).
-func unsafeRune(r rune) bool {
-	return (r < 0x20 && r != '\n') || (r >= 0x7f && r < 0xa0) || r == 0x200e || r == 0x200f || r == 0x061c ||
-		(r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
-}
+// unsafeRune: what protocol.Unprintable refuses in names, but newline.
+func unsafeRune(r rune) bool { return r != '\n' && protocol.Unprintable(r) }
 
 // layoutBreaks are what would break a table's layout, replaced by spaces.
 var layoutBreaks = strings.NewReplacer("\t", " ", "\n", " ", "\r", " ")
