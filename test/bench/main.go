@@ -30,25 +30,29 @@ import (
 )
 
 type flags struct {
-	stores       string
-	workers      int
-	cycleWorkers int
-	jobs         int
-	submitters   int
-	backlog      int
-	samples      int
-	fleetSamples int
-	hbWindow     time.Duration
-	createPar    int
-	connectPar   int
-	inProcess    bool
-	cpuProfile   string
-	pprofAddr    string
-	keep         bool
-	launch       launchFlags
-	launchOnly   bool
-	gpus         gpuFlags
-	orchBin      string
+	stores        string
+	workers       int
+	cycleWorkers  int
+	jobs          int
+	submitters    int
+	backlog       int
+	samples       int
+	fleetSamples  int
+	hbWindow      time.Duration
+	createPar     int
+	connectPar    int
+	inProcess     bool
+	cpuProfile    string
+	mutexProfile  string
+	blockProfile  string
+	allocsProfile string
+	orchProcs     int
+	pprofAddr     string
+	keep          bool
+	launch        launchFlags
+	launchOnly    bool
+	gpus          gpuFlags
+	orchBin       string
 	// The dashboard measurement.
 	dashboard     bool
 	dashboardOnly bool
@@ -84,6 +88,10 @@ func main() {
 	flag.IntVar(&f.connectPar, "connect-par", 64, "concurrent register+connect sequences")
 	flag.BoolVar(&f.inProcess, "inprocess", false, "run the orchestrator inside the bench process (for -cpuprofile/-pprof; RSS is then the sum of both)")
 	flag.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process to this file")
+	flag.StringVar(&f.mutexProfile, "mutexprofile", "", "write a mutex contention profile of the bench process to this file (with -inprocess: the orchestrator's)")
+	flag.StringVar(&f.blockProfile, "blockprofile", "", "write a blocking profile of the bench process to this file (with -inprocess: the orchestrator's)")
+	flag.StringVar(&f.allocsProfile, "allocsprofile", "", "write the allocation profile of the bench process to this file at the end (with -inprocess: the orchestrator's too)")
+	flag.IntVar(&f.orchProcs, "orch-procs", 0, "GOMAXPROCS of the orchestrator (0: the Go default, one per core); with -inprocess it applies to the whole bench process")
 	flag.StringVar(&f.pprofAddr, "pprof", "", "serve net/http/pprof of the bench process on this address")
 	flag.BoolVar(&f.keep, "keep", false, "keep the temporary directory (configs, orchestrator logs)")
 	flag.StringVar(&f.launch.modes, "launch", "auto", "isolation modes for the launch benchmark with real workerd processes, comma-separated (cgroup, process-group; default: a workerd without isolation keys); auto: what this machine offers; empty skips it")
@@ -150,6 +158,13 @@ func main() {
 	}
 	if f.pprofAddr != "" {
 		go func() { log.Println(http.ListenAndServe(f.pprofAddr, nil)) }()
+	}
+	defer startProfiles(f.mutexProfile, f.blockProfile, f.allocsProfile)()
+	if f.orchProcs > 0 {
+		orchProcs = f.orchProcs
+		if f.inProcess {
+			runtime.GOMAXPROCS(f.orchProcs)
+		}
 	}
 	if f.cpuProfile != "" {
 		pf, err := os.Create(f.cpuProfile)

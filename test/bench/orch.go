@@ -119,6 +119,9 @@ func startOrchWith(bin, dir, dbURL string, inProcess bool, extra string) (*orch,
 func (o *orch) startChild(bin, cfgPath string, logFile *os.File) error {
 	cmd := exec.Command(bin, "--config", cfgPath)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if orchProcs > 0 {
+		cmd.Env = append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", orchProcs))
+	}
 	// The child inherits the raised RLIMIT_NOFILE; it dies with the bench.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
