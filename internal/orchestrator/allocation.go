@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 )
 
 // What GPUs a job gets, in this order:
@@ -28,7 +30,7 @@ const maxGPUCount = 1024
 func gpuRequest(gpuCount *int, cfg json.RawMessage) (count int, whole bool, err error) {
 	if gpuCount != nil {
 		if *gpuCount < 0 || *gpuCount > maxGPUCount {
-			return 0, false, invalid("field \"gpu_count\" must be from 0 to %d; got %d", maxGPUCount, *gpuCount)
+			return 0, false, web.Invalid("field \"gpu_count\" must be from 0 to %d; got %d", maxGPUCount, *gpuCount)
 		}
 		return *gpuCount, false, nil
 	}
@@ -44,10 +46,10 @@ func gpuRequest(gpuCount *int, cfg json.RawMessage) (count int, whole bool, err 
 		}
 		n, err := processCount(raw)
 		if err != nil {
-			return 0, false, invalid("field \"config.%s\" %v", key, err)
+			return 0, false, web.Invalid("field \"config.%s\" %v", key, err)
 		}
 		if found != "" && n != count {
-			return 0, false, invalid("fields \"config.%s\" (%d) and \"config.%s\" (%d) disagree: give one", found, count, key, n)
+			return 0, false, web.Invalid("fields \"config.%s\" (%d) and \"config.%s\" (%d) disagree: give one", found, count, key, n)
 		}
 		found, count = key, n
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 )
 
 // A job's GPUs: gpu_count when given (0: CPU only), else the config's process
@@ -38,7 +40,7 @@ func TestGPURequest(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			count, whole, err := gpuRequest(tc.gpuCount, json.RawMessage(tc.config))
 			if tc.err != "" {
-				var he *apiError
+				var he *api.Error
 				if !errors.As(err, &he) || he.Status != 422 || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want a 422 containing %q", err, tc.err)
 				}

@@ -16,6 +16,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -28,7 +29,7 @@ func queryInt(r *http.Request, name string, def, lo, hi int) (int, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < lo || n > hi {
-		return 0, invalid("query parameter %q must be an integer from %d to %d", name, lo, hi)
+		return 0, web.Invalid("query parameter %q must be an integer from %d to %d", name, lo, hi)
 	}
 	return n, nil
 }
@@ -45,7 +46,7 @@ func page(r *http.Request, def, max int) (limit, offset int, err error) {
 func (s *Server) loadWorker(ctx context.Context, id string) (store.Worker, error) {
 	wk, err := s.store.GetWorker(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return wk, notFound("Worker not found: %s", id)
+		return wk, web.NotFound("Worker not found: %s", id)
 	}
 	return wk, err
 }
@@ -68,7 +69,7 @@ func (s *Server) Workers(ctx context.Context, q api.WorkersQuery) (api.WorkerLis
 	}
 	f := store.WorkerFilter{Status: protocol.WorkerStatus(strings.ToLower(q.Status)), Limit: q.Limit, Offset: q.Offset}
 	if q.Status != "" && !f.Status.Valid() {
-		return api.WorkerList{}, invalid("query parameter \"status\" must be one of connecting, idle, partial, busy, draining, offline; got %q", q.Status)
+		return api.WorkerList{}, web.Invalid("query parameter \"status\" must be one of connecting, idle, partial, busy, draining, offline; got %q", q.Status)
 	}
 	ws, total, err := s.store.ListWorkers(ctx, f)
 	if err != nil {
@@ -201,7 +202,7 @@ func (s *Server) CreateWorker(ctx context.Context, req api.CreateWorker) (api.Wo
 		return api.WorkerCreated{}, err
 	}
 	if req.Name == nil || strings.TrimSpace(*req.Name) == "" {
-		return api.WorkerCreated{}, invalid("field \"name\" is required")
+		return api.WorkerCreated{}, web.Invalid("field \"name\" is required")
 	}
 	if err := printable("name", *req.Name); err != nil {
 		return api.WorkerCreated{}, err
@@ -210,7 +211,7 @@ func (s *Server) CreateWorker(ctx context.Context, req api.CreateWorker) (api.Wo
 		req.WorkerType = protocol.Persistent
 	}
 	if !req.WorkerType.Valid() {
-		return api.WorkerCreated{}, invalid("field \"worker_type\" must be \"persistent\" or \"ephemeral\"; got %q", req.WorkerType)
+		return api.WorkerCreated{}, web.Invalid("field \"worker_type\" must be \"persistent\" or \"ephemeral\"; got %q", req.WorkerType)
 	}
 	if err := validLabels("labels", req.Labels); err != nil {
 		return api.WorkerCreated{}, err
@@ -240,7 +241,7 @@ func (s *Server) CreateWorker(ctx context.Context, req api.CreateWorker) (api.Wo
 // protocol.CheckPrintable).
 func printable(field, v string) error {
 	if err := protocol.CheckPrintable(v); err != nil {
-		return invalid("field %q %v", field, err)
+		return web.Invalid("field %q %v", field, err)
 	}
 	return nil
 }
@@ -250,7 +251,7 @@ func printable(field, v string) error {
 func (s *Server) nameFree(ctx context.Context, name, self string) error {
 	other, err := s.namedOther(ctx, name, self)
 	if err == nil && other != "" {
-		return conflict("field \"name\": worker %s is already named %q; give this one another name, so that a name finds one worker", other, name)
+		return web.Conflict("field \"name\": worker %s is already named %q; give this one another name, so that a name finds one worker", other, name)
 	}
 	return err
 }
@@ -268,7 +269,7 @@ func (s *Server) namedOther(ctx context.Context, name, self string) (string, err
 
 func validLabels(field string, labels map[string]string) error {
 	if err := protocol.CheckLabels(labels); err != nil {
-		return invalid("field %q: %v", field, err)
+		return web.Invalid("field %q: %v", field, err)
 	}
 	return nil
 }
@@ -299,7 +300,7 @@ func (s *Server) PatchWorker(ctx context.Context, id string, req api.PatchWorker
 		return api.Worker{}, err
 	}
 	if req.Name != nil && strings.TrimSpace(*req.Name) == "" {
-		return api.Worker{}, invalid("field \"name\" must not be empty")
+		return api.Worker{}, web.Invalid("field \"name\" must not be empty")
 	}
 	if req.Name != nil {
 		if err := printable("name", *req.Name); err != nil {
@@ -307,7 +308,7 @@ func (s *Server) PatchWorker(ctx context.Context, id string, req api.PatchWorker
 		}
 	}
 	if req.WorkerType != "" && !req.WorkerType.Valid() {
-		return api.Worker{}, invalid("field \"worker_type\" must be \"persistent\" or \"ephemeral\"; got %q", req.WorkerType)
+		return api.Worker{}, web.Invalid("field \"worker_type\" must be \"persistent\" or \"ephemeral\"; got %q", req.WorkerType)
 	}
 	set := map[string]string{}
 	for k, v := range req.Labels {
@@ -460,17 +461,17 @@ func (s *Server) RotateWorkerToken(ctx context.Context, ref api.WorkerRef) (api.
 // NewAdminToken creates an admin token (used by the API and the CLI).
 func NewAdminToken(name string, scopes []string) (store.AdminToken, string, error) {
 	if strings.TrimSpace(name) == "" {
-		return store.AdminToken{}, "", invalid("field \"name\" is required")
+		return store.AdminToken{}, "", web.Invalid("field \"name\" is required")
 	}
 	if err := printable("name", name); err != nil {
 		return store.AdminToken{}, "", err
 	}
 	if len(scopes) == 0 {
-		return store.AdminToken{}, "", invalid("field \"scopes\" needs at least one scope (%s)", strings.Join(auth.AllScopes(), ", "))
+		return store.AdminToken{}, "", web.Invalid("field \"scopes\" needs at least one scope (%s)", strings.Join(auth.AllScopes(), ", "))
 	}
 	for _, sc := range scopes {
 		if !auth.ValidScope(sc) {
-			return store.AdminToken{}, "", invalid("unknown scope %q; known scopes: %s", sc, strings.Join(auth.AllScopes(), ", "))
+			return store.AdminToken{}, "", web.Invalid("unknown scope %q; known scopes: %s", sc, strings.Join(auth.AllScopes(), ", "))
 		}
 	}
 	token := auth.NewAdminToken()
@@ -525,7 +526,7 @@ func (s *Server) RevokeToken(ctx context.Context, id string) (api.Revoked, error
 	rec := audit.New(c.Actor(), c.IP, "admin_token.revoke", "admin_token", id, audit.Success, nil)
 	err = s.store.RevokeAdminToken(ctx, id, &rec)
 	if errors.Is(err, store.ErrNotFound) {
-		return api.Revoked{}, notFound("admin token not found: %s", id)
+		return api.Revoked{}, web.NotFound("admin token not found: %s", id)
 	}
 	if err != nil {
 		return api.Revoked{}, err

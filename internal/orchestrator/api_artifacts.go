@@ -19,6 +19,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/diskfull"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -51,7 +52,7 @@ func (s *Server) applyArtifactLimits(o Options) {
 func (s *Server) artifactStore() (*artifacts.Store, error) {
 	a := s.artifacts.Load()
 	if a == nil {
-		return nil, errorf(http.StatusServiceUnavailable, protocol.CodeUnavailable, "artifact storage is not configured on this orchestrator")
+		return nil, web.Errorf(http.StatusServiceUnavailable, protocol.CodeUnavailable, "artifact storage is not configured on this orchestrator")
 	}
 	return a, nil
 }
@@ -89,7 +90,7 @@ func (s *Server) upload(h uploadHandler) httprouter.Handle {
 			if r.Header.Get("Authorization") != "" || r.Header.Get("X-API-Key") != "" {
 				detail += "; admins list and download a job's artifacts under /api/queue/{job_id}/artifacts"
 			}
-			s.writeError(w, r, errorf(http.StatusUnauthorized, protocol.CodeUnauthorized, "%s", detail))
+			s.writeError(w, r, web.Errorf(http.StatusUnauthorized, protocol.CodeUnauthorized, "%s", detail))
 			return
 		}
 		// As for other credentials: a blocked peer's garbage costs no lookup,
@@ -152,12 +153,12 @@ func (s *Server) mayUpload(j store.Job, a store.Attempt, now time.Time) error {
 	if j.Attempt != a.Number {
 		s.metrics.StaleRejections.Add(1)
 		s.log.Info("stale upload refused", "job_id", j.ID, "attempt", a.Number, "current_attempt", j.Attempt)
-		return errorf(http.StatusConflict, protocol.CodeStaleAttempt,
+		return web.Errorf(http.StatusConflict, protocol.CodeStaleAttempt,
 			"attempt %d of job %s has been replaced by attempt %d; its upload token no longer works", a.Number, j.ID, j.Attempt)
 	}
 	grace := s.options().ArtifactUploadGrace
 	if a.EndedAt != nil && now.Sub(*a.EndedAt) > grace {
-		return errorf(http.StatusUnauthorized, protocol.CodeInvalidToken,
+		return web.Errorf(http.StatusUnauthorized, protocol.CodeInvalidToken,
 			"the upload token of attempt %d of job %s has expired: the attempt ended at %s and uploads are accepted for %s after that (artifacts.upload_grace)",
 			a.Number, j.ID, protocol.Time(*a.EndedAt), grace)
 	}
@@ -186,23 +187,23 @@ func (s *Server) artifactError(err error) error {
 	switch {
 	case errors.As(err, &tl):
 		s.metrics.artifacts.refusals.Add(1)
-		return errorf(http.StatusRequestEntityTooLarge, protocol.CodeTooLarge, "%s; nothing was stored", tl.Error())
+		return web.Errorf(http.StatusRequestEntityTooLarge, protocol.CodeTooLarge, "%s; nothing was stored", tl.Error())
 	case errors.Is(err, artifacts.ErrInvalidName):
-		return errorf(http.StatusBadRequest, protocol.CodeInvalidRequest, "Invalid bucket or key: %v", err)
+		return web.Errorf(http.StatusBadRequest, protocol.CodeInvalidRequest, "Invalid bucket or key: %v", err)
 	case errors.Is(err, artifacts.ErrNotFound):
-		return notFound("Object not found")
+		return web.NotFound("Object not found")
 	case errors.Is(err, artifacts.ErrConflict):
-		return conflict("%v", err)
+		return web.Conflict("%v", err)
 	case errors.Is(err, artifacts.ErrUnsafePath):
 		s.log.Warn("artifact path refused", "err", err)
-		return errorf(http.StatusForbidden, protocol.CodeForbidden, "%v", err)
+		return web.Errorf(http.StatusForbidden, protocol.CodeForbidden, "%v", err)
 	case errors.Is(err, artifacts.ErrUnavailable):
 		// Not the database: say which store failed, the detail stays in the log.
 		s.log.Warn("the artifact store is unreachable", "err", err)
-		return errorf(http.StatusServiceUnavailable, protocol.CodeUnavailable,
+		return web.Errorf(http.StatusServiceUnavailable, protocol.CodeUnavailable,
 			"the artifact store is unreachable; nothing was changed, try again shortly")
 	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.Canceled) || isBodyReadError(err):
-		return errorf(http.StatusBadRequest, protocol.CodeInvalidRequest, "the upload was interrupted (%v); nothing was stored", err)
+		return web.Errorf(http.StatusBadRequest, protocol.CodeInvalidRequest, "the upload was interrupted (%v); nothing was stored", err)
 	}
 	return err
 }
@@ -223,7 +224,7 @@ func (s *Server) putObject(w http.ResponseWriter, r *http.Request, ps httprouter
 	}
 	obj, err := a.Put(r.Context(), ref, r.Body, r.ContentLength, s.stillCurrent(r.Context(), u))
 	if err != nil {
-		var ae *apiError
+		var ae *api.Error
 		if errors.As(err, &ae) {
 			return ae // the attempt was replaced meanwhile
 		}
@@ -236,7 +237,7 @@ func (s *Server) putObject(w http.ResponseWriter, r *http.Request, ps httprouter
 	s.metrics.artifacts.bytes.Add(obj.Size)
 	s.log.Info("artifact stored", "job_id", ref.JobID, "attempt", ref.Attempt, "path", ref.Path(), "bytes", obj.Size, "sha256", obj.SHA256)
 	w.Header().Set("ETag", obj.ETag())
-	writeJSON(w, http.StatusOK, map[string]any{"ETag": obj.ETag(), "Key": ref.Key, "Bucket": ref.Bucket,
+	web.WriteJSON(w, http.StatusOK, map[string]any{"ETag": obj.ETag(), "Key": ref.Key, "Bucket": ref.Bucket,
 		"Size": obj.Size, "SHA256": obj.SHA256})
 	return nil
 }
@@ -294,7 +295,7 @@ func (s *Server) listBuckets(w http.ResponseWriter, r *http.Request, _ httproute
 		}
 		return out[i].Name < out[j].Name
 	})
-	writeJSON(w, http.StatusOK, map[string]any{"Buckets": out, "total_size": total})
+	web.WriteJSON(w, http.StatusOK, map[string]any{"Buckets": out, "total_size": total})
 	return nil
 }
 
@@ -320,7 +321,7 @@ func (s *Server) listObjects(w http.ResponseWriter, r *http.Request, ps httprout
 			out = append(out, content{Key: key, Size: o.Size, LastModified: epochSeconds(o.Modified), ETag: o.ETag()})
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"Contents": out, "Name": name})
+	web.WriteJSON(w, http.StatusOK, map[string]any{"Contents": out, "Name": name})
 	return nil
 }
 
@@ -365,7 +366,7 @@ func attemptParam(r *http.Request) (int, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 {
-		return 0, invalid("attempt must be a positive integer, not %q", v)
+		return 0, web.Invalid("attempt must be a positive integer, not %q", v)
 	}
 	return n, nil
 }
@@ -407,7 +408,7 @@ func (s *Server) downloadArtifact(w http.ResponseWriter, r *http.Request, ps htt
 		serveArtifact(w, r, rd, obj)
 		return nil
 	}
-	return notFound("artifact not found: %s (job %s)", p, j.ID)
+	return web.NotFound("artifact not found: %s (job %s)", p, j.ID)
 }
 
 // serveArtifact answers GET and HEAD, whole or by Range. Artifacts are

@@ -13,6 +13,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
@@ -24,7 +25,7 @@ func auditQuery(_ http.ResponseWriter, r *http.Request, _ httprouter.Params) (ap
 	out := api.AuditQuery{Newest: q.Has("order") || q.Has("actor") || q.Has("action") || q.Has("target") || q.Has("before"),
 		Actor: strings.TrimSpace(q.Get("actor")), Action: strings.TrimSpace(q.Get("action")), Target: strings.TrimSpace(q.Get("target"))}
 	if o := q.Get("order"); o != "" && o != "newest" {
-		return out, invalid("query parameter \"order\" must be \"newest\" (or absent); got %q", o)
+		return out, web.Invalid("query parameter \"order\" must be \"newest\" (or absent); got %q", o)
 	}
 	param, minCursor := "since", int64(0)
 	if out.Newest {
@@ -39,7 +40,7 @@ func auditQuery(_ http.ResponseWriter, r *http.Request, _ httprouter.Params) (ap
 	if c := q.Get("cursor"); c != "" {
 		from, err = strconv.ParseInt(c, 10, 64)
 		if err != nil || from < minCursor {
-			return out, invalid("query parameter \"cursor\" is not a cursor this orchestrator gave out; send back the \"next\" of the previous page")
+			return out, web.Invalid("query parameter \"cursor\" is not a cursor this orchestrator gave out; send back the \"next\" of the previous page")
 		}
 	}
 	if out.Newest {

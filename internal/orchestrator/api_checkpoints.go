@@ -13,6 +13,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/checkpoint"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -38,7 +39,7 @@ func (s *Server) checkpointsEndpoint(j store.Job) string {
 
 func (s *Server) checkpointsKept(u uploader) error {
 	if u.job.NoCheckpoints {
-		return conflict("job %s was submitted with checkpoints off; none of its checkpoints are kept", u.job.ID)
+		return web.Conflict("job %s was submitted with checkpoints off; none of its checkpoints are kept", u.job.ID)
 	}
 	return nil
 }
@@ -73,7 +74,7 @@ func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request, _ httpr
 	for _, c := range cs {
 		out.Checkpoints = append(out.Checkpoints, checkpointView(c))
 	}
-	writeJSON(w, http.StatusOK, out)
+	web.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -90,21 +91,21 @@ func (s *Server) commitCheckpoint(w http.ResponseWriter, r *http.Request, _ http
 		return err
 	}
 	if err := checkpoint.ValidateCommit(c); err != nil {
-		return invalid("checkpoint commit: %v", err)
+		return web.Invalid("checkpoint commit: %v", err)
 	}
 	for _, f := range c.Files {
 		ref := checkpointFileRef(u.job.ID, u.attempt.Number, c.Name, f.Path)
 		if err := ref.Validate(); err != nil {
-			return invalid("checkpoint %s: file %q: %v", c.Name, f.Path, err)
+			return web.Invalid("checkpoint %s: file %q: %v", c.Name, f.Path, err)
 		}
 		obj, err := a.Describe(r.Context(), ref)
 		switch {
 		case errors.Is(err, artifacts.ErrNotFound):
-			return invalid("checkpoint %s: file %q is not stored (upload it to %s/%s first)", c.Name, f.Path, "/api/cloud/storage", ref.Path())
+			return web.Invalid("checkpoint %s: file %q is not stored (upload it to %s/%s first)", c.Name, f.Path, "/api/cloud/storage", ref.Path())
 		case err != nil:
 			return s.artifactError(err)
 		case obj.Size != f.Size || obj.SHA256 != f.SHA256:
-			return invalid("checkpoint %s: file %q is stored with %d bytes and SHA-256 %q, not %d bytes and %s",
+			return web.Invalid("checkpoint %s: file %q is stored with %d bytes and SHA-256 %q, not %d bytes and %s",
 				c.Name, f.Path, obj.Size, obj.SHA256, f.Size, f.SHA256)
 		}
 	}
@@ -135,7 +136,7 @@ func (s *Server) commitCheckpoint(w http.ResponseWriter, r *http.Request, _ http
 		}
 	}
 	s.sweepAbandoned(r.Context(), a, u, cs)
-	writeJSON(w, http.StatusCreated, checkpointView(cp))
+	web.WriteJSON(w, http.StatusCreated, checkpointView(cp))
 	return nil
 }
 
@@ -168,14 +169,14 @@ func (s *Server) sweepAbandoned(ctx context.Context, a *artifacts.Store, u uploa
 func (s *Server) abortCheckpoint(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
 	name := ps.ByName("name")
 	if _, ok := checkpoint.Parse(name); !ok {
-		return invalid("%q is not a checkpoint name", name)
+		return web.Invalid("%q is not a checkpoint name", name)
 	}
 	cs, err := s.store.ListCheckpoints(r.Context(), u.job.ID)
 	if err != nil {
 		return err
 	}
 	if slices.ContainsFunc(cs, func(c store.Checkpoint) bool { return c.Attempt == u.attempt.Number && c.Name == name }) {
-		return conflict("checkpoint %s of attempt %d is complete; only keep_checkpoints removes it", name, u.attempt.Number)
+		return web.Conflict("checkpoint %s of attempt %d is complete; only keep_checkpoints removes it", name, u.attempt.Number)
 	}
 	if err := a.DeleteTree(r.Context(), artifacts.Ref{JobID: u.job.ID, Attempt: u.attempt.Number, Bucket: checkpointsBucket, Key: name}); err != nil {
 		return s.artifactError(err)
@@ -192,7 +193,7 @@ func (s *Server) checkpointFile(w http.ResponseWriter, r *http.Request, ps httpr
 	}
 	n, err := strconv.Atoi(ps.ByName("attempt"))
 	if err != nil || n < 1 || n > u.job.Attempt {
-		return notFound("attempt %q of job %s has no checkpoint", ps.ByName("attempt"), u.job.ID)
+		return web.NotFound("attempt %q of job %s has no checkpoint", ps.ByName("attempt"), u.job.ID)
 	}
 	name, path := ps.ByName("name"), strings.TrimPrefix(ps.ByName("path"), "/")
 	cs, err := s.store.ListCheckpoints(r.Context(), u.job.ID)
@@ -201,10 +202,10 @@ func (s *Server) checkpointFile(w http.ResponseWriter, r *http.Request, ps httpr
 	}
 	i := slices.IndexFunc(cs, func(c store.Checkpoint) bool { return c.Attempt == n && c.Name == name })
 	if i < 0 {
-		return notFound("%s of attempt %d is not a complete checkpoint of job %s", name, n, u.job.ID)
+		return web.NotFound("%s of attempt %d is not a complete checkpoint of job %s", name, n, u.job.ID)
 	}
 	if !slices.ContainsFunc(cs[i].Files, func(f protocol.CheckpointFile) bool { return f.Path == path }) {
-		return notFound("%s of attempt %d holds no file %q", name, n, path)
+		return web.NotFound("%s of attempt %d holds no file %q", name, n, path)
 	}
 	rd, obj, err := a.Open(r.Context(), checkpointFileRef(u.job.ID, n, name, path))
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/logfeed"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -175,7 +176,7 @@ func (s *Server) followLog(w http.ResponseWriter, r *http.Request, j store.Job, 
 	opt := s.options()
 	key := p.Actor()
 	if !s.followers.acquire(key, opt.MaxLogFollowers) {
-		return errorf(http.StatusTooManyRequests, protocol.CodeRateLimited,
+		return web.Errorf(http.StatusTooManyRequests, protocol.CodeRateLimited,
 			"this credential already follows %d logs, the most server.max_log_followers allows; close one first", opt.MaxLogFollowers)
 	}
 	defer s.followers.release(key)

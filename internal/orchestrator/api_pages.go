@@ -11,6 +11,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -71,7 +72,7 @@ func parseOrder(v string) (string, error) {
 	case "oldest", "oldest_first", "asc":
 		return oldestFirst, nil
 	}
-	return "", invalid("query parameter \"order\" must be newest or oldest; got %q", v)
+	return "", web.Invalid("query parameter \"order\" must be newest or oldest; got %q", v)
 }
 
 // jobListQuery is a job list's store filter, order and whether to explain
@@ -89,7 +90,7 @@ func jobsQuery(_ http.ResponseWriter, r *http.Request, _ httprouter.Params) (api
 	if w := q.Get("waiting"); w != "" {
 		var err error
 		if out.Waiting, err = strconv.ParseBool(w); err != nil {
-			return out, invalid("query parameter \"waiting\" must be 1 or 0; got %q", w)
+			return out, web.Invalid("query parameter \"waiting\" must be 1 or 0; got %q", w)
 		}
 	}
 	var err error
@@ -112,14 +113,14 @@ func parseJobList(in api.JobsQuery) (jobListQuery, error) {
 			f.Statuses = protocol.ActiveJobStatuses()
 		default:
 			if !protocol.JobStatus(st).Valid() {
-				return out, invalid("query parameter \"status\" must be a job status (queued, dispatched, running, canceling, completed, failed, cancelled), pending or active; got %q", st)
+				return out, web.Invalid("query parameter \"status\" must be a job status (queued, dispatched, running, canceling, completed, failed, cancelled), pending or active; got %q", st)
 			}
 			f.Statuses = []protocol.JobStatus{protocol.JobStatus(st)}
 		}
 	}
 	if w := in.WorkerID; w != "" {
 		if len(w) > 64 {
-			return out, invalid("query parameter \"worker_id\" is too long (64 characters at most)")
+			return out, web.Invalid("query parameter \"worker_id\" is too long (64 characters at most)")
 		}
 		f.WorkerID = w
 	}
@@ -132,18 +133,18 @@ func parseJobList(in api.JobsQuery) (jobListQuery, error) {
 		f.Limit = jobsPageDefault
 	}
 	if f.Limit > jobsPageMax || f.Offset < 0 {
-		return out, invalid("query parameter \"limit\" must be an integer from 1 to %d", jobsPageMax)
+		return out, web.Invalid("query parameter \"limit\" must be an integer from 1 to %d", jobsPageMax)
 	}
 	if c := in.Cursor; c != "" {
 		order, seq, ok := decodeCursor(c)
 		if !ok {
-			return out, invalid("query parameter \"cursor\" is not a cursor this orchestrator gave out; send back the \"next\" of the previous page")
+			return out, web.Invalid("query parameter \"cursor\" is not a cursor this orchestrator gave out; send back the \"next\" of the previous page")
 		}
 		if in.Order != "" && order != out.order {
-			return out, invalid("query parameter \"cursor\" continues a list in %s order, but \"order\" asks for %s", order, out.order)
+			return out, web.Invalid("query parameter \"cursor\" continues a list in %s order, but \"order\" asks for %s", order, out.order)
 		}
 		if f.Offset > 0 {
-			return out, invalid("give either \"cursor\" or \"offset\", not both")
+			return out, web.Invalid("give either \"cursor\" or \"offset\", not both")
 		}
 		out.order, f.AfterSeq = order, seq
 	}

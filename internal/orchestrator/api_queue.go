@@ -18,6 +18,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -62,12 +63,12 @@ func (s *Server) Submit(ctx context.Context, req api.Submit) (api.Submitted, err
 		j.Target = protocol.TargetAuto
 	}
 	if !j.Target.Valid() {
-		return api.Submitted{}, invalid("field \"target\" must be worker, local or auto; got %q", req.Target)
+		return api.Submitted{}, web.Invalid("field \"target\" must be worker, local or auto; got %q", req.Target)
 	}
 	// Checked before anything else is done with them: the scheduler matches
 	// them against every idle worker.
 	if err := protocol.CheckLabelPatterns(req.WorkerLabels); err != nil {
-		return api.Submitted{}, invalid("field \"worker_labels\": %v", err)
+		return api.Submitted{}, web.Invalid("field \"worker_labels\": %v", err)
 	}
 	if err := intField("priority", req.Priority, 0, 50, &j.Priority); err != nil {
 		return api.Submitted{}, err
@@ -80,7 +81,7 @@ func (s *Server) Submit(ctx context.Context, req api.Submit) (api.Submitted, err
 	}
 	if req.MinVRAMGB != nil {
 		if *req.MinVRAMGB < 0 {
-			return api.Submitted{}, invalid("field \"min_vram_gb\" must not be negative")
+			return api.Submitted{}, web.Invalid("field \"min_vram_gb\" must not be negative")
 		}
 		j.MinVRAMGB = *req.MinVRAMGB
 	}
@@ -90,7 +91,7 @@ func (s *Server) Submit(ctx context.Context, req api.Submit) (api.Submitted, err
 	}
 	switch {
 	case req.ConfigName != nil && len(req.Config) > 0:
-		return api.Submitted{}, invalid("give either \"config_name\" or \"config\", not both")
+		return api.Submitted{}, web.Invalid("give either \"config_name\" or \"config\", not both")
 	case req.ConfigName != nil:
 		name, cfg, err := resolveConfig(opt.ConfigsDir, *req.ConfigName)
 		if err != nil {
@@ -100,11 +101,11 @@ func (s *Server) Submit(ctx context.Context, req api.Submit) (api.Submitted, err
 	case len(req.Config) > 0:
 		cfg, err := normalizeConfig(req.Config)
 		if err != nil {
-			return api.Submitted{}, invalid("field \"config\": %v", err)
+			return api.Submitted{}, web.Invalid("field \"config\": %v", err)
 		}
 		j.Config = cfg
 	default:
-		return api.Submitted{}, invalid("field \"config_name\" (or an inline \"config\" object) is required")
+		return api.Submitted{}, web.Invalid("field \"config_name\" (or an inline \"config\" object) is required")
 	}
 	if j.GPUCount, j.WholeWorker, err = gpuRequest(req.GPUCount, j.Config); err != nil {
 		return api.Submitted{}, err
@@ -140,7 +141,7 @@ func intField(name string, v *int, lo, hi int, dst *int) error {
 		return nil
 	}
 	if *v < lo || *v > hi {
-		return invalid("field %q must be from %d to %d; got %d", name, lo, hi, *v)
+		return web.Invalid("field %q must be from %d to %d; got %d", name, lo, hi, *v)
 	}
 	*dst = *v
 	return nil
@@ -159,13 +160,13 @@ func resolveConfig(dir, raw string) (string, json.RawMessage, error) {
 		name = name[:len(name)-5]
 	}
 	if name == "" {
-		return "", nil, invalid("field \"config_name\" must not be empty")
+		return "", nil, web.Invalid("field \"config_name\" must not be empty")
 	}
 	if len(name) > maxConfigName {
-		return "", nil, invalid("field \"config_name\" is %d bytes long; at most %d", len(name), maxConfigName)
+		return "", nil, web.Invalid("field \"config_name\" is %d bytes long; at most %d", len(name), maxConfigName)
 	}
 	if strings.ContainsAny(name, `/\`) || strings.Contains(name, "..") || strings.ContainsRune(name, 0) {
-		return "", nil, invalid("field \"config_name\" must be a plain name without path separators or \"..\"; got %q", raw)
+		return "", nil, web.Invalid("field \"config_name\" must be a plain name without path separators or \"..\"; got %q", raw)
 	}
 	for _, rel := range []string{filepath.Join(name, "config.json"), name + ".json"} {
 		data, err := os.ReadFile(filepath.Join(dir, rel))
@@ -173,17 +174,17 @@ func resolveConfig(dir, raw string) (string, json.RawMessage, error) {
 		case errors.Is(err, os.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
 			continue // <name> is a plain file: only <name>.json can be it
 		case errors.Is(err, syscall.ENAMETOOLONG), errors.Is(err, syscall.EILSEQ), errors.Is(err, syscall.EINVAL):
-			return "", nil, invalid("field \"config_name\": %q is not a usable file name here", name)
+			return "", nil, web.Invalid("field \"config_name\": %q is not a usable file name here", name)
 		case err != nil:
 			return "", nil, fmt.Errorf("reading config %s: %w", filepath.Join(dir, rel), err)
 		}
 		cfg, err := normalizeConfig(data)
 		if err != nil {
-			return "", nil, invalid("config %q (%s in the configs directory) is not usable: %v", name, rel, err)
+			return "", nil, web.Invalid("config %q (%s in the configs directory) is not usable: %v", name, rel, err)
 		}
 		return name, cfg, nil
 	}
-	return "", nil, notFound("Config '%s' not found (looked for %s/config.json and %s.json in the configs directory)", name, name, name)
+	return "", nil, web.NotFound("Config '%s' not found (looked for %s/config.json and %s.json in the configs directory)", name, name, name)
 }
 
 // normalizeConfig unwraps upstream's {"_metadata", "config"} envelope and
@@ -218,7 +219,7 @@ func normalizeConfig(data []byte) (json.RawMessage, error) {
 func (s *Server) loadJob(ctx context.Context, id string) (store.Job, error) {
 	j, err := s.store.GetJob(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return j, notFound("Job not found: %s", id)
+		return j, web.NotFound("Job not found: %s", id)
 	}
 	return j, err
 }
@@ -262,7 +263,7 @@ func (s *Server) CancelJob(ctx context.Context, ref api.JobRef) (api.JobAction, 
 	}
 	nj, err := s.requestCancel(ctx, ref.ID, c.Actor(), c.IP)
 	if errors.Is(err, store.ErrNotFound) {
-		return api.JobAction{}, notFound("Job not found: %s", ref.ID)
+		return api.JobAction{}, web.NotFound("Job not found: %s", ref.ID)
 	}
 	if err != nil {
 		return api.JobAction{}, err
@@ -280,7 +281,7 @@ func statsQuery(_ http.ResponseWriter, r *http.Request, _ httprouter.Params) (hi
 	case "0", "false":
 		return false, nil
 	default:
-		return false, invalid("query parameter \"history\" must be 0 or 1; got %q", h)
+		return false, web.Invalid("query parameter \"history\" must be 0 or 1; got %q", h)
 	}
 }
 

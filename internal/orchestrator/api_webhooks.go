@@ -10,6 +10,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/webhook"
 	"github.com/simpletuner/simpletuner-orchestration/internal/webhook/spec"
@@ -22,13 +23,13 @@ import (
 // webhookError maps the webhook service's errors onto answers.
 func webhookError(err error, idOrName string) error {
 	if fe, ok := errors.AsType[*webhook.FieldError](err); ok {
-		return invalid("%s", fe.Error())
+		return web.Invalid("%s", fe.Error())
 	}
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return notFound("webhook subscription not found: %s", idOrName)
+		return web.NotFound("webhook subscription not found: %s", idOrName)
 	case errors.Is(err, webhook.ErrFromConfig):
-		return conflict("webhook subscription %s: %v", idOrName, err)
+		return web.Conflict("webhook subscription %s: %v", idOrName, err)
 	}
 	return err
 }
@@ -101,7 +102,7 @@ func deliveriesQuery(_ http.ResponseWriter, r *http.Request, ps httprouter.Param
 	}
 	if b := q.Get("before"); b != "" {
 		if out.Before, err = strconv.ParseInt(b, 10, 64); err != nil || out.Before < 1 {
-			return out, invalid("query parameter \"before\" must be a delivery id; got %q", b)
+			return out, web.Invalid("query parameter \"before\" must be a delivery id; got %q", b)
 		}
 	}
 	return out, nil
@@ -116,7 +117,7 @@ func (s *Server) WebhookDeliveries(ctx context.Context, q api.DeliveriesQuery) (
 	switch q.State {
 	case "", store.DeliveryPending, store.DeliveryDelivered, store.DeliveryFailed:
 	default:
-		return api.DeliveryPage{}, invalid("query parameter \"state\" must be pending, delivered or failed; got %q", q.State)
+		return api.DeliveryPage{}, web.Invalid("query parameter \"state\" must be pending, delivered or failed; got %q", q.State)
 	}
 	limit := q.Limit
 	if limit <= 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/hub"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/logfeed"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -23,7 +24,7 @@ import (
 // worker is the one named, calls the engine and encodes the reply.
 
 // errWorkerMismatch answers a request that names another worker than the token's.
-var errWorkerMismatch = errorf(http.StatusBadRequest, protocol.CodeInvalidRequest, "Worker ID mismatch: the token belongs to another worker")
+var errWorkerMismatch = web.Errorf(http.StatusBadRequest, protocol.CodeInvalidRequest, "Worker ID mismatch: the token belongs to another worker")
 
 // sameWorker checks a worker id named in a request against the token's.
 func sameWorker(named string, wk store.Worker) error {
@@ -40,7 +41,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request, _ httpro
 	}
 	req.Name = strings.TrimSpace(req.Name)
 	if req.Name == "" {
-		return invalid("field \"name\" is required")
+		return web.Invalid("field \"name\" is required")
 	}
 	if err := validLabels("labels", req.Labels); err != nil {
 		return err
@@ -58,7 +59,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request, _ httpro
 	if len(req.GPUInfo) > 0 && string(req.GPUInfo) != "null" {
 		var obj map[string]any
 		if json.Unmarshal(req.GPUInfo, &obj) != nil {
-			return invalid("field \"gpu_info\" must be an object")
+			return web.Invalid("field \"gpu_info\" must be an object")
 		}
 	} else {
 		req.GPUInfo = json.RawMessage(`{}`)
@@ -68,7 +69,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request, _ httpro
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, resp)
+	web.WriteJSON(w, http.StatusOK, resp)
 	return nil
 }
 
@@ -76,7 +77,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request, _ httpro
 func (s *Server) handleStream(w http.ResponseWriter, r *http.Request, _ httprouter.Params, wk store.Worker) error {
 	id := r.URL.Query().Get("worker_id")
 	if id == "" {
-		return invalid("query parameter \"worker_id\" is required")
+		return web.Invalid("query parameter \"worker_id\" is required")
 	}
 	if err := sameWorker(id, wk); err != nil {
 		return err
@@ -223,7 +224,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, _ httpr
 		return err
 	}
 	if req.WorkerID == "" {
-		return invalid("field \"worker_id\" is required")
+		return web.Invalid("field \"worker_id\" is required")
 	}
 	if err := sameWorker(req.WorkerID, wk); err != nil {
 		return err
@@ -231,7 +232,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, _ httpr
 	if req.SentAt != "" {
 		sent, err := time.Parse(time.RFC3339Nano, req.SentAt)
 		if err != nil {
-			return invalid("field \"sent_at\" must be an RFC 3339 time, got %q", req.SentAt)
+			return web.Invalid("field \"sent_at\" must be an RFC 3339 time, got %q", req.SentAt)
 		}
 		s.heard.NoteClock(wk.ID, sent, received)
 	}
@@ -239,7 +240,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, _ httpr
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, resp)
+	web.WriteJSON(w, http.StatusOK, resp)
 	return nil
 }
 
@@ -253,14 +254,14 @@ func (s *Server) handleJobStatus(w http.ResponseWriter, r *http.Request, ps http
 	case protocol.ReportStarting, protocol.ReportTraining, protocol.ReportRunning,
 		protocol.ReportCompleted, protocol.ReportFailed, protocol.ReportCancelled:
 	case "":
-		return invalid("field \"status\" is required")
+		return web.Invalid("field \"status\" is required")
 	default:
-		return invalid("field \"status\" must be one of starting, training, running, completed, failed, cancelled; got %q", req.Status)
+		return web.Invalid("field \"status\" must be one of starting, training, running, completed, failed, cancelled; got %q", req.Status)
 	}
 	attempt := 0
 	if req.Attempt != nil {
 		if *req.Attempt < 1 {
-			return invalid("field \"attempt\" must be at least 1")
+			return web.Invalid("field \"attempt\" must be at least 1")
 		}
 		attempt = *req.Attempt
 	}
@@ -272,12 +273,12 @@ func (s *Server) handleJobStatus(w http.ResponseWriter, r *http.Request, ps http
 	jobID := ps.ByName("job_id")
 	j, _, err := s.applyReport(r.Context(), wk, jobID, attempt, req, peerIP(r))
 	if errors.Is(err, store.ErrNotFound) {
-		return notFound("Job not found: %s", jobID)
+		return web.NotFound("Job not found: %s", jobID)
 	}
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "status": j.Status})
+	web.WriteJSON(w, http.StatusOK, map[string]any{"success": true, "status": j.Status})
 	return nil
 }
 
@@ -285,25 +286,25 @@ func (s *Server) handleJobStatus(w http.ResponseWriter, r *http.Request, ps http
 func (s *Server) handleJobLogs(w http.ResponseWriter, r *http.Request, ps httprouter.Params, wk store.Worker) error {
 	attempt, err := strconv.Atoi(r.Header.Get("X-Attempt"))
 	if err != nil || attempt < 1 {
-		return invalid("header \"X-Attempt\" must be a positive integer")
+		return web.Invalid("header \"X-Attempt\" must be a positive integer")
 	}
 	offset, err := strconv.ParseInt(r.Header.Get("X-Log-Offset"), 10, 64)
 	if err != nil || offset < 0 {
-		return invalid("header \"X-Log-Offset\" must be a non-negative integer")
+		return web.Invalid("header \"X-Log-Offset\" must be a non-negative integer")
 	}
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.options().MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return errorf(http.StatusRequestEntityTooLarge, protocol.CodeTooLarge, "log chunk exceeds %d bytes", mbe.Limit)
+			return web.Errorf(http.StatusRequestEntityTooLarge, protocol.CodeTooLarge, "log chunk exceeds %d bytes", mbe.Limit)
 		}
-		return errorf(http.StatusBadRequest, protocol.CodeInvalidRequest, "could not read the log chunk: %v", err)
+		return web.Errorf(http.StatusBadRequest, protocol.CodeInvalidRequest, "could not read the log chunk: %v", err)
 	}
 	ctx := r.Context()
 	jobID := ps.ByName("job_id")
 	j, err := s.store.GetJob(ctx, jobID)
 	if errors.Is(err, store.ErrNotFound) {
-		return notFound("Job not found: %s", jobID)
+		return web.NotFound("Job not found: %s", jobID)
 	}
 	if err != nil {
 		return err
@@ -316,7 +317,7 @@ func (s *Server) handleJobLogs(w http.ResponseWriter, r *http.Request, ps httpro
 	size, truncated, err := s.store.AppendLog(ctx, jobID, attempt, offset, data, s.options().LogLimitBytes)
 	w.Header().Set("X-Log-Size", strconv.FormatInt(size, 10))
 	if errors.Is(err, store.ErrConflict) {
-		return conflict("log offset %d is beyond the %d bytes stored for attempt %d; resend from %d", offset, size, attempt, size)
+		return web.Conflict("log offset %d is beyond the %d bytes stored for attempt %d; resend from %d", offset, size, attempt, size)
 	}
 	if err != nil {
 		return err
@@ -327,7 +328,7 @@ func (s *Server) handleJobLogs(w http.ResponseWriter, r *http.Request, ps httpro
 	case end == size && len(data) > 0:
 		s.logFeed.Stored(jobID, logfeed.Piece{Attempt: attempt, Offset: offset, Data: data})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "size": size, "truncated": truncated})
+	web.WriteJSON(w, http.StatusOK, map[string]any{"success": true, "size": size, "truncated": truncated})
 	return nil
 }
 
@@ -343,7 +344,7 @@ func (s *Server) handleDisconnect(w http.ResponseWriter, r *http.Request, _ http
 	if err := s.markOffline(r.Context(), wk.ID, workerActor(wk), peerIP(r), "the worker disconnected"); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]bool{"success": true})
+	web.WriteJSON(w, http.StatusOK, map[string]bool{"success": true})
 	return nil
 }
 
@@ -356,6 +357,6 @@ func (s *Server) handleQueueCheck(w http.ResponseWriter, r *http.Request, _ http
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, protocol.QueueCheckResponse{HasJobs: has})
+	web.WriteJSON(w, http.StatusOK, protocol.QueueCheckResponse{HasJobs: has})
 	return nil
 }

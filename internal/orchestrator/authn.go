@@ -10,6 +10,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -57,7 +58,7 @@ func (s *Server) limited(c presenter, token string, wellFormed bool) error {
 
 func (s *Server) tooMany(c presenter, wait time.Duration) error {
 	s.metrics.AuthFailures.Add(1)
-	e := errorf(http.StatusTooManyRequests, protocol.CodeRateLimited, "too many failed authentication attempts from %s; retry later", c.ip)
+	e := web.Errorf(http.StatusTooManyRequests, protocol.CodeRateLimited, "too many failed authentication attempts from %s; retry later", c.ip)
 	e.RetryAfter = wait
 	return e
 }
@@ -71,7 +72,7 @@ func (s *Server) refused(c presenter, token, code, detail string) error {
 	if blocked {
 		return s.tooMany(c, wait)
 	}
-	return errorf(http.StatusUnauthorized, code, "%s", detail)
+	return web.Errorf(http.StatusUnauthorized, code, "%s", detail)
 }
 
 // routeOf names the endpoint of a request without the ids in its path, so
@@ -150,7 +151,7 @@ func (s *Server) admin(scope string, h adminHandler) httprouter.Handle {
 			return
 		}
 		if scope != scopeAnyCaller && !p.Has(scope) {
-			s.writeError(w, r, errorf(http.StatusForbidden, protocol.CodeForbidden, "this credential lacks the scope %q", scope))
+			s.writeError(w, r, web.Errorf(http.StatusForbidden, protocol.CodeForbidden, "this credential lacks the scope %q", scope))
 			return
 		}
 		if err := h(w, r, ps, p); err != nil {
@@ -179,7 +180,7 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request) (auth.Princip
 	}
 	if peer, ok := peerOf(r); ok {
 		if !peer.allowed {
-			return auth.Principal{}, errorf(http.StatusForbidden, protocol.CodeForbidden,
+			return auth.Principal{}, web.Errorf(http.StatusForbidden, protocol.CodeForbidden,
 				"uid %d is neither root nor a member of the group %q", peer.uid, s.options().AdminGroup)
 		}
 		return auth.LocalPrincipal(peer.uid, true), nil
@@ -190,7 +191,7 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request) (auth.Princip
 	}
 	if token == "" {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="simpletuner"`)
-		return auth.Principal{}, errorf(http.StatusUnauthorized, protocol.CodeUnauthorized,
+		return auth.Principal{}, web.Errorf(http.StatusUnauthorized, protocol.CodeUnauthorized,
 			"authentication required: send an admin token as 'Authorization: Bearer sta_…' or 'X-API-Key'")
 	}
 	return s.adminByToken(r.Context(), presenterOf(r), token)
@@ -227,7 +228,7 @@ func adminToken(r *http.Request) (string, error) {
 	if h := r.Header.Get("Authorization"); token == "" && h != "" {
 		scheme, rest, _ := strings.Cut(h, " ")
 		if !strings.EqualFold(scheme, "Bearer") {
-			return "", errorf(http.StatusUnauthorized, protocol.CodeUnauthorized, "the Authorization header must use the Bearer scheme")
+			return "", web.Errorf(http.StatusUnauthorized, protocol.CodeUnauthorized, "the Authorization header must use the Bearer scheme")
 		}
 		token = strings.TrimSpace(rest)
 	}

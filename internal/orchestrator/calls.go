@@ -8,6 +8,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
@@ -46,10 +47,10 @@ func (s *Server) CallerOf(r *http.Request, p auth.Principal) Caller {
 func authorize(ctx context.Context, scope string) (Caller, error) {
 	c, ok := ctx.Value(callerKey{}).(Caller)
 	if !ok {
-		return Caller{}, errorf(http.StatusUnauthorized, protocol.CodeUnauthorized, "authentication required")
+		return Caller{}, web.Errorf(http.StatusUnauthorized, protocol.CodeUnauthorized, "authentication required")
 	}
 	if scope != scopeAnyCaller && !c.Has(scope) {
-		return Caller{}, errorf(http.StatusForbidden, protocol.CodeForbidden, "this credential lacks the scope %q", scope)
+		return Caller{}, web.Errorf(http.StatusForbidden, protocol.CodeForbidden, "this credential lacks the scope %q", scope)
 	}
 	return c, nil
 }
@@ -69,7 +70,7 @@ func httpCall[Req, Resp any](s *Server, scope string, status int,
 		if err != nil {
 			return err
 		}
-		writeJSON(w, status, resp)
+		web.WriteJSON(w, status, resp)
 		return nil
 	})
 }

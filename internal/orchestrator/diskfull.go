@@ -6,7 +6,9 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/diskfull"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -22,13 +24,13 @@ func (s *Server) SetDiskPaths(database, artifacts string) { s.disk.SetPaths(data
 // diskFullError enters the full state for disk and returns the 507 answer.
 // The answer names the disk by its role, not its path: paths stay in the log,
 // which has the path the one time the state is entered.
-func (s *Server) diskFullError(disk diskfull.Disk, err error) *apiError {
+func (s *Server) diskFullError(disk diskfull.Disk, err error) *api.Error {
 	s.disk.Note(disk, err)
 	if disk == diskfull.Artifacts {
-		return errorf(http.StatusInsufficientStorage, protocol.CodeInsufficientStorage,
+		return web.Errorf(http.StatusInsufficientStorage, protocol.CodeInsufficientStorage,
 			"no space left on the disk that keeps artifacts; the upload was not stored. Uploads work again once space is freed")
 	}
-	return errorf(http.StatusInsufficientStorage, protocol.CodeInsufficientStorage,
+	return web.Errorf(http.StatusInsufficientStorage, protocol.CodeInsufficientStorage,
 		"no space left on the database's disk; nothing was changed. Writes are refused until space is freed; reads still work")
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
@@ -20,11 +21,11 @@ func FuzzDecodeBody(f *testing.F) {
 		targets := []any{&protocol.RegisterRequest{}, &protocol.HeartbeatRequest{}, &protocol.StatusReport{},
 			&api.Submit{}, &api.CreateWorker{}, &api.PatchWorker{}, &api.CreateToken{}}
 		for _, v := range targets {
-			err := decodeBody(body, v)
+			err := web.DecodeBody(body, v)
 			if err == nil {
 				continue
 			}
-			ae, ok := err.(*apiError)
+			ae, ok := err.(*api.Error)
 			if !ok || (ae.Status != 400 && ae.Status != 422) || ae.Body.Detail == "" {
 				t.Fatalf("decode %T of %q: %v", v, body, err)
 			}
@@ -90,7 +91,7 @@ func FuzzJobListQuery(f *testing.F) {
 			lq, err = parseJobList(q)
 		}
 		if err != nil {
-			ae, ok := err.(*apiError)
+			ae, ok := err.(*api.Error)
 			if !ok || ae.Status != 422 || ae.Body.Detail == "" {
 				t.Fatalf("query %q: %v", raw, err)
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -39,11 +40,11 @@ func (s *Server) noteGPUConditions(ctx context.Context, wk store.Worker, reporte
 	}
 	conds := *reported
 	if len(conds) > maxGPUConditions {
-		return wk, invalid("field \"gpu_conditions\" lists %d GPUs; at most %d", len(conds), maxGPUConditions)
+		return wk, web.Invalid("field \"gpu_conditions\" lists %d GPUs; at most %d", len(conds), maxGPUConditions)
 	}
 	for i, c := range conds {
 		if c.State != protocol.GPUHeld && c.State != protocol.GPUUnhealthy {
-			return wk, invalid("field \"gpu_conditions[%d].state\" must be held or unhealthy; got %q", i, c.State)
+			return wk, web.Invalid("field \"gpu_conditions[%d].state\" must be held or unhealthy; got %q", i, c.State)
 		}
 	}
 	if len(conds) == 0 {
@@ -115,7 +116,7 @@ func fenced(conds []protocol.GPUCondition, i int) bool {
 func gpuRef(_ http.ResponseWriter, _ *http.Request, ps httprouter.Params) (api.WorkerRef, error) {
 	index, err := strconv.Atoi(ps.ByName("index"))
 	if err != nil || index < 0 {
-		return api.WorkerRef{}, invalid("the GPU index in the path must be a whole number from 0; got %q", ps.ByName("index"))
+		return api.WorkerRef{}, web.Invalid("the GPU index in the path must be a whole number from 0; got %q", ps.ByName("index"))
 	}
 	return api.WorkerRef{ID: ps.ByName("id"), GPU: index}, nil
 }
@@ -149,7 +150,7 @@ func (s *Server) ClearGPU(ctx context.Context, ref api.WorkerRef) (api.WorkerAct
 		return &rec, nil
 	})
 	if errors.Is(err, errNotFenced) {
-		return api.WorkerAction{}, conflict("GPU %d of worker %s is not fenced as unhealthy; a GPU held back for a leftover process is released by the worker once it is clean", index, wk.ID)
+		return api.WorkerAction{}, web.Conflict("GPU %d of worker %s is not fenced as unhealthy; a GPU held back for a leftover process is released by the worker once it is clean", index, wk.ID)
 	}
 	if err != nil {
 		return api.WorkerAction{}, err

@@ -34,6 +34,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/logfeed"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/placement"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/retention"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/version"
 	"github.com/simpletuner/simpletuner-orchestration/internal/webhook"
@@ -358,15 +359,8 @@ func peerOf(r *http.Request) (localPeer, bool) {
 	return p, ok
 }
 
-// Route is one endpoint of the HTTP API. Doc is how docs/protocol.md names
-// it ("POST /api/queue/submit"); a test checks every route is documented.
-type Route struct {
-	Method, Path, Doc string
-	handle            httprouter.Handle
-}
-
 // Routes lists every endpoint of the HTTP API, as Handler serves them.
-func (s *Server) Routes() []Route {
+func (s *Server) Routes() []web.Route {
 	// httprouter cannot hold /api/queue/submit beside /api/queue/:job_id, so
 	// the fixed names are picked out of the parameter.
 	submit := httpCall(s, auth.ScopeQueueSubmit, http.StatusCreated, s.parseSubmit, s.submitHTTP)
@@ -375,7 +369,7 @@ func (s *Server) Routes() []Route {
 	ok, workers, hooks := http.StatusOK, auth.ScopeAdminWorkers, auth.ScopeAdminWebhooks
 	postQueue := func(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
 		if ps.ByName("job_id") != "submit" {
-			s.writeError(w, req, errorf(http.StatusMethodNotAllowed, "method_not_allowed", "POST is not allowed on %s", req.URL.Path))
+			s.writeError(w, req, web.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "POST is not allowed on %s", req.URL.Path))
 			return
 		}
 		submit(w, req, ps)
@@ -387,86 +381,71 @@ func (s *Server) Routes() []Route {
 		}
 		getJob(w, req, ps)
 	}
-	return []Route{
-		{"GET", "/healthz", "", s.healthz},
-		{"GET", "/readyz", "", s.readyz},
+	return []web.Route{
+		web.NewRoute("GET", "/healthz", "", s.healthz),
+		web.NewRoute("GET", "/readyz", "", s.readyz),
 
 		// Worker protocol.
-		{"POST", "/api/workers/register", "", s.worker(s.handleRegister)},
-		{"GET", "/api/workers/stream", "", s.worker(s.handleStream)},
-		{"POST", "/api/workers/heartbeat", "", s.worker(s.handleHeartbeat)},
-		{"POST", "/api/workers/job/:job_id/status", "", s.worker(s.handleJobStatus)},
-		{"POST", "/api/workers/job/:job_id/logs", "", s.worker(s.handleJobLogs)},
-		{"POST", "/api/workers/disconnect", "", s.worker(s.handleDisconnect)},
-		{"GET", "/api/workers/queue", "", s.worker(s.handleQueueCheck)},
+		web.NewRoute("POST", "/api/workers/register", "", s.worker(s.handleRegister)),
+		web.NewRoute("GET", "/api/workers/stream", "", s.worker(s.handleStream)),
+		web.NewRoute("POST", "/api/workers/heartbeat", "", s.worker(s.handleHeartbeat)),
+		web.NewRoute("POST", "/api/workers/job/:job_id/status", "", s.worker(s.handleJobStatus)),
+		web.NewRoute("POST", "/api/workers/job/:job_id/logs", "", s.worker(s.handleJobLogs)),
+		web.NewRoute("POST", "/api/workers/disconnect", "", s.worker(s.handleDisconnect)),
+		web.NewRoute("GET", "/api/workers/queue", "", s.worker(s.handleQueueCheck)),
 
 		// Admin.
-		{"GET", "/api/admin/workers", "", httpCall(s, workers, ok, workersQuery, s.Workers)},
-		{"POST", "/api/admin/workers", "", httpCall(s, workers, http.StatusCreated, jsonBody[api.CreateWorker](s), s.CreateWorker)},
-		{"GET", "/api/admin/workers/:id", "", httpCall(s, workers, ok, workerRef, s.Worker)},
-		{"PATCH", "/api/admin/workers/:id", "", httpCall(s, workers, ok, s.parsePatchWorker,
+		web.NewRoute("GET", "/api/admin/workers", "", httpCall(s, workers, ok, workersQuery, s.Workers)),
+		web.NewRoute("POST", "/api/admin/workers", "", httpCall(s, workers, http.StatusCreated, jsonBody[api.CreateWorker](s), s.CreateWorker)),
+		web.NewRoute("GET", "/api/admin/workers/:id", "", httpCall(s, workers, ok, workerRef, s.Worker)),
+		web.NewRoute("PATCH", "/api/admin/workers/:id", "", httpCall(s, workers, ok, s.parsePatchWorker,
 			func(ctx context.Context, r patchWorkerRequest) (api.Worker, error) {
 				return s.PatchWorker(ctx, r.ID, r.PatchWorker)
-			})},
-		{"DELETE", "/api/admin/workers/:id", "", httpCall(s, workers, ok, deleteWorkerRef, s.DeleteWorker)},
-		{"POST", "/api/admin/workers/:id/drain", "", httpCall(s, workers, ok, workerRef, s.DrainWorker)},
-		{"POST", "/api/admin/workers/:id/resume", "", httpCall(s, workers, ok, workerRef, s.ResumeWorker)},
-		{"POST", "/api/admin/workers/:id/token", "", httpCall(s, workers, ok, workerRef, s.RotateWorkerToken)},
-		{"POST", "/api/admin/workers/:id/gpus/:index/clear", "", httpCall(s, workers, ok, gpuRef, s.ClearGPU)},
-		{"GET", "/api/admin/workers/:id/gpu-history", "", httpCall(s, workers, ok, workerRef, s.WorkerGPUHistory)},
-		{"GET", "/api/admin/fleet/gpu-history", "", httpCall(s, auth.ScopeQueueView, ok, noRequest, s.FleetGPUHistory)},
-		{"GET", "/api/admin/audit", "", httpCall(s, auth.ScopeAdminAudit, ok, auditQuery, s.Audit)},
-		{"GET", "/api/admin/audit/verify", "", httpCall(s, auth.ScopeAdminAudit, ok, noRequest, s.VerifyAudit)},
-		{"GET", "/api/admin/webhooks", "", httpCall(s, hooks, ok, noRequest, s.Webhooks)},
-		{"POST", "/api/admin/webhooks", "", httpCall(s, hooks, http.StatusCreated, jsonBody[spec.CreateRequest](s), s.CreateWebhook)},
-		{"GET", "/api/admin/webhooks/:id", "", httpCall(s, hooks, ok, webhookRef, s.Webhook)},
-		{"DELETE", "/api/admin/webhooks/:id", "", httpCall(s, hooks, ok, webhookRef, s.DeleteWebhook)},
-		{"GET", "/api/admin/webhooks/:id/deliveries", "", httpCall(s, hooks, ok, deliveriesQuery, s.WebhookDeliveries)},
-		{"GET", "/api/auth/whoami", "", httpCall(s, scopeAnyCaller, ok, noRequest, s.Whoami)},
-		{"GET", "/api/configs", "", httpCall(s, auth.ScopeQueueSubmit, ok, noRequest, s.Configs)},
-		{"GET", "/api/admin/tokens", "", httpCall(s, auth.ScopeAll, ok, noRequest, s.Tokens)},
-		{"POST", "/api/admin/tokens", "", httpCall(s, auth.ScopeAll, http.StatusCreated, jsonBody[api.CreateToken](s), s.CreateToken)},
-		{"DELETE", "/api/admin/tokens/:id", "", httpCall(s, auth.ScopeAll, ok, tokenRef, s.RevokeToken)},
+			})),
+		web.NewRoute("DELETE", "/api/admin/workers/:id", "", httpCall(s, workers, ok, deleteWorkerRef, s.DeleteWorker)),
+		web.NewRoute("POST", "/api/admin/workers/:id/drain", "", httpCall(s, workers, ok, workerRef, s.DrainWorker)),
+		web.NewRoute("POST", "/api/admin/workers/:id/resume", "", httpCall(s, workers, ok, workerRef, s.ResumeWorker)),
+		web.NewRoute("POST", "/api/admin/workers/:id/token", "", httpCall(s, workers, ok, workerRef, s.RotateWorkerToken)),
+		web.NewRoute("POST", "/api/admin/workers/:id/gpus/:index/clear", "", httpCall(s, workers, ok, gpuRef, s.ClearGPU)),
+		web.NewRoute("GET", "/api/admin/workers/:id/gpu-history", "", httpCall(s, workers, ok, workerRef, s.WorkerGPUHistory)),
+		web.NewRoute("GET", "/api/admin/fleet/gpu-history", "", httpCall(s, auth.ScopeQueueView, ok, noRequest, s.FleetGPUHistory)),
+		web.NewRoute("GET", "/api/admin/audit", "", httpCall(s, auth.ScopeAdminAudit, ok, auditQuery, s.Audit)),
+		web.NewRoute("GET", "/api/admin/audit/verify", "", httpCall(s, auth.ScopeAdminAudit, ok, noRequest, s.VerifyAudit)),
+		web.NewRoute("GET", "/api/admin/webhooks", "", httpCall(s, hooks, ok, noRequest, s.Webhooks)),
+		web.NewRoute("POST", "/api/admin/webhooks", "", httpCall(s, hooks, http.StatusCreated, jsonBody[spec.CreateRequest](s), s.CreateWebhook)),
+		web.NewRoute("GET", "/api/admin/webhooks/:id", "", httpCall(s, hooks, ok, webhookRef, s.Webhook)),
+		web.NewRoute("DELETE", "/api/admin/webhooks/:id", "", httpCall(s, hooks, ok, webhookRef, s.DeleteWebhook)),
+		web.NewRoute("GET", "/api/admin/webhooks/:id/deliveries", "", httpCall(s, hooks, ok, deliveriesQuery, s.WebhookDeliveries)),
+		web.NewRoute("GET", "/api/auth/whoami", "", httpCall(s, scopeAnyCaller, ok, noRequest, s.Whoami)),
+		web.NewRoute("GET", "/api/configs", "", httpCall(s, auth.ScopeQueueSubmit, ok, noRequest, s.Configs)),
+		web.NewRoute("GET", "/api/admin/tokens", "", httpCall(s, auth.ScopeAll, ok, noRequest, s.Tokens)),
+		web.NewRoute("POST", "/api/admin/tokens", "", httpCall(s, auth.ScopeAll, http.StatusCreated, jsonBody[api.CreateToken](s), s.CreateToken)),
+		web.NewRoute("DELETE", "/api/admin/tokens/:id", "", httpCall(s, auth.ScopeAll, ok, tokenRef, s.RevokeToken)),
 
 		// Queue.
-		{"POST", "/api/queue/:job_id", "POST /api/queue/submit", postQueue},
-		{"GET", "/api/queue/:job_id", "GET /api/queue/{job_id}", getQueue},
-		{"GET", "/api/queue", "", httpCall(s, auth.ScopeQueueView, ok, jobsQuery, s.Jobs)},
-		{"POST", "/api/queue/:job_id/cancel", "", httpCall(s, auth.ScopeQueueCancel, ok, jobRef, s.CancelJob)},
-		{"GET", "/api/queue/:job_id/logs", "", s.admin(auth.ScopeQueueView, s.readLogs)},
-		{"GET", "/api/queue/:job_id/artifacts", "", httpCall(s, auth.ScopeQueueView, ok, artifactsQuery, s.Artifacts)},
-		{"GET", "/api/queue/:job_id/artifacts/*path", "GET /api/queue/{job_id}/artifacts/{path}", s.admin(auth.ScopeQueueView, s.downloadArtifact)},
-		{"HEAD", "/api/queue/:job_id/artifacts/*path", "HEAD /api/queue/{job_id}/artifacts/{path}", s.admin(auth.ScopeQueueView, s.downloadArtifact)},
+		web.NewRoute("POST", "/api/queue/:job_id", "POST /api/queue/submit", postQueue),
+		web.NewRoute("GET", "/api/queue/:job_id", "GET /api/queue/{job_id}", getQueue),
+		web.NewRoute("GET", "/api/queue", "", httpCall(s, auth.ScopeQueueView, ok, jobsQuery, s.Jobs)),
+		web.NewRoute("POST", "/api/queue/:job_id/cancel", "", httpCall(s, auth.ScopeQueueCancel, ok, jobRef, s.CancelJob)),
+		web.NewRoute("GET", "/api/queue/:job_id/logs", "", s.admin(auth.ScopeQueueView, s.readLogs)),
+		web.NewRoute("GET", "/api/queue/:job_id/artifacts", "", httpCall(s, auth.ScopeQueueView, ok, artifactsQuery, s.Artifacts)),
+		web.NewRoute("GET", "/api/queue/:job_id/artifacts/*path", "GET /api/queue/{job_id}/artifacts/{path}", s.admin(auth.ScopeQueueView, s.downloadArtifact)),
+		web.NewRoute("HEAD", "/api/queue/:job_id/artifacts/*path", "HEAD /api/queue/{job_id}/artifacts/{path}", s.admin(auth.ScopeQueueView, s.downloadArtifact)),
 
 		// A job's own S3-style uploads, authenticated by its attempt's upload
 		// token. Keys hold slashes, hence the catch-all.
-		{"GET", "/api/cloud/storage", "", s.upload(s.listBuckets)},
-		{"GET", "/api/cloud/storage/:bucket", "", s.upload(s.listObjects)},
-		{"PUT", "/api/cloud/storage/:bucket/*key", "PUT /api/cloud/storage/{bucket}/{key}", s.upload(s.putObject)},
-		{"GET", "/api/cloud/storage/:bucket/*key", "GET /api/cloud/storage/{bucket}/{key}", s.upload(s.getObject)},
-		{"HEAD", "/api/cloud/storage/:bucket/*key", "HEAD /api/cloud/storage/{bucket}/{key}", s.upload(s.getObject)},
+		web.NewRoute("GET", "/api/cloud/storage", "", s.upload(s.listBuckets)),
+		web.NewRoute("GET", "/api/cloud/storage/:bucket", "", s.upload(s.listObjects)),
+		web.NewRoute("PUT", "/api/cloud/storage/:bucket/*key", "PUT /api/cloud/storage/{bucket}/{key}", s.upload(s.putObject)),
+		web.NewRoute("GET", "/api/cloud/storage/:bucket/*key", "GET /api/cloud/storage/{bucket}/{key}", s.upload(s.getObject)),
+		web.NewRoute("HEAD", "/api/cloud/storage/:bucket/*key", "HEAD /api/cloud/storage/{bucket}/{key}", s.upload(s.getObject)),
 		// The job's checkpoints (p2): complete ones listed and read by any
 		// attempt of the job, committed and aborted by the one that uploaded.
-		{"GET", "/api/cloud/checkpoints", "", s.upload(s.listCheckpoints)},
-		{"POST", "/api/cloud/checkpoints", "", s.upload(s.commitCheckpoint)},
-		{"DELETE", "/api/cloud/checkpoints/:name", "", s.upload(s.abortCheckpoint)},
-		{"GET", "/api/cloud/checkpoints/:attempt/:name/*path", "GET /api/cloud/checkpoints/{attempt}/{name}/{path}", s.upload(s.checkpointFile)},
+		web.NewRoute("GET", "/api/cloud/checkpoints", "", s.upload(s.listCheckpoints)),
+		web.NewRoute("POST", "/api/cloud/checkpoints", "", s.upload(s.commitCheckpoint)),
+		web.NewRoute("DELETE", "/api/cloud/checkpoints/:name", "", s.upload(s.abortCheckpoint)),
+		web.NewRoute("GET", "/api/cloud/checkpoints/:attempt/:name/*path", "GET /api/cloud/checkpoints/{attempt}/{name}/{path}", s.upload(s.checkpointFile)),
 	}
-}
-
-// DocName is how the documentation names a route: METHOD and the path with
-// {param} for each :param.
-func (r Route) DocName() string {
-	if r.Doc != "" {
-		return r.Doc
-	}
-	parts := strings.Split(r.Path, "/")
-	for i, p := range parts {
-		if name, ok := strings.CutPrefix(p, ":"); ok {
-			parts[i] = "{" + name + "}"
-		}
-	}
-	return r.Method + " " + strings.Join(parts, "/")
 }
 
 // Handler is the HTTP API served on every listener.
@@ -474,17 +453,17 @@ func (s *Server) Handler() http.Handler {
 	r := httprouter.New()
 	r.HandleMethodNotAllowed = true
 	r.NotFound = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		s.writeError(w, req, notFound("no such endpoint: %s %s", req.Method, req.URL.Path))
+		s.writeError(w, req, web.NotFound("no such endpoint: %s %s", req.Method, req.URL.Path))
 	})
 	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		s.writeError(w, req, errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s is not allowed on %s", req.Method, req.URL.Path))
+		s.writeError(w, req, web.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s is not allowed on %s", req.Method, req.URL.Path))
 	})
 	r.PanicHandler = func(w http.ResponseWriter, req *http.Request, v any) {
 		s.log.Error("handler panic", "path", req.URL.Path, "panic", v)
 		s.writeError(w, req, errors.New("panic"))
 	}
 	for _, rt := range s.Routes() {
-		r.Handle(rt.Method, rt.Path, rt.handle)
+		r.Handle(rt.Method, rt.Path, rt.Handle)
 	}
 	return r
 }
@@ -492,12 +471,12 @@ func (s *Server) Handler() http.Handler {
 // healthz answers while the process serves, with the version it runs and
 // the kind of store it uses (neither names a host, a path or a driver).
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": version.Version, "store": s.store.Kind()})
+	web.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": version.Version, "store": s.store.Kind()})
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	if s.stopping.Load() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": "shutting down"})
+		web.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": "shutting down"})
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
@@ -518,7 +497,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		if !s.unready.Swap(true) {
 			s.log.Warn("not ready: the database does not answer", "err", err)
 		}
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": "database unreachable"})
+		web.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": "database unreachable"})
 		return
 	}
 	if s.unready.Swap(false) {
@@ -526,14 +505,14 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	}
 	notReady, degraded := s.disk.Problem()
 	if notReady != "" {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": notReady})
+		web.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": notReady})
 		return
 	}
 	if degraded != "" {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "degraded": degraded})
+		web.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready", "degraded": degraded})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	web.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
 // isUnavailable reports whether err means the database could not be reached

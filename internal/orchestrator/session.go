@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -83,7 +84,7 @@ func (s *Server) refuseSession(ctx context.Context, wk store.Worker, sess, ip, p
 			s.log.Warn("audit write failed", "action", rec.Action, "err", err)
 		}
 	}
-	return errorf(http.StatusConflict, protocol.CodeSessionActive,
+	return web.Errorf(http.StatusConflict, protocol.CodeSessionActive,
 		"worker %s (%s) is in use by another simpletuner-workerd (installation %s, heard from within the heartbeat timeout); "+
 			"two workerd processes must not share a token: give this one its own worker, or stop the other one (this one may take over once that one is offline)",
 		wk.ID, wk.Name, shortSession(wk.Session))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -134,7 +135,7 @@ func (s *Server) stale(wk store.Worker, j store.Job, attempt int, status string)
 	s.metrics.StaleRejections.Add(1)
 	s.log.Info("stale report refused", "job_id", j.ID, "worker_id", wk.ID, "attempt", attempt,
 		"current_attempt", j.Attempt, "current_worker", j.WorkerID, "report", status)
-	return staleAttempt("attempt %d of job %s is not the current attempt held by worker %s (job is %s, attempt %d); stop it",
+	return web.StaleAttempt("attempt %d of job %s is not the current attempt held by worker %s (job is %s, attempt %d); stop it",
 		attempt, j.ID, wk.ID, j.Status, j.Attempt)
 }
 
@@ -194,7 +195,7 @@ func (s *Server) requestCancel(ctx context.Context, jobID, actor, ip string) (st
 	nj, _, err := s.moveJob(ctx, jobID, func(cur store.Job) (*store.JobTransition, error) {
 		st, ok, err := lifecycle.OnCancel(cur.Facts())
 		if errors.Is(err, lifecycle.ErrFinished) {
-			return nil, conflict("job %s is already %s", cur.ID, cur.Status)
+			return nil, web.Conflict("job %s is already %s", cur.ID, cur.Status)
 		}
 		if err != nil || !ok {
 			return nil, err

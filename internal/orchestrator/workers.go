@@ -12,6 +12,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/diskfull"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -514,7 +515,7 @@ func (s *Server) drain(ctx context.Context, id, actor, ip string) (store.Worker,
 func (s *Server) resume(ctx context.Context, id, actor, ip string) (store.Worker, error) {
 	wk, err := s.store.UpdateWorker(ctx, id, func(cur *store.Worker) (*audit.Record, error) {
 		if cur.Status != protocol.WorkerDraining {
-			return nil, conflict("worker %s is %s, not draining", id, cur.Status)
+			return nil, web.Conflict("worker %s is %s, not draining", id, cur.Status)
 		}
 		cur.Status = lifecycle.Resumed(cur.Load(), cur.LastHeartbeat != nil)
 		rec := audit.New(actor, ip, "worker.resume", "worker", id, audit.Success, map[string]string{"name": cur.Name})
@@ -574,7 +575,7 @@ func (s *Server) heartbeatMissed(w store.Worker) bool {
 func (s *Server) deletable(ctx context.Context, w store.Worker) error {
 	status, connected := s.shown(w)
 	if status != protocol.WorkerOffline && (connected || !s.heartbeatMissed(w)) {
-		return conflict("worker %s is %s and in touch (its stream is open or its heartbeats arrive); only a worker with no live connection "+
+		return web.Conflict("worker %s is %s and in touch (its stream is open or its heartbeats arrive); only a worker with no live connection "+
 			"can be deleted without force, which requeues its jobs", w.ID, status)
 	}
 	active, err := s.activeOn(ctx, w.ID)
@@ -582,7 +583,7 @@ func (s *Server) deletable(ctx context.Context, w store.Worker) error {
 		return err
 	}
 	if len(active) > 0 {
-		return conflict("worker %s is %s but still holds job %s; wait for the heartbeat timeout, or delete it with force (its job is requeued)",
+		return web.Conflict("worker %s is %s but still holds job %s; wait for the heartbeat timeout, or delete it with force (its job is requeued)",
 			w.ID, status, active[0].ID)
 	}
 	return nil
