@@ -9,13 +9,13 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
-	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
 	"github.com/simpletuner/simpletuner-orchestration/internal/webhook/spec"
 )
 
 // API is what the dashboard calls of the orchestrator.
 type API interface {
-	CallerOf(r *http.Request, p auth.Principal) orchestrator.Caller
+	CallerOf(r *http.Request, p auth.Principal) adminapi.Caller
 	APIError(err error, what string) *api.Error
 
 	Stats(ctx context.Context, history bool) (api.Stats, error)
@@ -48,7 +48,7 @@ type API interface {
 
 // as is r's context carrying the session's caller.
 func (d *Dashboard) as(r *http.Request, s *session) context.Context {
-	return orchestrator.WithCaller(r.Context(), d.opt.API.CallerOf(r, s.principal))
+	return adminapi.WithCaller(r.Context(), d.opt.API.CallerOf(r, s.principal))
 }
 
 // failure is how the pages show a call's error; what names the call in the

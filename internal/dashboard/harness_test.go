@@ -100,7 +100,7 @@ func newSiteWith(t testing.TB, st store.Store, tweak func(*Options), mods ...fun
 	srv := orchestrator.New(st, opt, log)
 	c := &clock{t: time.Now()}
 	api := srv.Handler()
-	dopt := Options{API: srv, HTTP: api, Sessions: st, Version: "test", Log: log, Now: c.Now}
+	dopt := Options{API: srv.API(), HTTP: api, Sessions: st, Version: "test", Log: log, Now: c.Now}
 	if tweak != nil {
 		tweak(&dopt)
 	}

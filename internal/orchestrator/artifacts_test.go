@@ -23,6 +23,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
@@ -201,7 +202,7 @@ func TestArtifactUploadAndDownload(t *testing.T) {
 
 func (e *env) token(name string, scopes ...string) string {
 	e.t.Helper()
-	tok, token, err := NewAdminToken(name, scopes)
+	tok, token, err := adminapi.NewAdminToken(name, scopes)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -16,7 +16,6 @@ import (
 )
 
 type workerHandler func(w http.ResponseWriter, r *http.Request, ps httprouter.Params, wk store.Worker) error
-type adminHandler func(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error
 
 // peerIP is the client's address without the port ("local" on the unix socket).
 func peerIP(r *http.Request) string {
@@ -136,28 +135,6 @@ func (s *Server) workerByToken(r *http.Request, token string) (store.Worker, err
 		return store.Worker{}, store.ErrNotFound
 	}
 	return wk, nil
-}
-
-// scopeAnyCaller lets every authenticated admin caller through, whatever its scopes.
-const scopeAnyCaller = ""
-
-// admin authenticates an admin credential (or the local socket's peer) and
-// checks scope.
-func (s *Server) admin(scope string, h adminHandler) httprouter.Handle {
-	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-		p, err := s.principal(w, r)
-		if err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		if scope != scopeAnyCaller && !p.Has(scope) {
-			s.writeError(w, r, web.Errorf(http.StatusForbidden, protocol.CodeForbidden, "this credential lacks the scope %q", scope))
-			return
-		}
-		if err := h(w, r, ps, p); err != nil {
-			s.writeError(w, r, err)
-		}
-	}
 }
 
 // inProcessKey marks a request built inside this process, by the dashboard,

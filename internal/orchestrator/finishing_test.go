@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
@@ -149,7 +150,7 @@ func TestWaitingReasons(t *testing.T) {
 	e := setup(t, backends["sqlite"](t), func(o *Options) { o.SchedulerInterval = time.Hour })
 	reason := func(id string) string { r, _ := e.job(id)["waiting_reason"].(string); return r }
 	huge := e.submit(map[string]any{"config": map[string]any{}, "gpu_count": 64})
-	if reason(huge) != WaitNoWorkerLargeEnough {
+	if reason(huge) != adminapi.WaitNoWorkerLargeEnough {
 		t.Fatalf("64-GPU job with no workers: %q", reason(huge))
 	}
 	r := e.must(e.adminDo("POST", "/api/queue/submit", map[string]any{"config": map[string]any{}, "gpu_count": 64}), 201)
@@ -158,11 +159,11 @@ func TestWaitingReasons(t *testing.T) {
 	}
 	labelled := e.submit(map[string]any{"config": map[string]any{}, "worker_labels": map[string]string{"site": "mars"}})
 	id, _ := e.createWorker("w", "persistent", map[string]string{"site": "earth"})
-	if reason(labelled) != WaitNoMatchingWorker {
+	if reason(labelled) != adminapi.WaitNoMatchingWorker {
 		t.Fatalf("labelled job: %q", reason(labelled))
 	}
 	plain := e.submit(map[string]any{"config": map[string]any{}})
-	if reason(plain) != WaitNoneOnline {
+	if reason(plain) != adminapi.WaitNoneOnline {
 		t.Fatalf("job with a matching worker never connected (%s): %q", id, reason(plain))
 	}
 	if !strings.Contains(e.job(plain)["waiting_detail"].(string), "none connected") {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/simpletuner/simpletuner-orchestration/internal/api"
-	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/gpuhistory"
 )
@@ -44,24 +42,4 @@ func (s *Server) sampleFleet(ctx context.Context) {
 	}
 	asked := gpus + whole*int(s.largestWorker.Load())
 	s.gpuHistory.NoteFleet(time.Now(), inUse, asked, online)
-}
-
-// WorkerGPUHistory is the worker's GPUs over the last six hours.
-func (s *Server) WorkerGPUHistory(ctx context.Context, ref api.WorkerRef) (api.GPUHistory, error) {
-	if _, err := authorize(ctx, auth.ScopeAdminWorkers); err != nil {
-		return api.GPUHistory{}, err
-	}
-	wk, err := s.loadWorker(ctx, ref.ID)
-	if err != nil {
-		return api.GPUHistory{}, err
-	}
-	return s.gpuHistory.Worker(wk.ID, time.Now()), nil
-}
-
-// FleetGPUHistory is the fleet's GPUs over the last six hours.
-func (s *Server) FleetGPUHistory(ctx context.Context, _ struct{}) (api.FleetHistory, error) {
-	if _, err := authorize(ctx, auth.ScopeQueueView); err != nil {
-		return api.FleetHistory{}, err
-	}
-	return s.gpuHistory.Fleet(time.Now()), nil
 }

@@ -56,7 +56,7 @@ func (f *follower) close() {
 	<-f.done
 }
 
-func (f *follower) events() []sseEvent { return parseSSE([]byte(f.buf.String())) }
+func (f *follower) events() []testutil.SSEEvent { return testutil.ParseSSE([]byte(f.buf.String())) }
 
 func (f *follower) ended(timeout time.Duration) bool {
 	select {
@@ -185,7 +185,7 @@ func TestFollowerThatDoesNotReadIsDropped(t *testing.T) {
 	}
 	defer conn.Close()
 	fmt.Fprintf(conn, "GET /api/queue/%s/logs?follow=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", id, e.admin)
-	testutil.Eventually(t, 5*time.Second, "the follow to start", func() bool { return e.srv.followers.count() == 1 })
+	testutil.Eventually(t, 5*time.Second, "the follow to start", func() bool { return e.srv.api.Following() == 1 })
 	line := strings.Repeat("z", 1023) + "\n"
 	chunk := strings.Repeat(line, 512) // 512 KiB
 	offset := 0
@@ -193,7 +193,7 @@ func TestFollowerThatDoesNotReadIsDropped(t *testing.T) {
 		a.postLog(id, offset, chunk)
 		offset += len(chunk)
 	}
-	testutil.Eventually(t, 10*time.Second, "the stalled follower to be dropped", func() bool { return e.srv.followers.count() == 0 })
+	testutil.Eventually(t, 10*time.Second, "the stalled follower to be dropped", func() bool { return e.srv.api.Following() == 0 })
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.Copy(io.Discard, bufio.NewReader(conn)); err != nil && !strings.Contains(err.Error(), "reset") {
 		t.Fatalf("the dropped stream did not end: %v", err)
@@ -269,7 +269,7 @@ func startFollowers(t *testing.T, e *env, n int) (*agent, string, []*follower) {
 		f, _ := e.follow(e.admin, id)
 		fs = append(fs, f)
 	}
-	testutil.Eventually(t, 5*time.Second, "every follow to start", func() bool { return e.srv.followers.count() == n })
+	testutil.Eventually(t, 5*time.Second, "every follow to start", func() bool { return e.srv.api.Following() == n })
 	a.postLog(id, 0, "first\n") // a new attempt: each follower catches up once
 	testutil.Eventually(t, 5*time.Second, "the first line everywhere", func() bool {
 		for _, f := range fs {

@@ -38,7 +38,7 @@ func (s *Server) healthPass(ctx context.Context) {
 	}
 	var stale, expired []store.Worker
 	largest := 0
-	err := s.eachWorker(ctx, func(w store.Worker) {
+	err := store.EachWorker(ctx, s.store, func(w store.Worker) {
 		largest = max(largest, w.GPUInfo.Count)
 		// A heartbeat the full disk kept from the store counts too.
 		w.LastHeartbeat = s.heard.LastBeat(w.ID, w.LastHeartbeat)

@@ -133,7 +133,7 @@ func (s *Server) writeMetrics(ctx context.Context, w io.Writer) {
 	}
 	byStatus := map[protocol.WorkerStatus]int{}
 	var workers []store.Worker
-	if err := s.eachWorker(ctx, func(wk store.Worker) {
+	if err := store.EachWorker(ctx, s.store, func(wk store.Worker) {
 		status, _ := s.shown(wk)
 		byStatus[status]++
 		workers = append(workers, wk)
@@ -165,21 +165,4 @@ func sortedStatuses(m map[protocol.JobStatus]int) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// eachWorker visits every worker, a page at a time (no 100-row cap, unlike upstream).
-func (s *Server) eachWorker(ctx context.Context, fn func(store.Worker)) error {
-	const page = 1000
-	for off := 0; ; off += page {
-		ws, _, err := s.store.ListWorkers(ctx, store.WorkerFilter{Limit: page, Offset: off})
-		if err != nil {
-			return err
-		}
-		for _, w := range ws {
-			fn(w)
-		}
-		if len(ws) < page {
-			return nil
-		}
-	}
 }

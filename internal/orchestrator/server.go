@@ -1,7 +1,9 @@
-// Package orchestrator is simpletuner-orchestratord's core: the HTTP API
-// (worker, admin and queue endpoints), the SSE hub that delivers events to
-// workers, the scheduler that claims jobs for idle workers, and the health loop.
-// State lives behind store.Store; this package never speaks SQL.
+// Package orchestrator is simpletuner-orchestratord's engine: the worker
+// protocol and the jobs' own uploads, the SSE hub that delivers events to
+// workers, the scheduler that claims jobs for idle workers, the job
+// transitions and the health loop. It serves the admin and queue API of
+// package adminapi beside its own endpoints. State lives behind
+// store.Store; this package never speaks SQL.
 package orchestrator
 
 import (
@@ -22,10 +24,10 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
-	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/authfail"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/diskfull"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/gpuhistory"
@@ -38,7 +40,6 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/version"
 	"github.com/simpletuner/simpletuner-orchestration/internal/webhook"
-	"github.com/simpletuner/simpletuner-orchestration/internal/webhook/spec"
 )
 
 // Options are the orchestrator's settings. OptionsFrom fills them from the
@@ -216,9 +217,8 @@ type Server struct {
 	retention *retention.Keeper
 	// artifacts stores what jobs upload; nil answers 503 (see SetArtifacts).
 	artifacts atomic.Pointer[artifacts.Store]
-	// logFeed passes stored log output to follow streams; followers counts them.
-	logFeed   *logfeed.Feed
-	followers followers
+	// logFeed passes stored log output to follow streams.
+	logFeed *logfeed.Feed
 	// failures gathers failed authentications for the audit log.
 	failures authfail.Gatherer
 	// heard is what heartbeats told of each worker: attempts they left out,
@@ -234,15 +234,18 @@ type Server struct {
 	freezeFile string
 	// disk tracks full disks (package diskfull).
 	disk *diskfull.State
-	// recent holds the last full count of the jobs that ended lately (recent.go).
-	recent recentEnds
 	// webhooks turns the store's changes into webhook events and delivers
 	// them (internal/webhook).
 	webhooks *webhook.Service
+	// api is the admin and queue API, served beside the worker protocol.
+	api *adminapi.API
 }
 
 // SetAdminSocketPath tells the server where its admin socket lives.
-func (s *Server) SetAdminSocketPath(p string) { s.adminSocketPath = p }
+func (s *Server) SetAdminSocketPath(p string) {
+	s.adminSocketPath = p
+	s.api.SetOptions(s.options().apiOptions(p))
+}
 
 // New builds a Server on an open store.
 func New(st store.Store, opt Options, log *slog.Logger) *Server {
@@ -267,9 +270,14 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 	s.retention = &retention.Keeper{Store: st, Artifacts: s.artifacts.Load, Log: log,
 		Options: func() retention.Options { return s.options().Retention }, StartupGrace: func() time.Duration { return s.options().StartupGrace },
 		Quiet: s.logDiskFullOnce}
+	s.api = adminapi.New(adminapi.Deps{Engine: engine{s}, Store: st, Log: log, Heard: s.heard, GPUHistory: s.gpuHistory,
+		Webhooks: s.webhooks, LogFeed: s.logFeed}, opt.apiOptions(""))
 	s.lastTick.Store(time.Now().UnixNano())
 	return s
 }
+
+// API is the admin and queue API, for callers in process (the dashboard).
+func (s *Server) API() *adminapi.API { return s.api }
 
 // options returns the current settings (a reload may replace them).
 func (s *Server) options() Options { return *s.opt.Load() }
@@ -279,6 +287,7 @@ func (s *Server) SetOptions(o Options) {
 	o = o.withDefaults()
 	s.opt.Store(&o)
 	s.webhooks.SetOptions(o.webhookOptions())
+	s.api.SetOptions(o.apiOptions(s.adminSocketPath))
 	s.applyArtifactLimits(o)
 	s.Wake()
 }
@@ -361,27 +370,7 @@ func peerOf(r *http.Request) (localPeer, bool) {
 
 // Routes lists every endpoint of the HTTP API, as Handler serves them.
 func (s *Server) Routes() []web.Route {
-	// httprouter cannot hold /api/queue/submit beside /api/queue/:job_id, so
-	// the fixed names are picked out of the parameter.
-	submit := httpCall(s, auth.ScopeQueueSubmit, http.StatusCreated, s.parseSubmit, s.submitHTTP)
-	stats := httpCall(s, auth.ScopeQueueView, http.StatusOK, statsQuery, s.Stats)
-	getJob := httpCall(s, auth.ScopeQueueView, http.StatusOK, jobRef, s.Job)
-	ok, workers, hooks := http.StatusOK, auth.ScopeAdminWorkers, auth.ScopeAdminWebhooks
-	postQueue := func(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
-		if ps.ByName("job_id") != "submit" {
-			s.writeError(w, req, web.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "POST is not allowed on %s", req.URL.Path))
-			return
-		}
-		submit(w, req, ps)
-	}
-	getQueue := func(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
-		if ps.ByName("job_id") == "stats" {
-			stats(w, req, ps)
-			return
-		}
-		getJob(w, req, ps)
-	}
-	return []web.Route{
+	return append([]web.Route{
 		web.NewRoute("GET", "/healthz", "", s.healthz),
 		web.NewRoute("GET", "/readyz", "", s.readyz),
 
@@ -393,44 +382,6 @@ func (s *Server) Routes() []web.Route {
 		web.NewRoute("POST", "/api/workers/job/:job_id/logs", "", s.worker(s.handleJobLogs)),
 		web.NewRoute("POST", "/api/workers/disconnect", "", s.worker(s.handleDisconnect)),
 		web.NewRoute("GET", "/api/workers/queue", "", s.worker(s.handleQueueCheck)),
-
-		// Admin.
-		web.NewRoute("GET", "/api/admin/workers", "", httpCall(s, workers, ok, workersQuery, s.Workers)),
-		web.NewRoute("POST", "/api/admin/workers", "", httpCall(s, workers, http.StatusCreated, jsonBody[api.CreateWorker](s), s.CreateWorker)),
-		web.NewRoute("GET", "/api/admin/workers/:id", "", httpCall(s, workers, ok, workerRef, s.Worker)),
-		web.NewRoute("PATCH", "/api/admin/workers/:id", "", httpCall(s, workers, ok, s.parsePatchWorker,
-			func(ctx context.Context, r patchWorkerRequest) (api.Worker, error) {
-				return s.PatchWorker(ctx, r.ID, r.PatchWorker)
-			})),
-		web.NewRoute("DELETE", "/api/admin/workers/:id", "", httpCall(s, workers, ok, deleteWorkerRef, s.DeleteWorker)),
-		web.NewRoute("POST", "/api/admin/workers/:id/drain", "", httpCall(s, workers, ok, workerRef, s.DrainWorker)),
-		web.NewRoute("POST", "/api/admin/workers/:id/resume", "", httpCall(s, workers, ok, workerRef, s.ResumeWorker)),
-		web.NewRoute("POST", "/api/admin/workers/:id/token", "", httpCall(s, workers, ok, workerRef, s.RotateWorkerToken)),
-		web.NewRoute("POST", "/api/admin/workers/:id/gpus/:index/clear", "", httpCall(s, workers, ok, gpuRef, s.ClearGPU)),
-		web.NewRoute("GET", "/api/admin/workers/:id/gpu-history", "", httpCall(s, workers, ok, workerRef, s.WorkerGPUHistory)),
-		web.NewRoute("GET", "/api/admin/fleet/gpu-history", "", httpCall(s, auth.ScopeQueueView, ok, noRequest, s.FleetGPUHistory)),
-		web.NewRoute("GET", "/api/admin/audit", "", httpCall(s, auth.ScopeAdminAudit, ok, auditQuery, s.Audit)),
-		web.NewRoute("GET", "/api/admin/audit/verify", "", httpCall(s, auth.ScopeAdminAudit, ok, noRequest, s.VerifyAudit)),
-		web.NewRoute("GET", "/api/admin/webhooks", "", httpCall(s, hooks, ok, noRequest, s.Webhooks)),
-		web.NewRoute("POST", "/api/admin/webhooks", "", httpCall(s, hooks, http.StatusCreated, jsonBody[spec.CreateRequest](s), s.CreateWebhook)),
-		web.NewRoute("GET", "/api/admin/webhooks/:id", "", httpCall(s, hooks, ok, webhookRef, s.Webhook)),
-		web.NewRoute("DELETE", "/api/admin/webhooks/:id", "", httpCall(s, hooks, ok, webhookRef, s.DeleteWebhook)),
-		web.NewRoute("GET", "/api/admin/webhooks/:id/deliveries", "", httpCall(s, hooks, ok, deliveriesQuery, s.WebhookDeliveries)),
-		web.NewRoute("GET", "/api/auth/whoami", "", httpCall(s, scopeAnyCaller, ok, noRequest, s.Whoami)),
-		web.NewRoute("GET", "/api/configs", "", httpCall(s, auth.ScopeQueueSubmit, ok, noRequest, s.Configs)),
-		web.NewRoute("GET", "/api/admin/tokens", "", httpCall(s, auth.ScopeAll, ok, noRequest, s.Tokens)),
-		web.NewRoute("POST", "/api/admin/tokens", "", httpCall(s, auth.ScopeAll, http.StatusCreated, jsonBody[api.CreateToken](s), s.CreateToken)),
-		web.NewRoute("DELETE", "/api/admin/tokens/:id", "", httpCall(s, auth.ScopeAll, ok, tokenRef, s.RevokeToken)),
-
-		// Queue.
-		web.NewRoute("POST", "/api/queue/:job_id", "POST /api/queue/submit", postQueue),
-		web.NewRoute("GET", "/api/queue/:job_id", "GET /api/queue/{job_id}", getQueue),
-		web.NewRoute("GET", "/api/queue", "", httpCall(s, auth.ScopeQueueView, ok, jobsQuery, s.Jobs)),
-		web.NewRoute("POST", "/api/queue/:job_id/cancel", "", httpCall(s, auth.ScopeQueueCancel, ok, jobRef, s.CancelJob)),
-		web.NewRoute("GET", "/api/queue/:job_id/logs", "", s.admin(auth.ScopeQueueView, s.readLogs)),
-		web.NewRoute("GET", "/api/queue/:job_id/artifacts", "", httpCall(s, auth.ScopeQueueView, ok, artifactsQuery, s.Artifacts)),
-		web.NewRoute("GET", "/api/queue/:job_id/artifacts/*path", "GET /api/queue/{job_id}/artifacts/{path}", s.admin(auth.ScopeQueueView, s.downloadArtifact)),
-		web.NewRoute("HEAD", "/api/queue/:job_id/artifacts/*path", "HEAD /api/queue/{job_id}/artifacts/{path}", s.admin(auth.ScopeQueueView, s.downloadArtifact)),
 
 		// A job's own S3-style uploads, authenticated by its attempt's upload
 		// token. Keys hold slashes, hence the catch-all.
@@ -445,7 +396,7 @@ func (s *Server) Routes() []web.Route {
 		web.NewRoute("POST", "/api/cloud/checkpoints", "", s.upload(s.commitCheckpoint)),
 		web.NewRoute("DELETE", "/api/cloud/checkpoints/:name", "", s.upload(s.abortCheckpoint)),
 		web.NewRoute("GET", "/api/cloud/checkpoints/:attempt/:name/*path", "GET /api/cloud/checkpoints/{attempt}/{name}/{path}", s.upload(s.checkpointFile)),
-	}
+	}, s.api.Routes()...)
 }
 
 // Handler is the HTTP API served on every listener.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 	"github.com/simpletuner/simpletuner-orchestration/internal/webhook"
@@ -121,7 +122,7 @@ func TestWebhookAPI(t *testing.T) {
 	e.must(e.adminDo("GET", "/api/admin/webhooks/hook/deliveries?before=x", nil), 422)
 
 	// The scope: queue.view alone may not see subscriptions.
-	tok, token, err := NewAdminToken("viewer", []string{auth.ScopeQueueView})
+	tok, token, err := adminapi.NewAdminToken("viewer", []string{auth.ScopeQueueView})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/diskfull"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/labels"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -74,7 +75,7 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 		if req.Provider != nil && *req.Provider != "" {
 			cur.Provider = *req.Provider
 		}
-		cur.Labels = placementLabels(cur.Labels, cur.AdminLabels, req.Labels, cur.LabelsLocked)
+		cur.Labels = labels.Placement(cur.Labels, cur.AdminLabels, req.Labels, cur.LabelsLocked)
 		cur.Protocol = max(req.Protocol, 1)
 		cur.AgentVersion = req.Version
 		cur.Capabilities = protocol.Capabilities{}
@@ -173,16 +174,6 @@ func (s *Server) cancelGrace(ctx context.Context, workerID string) time.Duration
 	return grace
 }
 
-// placementLabels are the labels jobs are matched against after a worker
-// reported its own: the admin's alone when an admin locked them, else the
-// reported ones laid over the current ones (see mergeLabels).
-func placementLabels(current, admin, reported map[string]string, locked bool) map[string]string {
-	if locked {
-		return copyLabels(admin)
-	}
-	return mergeLabels(current, admin, reported)
-}
-
 // placementInventory is the GPU inventory jobs are placed against after a
 // worker reported reported. A worker whose labels an admin locked cannot
 // advertise its way into jobs meant for others with its GPUs either: its
@@ -229,13 +220,13 @@ func inventoryWithin(r, p protocol.GPUSummary) bool {
 // worker gets, every change is on record. Nothing changed: nil.
 func reportedChanges(cur store.Worker, req protocol.RegisterRequest, inventoryIgnored bool) map[string]any {
 	out := map[string]any{}
-	before := reportedPart(cur.Labels, cur.AdminLabels)
-	after := reportedPart(placementLabels(cur.Labels, cur.AdminLabels, req.Labels, cur.LabelsLocked), cur.AdminLabels)
+	before := labels.Reported(cur.Labels, cur.AdminLabels)
+	after := labels.Reported(labels.Placement(cur.Labels, cur.AdminLabels, req.Labels, cur.LabelsLocked), cur.AdminLabels)
 	if !maps.Equal(before, after) {
 		out["reported_labels_before"], out["reported_labels_after"] = before, after
 	}
 	if cur.LabelsLocked {
-		if ignored := reportedPart(req.Labels, cur.AdminLabels); len(ignored) > 0 {
+		if ignored := labels.Reported(req.Labels, cur.AdminLabels); len(ignored) > 0 {
 			out["reported_labels_ignored"] = ignored // locked: on record, not used
 		}
 	}
@@ -244,17 +235,6 @@ func reportedChanges(cur store.Worker, req protocol.RegisterRequest, inventoryIg
 			out["gpu_info_ignored"] = json.RawMessage(a) // locked: on record, not used
 		} else {
 			out["gpu_info_before"], out["gpu_info_after"] = json.RawMessage(b), json.RawMessage(a)
-		}
-	}
-	return out
-}
-
-// reportedPart is the labels whose keys no admin set.
-func reportedPart(labels, admin map[string]string) map[string]string {
-	out := map[string]string{}
-	for k, v := range labels {
-		if _, owned := admin[k]; !owned {
-			out[k] = v
 		}
 	}
 	return out
@@ -272,24 +252,6 @@ func canonicalJSON(raw json.RawMessage) string {
 		return "{}"
 	}
 	return string(b)
-}
-
-// mergeLabels lays reported labels over the current ones, except that a key an
-// admin set is never overridden by the worker.
-func mergeLabels(current, admin, reported map[string]string) map[string]string {
-	out := map[string]string{}
-	for k, v := range current {
-		out[k] = v
-	}
-	for k, v := range reported {
-		if _, adminOwned := admin[k]; !adminOwned {
-			out[k] = v
-		}
-	}
-	for k, v := range admin {
-		out[k] = v
-	}
-	return out
 }
 
 // reconcile decides, for each attempt the worker reports (running or

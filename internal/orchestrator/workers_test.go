@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
@@ -215,7 +216,7 @@ func TestTokenRotationAndDeleteCloseStream(t *testing.T) {
 		a := e.startAgent("w1", nil, nil)
 		r := e.must(e.adminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
 		newToken := r.JSON["token"].(string)
-		if cmd := r.JSON["connection_command"].(string); !strings.HasPrefix(cmd, connectionPrompt) || strings.Contains(cmd, newToken) {
+		if cmd := r.JSON["connection_command"].(string); !strings.HasPrefix(cmd, adminapi.ConnectionPrompt) || strings.Contains(cmd, newToken) {
 			t.Fatalf("connection_command: %s", r.Body)
 		}
 		select {

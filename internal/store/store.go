@@ -528,3 +528,20 @@ type Store interface {
 	// Webhook subscriptions and the outbox of their events.
 	Webhooks
 }
+
+// EachWorker visits every worker of st, a page at a time.
+func EachWorker(ctx context.Context, st Store, fn func(Worker)) error {
+	const page = 1000
+	for off := 0; ; off += page {
+		ws, _, err := st.ListWorkers(ctx, WorkerFilter{Limit: page, Offset: off})
+		if err != nil {
+			return err
+		}
+		for _, w := range ws {
+			fn(w)
+		}
+		if len(ws) < page {
+			return nil
+		}
+	}
+}

@@ -198,7 +198,7 @@ func (a *App) Start(ctx context.Context) (err error) {
 	api := a.srv.Handler()
 	// The web dashboard lives under /ui/ on the API listeners (not the admin
 	// socket) and acts only through the orchestrator's API, called in process.
-	dash, err := dashboard.New(dashboard.Options{API: a.srv, HTTP: api, Sessions: st, PublicURL: cfg.PublicURL(), Version: version.Version, Log: a.log})
+	dash, err := dashboard.New(dashboard.Options{API: a.srv.API(), HTTP: api, Sessions: st, PublicURL: cfg.PublicURL(), Version: version.Version, Log: a.log})
 	if err != nil {
 		closeAll(listeners)
 		_ = st.Close()

@@ -13,11 +13,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
-
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
-	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 // testApp starts the orchestrator app on a loopback port and SQLite, with an
@@ -62,7 +61,7 @@ func startApp(t *testing.T) *testApp {
 	done := make(chan struct{})
 	go func() { _ = a.Serve(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	tok, token, err := orchestrator.NewAdminToken("test", []string{auth.ScopeAll})
+	tok, token, err := adminapi.NewAdminToken("test", []string{auth.ScopeAll})
 	if err != nil {
 		t.Fatal(err)
 	}

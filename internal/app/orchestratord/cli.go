@@ -13,7 +13,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
-	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -82,7 +82,7 @@ func parseTokenArgs(args []string) (tokenArgs, error) {
 		case len(t.scopes) == 0:
 			return usagef("token create: --scope is required (%s, or * for all)", strings.Join(auth.AllScopes(), ", "))
 		}
-		if _, _, err := orchestrator.NewAdminToken(t.name, t.scopes); err != nil {
+		if _, _, err := adminapi.NewAdminToken(t.name, t.scopes); err != nil {
 			return usagef("token create: --scope: %v", err)
 		}
 	case "list":
@@ -123,7 +123,7 @@ func (t tokenArgs) viaStore(ctx context.Context, st store.Store, desc string, st
 	actor := fmt.Sprintf("local:uid=%d", os.Getuid())
 	switch t.verb {
 	case "create":
-		tok, token, err := orchestrator.NewAdminToken(t.name, t.scopes)
+		tok, token, err := adminapi.NewAdminToken(t.name, t.scopes)
 		if err != nil {
 			return err
 		}

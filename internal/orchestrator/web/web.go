@@ -4,16 +4,21 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"mime"
 	"net/http"
+	"path"
 	"strings"
 
 	"github.com/julienschmidt/httprouter"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
+	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
@@ -137,4 +142,68 @@ func jsonKind(goType string) string {
 		return "a number"
 	}
 	return "of type " + goType
+}
+
+// ArtifactError is the reply to a failure of the artifact store: the
+// refusals it names (too large, a bad name, a conflict, an unsafe path) and
+// the store being unreachable, which the log details. Other errors pass
+// through.
+func ArtifactError(log *slog.Logger, err error) error {
+	var tl *artifacts.TooLargeError
+	switch {
+	case errors.As(err, &tl):
+		return Errorf(http.StatusRequestEntityTooLarge, protocol.CodeTooLarge, "%s; nothing was stored", tl.Error())
+	case errors.Is(err, artifacts.ErrInvalidName):
+		return Errorf(http.StatusBadRequest, protocol.CodeInvalidRequest, "Invalid bucket or key: %v", err)
+	case errors.Is(err, artifacts.ErrNotFound):
+		return NotFound("Object not found")
+	case errors.Is(err, artifacts.ErrConflict):
+		return Conflict("%v", err)
+	case errors.Is(err, artifacts.ErrUnsafePath):
+		log.Warn("artifact path refused", "err", err)
+		return Errorf(http.StatusForbidden, protocol.CodeForbidden, "%v", err)
+	case errors.Is(err, artifacts.ErrUnavailable):
+		// Not the database: say which store failed, the detail stays in the log.
+		log.Warn("the artifact store is unreachable", "err", err)
+		return Errorf(http.StatusServiceUnavailable, protocol.CodeUnavailable,
+			"the artifact store is unreachable; nothing was changed, try again shortly")
+	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.Canceled) || isBodyReadError(err):
+		return Errorf(http.StatusBadRequest, protocol.CodeInvalidRequest, "the upload was interrupted (%v); nothing was stored", err)
+	}
+	return err
+}
+
+// isBodyReadError tells a broken request body (the client went away) from
+// a failure of the storage.
+func isBodyReadError(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "reading the upload") || strings.Contains(msg, "http: request body too large") ||
+		strings.Contains(msg, "connection reset") || strings.Contains(msg, "unexpected EOF")
+}
+
+// Printable refuses a text field that holds control characters (see
+// protocol.CheckPrintable).
+func Printable(field, v string) error {
+	if err := protocol.CheckPrintable(v); err != nil {
+		return Invalid("field %q %v", field, err)
+	}
+	return nil
+}
+
+// ServeArtifact answers GET and HEAD, whole or by Range. Artifacts are
+// served as opaque downloads: never sniffed or rendered, so an uploaded HTML
+// file cannot run as a page of the orchestrator's origin.
+func ServeArtifact(w http.ResponseWriter, r *http.Request, rd io.ReadSeeker, obj artifacts.Object) {
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(obj.Path)}))
+	h.Set("Cache-Control", "private, no-cache")
+	if et := obj.ETag(); et != "" {
+		h.Set("ETag", et)
+	}
+	if obj.SHA256 != "" {
+		h.Set(api.ArtifactSHA256Header, obj.SHA256)
+	}
+	http.ServeContent(w, r, "", obj.Modified, rd)
 }

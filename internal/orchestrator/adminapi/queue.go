@@ -1,4 +1,4 @@
-package orchestrator
+package adminapi
 
 import (
 	"bytes"
@@ -33,15 +33,15 @@ type submitRequest struct {
 	body []byte
 }
 
-func (s *Server) parseSubmit(w http.ResponseWriter, r *http.Request, _ httprouter.Params) (req submitRequest, err error) {
-	req.body, err = s.decodeJSONBody(w, r, &req.Submit)
+func (a *API) parseSubmit(w http.ResponseWriter, r *http.Request, _ httprouter.Params) (req submitRequest, err error) {
+	req.body, err = web.ReadJSON(w, r, a.options().MaxBodyBytes, &req.Submit)
 	return req, err
 }
 
 // submitHTTP is Submit with the warnings about the fields of the body it
 // did not know.
-func (s *Server) submitHTTP(ctx context.Context, req submitRequest) (api.Submitted, error) {
-	reply, err := s.Submit(ctx, req.Submit)
+func (a *API) submitHTTP(ctx context.Context, req submitRequest) (api.Submitted, error) {
+	reply, err := a.Submit(ctx, req.Submit)
 	if err == nil {
 		reply.Warnings = unknownFieldWarnings(req.body, req.Submit)
 	}
@@ -49,12 +49,12 @@ func (s *Server) submitHTTP(ctx context.Context, req submitRequest) (api.Submitt
 }
 
 // Submit queues a job.
-func (s *Server) Submit(ctx context.Context, req api.Submit) (api.Submitted, error) {
+func (a *API) Submit(ctx context.Context, req api.Submit) (api.Submitted, error) {
 	c, err := authorize(ctx, auth.ScopeQueueSubmit)
 	if err != nil {
 		return api.Submitted{}, err
 	}
-	opt := s.options()
+	opt := a.options()
 	j := store.Job{
 		ID: protocol.NewJobID(), Target: req.Target, WorkerLabels: req.WorkerLabels, HFToken: req.HFToken,
 		Priority: defaultPriority, MaxRetries: opt.MaxRetries, Status: protocol.JobQueued, SubmittedBy: c.Actor(),
@@ -115,22 +115,21 @@ func (s *Server) Submit(ctx context.Context, req api.Submit) (api.Submitted, err
 	rec := audit.New(c.Actor(), c.IP, "job.submit", "job", j.ID, audit.Success,
 		map[string]any{"config_name": j.ConfigName, "target": j.Target, "priority": j.Priority, "worker_labels": j.WorkerLabels,
 			"gpus": protocol.GPUAllocation(j.GPUCount, j.WholeWorker)})
-	j, err = s.store.InsertJob(ctx, j, &rec)
+	j, err = a.store.InsertJob(ctx, j, &rec)
 	if err != nil {
 		return api.Submitted{}, err
 	}
-	s.log.Info("job submitted", "job_id", j.ID, "config_name", j.ConfigName, "target", j.Target,
+	a.log.Info("job submitted", "job_id", j.ID, "config_name", j.ConfigName, "target", j.Target,
 		"gpus", protocol.GPUAllocation(j.GPUCount, j.WholeWorker), "by", c.Actor())
-	s.Wake()
-	s.publish(store.Notification{Kind: store.NotifyWake})
-	pos, err := s.store.QueuePosition(ctx, j.Priority, j.Seq)
+	a.engine.WakeSchedulers()
+	pos, err := a.store.QueuePosition(ctx, j.Priority, j.Seq)
 	if err != nil {
 		return api.Submitted{}, err
 	}
 	reply := api.Submitted{Success: true, JobID: j.ID, Status: string(j.Status), QueuePosition: pos,
 		GPUCount: gpuCountView(j), WholeWorker: j.WholeWorker, GPUAllocation: protocol.GPUAllocation(j.GPUCount, j.WholeWorker)}
 	// Accepted all the same: a larger worker may be added later.
-	if largest := int(s.largestWorker.Load()); j.GPUCount > largest {
+	if largest := int(a.engine.LargestWorker()); j.GPUCount > largest {
 		reply.Warning = fmt.Sprintf("no worker can run this job yet: it asks for %d GPUs; the largest worker has %d", j.GPUCount, largest)
 	}
 	return reply, nil
@@ -216,8 +215,8 @@ func normalizeConfig(data []byte) (json.RawMessage, error) {
 	return out, err
 }
 
-func (s *Server) loadJob(ctx context.Context, id string) (store.Job, error) {
-	j, err := s.store.GetJob(ctx, id)
+func (a *API) loadJob(ctx context.Context, id string) (store.Job, error) {
+	j, err := a.store.GetJob(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return j, web.NotFound("Job not found: %s", id)
 	}
@@ -225,15 +224,15 @@ func (s *Server) loadJob(ctx context.Context, id string) (store.Job, error) {
 }
 
 // Job is one job with its attempts, and why it waits when it is queued.
-func (s *Server) Job(ctx context.Context, ref api.JobRef) (api.Job, error) {
+func (a *API) Job(ctx context.Context, ref api.JobRef) (api.Job, error) {
 	if _, err := authorize(ctx, auth.ScopeQueueView); err != nil {
 		return api.Job{}, err
 	}
-	j, err := s.loadJob(ctx, ref.ID)
+	j, err := a.loadJob(ctx, ref.ID)
 	if err != nil {
 		return api.Job{}, err
 	}
-	attempts, err := s.store.ListAttempts(ctx, j.ID)
+	attempts, err := a.store.ListAttempts(ctx, j.ID)
 	if err != nil {
 		return api.Job{}, err
 	}
@@ -244,11 +243,11 @@ func (s *Server) Job(ctx context.Context, ref api.JobRef) (api.Job, error) {
 		v.Attempts = append(v.Attempts, newAttemptView(a))
 	}
 	if j.Status == protocol.JobQueued {
-		if v.WaitingReason, v.WaitingDetail, err = s.waiting(ctx, j); err != nil {
+		if v.WaitingReason, v.WaitingDetail, err = a.waiting(ctx, j); err != nil {
 			return api.Job{}, err
 		}
 	}
-	if v.Checkpoint, v.CheckpointsKept, err = s.latestCheckpoint(ctx, j); err != nil {
+	if v.Checkpoint, v.CheckpointsKept, err = a.engine.LatestCheckpoint(ctx, j); err != nil {
 		return api.Job{}, err
 	}
 	return v, nil
@@ -256,19 +255,19 @@ func (s *Server) Job(ctx context.Context, ref api.JobRef) (api.Job, error) {
 
 // CancelJob cancels a job: a queued one at once, an active one through its
 // worker.
-func (s *Server) CancelJob(ctx context.Context, ref api.JobRef) (api.JobAction, error) {
+func (a *API) CancelJob(ctx context.Context, ref api.JobRef) (api.JobAction, error) {
 	c, err := authorize(ctx, auth.ScopeQueueCancel)
 	if err != nil {
 		return api.JobAction{}, err
 	}
-	nj, err := s.requestCancel(ctx, ref.ID, c.Actor(), c.IP)
+	nj, err := a.engine.RequestCancel(ctx, ref.ID, c.Actor(), c.IP)
 	if errors.Is(err, store.ErrNotFound) {
 		return api.JobAction{}, web.NotFound("Job not found: %s", ref.ID)
 	}
 	if err != nil {
 		return api.JobAction{}, err
 	}
-	s.log.Info("job cancel requested", "job_id", nj.ID, "status", nj.Status, "by", c.Actor())
+	a.log.Info("job cancel requested", "job_id", nj.ID, "status", nj.Status, "by", c.Actor())
 	return api.JobAction{Success: true, JobID: nj.ID, Status: string(nj.Status)}, nil
 }
 
@@ -287,25 +286,25 @@ func statsQuery(_ http.ResponseWriter, r *http.Request, _ httprouter.Params) (hi
 
 // Stats counts jobs and workers. The job counts come from the per-status
 // counters, not from the history.
-func (s *Server) Stats(ctx context.Context, history bool) (api.Stats, error) {
+func (a *API) Stats(ctx context.Context, history bool) (api.Stats, error) {
 	if _, err := authorize(ctx, auth.ScopeQueueView); err != nil {
 		return api.Stats{}, err
 	}
 	var counts map[protocol.JobStatus]int
 	var err error
 	if history {
-		counts, err = s.store.CountJobs(ctx)
+		counts, err = a.store.CountJobs(ctx)
 	} else {
-		counts, err = s.store.CountJobsIn(ctx, append([]protocol.JobStatus{protocol.JobQueued}, protocol.ActiveJobStatuses()...))
+		counts, err = a.store.CountJobsIn(ctx, append([]protocol.JobStatus{protocol.JobQueued}, protocol.ActiveJobStatuses()...))
 	}
 	if err != nil {
 		return api.Stats{}, err
 	}
-	byWorker, gpus, err := s.fleetSummary(ctx)
+	byWorker, gpus, err := a.fleetSummary(ctx)
 	if err != nil {
 		return api.Stats{}, err
 	}
-	recent, err := s.recentEndCounts(ctx)
+	recent, err := a.recentEndCounts(ctx)
 	if err != nil {
 		return api.Stats{}, err
 	}

@@ -1,4 +1,4 @@
-package orchestrator
+package adminapi
 
 import (
 	"context"
@@ -35,11 +35,11 @@ func webhookError(err error, idOrName string) error {
 }
 
 // Webhooks lists the subscriptions and the events one can subscribe to.
-func (s *Server) Webhooks(ctx context.Context, _ struct{}) (api.WebhookList, error) {
+func (a *API) Webhooks(ctx context.Context, _ struct{}) (api.WebhookList, error) {
 	if _, err := authorize(ctx, auth.ScopeAdminWebhooks); err != nil {
 		return api.WebhookList{}, err
 	}
-	subs, err := s.webhooks.List(ctx)
+	subs, err := a.webhooks.List(ctx)
 	if err != nil {
 		return api.WebhookList{}, err
 	}
@@ -48,12 +48,12 @@ func (s *Server) Webhooks(ctx context.Context, _ struct{}) (api.WebhookList, err
 
 // CreateWebhook subscribes a receiver; the reply holds its secret, which is
 // never shown again.
-func (s *Server) CreateWebhook(ctx context.Context, req spec.CreateRequest) (spec.Created, error) {
+func (a *API) CreateWebhook(ctx context.Context, req spec.CreateRequest) (spec.Created, error) {
 	c, err := authorize(ctx, auth.ScopeAdminWebhooks)
 	if err != nil {
 		return spec.Created{}, err
 	}
-	sub, err := s.webhooks.Create(ctx, req, c.Actor(), c.IP)
+	sub, err := a.webhooks.Create(ctx, req, c.Actor(), c.IP)
 	if err != nil {
 		return spec.Created{}, webhookError(err, req.Name)
 	}
@@ -65,11 +65,11 @@ func webhookRef(_ http.ResponseWriter, _ *http.Request, ps httprouter.Params) (a
 }
 
 // Webhook is one subscription, by id or name.
-func (s *Server) Webhook(ctx context.Context, ref api.WebhookRef) (spec.Subscription, error) {
+func (a *API) Webhook(ctx context.Context, ref api.WebhookRef) (spec.Subscription, error) {
 	if _, err := authorize(ctx, auth.ScopeAdminWebhooks); err != nil {
 		return spec.Subscription{}, err
 	}
-	sub, err := s.webhooks.Get(ctx, ref.ID)
+	sub, err := a.webhooks.Get(ctx, ref.ID)
 	if err != nil {
 		return spec.Subscription{}, webhookError(err, ref.ID)
 	}
@@ -78,12 +78,12 @@ func (s *Server) Webhook(ctx context.Context, ref api.WebhookRef) (spec.Subscrip
 
 // DeleteWebhook ends a subscription, with its delivery log and the events
 // not yet delivered.
-func (s *Server) DeleteWebhook(ctx context.Context, ref api.WebhookRef) (api.WebhookDeleted, error) {
+func (a *API) DeleteWebhook(ctx context.Context, ref api.WebhookRef) (api.WebhookDeleted, error) {
 	c, err := authorize(ctx, auth.ScopeAdminWebhooks)
 	if err != nil {
 		return api.WebhookDeleted{}, err
 	}
-	sub, err := s.webhooks.Delete(ctx, ref.ID, c.Actor(), c.IP)
+	sub, err := a.webhooks.Delete(ctx, ref.ID, c.Actor(), c.IP)
 	if err != nil {
 		return api.WebhookDeleted{}, webhookError(err, ref.ID)
 	}
@@ -110,7 +110,7 @@ func deliveriesQuery(_ http.ResponseWriter, r *http.Request, ps httprouter.Param
 
 // WebhookDeliveries is a page of a subscription's delivery log, newest
 // first.
-func (s *Server) WebhookDeliveries(ctx context.Context, q api.DeliveriesQuery) (api.DeliveryPage, error) {
+func (a *API) WebhookDeliveries(ctx context.Context, q api.DeliveriesQuery) (api.DeliveryPage, error) {
 	if _, err := authorize(ctx, auth.ScopeAdminWebhooks); err != nil {
 		return api.DeliveryPage{}, err
 	}
@@ -123,7 +123,7 @@ func (s *Server) WebhookDeliveries(ctx context.Context, q api.DeliveriesQuery) (
 	if limit <= 0 {
 		limit = 50
 	}
-	ds, err := s.webhooks.Deliveries(ctx, q.ID, store.DeliveryFilter{Limit: limit, State: q.State, BeforeID: q.Before}, q.Payload)
+	ds, err := a.webhooks.Deliveries(ctx, q.ID, store.DeliveryFilter{Limit: limit, State: q.State, BeforeID: q.Before}, q.Payload)
 	if err != nil {
 		return api.DeliveryPage{}, webhookError(err, q.ID)
 	}

@@ -1,4 +1,4 @@
-package orchestrator
+package adminapi
 
 import (
 	"context"
@@ -57,7 +57,7 @@ func auditQuery(_ http.ResponseWriter, r *http.Request, _ httprouter.Params) (ap
 // records before Before, newest first. Once retention has deleted old
 // records the oldest-first listing names the checkpoint: the last record
 // deleted, which the first record left links to.
-func (s *Server) Audit(ctx context.Context, q api.AuditQuery) (api.AuditPage, error) {
+func (a *API) Audit(ctx context.Context, q api.AuditQuery) (api.AuditPage, error) {
 	if _, err := authorize(ctx, auth.ScopeAdminAudit); err != nil {
 		return api.AuditPage{}, err
 	}
@@ -65,16 +65,16 @@ func (s *Server) Audit(ctx context.Context, q api.AuditQuery) (api.AuditPage, er
 		q.Limit = 100
 	}
 	if q.Newest {
-		recs, err := s.store.ListAuditNewest(ctx, store.AuditFilter{Actor: q.Actor, Action: q.Action, TargetID: q.Target,
+		recs, err := a.store.ListAuditNewest(ctx, store.AuditFilter{Actor: q.Actor, Action: q.Action, TargetID: q.Target,
 			BeforeSeq: q.Before, Limit: q.Limit})
 		return auditPage(recs, q.Limit), err
 	}
-	recs, err := s.store.ListAudit(ctx, q.Since, q.Limit)
+	recs, err := a.store.ListAudit(ctx, q.Since, q.Limit)
 	if err != nil {
 		return api.AuditPage{}, err
 	}
 	reply := auditPage(recs, q.Limit)
-	cp, _, err := s.store.AuditBounds(ctx)
+	cp, _, err := a.store.AuditBounds(ctx)
 	if err != nil {
 		return api.AuditPage{}, err
 	}
@@ -112,11 +112,11 @@ const verifyPage = 1000
 // every record, so it takes time in proportion to the log (about a second
 // per million records here); the answer is 200 either way, with ok false and
 // the first bad record named when the chain is broken.
-func (s *Server) VerifyAudit(ctx context.Context, _ struct{}) (api.AuditVerdict, error) {
+func (a *API) VerifyAudit(ctx context.Context, _ struct{}) (api.AuditVerdict, error) {
 	if _, err := authorize(ctx, auth.ScopeAdminAudit); err != nil {
 		return api.AuditVerdict{}, err
 	}
-	v, err := s.verifyChain(ctx)
+	v, err := a.verifyChain(ctx)
 	if err != nil {
 		return api.AuditVerdict{}, err
 	}
@@ -124,16 +124,16 @@ func (s *Server) VerifyAudit(ctx context.Context, _ struct{}) (api.AuditVerdict,
 	return v, nil
 }
 
-func (s *Server) verifyChain(ctx context.Context) (api.AuditVerdict, error) {
+func (a *API) verifyChain(ctx context.Context) (api.AuditVerdict, error) {
 	var v api.AuditVerdict
-	cp, head, err := s.store.AuditBounds(ctx)
+	cp, head, err := a.store.AuditBounds(ctx)
 	if err != nil {
 		return v, err
 	}
 	v.Checkpoint, v.Head = auditLink(cp), auditLink(head)
 	prevSeq, prevHash := cp.Seq, cp.Hash
 	for {
-		recs, err := s.store.ListAudit(ctx, prevSeq, verifyPage)
+		recs, err := a.store.ListAudit(ctx, prevSeq, verifyPage)
 		if err != nil {
 			return v, err
 		}
@@ -143,7 +143,7 @@ func (s *Server) verifyChain(ctx context.Context) (api.AuditVerdict, error) {
 		if recs[0].Seq != prevSeq+1 {
 			// Retention may have moved the checkpoint past where this walk
 			// was: go on from the new one.
-			ncp, _, err := s.store.AuditBounds(ctx)
+			ncp, _, err := a.store.AuditBounds(ctx)
 			if err != nil {
 				return v, err
 			}

@@ -1,4 +1,4 @@
-package orchestrator
+package adminapi
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
 // The stats' "finished in the last 24 hours" counts. Counting the window
@@ -35,14 +36,14 @@ type recentEnds struct {
 
 // recentEndCounts counts, by status, the jobs that ended in the last
 // recentWindow.
-func (s *Server) recentEndCounts(ctx context.Context) (map[protocol.JobStatus]int, error) {
+func (a *API) recentEndCounts(ctx context.Context) (map[protocol.JobStatus]int, error) {
 	now := time.Now()
 	since := now.Add(-recentWindow)
-	full, err := s.recent.fullCount(ctx, s, now)
+	full, err := a.recent.fullCount(ctx, a.store, now)
 	if err != nil {
 		return nil, err
 	}
-	added, err := s.store.CountJobsEndedBetween(ctx, full.until, time.Time{})
+	added, err := a.store.CountJobsEndedBetween(ctx, full.until, time.Time{})
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +55,7 @@ func (s *Server) recentEndCounts(ctx context.Context) (map[protocol.JobStatus]in
 		out[st] += n
 	}
 	if since.After(full.since) {
-		gone, err := s.store.CountJobsEndedBetween(ctx, full.since, since)
+		gone, err := a.store.CountJobsEndedBetween(ctx, full.since, since)
 		if err != nil {
 			return nil, err
 		}
@@ -67,13 +68,13 @@ func (s *Server) recentEndCounts(ctx context.Context) (map[protocol.JobStatus]in
 
 // fullCount returns the full count, redoing it first when it is too old
 // for a window that ends at now (one request redoes it; others wait).
-func (r *recentEnds) fullCount(ctx context.Context, s *Server, now time.Time) (recentEnds, error) {
+func (r *recentEnds) fullCount(ctx context.Context, st store.Store, now time.Time) (recentEnds, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	since := now.Add(-recentWindow)
 	if r.counts == nil || now.Sub(r.at) > recentRecount || since.Before(r.since) || since.After(r.until) {
 		until := now.Add(-recentLag)
-		counts, err := s.store.CountJobsEndedBetween(ctx, since, until)
+		counts, err := st.CountJobsEndedBetween(ctx, since, until)
 		if err != nil {
 			return recentEnds{}, err
 		}

@@ -3,12 +3,8 @@ package orchestrator
 import (
 	"context"
 	"errors"
-	"io"
-	"mime"
 	"net/http"
-	"path"
 	"sort"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -183,37 +179,10 @@ func (s *Server) stillCurrent(ctx context.Context, u uploader) func() error {
 
 // artifactError maps the store's errors onto HTTP answers.
 func (s *Server) artifactError(err error) error {
-	var tl *artifacts.TooLargeError
-	switch {
-	case errors.As(err, &tl):
+	if tl := (*artifacts.TooLargeError)(nil); errors.As(err, &tl) {
 		s.metrics.artifacts.refusals.Add(1)
-		return web.Errorf(http.StatusRequestEntityTooLarge, protocol.CodeTooLarge, "%s; nothing was stored", tl.Error())
-	case errors.Is(err, artifacts.ErrInvalidName):
-		return web.Errorf(http.StatusBadRequest, protocol.CodeInvalidRequest, "Invalid bucket or key: %v", err)
-	case errors.Is(err, artifacts.ErrNotFound):
-		return web.NotFound("Object not found")
-	case errors.Is(err, artifacts.ErrConflict):
-		return web.Conflict("%v", err)
-	case errors.Is(err, artifacts.ErrUnsafePath):
-		s.log.Warn("artifact path refused", "err", err)
-		return web.Errorf(http.StatusForbidden, protocol.CodeForbidden, "%v", err)
-	case errors.Is(err, artifacts.ErrUnavailable):
-		// Not the database: say which store failed, the detail stays in the log.
-		s.log.Warn("the artifact store is unreachable", "err", err)
-		return web.Errorf(http.StatusServiceUnavailable, protocol.CodeUnavailable,
-			"the artifact store is unreachable; nothing was changed, try again shortly")
-	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.Canceled) || isBodyReadError(err):
-		return web.Errorf(http.StatusBadRequest, protocol.CodeInvalidRequest, "the upload was interrupted (%v); nothing was stored", err)
 	}
-	return err
-}
-
-// isBodyReadError tells a broken request body (the client went away) from
-// a failure of the storage.
-func isBodyReadError(err error) bool {
-	msg := err.Error()
-	return strings.Contains(msg, "reading the upload") || strings.Contains(msg, "http: request body too large") ||
-		strings.Contains(msg, "connection reset") || strings.Contains(msg, "unexpected EOF")
+	return web.ArtifactError(s.log, err)
 }
 
 func (s *Server) putObject(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
@@ -255,7 +224,7 @@ func (s *Server) getObject(w http.ResponseWriter, r *http.Request, ps httprouter
 		return s.artifactError(err)
 	}
 	defer rd.Close()
-	serveArtifact(w, r, rd, obj)
+	web.ServeArtifact(w, r, rd, obj)
 	return nil
 }
 
@@ -326,108 +295,6 @@ func (s *Server) listObjects(w http.ResponseWriter, r *http.Request, ps httprout
 }
 
 func epochSeconds(t time.Time) float64 { return float64(t.UnixMicro()) / 1e6 }
-
-func artifactsQuery(_ http.ResponseWriter, r *http.Request, ps httprouter.Params) (api.ArtifactsQuery, error) {
-	attempt, err := attemptParam(r)
-	return api.ArtifactsQuery{JobID: ps.ByName("job_id"), Attempt: attempt}, err
-}
-
-// Artifacts lists a job's artifacts: every attempt's, newest attempt first,
-// or one attempt's.
-func (s *Server) Artifacts(ctx context.Context, q api.ArtifactsQuery) (api.JobArtifacts, error) {
-	if _, err := authorize(ctx, auth.ScopeQueueView); err != nil {
-		return api.JobArtifacts{}, err
-	}
-	a, err := s.artifactStore()
-	if err != nil {
-		return api.JobArtifacts{}, err
-	}
-	j, err := s.loadJob(ctx, q.JobID)
-	if err != nil {
-		return api.JobArtifacts{}, err
-	}
-	objs, err := a.List(ctx, j.ID, q.Attempt)
-	if err != nil {
-		return api.JobArtifacts{}, s.artifactError(err)
-	}
-	out := api.JobArtifacts{JobID: j.ID, Artifacts: make([]api.Artifact, 0, len(objs))}
-	for _, o := range objs {
-		out.Artifacts = append(out.Artifacts, api.Artifact{Path: o.Path, Attempt: o.Attempt, Size: o.Size,
-			ModifiedAt: o.Modified.UTC().Format(time.RFC3339), MD5: o.MD5, SHA256: o.SHA256})
-		out.TotalBytes += o.Size
-	}
-	return out, nil
-}
-
-func attemptParam(r *http.Request) (int, error) {
-	v := r.URL.Query().Get("attempt")
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		return 0, web.Invalid("attempt must be a positive integer, not %q", v)
-	}
-	return n, nil
-}
-
-// downloadArtifact serves one artifact with Range support (curl -C -
-// resumes). Without ?attempt=N it is the newest attempt's copy.
-func (s *Server) downloadArtifact(w http.ResponseWriter, r *http.Request, ps httprouter.Params, _ auth.Principal) error {
-	a, err := s.artifactStore()
-	if err != nil {
-		return err
-	}
-	j, err := s.loadJob(r.Context(), ps.ByName("job_id"))
-	if err != nil {
-		return err
-	}
-	p := strings.TrimPrefix(ps.ByName("path"), "/")
-	bucket, key, err := artifacts.SplitPath(p)
-	if err != nil {
-		return s.artifactError(err)
-	}
-	attempt, err := attemptParam(r)
-	if err != nil {
-		return err
-	}
-	first, last := j.Attempt, 1
-	if attempt > 0 {
-		first, last = attempt, attempt
-	}
-	for n := first; n >= last; n-- {
-		rd, obj, err := a.Open(r.Context(), artifacts.Ref{JobID: j.ID, Attempt: n, Bucket: bucket, Key: key})
-		if errors.Is(err, artifacts.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return s.artifactError(err)
-		}
-		defer rd.Close()
-		w.Header().Set("X-Artifact-Attempt", strconv.Itoa(n))
-		serveArtifact(w, r, rd, obj)
-		return nil
-	}
-	return web.NotFound("artifact not found: %s (job %s)", p, j.ID)
-}
-
-// serveArtifact answers GET and HEAD, whole or by Range. Artifacts are
-// served as opaque downloads: never sniffed or rendered, so an uploaded HTML
-// file cannot run as a page of the orchestrator's origin.
-func serveArtifact(w http.ResponseWriter, r *http.Request, rd io.ReadSeeker, obj artifacts.Object) {
-	h := w.Header()
-	h.Set("Content-Type", "application/octet-stream")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(obj.Path)}))
-	h.Set("Cache-Control", "private, no-cache")
-	if et := obj.ETag(); et != "" {
-		h.Set("ETag", et)
-	}
-	if obj.SHA256 != "" {
-		h.Set(api.ArtifactSHA256Header, obj.SHA256)
-	}
-	http.ServeContent(w, r, "", obj.Modified, rd)
-}
 
 func (m *Metrics) writeArtifacts(counter func(name, help string, v int64)) {
 	counter("simpletuner_artifact_uploads_total", "Artifact objects stored.", m.artifacts.uploads.Load())

@@ -1,4 +1,4 @@
-package orchestrator
+package adminapi
 
 import (
 	"context"
@@ -154,7 +154,7 @@ func parseJobList(in api.JobsQuery) (jobListQuery, error) {
 
 // Jobs is a page of jobs, newest first unless asked otherwise, the cursor
 // of the next page, and the counts.
-func (s *Server) Jobs(ctx context.Context, q api.JobsQuery) (api.JobList, error) {
+func (a *API) Jobs(ctx context.Context, q api.JobsQuery) (api.JobList, error) {
 	if _, err := authorize(ctx, auth.ScopeQueueView); err != nil {
 		return api.JobList{}, err
 	}
@@ -165,11 +165,11 @@ func (s *Server) Jobs(ctx context.Context, q api.JobsQuery) (api.JobList, error)
 	f := lq.filter
 	limit := f.Limit
 	f.Limit++ // one more tells whether a next page exists
-	jobs, total, err := s.store.ListJobs(ctx, f)
+	jobs, total, err := a.store.ListJobs(ctx, f)
 	if err != nil {
 		return api.JobList{}, err
 	}
-	counts, err := s.store.CountJobs(ctx)
+	counts, err := a.store.CountJobs(ctx)
 	if err != nil {
 		return api.JobList{}, err
 	}
@@ -194,12 +194,12 @@ func (s *Server) Jobs(ctx context.Context, q api.JobsQuery) (api.JobList, error)
 		v := newJobView(j)
 		if lq.waiting && j.Status == protocol.JobQueued {
 			if !factsRead {
-				if facts, err = s.workerFacts(ctx); err != nil {
+				if facts, err = a.workerFacts(ctx); err != nil {
 					return api.JobList{}, err
 				}
 				factsRead = true
 			}
-			if v.WaitingReason, v.WaitingDetail, err = s.explainWait(ctx, j, facts); err != nil {
+			if v.WaitingReason, v.WaitingDetail, err = a.explainWait(ctx, j, facts); err != nil {
 				return api.JobList{}, err
 			}
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/hub"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/labels"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/logfeed"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
@@ -43,7 +44,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request, _ httpro
 	if req.Name == "" {
 		return web.Invalid("field \"name\" is required")
 	}
-	if err := validLabels("labels", req.Labels); err != nil {
+	if err := labels.Valid("labels", req.Labels); err != nil {
 		return err
 	}
 	// What a worker reports is shown in admins' terminals and pages.
@@ -52,7 +53,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request, _ httpro
 		provider = *req.Provider
 	}
 	for _, f := range [][2]string{{"name", req.Name}, {"version", req.Version}, {"provider", provider}} {
-		if err := printable(f[0], f[1]); err != nil {
+		if err := web.Printable(f[0], f[1]); err != nil {
 			return err
 		}
 	}
@@ -193,7 +194,7 @@ func (s *Server) checkStreamTokens(ctx context.Context) {
 		return
 	}
 	current := make(map[string]string, len(streams))
-	if err := s.eachWorker(ctx, func(w store.Worker) { current[w.ID] = w.TokenHash }); err != nil {
+	if err := store.EachWorker(ctx, s.store, func(w store.Worker) { current[w.ID] = w.TokenHash }); err != nil {
 		s.log.Debug("stream token check: cannot list workers", "err", err)
 		return
 	}

@@ -1,4 +1,4 @@
-package orchestrator
+package adminapi
 
 import (
 	"fmt"
@@ -15,24 +15,24 @@ import (
 // window since are taken off, jobs that ended since are added.
 func TestRecentEndCountsSlideExactly(t *testing.T) {
 	t.Parallel()
-	e := setup(t, backends["sqlite"](t))
+	a, st := newTestAPI(t)
 	ctx := t.Context()
 	w := store.Worker{ID: protocol.NewWorkerID(), Name: "w", Status: protocol.WorkerIdle, GPUInfo: store.ReadGPUInfo([]byte(`{}`))}
-	if err := e.st.CreateWorker(ctx, w, "h", nil); err != nil {
+	if err := st.CreateWorker(ctx, w, "h", nil); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()
 	end := func(ago time.Duration, to protocol.JobStatus, outcome protocol.AttemptOutcome) {
 		t.Helper()
-		j, err := e.st.InsertJob(ctx, store.Job{ConfigName: fmt.Sprint(ago)}, nil)
+		j, err := st.InsertJob(ctx, store.Job{ConfigName: fmt.Sprint(ago)}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		j, _, err = e.st.ClaimJob(ctx, store.ClaimRequest{WorkerID: w.ID, JobID: j.ID, AckDeadline: now.Add(time.Hour)})
+		j, _, err = st.ClaimJob(ctx, store.ClaimRequest{WorkerID: w.ID, JobID: j.ID, AckDeadline: now.Add(time.Hour)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.st.TransitionJob(ctx, store.JobTransition{JobID: j.ID, ExpectAttempt: 1, From: protocol.JobDispatched,
+		if _, err := st.TransitionJob(ctx, store.JobTransition{JobID: j.ID, ExpectAttempt: 1, From: protocol.JobDispatched,
 			Now: now.Add(-ago), Step: lifecycle.Step{To: to, By: lifecycle.Report, EndAttempt: outcome}}); err != nil {
 			t.Fatal(err)
 		}
@@ -45,9 +45,9 @@ func TestRecentEndCountsSlideExactly(t *testing.T) {
 	// A full count taken 50 s ago (still fresh enough to be used), before
 	// the last two jobs below ended.
 	then := now.Add(-50 * time.Second)
-	r := &e.srv.recent
+	r := &a.recent
 	r.since, r.until, r.at = then.Add(-recentWindow), then.Add(-recentLag), now
-	counts, err := e.st.CountJobsEndedBetween(ctx, r.since, r.until)
+	counts, err := st.CountJobsEndedBetween(ctx, r.since, r.until)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,11 +55,11 @@ func TestRecentEndCountsSlideExactly(t *testing.T) {
 	end(70*time.Second, protocol.JobCompleted, protocol.OutcomeCompleted) // after the old count's upper end
 	end(time.Second, protocol.JobFailed, protocol.OutcomeFailed)
 
-	got, err := e.srv.recentEndCounts(ctx)
+	got, err := a.recentEndCounts(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := e.st.CountJobsEndedSince(ctx, time.Now().Add(-recentWindow))
+	want, err := st.CountJobsEndedSince(ctx, time.Now().Add(-recentWindow))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package orchestrator
+package adminapi
 
 import (
 	"context"
@@ -38,8 +38,8 @@ func WithCaller(ctx context.Context, c Caller) context.Context {
 }
 
 // CallerOf is the Caller of a request r made by p.
-func (s *Server) CallerOf(r *http.Request, p auth.Principal) Caller {
-	return Caller{Principal: p, IP: peerIP(r), BaseURL: s.baseURL(r)}
+func (a *API) CallerOf(r *http.Request, p auth.Principal) Caller {
+	return Caller{Principal: p, IP: a.engine.PeerIP(r), BaseURL: a.baseURL(r)}
 }
 
 // authorize returns the caller of ctx when it has scope (scopeAnyCaller:
@@ -58,15 +58,15 @@ func authorize(ctx context.Context, scope string) (Caller, error) {
 // httpCall serves an API method over HTTP: the request is authenticated
 // and its scope checked before parse builds the method's request from the
 // path, query and body; the reply is encoded with status.
-func httpCall[Req, Resp any](s *Server, scope string, status int,
+func httpCall[Req, Resp any](a *API, scope string, status int,
 	parse func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) (Req, error),
 	method func(context.Context, Req) (Resp, error)) httprouter.Handle {
-	return s.admin(scope, func(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
+	return a.admin(scope, func(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
 		req, err := parse(w, r, ps)
 		if err != nil {
 			return err
 		}
-		resp, err := method(WithCaller(r.Context(), s.CallerOf(r, p)), req)
+		resp, err := method(WithCaller(r.Context(), a.CallerOf(r, p)), req)
 		if err != nil {
 			return err
 		}
@@ -91,10 +91,35 @@ func noRequest(http.ResponseWriter, *http.Request, httprouter.Params) (struct{},
 }
 
 // jsonBody parses a JSON body into a T.
-func jsonBody[T any](s *Server) func(http.ResponseWriter, *http.Request, httprouter.Params) (T, error) {
+func jsonBody[T any](a *API) func(http.ResponseWriter, *http.Request, httprouter.Params) (T, error) {
 	return func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) (T, error) {
 		var v T
-		err := s.decodeJSON(w, r, &v)
+		err := a.readJSON(w, r, &v)
 		return v, err
+	}
+}
+
+// adminHandler serves an admin request made by p.
+type adminHandler func(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error
+
+// scopeAnyCaller lets every authenticated admin caller through, whatever its scopes.
+const scopeAnyCaller = ""
+
+// admin authenticates an admin credential (or the local socket's peer) and
+// checks scope.
+func (a *API) admin(scope string, h adminHandler) httprouter.Handle {
+	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+		p, err := a.engine.Authenticate(w, r)
+		if err != nil {
+			a.engine.WriteError(w, r, err)
+			return
+		}
+		if scope != scopeAnyCaller && !p.Has(scope) {
+			a.engine.WriteError(w, r, web.Errorf(http.StatusForbidden, protocol.CodeForbidden, "this credential lacks the scope %q", scope))
+			return
+		}
+		if err := h(w, r, ps, p); err != nil {
+			a.engine.WriteError(w, r, err)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package orchestrator
+package adminapi
 
 import (
 	"encoding/json"
@@ -27,7 +27,7 @@ func strPtr(s string) *string {
 }
 
 // workerView is a worker as the admin API shows it.
-func (s *Server) workerView(w store.Worker) api.Worker {
+func (a *API) workerView(w store.Worker) api.Worker {
 	g := w.GPUInfo
 	gpuInfo := g.Raw
 	if len(gpuInfo) == 0 {
@@ -39,7 +39,7 @@ func (s *Server) workerView(w store.Worker) api.Worker {
 	}
 	// Connected means a stream is open on some instance; StreamInstance is kept
 	// in the store so that every replica answers alike.
-	status, connected := s.shown(w)
+	status, connected := a.engine.Shown(w)
 	v := api.Worker{
 		WorkerID: w.ID, ID: w.ID, Name: w.Name, WorkerType: string(w.Type), Status: string(status),
 		GPUInfo: gpuInfo, Provider: strPtr(w.Provider), Labels: labels, LabelsLocked: w.LabelsLocked, CurrentJobID: strPtr(w.CurrentJobID),
@@ -47,8 +47,8 @@ func (s *Server) workerView(w store.Worker) api.Worker {
 		CreatedAt: protocol.Time(w.CreatedAt), Connected: connected,
 		GPUCount: g.Count, GPUName: g.Name, GPUVRAMGB: g.VRAMGB, AcceleratorType: strPtr(g.Accelerator),
 		Local: w.Local, Protocol: w.Protocol, AgentVersion: w.AgentVersion, Capabilities: w.Capabilities,
-		GPUTelemetry:     s.heard.Telemetry(w.ID),
-		ClockSkewSeconds: s.heard.ClockSkewSeconds(w.ID),
+		GPUTelemetry:     a.heard.Telemetry(w.ID),
+		ClockSkewSeconds: a.heard.ClockSkewSeconds(w.ID),
 		RunningJobs:      w.Running, MaxJobs: w.Slots(), GPUsFree: w.FreeUsableGPUs(),
 		GPUConditions: []api.GPUCondition{},
 	}

@@ -212,7 +212,7 @@ func (s *Server) checkpointFile(w http.ResponseWriter, r *http.Request, ps httpr
 		return s.artifactError(err)
 	}
 	defer rd.Close()
-	serveArtifact(w, r, rd, obj)
+	web.ServeArtifact(w, r, rd, obj)
 	return nil
 }
 

@@ -1,4 +1,4 @@
-package orchestrator
+package adminapi
 
 import (
 	"context"
@@ -31,10 +31,10 @@ type workerFacts struct {
 }
 
 // workerFacts reads every worker's facts.
-func (s *Server) workerFacts(ctx context.Context) ([]workerFacts, error) {
+func (a *API) workerFacts(ctx context.Context) ([]workerFacts, error) {
 	var out []workerFacts
-	err := s.eachWorker(ctx, func(w store.Worker) {
-		status, connected := s.shown(w)
+	err := store.EachWorker(ctx, a.store, func(w store.Worker) {
+		status, connected := a.engine.Shown(w)
 		out = append(out, workerFacts{w: w, status: status, connected: connected})
 	})
 	return out, err
@@ -42,19 +42,19 @@ func (s *Server) workerFacts(ctx context.Context) ([]workerFacts, error) {
 
 // waiting explains why a queued job has not started: the first of the
 // reasons above that holds, with a sentence for people.
-func (s *Server) waiting(ctx context.Context, j store.Job) (reason, detail string, err error) {
-	facts, err := s.workerFacts(ctx)
+func (a *API) waiting(ctx context.Context, j store.Job) (reason, detail string, err error) {
+	facts, err := a.workerFacts(ctx)
 	if err != nil {
 		return "", "", err
 	}
-	return s.explainWait(ctx, j, facts)
+	return a.explainWait(ctx, j, facts)
 }
 
 // explainWait is waiting on workers' facts read before.
-func (s *Server) explainWait(ctx context.Context, j store.Job, facts []workerFacts) (reason, detail string, err error) {
+func (a *API) explainWait(ctx context.Context, j store.Job, facts []workerFacts) (reason, detail string, err error) {
 	var large, matching, online, room, fits, fitsReserved int
 	maxGPUs := 0
-	res := s.reservation()
+	res := a.engine.Reservation()
 	for _, f := range facts {
 		w, status := f.w, f.status
 		gpus := f.w.GPUInfo.Count
@@ -110,7 +110,7 @@ func (s *Server) explainWait(ctx context.Context, j store.Job, facts []workerFac
 	case fits == fitsReserved:
 		return WaitReserved, fmt.Sprintf("the worker with room for it (%s) is held for job %s, which is ahead of it", res.WorkerID, res.JobID), nil
 	}
-	pos, err := s.store.QueuePosition(ctx, j.Priority, j.Seq)
+	pos, err := a.store.QueuePosition(ctx, j.Priority, j.Seq)
 	if err != nil {
 		return "", "", err
 	}

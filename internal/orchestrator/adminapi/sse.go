@@ -1,4 +1,4 @@
-package orchestrator
+package adminapi
 
 import (
 	"bytes"

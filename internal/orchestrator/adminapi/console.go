@@ -1,4 +1,4 @@
-package orchestrator
+package adminapi
 
 // Read-only endpoints that the web dashboard needs and other clients may use
 // too: who am I, which configs can I submit, the audit log newest first with
@@ -19,7 +19,7 @@ import (
 )
 
 // Whoami describes the caller's credential (never the token itself).
-func (s *Server) Whoami(ctx context.Context, _ struct{}) (api.Whoami, error) {
+func (a *API) Whoami(ctx context.Context, _ struct{}) (api.Whoami, error) {
 	c, err := authorize(ctx, scopeAnyCaller)
 	if err != nil {
 		return api.Whoami{}, err
@@ -36,11 +36,11 @@ const maxConfigNames = 1000
 
 // Configs names the configs that submit's config_name can resolve:
 // <dir>/<name>/config.json and <dir>/<name>.json.
-func (s *Server) Configs(ctx context.Context, _ struct{}) (api.ConfigList, error) {
+func (a *API) Configs(ctx context.Context, _ struct{}) (api.ConfigList, error) {
 	if _, err := authorize(ctx, auth.ScopeQueueSubmit); err != nil {
 		return api.ConfigList{}, err
 	}
-	dir := s.options().ConfigsDir
+	dir := a.options().ConfigsDir
 	entries, err := os.ReadDir(dir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return api.ConfigList{}, err
@@ -77,8 +77,8 @@ func (s *Server) Configs(ctx context.Context, _ struct{}) (api.ConfigList, error
 
 // fleetSummary counts workers by status and GPUs by model, from one
 // aggregate read (a few rows per distinct GPU description, not one per worker).
-func (s *Server) fleetSummary(ctx context.Context) (map[protocol.WorkerStatus]int, []api.GPUModel, error) {
-	groups, err := s.store.SummarizeWorkers(ctx)
+func (a *API) fleetSummary(ctx context.Context) (map[protocol.WorkerStatus]int, []api.GPUModel, error) {
+	groups, err := a.store.SummarizeWorkers(ctx)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,4 +1,4 @@
-package orchestrator
+package adminapi
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/labels"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -43,8 +44,8 @@ func page(r *http.Request, def, max int) (limit, offset int, err error) {
 	return limit, offset, err
 }
 
-func (s *Server) loadWorker(ctx context.Context, id string) (store.Worker, error) {
-	wk, err := s.store.GetWorker(ctx, id)
+func (a *API) loadWorker(ctx context.Context, id string) (store.Worker, error) {
+	wk, err := a.store.GetWorker(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return wk, web.NotFound("Worker not found: %s", id)
 	}
@@ -63,7 +64,7 @@ func workersQuery(_ http.ResponseWriter, r *http.Request, _ httprouter.Params) (
 }
 
 // Workers lists a page of workers by creation time.
-func (s *Server) Workers(ctx context.Context, q api.WorkersQuery) (api.WorkerList, error) {
+func (a *API) Workers(ctx context.Context, q api.WorkersQuery) (api.WorkerList, error) {
 	if _, err := authorize(ctx, auth.ScopeAdminWorkers); err != nil {
 		return api.WorkerList{}, err
 	}
@@ -71,38 +72,38 @@ func (s *Server) Workers(ctx context.Context, q api.WorkersQuery) (api.WorkerLis
 	if q.Status != "" && !f.Status.Valid() {
 		return api.WorkerList{}, web.Invalid("query parameter \"status\" must be one of connecting, idle, partial, busy, draining, offline; got %q", q.Status)
 	}
-	ws, total, err := s.store.ListWorkers(ctx, f)
+	ws, total, err := a.store.ListWorkers(ctx, f)
 	if err != nil {
 		return api.WorkerList{}, err
 	}
 	out := api.WorkerList{Workers: make([]api.Worker, 0, len(ws)), Total: total}
 	for _, wk := range ws {
-		out.Workers = append(out.Workers, s.workerView(wk))
+		out.Workers = append(out.Workers, a.workerView(wk))
 	}
 	return out, nil
 }
 
 // Worker is one worker.
-func (s *Server) Worker(ctx context.Context, ref api.WorkerRef) (api.Worker, error) {
+func (a *API) Worker(ctx context.Context, ref api.WorkerRef) (api.Worker, error) {
 	if _, err := authorize(ctx, auth.ScopeAdminWorkers); err != nil {
 		return api.Worker{}, err
 	}
-	wk, err := s.loadWorker(ctx, ref.ID)
+	wk, err := a.loadWorker(ctx, ref.ID)
 	if err != nil {
 		return api.Worker{}, err
 	}
-	return s.workerView(wk), nil
+	return a.workerView(wk), nil
 }
 
 // baseURL is the orchestrator's URL as the client reached it, for the
 // connection command. The Host header is the client's word: it is used only
 // when it is a plain host[:port]; otherwise the address the connection
 // arrived on stands in.
-func (s *Server) baseURL(r *http.Request) string {
-	if _, local := peerOf(r); local {
-		return "unix://" + s.adminSocketPath
+func (a *API) baseURL(r *http.Request) string {
+	if a.engine.ViaAdminSocket(r) {
+		return "unix://" + a.options().AdminSocketPath
 	}
-	if pub := s.options().PublicURL; pub != "" {
+	if pub := a.options().PublicURL; pub != "" {
 		return pub
 	}
 	scheme := "http"
@@ -117,7 +118,7 @@ func (s *Server) baseURL(r *http.Request) string {
 		}
 	}
 	if host == "" {
-		return "unix://" + s.adminSocketPath
+		return "unix://" + a.options().AdminSocketPath
 	}
 	return scheme + "://" + host
 }
@@ -164,19 +165,19 @@ func validDNSName(name string) bool {
 	return true
 }
 
-// connectionPrompt is how a connection command asks for the worker token:
+// ConnectionPrompt is how a connection command asks for the worker token:
 // typed or pasted at a prompt that does not echo it, so that it is not in
 // the command line (the shell's history, a pasted snippet, a log) and then
 // passed in the environment (in argv, ps would show it to every user of the
 // machine). POSIX sh, bash and zsh alike.
-const connectionPrompt = "printf 'Worker token: '; stty -echo; read -r SIMPLETUNER_WORKER_TOKEN; stty echo; echo; " +
+const ConnectionPrompt = "printf 'Worker token: '; stty -echo; read -r SIMPLETUNER_WORKER_TOKEN; stty echo; echo; " +
 	"export SIMPLETUNER_WORKER_TOKEN; "
 
 // connectionCommand is a shell command line that starts SimpleTuner's worker
-// agent against base; it holds no token (see connectionPrompt). The URL is
+// agent against base; it holds no token (see ConnectionPrompt). The URL is
 // quoted for a POSIX shell.
 func connectionCommand(base string) string {
-	return connectionPrompt + "simpletuner worker --orchestrator-url " + shellQuote(base)
+	return ConnectionPrompt + "simpletuner worker --orchestrator-url " + shellQuote(base)
 }
 
 // shellQuote returns s as one POSIX shell word: as is when it holds only
@@ -196,7 +197,7 @@ func shellQuote(s string) string {
 }
 
 // CreateWorker creates a worker and its token, shown only in the reply.
-func (s *Server) CreateWorker(ctx context.Context, req api.CreateWorker) (api.WorkerCreated, error) {
+func (a *API) CreateWorker(ctx context.Context, req api.CreateWorker) (api.WorkerCreated, error) {
 	c, err := authorize(ctx, auth.ScopeAdminWorkers)
 	if err != nil {
 		return api.WorkerCreated{}, err
@@ -204,7 +205,7 @@ func (s *Server) CreateWorker(ctx context.Context, req api.CreateWorker) (api.Wo
 	if req.Name == nil || strings.TrimSpace(*req.Name) == "" {
 		return api.WorkerCreated{}, web.Invalid("field \"name\" is required")
 	}
-	if err := printable("name", *req.Name); err != nil {
+	if err := web.Printable("name", *req.Name); err != nil {
 		return api.WorkerCreated{}, err
 	}
 	if req.WorkerType == "" {
@@ -213,43 +214,34 @@ func (s *Server) CreateWorker(ctx context.Context, req api.CreateWorker) (api.Wo
 	if !req.WorkerType.Valid() {
 		return api.WorkerCreated{}, web.Invalid("field \"worker_type\" must be \"persistent\" or \"ephemeral\"; got %q", req.WorkerType)
 	}
-	if err := validLabels("labels", req.Labels); err != nil {
+	if err := labels.Valid("labels", req.Labels); err != nil {
 		return api.WorkerCreated{}, err
 	}
-	if err := s.nameFree(ctx, strings.TrimSpace(*req.Name), ""); err != nil {
+	if err := a.nameFree(ctx, strings.TrimSpace(*req.Name), ""); err != nil {
 		return api.WorkerCreated{}, err
 	}
 	token := auth.NewWorkerToken()
 	wk := store.Worker{
 		ID: protocol.NewWorkerID(), Name: strings.TrimSpace(*req.Name), Type: req.WorkerType,
 		Status: protocol.WorkerConnecting, GPUInfo: store.ReadGPUInfo(json.RawMessage(`{}`)),
-		Labels: copyLabels(req.Labels), AdminLabels: copyLabels(req.Labels), LabelsLocked: req.LabelsLocked,
+		Labels: labels.Copy(req.Labels), AdminLabels: labels.Copy(req.Labels), LabelsLocked: req.LabelsLocked,
 		CreatedAt: time.Now().UTC(), CreatedBy: c.Actor(),
 	}
 	rec := audit.New(c.Actor(), c.IP, "worker.create", "worker", wk.ID, audit.Success,
 		map[string]any{"name": wk.Name, "worker_type": wk.Type, "labels": wk.Labels, "labels_locked": wk.LabelsLocked,
 			"token": auth.Accessor(token)})
-	if err := s.store.CreateWorker(ctx, wk, auth.Hash(token), &rec); err != nil {
+	if err := a.store.CreateWorker(ctx, wk, auth.Hash(token), &rec); err != nil {
 		return api.WorkerCreated{}, err
 	}
-	s.log.Info("worker created", "worker_id", wk.ID, "name", wk.Name, "by", c.Actor())
+	a.log.Info("worker created", "worker_id", wk.ID, "name", wk.Name, "by", c.Actor())
 	return api.WorkerCreated{WorkerID: wk.ID, ID: wk.ID, Name: wk.Name, WorkerType: string(wk.Type), Labels: wk.Labels,
 		LabelsLocked: wk.LabelsLocked, Token: token, ConnectionCommand: connectionCommand(c.BaseURL)}, nil
 }
 
-// printable refuses a text field that holds control characters (see
-// protocol.CheckPrintable).
-func printable(field, v string) error {
-	if err := protocol.CheckPrintable(v); err != nil {
-		return web.Invalid("field %q %v", field, err)
-	}
-	return nil
-}
-
 // nameFree refuses (409) a name another worker than self has: admins and
 // simpletunerctl find a worker by its name.
-func (s *Server) nameFree(ctx context.Context, name, self string) error {
-	other, err := s.namedOther(ctx, name, self)
+func (a *API) nameFree(ctx context.Context, name, self string) error {
+	other, err := a.namedOther(ctx, name, self)
 	if err == nil && other != "" {
 		return web.Conflict("field \"name\": worker %s is already named %q; give this one another name, so that a name finds one worker", other, name)
 	}
@@ -257,8 +249,8 @@ func (s *Server) nameFree(ctx context.Context, name, self string) error {
 }
 
 // namedOther is the id of a worker other than self named name, or "".
-func (s *Server) namedOther(ctx context.Context, name, self string) (string, error) {
-	ws, _, err := s.store.ListWorkers(ctx, store.WorkerFilter{Name: name, Limit: 2})
+func (a *API) namedOther(ctx context.Context, name, self string) (string, error) {
+	ws, _, err := a.store.ListWorkers(ctx, store.WorkerFilter{Name: name, Limit: 2})
 	for _, w := range ws {
 		if w.ID != self {
 			return w.ID, err
@@ -267,34 +259,19 @@ func (s *Server) namedOther(ctx context.Context, name, self string) (string, err
 	return "", err
 }
 
-func validLabels(field string, labels map[string]string) error {
-	if err := protocol.CheckLabels(labels); err != nil {
-		return web.Invalid("field %q: %v", field, err)
-	}
-	return nil
-}
-
-func copyLabels(m map[string]string) map[string]string {
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
-}
-
 // patchWorkerRequest is PATCH /api/admin/workers/{id}'s path and body.
 type patchWorkerRequest struct {
 	ID string
 	api.PatchWorker
 }
 
-func (s *Server) parsePatchWorker(w http.ResponseWriter, r *http.Request, ps httprouter.Params) (patchWorkerRequest, error) {
+func (a *API) parsePatchWorker(w http.ResponseWriter, r *http.Request, ps httprouter.Params) (patchWorkerRequest, error) {
 	req := patchWorkerRequest{ID: ps.ByName("id")}
-	return req, s.decodeJSON(w, r, &req.PatchWorker)
+	return req, a.readJSON(w, r, &req.PatchWorker)
 }
 
 // PatchWorker changes a worker's name, type, labels (a merge) and lock.
-func (s *Server) PatchWorker(ctx context.Context, id string, req api.PatchWorker) (api.Worker, error) {
+func (a *API) PatchWorker(ctx context.Context, id string, req api.PatchWorker) (api.Worker, error) {
 	c, err := authorize(ctx, auth.ScopeAdminWorkers)
 	if err != nil {
 		return api.Worker{}, err
@@ -303,7 +280,7 @@ func (s *Server) PatchWorker(ctx context.Context, id string, req api.PatchWorker
 		return api.Worker{}, web.Invalid("field \"name\" must not be empty")
 	}
 	if req.Name != nil {
-		if err := printable("name", *req.Name); err != nil {
+		if err := web.Printable("name", *req.Name); err != nil {
 			return api.Worker{}, err
 		}
 	}
@@ -316,18 +293,18 @@ func (s *Server) PatchWorker(ctx context.Context, id string, req api.PatchWorker
 			set[k] = *v
 		}
 	}
-	if err := validLabels("labels", set); err != nil {
+	if err := labels.Valid("labels", set); err != nil {
 		return api.Worker{}, err
 	}
-	if _, err := s.loadWorker(ctx, id); err != nil {
+	if _, err := a.loadWorker(ctx, id); err != nil {
 		return api.Worker{}, err
 	}
 	if req.Name != nil {
-		if err := s.nameFree(ctx, strings.TrimSpace(*req.Name), id); err != nil {
+		if err := a.nameFree(ctx, strings.TrimSpace(*req.Name), id); err != nil {
 			return api.Worker{}, err
 		}
 	}
-	wk, err := s.store.UpdateWorker(ctx, id, func(cur *store.Worker) (*audit.Record, error) {
+	wk, err := a.store.UpdateWorker(ctx, id, func(cur *store.Worker) (*audit.Record, error) {
 		if req.Name != nil {
 			cur.Name = strings.TrimSpace(*req.Name)
 		}
@@ -337,9 +314,9 @@ func (s *Server) PatchWorker(ctx context.Context, id string, req api.PatchWorker
 		// What the worker reported for keys the admin never owned stays,
 		// unless the labels are (now) locked to the admin's. The patch is a
 		// merge: a key set to null goes.
-		reported := reportedPart(cur.Labels, cur.AdminLabels)
+		reported := labels.Reported(cur.Labels, cur.AdminLabels)
 		if len(req.Labels) > 0 {
-			admin := copyLabels(cur.AdminLabels)
+			admin := labels.Copy(cur.AdminLabels)
 			for k, v := range req.Labels {
 				if v == nil {
 					delete(admin, k)
@@ -348,7 +325,7 @@ func (s *Server) PatchWorker(ctx context.Context, id string, req api.PatchWorker
 					admin[k] = *v
 				}
 			}
-			if err := validLabels("labels", admin); err != nil {
+			if err := labels.Valid("labels", admin); err != nil {
 				return nil, err
 			}
 			cur.AdminLabels = admin
@@ -356,7 +333,7 @@ func (s *Server) PatchWorker(ctx context.Context, id string, req api.PatchWorker
 		if req.LabelsLocked != nil {
 			cur.LabelsLocked = *req.LabelsLocked
 		}
-		cur.Labels = placementLabels(nil, cur.AdminLabels, reported, cur.LabelsLocked)
+		cur.Labels = labels.Placement(nil, cur.AdminLabels, reported, cur.LabelsLocked)
 		rec := audit.New(c.Actor(), c.IP, "worker.update", "worker", id, audit.Success,
 			map[string]any{"name": req.Name, "labels": req.Labels, "labels_locked": req.LabelsLocked, "worker_type": req.WorkerType})
 		return &rec, nil
@@ -364,8 +341,8 @@ func (s *Server) PatchWorker(ctx context.Context, id string, req api.PatchWorker
 	if err != nil {
 		return api.Worker{}, err
 	}
-	s.Wake()
-	return s.workerView(wk), nil
+	a.engine.Wake()
+	return a.workerView(wk), nil
 }
 
 func deleteWorkerRef(_ http.ResponseWriter, r *http.Request, ps httprouter.Params) (api.WorkerRef, error) {
@@ -375,43 +352,43 @@ func deleteWorkerRef(_ http.ResponseWriter, r *http.Request, ps httprouter.Param
 
 // DeleteWorker deletes a worker out of touch that runs nothing; with Force
 // any worker: its stream is closed and its attempts end.
-func (s *Server) DeleteWorker(ctx context.Context, ref api.WorkerRef) (api.WorkerAction, error) {
+func (a *API) DeleteWorker(ctx context.Context, ref api.WorkerRef) (api.WorkerAction, error) {
 	c, err := authorize(ctx, auth.ScopeAdminWorkers)
 	if err != nil {
 		return api.WorkerAction{}, err
 	}
-	wk, err := s.loadWorker(ctx, ref.ID)
+	wk, err := a.loadWorker(ctx, ref.ID)
 	if err != nil {
 		return api.WorkerAction{}, err
 	}
 	if !ref.Force {
-		if err := s.deletable(ctx, wk); err != nil {
+		if err := a.engine.Deletable(ctx, wk); err != nil {
 			return api.WorkerAction{}, err
 		}
-	} else if err := s.evictWorker(ctx, wk, c.Actor(), c.IP); err != nil {
+	} else if err := a.engine.Evict(ctx, wk, c.Actor(), c.IP); err != nil {
 		return api.WorkerAction{}, err
 	}
 	rec := audit.New(c.Actor(), c.IP, "worker.delete", "worker", wk.ID, audit.Success,
 		map[string]any{"name": wk.Name, "force": ref.Force})
-	if err := s.store.DeleteWorker(ctx, wk.ID, &rec); err != nil {
+	if err := a.store.DeleteWorker(ctx, wk.ID, &rec); err != nil {
 		return api.WorkerAction{}, err
 	}
-	s.heard.Forget(wk.ID)
-	s.gpuHistory.Forget(wk.ID)
-	s.log.Info("worker deleted", "worker_id", wk.ID, "force", ref.Force, "by", c.Actor())
+	a.heard.Forget(wk.ID)
+	a.gpuHistory.Forget(wk.ID)
+	a.log.Info("worker deleted", "worker_id", wk.ID, "force", ref.Force, "by", c.Actor())
 	return api.WorkerAction{Success: true, WorkerID: wk.ID}, nil
 }
 
 // DrainWorker lets a worker finish what it runs and take nothing new.
-func (s *Server) DrainWorker(ctx context.Context, ref api.WorkerRef) (api.WorkerAction, error) {
+func (a *API) DrainWorker(ctx context.Context, ref api.WorkerRef) (api.WorkerAction, error) {
 	c, err := authorize(ctx, auth.ScopeAdminWorkers)
 	if err != nil {
 		return api.WorkerAction{}, err
 	}
-	if _, err := s.loadWorker(ctx, ref.ID); err != nil {
+	if _, err := a.loadWorker(ctx, ref.ID); err != nil {
 		return api.WorkerAction{}, err
 	}
-	wk, err := s.drain(ctx, ref.ID, c.Actor(), c.IP)
+	wk, err := a.engine.Drain(ctx, ref.ID, c.Actor(), c.IP)
 	if err != nil {
 		return api.WorkerAction{}, err
 	}
@@ -419,42 +396,42 @@ func (s *Server) DrainWorker(ctx context.Context, ref api.WorkerRef) (api.Worker
 }
 
 // ResumeWorker undoes a drain.
-func (s *Server) ResumeWorker(ctx context.Context, ref api.WorkerRef) (api.WorkerAction, error) {
+func (a *API) ResumeWorker(ctx context.Context, ref api.WorkerRef) (api.WorkerAction, error) {
 	c, err := authorize(ctx, auth.ScopeAdminWorkers)
 	if err != nil {
 		return api.WorkerAction{}, err
 	}
-	if _, err := s.loadWorker(ctx, ref.ID); err != nil {
+	if _, err := a.loadWorker(ctx, ref.ID); err != nil {
 		return api.WorkerAction{}, err
 	}
-	wk, err := s.resume(ctx, ref.ID, c.Actor(), c.IP)
+	wk, err := a.engine.Resume(ctx, ref.ID, c.Actor(), c.IP)
 	if err != nil {
 		return api.WorkerAction{}, err
 	}
-	status, _ := s.shown(wk) // as the worker list shows it
+	status, _ := a.engine.Shown(wk) // as the worker list shows it
 	return api.WorkerAction{Success: true, WorkerID: ref.ID, Status: string(status)}, nil
 }
 
 // RotateWorkerToken gives a worker a new token; the old one, and the stream
 // it opened, stop working at once.
-func (s *Server) RotateWorkerToken(ctx context.Context, ref api.WorkerRef) (api.WorkerToken, error) {
+func (a *API) RotateWorkerToken(ctx context.Context, ref api.WorkerRef) (api.WorkerToken, error) {
 	c, err := authorize(ctx, auth.ScopeAdminWorkers)
 	if err != nil {
 		return api.WorkerToken{}, err
 	}
-	wk, err := s.loadWorker(ctx, ref.ID)
+	wk, err := a.loadWorker(ctx, ref.ID)
 	if err != nil {
 		return api.WorkerToken{}, err
 	}
 	token := auth.NewWorkerToken()
 	rec := audit.New(c.Actor(), c.IP, "worker.token_rotate", "worker", wk.ID, audit.Success,
 		map[string]string{"name": wk.Name, "token": auth.Accessor(token)})
-	if err := s.store.SetWorkerTokenHash(ctx, wk.ID, auth.Hash(token), &rec); err != nil {
+	if err := a.store.SetWorkerTokenHash(ctx, wk.ID, auth.Hash(token), &rec); err != nil {
 		return api.WorkerToken{}, err
 	}
 	// The old token is dead: so is the stream it opened.
-	s.closeWorkerStream(wk.ID, "token rotated")
-	s.log.Info("worker token rotated", "worker_id", wk.ID, "by", c.Actor())
+	a.engine.CloseWorkerStream(wk.ID, "token rotated")
+	a.log.Info("worker token rotated", "worker_id", wk.ID, "by", c.Actor())
 	return api.WorkerToken{WorkerID: wk.ID, Token: token, ConnectionCommand: connectionCommand(c.BaseURL)}, nil
 }
 
@@ -463,7 +440,7 @@ func NewAdminToken(name string, scopes []string) (store.AdminToken, string, erro
 	if strings.TrimSpace(name) == "" {
 		return store.AdminToken{}, "", web.Invalid("field \"name\" is required")
 	}
-	if err := printable("name", name); err != nil {
+	if err := web.Printable("name", name); err != nil {
 		return store.AdminToken{}, "", err
 	}
 	if len(scopes) == 0 {
@@ -479,7 +456,7 @@ func NewAdminToken(name string, scopes []string) (store.AdminToken, string, erro
 }
 
 // CreateToken makes an admin token, shown only in the reply.
-func (s *Server) CreateToken(ctx context.Context, req api.CreateToken) (api.TokenCreated, error) {
+func (a *API) CreateToken(ctx context.Context, req api.CreateToken) (api.TokenCreated, error) {
 	c, err := authorize(ctx, auth.ScopeAll)
 	if err != nil {
 		return api.TokenCreated{}, err
@@ -490,18 +467,18 @@ func (s *Server) CreateToken(ctx context.Context, req api.CreateToken) (api.Toke
 	}
 	rec := audit.New(c.Actor(), c.IP, "admin_token.create", "admin_token", t.ID, audit.Success,
 		map[string]any{"name": t.Name, "scopes": t.Scopes, "token": auth.Accessor(token)})
-	if err := s.store.CreateAdminToken(ctx, t, &rec); err != nil {
+	if err := a.store.CreateAdminToken(ctx, t, &rec); err != nil {
 		return api.TokenCreated{}, err
 	}
 	return api.TokenCreated{ID: t.ID, Name: t.Name, Scopes: t.Scopes, Token: token}, nil
 }
 
 // Tokens lists the admin tokens, revoked ones included.
-func (s *Server) Tokens(ctx context.Context, _ struct{}) (api.TokenList, error) {
+func (a *API) Tokens(ctx context.Context, _ struct{}) (api.TokenList, error) {
 	if _, err := authorize(ctx, auth.ScopeAll); err != nil {
 		return api.TokenList{}, err
 	}
-	ts, err := s.store.ListAdminTokens(ctx)
+	ts, err := a.store.ListAdminTokens(ctx)
 	if err != nil {
 		return api.TokenList{}, err
 	}
@@ -518,13 +495,13 @@ func tokenRef(_ http.ResponseWriter, _ *http.Request, ps httprouter.Params) (str
 }
 
 // RevokeToken revokes an admin token: it stops working at once.
-func (s *Server) RevokeToken(ctx context.Context, id string) (api.Revoked, error) {
+func (a *API) RevokeToken(ctx context.Context, id string) (api.Revoked, error) {
 	c, err := authorize(ctx, auth.ScopeAll)
 	if err != nil {
 		return api.Revoked{}, err
 	}
 	rec := audit.New(c.Actor(), c.IP, "admin_token.revoke", "admin_token", id, audit.Success, nil)
-	err = s.store.RevokeAdminToken(ctx, id, &rec)
+	err = a.store.RevokeAdminToken(ctx, id, &rec)
 	if errors.Is(err, store.ErrNotFound) {
 		return api.Revoked{}, web.NotFound("admin token not found: %s", id)
 	}

@@ -1,4 +1,4 @@
-package orchestrator
+package adminapi
 
 import (
 	"bytes"
@@ -28,18 +28,18 @@ const defaultFollowFallback = 2 * time.Second
 
 // readLogs returns a job's log as text, or with ?follow=1 streams it as SSE
 // ("log" events, one data line per log line) until the job ends.
-func (s *Server) readLogs(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
+func (a *API) readLogs(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
 	follow := r.URL.Query().Get("follow")
 	if follow == "1" || follow == "true" {
-		j, err := s.loadJob(r.Context(), ps.ByName("job_id"))
+		j, err := a.loadJob(r.Context(), ps.ByName("job_id"))
 		if err != nil {
 			return err
 		}
-		return s.followLog(w, r, j, p)
+		return a.followLog(w, r, j, p)
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	out := &countingWriter{w: w}
-	err := s.WriteJobLog(WithCaller(r.Context(), s.CallerOf(r, p)), ps.ByName("job_id"), out)
+	err := a.WriteJobLog(WithCaller(r.Context(), a.CallerOf(r, p)), ps.ByName("job_id"), out)
 	if out.n > 0 {
 		return nil // the client went away, or the store failed midway: the reply stays cut short
 	}
@@ -59,17 +59,17 @@ func (c *countingWriter) Write(b []byte) (int, error) {
 }
 
 // WriteJobLog writes the job's stored log, every attempt's in order, to w.
-func (s *Server) WriteJobLog(ctx context.Context, id string, w io.Writer) error {
+func (a *API) WriteJobLog(ctx context.Context, id string, w io.Writer) error {
 	if _, err := authorize(ctx, auth.ScopeQueueView); err != nil {
 		return err
 	}
-	j, err := s.loadJob(ctx, id)
+	j, err := a.loadJob(ctx, id)
 	if err != nil {
 		return err
 	}
 	cursor := store.LogCursor{}
 	for {
-		chunks, err := s.store.ReadLog(ctx, j.ID, cursor, logReadBytes)
+		chunks, err := a.store.ReadLog(ctx, j.ID, cursor, logReadBytes)
 		if err != nil || len(chunks) == 0 {
 			return err
 		}
@@ -112,7 +112,7 @@ func (f *followers) release(key string) {
 // logStream is one follower's connection: where it is in the log and how to
 // write to it.
 type logStream struct {
-	s      *Server
+	a      *API
 	w      http.ResponseWriter
 	rc     *http.ResponseController
 	jobID  string
@@ -127,7 +127,7 @@ func (ls *logStream) write() bool {
 	if ls.buf.Len() == 0 {
 		return true
 	}
-	_ = ls.rc.SetWriteDeadline(time.Now().Add(ls.s.options().StreamWriteTimeout))
+	_ = ls.rc.SetWriteDeadline(time.Now().Add(ls.a.options().StreamWriteTimeout))
 	_, err := ls.w.Write(ls.buf.Bytes())
 	ls.buf.Reset()
 	return err == nil && ls.rc.Flush() == nil
@@ -152,7 +152,7 @@ func (ls *logStream) piece(p logfeed.Piece) bool {
 // catchUp writes everything the store holds after the cursor.
 func (ls *logStream) catchUp(ctx context.Context) bool {
 	for {
-		chunks, err := ls.s.store.ReadLog(ctx, ls.jobID, ls.cursor, logReadBytes)
+		chunks, err := ls.a.store.ReadLog(ctx, ls.jobID, ls.cursor, logReadBytes)
 		if err != nil {
 			return false
 		}
@@ -172,19 +172,19 @@ func (ls *logStream) catchUp(ctx context.Context) bool {
 // followLog streams the job's log until the job ends, the client goes, the
 // credential stops being valid or the orchestrator shuts down. A client that
 // reconnects with Last-Event-ID resumes where it was.
-func (s *Server) followLog(w http.ResponseWriter, r *http.Request, j store.Job, p auth.Principal) error {
-	opt := s.options()
+func (a *API) followLog(w http.ResponseWriter, r *http.Request, j store.Job, p auth.Principal) error {
+	opt := a.options()
 	key := p.Actor()
-	if !s.followers.acquire(key, opt.MaxLogFollowers) {
+	if !a.followers.acquire(key, opt.MaxLogFollowers) {
 		return web.Errorf(http.StatusTooManyRequests, protocol.CodeRateLimited,
 			"this credential already follows %d logs, the most server.max_log_followers allows; close one first", opt.MaxLogFollowers)
 	}
-	defer s.followers.release(key)
-	sub := s.logFeed.Subscribe(j.ID)
-	defer s.logFeed.Unsubscribe(j.ID, sub)
+	defer a.followers.release(key)
+	sub := a.logFeed.Subscribe(j.ID)
+	defer a.logFeed.Unsubscribe(j.ID, sub)
 
 	rc := http.NewResponseController(w)
-	ls := &logStream{s: s, w: w, rc: rc, jobID: j.ID}
+	ls := &logStream{a: a, w: w, rc: rc, jobID: j.ID}
 	if c, ok := parseCursorID(r.Header.Get("Last-Event-ID")); ok {
 		ls.cursor = c
 	}
@@ -197,14 +197,14 @@ func (s *Server) followLog(w http.ResponseWriter, r *http.Request, j store.Job, 
 	ctx := r.Context()
 	recheck := time.NewTicker(opt.RecheckInterval)
 	defer recheck.Stop()
-	fallback := time.NewTicker(cmp.Or(opt.followFallback, defaultFollowFallback))
+	fallback := time.NewTicker(cmp.Or(opt.FollowFallback, defaultFollowFallback))
 	defer fallback.Stop()
 	look := true // read the job's state, then catch up from the store
 	for {
 		if look {
 			// The state before the log: once the job is terminal, the read
 			// that follows has all the worker shipped before its report.
-			cur, err := s.store.GetJob(ctx, j.ID)
+			cur, err := a.store.GetJob(ctx, j.ID)
 			if err != nil || !ls.catchUp(ctx) {
 				return nil
 			}
@@ -218,7 +218,7 @@ func (s *Server) followLog(w http.ResponseWriter, r *http.Request, j store.Job, 
 		// A shutting-down orchestrator ends follow streams itself: the HTTP
 		// server's graceful stop would otherwise wait for each job to end,
 		// and clients reconnect to the next instance anyway.
-		if s.stopping.Load() {
+		if a.stopping() {
 			return nil
 		}
 		_ = rc.SetWriteDeadline(time.Now().Add(opt.StreamWriteTimeout))
@@ -228,7 +228,7 @@ func (s *Server) followLog(w http.ResponseWriter, r *http.Request, j store.Job, 
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-s.stopped:
+		case <-a.engine.Stopping():
 			return nil
 		case <-sub.Wake():
 			pieces, catchUp, moved := sub.Take()
@@ -245,21 +245,21 @@ func (s *Server) followLog(w http.ResponseWriter, r *http.Request, j store.Job, 
 		case <-fallback.C:
 			look = true
 		case <-recheck.C:
-			ok, err := s.stillAllowed(ctx, r, p, auth.ScopeQueueView)
+			ok, err := a.engine.StillAllowed(ctx, r, p, auth.ScopeQueueView)
 			if err != nil {
 				// The store cannot say; it cannot serve the log either.
-				s.log.Debug("log follow: could not re-check the credential", "job_id", j.ID, "err", err)
+				a.log.Debug("log follow: could not re-check the credential", "job_id", j.ID, "err", err)
 				continue
 			}
 			if !ok {
-				s.log.Info("log follow ended: the credential is no longer valid", "job_id", j.ID, "by", key)
+				a.log.Info("log follow ended: the credential is no longer valid", "job_id", j.ID, "by", key)
 				fmt.Fprintf(&ls.buf, "event: error\ndata: {\"error\":%q,\"detail\":%q}\n\n", protocol.CodeUnauthorized,
 					"the credential that opened this stream was revoked or lost its rights")
 				ls.write()
 				return nil
 			}
 		}
-		opt = s.options()
+		opt = a.options()
 	}
 }
 
@@ -273,3 +273,6 @@ func (f *followers) count() int {
 	}
 	return n
 }
+
+// Following is how many log-follow streams are open.
+func (a *API) Following() int { return a.followers.count() }

@@ -1,0 +1,173 @@
+// Package adminapi is the orchestrator's admin and queue API: the typed
+// methods behind /api/admin, /api/queue, /api/auth and /api/configs, which
+// check their caller's scope and audit what they change, and the routes that
+// serve them over HTTP. The dashboard calls the same methods in process.
+//
+// What only the running orchestrator can do (authenticate a credential,
+// drain a worker, cancel a job, wake the scheduler) it asks of its Engine;
+// everything else it reads from the store.
+package adminapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/api"
+	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
+	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/gpuhistory"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/liveness"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/logfeed"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/placement"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/webhook"
+)
+
+// Engine is what the API asks of the running orchestrator.
+type Engine interface {
+	// Authenticate returns the admin caller of r (its token, or the admin
+	// socket's peer), counting and auditing failures.
+	Authenticate(w http.ResponseWriter, r *http.Request) (auth.Principal, error)
+	// StillAllowed checks again, for a long-lived reply, that r's
+	// credential still grants scope.
+	// AdminByToken authenticates an admin token a request carries outside
+	// its headers (the dashboard's sign-in form), as Authenticate would.
+	AdminByToken(r *http.Request, token, route string) (auth.Principal, error)
+	// PeerIP is where r came from, for the audit log ("local" on the admin
+	// socket).
+	PeerIP(r *http.Request) string
+	// ViaAdminSocket reports whether r came over the admin unix socket.
+	ViaAdminSocket(r *http.Request) bool
+	StillAllowed(ctx context.Context, r *http.Request, p auth.Principal, scope string) (bool, error)
+	// WriteError answers err as the protocol's error reply; APIError is
+	// that reply for a caller in process.
+	WriteError(w http.ResponseWriter, r *http.Request, err error)
+	APIError(err error, what string) *api.Error
+
+	// Wake asks this instance's scheduler for a pass; WakeSchedulers asks
+	// every replica's.
+	Wake()
+	WakeSchedulers()
+	// RequestCancel cancels a job, or asks its worker to stop it.
+	RequestCancel(ctx context.Context, jobID, actor, ip string) (store.Job, error)
+	// Drain and Resume stop and restart handing jobs to a worker; Evict
+	// ends a worker's stream and its running attempt; Deletable says why a
+	// worker may not be deleted yet.
+	Drain(ctx context.Context, id, actor, ip string) (store.Worker, error)
+	Resume(ctx context.Context, id, actor, ip string) (store.Worker, error)
+	Evict(ctx context.Context, wk store.Worker, actor, ip string) error
+	Deletable(ctx context.Context, wk store.Worker) error
+	// SendToWorker sends an event to a worker, wherever its stream is open.
+	SendToWorker(workerID, typ string, v any)
+	// CloseWorkerStream ends a worker's event stream, wherever it is served.
+	CloseWorkerStream(workerID, reason string)
+	// Shown is a worker's status as the API shows it, and whether its
+	// stream is open.
+	Shown(wk store.Worker) (status protocol.WorkerStatus, connected bool)
+	// Reservation is the worker the scheduler holds for a job that found
+	// no room.
+	Reservation() placement.Reservation
+	// LargestWorker is the most GPUs any worker has.
+	LargestWorker() int
+	// LatestCheckpoint is a job's newest complete checkpoint and the
+	// attempt that made it.
+	LatestCheckpoint(ctx context.Context, j store.Job) (*protocol.Checkpoint, int, error)
+	// Artifacts is the store of job uploads; an error when none is set.
+	Artifacts() (*artifacts.Store, error)
+	// Stopping is closed when the orchestrator begins to shut down.
+	Stopping() <-chan struct{}
+}
+
+// Deps are the parts of the orchestrator the API reads.
+type Deps struct {
+	Engine     Engine
+	Store      store.Store
+	Log        *slog.Logger
+	Heard      *liveness.Memory
+	GPUHistory *gpuhistory.History
+	Webhooks   *webhook.Service
+	LogFeed    *logfeed.Feed
+}
+
+// Options are the API's settings; the orchestrator replaces them on reload.
+type Options struct {
+	// MaxBodyBytes bounds a request body; ConfigsDir holds the named job
+	// configurations; MaxRetries is how many attempts a job gets.
+	MaxBodyBytes int64
+	ConfigsDir   string
+	MaxRetries   int
+	// PublicURL and AdminSocketPath are the orchestrator's addresses in the
+	// connection commands of new worker tokens.
+	PublicURL       string
+	AdminSocketPath string
+	// MaxLogFollowers is how many logs one credential may follow at once;
+	// StreamWriteTimeout bounds each write to a follower; RecheckInterval
+	// is how often a follower's credential is checked again;
+	// FollowFallback how often a follower reads the store without news
+	// (0: defaultFollowFallback).
+	MaxLogFollowers    int
+	StreamWriteTimeout time.Duration
+	RecheckInterval    time.Duration
+	FollowFallback     time.Duration
+}
+
+// API is the admin and queue API.
+type API struct {
+	engine     Engine
+	store      store.Store
+	log        *slog.Logger
+	heard      *liveness.Memory
+	gpuHistory *gpuhistory.History
+	webhooks   *webhook.Service
+	logFeed    *logfeed.Feed
+	opt        atomic.Pointer[Options]
+	// followers counts open log-follow streams per caller.
+	followers followers
+	// recent holds the last full count of the jobs that ended lately.
+	recent recentEnds
+}
+
+// New is the API over deps, with opt.
+func New(deps Deps, opt Options) *API {
+	a := &API{engine: deps.Engine, store: deps.Store, log: deps.Log, heard: deps.Heard,
+		gpuHistory: deps.GPUHistory, webhooks: deps.Webhooks, logFeed: deps.LogFeed}
+	a.opt.Store(&opt)
+	return a
+}
+
+// SetOptions replaces the settings.
+func (a *API) SetOptions(o Options) { a.opt.Store(&o) }
+
+func (a *API) options() Options { return *a.opt.Load() }
+
+// stopping reports whether the orchestrator is shutting down.
+func (a *API) stopping() bool {
+	select {
+	case <-a.engine.Stopping():
+		return true
+	default:
+		return false
+	}
+}
+
+// readJSON reads a JSON object body into v (web.ReadJSON within the body limit).
+func (a *API) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	_, err := web.ReadJSON(w, r, a.options().MaxBodyBytes, v)
+	return err
+}
+
+// AdminByToken authenticates an admin token a request carries outside its
+// headers (the dashboard's sign-in form): failures count and are audited
+// under route like those of the API's.
+func (a *API) AdminByToken(r *http.Request, token, route string) (auth.Principal, error) {
+	return a.engine.AdminByToken(r, token, route)
+}
+
+// APIError is what a call that failed with err answers (see
+// Engine.APIError); what names the call in the log.
+func (a *API) APIError(err error, what string) *api.Error { return a.engine.APIError(err, what) }
