@@ -12,7 +12,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
-// The admin and queue API are methods of Server: each takes a context
+// The admin and queue API are methods of API: each takes a context
 // carrying its Caller and a request of package api, checks the caller's
 // scope, and returns a reply of package api or an error. The HTTP routes
 // decode into them and encode what they return (httpCall); the dashboard
