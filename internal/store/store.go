@@ -411,8 +411,9 @@ type Store interface {
 	CreateWorker(ctx context.Context, w Worker, tokenHash string, rec *audit.Record) error
 	GetWorker(ctx context.Context, id string) (Worker, error)
 	// GetWorkers reads the workers with the given IDs, each once, in no
-	// particular order; an ID with no worker is left out.
-	GetWorkers(ctx context.Context, ids []string) ([]Worker, error)
+	// particular order; an ID with no worker is left out, and so is one
+	// whose status is not among statuses, when statuses are given.
+	GetWorkers(ctx context.Context, ids []string, statuses ...protocol.WorkerStatus) ([]Worker, error)
 	GetWorkerByTokenHash(ctx context.Context, hash string) (Worker, error)
 	// GetWorkerState reads a worker's type, status, current job and token
 	// hash, for the checks made with every job, which need nothing else of

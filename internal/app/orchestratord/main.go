@@ -92,6 +92,7 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) i
 		}
 		return ExitOK
 	}
+	tuneGC(getenv)
 	app := New(cfg, args, getenv, log, level)
 	if err := daemon.Run(ctx, app, daemon.RunOptions{Logger: log}); err != nil {
 		log.Error("exiting", "err", err)

@@ -80,6 +80,7 @@ type Candidate struct {
 	W    store.Worker
 	free map[int]bool
 	load lifecycle.Load
+	pos  int // in the pool's order
 }
 
 // NewCandidate makes w a candidate; leased are the GPUs its attempts hold.
@@ -192,15 +193,17 @@ func BestFit(j store.QueuedJob, p *Pool, res Reservation) (*Candidate, []int) {
 }
 
 // ReserveFor holds for j the worker that will fit it soonest: among the
-// workers the pool has read that could ever run it, the one with the most
-// free GPUs already.
+// pool's workers that could ever run it, the one with the most free GPUs
+// already (ties to the first in the pool).
 func ReserveFor(j store.QueuedJob, p *Pool) Reservation {
+	p.readAll()
 	var best *Candidate
 	for _, c := range p.read {
 		if !Matches(j, c.W) {
 			continue
 		}
-		if best == nil || len(c.free) > len(best.free) {
+		if best == nil || len(c.free) > len(best.free) ||
+			(len(c.free) == len(best.free) && c.pos < best.pos) {
 			best = c
 		}
 	}

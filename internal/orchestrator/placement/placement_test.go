@@ -18,11 +18,13 @@ type fleet struct {
 	reads   int // GetWorkers calls
 }
 
-func (f *fleet) GetWorkers(_ context.Context, ids []string) ([]store.Worker, error) {
+func (f *fleet) GetWorkers(_ context.Context, ids []string, statuses ...protocol.WorkerStatus) ([]store.Worker, error) {
 	f.reads++
 	var out []store.Worker
 	for _, id := range ids {
-		out = append(out, f.workers[id])
+		if w, ok := f.workers[id]; ok && (len(statuses) == 0 || slices.Contains(statuses, w.Status)) {
+			out = append(out, w)
+		}
 	}
 	return out, nil
 }
@@ -166,5 +168,28 @@ func TestMatchesAndLocalLast(t *testing.T) {
 	j.MinVRAMGB = 81
 	if Matches(j, f.workers["remote"]) {
 		t.Fatal("a job asking 81 GB matched 80 GB GPUs")
+	}
+}
+
+// Only idle and partial workers are read looking for room; a reservation
+// weighs the busy ones too, ties going to the first in the pool however
+// late it was read.
+func TestBusyWorkersReadOnlyForAReservation(t *testing.T) {
+	f := newFleet()
+	f.worker("busy", 4, nil, 0, 1)
+	w := f.workers["busy"]
+	w.Status = protocol.WorkerBusy
+	f.workers["busy"] = w
+	f.worker("partial", 4, nil, 2, 3)
+	p := f.pool("busy", "partial")
+	big := job("big", 4)
+	if b, _ := BestFit(big, p, Reservation{}); b != nil {
+		t.Fatalf("a 4-GPU job fitted %s", b.W.ID)
+	}
+	if len(p.read) != 1 || p.read[0].W.ID != "partial" {
+		t.Fatalf("looking for room read %d workers, want the partial one alone", len(p.read))
+	}
+	if res := ReserveFor(big, p); res != (Reservation{JobID: "big", WorkerID: "busy"}) {
+		t.Fatalf("reservation %+v, want the busy worker: as many GPUs free, first in the pool", res)
 	}
 }

@@ -5,65 +5,66 @@ import (
 	"slices"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
 // Reader is what the pool reads of the store.
 type Reader interface {
-	GetWorkers(ctx context.Context, ids []string) ([]store.Worker, error)
+	GetWorkers(ctx context.Context, ids []string, statuses ...protocol.WorkerStatus) ([]store.Worker, error)
 	GPULeases(ctx context.Context, workerID string) ([]store.GPULease, error)
 }
 
 // Pool is the workers a pass may place jobs on, read from the store as
-// placement needs them, once per pass and pageSize at a time: a job that
-// finds a perfect fit early costs one query however many workers are
+// placement needs them, once per pass and a page at a time: a job that
+// finds a perfect fit early costs one small query however many workers are
 // connected, and only a job with no room anywhere reads them all.
+//
+// Only an idle or partial worker can have room, so the pages hold those
+// alone (the store filters by status); the busy ones are read only for a
+// reservation, which weighs every worker that could ever run its job.
 type Pool struct {
 	ctx     context.Context
 	store   Reader
-	ids     []string     // not read yet
+	ids     []string // not read yet
+	next    int      // the position in the pool of ids[0]
+	later   []int    // positions of the workers not idle or partial when read
+	all     []string // every worker of the pool, in its order
+	pages   int
 	fetched []*Candidate // read and not yet offered
 	read    []*Candidate // offered
 }
 
-// pageSize is how many workers the pool reads from the store at once.
+// pageSize is the most workers the pool reads from the store at once.
 const pageSize = 32
+
+// roomy are the statuses in which a worker may have room (lifecycle.CanClaim).
+var roomy = []protocol.WorkerStatus{protocol.WorkerIdle, protocol.WorkerPartial}
 
 // NewPool is a pool of the workers ids, in the order placement breaks ties
 // in (the order their streams connected).
 func NewPool(ctx context.Context, r Reader, ids []string) *Pool {
-	return &Pool{ctx: ctx, store: r, ids: ids}
+	return &Pool{ctx: ctx, store: r, ids: ids, all: ids}
 }
 
 // AnyRoom reports whether a worker read so far could still take a job.
 func (p *Pool) AnyRoom() bool { return slices.ContainsFunc(p.read, (*Candidate).HasRoom) }
 
-// more returns the next worker that is online, reading them from the store
-// pageSize at a time; nil when every one has been read.
+// more returns the next idle or partial worker, reading them from the store
+// a page at a time (4, 16, then pageSize workers: the first worker read
+// usually fits); nil when every one has been read.
 func (p *Pool) more() *Candidate {
 	for len(p.fetched) == 0 && len(p.ids) > 0 {
-		ids := p.ids[:min(pageSize, len(p.ids))]
-		p.ids = p.ids[len(ids):]
-		ws, err := p.store.GetWorkers(p.ctx, ids)
-		if err != nil {
-			continue
+		n := min(4<<(2*p.pages), pageSize, len(p.ids))
+		positions := make([]int, n)
+		for i := range positions {
+			positions[i] = p.next + i
 		}
-		byID := make(map[string]store.Worker, len(ws))
-		for _, w := range ws {
-			byID[w.ID] = w
-		}
-		for _, id := range ids { // in the pool's order, as ties expect
-			// A busy worker has no room now but may be reserved for a job.
-			if w, ok := byID[id]; ok && lifecycle.Working(w.Status) {
-				var leased []store.GPULease
-				if w.GPUsUsed > 0 {
-					if leased, err = p.store.GPULeases(p.ctx, w.ID); err != nil {
-						continue
-					}
-				}
-				p.fetched = append(p.fetched, NewCandidate(w, leased))
-			}
-		}
+		p.ids, p.next = p.ids[n:], p.next+n
+		p.pages++
+		var missed []int
+		p.fetched, missed = p.candidates(positions, roomy...)
+		p.later = append(p.later, missed...)
 	}
 	if len(p.fetched) == 0 {
 		return nil
@@ -72,4 +73,54 @@ func (p *Pool) more() *Candidate {
 	p.fetched = p.fetched[1:]
 	p.read = append(p.read, c)
 	return c
+}
+
+// readAll reads every worker of the pool not read yet: the busy ones too.
+func (p *Pool) readAll() {
+	for p.more() != nil {
+	}
+	for positions := range slices.Chunk(p.later, pageSize) {
+		got, _ := p.candidates(positions)
+		p.read = append(p.read, got...)
+	}
+	p.later = nil
+}
+
+// candidates reads the workers at positions (those in one of statuses, if
+// any are given) and returns, in the pool's order, the ones taking work,
+// and the positions of those the store did not return.
+func (p *Pool) candidates(positions []int, statuses ...protocol.WorkerStatus) (out []*Candidate, missed []int) {
+	ids := make([]string, len(positions))
+	for i, pos := range positions {
+		ids[i] = p.all[pos]
+	}
+	ws, err := p.store.GetWorkers(p.ctx, ids, statuses...)
+	if err != nil {
+		return nil, positions
+	}
+	byID := make(map[string]store.Worker, len(ws))
+	for _, w := range ws {
+		byID[w.ID] = w
+	}
+	for i, id := range ids {
+		w, ok := byID[id]
+		if !ok {
+			missed = append(missed, positions[i])
+			continue
+		}
+		// A busy worker has no room now but may be reserved for a job.
+		if !lifecycle.Working(w.Status) {
+			continue
+		}
+		var leased []store.GPULease
+		if w.GPUsUsed > 0 {
+			if leased, err = p.store.GPULeases(p.ctx, w.ID); err != nil {
+				continue
+			}
+		}
+		c := NewCandidate(w, leased)
+		c.pos = positions[i]
+		out = append(out, c)
+	}
+	return out, missed
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
@@ -113,19 +112,26 @@ func (s *Store) GetWorker(ctx context.Context, id string) (store.Worker, error) 
 	return s.getWorker(ctx, s.reader(), id, false)
 }
 
-// GetWorkers reads several workers (each once) in one query per workersPage IDs. The IN
-// list always has workersPage entries (the last ID repeated), so the query
-// has one text and is prepared once.
-func (s *Store) GetWorkers(ctx context.Context, ids []string) ([]store.Worker, error) {
-	in := strings.TrimSuffix(strings.Repeat("?, ", workersPage), ", ")
+// GetWorkers reads several workers (each once) in one query per workersPage
+// IDs, only those in one of statuses when any are given. The IN list always
+// has workersPage entries (the last ID repeated), so the query has one text
+// per number of statuses and is prepared once.
+func (s *Store) GetWorkers(ctx context.Context, ids []string, statuses ...protocol.WorkerStatus) ([]store.Worker, error) {
+	q := `SELECT ` + workerCols + ` FROM workers WHERE id IN (` + placeholders(workersPage) + `)`
+	if len(statuses) > 0 {
+		q += ` AND status IN (` + placeholders(len(statuses)) + `)`
+	}
 	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
 	var out []store.Worker
 	for page := range slices.Chunk(ids, workersPage) {
-		args := make([]any, workersPage)
+		args := make([]any, workersPage, workersPage+len(statuses))
 		for i := range args {
 			args[i] = page[min(i, len(page)-1)]
 		}
-		rows, err := s.reader().query(ctx, `SELECT `+workerCols+` FROM workers WHERE id IN (`+in+`)`, args...)
+		for _, st := range statuses {
+			args = append(args, st)
+		}
+		rows, err := s.reader().query(ctx, q, args...)
 		if err != nil {
 			return nil, err
 		}

@@ -255,6 +255,21 @@ func testGetWorkers(t *testing.T, s store.Store) {
 	got, err = s.GetWorkers(t.Context(), nil)
 	noErr(t, err, "GetWorkers of none")
 	equal(t, len(got), 0, "workers read for no ID")
+
+	// With statuses, only the workers in one of them.
+	busy := newWorker(t, s, func(w *store.Worker) { w.Status = protocol.WorkerBusy })
+	offline := newWorker(t, s, func(w *store.Worker) { w.Status = protocol.WorkerOffline })
+	got, err = s.GetWorkers(t.Context(), append(ids, busy.ID, offline.ID), protocol.WorkerIdle, protocol.WorkerOffline)
+	noErr(t, err, "GetWorkers by status")
+	byID = map[string]store.Worker{}
+	for _, w := range got {
+		byID[w.ID] = w
+	}
+	want[offline.ID] = offline
+	equal(t, byID, want, "idle and offline workers read")
+	got, err = s.GetWorkers(t.Context(), []string{ids[0], busy.ID}, protocol.WorkerBusy)
+	noErr(t, err, "GetWorkers of busy ones")
+	equal(t, got, []store.Worker{busy}, "busy workers read")
 }
 
 // Writes arriving together each keep their own outcome, whether or not the
