@@ -26,10 +26,9 @@ type Reader interface {
 type Pool struct {
 	ctx     context.Context
 	store   Reader
-	ids     []string // not read yet
-	next    int      // the position in the pool of ids[0]
-	later   []int    // positions of the workers not idle or partial when read
 	all     []string // every worker of the pool, in its order
+	next    int      // the position of the first not read yet
+	later   []int    // positions of the workers not idle or partial when read
 	pages   int
 	fetched []*Candidate // read and not yet offered
 	read    []*Candidate // offered
@@ -44,7 +43,7 @@ var roomy = []protocol.WorkerStatus{protocol.WorkerIdle, protocol.WorkerPartial}
 // NewPool is a pool of the workers ids, in the order placement breaks ties
 // in (the order their streams connected).
 func NewPool(ctx context.Context, r Reader, ids []string) *Pool {
-	return &Pool{ctx: ctx, store: r, ids: ids, all: ids}
+	return &Pool{ctx: ctx, store: r, all: ids}
 }
 
 // AnyRoom reports whether a worker read so far could still take a job.
@@ -54,13 +53,13 @@ func (p *Pool) AnyRoom() bool { return slices.ContainsFunc(p.read, (*Candidate).
 // a page at a time (4, 16, then pageSize workers: the first worker read
 // usually fits); nil when every one has been read.
 func (p *Pool) more() *Candidate {
-	for len(p.fetched) == 0 && len(p.ids) > 0 {
-		n := min(4<<(2*p.pages), pageSize, len(p.ids))
+	for len(p.fetched) == 0 && p.next < len(p.all) {
+		n := min(4<<(2*p.pages), pageSize, len(p.all)-p.next)
 		positions := make([]int, n)
 		for i := range positions {
 			positions[i] = p.next + i
 		}
-		p.ids, p.next = p.ids[n:], p.next+n
+		p.next += n
 		p.pages++
 		var missed []int
 		p.fetched, missed = p.candidates(positions, roomy...)
