@@ -68,11 +68,6 @@ func (s *Server) apiError(err error, what string) (ae *api.Error, retryAfter str
 // decodeJSON reads a JSON object body into v (web.ReadJSON, within the
 // configured body limit).
 func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	_, err := s.decodeJSONBody(w, r, v)
+	_, err := web.ReadJSON(w, r, s.options().MaxBodyBytes, v)
 	return err
-}
-
-// decodeJSONBody is decodeJSON that also returns the body it read.
-func (s *Server) decodeJSONBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
-	return web.ReadJSON(w, r, s.options().MaxBodyBytes, v)
 }
