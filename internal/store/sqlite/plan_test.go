@@ -35,6 +35,23 @@ func TestQueuePositionReadsAroundTheJob(t *testing.T) {
 	}
 }
 
+// The counts of failed deliveries, for /metrics and the webhook list, read
+// their partial index, not every delivery kept.
+func TestFailedDeliveryCountsUseTheirIndex(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	for _, one := range []bool{false, true} {
+		var args []any
+		if one {
+			args = []any{"wh_x"}
+		}
+		text := queryPlan(t, s, sqlstore.DeliveryCountQuery("failed", one), args...)
+		if !strings.Contains(text, "webhook_deliveries_failed") {
+			t.Fatalf("one subscription %v, plan:\n%s", one, text)
+		}
+	}
+}
+
 // queryPlan is SQLite's EXPLAIN QUERY PLAN of query, one line per step.
 func queryPlan(t *testing.T, s *Store, query string, args ...any) string {
 	t.Helper()

@@ -526,17 +526,16 @@ func (s *Store) ListWebhookDeliveries(ctx context.Context, f store.DeliveryFilte
 
 // CountWebhookDeliveries counts the pending and the failed deliveries (the
 // delivered ones are history: they are not counted), of one subscription or
-// of all. The states are written into the statements, so that the engines
-// plan them with the partial indexes.
+// of all.
 func (s *Store) CountWebhookDeliveries(ctx context.Context, webhookID string) (map[string]int, error) {
 	out := map[string]int{}
-	where, args := "", []any{}
+	var args []any
 	if webhookID != "" {
-		where, args = " AND webhook_id = ?", []any{webhookID}
+		args = []any{webhookID}
 	}
 	for _, state := range []string{store.DeliveryPending, store.DeliveryFailed} {
 		var n int
-		if err := s.reader().queryRow(ctx, `SELECT COUNT(*) FROM webhook_deliveries WHERE state = '`+state+`'`+where, args...).Scan(&n); err != nil {
+		if err := s.reader().queryRow(ctx, DeliveryCountQuery(state, webhookID != ""), args...).Scan(&n); err != nil {
 			return nil, err
 		}
 		if n > 0 {
@@ -544,6 +543,18 @@ func (s *Store) CountWebhookDeliveries(ctx context.Context, webhookID string) (m
 		}
 	}
 	return out, nil
+}
+
+// DeliveryCountQuery is the statement that counts the deliveries in state,
+// of one subscription (its id the one argument) or of all. The state is
+// written into the statement, so that the engines plan it with that state's
+// partial index.
+func DeliveryCountQuery(state string, oneWebhook bool) string {
+	q := `SELECT COUNT(*) FROM webhook_deliveries WHERE state = '` + state + `'`
+	if oneWebhook {
+		q += ` AND webhook_id = ?`
+	}
+	return q
 }
 
 // PruneWebhookDeliveries deletes deliveries that ended before cutoff, then
