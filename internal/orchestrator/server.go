@@ -241,7 +241,8 @@ type Server struct {
 	api *adminapi.API
 }
 
-// SetAdminSocketPath tells the server where its admin socket lives.
+// SetAdminSocketPath tells the server where its admin socket lives; call it
+// before serving (a reload keeps it).
 func (s *Server) SetAdminSocketPath(p string) {
 	s.adminSocketPath = p
 	s.api.SetOptions(s.options().apiOptions(p))

@@ -22,7 +22,7 @@ import (
 
 // Artifacts: a running job publishes files S3-style under /api/cloud/storage
 // with its attempt's upload token; admins (queue.view) list and download
-// them under /api/queue/{id}/artifacts.
+// them under /api/queue/{id}/artifacts (package adminapi).
 
 // artifactMetrics count uploads for /metrics.
 type artifactMetrics struct {

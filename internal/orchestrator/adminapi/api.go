@@ -33,8 +33,6 @@ type Engine interface {
 	// Authenticate returns the admin caller of r (its token, or the admin
 	// socket's peer), counting and auditing failures.
 	Authenticate(w http.ResponseWriter, r *http.Request) (auth.Principal, error)
-	// StillAllowed checks again, for a long-lived reply, that r's
-	// credential still grants scope.
 	// AdminByToken authenticates an admin token a request carries outside
 	// its headers (the dashboard's sign-in form), as Authenticate would.
 	AdminByToken(r *http.Request, token, route string) (auth.Principal, error)
@@ -43,6 +41,8 @@ type Engine interface {
 	PeerIP(r *http.Request) string
 	// ViaAdminSocket reports whether r came over the admin unix socket.
 	ViaAdminSocket(r *http.Request) bool
+	// StillAllowed checks again, for a long-lived reply, that r's
+	// credential still grants scope.
 	StillAllowed(ctx context.Context, r *http.Request, p auth.Principal, scope string) (bool, error)
 	// WriteError answers err as the protocol's error reply; APIError is
 	// that reply for a caller in process.
@@ -132,7 +132,8 @@ type API struct {
 	recent recentEnds
 }
 
-// New is the API over deps, with opt.
+// New is the API over deps, with opt as the orchestrator fills it: its
+// defaults applied (a zero write timeout or follower cap is not one).
 func New(deps Deps, opt Options) *API {
 	a := &API{engine: deps.Engine, store: deps.Store, log: deps.Log, heard: deps.Heard,
 		gpuHistory: deps.GPUHistory, webhooks: deps.Webhooks, logFeed: deps.LogFeed}

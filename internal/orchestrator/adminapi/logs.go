@@ -263,7 +263,7 @@ func (a *API) followLog(w http.ResponseWriter, r *http.Request, j store.Job, p a
 	}
 }
 
-// count is how many follow streams are open (tests, metrics).
+// count is how many follow streams are open (Following).
 func (f *followers) count() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

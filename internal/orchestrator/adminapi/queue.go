@@ -129,7 +129,7 @@ func (a *API) Submit(ctx context.Context, req api.Submit) (api.Submitted, error)
 	reply := api.Submitted{Success: true, JobID: j.ID, Status: string(j.Status), QueuePosition: pos,
 		GPUCount: gpuCountView(j), WholeWorker: j.WholeWorker, GPUAllocation: protocol.GPUAllocation(j.GPUCount, j.WholeWorker)}
 	// Accepted all the same: a larger worker may be added later.
-	if largest := int(a.engine.LargestWorker()); j.GPUCount > largest {
+	if largest := a.engine.LargestWorker(); j.GPUCount > largest {
 		reply.Warning = fmt.Sprintf("no worker can run this job yet: it asks for %d GPUs; the largest worker has %d", j.GPUCount, largest)
 	}
 	return reply, nil
@@ -239,8 +239,8 @@ func (a *API) Job(ctx context.Context, ref api.JobRef) (api.Job, error) {
 	v := newJobView(j)
 	v.Config = j.Config
 	v.Attempts = []api.Attempt{}
-	for _, a := range attempts {
-		v.Attempts = append(v.Attempts, newAttemptView(a))
+	for _, at := range attempts {
+		v.Attempts = append(v.Attempts, newAttemptView(at))
 	}
 	if j.Status == protocol.JobQueued {
 		if v.WaitingReason, v.WaitingDetail, err = a.waiting(ctx, j); err != nil {

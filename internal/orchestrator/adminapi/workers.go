@@ -113,8 +113,8 @@ func (a *API) baseURL(r *http.Request) string {
 	host := r.Host
 	if !validHostPort(host) {
 		host = ""
-		if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
-			host = a.String()
+		if addr, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+			host = addr.String()
 		}
 	}
 	if host == "" {

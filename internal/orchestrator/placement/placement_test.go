@@ -193,3 +193,27 @@ func TestBusyWorkersReadOnlyForAReservation(t *testing.T) {
 		t.Fatalf("reservation %+v, want the busy worker: as many GPUs free, first in the pool", res)
 	}
 }
+
+// A pass over a large fleet reads every worker, page after page, however
+// many pages it takes: a job no worker matches, then its reservation.
+func TestLargeFleetIsReadToTheEnd(t *testing.T) {
+	f := newFleet()
+	ids := make([]string, 2500)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("w-%04d", i)
+		f.worker(ids[i], 2, nil, 0) // one GPU busy: room for a 1-GPU job only
+	}
+	p := f.pool(ids...)
+	nowhere := job("nowhere", 1)
+	nowhere.WorkerLabels = map[string]string{"zone": "mars"}
+	if b, _ := BestFit(nowhere, p, Reservation{}); b != nil {
+		t.Fatalf("a job for zone mars fitted %s", b.W.ID)
+	}
+	if len(p.read) != len(ids) {
+		t.Fatalf("read %d workers of %d", len(p.read), len(ids))
+	}
+	big := job("big", 2)
+	if res := ReserveFor(big, p); res.WorkerID != "w-0000" {
+		t.Fatalf("reservation %+v, want the first worker", res)
+	}
+}

@@ -37,6 +37,10 @@ type Pool struct {
 // pageSize is the most workers the pool reads from the store at once.
 const pageSize = 32
 
+// firstPages are the sizes of a pass's pages, the last repeated: the first
+// worker read usually fits, so the first page is small.
+var firstPages = []int{4, 16, pageSize}
+
 // roomy are the statuses in which a worker may have room (lifecycle.CanClaim).
 var roomy = []protocol.WorkerStatus{protocol.WorkerIdle, protocol.WorkerPartial}
 
@@ -54,7 +58,7 @@ func (p *Pool) AnyRoom() bool { return slices.ContainsFunc(p.read, (*Candidate).
 // usually fits); nil when every one has been read.
 func (p *Pool) more() *Candidate {
 	for len(p.fetched) == 0 && p.next < len(p.all) {
-		n := min(4<<(2*p.pages), pageSize, len(p.all)-p.next)
+		n := min(firstPages[min(p.pages, len(firstPages)-1)], len(p.all)-p.next)
 		positions := make([]int, n)
 		for i := range positions {
 			positions[i] = p.next + i
@@ -83,6 +87,9 @@ func (p *Pool) readAll() {
 		p.read = append(p.read, got...)
 	}
 	p.later = nil
+	// Ties among the workers read go to the first in the pool, however late
+	// each was read.
+	slices.SortStableFunc(p.read, func(a, b *Candidate) int { return a.pos - b.pos })
 }
 
 // candidates reads the workers at positions (those in one of statuses, if
