@@ -30,11 +30,7 @@ func gpuRef(_ http.ResponseWriter, _ *http.Request, ps httprouter.Params) (api.W
 // or the fault was a fluke). The worker is told now and with every heartbeat
 // reply until it no longer reports the fence.
 func (a *API) ClearGPU(ctx context.Context, ref api.WorkerRef) (api.WorkerAction, error) {
-	c, err := authorize(ctx, auth.ScopeAdminWorkers)
-	if err != nil {
-		return api.WorkerAction{}, err
-	}
-	wk, err := a.loadWorker(ctx, ref.ID)
+	c, wk, err := a.adminWorker(ctx, ref.ID)
 	if err != nil {
 		return api.WorkerAction{}, err
 	}
@@ -67,10 +63,7 @@ func (a *API) ClearGPU(ctx context.Context, ref api.WorkerRef) (api.WorkerAction
 
 // WorkerGPUHistory is the worker's GPUs over the last six hours.
 func (a *API) WorkerGPUHistory(ctx context.Context, ref api.WorkerRef) (api.GPUHistory, error) {
-	if _, err := authorize(ctx, auth.ScopeAdminWorkers); err != nil {
-		return api.GPUHistory{}, err
-	}
-	wk, err := a.loadWorker(ctx, ref.ID)
+	_, wk, err := a.adminWorker(ctx, ref.ID)
 	if err != nil {
 		return api.GPUHistory{}, err
 	}

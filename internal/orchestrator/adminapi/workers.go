@@ -44,6 +44,17 @@ func page(r *http.Request, def, max int) (limit, offset int, err error) {
 	return limit, offset, err
 }
 
+// adminWorker authorizes a call of the workers scope and loads the worker
+// it names (404 when there is none).
+func (a *API) adminWorker(ctx context.Context, id string) (Caller, store.Worker, error) {
+	c, err := authorize(ctx, auth.ScopeAdminWorkers)
+	if err != nil {
+		return Caller{}, store.Worker{}, err
+	}
+	wk, err := a.loadWorker(ctx, id)
+	return c, wk, err
+}
+
 func (a *API) loadWorker(ctx context.Context, id string) (store.Worker, error) {
 	wk, err := a.store.GetWorker(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
@@ -85,10 +96,7 @@ func (a *API) Workers(ctx context.Context, q api.WorkersQuery) (api.WorkerList, 
 
 // Worker is one worker.
 func (a *API) Worker(ctx context.Context, ref api.WorkerRef) (api.Worker, error) {
-	if _, err := authorize(ctx, auth.ScopeAdminWorkers); err != nil {
-		return api.Worker{}, err
-	}
-	wk, err := a.loadWorker(ctx, ref.ID)
+	_, wk, err := a.adminWorker(ctx, ref.ID)
 	if err != nil {
 		return api.Worker{}, err
 	}
@@ -353,11 +361,7 @@ func deleteWorkerRef(_ http.ResponseWriter, r *http.Request, ps httprouter.Param
 // DeleteWorker deletes a worker out of touch that runs nothing; with Force
 // any worker: its stream is closed and its attempts end.
 func (a *API) DeleteWorker(ctx context.Context, ref api.WorkerRef) (api.WorkerAction, error) {
-	c, err := authorize(ctx, auth.ScopeAdminWorkers)
-	if err != nil {
-		return api.WorkerAction{}, err
-	}
-	wk, err := a.loadWorker(ctx, ref.ID)
+	c, wk, err := a.adminWorker(ctx, ref.ID)
 	if err != nil {
 		return api.WorkerAction{}, err
 	}
@@ -381,11 +385,8 @@ func (a *API) DeleteWorker(ctx context.Context, ref api.WorkerRef) (api.WorkerAc
 
 // DrainWorker lets a worker finish what it runs and take nothing new.
 func (a *API) DrainWorker(ctx context.Context, ref api.WorkerRef) (api.WorkerAction, error) {
-	c, err := authorize(ctx, auth.ScopeAdminWorkers)
+	c, _, err := a.adminWorker(ctx, ref.ID)
 	if err != nil {
-		return api.WorkerAction{}, err
-	}
-	if _, err := a.loadWorker(ctx, ref.ID); err != nil {
 		return api.WorkerAction{}, err
 	}
 	wk, err := a.engine.Drain(ctx, ref.ID, c.Actor(), c.IP)
@@ -397,11 +398,8 @@ func (a *API) DrainWorker(ctx context.Context, ref api.WorkerRef) (api.WorkerAct
 
 // ResumeWorker undoes a drain.
 func (a *API) ResumeWorker(ctx context.Context, ref api.WorkerRef) (api.WorkerAction, error) {
-	c, err := authorize(ctx, auth.ScopeAdminWorkers)
+	c, _, err := a.adminWorker(ctx, ref.ID)
 	if err != nil {
-		return api.WorkerAction{}, err
-	}
-	if _, err := a.loadWorker(ctx, ref.ID); err != nil {
 		return api.WorkerAction{}, err
 	}
 	wk, err := a.engine.Resume(ctx, ref.ID, c.Actor(), c.IP)
@@ -415,11 +413,7 @@ func (a *API) ResumeWorker(ctx context.Context, ref api.WorkerRef) (api.WorkerAc
 // RotateWorkerToken gives a worker a new token; the old one, and the stream
 // it opened, stop working at once.
 func (a *API) RotateWorkerToken(ctx context.Context, ref api.WorkerRef) (api.WorkerToken, error) {
-	c, err := authorize(ctx, auth.ScopeAdminWorkers)
-	if err != nil {
-		return api.WorkerToken{}, err
-	}
-	wk, err := a.loadWorker(ctx, ref.ID)
+	c, wk, err := a.adminWorker(ctx, ref.ID)
 	if err != nil {
 		return api.WorkerToken{}, err
 	}
