@@ -154,12 +154,15 @@ type Job struct {
 	Progress       json.RawMessage `json:"progress,omitempty"`
 	TimeoutSeconds int             `json:"timeout_seconds,omitempty"`
 	SubmittedBy    string          `json:"submitted_by,omitempty"`
-	QueuedAt       string          `json:"queued_at"`
-	UpdatedAt      string          `json:"updated_at"`
-	StartedAt      *string         `json:"started_at"`
-	CompletedAt    *string         `json:"completed_at"`
-	Config         json.RawMessage `json:"config,omitempty"`
-	Attempts       []Attempt       `json:"attempts,omitempty"`
+	// Team is the submitting token's team, whose share and limits the job
+	// counts against.
+	Team        string          `json:"team"`
+	QueuedAt    string          `json:"queued_at"`
+	UpdatedAt   string          `json:"updated_at"`
+	StartedAt   *string         `json:"started_at"`
+	CompletedAt *string         `json:"completed_at"`
+	Config      json.RawMessage `json:"config,omitempty"`
+	Attempts    []Attempt       `json:"attempts,omitempty"`
 	// WaitingReason and WaitingDetail say why a queued job has not started
 	// (GET /api/queue/{id}, and lists asked with waiting=1).
 	WaitingReason string `json:"waiting_reason,omitempty"`
@@ -302,11 +305,14 @@ type FleetHistory struct {
 
 // Token is an admin token as GET /api/admin/tokens lists it.
 type Token struct {
-	ID        string   `json:"id"`
-	Name      string   `json:"name"`
-	Scopes    []string `json:"scopes"`
-	CreatedAt string   `json:"created_at"`
-	RevokedAt *string  `json:"revoked_at"`
+	ID     string   `json:"id"`
+	Name   string   `json:"name"`
+	Scopes []string `json:"scopes"`
+	// Team is the team the token's jobs belong to ("default" when none
+	// was given).
+	Team      string  `json:"team"`
+	CreatedAt string  `json:"created_at"`
+	RevokedAt *string `json:"revoked_at"`
 }
 
 // TokenList is GET /api/admin/tokens.
@@ -318,6 +324,8 @@ type TokenList struct {
 type CreateToken struct {
 	Name   string   `json:"name"`
 	Scopes []string `json:"scopes"`
+	// Team must be a team of [[teams]] (or "default"); empty is "default".
+	Team string `json:"team,omitempty"`
 }
 
 // TokenCreated answers CreateToken: the token is shown only here.
@@ -325,6 +333,7 @@ type TokenCreated struct {
 	ID     string   `json:"id"`
 	Name   string   `json:"name"`
 	Scopes []string `json:"scopes"`
+	Team   string   `json:"team"`
 	Token  string   `json:"token"`
 }
 
@@ -389,6 +398,66 @@ type Whoami struct {
 	Name   string   `json:"name"`
 	Scopes []string `json:"scopes"`
 	Actor  string   `json:"actor"`
+	Team   string   `json:"team"`
+}
+
+// UsageQuery asks GET /api/admin/usage for the GPU-hours of the days
+// From..To (YYYY-MM-DD, UTC, both included); empty To is today, empty
+// From is 6 days before To.
+type UsageQuery struct {
+	From, To string
+}
+
+// Usage is GET /api/admin/usage: each team's share of the fleet, its
+// limits, what it holds and queues now, its decayed usage and fair-share
+// factor (what placement orders by), and its GPU-hours per day.
+type Usage struct {
+	// HalfLifeSeconds is [jobs] usage_half_life: usage that old counts half.
+	HalfLifeSeconds float64 `json:"half_life_seconds"`
+	// FleetGPUs is how many GPUs the registered workers report.
+	FleetGPUs int    `json:"fleet_gpus"`
+	From      string `json:"from"`
+	To        string `json:"to"`
+	// Preemption is whether [jobs] preemption is on.
+	Preemption bool        `json:"preemption"`
+	Teams      []TeamUsage `json:"teams"`
+}
+
+// TeamUsage is one team of Usage.
+type TeamUsage struct {
+	Team string `json:"team"`
+	// Share is the team's configured share and ShareFraction its part of
+	// all the shares: the part of the fleet's GPUs it is entitled to.
+	Share         float64 `json:"share"`
+	ShareFraction float64 `json:"share_fraction"`
+	// MaxGPUs and MaxQueued are its limits (0: none); Borrow lets it run
+	// beyond MaxGPUs on GPUs nobody else waits for.
+	MaxGPUs   int  `json:"max_gpus"`
+	MaxQueued int  `json:"max_queued"`
+	Borrow    bool `json:"borrow"`
+	// Configured is false for a team that has jobs but is no longer in
+	// [[teams]]: it is scheduled with a share of 1 until its jobs end.
+	Configured  bool `json:"configured"`
+	RunningJobs int  `json:"running_jobs"`
+	RunningGPUs int  `json:"running_gpus"`
+	QueuedJobs  int  `json:"queued_jobs"`
+	// DecayedGPUHours is its usage with the half-life applied (running
+	// attempts included), UsageFraction its part of every team's, and
+	// FairShare the factor 2^(-usage fraction / share fraction): 1 for a
+	// team that used nothing, 0.5 for one that used exactly its share.
+	DecayedGPUHours float64 `json:"decayed_gpu_hours"`
+	UsageFraction   float64 `json:"usage_fraction"`
+	FairShare       float64 `json:"fair_share"`
+	// GPUHours is the sum of Days.
+	GPUHours float64    `json:"gpu_hours"`
+	Days     []UsageDay `json:"days"`
+}
+
+// UsageDay is a team's GPU-hours on one day (UTC): ended attempts, and
+// the part of running ones up to now.
+type UsageDay struct {
+	Day      string  `json:"day"`
+	GPUHours float64 `json:"gpu_hours"`
 }
 
 // ConfigList is GET /api/configs: the config names a submit can use.

@@ -142,6 +142,9 @@ type Orchestrator struct {
 	// subscriptions kept in this file.
 	WebhookDelivery WebhookDeliveryConfig `toml:"webhook_delivery"`
 	Webhooks        []WebhookConfig       `toml:"webhooks"`
+	// Teams are the teams that share the fleet ([[teams]]); a token
+	// without one is in DefaultTeam.
+	Teams []TeamConfig `toml:"teams"`
 
 	origins map[string]string // key → where it was set (file:line, variable, flag)
 }
@@ -232,7 +235,19 @@ type JobsConfig struct {
 	CancelReportTimeout Duration `toml:"cancel_report_timeout"` // after the grace, before forcing "cancelled"
 	LogLimitBytes       int64    `toml:"log_limit_bytes"`
 	SchedulerInterval   Duration `toml:"scheduler_interval"` // periodic scheduler tick
+	// Preemption ("on" or "off"): whether a waiting job of a team under
+	// its share, or of higher priority, stops running jobs of a team over
+	// its share (they are requeued without spending a retry).
+	Preemption string `toml:"preemption"`
+	// MinRuntime is how long a job runs before it may be preempted.
+	MinRuntime Duration `toml:"min_runtime"`
+	// UsageHalfLife is how fast past GPU use fades from a team's usage:
+	// use this old counts half.
+	UsageHalfLife Duration `toml:"usage_half_life"`
 }
+
+// PreemptionOn reports whether [jobs] preemption is on.
+func (j JobsConfig) PreemptionOn() bool { return j.Preemption != "off" }
 
 // AuthConfig is [auth].
 type AuthConfig struct {
@@ -518,6 +533,9 @@ func DefaultOrchestrator() *Orchestrator {
 			CancelReportTimeout: D(30 * time.Second),
 			LogLimitBytes:       DefaultLogLimitBytes,
 			SchedulerInterval:   D(5 * time.Second),
+			Preemption:          "on",
+			MinRuntime:          D(10 * time.Minute),
+			UsageHalfLife:       D(7 * day),
 		},
 		Auth: AuthConfig{
 			FailuresPerMinute:    10,

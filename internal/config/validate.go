@@ -111,6 +111,7 @@ func (c *Orchestrator) validate(l *loader) {
 		l.errf("retention.batch_size", "must be from 1 to 10000, got %d", n)
 	}
 	l.validateWebhooks(c)
+	l.validateTeams(c)
 }
 
 func (l *loader) validateArtifacts(a ArtifactsConfig) {
