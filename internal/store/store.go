@@ -227,7 +227,7 @@ type Job struct {
 func (j Job) Facts() lifecycle.Job {
 	return lifecycle.Job{ID: j.ID, Status: j.Status, Attempt: j.Attempt, RetriesUsed: j.RetriesUsed,
 		MaxRetries: j.MaxRetries, TimeoutSeconds: j.TimeoutSeconds, StartedAt: j.StartedAt,
-		AckDeadline: j.AckDeadline, CancelDeadline: j.CancelDeadline, Preempting: j.PreemptedBy != ""}
+		AckDeadline: j.AckDeadline, CancelDeadline: j.CancelDeadline, PreemptedBy: j.PreemptedBy}
 }
 
 // Attempt is one dispatch of a job to a worker.
