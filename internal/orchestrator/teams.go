@@ -22,9 +22,8 @@ import (
 // preemption.
 const preemptWeighed = 16
 
-// usageRefresh is how long the teams' usage of past days and the fleet's
-// GPU count are reused between passes: both change slowly, and reading
-// them on every pass would be waste.
+// usageRefresh is how long the teams' usage of past days is reused between
+// passes: it changes slowly, and reading it on every pass would be waste.
 const usageRefresh = 10 * time.Second
 
 // teamsNow is what a pass knows of the teams.
@@ -37,15 +36,14 @@ type teamsNow struct {
 }
 
 // teamCache holds what passes reuse: the policy with the teams that have
-// jobs, computed once per configuration; the usage of past days and the
-// fleet's size, for usageRefresh; and when preemption was last weighed.
+// jobs, computed once per configuration; the usage of past days, for
+// usageRefresh; and when preemption was last weighed.
 type teamCache struct {
 	mu          sync.Mutex
 	forOptions  *Options
 	policy      fairshare.Policy
 	readAt      time.Time
 	days        []store.TeamDay
-	fleetGPUs   int
 	lastPreempt time.Time
 }
 
@@ -79,40 +77,47 @@ func (s *Server) teamsNow(ctx context.Context) *teamsNow {
 	if err != nil {
 		return nil
 	}
-	days, fleet := s.usageAndFleet(ctx, p, now)
-	t := &teamsNow{st: fairshare.NewStanding(p, days, active, fleet, now), active: active}
-	t.preempt = p.Preemption && s.preemptionDue(now) &&
-		!slices.ContainsFunc(active, func(a store.ActiveAttempt) bool { return a.Preempting })
-	return t
+	preempt := p.Preemption && !slices.ContainsFunc(active, func(a store.ActiveAttempt) bool { return a.Preempting }) &&
+		s.preemptionDue(now)
+	// Only preemption weighs the teams' holdings against the fleet's size.
+	fleet := 0
+	if preempt {
+		if fleet, err = s.fleetGPUs(ctx); err != nil {
+			preempt = false
+		}
+	}
+	return &teamsNow{st: fairshare.NewStanding(p, s.pastUsage(ctx, p, now), active, fleet, now), active: active, preempt: preempt}
 }
 
-// usageAndFleet returns the teams' usage by day over the days that still
-// weigh (ten half-lives, at most 400 days) and the GPUs of the workers not
-// offline, read at most every usageRefresh.
-func (s *Server) usageAndFleet(ctx context.Context, p fairshare.Policy, now time.Time) ([]store.TeamDay, int) {
+// pastUsage returns the teams' usage by day over the days that still weigh
+// (ten half-lives, at most 400 days), read at most every usageRefresh.
+func (s *Server) pastUsage(ctx context.Context, p fairshare.Policy, now time.Time) []store.TeamDay {
 	c := &s.teams
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if now.Sub(c.readAt) < usageRefresh {
-		return c.days, c.fleetGPUs
+		return c.days
 	}
 	from := now.Add(-min(10*p.HalfLife, 400*24*time.Hour)).Format(sqlstore.DayFormat)
-	days, err := s.store.TeamUsage(ctx, from)
-	if err != nil {
-		return c.days, c.fleetGPUs
+	if days, err := s.store.TeamUsage(ctx, from); err == nil {
+		c.readAt, c.days = now, days
 	}
+	return c.days
+}
+
+// fleetGPUs counts the GPUs of the workers not offline.
+func (s *Server) fleetGPUs(ctx context.Context) (int, error) {
 	groups, err := s.store.SummarizeWorkers(ctx)
 	if err != nil {
-		return c.days, c.fleetGPUs
+		return 0, err
 	}
-	fleet := 0
+	n := 0
 	for _, g := range groups {
 		if g.Status != protocol.WorkerOffline {
-			fleet += g.Count * g.GPUInfo.Count
+			n += g.Count * g.GPUInfo.Count
 		}
 	}
-	c.readAt, c.days, c.fleetGPUs = now, days, fleet
-	return days, fleet
+	return n, nil
 }
 
 // preemptionDue reports whether a pass may weigh preemption now: at most
