@@ -136,7 +136,9 @@ func (s *Server) preemptionDue(now time.Time) bool {
 
 // preemptFor weighs the waiting jobs, in queue order, for preemption: for
 // each, the fewest and most recently started running jobs it may stop on
-// one worker (package fairshare), each worker for one waiting job.
+// one worker (package fairshare), each worker for one waiting job. The
+// worker held for a job ahead in the queue is left to it; the first worker
+// freed for a job is held for that job, so that what is freed goes to it.
 func (s *Server) preemptFor(ctx context.Context, teams *teamsNow, waiting []store.QueuedJob) {
 	byWorker := map[string][]store.ActiveAttempt{}
 	for _, a := range teams.active {
@@ -153,12 +155,14 @@ func (s *Server) preemptFor(ctx context.Context, teams *teamsNow, waiting []stor
 	}
 	slices.SortFunc(workers, func(a, b store.Worker) int { return strings.Compare(a.ID, b.ID) })
 	res := s.reservation()
-	taken := map[string]bool{}
+	taken, ahead := map[string]bool{}, map[string]bool{}
 	for _, j := range waiting {
+		heldForAhead := res.JobID != "" && res.JobID != j.ID && ahead[res.JobID]
+		ahead[j.ID] = true
 		var hosts []fairshare.Host
 		for _, w := range workers {
 			if taken[w.ID] || !lifecycle.Working(w.Status) || !placement.Matches(j, w) ||
-				(res.WorkerID == w.ID && res.JobID != j.ID) {
+				(heldForAhead && res.WorkerID == w.ID) {
 				continue
 			}
 			hosts = append(hosts, fairshare.Host{WorkerID: w.ID, GPUs: max(w.GPUInfo.Count-len(w.GPUConditions), 0),
@@ -169,6 +173,10 @@ func (s *Server) preemptFor(ctx context.Context, teams *teamsNow, waiting []stor
 			continue
 		}
 		taken[c.WorkerID] = true
+		if res.JobID == "" || !ahead[res.JobID] || res.JobID == j.ID {
+			res = placement.Reservation{JobID: j.ID, WorkerID: c.WorkerID}
+			s.setReservation(res)
+		}
 		h := hosts[slices.IndexFunc(hosts, func(h fairshare.Host) bool { return h.WorkerID == c.WorkerID })]
 		teams.st.Took(j.Team, fairshare.JobGPUs(j, h.GPUs))
 		for _, v := range c.Victims {
