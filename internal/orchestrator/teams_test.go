@@ -87,8 +87,10 @@ func TestPreemptionForATeamUnderItsShare(t *testing.T) {
 		if out := attempts[0].(map[string]any)["outcome"]; out != "preempted" {
 			t.Fatalf("attempt outcome %v", out)
 		}
-		if m := e.metrics(); m["simpletuner_preemptions_total"] != 1 {
-			t.Fatalf("preemptions metric %v", m["simpletuner_preemptions_total"])
+		m := e.metrics()
+		if m["simpletuner_preemptions_total"] != 1 || m[`simpletuner_team_running_gpus{team="late"}`] != 1 ||
+			m[`simpletuner_team_gpu_seconds_total{team="flood"}`] <= 0 || m[`simpletuner_team_fair_share_factor{team="late"}`] <= m[`simpletuner_team_fair_share_factor{team="flood"}`] {
+			t.Fatalf("metrics: %v", m)
 		}
 		// Each team now holds its share: nothing more is preempted.
 		e.must(e.submitAs(late, nil), 201)

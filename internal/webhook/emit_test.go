@@ -252,7 +252,7 @@ func FuzzCheck(f *testing.F) {
 			return
 		}
 		if spec.CheckName(w.Name) != nil || spec.CheckURL(w.URL, spec.Guard{}) != nil || len(w.Events) == 0 ||
-			spec.CheckTeam(w.Team) != nil || spec.CheckFormat(w.Format) != nil || len(w.Secret) < MinSecret {
+			spec.CheckTeam(w.Team, svc.options().Teams) != nil || spec.CheckFormat(w.Format) != nil || len(w.Secret) < MinSecret {
 			t.Fatalf("accepted %+v", w)
 		}
 		for _, e := range w.Events {
