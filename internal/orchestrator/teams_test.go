@@ -177,3 +177,23 @@ func TestPreemptedJobsWorkerDiesDuringGrace(t *testing.T) {
 		t.Fatalf("after the worker died: %v", j)
 	}
 }
+
+// A user's cancel during a preemption wins: the job ends cancelled, not
+// requeued.
+func TestCancelDuringPreemption(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t), withTeams())
+	flood, late := e.teamToken("flood"), e.teamToken("late")
+	a := e.startAgent("a", nil, oneGPU)
+	b := e.startAgent("b", nil, oneGPU)
+	id := e.runOnEach(flood, a, b)[1]
+	e.must(e.submitAs(late, nil), 201)
+	b.next("job_cancel", 5*time.Second)
+	if r := e.must(e.adminDo("POST", "/api/queue/"+id+"/cancel", nil), 200); r.JSON["status"] != "canceling" {
+		t.Fatalf("cancel during preemption: %s", r.Body)
+	}
+	e.must(b.report(id, "cancelled", nil), 200)
+	if j := e.job(id); j["status"] != "cancelled" || j["attempts"].([]any)[0].(map[string]any)["outcome"] != "cancelled" {
+		t.Fatalf("after the worker confirmed: %v", j)
+	}
+}
