@@ -197,3 +197,22 @@ func TestCancelDuringPreemption(t *testing.T) {
 		t.Fatalf("after the worker confirmed: %v", j)
 	}
 }
+
+// [jobs] preemption = "off": fair share orders the queue, but no running
+// job is stopped.
+func TestPreemptionOff(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t), withTeams(func(c *config.Orchestrator) { c.Jobs.Preemption = "off" }))
+	flood, late := e.teamToken("flood"), e.teamToken("late")
+	a := e.startAgent("a", nil, oneGPU)
+	b := e.startAgent("b", nil, oneGPU)
+	first := e.runOnEach(flood, a, b)[0]
+	e.must(e.submitAs(flood, nil), 201)
+	lateJob := e.must(e.submitAs(late, nil), 201).JSON["job_id"].(string)
+	b.noEvent("job_cancel", time.Second)
+	// The first GPU freed goes to the late team, ahead of flood's older job.
+	e.must(a.report(first, "completed", nil), 200)
+	if ev := a.next("job_submit", 5*time.Second); ev["job_id"] != lateJob {
+		t.Fatalf("freed worker got %v, want the late team's %s", ev["job_id"], lateJob)
+	}
+}
