@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
 	. "github.com/simpletuner/simpletuner-orchestration/test/e2e/e2etest"
 )
 
@@ -167,14 +168,22 @@ func (s *preemptScene) checkPreemptedOnce(t *testing.T) string {
 // and the victim is requeued exactly once, as preempted, at no retry.
 func TestPreemptionOrchestratorKill9(t *testing.T) {
 	fullOnly(t)
-	for _, point := range []string{"canceling", "past-cancel-deadline", "requeued"} {
-		t.Run(point, func(t *testing.T) { testPreemptionOrchestratorKill9(t, point) })
+	for _, store := range []string{"sqlite", "postgres"} {
+		for _, point := range []string{"canceling", "past-cancel-deadline", "requeued"} {
+			t.Run(store+"/"+point, func(t *testing.T) {
+				url := ""
+				if store == "postgres" {
+					url = pgtest.Start(t)
+				}
+				testPreemptionOrchestratorKill9(t, url, point)
+			})
+		}
 	}
 }
 
-func testPreemptionOrchestratorKill9(t *testing.T, point string) {
+func testPreemptionOrchestratorKill9(t *testing.T, dbURL, point string) {
 	// The workers ride out the orchestrator's absence (as in the kill -9 loop).
-	o := StartOrchestratorWith(t, preemptOptions(OrchOptions{Metrics: true, HeartbeatTimeout: "30s"}))
+	o := StartOrchestratorWith(t, preemptOptions(OrchOptions{Metrics: true, DBURL: dbURL, HeartbeatTimeout: "30s"}))
 	// The victim ignores SIGTERM: its worker kills it at the end of the
 	// 1 s cancel grace, so the preemption stays under way long enough to
 	// kill the orchestrator inside it.
@@ -214,9 +223,18 @@ func testPreemptionOrchestratorKill9(t *testing.T, point string) {
 
 // kill -9 of the victim's workerd during its cancel grace (its trainer
 // ignores SIGTERM, so the stop is still under way): the job is requeued
-// once, as preempted, at no retry, and completes after the worker returns.
+// once, as preempted, at no retry, and completes later. The workerd comes
+// back either after the requeue or at once, registering again before its
+// loss is noticed (the registration then drops the attempt it no longer
+// runs).
 func TestPreemptedJobsWorkerKilledDuringGrace(t *testing.T) {
 	fullOnly(t)
+	for _, back := range []string{"after-requeue", "at-once"} {
+		t.Run(back, func(t *testing.T) { testPreemptedJobsWorkerKilledDuringGrace(t, back == "at-once") })
+	}
+}
+
+func testPreemptedJobsWorkerKilledDuringGrace(t *testing.T, atOnce bool) {
 	o := StartOrchestratorWith(t, preemptOptions(OrchOptions{Metrics: true}))
 	s := startPreemptScene(t, o, WorkerSpec{},
 		map[string]any{"steps": 30, "step_seconds": 0.1, "pause_after_step": 3, "ignore_sigterm": true})
@@ -229,12 +247,21 @@ func TestPreemptedJobsWorkerKilledDuringGrace(t *testing.T) {
 	s.h.Fault("kill -9 worker %s during the cancel grace of preempted %s", w.Spec.Name, s.victim)
 	killedAt := time.Now()
 	w.P.Kill9()
+	if atOnce {
+		// Not waiting for idle: the worker may take b's job at once.
+		w.Spec.NoWait = true
+		w.Restart()
+		s.h.Fault("worker %s restarted", w.Spec.Name)
+	}
 	j = s.waitStatus(t, s.victim, "queued", 20*time.Second)
 	requeuedIn := time.Since(killedAt)
 	if at := Attempts(j); len(at) != 1 || at[0]["outcome"] != "preempted" || j["retries_used"] != float64(0) {
 		t.Fatalf("after the worker's death: attempts %v retries_used %v; want one attempt preempted, no retry used", at, j["retries_used"])
 	}
-	w.Restart()
+	if !atOnce {
+		w.Restart()
+		s.h.Fault("worker %s restarted", w.Spec.Name)
+	}
 	sum := s.finish(t, 60*time.Second)
 	cause := s.checkPreemptedOnce(t)
 	gone := "never seen to exit"
@@ -243,8 +270,9 @@ func TestPreemptedJobsWorkerKilledDuringGrace(t *testing.T) {
 			gone = fmt.Sprintf("%.2f s after the kill", e.At.Sub(killedAt).Seconds())
 		}
 	}
-	t.Logf("RESULT %s: %s; attempt 1's processes gone %s; requeued by %s %.2f s after the kill; the victim's retry ran on %v",
-		t.Name(), sum, gone, cause, requeuedIn.Seconds(), Attempts(s.h.Final[s.victim])[1]["worker_id"])
+	at := Attempts(s.h.Final[s.victim])
+	t.Logf("RESULT %s: %s; attempt 1's processes gone %s; requeued by %s %.2f s after the kill (%v); the victim's retry ran on %v",
+		t.Name(), sum, gone, cause, requeuedIn.Seconds(), at[0]["error"], at[1]["worker_id"])
 }
 
 // The victim kept checkpoint-20 through the orchestrator before it was
