@@ -60,6 +60,9 @@ func (s *Server) schedulePass(ctx context.Context) {
 		s.setReservation(placement.Reservation{})
 		return
 	}
+	if m, merged := q.(*mergedQueue); merged {
+		teams.st.Waiting(m.waitingTeams()) // the first next read every team's head
+	}
 	pool := placement.NewPool(ctx, s.store, s.hub.ConnectedIDs())
 	res := s.currentReservation(ctx, q.firstPage())
 	top := j.Priority
@@ -262,6 +265,17 @@ func (m *mergedQueue) next() (store.QueuedJob, bool) {
 	m.heads[best] = nil
 	m.taken++
 	return j, true
+}
+
+// waitingTeams names the teams whose queue had jobs when first read.
+func (m *mergedQueue) waitingTeams() []string {
+	var out []string
+	for _, r := range m.readers {
+		if len(r.first) > 0 {
+			out = append(out, r.team)
+		}
+	}
+	return out
 }
 
 func (m *mergedQueue) firstPage() []store.QueuedJob {

@@ -49,6 +49,8 @@ type teamCache struct {
 	lastPreempt time.Time
 	// indexed: the team queue index is known to exist.
 	indexed bool
+	// wakeArmed: a wake-up for the next preemption weighing is set.
+	wakeArmed bool
 }
 
 // teamPolicy is the configured teams plus those that still have jobs
@@ -143,12 +145,24 @@ func (s *Server) fleetGPUs(ctx context.Context) (int, error) {
 
 // preemptionDue reports whether a pass may weigh preemption now: at most
 // once a second (or scheduler interval, if shorter), so that a busy queue
-// does not read the running jobs' workers on every pass.
+// does not read the running jobs' workers on every pass. A pass turned
+// away wakes the scheduler when the second is up: nothing else may come to
+// wake it until the next tick.
 func (s *Server) preemptionDue(now time.Time) bool {
 	c := &s.teams
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if now.Sub(c.lastPreempt) < min(s.options().SchedulerInterval, time.Second) {
+	every := min(s.options().SchedulerInterval, time.Second)
+	if wait := every - now.Sub(c.lastPreempt); wait > 0 {
+		if !c.wakeArmed {
+			c.wakeArmed = true
+			time.AfterFunc(wait, func() {
+				c.mu.Lock()
+				c.wakeArmed = false
+				c.mu.Unlock()
+				s.Wake()
+			})
+		}
 		return false
 	}
 	c.lastPreempt = now

@@ -373,11 +373,12 @@ type ActiveAttempt struct {
 }
 
 // TeamDay is a team's GPU-seconds of ended attempts on one UTC day
-// (YYYY-MM-DD).
+// (YYYY-MM-DD), and when on average they were used.
 type TeamDay struct {
 	Team       string
 	Day        string
 	GPUSeconds float64
+	UsedAt     time.Time
 }
 
 // ErrQueueFull: a team already has its max_queued jobs queued.

@@ -4,8 +4,9 @@
 // running jobs to preempt for a waiting one. It reads a snapshot the
 // scheduler takes at the start of a pass and changes nothing itself.
 //
-//   - Usage: the GPU-seconds of a team's ended attempts per day, and of its
-//     running attempts so far, each weighed by 2^(-age / half-life).
+//   - Usage: the GPU-seconds of a team's ended attempts per day (as old as
+//     the day's use on average), and of its running attempts so far, each
+//     weighed by 2^(-age / half-life).
 //   - Factor: 2^(-usage fraction / share fraction), as Slurm's classic fair
 //     share: 1 for a team that used nothing, 0.5 for one that used exactly
 //     its share, less for one that used more.
@@ -107,21 +108,4 @@ func Decay(seconds float64, age, halfLife time.Duration) float64 {
 		return seconds
 	}
 	return seconds * math.Exp2(-age.Seconds()/halfLife.Seconds())
-}
-
-// DayAge is how old a day's usage is at now: from the middle of the day
-// (or of its part up to now).
-func DayAge(day string, now time.Time) time.Duration {
-	start, err := time.Parse("2006-01-02", day)
-	if err != nil {
-		return 0
-	}
-	end := start.Add(24 * time.Hour)
-	if now.Before(end) {
-		end = now
-	}
-	if end.Before(start) {
-		return 0
-	}
-	return now.Sub(start.Add(end.Sub(start) / 2))
 }

@@ -12,23 +12,17 @@ import (
 
 var now = time.Date(2030, 1, 10, 12, 0, 0, 0, time.UTC)
 
-// policy is two teams of equal share (and default), preemption on after a
-// minute of running.
+// policy is two teams of equal share (the default team's share next to
+// nothing, so that the factors are round), preemption on after a minute of
+// running.
 func policy(mod ...func(*config.Orchestrator)) Policy {
 	cfg := config.DefaultOrchestrator()
-	cfg.Teams = []config.TeamConfig{{Name: "flood", Share: 1}, {Name: "late", Share: 1}}
+	cfg.Teams = []config.TeamConfig{{Name: "flood", Share: 1}, {Name: "late", Share: 1}, {Name: "default", Share: 1e-9}}
 	cfg.Jobs.MinRuntime.Duration = time.Minute
 	for _, m := range mod {
 		m(cfg)
 	}
-	// The default team takes no share of the fleet in these tests.
-	p := PolicyFrom(cfg)
-	for i := range p.Teams {
-		if p.Teams[i].Name == "default" {
-			p.Teams[i].Share = 1e-9
-		}
-	}
-	return p
+	return PolicyFrom(cfg)
 }
 
 func running(id, team, worker string, gpus int, startedAgo time.Duration) store.ActiveAttempt {
@@ -47,22 +41,20 @@ func TestDecayHalvesAtTheHalfLife(t *testing.T) {
 	near(t, Decay(100, 7*24*time.Hour, 7*24*time.Hour), 50, "one half-life")
 	near(t, Decay(100, 14*24*time.Hour, 7*24*time.Hour), 25, "two")
 	near(t, Decay(100, 0, time.Hour), 100, "now")
-	if got := DayAge("2030-01-10", now); got != 6*time.Hour {
-		t.Fatalf("today's usage is as old as the middle of its part so far: %v", got)
-	}
-	if got := DayAge("2030-01-09", now); got != 24*time.Hour {
-		t.Fatalf("yesterday's: %v", got)
-	}
+	// A day's use is as old as its average moment.
+	p := policy(func(c *config.Orchestrator) { c.Jobs.UsageHalfLife.Duration = time.Hour })
+	st := NewStanding(p, []store.TeamDay{{Team: "flood", Day: "2030-01-10", GPUSeconds: 100, UsedAt: now.Add(-time.Hour)}}, nil, 16, now)
+	near(t, st.Team("flood").DecayedGPUSeconds, 50, "used an hour ago, half-life an hour")
 }
 
 func TestFactorIsShareAgainstUsage(t *testing.T) {
 	st := NewStanding(policy(), nil, nil, 16, now)
 	near(t, st.Team("flood").Factor, 1, "no usage at all")
-	days := []store.TeamDay{{Team: "flood", Day: "2030-01-10", GPUSeconds: 3600}}
+	days := []store.TeamDay{{Team: "flood", Day: "2030-01-10", GPUSeconds: 3600, UsedAt: now}}
 	st = NewStanding(policy(), days, nil, 16, now)
 	near(t, st.Team("late").Factor, 1, "a team that used nothing")
 	near(t, st.Team("flood").Factor, 0.25, "a team that used everything with half the share: 2^-2")
-	days = append(days, store.TeamDay{Team: "late", Day: "2030-01-10", GPUSeconds: 3600})
+	days = append(days, store.TeamDay{Team: "late", Day: "2030-01-10", GPUSeconds: 3600, UsedAt: now})
 	st = NewStanding(policy(), days, nil, 16, now)
 	near(t, st.Team("late").Factor, 0.5, "exactly its share")
 	// Running attempts count as used as they run.
@@ -73,7 +65,7 @@ func TestFactorIsShareAgainstUsage(t *testing.T) {
 }
 
 func TestOrderIsPriorityThenFactorThenSubmission(t *testing.T) {
-	days := []store.TeamDay{{Team: "flood", Day: "2030-01-10", GPUSeconds: 3600}}
+	days := []store.TeamDay{{Team: "flood", Day: "2030-01-10", GPUSeconds: 3600, UsedAt: now}}
 	st := NewStanding(policy(), days, nil, 16, now)
 	flood := store.QueuedJob{ID: "a", Team: "flood", Priority: 10, Seq: 1}
 	late := store.QueuedJob{ID: "b", Team: "late", Priority: 10, Seq: 2}
@@ -128,7 +120,7 @@ func victimIDs(c Choice) []string {
 
 func TestVictimsAreTheFewestMostRecentlyStarted(t *testing.T) {
 	active, hosts := fleet()
-	usage := []store.TeamDay{{Team: "flood", Day: "2030-01-10", GPUSeconds: 36000}}
+	usage := []store.TeamDay{{Team: "flood", Day: "2030-01-10", GPUSeconds: 36000, UsedAt: now}}
 	st := NewStanding(policy(), usage, active, 16, now)
 	// On w1, 4 GPUs are two of its 2-GPU jobs: the two started last.
 	c, ok := st.Victims(store.QueuedJob{ID: "j_late", Team: "late", GPUCount: 4}, hosts[:1])
@@ -162,7 +154,7 @@ func TestVictimsAreTheFewestMostRecentlyStarted(t *testing.T) {
 
 func TestNoPreemptionAgainstTheRules(t *testing.T) {
 	active, hosts := fleet()
-	heavy := []store.TeamDay{{Team: "flood", Day: "2030-01-10", GPUSeconds: 36000}}
+	heavy := []store.TeamDay{{Team: "flood", Day: "2030-01-10", GPUSeconds: 36000, UsedAt: now}}
 	cases := []struct {
 		name string
 		job  store.QueuedJob
@@ -171,7 +163,7 @@ func TestNoPreemptionAgainstTheRules(t *testing.T) {
 	}{
 		{"same team", store.QueuedJob{Team: "flood", GPUCount: 2, Priority: 50}, policy(), heavy},
 		{"the waiting team used more", store.QueuedJob{Team: "late", GPUCount: 2},
-			policy(), []store.TeamDay{{Team: "late", Day: "2030-01-10", GPUSeconds: 1e9}}},
+			policy(), []store.TeamDay{{Team: "late", Day: "2030-01-10", GPUSeconds: 1e9, UsedAt: now}}},
 		{"lower priority than the victims", store.QueuedJob{Team: "late", GPUCount: 2, Priority: -1}, policy(), heavy},
 		{"victims ran less than min_runtime", store.QueuedJob{Team: "late", GPUCount: 2},
 			policy(func(c *config.Orchestrator) { c.Jobs.MinRuntime.Duration = 10 * time.Hour }), heavy},
@@ -190,7 +182,7 @@ func TestNoPreemptionAgainstTheRules(t *testing.T) {
 
 func TestPreemptionStopsAtTheVictimsShare(t *testing.T) {
 	active, hosts := fleet()
-	usage := []store.TeamDay{{Team: "flood", Day: "2030-01-10", GPUSeconds: 36000}}
+	usage := []store.TeamDay{{Team: "flood", Day: "2030-01-10", GPUSeconds: 36000, UsedAt: now}}
 	st := NewStanding(policy(), usage, active, 16, now)
 	// flood holds 16 and keeps 8: 4 GPUs go for the first job, 4 more for
 	// the second, and then no more.
@@ -226,5 +218,26 @@ func TestBorrowedGPUsAreGivenBack(t *testing.T) {
 	c, ok := st.Victims(store.QueuedJob{Team: "late", GPUCount: 8}, hosts)
 	if !ok || len(c.Victims) != 1 || c.Victims[0].JobID != "big" {
 		t.Fatalf("borrowed GPUs: %v %v", victimIDs(c), ok)
+	}
+}
+
+// A team with no work leaves its part of the fleet to the teams with work:
+// with an idle third team of equal share, the late team is still entitled
+// to half the fleet, not a third.
+func TestIdleTeamsLeaveTheirPart(t *testing.T) {
+	active, hosts := fleet()
+	p := policy(func(c *config.Orchestrator) { c.Teams[2].Share = 1 })
+	st := NewStanding(p, nil, active, 16, now)
+	st.Waiting([]string{"late"})
+	if e := st.Team("late"); e.WorkFraction != 0.5 || e.ShareFraction > 0.34 {
+		t.Fatalf("late: %+v", e)
+	}
+	if e := st.Team("default"); e.WorkFraction != 0 {
+		t.Fatalf("the idle team: %+v", e)
+	}
+	// flood holds 16 and keeps 8: the late team may take 8.
+	c, ok := st.Victims(store.QueuedJob{Team: "late", GPUCount: 8}, hosts)
+	if !ok || c.WorkerID != "w2" {
+		t.Fatalf("%v %v", victimIDs(c), ok)
 	}
 }

@@ -36,6 +36,9 @@ type Choice struct {
 // team could not take the room for its max_gpus. hosts must be workers that
 // could ever run j.
 func (s *Standing) Victims(j store.QueuedJob, hosts []Host) (c Choice, ok bool) {
+	if !s.team(j.Team).Waiting {
+		s.Waiting([]string{j.Team}) // j waits: its team has work
+	}
 	var best Choice
 	var bestOldest time.Time
 	for _, h := range hosts {

@@ -25,9 +25,15 @@ type Standing struct {
 // TeamState is one team's standing.
 type TeamState struct {
 	Team
-	// ShareFraction is the team's part of the fleet: its share over the
-	// sum of the shares.
+	// ShareFraction is the team's share over the sum of the shares; the
+	// factor weighs usage against it.
 	ShareFraction float64
+	// WorkFraction is the team's share over the sum of the shares of the
+	// teams with work (jobs running or queued): its part of the fleet now.
+	// A team with nothing to do leaves its part to the others.
+	WorkFraction float64
+	// Waiting: the team has jobs queued (see Waiting).
+	Waiting bool
 	// RunningJobs and RunningGPUs count its attempts out on workers;
 	// LeavingGPUs those of them being preempted.
 	RunningJobs, RunningGPUs, LeavingGPUs int
@@ -37,8 +43,12 @@ type TeamState struct {
 	Factor            float64
 }
 
-// Entitled is how many of the fleet's GPUs the team's share gives it.
-func (t *TeamState) Entitled(fleet int) float64 { return t.ShareFraction * float64(fleet) }
+// Entitled is how many of the fleet's GPUs the team's share gives it now,
+// among the teams with work.
+func (t *TeamState) Entitled(fleet int) float64 { return t.WorkFraction * float64(fleet) }
+
+// hasWork reports whether the team runs or waits for anything.
+func (t *TeamState) hasWork() bool { return t.RunningJobs > 0 || t.Waiting }
 
 // holding is what the team holds and keeps: attempts being preempted are
 // on their way out.
@@ -52,7 +62,7 @@ func NewStanding(p Policy, days []store.TeamDay, active []store.ActiveAttempt, f
 		s.team(t.Name)
 	}
 	for _, d := range days {
-		s.team(d.Team).DecayedGPUSeconds += Decay(d.GPUSeconds, DayAge(d.Day, now), p.HalfLife)
+		s.team(d.Team).DecayedGPUSeconds += Decay(d.GPUSeconds, now.Sub(d.UsedAt), p.HalfLife)
 	}
 	for _, a := range active {
 		t := s.team(a.Team)
@@ -83,16 +93,31 @@ func (s *Standing) team(name string) *TeamState {
 	return t
 }
 
+// Waiting tells the standing which teams have jobs queued: with the teams
+// that run jobs, they are the teams with work, which share the fleet.
+func (s *Standing) Waiting(teams []string) {
+	for _, name := range teams {
+		s.team(name).Waiting = true
+	}
+	s.refresh()
+}
+
 // refresh recomputes the fractions and factors.
 func (s *Standing) refresh() {
-	var usage float64
+	var usage, working float64
 	s.shares = 0
 	for _, t := range s.teams {
 		s.shares += t.Share
 		usage += t.DecayedGPUSeconds
+		if t.hasWork() {
+			working += t.Share
+		}
 	}
 	for _, t := range s.teams {
-		t.ShareFraction = t.Share / s.shares
+		t.ShareFraction, t.WorkFraction = t.Share/s.shares, 0
+		if t.hasWork() {
+			t.WorkFraction = t.Share / working
+		}
 		t.UsageFraction, t.Factor = 0, 1
 		if usage > 0 {
 			t.UsageFraction = t.DecayedGPUSeconds / usage

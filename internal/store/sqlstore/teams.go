@@ -77,7 +77,7 @@ func (s *Store) TeamsWithJobs(ctx context.Context) ([]string, error) {
 
 // TeamUsage lists team_usage from fromDay on, by team and day.
 func (s *Store) TeamUsage(ctx context.Context, fromDay string) ([]store.TeamDay, error) {
-	rows, err := s.reader().query(ctx, `SELECT team, day, gpu_seconds FROM team_usage WHERE day >= ? ORDER BY team, day`, fromDay)
+	rows, err := s.reader().query(ctx, `SELECT team, day, gpu_seconds, usage_time FROM team_usage WHERE day >= ? ORDER BY team, day`, fromDay)
 	if err != nil {
 		return nil, err
 	}
@@ -85,8 +85,12 @@ func (s *Store) TeamUsage(ctx context.Context, fromDay string) ([]store.TeamDay,
 	var out []store.TeamDay
 	for rows.Next() {
 		var d store.TeamDay
-		if err := rows.Scan(&d.Team, &d.Day, &d.GPUSeconds); err != nil {
+		var usageTime float64
+		if err := rows.Scan(&d.Team, &d.Day, &d.GPUSeconds, &usageTime); err != nil {
 			return nil, err
+		}
+		if d.GPUSeconds > 0 {
+			d.UsedAt = time.Unix(0, int64(usageTime/d.GPUSeconds*1e9)).UTC()
 		}
 		out = append(out, d)
 	}
@@ -118,16 +122,17 @@ func (s *Store) addTeamUsage(ctx context.Context, c conn, team string, gpus int,
 		keys = append(keys, d)
 	}
 	sort.Strings(keys) // rows in one order, so two enders cannot deadlock
-	values, args := "", make([]any, 0, 3*len(keys))
+	values, args := "", make([]any, 0, 4*len(keys))
 	for i, d := range keys {
 		if i > 0 {
 			values += ", "
 		}
-		values += "(?, ?, ?)"
-		args = append(args, teamOrDefault(team), d, days[d])
+		values += "(?, ?, ?, ?)"
+		args = append(args, teamOrDefault(team), d, days[d].seconds, days[d].seconds*days[d].middle)
 	}
-	_, err := c.exec(ctx, `INSERT INTO team_usage (team, day, gpu_seconds) VALUES `+values+`
-		ON CONFLICT (team, day) DO UPDATE SET gpu_seconds = team_usage.gpu_seconds + excluded.gpu_seconds`, args...)
+	_, err := c.exec(ctx, `INSERT INTO team_usage (team, day, gpu_seconds, usage_time) VALUES `+values+`
+		ON CONFLICT (team, day) DO UPDATE SET gpu_seconds = team_usage.gpu_seconds + excluded.gpu_seconds,
+		usage_time = team_usage.usage_time + excluded.usage_time`, args...)
 	if err != nil {
 		return fmt.Errorf("team usage: %w", err)
 	}
@@ -138,16 +143,21 @@ func (s *Store) addTeamUsage(ctx context.Context, c conn, team string, gpus int,
 // rest goes to the earliest of them.
 const maxUsageDays = 400
 
+// dayPart is the share of an attempt's GPU-seconds that fell on one day,
+// and the Unix time (seconds) of the middle of its time that day.
+type dayPart struct{ seconds, middle float64 }
+
 // spreadOverDays splits total between the UTC days of [from, to) in
 // proportion to the time in each.
-func spreadOverDays(from, to time.Time, total float64) map[string]float64 {
+func spreadOverDays(from, to time.Time, total float64) map[string]dayPart {
 	from, to = from.UTC(), to.UTC()
-	out := map[string]float64{}
+	out := map[string]dayPart{}
 	span := to.Sub(from).Seconds()
 	start := from
 	if to.Sub(from) > maxUsageDays*24*time.Hour {
 		start = to.Add(-maxUsageDays * 24 * time.Hour)
 	}
+	unix := func(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 	for d := start; d.Before(to); {
 		next := time.Date(d.Year(), d.Month(), d.Day()+1, 0, 0, 0, 0, time.UTC)
 		end := next
@@ -155,11 +165,15 @@ func spreadOverDays(from, to time.Time, total float64) map[string]float64 {
 			end = to
 		}
 		part := end.Sub(d).Seconds()
-		out[d.Format(DayFormat)] += total * part / span
+		out[d.Format(DayFormat)] = dayPart{seconds: total * part / span, middle: (unix(d) + unix(end)) / 2}
 		d = next
 	}
-	if start.After(from) {
-		out[start.Format(DayFormat)] += total * start.Sub(from).Seconds() / span
+	if start.After(from) { // the rest of a very long attempt, on its earliest day kept
+		p := out[start.Format(DayFormat)]
+		extra := total * start.Sub(from).Seconds() / span
+		p.middle = (p.middle*p.seconds + unix(start)*extra) / (p.seconds + extra)
+		p.seconds += extra
+		out[start.Format(DayFormat)] = p
 	}
 	return out
 }

@@ -157,8 +157,10 @@ func testTeamUsageDays(t *testing.T, s store.Store) {
 		EndAttempt: protocol.OutcomeWithdrawn}, Now: at(2 * time.Minute)})
 	days, err := s.TeamUsage(t.Context(), "2030-01-01")
 	noErr(t, err, "TeamUsage")
-	equal(t, days, []store.TeamDay{{Team: "vision", Day: "2030-01-02", GPUSeconds: 6 * 3600 * 2},
-		{Team: "vision", Day: "2030-01-03", GPUSeconds: 6 * 3600 * 2}}, "usage by day")
+	// Each day's use is as old as the middle of its part: 21:00 and 03:00.
+	equal(t, days, []store.TeamDay{
+		{Team: "vision", Day: "2030-01-02", GPUSeconds: 6 * 3600 * 2, UsedAt: ack.Add(3 * time.Hour)},
+		{Team: "vision", Day: "2030-01-03", GPUSeconds: 6 * 3600 * 2, UsedAt: ack.Add(9 * time.Hour)}}, "usage by day")
 	days, err = s.TeamUsage(t.Context(), "2030-01-03")
 	noErr(t, err, "TeamUsage from a day")
 	equal(t, len(days), 1, "days from 2030-01-03")
@@ -170,5 +172,5 @@ func testTeamUsageReported(t *testing.T, s store.Store) {
 		EndAttempt: protocol.OutcomeCompleted}, Usage: &protocol.Usage{GPUSeconds: 1234}, Now: at(time.Hour)})
 	days, err := s.TeamUsage(t.Context(), "2030-01-01")
 	noErr(t, err, "TeamUsage")
-	equal(t, days, []store.TeamDay{{Team: "nlp", Day: "2030-01-02", GPUSeconds: 1234}}, "the worker's figure")
+	equal(t, days, []store.TeamDay{{Team: "nlp", Day: "2030-01-02", GPUSeconds: 1234, UsedAt: at(30 * time.Minute)}}, "the worker's figure")
 }

@@ -11,10 +11,14 @@ ALTER TABLE jobs ADD COLUMN preempted_by TEXT NOT NULL DEFAULT '';
 -- time several teams are configured (EnsureTeamQueueIndex).
 -- GPU-seconds of ended attempts per team and UTC day (YYYY-MM-DD), added
 -- in the transaction that ends each attempt. Kept apart from the jobs, so
--- retention does not erase a team's usage.
+-- retention does not erase a team's usage. usage_time sums each part's
+-- GPU-seconds times the Unix time of its middle: divided by gpu_seconds it
+-- is when the day's use happened on average, which the half-life decay
+-- weighs (the day alone would be hours off).
 CREATE TABLE team_usage (
     team        TEXT NOT NULL,
     day         TEXT NOT NULL,
     gpu_seconds REAL NOT NULL DEFAULT 0,
+    usage_time  REAL NOT NULL DEFAULT 0,
     PRIMARY KEY (team, day)
 );
