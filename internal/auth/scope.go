@@ -58,6 +58,17 @@ type Principal struct {
 	ID     string   // admin token id, or "uid=N" for a local caller
 	Name   string   // token name, or "uid=N"
 	Scopes []string // granted scopes; "*" and "family.*" are wildcards
+	// Team is the team of the jobs the caller submits: its token's, or ""
+	// (the default team) for a token without one and the admin socket.
+	Team string
+}
+
+// TeamOrDefault is the caller's team, "default" when it has none.
+func (p Principal) TeamOrDefault() string {
+	if p.Team == "" {
+		return "default"
+	}
+	return p.Team
 }
 
 // Has reports whether p may act under scope: it holds the scope itself, "*",

@@ -19,6 +19,16 @@ type Job struct {
 	StartedAt      *time.Time
 	AckDeadline    *time.Time
 	CancelDeadline *time.Time
+	// PreemptedBy is set while the attempt is being stopped for preemption
+	// (the job is canceling): the job it makes room for, and why. The job
+	// is requeued when the attempt ends.
+	PreemptedBy string
+}
+
+// preempted requeues a job whose preempted attempt ended, at no cost.
+func preempted(j Job, by Cause, how string) Step {
+	return Step{To: protocol.JobQueued, By: by, EndAttempt: protocol.OutcomePreempted,
+		Error: text("attempt %d preempted by %s; %s; requeued without spending a retry", j.Attempt, j.PreemptedBy, how)}
 }
 
 func text(format string, args ...any) *string {
@@ -56,6 +66,9 @@ func OnReport(j Job, report, errMsg string, hasProgress bool) (s Step, ok bool) 
 		}
 		return Step{To: protocol.JobFailed, By: Report, EndAttempt: protocol.OutcomeFailed, Error: errText}, true
 	case protocol.ReportCancelled:
+		if j.Status == protocol.JobCanceling && j.PreemptedBy != "" {
+			return preempted(j, Report, "stopped by its worker"), true
+		}
 		if j.Status == protocol.JobCanceling {
 			return Step{To: protocol.JobCancelled, By: Report, EndAttempt: protocol.OutcomeCancelled, Error: errText}, true
 		}
@@ -75,11 +88,13 @@ func OnReport(j Job, report, errMsg string, hasProgress bool) (s Step, ok bool) 
 // back to the queue without spending a retry (a canceling job ends
 // cancelled, as asked). ok is false for a job with no attempt out.
 func OnGPUFault(j Job, why string) (s Step, ok bool) {
-	switch j.Status {
-	case protocol.JobCanceling:
+	switch {
+	case j.Status == protocol.JobCanceling && j.PreemptedBy != "":
+		return preempted(j, Report, "its GPU failed meanwhile: "+why), true
+	case j.Status == protocol.JobCanceling:
 		return Step{To: protocol.JobCancelled, By: Report, EndAttempt: protocol.OutcomeCancelled,
 			Error: text("cancelled; its GPU failed meanwhile: %s", why)}, true
-	case protocol.JobDispatched, protocol.JobRunning:
+	case j.Status == protocol.JobDispatched || j.Status == protocol.JobRunning:
 		return Step{To: protocol.JobQueued, By: Report, EndAttempt: protocol.OutcomeGPUFault,
 			Error: text("attempt %d stopped: %s; requeued without spending a retry", j.Attempt, why)}, true
 	}
@@ -111,6 +126,8 @@ func withdrawal(j Job, why string) Step {
 // ok is false for a job with no attempt out (queued or terminal).
 func OnLoss(j Job, why string) (s Step, ok bool) {
 	switch {
+	case j.Status == protocol.JobCanceling && j.PreemptedBy != "":
+		return preempted(j, Loss, "its worker was lost while it stopped: "+why), true
 	case j.Status == protocol.JobCanceling:
 		return Step{To: protocol.JobCancelled, By: Loss, EndAttempt: protocol.OutcomeCancelled,
 			Error: text("cancelled; the worker was lost before confirming: %s", why)}, true
@@ -162,10 +179,23 @@ func OnCancel(j Job) (s Step, ok bool, err error) {
 		return Step{}, false, fmt.Errorf("job %s is %s: %w", j.ID, j.Status, ErrFinished)
 	case j.Status == protocol.JobQueued:
 		return Step{To: protocol.JobCancelled, By: Cancel, Error: text("cancelled before it started")}, true, nil
+	case j.Status == protocol.JobCanceling && j.PreemptedBy != "":
+		return Step{To: protocol.JobCanceling, By: Cancel}, true, nil // cancelled, not requeued
 	case j.Status == protocol.JobCanceling:
 		return Step{}, false, nil
 	}
 	return Step{To: protocol.JobCanceling, By: Cancel}, true, nil
+}
+
+// OnPreempt answers the scheduler's choice of a victim: a running job moves
+// to canceling (its worker is then told to stop it, as for a cancel) and is
+// requeued when the attempt ends. ok is false for any other job: one not yet
+// acknowledged costs nothing to leave alone, one canceling is ending anyway.
+func OnPreempt(j Job) (s Step, ok bool) {
+	if j.Status != protocol.JobRunning {
+		return Step{}, false
+	}
+	return Step{To: protocol.JobCanceling, By: Preempt}, true
 }
 
 // OnDeadline reports the step a passed deadline calls for at now: a dispatch
@@ -176,6 +206,8 @@ func OnDeadline(j Job, now time.Time) (s Step, ok bool) {
 	case j.Status == protocol.JobDispatched && j.AckDeadline != nil && now.After(*j.AckDeadline):
 		return Step{To: protocol.JobQueued, By: Deadline, EndAttempt: protocol.OutcomeWithdrawn,
 			Error: text("no acknowledgement within the ack deadline")}, true
+	case j.Status == protocol.JobCanceling && j.PreemptedBy != "" && j.CancelDeadline != nil && now.After(*j.CancelDeadline):
+		return preempted(j, Deadline, "its worker did not confirm the stop in time; the attempt is fenced"), true
 	case j.Status == protocol.JobCanceling && j.CancelDeadline != nil && now.After(*j.CancelDeadline):
 		return Step{To: protocol.JobCancelled, By: Deadline, EndAttempt: protocol.OutcomeCancelled,
 			Error: text("cancelled; the worker did not confirm in time")}, true

@@ -33,10 +33,13 @@ const (
 	Deadline Cause = "deadline"
 	// Cancel: a user with the queue.cancel scope asked to cancel the job.
 	Cancel Cause = "cancel"
+	// Preempt: the scheduler takes the attempt's GPUs back for a job of a
+	// team under its share of the fleet, or of higher priority.
+	Preempt Cause = "preempt"
 )
 
 // Causes lists every cause, in the order the documentation shows them.
-var Causes = []Cause{Claim, Report, Loss, Deadline, Cancel}
+var Causes = []Cause{Claim, Report, Loss, Deadline, Cancel, Preempt}
 
 // Who names who brings a cause about, for the documentation.
 func (c Cause) Who() string {
@@ -51,6 +54,8 @@ func (c Cause) Who() string {
 		return "the scheduler's deadline scan"
 	case Cancel:
 		return "a user (scope queue.cancel)"
+	case Preempt:
+		return "the scheduler, for a waiting job of a team under its share or of higher priority ([jobs] preemption)"
 	}
 	return string(c)
 }
@@ -98,12 +103,17 @@ var Moves = []Move{
 	{From: protocol.JobRunning, To: protocol.JobFailed, By: Deadline, Ends: protocol.OutcomeTimeout, Why: "ran past timeout_seconds"},
 	{From: protocol.JobRunning, To: protocol.JobCanceling, By: Cancel, Why: "cancel sent to the worker"},
 	{From: protocol.JobRunning, To: protocol.JobQueued, By: Report, Ends: protocol.OutcomeGPUFault, Why: "the worker stopped it because one of its GPUs failed: requeued, no retry spent"},
+	{From: protocol.JobRunning, To: protocol.JobCanceling, By: Preempt, Why: "preempted: the worker is told to stop it, as for a cancel (SIGTERM, then cancel_grace)"},
 
 	{From: protocol.JobCanceling, To: protocol.JobCancelled, By: Report, Ends: protocol.OutcomeCancelled, Why: "the worker confirmed the cancel"},
 	{From: protocol.JobCanceling, To: protocol.JobCompleted, By: Report, Ends: protocol.OutcomeCompleted, Why: "finished before the cancel took effect"},
 	{From: protocol.JobCanceling, To: protocol.JobFailed, By: Report, Ends: protocol.OutcomeFailed, Why: "failed before the cancel took effect"},
 	{From: protocol.JobCanceling, To: protocol.JobCancelled, By: Loss, Ends: protocol.OutcomeCancelled, Why: "worker gone while cancelling"},
 	{From: protocol.JobCanceling, To: protocol.JobCancelled, By: Deadline, Ends: protocol.OutcomeCancelled, Why: "no confirmation within grace + cancel_report_timeout: the attempt is fenced"},
+	{From: protocol.JobCanceling, To: protocol.JobQueued, By: Report, Ends: protocol.OutcomePreempted, Why: "a preempted attempt stopped: requeued, no retry spent (the next attempt resumes from the last checkpoint)"},
+	{From: protocol.JobCanceling, To: protocol.JobQueued, By: Loss, Ends: protocol.OutcomePreempted, Why: "worker gone while a preempted attempt was stopping: requeued, no retry spent"},
+	{From: protocol.JobCanceling, To: protocol.JobQueued, By: Deadline, Ends: protocol.OutcomePreempted, Why: "a preempted attempt not confirmed stopped within grace + cancel_report_timeout: fenced and requeued, no retry spent"},
+	{From: protocol.JobCanceling, To: protocol.JobCanceling, By: Cancel, Why: "a user cancelled a job being preempted: it ends cancelled, not requeued"},
 }
 
 // Find returns the move from → to caused by c, or nil when there is none.

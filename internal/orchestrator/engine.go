@@ -93,6 +93,6 @@ func (o Options) apiOptions(adminSocketPath string) adminapi.Options {
 		MaxBodyBytes: o.MaxBodyBytes, ConfigsDir: o.ConfigsDir, PublicURL: o.PublicURL,
 		AdminSocketPath: adminSocketPath, MaxRetries: o.MaxRetries,
 		MaxLogFollowers: o.MaxLogFollowers, StreamWriteTimeout: o.StreamWriteTimeout, RecheckInterval: o.RecheckInterval,
-		FollowFallback: o.followFallback,
+		FollowFallback: o.followFallback, Teams: o.Teams,
 	}
 }

@@ -274,6 +274,13 @@ func (f *fullDisk) InsertJob(ctx context.Context, j store.Job, rec *audit.Record
 	return f.Store.InsertJob(ctx, j, rec)
 }
 
+func (f *fullDisk) InsertTeamJob(ctx context.Context, j store.Job, maxQueued int, rec *audit.Record) (store.Job, error) {
+	if err := f.err(); err != nil {
+		return store.Job{}, err
+	}
+	return f.Store.InsertTeamJob(ctx, j, maxQueued, rec)
+}
+
 func (f *fullDisk) UpdateWorker(ctx context.Context, id string, fn func(*store.Worker) (*audit.Record, error)) (store.Worker, error) {
 	if err := f.err(); err != nil {
 		return store.Worker{}, err

@@ -23,6 +23,7 @@ type Metrics struct {
 	AuthFailures    atomic.Int64
 	Dispatches      atomic.Int64
 	Requeues        atomic.Int64
+	Preemptions     atomic.Int64
 	dispatchLatency histogram
 	artifacts       artifactMetrics
 	gpuSeconds      gpuSecondsByWorker
@@ -148,6 +149,7 @@ func (s *Server) writeMetrics(ctx context.Context, w io.Writer) {
 	counter("simpletuner_heartbeats_total", "Heartbeats received.", m.Heartbeats.Load())
 	counter("simpletuner_dispatches_total", "job_submit events sent.", m.Dispatches.Load())
 	counter("simpletuner_requeues_total", "Attempts that ended with the job back in the queue.", m.Requeues.Load())
+	counter("simpletuner_preemptions_total", "Running jobs this instance preempted for another team's job (or one of higher priority).", m.Preemptions.Load())
 	counter("simpletuner_stale_attempt_rejections_total", "Reports refused because they came from a stale attempt.", m.StaleRejections.Load())
 	counter("simpletuner_auth_failures_total", "Requests refused for a missing, unknown or rate-limited credential.", m.AuthFailures.Load())
 	counter("simpletuner_sse_slow_streams_dropped_total", "Worker streams closed because their reader fell behind.", s.hub.Dropped())

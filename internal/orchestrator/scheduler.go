@@ -10,6 +10,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/fairshare"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/placement"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -52,41 +53,77 @@ func (s *Server) schedulePass(ctx context.Context) {
 	if s.stopping.Load() {
 		return
 	}
-	q := &queueReader{s: s, ctx: ctx}
+	teams := s.teamsNow(ctx) // nil: one team and no limit, nothing to weigh
+	q := s.newQueue(ctx, teams)
 	j, ok := q.next()
 	if !ok {
 		s.setReservation(placement.Reservation{})
 		return
 	}
 	pool := placement.NewPool(ctx, s.store, s.hub.ConnectedIDs())
-	res := s.currentReservation(ctx, q.first)
+	res := s.currentReservation(ctx, q.firstPage())
 	top := j.Priority
 	var placed []choice
-	for ; ok; j, ok = q.next() {
-		if ctx.Err() != nil || s.stopping.Load() {
-			return
-		}
-		best, gpus := placement.BestFit(j, pool, res)
-		if best == nil {
-			// Every worker was read looking for room: reserve among those
-			// that could ever run it.
-			if res.JobID == "" && j.Priority == top {
-				res = placement.ReserveFor(j, pool)
-			}
-			if !pool.AnyRoom() {
-				break // a full fleet: the jobs behind wait for the next pass
-			}
-			continue
-		}
+	var borrowers, waiting []store.QueuedJob
+	place := func(j store.QueuedJob, best *placement.Candidate, gpus []int) {
 		best.Took(j, gpus)
 		placed = append(placed, choice{w: best.W, jobID: j.ID, gpus: gpus, whole: j.WholeWorker})
 		if res.JobID == j.ID {
 			res = placement.Reservation{}
 		}
+		if teams != nil {
+			teams.st.Took(j.Team, len(gpus))
+		}
+	}
+	full := false
+	for ; ok; j, ok = q.next() {
+		if ctx.Err() != nil || s.stopping.Load() {
+			return
+		}
+		if full {
+			// The jobs behind wait for the next pass, but with teams a few
+			// are weighed for preemption.
+			if teams == nil || !teams.preempt || len(waiting) >= preemptWeighed {
+				break
+			}
+			waiting = append(waiting, j)
+			continue
+		}
+		best, gpus := placement.BestFit(j, pool, res)
+		if best == nil {
+			// Every worker was read looking for room: reserve among those
+			// that could ever run it (not for a job its team's limit holds
+			// back).
+			if res.JobID == "" && j.Priority == top && (teams == nil || !teams.st.OverLimit(j, j.GPUCount)) {
+				res = placement.ReserveFor(j, pool)
+			}
+			if teams != nil && len(waiting) < preemptWeighed {
+				waiting = append(waiting, j)
+			}
+			full = !pool.AnyRoom()
+			continue
+		}
+		if teams != nil && teams.st.OverLimit(j, len(gpus)) {
+			// Over its team's max_gpus: it waits, or borrows what no other
+			// job of this pass takes.
+			if teams.st.Team(j.Team).Borrow {
+				borrowers = append(borrowers, j)
+			}
+			continue
+		}
+		place(j, best, gpus)
+	}
+	for _, j := range borrowers {
+		if best, gpus := placement.BestFit(j, pool, res); best != nil {
+			place(j, best, gpus)
+		}
 	}
 	s.setReservation(res)
 	if len(placed) > 0 {
 		s.claimAndSend(ctx, placed)
+	}
+	if teams != nil && teams.preempt && len(waiting) > 0 {
+		s.preemptFor(ctx, teams, waiting)
 	}
 }
 
@@ -166,18 +203,83 @@ func (s *Server) send(ctx context.Context, p choice, j store.Job, a store.Attemp
 // passJobs is how many queued jobs, in priority order, one pass places.
 const passJobs = 200
 
+// queue is the queue as a pass reads it, in claim order.
+type queue interface {
+	next() (store.QueuedJob, bool)
+	// firstPage is the jobs read first (the head of the queue).
+	firstPage() []store.QueuedJob
+}
+
+// newQueue reads the whole queue in priority and submission order, or,
+// with teams, each team's queue merged by priority, fair-share factor and
+// submission order.
+func (s *Server) newQueue(ctx context.Context, teams *teamsNow) queue {
+	if teams == nil {
+		return &queueReader{s: s, ctx: ctx}
+	}
+	m := &mergedQueue{st: teams.st}
+	for _, t := range teams.st.Teams() {
+		m.readers = append(m.readers, &queueReader{s: s, ctx: ctx, team: t.Name, byTeam: true})
+	}
+	m.heads = make([]*store.QueuedJob, len(m.readers))
+	return m
+}
+
+// mergedQueue merges the teams' queues.
+type mergedQueue struct {
+	st      *fairshare.Standing
+	readers []*queueReader
+	heads   []*store.QueuedJob // each reader's next job; nil when not read
+	taken   int
+}
+
+func (m *mergedQueue) next() (store.QueuedJob, bool) {
+	if m.taken >= passJobs {
+		return store.QueuedJob{}, false
+	}
+	best := -1
+	for i, r := range m.readers {
+		if m.heads[i] == nil {
+			if j, ok := r.next(); ok {
+				m.heads[i] = &j
+			}
+		}
+		if m.heads[i] != nil && (best < 0 || m.st.Before(*m.heads[i], *m.heads[best])) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return store.QueuedJob{}, false
+	}
+	j := *m.heads[best]
+	m.heads[best] = nil
+	m.taken++
+	return j, true
+}
+
+func (m *mergedQueue) firstPage() []store.QueuedJob {
+	var out []store.QueuedJob
+	for _, r := range m.readers {
+		out = append(out, r.first...)
+	}
+	return out
+}
+
 // queueReader reads the head of the queue in claim order a page at a time
 // (16 jobs, then 64, then the rest of passJobs): a pass usually places a
 // few jobs on the workers that just freed up, and reading all passJobs for
 // them was a large part of its cost.
 type queueReader struct {
-	s     *Server
-	ctx   context.Context
-	first []store.QueuedJob // the first page
-	page  []store.QueuedJob // read and not yet taken
-	last  *store.QueuedJob  // the last job read
-	read  int
-	end   bool
+	s   *Server
+	ctx context.Context
+	// team, with byTeam, reads that team's jobs alone.
+	team   string
+	byTeam bool
+	first  []store.QueuedJob // the first page
+	page   []store.QueuedJob // read and not yet taken
+	last   *store.QueuedJob  // the last job read
+	read   int
+	end    bool
 }
 
 // next returns the next queued job; false at the end of the queue, after
@@ -188,7 +290,13 @@ func (q *queueReader) next() (store.QueuedJob, bool) {
 			return store.QueuedJob{}, false
 		}
 		n := min(16<<(2*min(q.read/16, 2)), passJobs-q.read)
-		page, err := q.s.store.ListQueued(q.ctx, q.last, n)
+		var page []store.QueuedJob
+		var err error
+		if q.byTeam {
+			page, err = q.s.store.ListQueuedOfTeam(q.ctx, q.team, q.last, n)
+		} else {
+			page, err = q.s.store.ListQueued(q.ctx, q.last, n)
+		}
 		q.s.noteStore(err)
 		if err != nil || len(page) == 0 {
 			q.end = true
@@ -206,6 +314,8 @@ func (q *queueReader) next() (store.QueuedJob, bool) {
 	q.page = q.page[1:]
 	return j, true
 }
+
+func (q *queueReader) firstPage() []store.QueuedJob { return q.first }
 
 // currentReservation is the reservation of the last pass while its job is
 // still queued and its worker still streaming here. first is the head of the

@@ -30,6 +30,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/authfail"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/diskfull"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/fairshare"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/gpuhistory"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/hub"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/liveness"
@@ -82,6 +83,8 @@ type Options struct {
 	// Webhooks: how events reach the webhook subscriptions, and those of
 	// the configuration.
 	Webhooks webhook.Options
+	// Teams: the teams sharing the fleet, and preemption.
+	Teams fairshare.Policy
 
 	// followFallback replaces defaultFollowFallback when set: tests that
 	// count store reads put the fallback look out of their way.
@@ -133,6 +136,7 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 
 		Retention: retention.OptionsFrom(cfg.Retention),
 		Webhooks:  webhook.OptionsFrom(cfg),
+		Teams:     fairshare.PolicyFrom(cfg),
 	}
 }
 
@@ -165,6 +169,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Retention.BatchSize <= 0 {
 		o.Retention.BatchSize = def.Retention.BatchSize
+	}
+	if len(o.Teams.Teams) == 0 {
+		o.Teams = def.Teams
 	}
 	return o
 }
@@ -239,6 +246,8 @@ type Server struct {
 	webhooks *webhook.Service
 	// api is the admin and queue API, served beside the worker protocol.
 	api *adminapi.API
+	// teams is what scheduler passes reuse of the teams' standing.
+	teams teamCache
 }
 
 // SetAdminSocketPath tells the server where its admin socket lives; call it

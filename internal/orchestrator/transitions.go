@@ -201,6 +201,9 @@ func (s *Server) requestCancel(ctx context.Context, jobID, actor, ip string) (st
 			return nil, err
 		}
 		t := step(st, cur, actor, ip, nil)
+		if cur.PreemptedBy != "" { // a cancel wins over the preemption under way: no requeue
+			t.PreemptedBy = new(string)
+		}
 		if st.To == protocol.JobCanceling {
 			deadline := time.Now().UTC().Add(s.cancelGrace(ctx, cur.WorkerID) + opt.CancelReportTimeout)
 			t.CancelDeadline = &deadline
@@ -261,6 +264,11 @@ func (s *Server) expire(ctx context.Context, j store.Job, now time.Time) {
 	switch {
 	case from == protocol.JobRunning: // timed out: stop the trainer
 		s.sendToWorker(j.WorkerID, protocol.EventJobCancel, cancel)
+	case nj.Status == protocol.JobQueued && from == protocol.JobCanceling: // preempted, stop not confirmed
+		// The attempt is fenced; closing the stream makes the worker
+		// re-register and give it up if it still runs it.
+		s.sendToWorker(j.WorkerID, protocol.EventJobCancel, cancel)
+		s.closeWorkerStream(j.WorkerID, "a preempted attempt was not confirmed stopped")
 	case nj.Status == protocol.JobQueued: // withdrawn
 		// A stream that swallowed a job_submit is not to be trusted with the
 		// next one: close it so the worker re-registers and reconciles.

@@ -97,6 +97,10 @@ const (
 	// OutcomeGPUFault: the worker stopped the attempt because one of its
 	// GPUs failed; the job is requeued without spending a retry.
 	OutcomeGPUFault AttemptOutcome = "gpu_fault"
+	// OutcomePreempted: the scheduler stopped the attempt to give its GPUs
+	// to another team's job (or one of higher priority); the job was
+	// requeued without spending a retry.
+	OutcomePreempted AttemptOutcome = "preempted"
 )
 
 // Statuses a worker may report on POST /api/workers/job/{id}/status.

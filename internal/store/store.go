@@ -140,6 +140,7 @@ type QueuedJob struct {
 	ID           string
 	Seq          int64 // submission order: with Priority, the queue position
 	Priority     int
+	Team         string
 	Target       protocol.Target
 	WorkerLabels map[string]string // key → glob
 	GPUCount     int
@@ -149,7 +150,7 @@ type QueuedJob struct {
 
 // Queued is the part of j that placement reads.
 func (j Job) Queued() QueuedJob {
-	return QueuedJob{ID: j.ID, Seq: j.Seq, Priority: j.Priority, Target: j.Target, WorkerLabels: j.WorkerLabels,
+	return QueuedJob{ID: j.ID, Seq: j.Seq, Priority: j.Priority, Team: j.Team, Target: j.Target, WorkerLabels: j.WorkerLabels,
 		GPUCount: j.GPUCount, WholeWorker: j.WholeWorker, MinVRAMGB: j.MinVRAMGB}
 }
 
@@ -205,9 +206,15 @@ type Job struct {
 	Progress       json.RawMessage
 	// NoCheckpoints: the submit opted out of keeping the job's checkpoints
 	// in its artifacts (and of resuming a retry from them).
-	NoCheckpoints  bool
-	Seq            int64 // submission order, assigned by the store
-	SubmittedBy    string
+	NoCheckpoints bool
+	Seq           int64 // submission order, assigned by the store
+	SubmittedBy   string
+	// Team is the submitting token's team ("default" when it had none).
+	Team string
+	// PreemptedBy is set while the current attempt is being preempted: the
+	// job it makes room for and why ("j_… (team nlp under its share)").
+	// The attempt then ends preempted and the job is requeued.
+	PreemptedBy    string
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 	StartedAt      *time.Time // current attempt acknowledged
@@ -220,7 +227,7 @@ type Job struct {
 func (j Job) Facts() lifecycle.Job {
 	return lifecycle.Job{ID: j.ID, Status: j.Status, Attempt: j.Attempt, RetriesUsed: j.RetriesUsed,
 		MaxRetries: j.MaxRetries, TimeoutSeconds: j.TimeoutSeconds, StartedAt: j.StartedAt,
-		AckDeadline: j.AckDeadline, CancelDeadline: j.CancelDeadline}
+		AckDeadline: j.AckDeadline, CancelDeadline: j.CancelDeadline, PreemptedBy: j.PreemptedBy}
 }
 
 // Attempt is one dispatch of a job to a worker.
@@ -316,6 +323,9 @@ type JobTransition struct {
 	Now            time.Time
 	Progress       json.RawMessage
 	CancelDeadline *time.Time
+	// PreemptedBy, when set, replaces the job's PreemptedBy (a move back to
+	// the queue clears it in any case).
+	PreemptedBy *string
 	// Usage is stored on the attempt the step ends (with EndAttempt).
 	Usage *protocol.Usage
 	Audit *audit.Record
@@ -336,13 +346,42 @@ type LogCursor struct {
 
 // AdminToken is an API credential with scopes. Only the hash is stored.
 type AdminToken struct {
-	ID        string
-	Name      string
-	Scopes    []string
-	Hash      string // hex SHA-256 of the token
+	ID     string
+	Name   string
+	Scopes []string
+	Hash   string // hex SHA-256 of the token
+	// Team is the team of the jobs the token submits; "" is the default team.
+	Team      string
 	CreatedAt time.Time
 	RevokedAt *time.Time
 }
+
+// ActiveAttempt is a job's attempt out on a worker, as fair share and
+// preemption read it.
+type ActiveAttempt struct {
+	JobID, Team, WorkerID string
+	Status                protocol.JobStatus
+	Priority              int
+	// GPUs is how many GPUs the attempt holds; Whole, whether it took its
+	// worker whole.
+	GPUs  int
+	Whole bool
+	// StartedAt is when the worker acknowledged it (nil: not yet).
+	StartedAt *time.Time
+	// Preempting is true while it is being preempted.
+	Preempting bool
+}
+
+// TeamDay is a team's GPU-seconds of ended attempts on one UTC day
+// (YYYY-MM-DD).
+type TeamDay struct {
+	Team       string
+	Day        string
+	GPUSeconds float64
+}
+
+// ErrQueueFull: a team already has its max_queued jobs queued.
+var ErrQueueFull = errors.New("the team's queue is full")
 
 // Kinds of Notification.
 const (
@@ -431,6 +470,11 @@ type Store interface {
 	DeleteWorker(ctx context.Context, id string, rec *audit.Record) error
 	// Jobs.
 	InsertJob(ctx context.Context, j Job, rec *audit.Record) (Job, error)
+	// InsertTeamJob is InsertJob refusing with ErrQueueFull, and changing
+	// nothing, when maxQueued > 0 and j's team already has that many jobs
+	// queued. (Two replicas submitting at the same moment may each see
+	// room for one more.)
+	InsertTeamJob(ctx context.Context, j Job, maxQueued int, rec *audit.Record) (Job, error)
 	GetJob(ctx context.Context, id string) (Job, error)
 	// ListJobs returns a page of jobs and how many match the filter in all,
 	// from per-status counts kept with every change; with a WorkerID the
@@ -474,6 +518,20 @@ type Store interface {
 	// set (the next page), each with only what placement reads: no config, no
 	// token.
 	ListQueued(ctx context.Context, after *QueuedJob, limit int) ([]QueuedJob, error)
+	// ListQueuedOfTeam is ListQueued for one team's jobs.
+	ListQueuedOfTeam(ctx context.Context, team string, after *QueuedJob, limit int) ([]QueuedJob, error)
+	// CountQueuedOfTeam counts a team's queued jobs.
+	CountQueuedOfTeam(ctx context.Context, team string) (int, error)
+	// ListActiveAttempts lists every attempt out on a worker (dispatched,
+	// running or canceling), with the GPUs it holds.
+	ListActiveAttempts(ctx context.Context) ([]ActiveAttempt, error)
+	// TeamsWithJobs lists the teams that have unfinished jobs.
+	TeamsWithJobs(ctx context.Context) ([]string, error)
+	// TeamUsage lists the GPU-seconds of ended attempts per team and day,
+	// for the days from fromDay (YYYY-MM-DD) on; an attempt's GPU-seconds
+	// are what its worker reported, or its GPUs times its time running,
+	// spread over the days it ran.
+	TeamUsage(ctx context.Context, fromDay string) ([]TeamDay, error)
 	// GPULeases lists the GPUs of a worker that attempts hold, by index.
 	GPULeases(ctx context.Context, workerID string) ([]GPULease, error)
 	TransitionJob(ctx context.Context, t JobTransition) (Job, error)

@@ -90,9 +90,11 @@ func (e *Emitter) JobMoved(before, after store.Job, t *store.JobTransition) []st
 	case terminal[after.Status] != "":
 		out = append(out, e.job(terminal[after.Status], after, at, func(i *JobInfo) { i.Outcome = outcome }))
 	case after.Status == protocol.JobQueued && before.Status != protocol.JobQueued:
-		// Once jobs can be preempted, a preemption is this move by its own
-		// cause, and its event spec.JobPreempted.
-		out = append(out, e.job(spec.JobRequeued, after, at, func(i *JobInfo) {
+		name := spec.JobRequeued
+		if t.EndAttempt == protocol.OutcomePreempted {
+			name = spec.JobPreempted
+		}
+		out = append(out, e.job(name, after, at, func(i *JobInfo) {
 			i.Outcome, i.Reason, i.Error, i.WorkerID = outcome, after.Error, "", before.WorkerID
 		}))
 	}

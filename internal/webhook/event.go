@@ -92,9 +92,14 @@ func NewEventID() string {
 	return "evt_" + strings.ToLower(idEncoding.EncodeToString(b))[:20]
 }
 
-// teamOf is a job's team. Jobs have no team yet: all are the default
-// team's, which every subscription's team filter ("" or "default") takes.
-func teamOf(store.Job) string { return spec.DefaultTeam }
+// teamOf is a job's team (a job stored before teams existed is the
+// default team's).
+func teamOf(j store.Job) string {
+	if j.Team == "" {
+		return spec.DefaultTeam
+	}
+	return j.Team
+}
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 

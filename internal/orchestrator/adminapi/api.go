@@ -18,6 +18,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/fairshare"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/gpuhistory"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/liveness"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/logfeed"
@@ -114,6 +115,9 @@ type Options struct {
 	StreamWriteTimeout time.Duration
 	RecheckInterval    time.Duration
 	FollowFallback     time.Duration
+	// Teams are the teams sharing the fleet: a token's team must be one,
+	// and a submit is held to its team's limits.
+	Teams fairshare.Policy
 }
 
 // API is the admin and queue API.

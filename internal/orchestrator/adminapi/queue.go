@@ -110,17 +110,26 @@ func (a *API) Submit(ctx context.Context, req api.Submit) (api.Submitted, error)
 	if j.GPUCount, j.WholeWorker, err = gpuRequest(req.GPUCount, j.Config); err != nil {
 		return api.Submitted{}, err
 	}
+	team, err := a.submitTeam(c, j)
+	if err != nil {
+		return api.Submitted{}, err
+	}
+	j.Team = team.Name
 	now := time.Now().UTC()
 	j.CreatedAt, j.UpdatedAt = now, now
 	rec := audit.New(c.Actor(), c.IP, "job.submit", "job", j.ID, audit.Success,
 		map[string]any{"config_name": j.ConfigName, "target": j.Target, "priority": j.Priority, "worker_labels": j.WorkerLabels,
-			"gpus": protocol.GPUAllocation(j.GPUCount, j.WholeWorker)})
-	j, err = a.store.InsertJob(ctx, j, &rec)
+			"gpus": protocol.GPUAllocation(j.GPUCount, j.WholeWorker), "team": j.Team})
+	j, err = a.store.InsertTeamJob(ctx, j, team.MaxQueued, &rec)
+	if errors.Is(err, store.ErrQueueFull) {
+		return api.Submitted{}, web.Errorf(http.StatusTooManyRequests, protocol.CodeRateLimited,
+			"team %q already has %d jobs queued, its max_queued; submit again when some have started", j.Team, team.MaxQueued)
+	}
 	if err != nil {
 		return api.Submitted{}, err
 	}
 	a.log.Info("job submitted", "job_id", j.ID, "config_name", j.ConfigName, "target", j.Target,
-		"gpus", protocol.GPUAllocation(j.GPUCount, j.WholeWorker), "by", c.Actor())
+		"gpus", protocol.GPUAllocation(j.GPUCount, j.WholeWorker), "team", j.Team, "by", c.Actor())
 	a.engine.WakeSchedulers()
 	pos, err := a.store.QueuePosition(ctx, j.Priority, j.Seq)
 	if err != nil {

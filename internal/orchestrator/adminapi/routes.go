@@ -49,6 +49,7 @@ func (a *API) Routes() []web.Route {
 		web.NewRoute("POST", "/api/admin/workers/:id/gpus/:index/clear", "", httpCall(a, workers, ok, gpuRef, a.ClearGPU)),
 		web.NewRoute("GET", "/api/admin/workers/:id/gpu-history", "", httpCall(a, workers, ok, workerRef, a.WorkerGPUHistory)),
 		web.NewRoute("GET", "/api/admin/fleet/gpu-history", "", httpCall(a, auth.ScopeQueueView, ok, noRequest, a.FleetGPUHistory)),
+		web.NewRoute("GET", "/api/admin/usage", "", httpCall(a, auth.ScopeQueueView, ok, usageQuery, a.Usage)),
 		web.NewRoute("GET", "/api/admin/audit", "", httpCall(a, auth.ScopeAdminAudit, ok, auditQuery, a.Audit)),
 		web.NewRoute("GET", "/api/admin/audit/verify", "", httpCall(a, auth.ScopeAdminAudit, ok, noRequest, a.VerifyAudit)),
 		web.NewRoute("GET", "/api/admin/webhooks", "", httpCall(a, hooks, ok, noRequest, a.Webhooks)),

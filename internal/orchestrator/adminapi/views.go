@@ -74,7 +74,7 @@ func newJobView(j store.Job) api.Job {
 		Priority: j.Priority, WorkerLabels: labels, GPUCount: gpuCountView(j), WholeWorker: j.WholeWorker,
 		GPUAllocation: protocol.GPUAllocation(j.GPUCount, j.WholeWorker), MinVRAMGB: j.MinVRAMGB,
 		MaxRetries: j.MaxRetries, RetriesUsed: j.RetriesUsed, Attempt: j.Attempt, WorkerID: strPtr(j.WorkerID),
-		Error: strPtr(j.Error), Progress: j.Progress, TimeoutSeconds: j.TimeoutSeconds, SubmittedBy: j.SubmittedBy,
+		Error: strPtr(j.Error), Progress: j.Progress, TimeoutSeconds: j.TimeoutSeconds, SubmittedBy: j.SubmittedBy, Team: teamName(j.Team),
 		QueuedAt: protocol.Time(j.CreatedAt), UpdatedAt: protocol.Time(j.UpdatedAt),
 		StartedAt: timePtr(j.StartedAt), CompletedAt: timePtr(j.EndedAt), Checkpoints: !j.NoCheckpoints,
 	}

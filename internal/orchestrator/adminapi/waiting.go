@@ -19,7 +19,8 @@ const (
 	WaitGPUsBusy            = "gpus_busy"    // matching workers have a slot but not enough free GPUs
 	WaitReserved            = "reserved_for" // the workers that fit it now are held for another job
 	WaitQueuedBehind        = "queued_behind"
-	WaitDispatching         = "dispatching" // first in line with a free matching worker: a claim is imminent
+	WaitDispatching         = "dispatching"    // first in line with a free matching worker: a claim is imminent
+	WaitTeamGPULimit        = "team_gpu_limit" // its team holds its max_gpus
 )
 
 // workerFacts is what explaining a wait reads of one worker: read once, it
@@ -87,6 +88,9 @@ func (a *API) explainWait(ctx context.Context, j store.Job, facts []workerFacts)
 		if res.WorkerID == w.ID && res.JobID != j.ID {
 			fitsReserved++
 		}
+	}
+	if detail, err := a.teamLimitWait(ctx, j); err != nil || detail != "" {
+		return WaitTeamGPULimit, detail, err
 	}
 	switch {
 	case large == 0:

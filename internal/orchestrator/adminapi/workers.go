@@ -459,12 +459,15 @@ func (a *API) CreateToken(ctx context.Context, req api.CreateToken) (api.TokenCr
 	if err != nil {
 		return api.TokenCreated{}, err
 	}
+	if t.Team, err = a.tokenTeam(req.Team); err != nil {
+		return api.TokenCreated{}, err
+	}
 	rec := audit.New(c.Actor(), c.IP, "admin_token.create", "admin_token", t.ID, audit.Success,
-		map[string]any{"name": t.Name, "scopes": t.Scopes, "token": auth.Accessor(token)})
+		map[string]any{"name": t.Name, "scopes": t.Scopes, "team": teamName(t.Team), "token": auth.Accessor(token)})
 	if err := a.store.CreateAdminToken(ctx, t, &rec); err != nil {
 		return api.TokenCreated{}, err
 	}
-	return api.TokenCreated{ID: t.ID, Name: t.Name, Scopes: t.Scopes, Token: token}, nil
+	return api.TokenCreated{ID: t.ID, Name: t.Name, Scopes: t.Scopes, Team: teamName(t.Team), Token: token}, nil
 }
 
 // Tokens lists the admin tokens, revoked ones included.
@@ -478,7 +481,7 @@ func (a *API) Tokens(ctx context.Context, _ struct{}) (api.TokenList, error) {
 	}
 	out := api.TokenList{Tokens: make([]api.Token, 0, len(ts))}
 	for _, t := range ts {
-		out.Tokens = append(out.Tokens, api.Token{ID: t.ID, Name: t.Name, Scopes: t.Scopes,
+		out.Tokens = append(out.Tokens, api.Token{ID: t.ID, Name: t.Name, Scopes: t.Scopes, Team: teamName(t.Team),
 			CreatedAt: protocol.Time(t.CreatedAt), RevokedAt: timePtr(t.RevokedAt)})
 	}
 	return out, nil

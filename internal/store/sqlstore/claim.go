@@ -228,12 +228,20 @@ func (s *Store) checkGPUs(ctx context.Context, c conn, w store.Worker, gpus []in
 // ListQueued returns up to limit queued jobs in claim order, behind after
 // when it is set, with the columns placement reads.
 func (s *Store) ListQueued(ctx context.Context, after *store.QueuedJob, limit int) ([]store.QueuedJob, error) {
-	where, args := "", []any{protocol.JobQueued}
+	return s.listQueued(ctx, "", []any{protocol.JobQueued}, after, limit)
+}
+
+// ListQueuedOfTeam is ListQueued for one team's jobs (jobs_team_queue).
+func (s *Store) ListQueuedOfTeam(ctx context.Context, team string, after *store.QueuedJob, limit int) ([]store.QueuedJob, error) {
+	return s.listQueued(ctx, " AND team = ?", []any{protocol.JobQueued, team}, after, limit)
+}
+
+func (s *Store) listQueued(ctx context.Context, where string, args []any, after *store.QueuedJob, limit int) ([]store.QueuedJob, error) {
 	if after != nil {
-		where = ` AND (priority < ? OR (priority = ? AND seq > ?))`
+		where += ` AND (priority < ? OR (priority = ? AND seq > ?))`
 		args = append(args, after.Priority, after.Priority, after.Seq)
 	}
-	rows, err := s.reader().query(ctx, `SELECT id, seq, priority, target, worker_labels, gpu_count, whole_worker, min_vram_gb
+	rows, err := s.reader().query(ctx, `SELECT id, seq, priority, team, target, worker_labels, gpu_count, whole_worker, min_vram_gb
 		FROM jobs WHERE status = ?`+where+` ORDER BY priority DESC, seq ASC LIMIT ?`, append(args, limitArg(limit))...)
 	if err != nil {
 		return nil, err
@@ -242,7 +250,7 @@ func (s *Store) ListQueued(ctx context.Context, after *store.QueuedJob, limit in
 	var out []store.QueuedJob
 	for rows.Next() {
 		var j store.QueuedJob
-		if err := rows.Scan(&j.ID, &j.Seq, &j.Priority, &j.Target, jsonCol{&j.WorkerLabels}, &j.GPUCount, &j.WholeWorker, &j.MinVRAMGB); err != nil {
+		if err := rows.Scan(&j.ID, &j.Seq, &j.Priority, &j.Team, &j.Target, jsonCol{&j.WorkerLabels}, &j.GPUCount, &j.WholeWorker, &j.MinVRAMGB); err != nil {
 			return nil, err
 		}
 		out = append(out, j)

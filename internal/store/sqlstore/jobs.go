@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"strconv"
 	"strings"
@@ -17,7 +18,7 @@ import (
 const jobCols = `id, seq, config_name, config, dataloader, hf_token, target, worker_labels, gpu_count,
 	min_vram_gb, priority, max_retries, retries_used, timeout_seconds, status, attempt, worker_id, error,
 	progress, submitted_by, created_at, updated_at, started_at, ended_at, ack_deadline, cancel_deadline, whole_worker,
-	no_checkpoints`
+	no_checkpoints, team, preempted_by`
 
 func scanJob(r scanner, extra ...any) (store.Job, error) {
 	var j store.Job
@@ -26,7 +27,7 @@ func scanJob(r scanner, extra ...any) (store.Job, error) {
 		&j.MaxRetries, &j.RetriesUsed, &j.TimeoutSeconds, &j.Status, &j.Attempt, &j.WorkerID, &j.Error,
 		rawCol{&j.Progress}, &j.SubmittedBy, timeCol{&j.CreatedAt}, timeCol{&j.UpdatedAt},
 		nullTimeCol{&j.StartedAt}, nullTimeCol{&j.EndedAt}, nullTimeCol{&j.AckDeadline},
-		nullTimeCol{&j.CancelDeadline}, &j.WholeWorker, &j.NoCheckpoints}, extra...)
+		nullTimeCol{&j.CancelDeadline}, &j.WholeWorker, &j.NoCheckpoints, &j.Team, &j.PreemptedBy}, extra...)
 	err := r.Scan(dest...)
 	return j, err
 }
@@ -34,6 +35,15 @@ func scanJob(r scanner, extra ...any) (store.Job, error) {
 // InsertJob stores a new job and returns it with its Seq. Empty ID, Status and
 // CreatedAt default to a new ID, queued and now.
 func (s *Store) InsertJob(ctx context.Context, j store.Job, rec *audit.Record) (store.Job, error) {
+	return s.InsertTeamJob(ctx, j, 0, rec)
+}
+
+// InsertTeamJob is InsertJob within the team's queue limit (maxQueued > 0),
+// counted in the same transaction.
+func (s *Store) InsertTeamJob(ctx context.Context, j store.Job, maxQueued int, rec *audit.Record) (store.Job, error) {
+	if j.Team == "" {
+		j.Team = "default"
+	}
 	if j.ID == "" {
 		j.ID = protocol.NewJobID()
 	}
@@ -59,17 +69,26 @@ func (s *Store) InsertJob(ctx context.Context, j store.Job, rec *audit.Record) (
 	}
 	var emitted bool
 	err := s.write(ctx, func(c conn) error {
+		if maxQueued > 0 {
+			n, err := s.countQueuedOfTeam(ctx, c, j.Team)
+			if err != nil {
+				return err
+			}
+			if n >= maxQueued {
+				return fmt.Errorf("team %q has %d jobs queued, its max_queued is %d: %w", j.Team, n, maxQueued, store.ErrQueueFull)
+			}
+		}
 		args := []any{j.ID, j.ConfigName, rawArg(j.Config, "{}"), rawArg(j.Dataloader, nil), j.HFToken,
 			j.Target, labelsArg(j.WorkerLabels), j.GPUCount, j.MinVRAMGB, j.Priority, j.MaxRetries,
 			j.RetriesUsed, j.TimeoutSeconds, j.Status, j.Attempt, j.WorkerID, j.Error,
 			rawArg(j.Progress, nil), j.SubmittedBy, s.tv(j.CreatedAt), s.tv(j.UpdatedAt),
 			s.ntv(j.StartedAt), s.ntv(j.EndedAt), s.ntv(j.AckDeadline), s.ntv(j.CancelDeadline), j.WholeWorker,
-			j.NoCheckpoints}
+			j.NoCheckpoints, j.Team, j.PreemptedBy}
 		// seq comes from the engine: the column list is jobCols with seq moved last.
 		err := c.queryRow(ctx, `INSERT INTO jobs (id, config_name, config, dataloader, hf_token, target,
 			worker_labels, gpu_count, min_vram_gb, priority, max_retries, retries_used, timeout_seconds,
 			status, attempt, worker_id, error, progress, submitted_by, created_at, updated_at, started_at,
-			ended_at, ack_deadline, cancel_deadline, whole_worker, no_checkpoints, seq) VALUES (`+placeholders(len(args))+`, `+s.d.NextSeq+`)
+			ended_at, ack_deadline, cancel_deadline, whole_worker, no_checkpoints, team, preempted_by, seq) VALUES (`+placeholders(len(args))+`, `+s.d.NextSeq+`)
 			RETURNING seq`, args...).Scan(&j.Seq)
 		if err != nil {
 			return err

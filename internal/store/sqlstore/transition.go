@@ -46,10 +46,11 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 			args = append(args, v)
 		}
 		switch {
-		case t.To == protocol.JobQueued: // back in the queue: no worker, no lease
+		case t.To == protocol.JobQueued: // back in the queue: no worker, no lease, not being preempted
 			add("worker_id", "")
+			add("preempted_by", "")
 			set += ", ack_deadline = NULL, started_at = NULL"
-			out.WorkerID, out.AckDeadline, out.StartedAt = "", nil, nil
+			out.WorkerID, out.AckDeadline, out.StartedAt, out.PreemptedBy = "", nil, nil, ""
 		case t.To.Terminal():
 			add("ended_at", s.tv(at))
 			out.EndedAt = normTimePtr(&at)
@@ -69,6 +70,10 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 		if t.Progress != nil {
 			add("progress", rawArg(t.Progress, nil))
 			out.Progress = storedRaw(t.Progress)
+		}
+		if t.PreemptedBy != nil && t.To != protocol.JobQueued {
+			add("preempted_by", *t.PreemptedBy)
+			out.PreemptedBy = *t.PreemptedBy
 		}
 		if t.CancelDeadline != nil {
 			add("cancel_deadline", s.tv(*t.CancelDeadline))
@@ -97,6 +102,9 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 				return err
 			}
 			if err := s.freeWorker(ctx, c, attemptWorker, j.ID, j.Attempt); err != nil {
+				return err
+			}
+			if err := s.addTeamUsage(ctx, c, j, at, t.Usage); err != nil {
 				return err
 			}
 		}

@@ -33,7 +33,7 @@ func testJobRoundTrip(t *testing.T, s store.Store) {
 		Dataloader: json.RawMessage(`[{"id":"x"}]`), HFToken: "hf_secret", Target: protocol.TargetWorker,
 		WorkerLabels: map[string]string{"zone": "eu-*"}, GPUCount: 2, MinVRAMGB: 23.9, Priority: 7,
 		MaxRetries: 5, TimeoutSeconds: 3600, Status: protocol.JobQueued, Progress: json.RawMessage(`{"step":3}`),
-		SubmittedBy: "admin:tok", CreatedAt: t0, UpdatedAt: at(time.Second),
+		SubmittedBy: "admin:tok", Team: "nlp", CreatedAt: t0, UpdatedAt: at(time.Second),
 	}
 	got, err := s.InsertJob(t.Context(), j, rec("job.submit"))
 	noErr(t, err, "InsertJob")

@@ -20,8 +20,9 @@ const (
 	JobFailed    = "job.failed"
 	JobCancelled = "job.cancelled"
 	JobRequeued  = "job.requeued"
-	// JobPreempted is sent once jobs can be preempted: the job was stopped
-	// to make room for another and goes back to the queue.
+	// JobPreempted: the job's attempt was stopped to make room for another
+	// team's job (or one of higher priority) and the job is back in the
+	// queue.
 	JobPreempted = "job.preempted"
 	// CheckpointSaved is sent once jobs save checkpoints through the
 	// orchestrator.

@@ -1,0 +1,229 @@
+package fairshare
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+var now = time.Date(2030, 1, 10, 12, 0, 0, 0, time.UTC)
+
+// policy is two teams of equal share (and default), preemption on after a
+// minute of running.
+func policy(mod ...func(*config.Orchestrator)) Policy {
+	cfg := config.DefaultOrchestrator()
+	cfg.Teams = []config.TeamConfig{{Name: "flood", Share: 1}, {Name: "late", Share: 1}}
+	cfg.Jobs.MinRuntime.Duration = time.Minute
+	for _, m := range mod {
+		m(cfg)
+	}
+	// The default team takes no share of the fleet in these tests.
+	p := PolicyFrom(cfg)
+	for i := range p.Teams {
+		if p.Teams[i].Name == "default" {
+			p.Teams[i].Share = 1e-9
+		}
+	}
+	return p
+}
+
+func running(id, team, worker string, gpus int, startedAgo time.Duration) store.ActiveAttempt {
+	started := now.Add(-startedAgo)
+	return store.ActiveAttempt{JobID: id, Team: team, WorkerID: worker, Status: protocol.JobRunning, GPUs: gpus, StartedAt: &started}
+}
+
+func near(t *testing.T, got, want float64, what string) {
+	t.Helper()
+	if math.Abs(got-want) > 1e-6 {
+		t.Fatalf("%s = %v, want %v", what, got, want)
+	}
+}
+
+func TestDecayHalvesAtTheHalfLife(t *testing.T) {
+	near(t, Decay(100, 7*24*time.Hour, 7*24*time.Hour), 50, "one half-life")
+	near(t, Decay(100, 14*24*time.Hour, 7*24*time.Hour), 25, "two")
+	near(t, Decay(100, 0, time.Hour), 100, "now")
+	if got := DayAge("2030-01-10", now); got != 6*time.Hour {
+		t.Fatalf("today's usage is as old as the middle of its part so far: %v", got)
+	}
+	if got := DayAge("2030-01-09", now); got != 24*time.Hour {
+		t.Fatalf("yesterday's: %v", got)
+	}
+}
+
+func TestFactorIsShareAgainstUsage(t *testing.T) {
+	st := NewStanding(policy(), nil, nil, 16, now)
+	near(t, st.Team("flood").Factor, 1, "no usage at all")
+	days := []store.TeamDay{{Team: "flood", Day: "2030-01-10", GPUSeconds: 3600}}
+	st = NewStanding(policy(), days, nil, 16, now)
+	near(t, st.Team("late").Factor, 1, "a team that used nothing")
+	near(t, st.Team("flood").Factor, 0.25, "a team that used everything with half the share: 2^-2")
+	days = append(days, store.TeamDay{Team: "late", Day: "2030-01-10", GPUSeconds: 3600})
+	st = NewStanding(policy(), days, nil, 16, now)
+	near(t, st.Team("late").Factor, 0.5, "exactly its share")
+	// Running attempts count as used as they run.
+	st = NewStanding(policy(), nil, []store.ActiveAttempt{running("j1", "flood", "w1", 8, time.Hour)}, 16, now)
+	if st.Team("flood").Factor >= st.Team("late").Factor || st.Team("flood").RunningGPUs != 8 {
+		t.Fatalf("running usage: %+v", st.Team("flood"))
+	}
+}
+
+func TestOrderIsPriorityThenFactorThenSubmission(t *testing.T) {
+	days := []store.TeamDay{{Team: "flood", Day: "2030-01-10", GPUSeconds: 3600}}
+	st := NewStanding(policy(), days, nil, 16, now)
+	flood := store.QueuedJob{ID: "a", Team: "flood", Priority: 10, Seq: 1}
+	late := store.QueuedJob{ID: "b", Team: "late", Priority: 10, Seq: 2}
+	if !st.Before(late, flood) {
+		t.Fatal("within a priority, the team with the higher factor goes first")
+	}
+	flood.Priority = 11
+	if !st.Before(flood, late) {
+		t.Fatal("priority comes before fair share")
+	}
+	later := store.QueuedJob{ID: "c", Team: "late", Priority: 10, Seq: 3}
+	if !st.Before(late, later) || st.Before(later, late) {
+		t.Fatal("within a team, submission order")
+	}
+}
+
+func TestLimits(t *testing.T) {
+	p := policy(func(c *config.Orchestrator) { c.Teams[0].MaxGPUs = 4 })
+	st := NewStanding(p, nil, []store.ActiveAttempt{running("j1", "flood", "w1", 2, time.Hour)}, 16, now)
+	if st.OverLimit(store.QueuedJob{Team: "flood"}, 2) || !st.OverLimit(store.QueuedJob{Team: "flood"}, 3) {
+		t.Fatal("max_gpus 4 with 2 held: 2 more fit, 3 do not")
+	}
+	st.Took("flood", 2)
+	if !st.OverLimit(store.QueuedJob{Team: "flood"}, 1) {
+		t.Fatal("what the pass placed counts")
+	}
+	if st.OverLimit(store.QueuedJob{Team: "late"}, 16) {
+		t.Fatal("a team without max_gpus has no limit")
+	}
+}
+
+// fleet: two workers of 8 GPUs that run several jobs each, all held by
+// "flood": w1 runs four 2-GPU jobs started 4, 3, 2 and 1 hours ago, w2 one
+// 8-GPU job started 5 hours ago.
+func fleet() ([]store.ActiveAttempt, []Host) {
+	w1 := []store.ActiveAttempt{
+		running("old", "flood", "w1", 2, 4*time.Hour), running("mid", "flood", "w1", 2, 3*time.Hour),
+		running("new", "flood", "w1", 2, 2*time.Hour), running("newest", "flood", "w1", 2, time.Hour),
+	}
+	w2 := []store.ActiveAttempt{running("big", "flood", "w2", 8, 5*time.Hour)}
+	hosts := []Host{{WorkerID: "w1", GPUs: 8, SharesGPUs: true, Running: w1}, {WorkerID: "w2", GPUs: 8, SharesGPUs: true, Running: w2}}
+	return append(append([]store.ActiveAttempt{}, w1...), w2...), hosts
+}
+
+func victimIDs(c Choice) []string {
+	var out []string
+	for _, v := range c.Victims {
+		out = append(out, v.JobID)
+	}
+	return out
+}
+
+func TestVictimsAreTheFewestMostRecentlyStarted(t *testing.T) {
+	active, hosts := fleet()
+	usage := []store.TeamDay{{Team: "flood", Day: "2030-01-10", GPUSeconds: 36000}}
+	st := NewStanding(policy(), usage, active, 16, now)
+	// On w1, 4 GPUs are two of its 2-GPU jobs: the two started last.
+	c, ok := st.Victims(store.QueuedJob{ID: "j_late", Team: "late", GPUCount: 4}, hosts[:1])
+	if !ok || c.WorkerID != "w1" || len(c.Victims) != 2 || victimIDs(c)[0] != "newest" || victimIDs(c)[1] != "new" {
+		t.Fatalf("for 4 GPUs on w1: %+v %v; want the two newest 2-GPU jobs", victimIDs(c), ok)
+	}
+	if c.Why != "team late under its share" {
+		t.Fatalf("why = %q", c.Why)
+	}
+	// With w2 too, one victim there beats two on w1.
+	c, ok = st.Victims(store.QueuedJob{ID: "j_late", Team: "late", GPUCount: 4}, hosts)
+	if !ok || c.WorkerID != "w2" || len(c.Victims) != 1 {
+		t.Fatalf("for 4 GPUs: %s %v %v; want the one job on w2", c.WorkerID, victimIDs(c), ok)
+	}
+	// Between two workers needing as many victims, the one whose victims
+	// started last.
+	hosts[1].Running = []store.ActiveAttempt{running("a", "flood", "w2", 2, 30*time.Minute),
+		running("b", "flood", "w2", 2, 20*time.Minute), running("c", "flood", "w2", 4, 10*time.Hour)}
+	active = append(active[:4], hosts[1].Running...)
+	st = NewStanding(policy(), usage, active, 16, now)
+	c, ok = st.Victims(store.QueuedJob{ID: "j_late", Team: "late", GPUCount: 4}, hosts)
+	if !ok || c.WorkerID != "w2" || len(c.Victims) != 2 || victimIDs(c)[0] != "b" {
+		t.Fatalf("tie: %s %v %v; want jobs b and a on w2", c.WorkerID, victimIDs(c), ok)
+	}
+	// A job that takes a worker whole needs every job there to go.
+	c, ok = st.Victims(store.QueuedJob{ID: "j_late", Team: "late", WholeWorker: true}, hosts)
+	if !ok || c.WorkerID != "w2" {
+		t.Fatalf("whole worker: %s %v", c.WorkerID, ok)
+	}
+}
+
+func TestNoPreemptionAgainstTheRules(t *testing.T) {
+	active, hosts := fleet()
+	heavy := []store.TeamDay{{Team: "flood", Day: "2030-01-10", GPUSeconds: 36000}}
+	cases := []struct {
+		name string
+		job  store.QueuedJob
+		p    Policy
+		days []store.TeamDay
+	}{
+		{"same team", store.QueuedJob{Team: "flood", GPUCount: 2, Priority: 50}, policy(), heavy},
+		{"the waiting team used more", store.QueuedJob{Team: "late", GPUCount: 2},
+			policy(), []store.TeamDay{{Team: "late", Day: "2030-01-10", GPUSeconds: 1e9}}},
+		{"lower priority than the victims", store.QueuedJob{Team: "late", GPUCount: 2, Priority: -1}, policy(), heavy},
+		{"victims ran less than min_runtime", store.QueuedJob{Team: "late", GPUCount: 2},
+			policy(func(c *config.Orchestrator) { c.Jobs.MinRuntime.Duration = 10 * time.Hour }), heavy},
+		{"the waiting team is at its own max_gpus", store.QueuedJob{Team: "late", GPUCount: 2},
+			policy(func(c *config.Orchestrator) { c.Teams[1].MaxGPUs = 0; c.Teams[1].Share = 1e-6 }), heavy},
+	}
+	for _, tc := range cases {
+		st := NewStanding(tc.p, tc.days, active, 16, now)
+		if c, ok := st.Victims(tc.job, hosts); ok {
+			t.Errorf("%s: preempted %v on %s", tc.name, victimIDs(c), c.WorkerID)
+		}
+	}
+}
+
+func TestPreemptionStopsAtTheVictimsShare(t *testing.T) {
+	active, hosts := fleet()
+	usage := []store.TeamDay{{Team: "flood", Day: "2030-01-10", GPUSeconds: 36000}}
+	st := NewStanding(policy(), usage, active, 16, now)
+	// flood holds 16 and keeps 8: 4 GPUs go for the first job, 4 more for
+	// the second, and then no more.
+	for i, want := range []bool{true, true, false} {
+		c, ok := st.Victims(store.QueuedJob{Team: "late", GPUCount: 4}, hosts[:1])
+		if ok != want {
+			t.Fatalf("round %d: ok = %v, want %v (%v)", i, ok, want, victimIDs(c))
+		}
+		for _, v := range c.Victims {
+			st.Leaving(v)
+			hosts[0].Running = removeJob(hosts[0].Running, v.JobID)
+			hosts[0].FreeGPUs += 0 // the GPUs stay held until the attempt ends
+		}
+		st.Took("late", 4)
+	}
+}
+
+func removeJob(as []store.ActiveAttempt, id string) []store.ActiveAttempt {
+	var out []store.ActiveAttempt
+	for _, a := range as {
+		if a.JobID != id {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func TestBorrowedGPUsAreGivenBack(t *testing.T) {
+	// flood may hold 4 GPUs but borrowed 16; late used more than flood, so
+	// only the borrowing makes flood's jobs fair game — and only down to 4.
+	active, hosts := fleet()
+	p := policy(func(c *config.Orchestrator) { c.Teams[0].MaxGPUs, c.Teams[0].Borrow = 4, true })
+	st := NewStanding(p, nil, active, 16, now)
+	c, ok := st.Victims(store.QueuedJob{Team: "late", GPUCount: 8}, hosts)
+	if !ok || len(c.Victims) != 1 || c.Victims[0].JobID != "big" {
+		t.Fatalf("borrowed GPUs: %v %v", victimIDs(c), ok)
+	}
+}

@@ -1,0 +1,224 @@
+package orchestrator
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/fairshare"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/placement"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store/sqlstore"
+)
+
+// This file gives the scheduler the teams' standing (package fairshare) and
+// carries out its preemptions.
+
+// preemptWeighed is how many jobs that found no room one pass weighs for
+// preemption.
+const preemptWeighed = 16
+
+// usageRefresh is how long the teams' usage of past days is reused between
+// passes: it changes slowly, and reading it on every pass would be waste.
+const usageRefresh = 10 * time.Second
+
+// teamsNow is what a pass knows of the teams.
+type teamsNow struct {
+	st     *fairshare.Standing
+	active []store.ActiveAttempt
+	// preempt: this pass may preempt (on, due, and no earlier preemption
+	// still under way).
+	preempt bool
+}
+
+// teamCache holds what passes reuse: the policy with the teams that have
+// jobs, computed once per configuration; the usage of past days, for
+// usageRefresh; and when preemption was last weighed.
+type teamCache struct {
+	mu          sync.Mutex
+	forOptions  *Options
+	policy      fairshare.Policy
+	readAt      time.Time
+	days        []store.TeamDay
+	lastPreempt time.Time
+}
+
+// teamPolicy is the configured teams plus those that still have jobs
+// though the configuration no longer names them (so that their jobs are
+// read and run), refreshed when the configuration changes.
+func (s *Server) teamPolicy(ctx context.Context) fairshare.Policy {
+	opt := s.opt.Load()
+	c := &s.teams
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.forOptions != opt {
+		names, err := s.store.TeamsWithJobs(ctx)
+		if err != nil {
+			return opt.Teams
+		}
+		c.forOptions, c.policy = opt, opt.Teams.With(names)
+	}
+	return c.policy
+}
+
+// teamsNow takes the teams' standing for a pass; nil when teams change
+// nothing (one team, no GPU limit).
+func (s *Server) teamsNow(ctx context.Context) *teamsNow {
+	p := s.teamPolicy(ctx)
+	if !p.Active() {
+		return nil
+	}
+	now := time.Now().UTC()
+	active, err := s.store.ListActiveAttempts(ctx)
+	if err != nil {
+		return nil
+	}
+	preempt := p.Preemption && !slices.ContainsFunc(active, func(a store.ActiveAttempt) bool { return a.Preempting }) &&
+		s.preemptionDue(now)
+	// Only preemption weighs the teams' holdings against the fleet's size.
+	fleet := 0
+	if preempt {
+		if fleet, err = s.fleetGPUs(ctx); err != nil {
+			preempt = false
+		}
+	}
+	return &teamsNow{st: fairshare.NewStanding(p, s.pastUsage(ctx, p, now), active, fleet, now), active: active, preempt: preempt}
+}
+
+// pastUsage returns the teams' usage by day over the days that still weigh
+// (ten half-lives, at most 400 days), read at most every usageRefresh.
+func (s *Server) pastUsage(ctx context.Context, p fairshare.Policy, now time.Time) []store.TeamDay {
+	c := &s.teams
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now.Sub(c.readAt) < usageRefresh {
+		return c.days
+	}
+	from := now.Add(-min(10*p.HalfLife, 400*24*time.Hour)).Format(sqlstore.DayFormat)
+	if days, err := s.store.TeamUsage(ctx, from); err == nil {
+		c.readAt, c.days = now, days
+	}
+	return c.days
+}
+
+// fleetGPUs counts the GPUs of the workers not offline.
+func (s *Server) fleetGPUs(ctx context.Context) (int, error) {
+	groups, err := s.store.SummarizeWorkers(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, g := range groups {
+		if g.Status != protocol.WorkerOffline {
+			n += g.Count * g.GPUInfo.Count
+		}
+	}
+	return n, nil
+}
+
+// preemptionDue reports whether a pass may weigh preemption now: at most
+// once a second (or scheduler interval, if shorter), so that a busy queue
+// does not read the running jobs' workers on every pass.
+func (s *Server) preemptionDue(now time.Time) bool {
+	c := &s.teams
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now.Sub(c.lastPreempt) < min(s.options().SchedulerInterval, time.Second) {
+		return false
+	}
+	c.lastPreempt = now
+	return true
+}
+
+// preemptFor weighs the waiting jobs, in queue order, for preemption: for
+// each, the fewest and most recently started running jobs it may stop on
+// one worker (package fairshare), each worker for one waiting job. The
+// worker held for a job ahead in the queue is left to it; the first worker
+// freed for a job is held for that job, so that what is freed goes to it.
+func (s *Server) preemptFor(ctx context.Context, teams *teamsNow, waiting []store.QueuedJob) {
+	byWorker := map[string][]store.ActiveAttempt{}
+	for _, a := range teams.active {
+		byWorker[a.WorkerID] = append(byWorker[a.WorkerID], a)
+	}
+	ids := make([]string, 0, len(byWorker))
+	for id := range byWorker {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	workers, err := s.store.GetWorkers(ctx, ids)
+	if err != nil || len(workers) == 0 {
+		return
+	}
+	slices.SortFunc(workers, func(a, b store.Worker) int { return strings.Compare(a.ID, b.ID) })
+	res := s.reservation()
+	taken, ahead := map[string]bool{}, map[string]bool{}
+	for _, j := range waiting {
+		heldForAhead := res.JobID != "" && res.JobID != j.ID && ahead[res.JobID]
+		ahead[j.ID] = true
+		var hosts []fairshare.Host
+		for _, w := range workers {
+			if taken[w.ID] || !lifecycle.Working(w.Status) || !placement.Matches(j, w) ||
+				(heldForAhead && res.WorkerID == w.ID) {
+				continue
+			}
+			hosts = append(hosts, fairshare.Host{WorkerID: w.ID, GPUs: max(w.GPUInfo.Count-len(w.GPUConditions), 0),
+				FreeGPUs: w.FreeUsableGPUs(), SharesGPUs: w.SharesGPUs(), Running: byWorker[w.ID]})
+		}
+		c, ok := teams.st.Victims(j, hosts)
+		if !ok {
+			continue
+		}
+		taken[c.WorkerID] = true
+		if res.JobID == "" || !ahead[res.JobID] || res.JobID == j.ID {
+			res = placement.Reservation{JobID: j.ID, WorkerID: c.WorkerID}
+			s.setReservation(res)
+		}
+		h := hosts[slices.IndexFunc(hosts, func(h fairshare.Host) bool { return h.WorkerID == c.WorkerID })]
+		teams.st.Took(j.Team, fairshare.JobGPUs(j, h.GPUs))
+		for _, v := range c.Victims {
+			teams.st.Leaving(v)
+			s.preempt(ctx, v, j.ID, c.Why)
+		}
+	}
+}
+
+// preempt stops a running attempt for job forJob: the job moves to
+// canceling with the reason, its worker is told to stop it as for a
+// cancel, and when the attempt ends the job is requeued without spending a
+// retry (lifecycle.OnPreempt).
+func (s *Server) preempt(ctx context.Context, v store.ActiveAttempt, forJob, why string) {
+	opt := s.options()
+	by := forJob + " (" + why + ")"
+	nj, changed, err := s.moveJob(ctx, v.JobID, func(cur store.Job) (*store.JobTransition, error) {
+		if cur.WorkerID != v.WorkerID || cur.PreemptedBy != "" {
+			return nil, nil
+		}
+		st, ok := lifecycle.OnPreempt(cur.Facts())
+		if !ok {
+			return nil, nil
+		}
+		t := step(st, cur, "system", "", map[string]any{"preempted_for": forJob, "reason": why})
+		t.ExpectWorker, t.PreemptedBy = cur.WorkerID, &by
+		deadline := time.Now().UTC().Add(s.cancelGrace(ctx, cur.WorkerID) + opt.CancelReportTimeout)
+		t.CancelDeadline = &deadline
+		return t, nil
+	})
+	if err != nil {
+		if !s.logDiskFullOnce(err) {
+			s.log.Warn("preemption failed", "job_id", v.JobID, "for_job", forJob, "err", err)
+		}
+		return
+	}
+	if !changed {
+		return
+	}
+	s.metrics.Preemptions.Add(1)
+	s.log.Info("job preempted", "job_id", nj.ID, "attempt", nj.Attempt, "worker_id", nj.WorkerID, "team", nj.Team,
+		"for_job", forJob, "reason", why)
+	s.sendToWorker(nj.WorkerID, protocol.EventJobCancel, protocol.JobCancelEvent{
+		Type: protocol.EventJobCancel, JobID: nj.ID, Attempt: nj.Attempt, GraceSeconds: opt.CancelGrace.Seconds()})
+}

@@ -1,0 +1,177 @@
+package orchestrator
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/fairshare"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
+)
+
+// withTeams configures the teams flood and late with equal shares (the
+// default team with almost none), preemption on from the first second of
+// running, and mod's changes.
+func withTeams(mod ...func(*config.Orchestrator)) func(*Options) {
+	return func(o *Options) {
+		cfg := config.DefaultOrchestrator()
+		cfg.Teams = []config.TeamConfig{{Name: "flood", Share: 1}, {Name: "late", Share: 1}, {Name: "default", Share: 0.001}}
+		cfg.Jobs.MinRuntime.Duration = 0
+		for _, m := range mod {
+			m(cfg)
+		}
+		o.Teams = fairshare.PolicyFrom(cfg)
+	}
+}
+
+// teamToken creates an admin token of team with every scope.
+func (e *env) teamToken(team string) string {
+	e.t.Helper()
+	r := e.must(e.adminDo("POST", "/api/admin/tokens", map[string]any{"name": team + "-ci", "scopes": []string{"*"}, "team": team}), 201)
+	if r.JSON["team"] != team {
+		e.t.Fatalf("token's team: %s", r.Body)
+	}
+	return r.JSON["token"].(string)
+}
+
+// submitAs submits a job as SimpleTuner's documentation shows it (no GPU
+// count) with token.
+func (e *env) submitAs(token string, body map[string]any) resp {
+	e.t.Helper()
+	if body == nil {
+		body = map[string]any{}
+	}
+	body["config"] = map[string]any{"model_type": "lora"}
+	return e.do("POST", "/api/queue/submit", map[string]string{"Authorization": "Bearer " + token}, body)
+}
+
+var oneGPU = map[string]any{"name": "NVIDIA H100", "count": 1, "vram_gb": 80}
+
+// The late team's job stops the flood team's most recently started job,
+// which goes back to the queue without spending a retry, with the reason in
+// its history; the late job runs on the freed worker.
+func TestPreemptionForATeamUnderItsShare(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t), withTeams())
+		flood, late := e.teamToken("flood"), e.teamToken("late")
+		a := e.startAgent("a", nil, oneGPU)
+		b := e.startAgent("b", nil, oneGPU)
+		// Each worker gets a flood job; b's is acknowledged last.
+		floods := e.runOnEach(flood, a, b)
+		// A third flood job waits behind them.
+		e.must(e.submitAs(flood, nil), 201)
+		lateJob := e.must(e.submitAs(late, nil), 201).JSON["job_id"].(string)
+
+		// b's job started last: it is the victim.
+		ev := b.next("job_cancel", 5*time.Second)
+		if ev["job_id"] != floods[1] {
+			t.Fatalf("job_cancel for %v, want the most recently started %s", ev["job_id"], floods[1])
+		}
+		a.noEvent("job_cancel", 300*time.Millisecond)
+		e.must(b.report(floods[1], "cancelled", nil), 200)
+		if ev := b.next("job_submit", 5*time.Second); ev["job_id"] != lateJob {
+			t.Fatalf("the freed worker got %v, want the late team's %s", ev["job_id"], lateJob)
+		}
+		j := e.job(floods[1])
+		if j["status"] != "queued" || j["retries_used"] != float64(0) || j["team"] != "flood" {
+			t.Fatalf("preempted job: %v", j)
+		}
+		if msg, _ := j["error_message"].(string); !strings.Contains(msg, "preempted by "+lateJob+" (team late under its share)") {
+			t.Fatalf("preempted job's history: %q", msg)
+		}
+		attempts := j["attempts"].([]any)
+		if out := attempts[0].(map[string]any)["outcome"]; out != "preempted" {
+			t.Fatalf("attempt outcome %v", out)
+		}
+		if m := e.metrics(); m["simpletuner_preemptions_total"] != 1 {
+			t.Fatalf("preemptions metric %v", m["simpletuner_preemptions_total"])
+		}
+		// Each team now holds its share: nothing more is preempted.
+		e.must(e.submitAs(late, nil), 201)
+		a.noEvent("job_cancel", 500*time.Millisecond)
+
+		u := e.must(e.adminDo("GET", "/api/admin/usage", nil), 200).JSON
+		teams := map[string]map[string]any{}
+		for _, t := range u["teams"].([]any) {
+			tm := t.(map[string]any)
+			teams[tm["team"].(string)] = tm
+		}
+		if teams["flood"]["running_gpus"] != float64(1) || teams["late"]["running_gpus"] != float64(1) ||
+			teams["flood"]["queued_jobs"] != float64(2) || u["fleet_gpus"] != float64(2) {
+			t.Fatalf("usage: %v", u)
+		}
+	})
+}
+
+// Teams' limits and bad input: an unknown team on a token, a job larger
+// than its team's max_gpus, a queue past max_queued.
+func TestTeamLimits(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t), withTeams(func(c *config.Orchestrator) {
+		c.Teams[0].MaxQueued, c.Teams[0].MaxGPUs = 2, 1
+	}))
+	r := e.adminDo("POST", "/api/admin/tokens", map[string]any{"name": "x", "scopes": []string{"*"}, "team": "nope"})
+	if r.Status != http.StatusUnprocessableEntity || !strings.Contains(r.JSON["detail"].(string), `unknown team "nope"`) {
+		t.Fatalf("unknown team: %d %s", r.Status, r.Body)
+	}
+	flood := e.teamToken("flood")
+	r = e.submitAs(flood, map[string]any{"gpu_count": 2})
+	if r.Status != http.StatusUnprocessableEntity || !strings.Contains(r.JSON["detail"].(string), "at most 1") {
+		t.Fatalf("over max_gpus: %d %s", r.Status, r.Body)
+	}
+	for range 2 {
+		e.must(e.submitAs(flood, map[string]any{"gpu_count": 1}), 201)
+	}
+	r = e.submitAs(flood, map[string]any{"gpu_count": 1})
+	if r.Status != http.StatusTooManyRequests || !strings.Contains(r.JSON["detail"].(string), "max_queued") {
+		t.Fatalf("over max_queued: %d %s", r.Status, r.Body)
+	}
+	// With one GPU held, the next flood job waits with its team's reason.
+	a := e.startAgent("a", nil, oneGPU)
+	ev := a.next("job_submit", 5*time.Second)
+	e.must(a.report(ev["job_id"].(string), "running", nil), 200)
+	jobs := e.must(e.adminDo("GET", "/api/queue?status=queued&waiting=1", nil), 200).JSON["entries"].([]any)
+	if len(jobs) != 1 || jobs[0].(map[string]any)["waiting_reason"] != "team_gpu_limit" {
+		t.Fatalf("waiting: %v", jobs)
+	}
+}
+
+// runOnEach submits a job as token for each agent, each of which takes one
+// (whole-worker jobs), and acknowledges them in the agents' order.
+func (e *env) runOnEach(token string, agents ...*agent) []string {
+	e.t.Helper()
+	for range agents {
+		e.must(e.submitAs(token, nil), 201)
+	}
+	var ids []string
+	for _, w := range agents {
+		id := w.next("job_submit", 5*time.Second)["job_id"].(string)
+		e.must(w.report(id, "running", nil), 200)
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// A preempted job whose worker dies while it stops is requeued once.
+func TestPreemptedJobsWorkerDiesDuringGrace(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t), withTeams())
+	flood, late := e.teamToken("flood"), e.teamToken("late")
+	a := e.startAgent("a", nil, oneGPU)
+	b := e.startAgent("b", nil, oneGPU)
+	id := e.runOnEach(flood, a, b)[1]
+	e.must(e.submitAs(late, nil), 201)
+	b.next("job_cancel", 5*time.Second)
+	b.silence()
+	b.cancel()
+	testutil.Eventually(t, 10*time.Second, "requeued", func() bool { return e.job(id)["status"] == "queued" })
+	j := e.job(id)
+	attempts := j["attempts"].([]any)
+	if len(attempts) != 1 || attempts[0].(map[string]any)["outcome"] != "preempted" || j["retries_used"] != float64(0) {
+		t.Fatalf("after the worker died: %v", j)
+	}
+}
