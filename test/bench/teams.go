@@ -476,9 +476,13 @@ func printTeams(gf gpuFlags, rs []teamsResult) {
 		work[j.Team] += float64(j.GPUs) * j.Seconds
 		jobs[j.Team]++
 	}
-	fmt.Printf("\nteams: %d workers × %d GPUs; team flood submits %d jobs (%.0f GPU-s) at 0 s, team late %d jobs (%.0f GPU-s) from %.0f s; shares 50/50 (seed %d, scale %g); a job keeps a checkpoint every %g s of its run; min_runtime %s, cancel_grace %s\n\n",
+	timers := "" // another scheduler's are its own
+	if gf.analyze == "" {
+		timers = fmt.Sprintf("; min_runtime %s, cancel_grace %s", gf.teams.minRuntime, gf.teams.grace)
+	}
+	fmt.Printf("\nteams: %d workers × %d GPUs; team flood submits %d jobs (%.0f GPU-s) at 0 s, team late %d jobs (%.0f GPU-s) from %.0f s; shares 50/50 (seed %d, scale %g); a job keeps a checkpoint every %g s of its run%s\n\n",
 		gf.workers, gf.perHost, jobs[teamFlood], work[teamFlood], jobs[teamLate], work[teamLate], 6*gf.scale, gf.seed, gf.scale,
-		gf.teams.checkpoint, gf.teams.minRuntime, gf.teams.grace)
+		gf.teams.checkpoint, timers)
 	fmt.Println("| scheduler | late team's wait for its first GPU (mean over its jobs) | GPU-hours while both teams have work: flood / late (part of the GPUs used; shares 50 / 50 %) | preemptions | GPU-time redone (held − work) | ideal ÷ makespan (makespan, ideal) | load before |")
 	fmt.Println("|---|---|---|---|---|---|---|")
 	for _, r := range rs {

@@ -149,7 +149,9 @@ judge_teams() {
 	by_sacct=$(grep -c '|PREEMPTED|' "$OUT/sacct.txt" || true)
 	by_jobs=$(jq '[.[].preempted // 0] | add' "$OUT/records.json")
 	version=$(sinfo -V | awk '{print $2}')
-	label=${LABEL:-slurm-$version-fairshare$([ "$preempt" = 1 ] && echo -preempt-qos)}
+	label=slurm-$version-fairshare
+	[ "$preempt" = 1 ] && label+=-preempt-qos
+	label=${LABEL:-$label}
 	cp "$OUT/records.json" "$OUT/$label.json"
 	{
 		echo "load before: $load; machine: $(nproc) cores, $(. /etc/os-release && echo "$PRETTY_NAME")"
