@@ -374,10 +374,15 @@ func readRecords(path string) ([]jobRecord, error) {
 	return recs, nil
 }
 
-// analyzeRecords judges another scheduler's records of the same trace.
-func analyzeRecords(gf gpuFlags, recs []jobRecord) (gpuResult, error) {
+// analyzeRecords judges another scheduler's records of the same trace,
+// from the file path; the row is named after the file.
+func analyzeRecords(gf gpuFlags, path string) (gpuResult, error) {
+	recs, err := readRecords(path)
+	if err != nil {
+		return gpuResult{}, err
+	}
 	trace := makeTrace(gf.jobs, gf.seed, gf.workers*gf.perHost, gf.scale)
-	return judge(strings.TrimSuffix(filepath.Base(gf.analyze), ".json"), trace, recs, gf.workers*gf.perHost)
+	return judge(strings.TrimSuffix(filepath.Base(path), ".json"), trace, recs, gf.workers*gf.perHost)
 }
 
 func printGPUs(gf gpuFlags, rs []gpuResult) {

@@ -109,7 +109,7 @@ func main() {
 	flag.Uint64Var(&f.gpus.seed, "gpu-seed", 1, "seed of the GPU packing trace")
 	flag.Float64Var(&f.gpus.scale, "gpu-scale", 1, "stretch every time of the GPU packing trace by this factor")
 	flag.StringVar(&f.gpus.traceOut, "gpu-trace-out", "", "write the GPU packing trace as JSON to this file and exit (to replay it on another scheduler)")
-	flag.StringVar(&f.gpus.analyze, "gpu-analyze", "", "judge another scheduler's run of the trace (JSON: [{id, gpus, submit_s, start_s, end_s}]) and exit")
+	flag.StringVar(&f.gpus.analyze, "gpu-analyze", "", "judge other schedulers' runs of the trace (JSON: [{id, gpus, submit_s, start_s, end_s}]; several files comma-separated, one row each) and exit")
 	flag.BoolVar(&f.gpus.teams.on, "gpu-teams", false, "replay (with -gpu-trace-out: write; with -gpu-analyze: judge) the two-team trace instead: team flood fills the fleet at 0 s, team late submits 6 s later, shares 50/50; -gpu-jobs is then unused")
 	flag.StringVar(&f.gpus.teams.modes, "gpu-teams-modes", "preempt,no-preempt,one-team", "orchestrator configurations the two-team trace runs on, comma-separated: preempt (teams, preemption on), no-preempt (teams, preemption off), one-team (no teams: today's FIFO)")
 	flag.Float64Var(&f.gpus.teams.checkpoint, "gpu-teams-checkpoint", 5, "seconds of a two-team trace job's run between its checkpoints (a preempted job resumes from its last)")
@@ -146,24 +146,27 @@ func main() {
 			log.Fatal(err)
 		}
 		return
-	case f.gpus.analyze != "":
-		recs, err := readRecords(f.gpus.analyze)
-		if err != nil {
-			log.Fatal(err)
-		}
-		if f.gpus.teams.on {
-			r, err := analyzeTeams(f.gpus, recs)
+	case f.gpus.analyze != "" && f.gpus.teams.on:
+		var rs []teamsResult
+		for _, path := range strings.Split(f.gpus.analyze, ",") {
+			r, err := analyzeTeams(f.gpus, path)
 			if err != nil {
 				log.Fatal(err)
 			}
-			printTeams(f.gpus, []teamsResult{r})
-			return
+			rs = append(rs, r)
 		}
-		r, err := analyzeRecords(f.gpus, recs)
-		if err != nil {
-			log.Fatal(err)
+		printTeams(f.gpus, rs)
+		return
+	case f.gpus.analyze != "":
+		var rs []gpuResult
+		for _, path := range strings.Split(f.gpus.analyze, ",") {
+			r, err := analyzeRecords(f.gpus, path)
+			if err != nil {
+				log.Fatal(err)
+			}
+			rs = append(rs, r)
 		}
-		printGPUs(f.gpus, []gpuResult{r})
+		printGPUs(f.gpus, rs)
 		return
 	}
 	only := f.launchOnly || f.gpus.only || f.dashboardOnly || f.webhooks.only

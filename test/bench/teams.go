@@ -450,10 +450,15 @@ func holding(recs []jobRecord, t float64) (map[string]float64, map[string]bool) 
 	return held, working
 }
 
-// analyzeTeams judges another scheduler's records of the two-team trace.
-func analyzeTeams(gf gpuFlags, recs []jobRecord) (teamsResult, error) {
+// analyzeTeams judges a run's records of the two-team trace, from the file
+// path; the row is named after the file.
+func analyzeTeams(gf gpuFlags, path string) (teamsResult, error) {
+	recs, err := readRecords(path)
+	if err != nil {
+		return teamsResult{}, err
+	}
 	trace := makeTeamsTrace(gf.seed, gf.workers*gf.perHost, gf.scale)
-	return judgeTeams(strings.TrimSuffix(filepath.Base(gf.analyze), ".json"), trace, recs, gf.workers*gf.perHost)
+	return judgeTeams(strings.TrimSuffix(filepath.Base(path), ".json"), trace, recs, gf.workers*gf.perHost)
 }
 
 // writeTeamsTrace writes the two-team trace as JSON for another scheduler.
@@ -483,13 +488,13 @@ func printTeams(gf gpuFlags, rs []teamsResult) {
 	fmt.Printf("\nteams: %d workers × %d GPUs; team flood submits %d jobs (%.0f GPU-s) at 0 s, team late %d jobs (%.0f GPU-s) from %.0f s; shares 50/50 (seed %d, scale %g); a job keeps a checkpoint every %g s of its run%s\n\n",
 		gf.workers, gf.perHost, jobs[teamFlood], work[teamFlood], jobs[teamLate], work[teamLate], 6*gf.scale, gf.seed, gf.scale,
 		gf.teams.checkpoint, timers)
-	fmt.Println("| scheduler | late team's wait for its first GPU (mean over its jobs) | GPU-hours while both teams have work: flood / late (part of the GPUs used; shares 50 / 50 %) | preemptions | GPU-time redone (held − work) | ideal ÷ makespan (makespan, ideal) | load before |")
-	fmt.Println("|---|---|---|---|---|---|---|")
+	fmt.Println("| scheduler | late team's wait for its first GPU (mean over its jobs) | GPU-hours while both teams have work: flood / late (part of the GPUs used; shares 50 / 50 %) | GPUs held then ÷ fleet | preemptions | GPU-time redone (held − work) | ideal ÷ makespan (makespan, ideal) | load before |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
 	for _, r := range rs {
 		used := r.busyGPUs[teamFlood] + r.busyGPUs[teamLate]
-		fmt.Printf("| %s | %.1f s (%.1f s) | %.3f / %.3f GPU-h (%.0f / %.0f %%) over %.0f s | %d | %.0f GPU-s (%.1f %%) | %.1f %% (%.1f s, %.1f s) | %s |\n",
+		fmt.Printf("| %s | %.1f s (%.1f s) | %.3f / %.3f GPU-h (%.0f / %.0f %%) over %.0f s | %.1f %% | %d | %.0f GPU-s (%.1f %%) | %.1f %% (%.1f s, %.1f s) | %s |\n",
 			r.scheduler, r.lateWait, r.lateWaitMean, r.busyGPUs[teamFlood]/3600, r.busyGPUs[teamLate]/3600,
-			100*r.busyGPUs[teamFlood]/used, 100*r.busyGPUs[teamLate]/used, r.busy, r.preemptions,
+			100*r.busyGPUs[teamFlood]/used, 100*r.busyGPUs[teamLate]/used, r.busy, 100*used/(float64(gf.workers*gf.perHost)*r.busy), r.preemptions,
 			r.heldGPUs-r.workGPUs, 100*(r.heldGPUs-r.workGPUs)/r.workGPUs, 100*r.idealSpan/r.makespan, r.makespan, r.idealSpan, r.load)
 	}
 	fmt.Println("\nGPU time over the run, per tenth of each run's makespan: part of the fleet's GPUs held by flood / late")
