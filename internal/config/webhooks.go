@@ -93,7 +93,10 @@ func (l *loader) validateWebhooks(c *Orchestrator) {
 		return
 	}
 	guard := d.WebhookGuard()
-	var names []string
+	var names, teams []string
+	for _, t := range c.Teams {
+		teams = append(teams, t.Name)
+	}
 	for i := range c.Webhooks {
 		w := &c.Webhooks[i]
 		at := func(format string, args ...any) { l.entryErrf("webhooks", i, format, args...) }
@@ -114,7 +117,7 @@ func (l *loader) validateWebhooks(c *Orchestrator) {
 				at("events: %v", err)
 			}
 		}
-		if err := spec.CheckTeam(w.Team); err != nil {
+		if err := spec.CheckTeam(w.Team, teams); err != nil {
 			at("team: %v", err)
 		}
 		if w.Format != "" { // "" is json

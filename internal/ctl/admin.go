@@ -25,6 +25,8 @@ func (a *app) adminCommands() []*cobra.Command {
 		group("tokens", "List, create and revoke admin tokens", a.tokensListCommand(), a.tokensCreateCommand(), a.tokensRevokeCommand()),
 		a.auditCommand(),
 		a.webhooksCommand(),
+		a.usageCommand(),
+		a.whoamiCommand(),
 		a.statusCommand(),
 	}
 }
@@ -58,16 +60,17 @@ func (a *app) tokensListCommand() *cobra.Command {
 
 func (a *app) tokensCreateCommand() *cobra.Command {
 	var (
-		name   string
-		scopes []string
+		name, team string
+		scopes     []string
 	)
 	cmd := &cobra.Command{
-		Use:   "create --name NAME --scope SCOPE...",
+		Use:   "create --name NAME --scope SCOPE... [--team TEAM]",
 		Short: "Create an admin token and print it (once)",
 		Long: `Create an admin token. The token alone goes to standard output, once, so that
 it can be captured: TOKEN=$(simpletunerctl tokens create --name ci --scope queue.submit).
 Scopes: admin.workers, admin.audit, admin.webhooks, queue.submit, queue.view,
-queue.cancel, queue.manage, * (everything).`,
+queue.cancel, queue.manage, * (everything). --team puts the token's jobs in a
+team of [[teams]] (its share and limits); without it, the default team.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(name) == "" {
@@ -90,7 +93,7 @@ queue.cancel, queue.manage, * (everything).`,
 			}
 			var reply api.TokenCreated
 			raw, err := cl.JSON(cmd.Context(), client.Request{Method: http.MethodPost, Path: "/api/admin/tokens",
-				Body: api.CreateToken{Name: name, Scopes: list}}, &reply)
+				Body: api.CreateToken{Name: name, Scopes: list, Team: strings.TrimSpace(team)}}, &reply)
 			if err != nil {
 				return err
 			}
@@ -98,12 +101,15 @@ queue.cancel, queue.manage, * (everything).`,
 				return output.WriteJSON(a.out(), raw)
 			}
 			fmt.Fprintln(a.out(), reply.Token)
-			a.note("created admin token %s (%s) with scopes %s; it is shown only once", reply.ID, reply.Name, strings.Join(reply.Scopes, ","))
+			a.note("created admin token %s (%s) with scopes %s in team %s; it is shown only once", reply.ID, reply.Name,
+				strings.Join(reply.Scopes, ","), first(reply.Team, "default"))
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "", "a name that says who or what uses the token")
 	cmd.Flags().StringArrayVar(&scopes, "scope", nil, "scope granted (repeatable or comma-separated)")
+	cmd.Flags().StringVar(&team, "team", "", "the team of [[teams]] the token's jobs belong to (default: the default team)")
+	_ = cmd.RegisterFlagCompletionFunc("team", a.completeTeams)
 	_ = cmd.RegisterFlagCompletionFunc("scope", cobra.FixedCompletions([]string{"admin.workers", "admin.audit", "admin.webhooks", "queue.submit",
 		"queue.view", "queue.cancel", "queue.manage", "*"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd

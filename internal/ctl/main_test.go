@@ -75,6 +75,10 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"audit", "--interval", "1ms"},
 		{"download", "j_aaaaaaaaaaaa", "dir/"},
 		{"logs"},
+		{"usage", "--from", "yesterday"},
+		{"usage", "--to", "2026-02-30"},
+		{"usage", "--from", "2026-03-02", "--to", "2026-03-01"},
+		{"usage", "extra"},
 	} {
 		r := runMain(t, nil, "", args...)
 		if r.code != ExitUsage {

@@ -28,8 +28,10 @@ type renderer struct {
 const (
 	nameWidth   = 16
 	configWidth = 18
-	scopesWidth = 24
-	pathWidth   = 44
+	scopesWidth = 16
+	// tokenTeamWidth bounds the team column of the token list.
+	tokenTeamWidth = 10
+	pathWidth      = 44
 )
 
 func (r renderer) age(s *string) string { return output.Age(r.now, output.ParseTime(s)) }
@@ -266,7 +268,7 @@ func configText(j Job) string {
 func (r renderer) jobs(w io.Writer, js []Job) error {
 	var t *output.Table
 	if r.wide {
-		t = output.NewTable("ID", r.style.Header("STATUS"), "PRI", "CONFIG", "TARGET", "GPUS", "VRAM", "LABELS", "WORKER",
+		t = output.NewTable("ID", r.style.Header("STATUS"), "PRI", "TEAM", "CONFIG", "TARGET", "GPUS", "VRAM", "LABELS", "WORKER",
 			"ATTEMPT", "RETRIES", "BY", "QUEUED", "STARTED", "ENDED", "NOTE")
 	} else {
 		t = output.NewTable("ID", r.style.Header("STATUS"), "PRI", "CONFIG", "WORKER", "AGE")
@@ -281,7 +283,7 @@ func (r renderer) jobs(w io.Writer, js []Job) error {
 			if j.Status == "queued" {
 				note = first(j.WaitingDetail, j.WaitingReason)
 			}
-			t.Row(j.JobID, r.style.State(j.Status), strconv.Itoa(j.Priority), configText(j), j.Target, gpusText(j), vram,
+			t.Row(j.JobID, r.style.State(j.Status), strconv.Itoa(j.Priority), first(j.Team, "default"), configText(j), j.Target, gpusText(j), vram,
 				labelsText(j.WorkerLabels), deref(j.WorkerID), strconv.Itoa(j.Attempt), fmt.Sprintf("%d/%d", j.RetriesUsed, j.MaxRetries),
 				j.SubmittedBy, r.age(&j.QueuedAt), r.age(j.StartedAt), r.age(j.CompletedAt), note)
 			continue
@@ -331,6 +333,7 @@ func (r renderer) job(w io.Writer, j Job) error {
 		{"Worker", deref(j.WorkerID)},
 		{"Attempt", fmt.Sprintf("%d (retries used %d of %d)", j.Attempt, j.RetriesUsed, j.MaxRetries)},
 		{"Submitted by", j.SubmittedBy},
+		{"Team", first(j.Team, "default")},
 		{"Queued", timeAndAge(r, &j.QueuedAt)},
 		{"Started", timeAndAge(r, j.StartedAt)},
 		{"Ended", timeAndAge(r, j.CompletedAt)},
@@ -372,9 +375,9 @@ func (r renderer) job(w io.Writer, j Job) error {
 func (r renderer) tokens(w io.Writer, ts []Token) error {
 	var t *output.Table
 	if r.wide {
-		t = output.NewTable("ID", "NAME", "SCOPES", "CREATED", r.style.Header("STATE"), "REVOKED")
+		t = output.NewTable("ID", "NAME", "TEAM", "SCOPES", "CREATED", r.style.Header("STATE"), "REVOKED")
 	} else {
-		t = output.NewTable("ID", "NAME", "SCOPES", "AGE", r.style.Header("STATE"))
+		t = output.NewTable("ID", "NAME", "TEAM", "SCOPES", "AGE", r.style.Header("STATE"))
 	}
 	for _, tk := range ts {
 		state := "active"
@@ -383,10 +386,11 @@ func (r renderer) tokens(w io.Writer, ts []Token) error {
 		}
 		scopes := strings.Join(tk.Scopes, ",")
 		if r.wide {
-			t.Row(tk.ID, tk.Name, scopes, tk.CreatedAt, r.style.State(state), deref(tk.RevokedAt))
+			t.Row(tk.ID, tk.Name, first(tk.Team, "default"), scopes, tk.CreatedAt, r.style.State(state), deref(tk.RevokedAt))
 			continue
 		}
-		t.Row(tk.ID, output.Truncate(tk.Name, nameWidth), output.Truncate(scopes, scopesWidth), r.age(&tk.CreatedAt), r.style.State(state))
+		t.Row(tk.ID, output.Truncate(tk.Name, nameWidth), output.Truncate(first(tk.Team, "default"), tokenTeamWidth),
+			output.Truncate(scopes, scopesWidth), r.age(&tk.CreatedAt), r.style.State(state))
 	}
 	return t.Write(w)
 }

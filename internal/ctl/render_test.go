@@ -95,6 +95,10 @@ func renderCases(t *testing.T) []renderCase {
 		Deliveries []spec.Delivery `json:"deliveries"`
 	}
 	readFixture(t, "deliveries.json", &deliveries)
+	var usage api.Usage
+	readFixture(t, "usage.json", &usage)
+	me := api.Whoami{Kind: "admin", ID: "tok_bbcdefghijkl", Name: "ci", Scopes: []string{"queue.submit", "queue.view"},
+		Actor: "admin:tok_bbcdefghijkl", Team: "nlp"}
 	return []renderCase{
 		{"workers", func(r renderer, w *bytes.Buffer) error { return r.workers(w, workers.Workers) }},
 		{"worker", func(r renderer, w *bytes.Buffer) error { return r.worker(w, workers.Workers[0]) }},
@@ -107,6 +111,8 @@ func renderCases(t *testing.T) []renderCase {
 		{"webhooks", func(r renderer, w *bytes.Buffer) error { return r.webhooks(w, hooks.Webhooks) }},
 		{"webhook", func(r renderer, w *bytes.Buffer) error { return r.webhook(w, hooks.Webhooks[1], deliveries.Deliveries) }},
 		{"deliveries", func(r renderer, w *bytes.Buffer) error { return r.deliveries(w, deliveries.Deliveries) }},
+		{"usage", func(r renderer, w *bytes.Buffer) error { return r.usage(w, usage) }},
+		{"whoami", func(r renderer, w *bytes.Buffer) error { return r.whoami(w, me) }},
 	}
 }
 
@@ -152,7 +158,7 @@ func TestColourKeepsColumnsAligned(t *testing.T) {
 			if err := tc.render(renderer{now: fixtureNow, wide: wide, style: output.Styler{On: true}}, &coloured); err != nil {
 				t.Fatal(err)
 			}
-			if tc.name != "audit" && tc.name != "artifacts" && !ansi.Match(coloured.Bytes()) {
+			if tc.name != "audit" && tc.name != "artifacts" && tc.name != "whoami" && !ansi.Match(coloured.Bytes()) {
 				t.Errorf("%s: no colour at all", tc.name)
 			}
 			if got := ansi.ReplaceAllString(coloured.String(), ""); got != plain.String() {
@@ -165,7 +171,7 @@ func TestColourKeepsColumnsAligned(t *testing.T) {
 // TestJSONOutputIsTheReply: -o json prints the API's reply itself, keys in
 // the API's order, indented.
 func TestJSONOutputIsTheReply(t *testing.T) {
-	for _, name := range []string{"workers.json", "jobs.json", "job.json", "tokens.json", "audit.json", "artifacts.json"} {
+	for _, name := range []string{"workers.json", "jobs.json", "job.json", "tokens.json", "audit.json", "artifacts.json", "usage.json"} {
 		raw := readFixture(t, name, nil)
 		var buf bytes.Buffer
 		if err := output.WriteJSON(&buf, raw); err != nil {
@@ -283,6 +289,35 @@ func TestWaitingText(t *testing.T) {
 	} {
 		if got := waitingText(Job{WaitingReason: c.reason, WaitingDetail: c.detail}); got != c.want {
 			t.Errorf("waitingText(%q, %q) = %q, want %q", c.reason, c.detail, got, c.want)
+		}
+	}
+}
+
+// A day that is not YYYY-MM-DD, or a period that ends before it starts, is
+// refused before any request, naming the flag.
+func TestUsageDays(t *testing.T) {
+	for _, c := range []struct {
+		from, to, want string
+	}{
+		{"", "", ""},
+		{"2026-02-01", "", "from=2026-02-01"},
+		{"2026-02-01", "2026-02-01", "from=2026-02-01&to=2026-02-01"},
+		{"1 Feb", "", `--from "1 Feb": want a day as YYYY-MM-DD`},
+		{"", "2026-13-01", `--to "2026-13-01": want a day as YYYY-MM-DD`},
+		{"2026-02-02", "2026-02-01", "--from 2026-02-02 is after --to 2026-02-01"},
+	} {
+		q, err := usageQuery(c.from, c.to)
+		got := ""
+		if err != nil {
+			got = err.Error()
+			if exitCode(err) != ExitUsage {
+				t.Errorf("%q..%q: exit %d, want 2", c.from, c.to, exitCode(err))
+			}
+		} else {
+			got = q.Encode()
+		}
+		if got != c.want {
+			t.Errorf("usageQuery(%q, %q) = %q, want %q", c.from, c.to, got, c.want)
 		}
 	}
 }

@@ -43,6 +43,7 @@ type API interface {
 	Webhook(ctx context.Context, ref api.WebhookRef) (spec.Subscription, error)
 	DeleteWebhook(ctx context.Context, ref api.WebhookRef) (api.WebhookDeleted, error)
 	WebhookDeliveries(ctx context.Context, q api.DeliveriesQuery) (api.DeliveryPage, error)
+	Usage(ctx context.Context, q api.UsageQuery) (api.Usage, error)
 	AdminByToken(r *http.Request, token, route string) (auth.Principal, error)
 }
 

@@ -57,6 +57,7 @@ func (d *Dashboard) routes() {
 
 	handle("GET "+Prefix+"audit", d.page(d.audit))
 	handle("GET "+Prefix+"audit/verify", d.page(d.verifyAudit))
+	handle("GET "+Prefix+"usage", d.page(d.usage))
 	d.webhookRoutes(handle)
 
 	m.Handle(Prefix, secure(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

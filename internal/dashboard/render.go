@@ -20,7 +20,7 @@ import (
 // pageTemplate is one page: the shared layout plus the page's own file.
 type pageTemplate struct{ t *template.Template }
 
-var pageNames = []string{"signin", "error", "overview", "workers", "worker", "token", "delete", "queue", "job", "audit", "webhooks", "webhook"}
+var pageNames = []string{"signin", "error", "overview", "workers", "worker", "token", "delete", "queue", "job", "audit", "webhooks", "webhook", "usage"}
 
 func (d *Dashboard) parseTemplates() (map[string]*pageTemplate, error) {
 	funcs := template.FuncMap{
@@ -42,6 +42,10 @@ func (d *Dashboard) parseTemplates() (map[string]*pageTemplate, error) {
 		"join":        strings.Join,
 		"split":       func(s string) []string { return strings.Split(s, ",") },
 		"origin":      spec.Origin,
+		"hours":       hours,
+		"share":       share,
+		"busiest":     busiest,
+		"factor":      func(f float64) string { return strconv.FormatFloat(f, 'f', 3, 64) },
 		"wstatuses": func() []string {
 			return []string{"connecting", "idle", "partial", "busy", "draining", "offline"}
 		},

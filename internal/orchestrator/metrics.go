@@ -156,6 +156,7 @@ func (s *Server) writeMetrics(ctx context.Context, w io.Writer) {
 	m.dispatchLatency.write(w, "simpletuner_dispatch_latency_seconds", "Time from a job becoming queued to its job_submit event.")
 	m.writeArtifacts(counter)
 	gauge("simpletuner_disk_full", "1 while writes fail because the database's or the artifacts' disk is full.", s.disk.Gauge())
+	s.writeTeamMetrics(ctx, w)
 	s.retention.WriteMetrics(w, counter, gauge)
 	s.webhooks.WriteMetrics(ctx, w)
 }

@@ -76,7 +76,12 @@ func (s *Server) schedulePass(ctx context.Context) {
 		}
 	}
 	full := false
+	// With teams, fair share may put a job ahead of the one a worker is
+	// held for: the first job that finds no room takes the reservation
+	// over from one behind it.
+	passedReserved := false
 	for ; ok; j, ok = q.next() {
+		passedReserved = passedReserved || j.ID == res.JobID
 		if ctx.Err() != nil || s.stopping.Load() {
 			return
 		}
@@ -94,8 +99,10 @@ func (s *Server) schedulePass(ctx context.Context) {
 			// Every worker was read looking for room: reserve among those
 			// that could ever run it (not for a job its team's limit holds
 			// back).
-			if res.JobID == "" && j.Priority == top && (teams == nil || !teams.st.OverLimit(j, j.GPUCount)) {
+			behind := teams != nil && !passedReserved
+			if (res.JobID == "" || behind) && j.Priority == top && (teams == nil || !teams.st.OverLimit(j, j.GPUCount)) {
 				res = placement.ReserveFor(j, pool)
+				passedReserved = res.JobID != ""
 			}
 			if teams != nil && len(waiting) < preemptWeighed {
 				waiting = append(waiting, j)

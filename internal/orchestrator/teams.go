@@ -2,6 +2,8 @@ package orchestrator
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -221,4 +223,50 @@ func (s *Server) preempt(ctx context.Context, v store.ActiveAttempt, forJob, why
 		"for_job", forJob, "reason", why)
 	s.sendToWorker(nj.WorkerID, protocol.EventJobCancel, protocol.JobCancelEvent{
 		Type: protocol.EventJobCancel, JobID: nj.ID, Attempt: nj.Attempt, GraceSeconds: opt.CancelGrace.Seconds()})
+}
+
+// writeTeamMetrics writes each team's GPU-seconds (ended attempts), the GPUs
+// and queue it holds now, and its fair-share factor.
+func (s *Server) writeTeamMetrics(ctx context.Context, w io.Writer) {
+	now := time.Now().UTC()
+	days, err := s.store.TeamUsage(ctx, "")
+	if err != nil {
+		return
+	}
+	active, err := s.store.ListActiveAttempts(ctx)
+	if err != nil {
+		return
+	}
+	fleet, err := s.fleetGPUs(ctx)
+	if err != nil {
+		return
+	}
+	st := fairshare.NewStanding(s.teamPolicy(ctx), days, active, fleet, now)
+	total := map[string]float64{}
+	for _, d := range days {
+		total[d.Team] += d.GPUSeconds
+	}
+	teams := st.Teams()
+	queued := make([]int, len(teams))
+	for i, t := range teams {
+		if queued[i], err = s.store.CountQueuedOfTeam(ctx, t.Name); err != nil {
+			return
+		}
+	}
+	family := func(name, typ, help string, value func(i int, t fairshare.TeamState) string) {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+		for i, t := range teams {
+			fmt.Fprintf(w, "%s{team=%q} %s\n", name, t.Name, value(i, t))
+		}
+	}
+	family("simpletuner_team_gpu_seconds_total", "counter", "GPU-seconds of the team's ended attempts.",
+		func(_ int, t fairshare.TeamState) string { return fmt.Sprint(total[t.Name]) })
+	family("simpletuner_team_running_gpus", "gauge", "GPUs the team's attempts hold now.",
+		func(_ int, t fairshare.TeamState) string { return fmt.Sprint(t.RunningGPUs) })
+	family("simpletuner_team_queued_jobs", "gauge", "The team's jobs waiting in the queue.",
+		func(i int, _ fairshare.TeamState) string { return fmt.Sprint(queued[i]) })
+	family("simpletuner_team_share", "gauge", "The team's part of the fleet: its share over the sum of the shares.",
+		func(_ int, t fairshare.TeamState) string { return fmt.Sprint(t.ShareFraction) })
+	family("simpletuner_team_fair_share_factor", "gauge", "2^(-usage fraction / share fraction): 1 for no use, 0.5 for exactly its share.",
+		func(_ int, t fairshare.TeamState) string { return fmt.Sprint(t.Factor) })
 }

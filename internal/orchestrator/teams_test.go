@@ -87,8 +87,10 @@ func TestPreemptionForATeamUnderItsShare(t *testing.T) {
 		if out := attempts[0].(map[string]any)["outcome"]; out != "preempted" {
 			t.Fatalf("attempt outcome %v", out)
 		}
-		if m := e.metrics(); m["simpletuner_preemptions_total"] != 1 {
-			t.Fatalf("preemptions metric %v", m["simpletuner_preemptions_total"])
+		m := e.metrics()
+		if m["simpletuner_preemptions_total"] != 1 || m[`simpletuner_team_running_gpus{team="late"}`] != 1 ||
+			m[`simpletuner_team_gpu_seconds_total{team="flood"}`] <= 0 || m[`simpletuner_team_fair_share_factor{team="late"}`] <= m[`simpletuner_team_fair_share_factor{team="flood"}`] {
+			t.Fatalf("metrics: %v", m)
 		}
 		// Each team now holds its share: nothing more is preempted.
 		e.must(e.submitAs(late, nil), 201)
@@ -173,5 +175,44 @@ func TestPreemptedJobsWorkerDiesDuringGrace(t *testing.T) {
 	attempts := j["attempts"].([]any)
 	if len(attempts) != 1 || attempts[0].(map[string]any)["outcome"] != "preempted" || j["retries_used"] != float64(0) {
 		t.Fatalf("after the worker died: %v", j)
+	}
+}
+
+// A user's cancel during a preemption wins: the job ends cancelled, not
+// requeued.
+func TestCancelDuringPreemption(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t), withTeams())
+	flood, late := e.teamToken("flood"), e.teamToken("late")
+	a := e.startAgent("a", nil, oneGPU)
+	b := e.startAgent("b", nil, oneGPU)
+	id := e.runOnEach(flood, a, b)[1]
+	e.must(e.submitAs(late, nil), 201)
+	b.next("job_cancel", 5*time.Second)
+	if r := e.must(e.adminDo("POST", "/api/queue/"+id+"/cancel", nil), 200); r.JSON["status"] != "canceling" {
+		t.Fatalf("cancel during preemption: %s", r.Body)
+	}
+	e.must(b.report(id, "cancelled", nil), 200)
+	if j := e.job(id); j["status"] != "cancelled" || j["attempts"].([]any)[0].(map[string]any)["outcome"] != "cancelled" {
+		t.Fatalf("after the worker confirmed: %v", j)
+	}
+}
+
+// [jobs] preemption = "off": fair share orders the queue, but no running
+// job is stopped.
+func TestPreemptionOff(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t), withTeams(func(c *config.Orchestrator) { c.Jobs.Preemption = "off" }))
+	flood, late := e.teamToken("flood"), e.teamToken("late")
+	a := e.startAgent("a", nil, oneGPU)
+	b := e.startAgent("b", nil, oneGPU)
+	first := e.runOnEach(flood, a, b)[0]
+	e.must(e.submitAs(flood, nil), 201)
+	lateJob := e.must(e.submitAs(late, nil), 201).JSON["job_id"].(string)
+	b.noEvent("job_cancel", time.Second)
+	// The first GPU freed goes to the late team, ahead of flood's older job.
+	e.must(a.report(first, "completed", nil), 200)
+	if ev := a.next("job_submit", 5*time.Second); ev["job_id"] != lateJob {
+		t.Fatalf("freed worker got %v, want the late team's %s", ev["job_id"], lateJob)
 	}
 }

@@ -137,6 +137,25 @@ func TestJobEvents(t *testing.T) {
 
 // A kept checkpoint is announced with its job, where it is stored and how
 // big it is.
+// A preempted attempt's requeue is job.preempted, for the job's team.
+func TestPreemptedEvent(t *testing.T) {
+	t.Parallel()
+	e := NewEmitter(nil)
+	before := store.Job{ID: "j_1", Team: "nlp", Status: protocol.JobCanceling, Attempt: 1, WorkerID: "w_1",
+		PreemptedBy: "j_2 (team vision under its share)", CreatedAt: t0, UpdatedAt: t0}
+	after := before
+	after.Status, after.WorkerID, after.PreemptedBy = protocol.JobQueued, "", ""
+	after.Error = "attempt 1 preempted by j_2 (team vision under its share); stopped by its worker; requeued without spending a retry"
+	es := e.JobMoved(before, after, &store.JobTransition{Step: lifecycle.Step{To: protocol.JobQueued, By: lifecycle.Report,
+		EndAttempt: protocol.OutcomePreempted}})
+	if got := types(es); !slices.Equal(got, []string{spec.JobPreempted}) || es[0].Team != "nlp" {
+		t.Fatalf("events %v (team %q)", got, es[0].Team)
+	}
+	if j := payloadOf(t, es[0]).Job; j.Outcome != "preempted" || j.Reason != after.Error || j.Team != "nlp" || j.WorkerID != "w_1" {
+		t.Fatalf("%+v", j)
+	}
+}
+
 func TestCheckpointEvent(t *testing.T) {
 	t.Parallel()
 	e := NewEmitter(nil)
@@ -252,7 +271,7 @@ func FuzzCheck(f *testing.F) {
 			return
 		}
 		if spec.CheckName(w.Name) != nil || spec.CheckURL(w.URL, spec.Guard{}) != nil || len(w.Events) == 0 ||
-			spec.CheckTeam(w.Team) != nil || spec.CheckFormat(w.Format) != nil || len(w.Secret) < MinSecret {
+			spec.CheckTeam(w.Team, svc.options().Teams) != nil || spec.CheckFormat(w.Format) != nil || len(w.Secret) < MinSecret {
 			t.Fatalf("accepted %+v", w)
 		}
 		for _, e := range w.Events {

@@ -22,6 +22,8 @@ type Options struct {
 	// Subscriptions are the [[webhooks]] of the configuration, kept in the
 	// store as given (their IDs are the store's).
 	Subscriptions []store.Webhook
+	// Teams are the teams of [[teams]], which a subscription may name.
+	Teams []string
 	// InstanceID names this orchestrator in the leases it takes.
 	InstanceID string
 	// BaseURL is the orchestrator's public URL, which the events' links
@@ -38,6 +40,9 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 	o := Options{Timeout: d.Timeout.Duration, RetryFor: d.RetryFor.Duration, BackoffMin: d.BackoffMin.Duration,
 		BackoffMax: d.BackoffMax.Duration, Concurrency: d.Concurrency, PollInterval: d.PollInterval.Duration,
 		Keep: d.Keep.Duration, Guard: d.WebhookGuard(), PruneEvery: cfg.Retention.Interval.Duration}
+	for _, t := range cfg.Teams {
+		o.Teams = append(o.Teams, t.Name)
+	}
 	for _, w := range cfg.Webhooks {
 		format := w.Format
 		if format == "" {

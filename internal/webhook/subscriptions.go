@@ -60,7 +60,7 @@ func (s *Service) Check(req spec.CreateRequest) (store.Webhook, error) {
 			return store.Webhook{}, fe(fmt.Sprintf("events[%d]", i), err)
 		}
 	}
-	if err := spec.CheckTeam(req.Team); err != nil {
+	if err := spec.CheckTeam(req.Team, s.options().Teams); err != nil {
 		return store.Webhook{}, fe("team", err)
 	}
 	format := req.Format

@@ -175,8 +175,10 @@ func TestNoPreemptionAgainstTheRules(t *testing.T) {
 		{"lower priority than the victims", store.QueuedJob{Team: "late", GPUCount: 2, Priority: -1}, policy(), heavy},
 		{"victims ran less than min_runtime", store.QueuedJob{Team: "late", GPUCount: 2},
 			policy(func(c *config.Orchestrator) { c.Jobs.MinRuntime.Duration = 10 * time.Hour }), heavy},
-		{"the waiting team is at its own max_gpus", store.QueuedJob{Team: "late", GPUCount: 2},
-			policy(func(c *config.Orchestrator) { c.Teams[1].MaxGPUs = 0; c.Teams[1].Share = 1e-6 }), heavy},
+		{"the waiting team has almost no share", store.QueuedJob{Team: "late", GPUCount: 2},
+			policy(func(c *config.Orchestrator) { c.Teams[1].Share = 1e-6 }), heavy},
+		{"the job would take its team beyond max_gpus", store.QueuedJob{Team: "late", GPUCount: 2, Priority: 5},
+			policy(func(c *config.Orchestrator) { c.Teams[1].MaxGPUs = 1 }), heavy},
 	}
 	for _, tc := range cases {
 		st := NewStanding(tc.p, tc.days, active, 16, now)

@@ -32,12 +32,16 @@ type Choice struct {
 // preempt: the fewest that make room for j, the most recently started
 // first (they lose the least work), among those j may preempt (Why,
 // Preemptible) without taking a team below what it keeps (MayLose). ok is
-// false when no worker can make room within those rules. hosts must be
-// workers that could ever run j.
+// false when no worker can make room within those rules, or when j's own
+// team could not take the room for its max_gpus. hosts must be workers that
+// could ever run j.
 func (s *Standing) Victims(j store.QueuedJob, hosts []Host) (c Choice, ok bool) {
 	var best Choice
 	var bestOldest time.Time
 	for _, h := range hosts {
+		if s.OverLimit(j, JobGPUs(j, h.GPUs)) {
+			continue
+		}
 		victims, why, fits := s.victimsOn(j, h)
 		if !fits {
 			continue

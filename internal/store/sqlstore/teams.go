@@ -90,17 +90,11 @@ const DayFormat = "2006-01-02"
 // acknowledged (an attempt never acknowledged used nothing), spread over
 // the UTC days it ran. Called in the transaction that ends the attempt,
 // after the job and attempt rows and before the counts (see counts.go).
-func (s *Store) addTeamUsage(ctx context.Context, c conn, j store.Job, end time.Time, reported *protocol.Usage) error {
-	var gpus string
-	var acked *time.Time
-	if err := c.queryRow(ctx, `SELECT gpus, acked_at FROM attempts WHERE job_id = ? AND number = ?`,
-		j.ID, j.Attempt).Scan(&gpus, nullTimeCol{&acked}); err != nil {
-		return err
-	}
+func (s *Store) addTeamUsage(ctx context.Context, c conn, team string, gpus int, acked *time.Time, end time.Time, reported *protocol.Usage) error {
 	if acked == nil || !end.After(*acked) {
 		return nil
 	}
-	total := float64(len(parseIndices(gpus))) * end.Sub(*acked).Seconds()
+	total := float64(gpus) * end.Sub(*acked).Seconds()
 	if reported != nil && reported.GPUSeconds > 0 {
 		total = reported.GPUSeconds
 	}
@@ -119,7 +113,7 @@ func (s *Store) addTeamUsage(ctx context.Context, c conn, j store.Job, end time.
 			values += ", "
 		}
 		values += "(?, ?, ?)"
-		args = append(args, teamOrDefault(j.Team), d, days[d])
+		args = append(args, teamOrDefault(team), d, days[d])
 	}
 	_, err := c.exec(ctx, `INSERT INTO team_usage (team, day, gpu_seconds) VALUES `+values+`
 		ON CONFLICT (team, day) DO UPDATE SET gpu_seconds = team_usage.gpu_seconds + excluded.gpu_seconds`, args...)

@@ -143,13 +143,14 @@ func CheckName(n string) error {
 	return nil
 }
 
-// CheckTeam checks a subscription's team: "" (every team) or a team that
-// exists. Until jobs have teams, only DefaultTeam does.
-func CheckTeam(t string) error {
-	if t == "" || t == DefaultTeam {
+// CheckTeam checks a subscription's team: "" (every team), DefaultTeam, or
+// one of teams (those of [[teams]]).
+func CheckTeam(t string, teams []string) error {
+	if t == "" || t == DefaultTeam || slices.Contains(teams, t) {
 		return nil
 	}
-	return fmt.Errorf("unknown team %q; the only team is %q (or leave it empty for every team)", t, DefaultTeam)
+	known := append([]string{DefaultTeam}, teams...)
+	return fmt.Errorf("unknown team %q; the teams are %s (or leave it empty for every team)", t, strings.Join(slices.Compact(slices.Sorted(slices.Values(known))), ", "))
 }
 
 // maxURL bounds a subscription's URL.

@@ -81,7 +81,8 @@ func TestFiltersAndNames(t *testing.T) {
 			t.Errorf("name %q accepted", n)
 		}
 	}
-	if CheckName("ops-slack_2.b") != nil || CheckTeam("") != nil || CheckTeam("default") != nil || CheckTeam("vision") == nil {
+	if CheckName("ops-slack_2.b") != nil || CheckTeam("", nil) != nil || CheckTeam("default", nil) != nil || CheckTeam("vision", nil) == nil ||
+		CheckTeam("vision", []string{"nlp", "vision"}) != nil {
 		t.Fatal("names and teams")
 	}
 	if Origin("https://hooks.slack.com/services/T/B/secret") != "https://hooks.slack.com" || Origin("::") != "(invalid URL)" {
