@@ -47,6 +47,8 @@ type teamCache struct {
 	readAt      time.Time
 	days        []store.TeamDay
 	lastPreempt time.Time
+	// indexed: the team queue index is known to exist.
+	indexed bool
 }
 
 // teamPolicy is the configured teams plus those that still have jobs
@@ -63,8 +65,25 @@ func (s *Server) teamPolicy(ctx context.Context) fairshare.Policy {
 			return opt.Teams
 		}
 		c.forOptions, c.policy = opt, opt.Teams.With(names)
+		if c.policy.ReadsTeamQueues() && !c.indexed {
+			s.ensureTeamQueueIndex(ctx)
+		}
 	}
 	return c.policy
+}
+
+// ensureTeamQueueIndex makes the index of the teams' queues the first time
+// they are read; the caller holds s.teams.mu. Without it the queries still
+// answer, reading the whole queue, so a failure is logged and tried again
+// at the next change of configuration.
+func (s *Server) ensureTeamQueueIndex(ctx context.Context) {
+	start := time.Now()
+	if err := s.store.EnsureTeamQueueIndex(ctx); err != nil {
+		s.log.Warn("could not make the index of the teams' queues; they are read without it", "err", err)
+		return
+	}
+	s.teams.indexed = true
+	s.log.Info("the index of the teams' queues is in place", "took", time.Since(start).Round(time.Millisecond))
 }
 
 // teamsNow takes the teams' standing for a pass; nil when teams change

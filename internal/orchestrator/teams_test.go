@@ -216,3 +216,24 @@ func TestPreemptionOff(t *testing.T) {
 		t.Fatalf("freed worker got %v, want the late team's %s", ev["job_id"], lateJob)
 	}
 }
+
+// The index of the teams' queues costs every job's writes: it is made once
+// several teams are configured, and never for one.
+func TestTeamQueueIndexOnlyWithTeams(t *testing.T) {
+	t.Parallel()
+	const made = "the index of the teams' queues is in place"
+	one := setup(t, backends["sqlite"](t))
+	a := one.startAgent("a", nil, oneGPU)
+	one.submit(map[string]any{})
+	a.next("job_submit", 5*time.Second)
+	if strings.Contains(one.logs.String(), made) {
+		t.Fatal("one team made the team queue index")
+	}
+	two := setup(t, backends["sqlite"](t), withTeams())
+	b := two.startAgent("b", nil, oneGPU)
+	two.must(two.submitAs(two.teamToken("late"), nil), 201)
+	b.next("job_submit", 5*time.Second)
+	if !strings.Contains(two.logs.String(), made) {
+		t.Fatal("several teams and no team queue index")
+	}
+}

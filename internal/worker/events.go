@@ -33,6 +33,10 @@ func (w *Worker) onEvent(ctx context.Context, ev sseEvent) (bool, error) {
 			w.log.Warn("ignoring a malformed job_cancel", "err", err)
 			return false, nil
 		}
+		if w.dropDeferred(c.JobID, c.Attempt) {
+			w.log.Info("job_cancel for a job that waited for a stop here; dropped", "job_id", c.JobID, "attempt", c.Attempt)
+			return false, nil
+		}
 		a := w.attemptOf(c.JobID)
 		if a == nil || !a.matches(c.JobID, c.Attempt) {
 			w.log.Info("job_cancel for an attempt this worker does not run; ignored", "job_id", c.JobID, "attempt", c.Attempt)

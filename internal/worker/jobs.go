@@ -33,6 +33,14 @@ func (w *Worker) onSubmit(ctx context.Context, ev *protocol.JobSubmitEvent) {
 	case draining:
 		w.log.Warn("draining; not taking job", "job_id", ev.JobID)
 		return
+	case refused != "" && w.anyStopping():
+		// The orchestrator freed the slot when it fenced or preempted an
+		// attempt that is still stopping here: the job starts when the stop
+		// is done, within the grace, instead of waiting out the
+		// orchestrator's ack timeout.
+		w.log.Info("job waits for an attempt stopping here", "job_id", ev.JobID, "attempt", ev.Attempt, "now", refused)
+		w.deferred = append(w.deferred, ev)
+		return
 	case refused != "":
 		w.log.Warn("not taking job: "+refused, "job_id", ev.JobID, "attempt", ev.Attempt)
 		return
@@ -69,11 +77,41 @@ func (w *Worker) stopJob(a *runner, why stopReason, detail string, grace time.Du
 }
 
 // endAttempt runs when a's process tree is gone (or never started): the outcome is
-// spooled to disk and reported off the loop.
+// spooled to disk and reported off the loop. The jobs that waited for a stop
+// are offered its room.
 func (w *Worker) endAttempt(ctx context.Context, a *runner) {
 	rec, report, spooled := w.closeAttempt(a)
 	w.wg.Add(1)
 	go a.finish(ctx, rec, report, spooled)
+	waiting := w.deferred
+	w.deferred = nil
+	for _, ev := range waiting {
+		w.onSubmit(ctx, ev)
+	}
+}
+
+// anyStopping reports whether an attempt here is being stopped.
+func (w *Worker) anyStopping() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, a := range w.jobs {
+		if a.stop != notStopped {
+			return true
+		}
+	}
+	return false
+}
+
+// dropDeferred forgets a dispatch that waits for a stop, when it is
+// cancelled; it reports whether there was one.
+func (w *Worker) dropDeferred(jobID string, attempt int) bool {
+	for i, ev := range w.deferred {
+		if ev.JobID == jobID && (attempt == 0 || ev.Attempt == attempt) {
+			w.deferred = append(w.deferred[:i], w.deferred[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
 
 // closeAttempt is the synchronous part of ending an attempt: the runner

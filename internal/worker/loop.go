@@ -115,6 +115,9 @@ func (w *Worker) dial(ctx context.Context, s *session) {
 
 // reconnect schedules the next connection attempt with back-off.
 func (w *Worker) reconnect(s *session, why error) {
+	// Dispatches that waited for a stop are the orchestrator's to withdraw
+	// now: registering again tells it they are not running.
+	w.deferred = nil
 	d := s.retry.next()
 	w.mu.Lock()
 	w.connected = false

@@ -376,3 +376,33 @@ func TestHeartbeatCancelIsForTheListedAttempt(t *testing.T) {
 		t.Fatalf("attempt 2 not stopped by a cancel meant for it: %v", a.stop)
 	}
 }
+
+// A job sent while an attempt here is stopping (its room already freed by
+// the orchestrator) waits for the stop instead of being refused; a cancel
+// of it drops it.
+func TestSubmitWaitsForAStoppingAttempt(t *testing.T) {
+	t.Parallel()
+	w, err := New(Options{URL: "http://127.0.0.1:1", Token: "wt_x", StateDir: t.TempDir(), Command: []string{"true"},
+		ReconnectMax: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := &runner{jobID: "j_old", n: 1, log: slog.New(slog.DiscardHandler)}
+	w.jobs["j_old"] = old
+	w.onSubmit(t.Context(), &protocol.JobSubmitEvent{JobID: "j_new", Attempt: 1})
+	if len(w.deferred) != 0 {
+		t.Fatal("a job refused beside a running attempt was kept")
+	}
+	old.stop = stopAbandon
+	w.onSubmit(t.Context(), &protocol.JobSubmitEvent{JobID: "j_new", Attempt: 1})
+	if len(w.deferred) != 1 || w.jobs["j_new"] != nil {
+		t.Fatalf("deferred %v, jobs %v", w.deferred, w.jobs)
+	}
+	data, _ := json.Marshal(protocol.JobCancelEvent{Type: protocol.EventJobCancel, JobID: "j_new", Attempt: 1})
+	if _, err := w.onEvent(t.Context(), sseEvent{Event: protocol.EventJobCancel, Data: string(data)}); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.deferred) != 0 {
+		t.Fatal("a cancelled job still waits")
+	}
+}

@@ -84,6 +84,9 @@ type Worker struct {
 	// has left out yet: their cancelled reports wait until one has, so the
 	// orchestrator first takes the attempt for lost and requeues the job.
 	unreconciled map[string]bool
+	// deferred are dispatches that wait for an attempt stopping here to
+	// give up its room (read and written by the session loop only).
+	deferred []*protocol.JobSubmitEvent
 	// stateLock holds the state directory for this process (see lockStateDir).
 	stateLock *os.File
 	// hbNow asks the heartbeat goroutine for a heartbeat now (a drain began).

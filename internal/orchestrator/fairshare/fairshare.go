@@ -94,6 +94,13 @@ func (p Policy) Active() bool {
 	return len(p.Teams) > 1 || slices.ContainsFunc(p.Teams, func(t Team) bool { return t.MaxGPUs > 0 })
 }
 
+// ReadsTeamQueues reports whether the teams' queues are read one by one:
+// for scheduling (Active), or to count a team's queued jobs against its
+// max_queued at submit.
+func (p Policy) ReadsTeamQueues() bool {
+	return p.Active() || slices.ContainsFunc(p.Teams, func(t Team) bool { return t.MaxQueued > 0 })
+}
+
 // Decay weighs GPU-seconds that are age old: half at one half-life.
 func Decay(seconds float64, age, halfLife time.Duration) float64 {
 	if age <= 0 || halfLife <= 0 {

@@ -52,6 +52,24 @@ func TestFailedDeliveryCountsUseTheirIndex(t *testing.T) {
 	}
 }
 
+// Once made, the team queue index serves a team's head of the queue and
+// its count, instead of the whole queue.
+func TestTeamQueueReadsItsIndex(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	if err := s.EnsureTeamQueueIndex(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`SELECT id FROM jobs WHERE status = ? AND team = ? ORDER BY priority DESC, seq ASC LIMIT 16`,
+		`SELECT COUNT(*) FROM jobs WHERE status = ? AND team = ?`,
+	} {
+		if text := queryPlan(t, s, q, "queued", "nlp"); !strings.Contains(text, "jobs_team_queue") || strings.Contains(text, "TEMP B-TREE") {
+			t.Fatalf("%s\nplan:\n%s", q, text)
+		}
+	}
+}
+
 // queryPlan is SQLite's EXPLAIN QUERY PLAN of query, one line per step.
 func queryPlan(t *testing.T, s *Store, query string, args ...any) string {
 	t.Helper()

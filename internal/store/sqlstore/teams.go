@@ -10,6 +10,17 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
+// TeamQueueIndex is the index EnsureTeamQueueIndex makes.
+const TeamQueueIndex = `CREATE INDEX IF NOT EXISTS jobs_team_queue ON jobs (team, priority DESC, seq) WHERE status = 'queued'`
+
+// EnsureTeamQueueIndex makes jobs_team_queue if it does not exist.
+func (s *Store) EnsureTeamQueueIndex(ctx context.Context) error {
+	return s.write(ctx, func(c conn) error {
+		_, err := c.exec(ctx, TeamQueueIndex)
+		return err
+	})
+}
+
 // CountQueuedOfTeam counts a team's queued jobs (jobs_team_queue).
 func (s *Store) CountQueuedOfTeam(ctx context.Context, team string) (int, error) {
 	return s.countQueuedOfTeam(ctx, s.reader(), team)

@@ -48,6 +48,10 @@ func testTeamQueueLimit(t *testing.T, s store.Store) {
 
 func testTeamQueues(t *testing.T, s store.Store) {
 	a1 := newJob(t, s, teamJob("nlp", 0))
+	// The index is made on a table with jobs in it, and making it again is
+	// a no-op.
+	noErr(t, s.EnsureTeamQueueIndex(t.Context()), "EnsureTeamQueueIndex")
+	noErr(t, s.EnsureTeamQueueIndex(t.Context()), "EnsureTeamQueueIndex again")
 	b1 := newJob(t, s, teamJob("vision", 5))
 	a2 := newJob(t, s, teamJob("nlp", 9))
 	newJob(t, s) // the default team's

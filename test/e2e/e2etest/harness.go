@@ -175,6 +175,7 @@ type OrchOptions struct {
 	Env               []string // extra environment of the orchestrator process
 	StateDir          string   // "" → <dir>/state
 	ExtraTOML         string   // appended to the file (whole tables, e.g. "[artifacts]\ndir = …")
+	JobsTOML          string   // extra lines for [jobs] (preemption, min_runtime…)
 	// TLS serves the API over HTTPS; with ClientCAFile, client certificates
 	// are required (the harness then presents HarnessCert).
 	TLS *TLSOptions
@@ -238,6 +239,7 @@ func orchestratorTOML(dir string, port, metricsPort int, o OrchOptions) string {
 	if o.LogLimitBytes > 0 {
 		extraJobs = fmt.Sprintf("log_limit_bytes = %d\n", o.LogLimitBytes)
 	}
+	extraJobs += o.JobsTOML
 	if o.MaxBodyBytes > 0 {
 		extraServer = fmt.Sprintf("max_body_bytes = %d\n", o.MaxBodyBytes)
 	}
@@ -316,6 +318,27 @@ func StartOrchestratorWith(t testing.TB, opt OrchOptions) *Orch {
 	o.Admin = strings.TrimSpace(string(out))
 	NoteSecret("admin token", o.Admin)
 	return o
+}
+
+// TeamToken creates a token of team with every scope through the admin
+// API and returns it: jobs submitted with it are the team's.
+func (o *Orch) TeamToken(team string) string {
+	o.T.Helper()
+	st, m := o.Do("POST", "/api/admin/tokens", map[string]any{"name": team + "-e2e", "scopes": []string{"*"}, "team": team})
+	tok, _ := m["token"].(string)
+	if st != 201 || tok == "" || m["team"] != team {
+		o.T.Fatalf("create a token of team %s: %d %v", team, st, m)
+	}
+	NoteSecret("team token", tok)
+	return tok
+}
+
+// As is o talking with token instead of the admin token (a copy for
+// requests only: restart the original).
+func (o *Orch) As(token string) *Orch {
+	c := *o
+	c.Admin = token
+	return &c
 }
 
 // AdminSocket is the orchestrator's admin unix socket.

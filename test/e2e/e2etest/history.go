@@ -88,6 +88,18 @@ func (h *History) Fault(format string, args ...any) {
 // secret scan then looks for everywhere.
 func (h *History) Submit(config map[string]any, extra map[string]any) (int, string) {
 	h.T.Helper()
+	return h.submitTo(h.O, config, extra)
+}
+
+// SubmitAs is Submit with another token (a team's): the job is that
+// token's team's.
+func (h *History) SubmitAs(token string, config map[string]any, extra map[string]any) (int, string) {
+	h.T.Helper()
+	return h.submitTo(h.O.As(token), config, extra)
+}
+
+func (h *History) submitTo(o *Orch, config map[string]any, extra map[string]any) (int, string) {
+	h.T.Helper()
 	if _, ok := extra["hf_token"]; !ok {
 		with := map[string]any{"hf_token": NewHFToken()}
 		for k, v := range extra {
@@ -95,7 +107,7 @@ func (h *History) Submit(config map[string]any, extra map[string]any) (int, stri
 		}
 		extra = with
 	}
-	st, id := h.O.TrySubmit(config, extra)
+	st, id := o.TrySubmit(config, extra)
 	if st == 201 {
 		h.mu.Lock()
 		h.jobs = append(h.jobs, id)
@@ -314,15 +326,15 @@ type Expect struct {
 
 // Summary is what Check measured.
 type Summary struct {
-	Jobs, Attempts, Requeues, Withdrawn, RetriesSpent int
-	ByStatus                                          map[string]int
-	StaleRejections                                   int64
-	Samples                                           int
+	Jobs, Attempts, Requeues, Withdrawn, Preempted, RetriesSpent int
+	ByStatus                                                     map[string]int
+	StaleRejections                                              int64
+	Samples                                                      int
 }
 
 func (s Summary) String() string {
-	return fmt.Sprintf("jobs=%d attempts=%d requeues=%d (withdrawn %d, retries spent %d) final=%v stale_rejections=%d proc_samples=%d",
-		s.Jobs, s.Attempts, s.Requeues, s.Withdrawn, s.RetriesSpent, s.ByStatus, s.StaleRejections, s.Samples)
+	return fmt.Sprintf("jobs=%d attempts=%d requeues=%d (withdrawn %d, preempted %d, retries spent %d) final=%v stale_rejections=%d proc_samples=%d",
+		s.Jobs, s.Attempts, s.Requeues, s.Withdrawn, s.Preempted, s.RetriesSpent, s.ByStatus, s.StaleRejections, s.Samples)
 }
 
 // Check judges the history (call Finish first):
@@ -360,9 +372,16 @@ func (h *History) Check(exp Expect) Summary {
 			if d.To == "queued" && d.From != "queued" {
 				requeues[r.TargetID]++
 				sum.Requeues++
-				if d.Outcome == "withdrawn" && !d.RetrySpent {
+				switch {
+				case d.Outcome == "withdrawn" && !d.RetrySpent:
 					sum.Withdrawn++
-				} else {
+				case d.Outcome == "preempted":
+					// Preemption never costs the job a retry.
+					sum.Preempted++
+					if d.RetrySpent {
+						h.T.Errorf("job %s: preempted requeue spent a retry (audit seq %d)", r.TargetID, r.Seq)
+					}
+				default:
 					spent[r.TargetID]++
 					sum.RetriesSpent++
 				}

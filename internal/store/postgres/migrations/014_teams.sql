@@ -6,8 +6,9 @@ ALTER TABLE jobs ADD COLUMN team TEXT NOT NULL DEFAULT 'default';
 -- Set while the job's attempt is being preempted: what preempted it and
 -- why. The attempt then ends "preempted" and the job goes back to the queue.
 ALTER TABLE jobs ADD COLUMN preempted_by TEXT NOT NULL DEFAULT '';
--- With several teams, the scheduler reads the head of each team's queue.
-CREATE INDEX jobs_team_queue ON jobs (team, priority DESC, seq) WHERE status = 'queued';
+-- The index that reads one team's queue (jobs_team_queue) is not made
+-- here: it costs every job's writes, so the orchestrator makes it the first
+-- time several teams are configured (EnsureTeamQueueIndex).
 -- GPU-seconds of ended attempts per team and UTC day (YYYY-MM-DD), added
 -- in the transaction that ends each attempt. Kept apart from the jobs, so
 -- retention does not erase a team's usage.
