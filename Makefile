@@ -6,7 +6,7 @@ override VERSION := $(shell VERSION='$(VERSION)' ./packaging/version.sh)
 LDFLAGS  := -s -w -X github.com/simpletuner/simpletuner-orchestration/internal/version.Version=$(VERSION)
 BIN      := bin
 
-.PHONY: all build test lint demo bench bench-slurm faults package man completions clean minio gpu-check bench-bundle
+.PHONY: all build test lint demo bench bench-teams bench-slurm bench-slurm-teams faults package man completions clean minio gpu-check bench-bundle
 
 all: build
 
@@ -81,6 +81,18 @@ bench-bundle: build
 # machine (root, Debian's slurm-wlm and munge; see test/bench/slurm/README.md).
 bench-slurm:
 	./test/bench/slurm/run.sh
+
+# The two-team trace (test/bench/teams.go): team flood fills the fleet at
+# 0 s, team late submits 6 s later, shares 50/50. On the orchestrator with
+# teams and preemption, with teams without preemption and with no teams
+# (about 2 minutes each); through Slurm with fair share (a private slurmdbd
+# and MariaDB), with QOS preemption and without. See docs/performance.md.
+bench-teams:
+	$(GO) run ./test/bench -gpus-only -gpu-teams
+
+bench-slurm-teams:
+	TEAMS=1 PREEMPT=1 ./test/bench/slurm/run.sh
+	TEAMS=1 PREEMPT=0 ./test/bench/slurm/run.sh
 
 man:
 	./packaging/build-man.sh

@@ -34,29 +34,52 @@ type gpuFlags struct {
 	scale    float64
 	traceOut string // write the trace here and exit
 	analyze  string // judge these records (JSON) against the trace and exit
+	teams    teamsFlags
 }
 
 // traceJob is one job of the trace: submitted At seconds after the start,
 // asking for GPUs GPUs and running for Seconds. A Whole job is submitted as
 // SimpleTuner's documentation shows, without a GPU count, and takes a whole
 // worker (GPUs is then a worker's GPU count: another scheduler asks for
-// that many).
+// that many). Team is the submitting team in the two-team trace.
 type traceJob struct {
 	ID      int     `json:"id"`
 	At      float64 `json:"submit_s"`
 	GPUs    int     `json:"gpus"`
 	Whole   bool    `json:"whole,omitempty"`
 	Seconds float64 `json:"seconds"`
+	Team    string  `json:"team,omitempty"`
 }
 
 // jobRecord is what happened to one job, in seconds since the trace started:
-// when it was submitted, and when the job's own process began and ended.
+// when it was submitted, and when the job's own process began (its first
+// attempt) and ended (its last). A job that was preempted also lists every
+// attempt's run in Runs, the last one included, and how many were
+// preempted.
 type jobRecord struct {
-	ID     int     `json:"id"`
-	GPUs   int     `json:"gpus"`
-	Submit float64 `json:"submit_s"`
-	Start  float64 `json:"start_s"`
-	End    float64 `json:"end_s"`
+	ID        int       `json:"id"`
+	GPUs      int       `json:"gpus"`
+	Team      string    `json:"team,omitempty"`
+	Submit    float64   `json:"submit_s"`
+	Start     float64   `json:"start_s"`
+	End       float64   `json:"end_s"`
+	Runs      []jobSpan `json:"runs,omitempty"`
+	Preempted int       `json:"preempted,omitempty"`
+}
+
+// jobSpan is one attempt's run: from the job's first instruction to its
+// end or its stop.
+type jobSpan struct {
+	Start float64 `json:"start_s"`
+	End   float64 `json:"end_s"`
+}
+
+// runs are the spans the job held its GPUs.
+func (r jobRecord) runs() []jobSpan {
+	if len(r.Runs) == 0 {
+		return []jobSpan{{r.Start, r.End}}
+	}
+	return r.Runs
 }
 
 // makeTrace draws n jobs: gpu_count 1/2/4/8 with probability 60/20/12/8 %,
@@ -134,11 +157,11 @@ func judge(name string, trace []traceJob, recs []jobRecord, fleetGPUs int) (gpuR
 	first, last := math.Inf(1), 0.0
 	for _, r := range recs {
 		j, ok := byID[r.ID]
-		if !ok || j.GPUs != r.GPUs {
+		if !ok || j.GPUs != r.GPUs || j.Team != r.Team {
 			return res, fmt.Errorf("record of job %d does not match the trace", r.ID)
 		}
-		if r.Start < r.Submit || r.End < r.Start {
-			return res, fmt.Errorf("job %d: submit %.3f, start %.3f, end %.3f out of order", r.ID, r.Submit, r.Start, r.End)
+		if err := r.check(); err != nil {
+			return res, err
 		}
 		first, last = min(first, r.Submit), max(last, r.End)
 		w := r.Start - r.Submit
@@ -146,7 +169,15 @@ func judge(name string, trace []traceJob, recs []jobRecord, fleetGPUs int) (gpuR
 		if r.GPUs == 8 {
 			res.longest8Wait = max(res.longest8Wait, w)
 		}
-		events = append(events, event{r.Submit, 1, 0}, event{r.Start, -1, r.GPUs}, event{r.End, 0, -r.GPUs})
+		events = append(events, event{r.Submit, 1, 0}, event{r.Start, -1, 0})
+		// A preempted job waits again between its runs.
+		runs := r.runs()
+		for i, s := range runs {
+			events = append(events, event{s.Start, 0, r.GPUs}, event{s.End, 0, -r.GPUs})
+			if i > 0 {
+				events = append(events, event{runs[i-1].End, 1, 0}, event{s.Start, -1, 0})
+			}
+		}
 	}
 	res.makespan = last - first
 	res.utilOverall = res.workGPUs / (float64(fleetGPUs) * res.makespan)
@@ -176,6 +207,22 @@ func judge(name string, trace []traceJob, recs []jobRecord, fleetGPUs int) (gpuR
 		res.waitP95[g] = ws[min(len(ws)-1, int(.95*float64(len(ws))))]
 	}
 	return res, nil
+}
+
+// check says what is out of order in the record, if anything.
+func (r jobRecord) check() error {
+	at := r.Submit
+	runs := r.runs()
+	for _, s := range runs {
+		if s.Start < at || s.End < s.Start {
+			return fmt.Errorf("job %d: submit %.3f, runs %v out of order", r.ID, r.Submit, runs)
+		}
+		at = s.End
+	}
+	if runs[0].Start != r.Start || runs[len(runs)-1].End != r.End {
+		return fmt.Errorf("job %d: start %.3f and end %.3f are not its first run's start and last run's end", r.ID, r.Start, r.End)
+	}
+	return nil
 }
 
 // runGPUs replays the trace on real workerd processes.
@@ -304,6 +351,9 @@ func startGPUWorkerd(bin, dir, url string, w *worker, gpus int, stampBin, sock s
 
 // writeTrace writes the trace as JSON for another scheduler.
 func writeTrace(gf gpuFlags) error {
+	if gf.teams.on {
+		return writeTeamsTrace(gf)
+	}
 	data, err := json.MarshalIndent(makeTrace(gf.jobs, gf.seed, gf.workers*gf.perHost, gf.scale), "", " ")
 	if err != nil {
 		return err
@@ -311,18 +361,28 @@ func writeTrace(gf gpuFlags) error {
 	return os.WriteFile(gf.traceOut, append(data, '\n'), 0o644)
 }
 
-// analyzeRecords judges another scheduler's records of the same trace.
-func analyzeRecords(gf gpuFlags) (gpuResult, error) {
-	data, err := os.ReadFile(gf.analyze)
+// readRecords reads another scheduler's records of the trace.
+func readRecords(path string) ([]jobRecord, error) {
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return gpuResult{}, err
+		return nil, err
 	}
 	var recs []jobRecord
 	if err := json.Unmarshal(data, &recs); err != nil {
-		return gpuResult{}, fmt.Errorf("%s: %w", gf.analyze, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return recs, nil
+}
+
+// analyzeRecords judges another scheduler's records of the same trace,
+// from the file path; the row is named after the file.
+func analyzeRecords(gf gpuFlags, path string) (gpuResult, error) {
+	recs, err := readRecords(path)
+	if err != nil {
+		return gpuResult{}, err
 	}
 	trace := makeTrace(gf.jobs, gf.seed, gf.workers*gf.perHost, gf.scale)
-	return judge(strings.TrimSuffix(filepath.Base(gf.analyze), ".json"), trace, recs, gf.workers*gf.perHost)
+	return judge(strings.TrimSuffix(filepath.Base(path), ".json"), trace, recs, gf.workers*gf.perHost)
 }
 
 func printGPUs(gf gpuFlags, rs []gpuResult) {

@@ -261,9 +261,13 @@ func jobUser() string {
 
 // stampBox collects the jobs' first-instruction times.
 type stampBox struct {
-	mu sync.Mutex
-	at map[string]time.Time
-	ch chan struct{} // poked on every arrival
+	mu  sync.Mutex
+	at  map[string]time.Time   // the first stamp of each key
+	all map[string][]time.Time // every stamp of each key: a preempted job starts again
+	ch  chan struct{}          // poked on every arrival
+	// kept, when set, answers each start stamp with the seconds of the job
+	// that its earlier attempts kept (the two-team trace's resume).
+	kept func(jobID string) float64
 }
 
 func listenStamps(ctx context.Context, path string) (*stampBox, string, error) {
@@ -275,7 +279,7 @@ func listenStamps(ctx context.Context, path string) (*stampBox, string, error) {
 		return nil, "", err
 	}
 	go func() { <-ctx.Done(); l.Close() }()
-	b := &stampBox{at: map[string]time.Time{}, ch: make(chan struct{}, 1)}
+	b := &stampBox{at: map[string]time.Time{}, all: map[string][]time.Time{}, ch: make(chan struct{}, 1)}
 	go func() {
 		for {
 			conn, err := l.Accept()
@@ -291,8 +295,15 @@ func listenStamps(ctx context.Context, path string) (*stampBox, string, error) {
 				}
 				ns, _ := strconv.ParseInt(f[1], 10, 64)
 				b.mu.Lock()
-				b.at[f[0]] = time.Unix(0, ns)
+				if _, seen := b.at[f[0]]; !seen {
+					b.at[f[0]] = time.Unix(0, ns)
+				}
+				b.all[f[0]] = append(b.all[f[0]], time.Unix(0, ns))
+				kept := b.kept
 				b.mu.Unlock()
+				if kept != nil && !strings.Contains(f[0], ":") {
+					fmt.Fprintf(conn, "%g\n", kept(f[0]))
+				}
 				select {
 				case b.ch <- struct{}{}:
 				default:

@@ -109,7 +109,12 @@ func main() {
 	flag.Uint64Var(&f.gpus.seed, "gpu-seed", 1, "seed of the GPU packing trace")
 	flag.Float64Var(&f.gpus.scale, "gpu-scale", 1, "stretch every time of the GPU packing trace by this factor")
 	flag.StringVar(&f.gpus.traceOut, "gpu-trace-out", "", "write the GPU packing trace as JSON to this file and exit (to replay it on another scheduler)")
-	flag.StringVar(&f.gpus.analyze, "gpu-analyze", "", "judge another scheduler's run of the trace (JSON: [{id, gpus, submit_s, start_s, end_s}]) and exit")
+	flag.StringVar(&f.gpus.analyze, "gpu-analyze", "", "judge other schedulers' runs of the trace (JSON: [{id, gpus, submit_s, start_s, end_s}]; several files comma-separated, one row each) and exit")
+	flag.BoolVar(&f.gpus.teams.on, "gpu-teams", false, "replay (with -gpu-trace-out: write; with -gpu-analyze: judge) the two-team trace instead: team flood fills the fleet at 0 s, team late submits 6 s later, shares 50/50; -gpu-jobs is then unused")
+	flag.StringVar(&f.gpus.teams.modes, "gpu-teams-modes", "preempt,no-preempt,one-team", "orchestrator configurations the two-team trace runs on, comma-separated: preempt (teams, preemption on), no-preempt (teams, preemption off), one-team (no teams: today's FIFO)")
+	flag.Float64Var(&f.gpus.teams.checkpoint, "gpu-teams-checkpoint", 5, "seconds of a two-team trace job's run between its checkpoints (a preempted job resumes from its last)")
+	flag.DurationVar(&f.gpus.teams.minRuntime, "gpu-teams-min-runtime", 3*time.Second, "[jobs] min_runtime for the two-team trace")
+	flag.DurationVar(&f.gpus.teams.grace, "gpu-teams-grace", 2*time.Second, "[jobs] cancel_grace for the two-team trace")
 	flag.StringVar(&f.orchBin, "orchestratord-bin", "", "a prebuilt simpletuner-orchestratord; default: build this tree's")
 	flag.StringVar(&bundleDir, "bundle", "", "take every program the benchmark runs prebuilt from this folder (make bench-bundle) instead of building them")
 	flag.StringVar(&f.launch.workerdBin, "workerd-bin", "", "a prebuilt simpletuner-workerd for the launch benchmark (an older version, to compare); default: build this tree's")
@@ -141,12 +146,27 @@ func main() {
 			log.Fatal(err)
 		}
 		return
-	case f.gpus.analyze != "":
-		r, err := analyzeRecords(f.gpus)
-		if err != nil {
-			log.Fatal(err)
+	case f.gpus.analyze != "" && f.gpus.teams.on:
+		var rs []teamsResult
+		for _, path := range strings.Split(f.gpus.analyze, ",") {
+			r, err := analyzeTeams(f.gpus, path)
+			if err != nil {
+				log.Fatal(err)
+			}
+			rs = append(rs, r)
 		}
-		printGPUs(f.gpus, []gpuResult{r})
+		printTeams(f.gpus, rs)
+		return
+	case f.gpus.analyze != "":
+		var rs []gpuResult
+		for _, path := range strings.Split(f.gpus.analyze, ",") {
+			r, err := analyzeRecords(f.gpus, path)
+			if err != nil {
+				log.Fatal(err)
+			}
+			rs = append(rs, r)
+		}
+		printGPUs(f.gpus, rs)
 		return
 	}
 	only := f.launchOnly || f.gpus.only || f.dashboardOnly || f.webhooks.only
@@ -249,7 +269,12 @@ func main() {
 		}
 	}
 	var gpus []gpuResult
-	if f.gpus.run && (!only || f.gpus.only) {
+	var teams []teamsResult
+	if f.gpus.run && (!only || f.gpus.only) && f.gpus.teams.on {
+		if teams, err = runTeams(f.gpus, bin, tmp); err != nil {
+			log.Fatalf("teams: %v", err)
+		}
+	} else if f.gpus.run && (!only || f.gpus.only) {
 		r, err := runGPUs(f.gpus, bin, tmp)
 		if err != nil {
 			log.Fatalf("gpus: %v", err)
@@ -265,6 +290,7 @@ func main() {
 		printLaunch(f.launch, launches)
 	}
 	printGPUs(f.gpus, gpus)
+	printTeams(f.gpus, teams)
 }
 
 // raiseFileLimit lifts RLIMIT_NOFILE to its hard limit; the orchestrator child

@@ -17,24 +17,53 @@
 #      first submit) and prints the analyzer's table row;
 #   5. stops every daemon it started and removes the cluster's state.
 #
+# With TEAMS=1 it replays the two-team trace instead (`-gpu-teams`: team
+# flood fills the fleet at 0 s, team late submits 6 s later) under
+# multifactor priority with fair share: a private MariaDB and slurmdbd hold
+# two accounts, flood and late, with a share of 1 each; with PREEMPT=1 (the
+# default) the late team's QOS may preempt the flood's (REQUEUE, after
+# PreemptExemptTime), a static rule: Slurm has no preemption by fair share.
+# Jobs of that trace resume after a requeue from their last checkpoint (every
+# CHECKPOINT seconds of their run), as the orchestrator's do. See README.md.
+#
 # Needs: root, Debian's slurm-wlm and munge packages (the daemons are not
-# started by them here: no systemd), jq, Go. Nothing system-wide is changed.
+# started by them here: no systemd), jq, Go; with TEAMS=1 also slurmdbd and
+# mariadb-server. Nothing system-wide is changed.
 #
 # Usage:  test/bench/slurm/run.sh             (from anywhere in the repository)
 # Env:    BENCH_FLAGS  extra flags for the trace and the analyzer, identical
 #                      for both (e.g. "-gpu-jobs 40" for a quick smoke run)
+#         TEAMS        1: the two-team trace with fair share (default 0)
+#         PREEMPT      with TEAMS=1: 1 (default) lets the late team's QOS
+#                      preempt the flood's; 0: no preemption
+#         MIN_RUNTIME  with TEAMS=1: PreemptExemptTime in seconds (default 3,
+#                      the orchestrator's min_runtime in the bench)
+#         CHECKPOINT   with TEAMS=1: seconds between a job's checkpoints
+#                      (default 5, as -gpu-teams-checkpoint)
+#         REQUEUE_DELAY with TEAMS=1: AuthInfo's cred_expire, which is also
+#                      how long a requeued job waits before it may start
+#                      again (Slurm's default 120; default here 10)
 #         OUT          where records, trace, logs and the row are kept
 #                      (default: a new /tmp/slurm-bench-out.XXXXXX)
 #         SCHED_PARAMS Slurm's SchedulerParameters (default: see sched_params)
 #         LABEL        the scheduler's name in the printed rows
 #                      (default slurm-<version>-backfill)
 #         PORT_BASE    first of the TCP ports used (default 16800): slurmctld
-#                      on +17, the four slurmd on +101..+104
+#                      on +17, the four slurmd on +101..+104; with TEAMS=1
+#                      slurmdbd on +19 and MariaDB on +20
 set -euo pipefail
 
 cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
 read -r -a bench_flags <<<"${BENCH_FLAGS:-}"
 port_base=${PORT_BASE:-16800}
+teams=${TEAMS:-0}
+preempt=${PREEMPT:-1}
+min_runtime=${MIN_RUNTIME:-3}
+checkpoint=${CHECKPOINT:-5}
+requeue_delay=${REQUEUE_DELAY:-10}
+if [ "$teams" = 1 ]; then
+	bench_flags+=(-gpu-teams -gpu-teams-checkpoint "$checkpoint")
+fi
 # Backfill every second at one-second resolution, looking at the whole queue
 # (bf_window covers the two-minute job limit); batch_sched_delay=0 lets a
 # submit start its job at once where GPUs are free, rather than leaving it
@@ -46,11 +75,16 @@ gpus_per_node=8
 for tool in slurmctld slurmd sbatch squeue sinfo munged jq go; do
 	command -v "$tool" >/dev/null || { echo "run.sh: $tool not found (apt-get install -y slurm-wlm munge jq)" >&2; exit 1; }
 done
+if [ "$teams" = 1 ]; then
+	for tool in slurmdbd sacctmgr sacct mariadbd mariadb-install-db; do
+		command -v "$tool" >/dev/null || { echo "run.sh: $tool not found (apt-get install -y slurmdbd mariadb-server)" >&2; exit 1; }
+	done
+fi
 [ "$(id -u)" = 0 ] || { echo "run.sh: needs root (slurmd launches jobs as their owner)" >&2; exit 1; }
 
 W=$(mktemp -d /tmp/slurm-bench.XXXXXX)
 OUT=${OUT:-$(mktemp -d /tmp/slurm-bench-out.XXXXXX)}
-mkdir -p "$OUT" "$W"/{munge,state,spool,log,rec,sub}
+mkdir -p "$OUT" "$W"/{munge,state,spool,log,rec,sub,db}
 chmod 755 "$W"
 pids=()
 
@@ -83,6 +117,52 @@ wait_for() {
 	done
 }
 
+# The two-team trace's records and row: each job's runs from its own stamps
+# (a preempted run ends at its stop), its preemptions counted by its stops;
+# Slurm's own counts of requeues for preemption, from the controller's log
+# and from sacct, are printed beside them. (No controller-timed row here: a
+# requeued job's allocations are not told apart in that log by job id.)
+judge_teams() {
+	local line id gpus team stops
+	for line in "${jobs[@]}"; do
+		read -r id _ gpus _ team <<<"$line"
+		stops=-
+		[ -s "$W/rec/$id.stop" ] && stops=$(paste -sd, "$W/rec/$id.stop")
+		printf '%s %s %s %s %s %s %s\n' "$id" "$gpus" "$team" "$(cat "$W/sub/$id")" \
+			"$(paste -sd, "$W/rec/$id.start")" "$stops" "$(cat "$W/rec/$id.end")"
+	done >"$OUT/raw.txt"
+	jq -R -s '
+		[split("\n")[] | select(length > 0) | split(" ")
+		 | {id: (.[0] | tonumber), gpus: (.[1] | tonumber), team: .[2], submit: (.[3] | tonumber),
+		    starts: (.[4] | split(",") | map(tonumber)),
+		    stops: (if .[5] == "-" then [] else .[5] | split(",") | map(tonumber) end), end: (.[6] | tonumber)}]
+		| if any(.[]; (.starts | length) != (.stops | length) + 1) then error("a job has not one start more than stops") else . end
+		| (map(.submit) | min) as $o
+		| map({id, gpus, team, submit_s: (.submit - $o), start_s: (.starts[0] - $o), end_s: (.end - $o)}
+		      + if (.stops | length) == 0 then {} else
+		          {preempted: (.stops | length),
+		           runs: [range(0; .starts | length) as $k | {start_s: (.starts[$k] - $o), end_s: ((.stops + [.end])[$k] - $o)}]} end)' \
+		"$OUT/raw.txt" >"$OUT/records.json"
+	sacct -D -X -n -P -a -o JobID,JobName,Account,State,Start,End -S now-1days >"$OUT/sacct.txt" 2>&1 || true
+	local by_log by_sacct by_jobs version label
+	by_log=$(grep -c 'preempted JobId=[0-9]* has been requeued' "$W/log/slurmctld.log" || true)
+	by_sacct=$(grep -c '|PREEMPTED|' "$OUT/sacct.txt" || true)
+	by_jobs=$(jq '[.[].preempted // 0] | add' "$OUT/records.json")
+	version=$(sinfo -V | awk '{print $2}')
+	label=slurm-$version-fairshare
+	[ "$preempt" = 1 ] && label+=-preempt-qos
+	label=${LABEL:-$label}
+	cp "$OUT/records.json" "$OUT/$label.json"
+	{
+		echo "load before: $load; machine: $(nproc) cores, $(. /etc/os-release && echo "$PRETTY_NAME")"
+		echo "SchedulerParameters=$sched_params"
+		grep -E '^(Priority|Preempt|AccountingStorageEnforce|AccountingStorageTRES)' "$W/slurm.conf"
+		echo "preemptions: $by_jobs stopped by SIGTERM (the jobs' stamps), $by_log requeued for preemption (slurmctld log), $by_sacct PREEMPTED records (sacct -D)"
+	} | tee "$OUT/row.md"
+	go run ./test/bench "${bench_flags[@]}" -gpu-analyze "$OUT/$label.json" | tee -a "$OUT/row.md"
+	log "records, logs and config kept in $OUT"
+}
+
 log "writing the trace"
 go run ./test/bench "${bench_flags[@]}" -gpu-trace-out "$OUT/trace.json"
 njobs=$(jq length "$OUT/trace.json")
@@ -98,11 +178,98 @@ munged --foreground --force --socket="$W/munge/munge.sock" --key-file="$W/munge/
 pids+=($!)
 wait_for 10 test -S "$W/munge/munge.sock" || { echo "run.sh: munged did not start" >&2; exit 1; }
 
+# The two-team trace's accounting: a throwaway MariaDB (its own directory,
+# 127.0.0.1 only, root without a password) and a slurmdbd on it. slurmdbd
+# reads slurmdbd.conf from slurm.conf's directory.
+start_slurmdbd() {
+	mariadb-install-db --no-defaults --datadir="$W/db/data" --user=root --auth-root-authentication-method=normal \
+		--skip-test-db >"$W/log/mariadb-install.log" 2>&1
+	mariadbd --no-defaults --datadir="$W/db/data" --user=root --bind-address=127.0.0.1 --port=$((port_base + 20)) \
+		--socket="$W/db/mysqld.sock" --pid-file="$W/db/mysqld.pid" --log-error="$W/log/mariadb.log" \
+		--skip-name-resolve --innodb-buffer-pool-size=64M >>"$W/log/mariadb.log" 2>&1 &
+	pids+=($!)
+	wait_for 60 test -S "$W/db/mysqld.sock" || { echo "run.sh: mariadbd did not start; see $OUT/log" >&2; exit 1; }
+	cat >"$W/slurmdbd.conf" <<EOF
+AuthType=auth/munge
+AuthInfo=socket=$W/munge/munge.sock
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=$((port_base + 19))
+SlurmUser=root
+LogFile=$W/log/slurmdbd.log
+PidFile=$W/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$((port_base + 20))
+StorageUser=root
+StorageLoc=slurm_acct_db
+EOF
+	chmod 600 "$W/slurmdbd.conf"
+	slurmdbd -D >"$W/log/slurmdbd.out" 2>&1 &
+	pids+=($!)
+	wait_for 60 sacctmgr -n list cluster >/dev/null 2>&1 || { echo "run.sh: slurmdbd did not answer; see $OUT/log" >&2; exit 1; }
+}
+
+# Two accounts with a share of 1 each, root a user of both; each account's
+# jobs run in a QOS of its name, and with preemption the late team's QOS may
+# requeue the flood's jobs.
+add_accounts() {
+	local s=(sacctmgr -i)
+	{
+		"${s[@]}" add cluster gpubench
+		"${s[@]}" add qos flood,late
+		"${s[@]}" modify qos flood,late set preemptmode=requeue
+		if [ "$preempt" = 1 ]; then "${s[@]}" modify qos late set preempt=flood; fi
+		"${s[@]}" add account flood,late cluster=gpubench fairshare=1
+		"${s[@]}" add user root account=flood qos=flood defaultqos=flood fairshare=1
+		"${s[@]}" add user root account=late qos=late defaultqos=late fairshare=1
+	} >"$W/log/sacctmgr.log" 2>&1
+	sacctmgr -n -P show assoc format=account,user,fairshare,qos >&2
+	sacctmgr -n -P show qos format=name,preempt,preemptmode >&2
+}
+
 # The cluster. Each node declares more CPUs than any mix of its eight GPU
 # jobs can use (config_overrides: slurmd takes the config's word over the two
 # real cores), and memory is not a consumable (CR_Core), so GPUs are the only
 # resource jobs wait for — as in the simpletuner fleet.
 : >"$W/plugstack.conf"
+# Without teams: no accounting, first come first served. With teams:
+# accounting in slurmdbd (GPUs tracked as a TRES, billed at 1 per GPU and
+# nothing for CPUs), multifactor priority made of fair share alone, usage
+# halving every hour as the orchestrator's in the bench, recomputed every
+# minute (PriorityCalcPeriod's least); with PREEMPT=1 preemption by QOS.
+if [ "$teams" = 1 ]; then
+	accounting="AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort=$((port_base + 19))
+AccountingStoragePass=$W/munge/munge.sock
+AccountingStorageEnforce=associations,limits,qos
+AccountingStorageTRES=gres/gpu"
+	priority="PriorityType=priority/multifactor
+PriorityWeightFairshare=100000
+PriorityWeightAge=0
+PriorityWeightJobSize=0
+PriorityWeightPartition=0
+PriorityWeightQOS=0
+PriorityDecayHalfLife=60
+PriorityCalcPeriod=1"
+	if [ "$preempt" = 1 ]; then
+		priority+="
+PreemptType=preempt/qos
+PreemptMode=REQUEUE
+PreemptExemptTime=0:$min_runtime"
+	fi
+	billing=" TRESBillingWeights=GRES/gpu=1.0"
+	# A requeued job may start again cred_expire + 1 s after its requeue:
+	# 120 s by default, longer than the trace's jobs; scaled down like the
+	# other timers.
+	auth_info="socket=$W/munge/munge.sock,cred_expire=$requeue_delay"
+else
+	accounting="AccountingStorageType=accounting_storage/none"
+	priority="PriorityType=priority/basic"
+	billing=""
+	auth_info="socket=$W/munge/munge.sock"
+fi
 cat >"$W/slurm.conf" <<EOF
 ClusterName=gpubench
 SlurmctldHost=localhost
@@ -112,7 +279,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$W/munge/munge.sock
+AuthInfo=$auth_info
 StateSaveLocation=$W/state
 SlurmdSpoolDir=$W/spool/%n
 SlurmctldPidFile=$W/slurmctld.pid
@@ -125,7 +292,7 @@ PlugStackConfig=$W/plugstack.conf
 ProctrackType=proctrack/pgid
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+$accounting
 JobCompType=jobcomp/none
 MpiDefault=none
 SwitchType=switch/none
@@ -134,7 +301,7 @@ SelectTypeParameters=CR_Core
 GresTypes=gpu
 SchedulerType=sched/backfill
 SchedulerParameters=$sched_params
-PriorityType=priority/basic
+$priority
 SlurmdParameters=config_overrides
 ReturnToService=2
 MinJobAge=3600
@@ -148,7 +315,7 @@ done
 # Every job gets the same time limit: backfill plans in whole minutes, the
 # trace's jobs run 1.5–60 s, so no per-job limit could tell them apart; and
 # the simpletuner scheduler does not know run times either.
-echo "PartitionName=gpu Nodes=$(IFS=,; echo "${nodes[*]}") Default=YES DefaultTime=00:02:00 MaxTime=INFINITE State=UP" >>"$W/slurm.conf"
+echo "PartitionName=gpu Nodes=$(IFS=,; echo "${nodes[*]}") Default=YES DefaultTime=00:02:00 MaxTime=INFINITE State=UP$billing" >>"$W/slurm.conf"
 # Slurm 22.05 drops a GPU GRES that names no device file, and wants each file
 # to be a device: eight links to /dev/null stand in (all nodes share them;
 # with task/none nothing fences devices, so nothing ever opens them).
@@ -160,6 +327,11 @@ NodeName=$(IFS=,; echo "${nodes[*]}") Name=gpu File=$W/dev/gpu[0-$((gpus_per_nod
 EOF
 cp "$W/slurm.conf" "$W/gres.conf" "$OUT/"
 export SLURM_CONF=$W/slurm.conf
+if [ "$teams" = 1 ]; then
+	start_slurmdbd
+	add_accounts
+	cp "$W/slurmdbd.conf" "$OUT/"
+fi
 
 slurmctld -D -c -f "$SLURM_CONF" >"$W/log/slurmctld.out" 2>&1 &
 pids+=($!)
@@ -182,22 +354,45 @@ echo "$SLURM_JOB_NODELIST" >"$3/$1.node"
 sleep "$2"
 date +%s.%N >"$3/$1.end"
 EOF
-chmod 755 "$W/job.sh"
+# The two-team trace's job: its runs append to the start file; stopped by
+# a preemption (SIGTERM) it notes the stop and the seconds its checkpoints
+# kept, from which a requeued run resumes.
+cat >"$W/job-teams.sh" <<'EOF'
+#!/bin/sh
+# $1 = trace id, $2 = seconds to hold the GPUs, $3 = record directory,
+# $4 = seconds between checkpoints
+start=$(date +%s.%N)
+echo "$start" >>"$3/$1.start"
+kept=$(cat "$3/$1.kept" 2>/dev/null || echo 0)
+trap 'now=$(date +%s.%N); echo "$now" >>"$3/$1.stop"
+	awk -v k="$kept" -v s="$start" -v n="$now" -v c="$4" "BEGIN { printf \"%.3f\\n\", k + int((n - s) / c) * c }" >"$3/$1.kept"
+	exit 143' TERM
+sleep "$(awk -v s="$2" -v k="$kept" 'BEGIN { printf "%.3f", s - k }')" &
+wait $!
+date +%s.%N >"$3/$1.end"
+EOF
+chmod 755 "$W/job.sh" "$W/job-teams.sh"
 
 load=$(cut -d' ' -f1-3 /proc/loadavg)
 log "load before the replay: $load; replaying $njobs jobs"
-mapfile -t jobs < <(jq -r '.[] | "\(.id) \(.submit_s * 1000000 | round) \(.gpus) \(.seconds)"' "$OUT/trace.json")
+mapfile -t jobs < <(jq -r '.[] | "\(.id) \(.submit_s * 1000000 | round) \(.gpus) \(.seconds) \(.team // "")"' "$OUT/trace.json")
 sbatch_pids=()
 t0=${EPOCHREALTIME/./}
 for line in "${jobs[@]}"; do
-	read -r id at_us gpus seconds <<<"$line"
+	read -r id at_us gpus seconds team <<<"$line"
 	wait_us=$((t0 + at_us - ${EPOCHREALTIME/./}))
 	if ((wait_us > 0)); then sleep "$(printf '%d.%06d' $((wait_us / 1000000)) $((wait_us % 1000000)))"; fi
 	echo "$EPOCHREALTIME" >"$W/sub/$id"
 	# In the background, so that a slow sbatch does not delay the next
 	# submit: the trace's arrivals keep their pace.
-	sbatch --parsable -N1 -n1 --gres="gpu:$gpus" -J "t$id" -o /dev/null -e "$W/rec/$id.err" \
-		"$W/job.sh" "$id" "$seconds" "$W/rec" >"$W/sub/$id.jobid" 2>"$W/sub/$id.sberr" &
+	if [ -n "$team" ]; then
+		sbatch --parsable -N1 -n1 --gres="gpu:$gpus" -J "t$id" -o /dev/null -e "$W/rec/$id.err" \
+			-A "$team" --qos="$team" --requeue "$W/job-teams.sh" "$id" "$seconds" "$W/rec" "$checkpoint" \
+			>"$W/sub/$id.jobid" 2>"$W/sub/$id.sberr" &
+	else
+		sbatch --parsable -N1 -n1 --gres="gpu:$gpus" -J "t$id" -o /dev/null -e "$W/rec/$id.err" \
+			"$W/job.sh" "$id" "$seconds" "$W/rec" >"$W/sub/$id.jobid" 2>"$W/sub/$id.sberr" &
+	fi
 	sbatch_pids+=($!)
 done
 wait "${sbatch_pids[@]}" || true # failures are reported below, per job
@@ -221,6 +416,10 @@ done
 wait_for 30 queue_empty || { echo "run.sh: jobs still in the queue after all ended" >&2; exit 1; }
 log "all ended"
 scontrol show job -o >"$OUT/scontrol-jobs.txt" # Slurm's own whole-second view, for reference
+if [ "$teams" = 1 ]; then
+	judge_teams
+	exit 0
+fi
 
 # records.json: [{id, gpus, submit_s, start_s, end_s}] relative to the first submit.
 for line in "${jobs[@]}"; do
