@@ -60,9 +60,6 @@ func (s *Server) schedulePass(ctx context.Context) {
 		s.setReservation(placement.Reservation{})
 		return
 	}
-	if m, merged := q.(*mergedQueue); merged {
-		teams.st.Waiting(m.waitingTeams()) // the first next read every team's head
-	}
 	pool := placement.NewPool(ctx, s.store, s.hub.ConnectedIDs())
 	res := s.currentReservation(ctx, q.firstPage())
 	top := j.Priority
@@ -232,6 +229,10 @@ func (s *Server) newQueue(ctx context.Context, teams *teamsNow) queue {
 		m.readers = append(m.readers, &queueReader{s: s, ctx: ctx, team: t.Name, byTeam: true})
 	}
 	m.heads = make([]*store.QueuedJob, len(m.readers))
+	// Which teams wait decides each team's part of the fleet, and so the
+	// order: every team's head is read before the first job is chosen.
+	m.readHeads()
+	teams.st.Waiting(m.waitingTeams())
 	return m
 }
 
@@ -243,17 +244,24 @@ type mergedQueue struct {
 	taken   int
 }
 
-func (m *mergedQueue) next() (store.QueuedJob, bool) {
-	if m.taken >= passJobs {
-		return store.QueuedJob{}, false
-	}
-	best := -1
+// readHeads reads the next job of each team whose head was taken.
+func (m *mergedQueue) readHeads() {
 	for i, r := range m.readers {
 		if m.heads[i] == nil {
 			if j, ok := r.next(); ok {
 				m.heads[i] = &j
 			}
 		}
+	}
+}
+
+func (m *mergedQueue) next() (store.QueuedJob, bool) {
+	if m.taken >= passJobs {
+		return store.QueuedJob{}, false
+	}
+	m.readHeads()
+	best := -1
+	for i := range m.readers {
 		if m.heads[i] != nil && (best < 0 || m.st.Before(*m.heads[i], *m.heads[best])) {
 			best = i
 		}
@@ -267,7 +275,7 @@ func (m *mergedQueue) next() (store.QueuedJob, bool) {
 	return j, true
 }
 
-// waitingTeams names the teams whose queue had jobs when first read.
+// waitingTeams names the teams whose queue has jobs.
 func (m *mergedQueue) waitingTeams() []string {
 	var out []string
 	for _, r := range m.readers {

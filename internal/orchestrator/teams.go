@@ -51,6 +51,9 @@ type teamCache struct {
 	indexed bool
 	// wakeArmed: a wake-up for the next preemption weighing is set.
 	wakeArmed bool
+	// fleet is the fleet's GPUs as read at fleetAt.
+	fleet   int
+	fleetAt time.Time
 }
 
 // teamPolicy is the configured teams plus those that still have jobs
@@ -102,14 +105,31 @@ func (s *Server) teamsNow(ctx context.Context) *teamsNow {
 	}
 	preempt := p.Preemption && !slices.ContainsFunc(active, func(a store.ActiveAttempt) bool { return a.Preempting }) &&
 		s.preemptionDue(now)
-	// Only preemption weighs the teams' holdings against the fleet's size.
-	fleet := 0
-	if preempt {
-		if fleet, err = s.fleetGPUs(ctx); err != nil {
-			preempt = false
-		}
+	fleet, err := s.cachedFleetGPUs(ctx, now)
+	if err != nil {
+		preempt = false
 	}
 	return &teamsNow{st: fairshare.NewStanding(p, s.pastUsage(ctx, p, now), active, fleet, now), active: active, preempt: preempt}
+}
+
+// fleetRefresh is how long the fleet's GPU count is reused between passes.
+const fleetRefresh = time.Second
+
+// cachedFleetGPUs is fleetGPUs read at most every fleetRefresh (and again
+// while it is 0: the workers may just be registering).
+func (s *Server) cachedFleetGPUs(ctx context.Context, now time.Time) (int, error) {
+	c := &s.teams
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fleet > 0 && now.Sub(c.fleetAt) < fleetRefresh {
+		return c.fleet, nil
+	}
+	n, err := s.fleetGPUs(ctx)
+	if err != nil {
+		return 0, err
+	}
+	c.fleet, c.fleetAt = n, now
+	return n, nil
 }
 
 // pastUsage returns the teams' usage by day over the days that still weigh

@@ -12,7 +12,8 @@
 //     its share, less for one that used more.
 //   - Order: priority first, then the factor, then submission order.
 //   - Preemption: a waiting job of a team under its share, whose factor is
-//     higher, or a job of a higher priority, may stop jobs of a team over
+//     at least twice the other's, or a job of a higher priority, may stop
+//     jobs of a team over
 //     its share (or beyond its GPU limit, borrowing), the fewest and most
 //     recently started, each run at least min_runtime, and never so many
 //     that the victim's team falls below its share.

@@ -165,6 +165,8 @@ func TestNoPreemptionAgainstTheRules(t *testing.T) {
 		{"the waiting team used more", store.QueuedJob{Team: "late", GPUCount: 2},
 			policy(), []store.TeamDay{{Team: "late", Day: "2030-01-10", GPUSeconds: 1e9, UsedAt: now}}},
 		{"lower priority than the victims", store.QueuedJob{Team: "late", GPUCount: 2, Priority: -1}, policy(), heavy},
+		{"the waiting team's factor not twice the victim's", store.QueuedJob{Team: "late", GPUCount: 2},
+			policy(), append([]store.TeamDay{{Team: "late", Day: "2030-01-10", GPUSeconds: 240000, UsedAt: now}}, heavy...)},
 		{"victims ran less than min_runtime", store.QueuedJob{Team: "late", GPUCount: 2},
 			policy(func(c *config.Orchestrator) { c.Jobs.MinRuntime.Duration = 10 * time.Hour }), heavy},
 		{"the waiting team has almost no share", store.QueuedJob{Team: "late", GPUCount: 2},

@@ -157,6 +157,14 @@ func (s *Standing) Before(a, b store.QueuedJob) bool {
 	return a.Seq < b.Seq
 }
 
+// clearlyAhead is how many times the victim's factor the waiting team's
+// must be for a preemption by share: a team that has used nothing is
+// always that far ahead of one that has used the fleet, but two teams whose
+// usage has nearly evened out are not, and the GPUs change hands as jobs
+// end rather than by stopping work. (Without it, on the two-team trace, the
+// team that caught up was preempted back: half the preemptions.)
+const clearlyAhead = 2
+
 // OverLimit reports whether placing j on gpus GPUs would take its team
 // beyond its max_gpus.
 func (s *Standing) OverLimit(j store.QueuedJob, gpus int) bool {
@@ -191,8 +199,8 @@ func (s *Standing) keeps(t *TeamState) float64 {
 }
 
 // Why says why waiting job j may preempt jobs of team victim, or "" when it
-// may not: j's team is under its share with a higher factor than the
-// victim's (or j has a higher priority than the victim's job), and the
+// may not: j's team is under its share with a factor at least clearlyAhead
+// times the victim's (or j has a higher priority than the victim's job), and the
 // victim's team holds more than it keeps.
 func (s *Standing) Why(j store.QueuedJob, victim store.ActiveAttempt) string {
 	if j.Team == victim.Team || victim.Priority > j.Priority {
@@ -205,7 +213,7 @@ func (s *Standing) Why(j store.QueuedJob, victim store.ActiveAttempt) string {
 	switch {
 	case victim.Priority < j.Priority:
 		return "priority " + strconv.Itoa(j.Priority) + " over " + strconv.Itoa(victim.Priority)
-	case float64(w.holding()) < w.Entitled(s.FleetGPUs) && w.Factor > v.Factor &&
+	case float64(w.holding()) < w.Entitled(s.FleetGPUs) && w.Factor >= clearlyAhead*v.Factor &&
 		(w.MaxGPUs == 0 || w.RunningGPUs < w.MaxGPUs):
 		return "team " + j.Team + " under its share"
 	}
