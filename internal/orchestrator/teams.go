@@ -124,7 +124,7 @@ func (s *Server) cachedFleetGPUs(ctx context.Context, now time.Time) (int, error
 	if c.fleet > 0 && now.Sub(c.fleetAt) < fleetRefresh {
 		return c.fleet, nil
 	}
-	n, err := s.fleetGPUs(ctx)
+	n, err := store.FleetGPUs(ctx, s.store)
 	if err != nil {
 		return 0, err
 	}
@@ -146,21 +146,6 @@ func (s *Server) pastUsage(ctx context.Context, p fairshare.Policy, now time.Tim
 		c.readAt, c.days = now, days
 	}
 	return c.days
-}
-
-// fleetGPUs counts the GPUs of the workers not offline.
-func (s *Server) fleetGPUs(ctx context.Context) (int, error) {
-	groups, err := s.store.SummarizeWorkers(ctx)
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, g := range groups {
-		if g.Status != protocol.WorkerOffline {
-			n += g.Count * g.GPUInfo.Count
-		}
-	}
-	return n, nil
 }
 
 // preemptionDue reports whether a pass may weigh preemption now: at most
@@ -290,7 +275,7 @@ func (s *Server) writeTeamMetrics(ctx context.Context, w io.Writer) {
 	if err != nil {
 		return
 	}
-	fleet, err := s.fleetGPUs(ctx)
+	fleet, err := store.FleetGPUs(ctx, s.store)
 	if err != nil {
 		return
 	}

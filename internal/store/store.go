@@ -596,6 +596,22 @@ type Store interface {
 	Webhooks
 }
 
+// FleetGPUs counts the GPUs of st's workers that are not offline, from
+// the workers' summary (one aggregate read).
+func FleetGPUs(ctx context.Context, st Store) (int, error) {
+	groups, err := st.SummarizeWorkers(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, g := range groups {
+		if g.Status != protocol.WorkerOffline {
+			n += g.Count * g.GPUInfo.Count
+		}
+	}
+	return n, nil
+}
+
 // EachWorker visits every worker of st, a page at a time.
 func EachWorker(ctx context.Context, st Store, fn func(Worker)) error {
 	const page = 1000

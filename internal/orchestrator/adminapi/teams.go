@@ -13,7 +13,6 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/fairshare"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
-	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store/sqlstore"
 )
@@ -128,7 +127,7 @@ func (a *API) Usage(ctx context.Context, q api.UsageQuery) (api.Usage, error) {
 	if err != nil {
 		return api.Usage{}, err
 	}
-	fleet, err := a.fleetGPUs(ctx)
+	fleet, err := store.FleetGPUs(ctx, a.store)
 	if err != nil {
 		return api.Usage{}, err
 	}
@@ -215,19 +214,4 @@ func usageByDay(days []store.TeamDay, active []store.ActiveAttempt, from, to, no
 		}
 	}
 	return out
-}
-
-// fleetGPUs counts the GPUs of the workers not offline.
-func (a *API) fleetGPUs(ctx context.Context) (int, error) {
-	groups, err := a.store.SummarizeWorkers(ctx)
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, g := range groups {
-		if g.Status != protocol.WorkerOffline {
-			n += g.Count * g.GPUInfo.Count
-		}
-	}
-	return n, nil
 }
