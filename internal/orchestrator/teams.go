@@ -115,7 +115,7 @@ func (s *Server) teamsNow(ctx context.Context) *teamsNow {
 // fleetRefresh is how long the fleet's GPU count is reused between passes.
 const fleetRefresh = time.Second
 
-// cachedFleetGPUs is fleetGPUs read at most every fleetRefresh (and again
+// cachedFleetGPUs is store.FleetGPUs read at most every fleetRefresh (and again
 // while it is 0: the workers may just be registering).
 func (s *Server) cachedFleetGPUs(ctx context.Context, now time.Time) (int, error) {
 	c := &s.teams
