@@ -157,14 +157,6 @@ func (s *Standing) Before(a, b store.QueuedJob) bool {
 	return a.Seq < b.Seq
 }
 
-// clearlyAhead is how many times the victim's factor the waiting team's
-// must be for a preemption by share: a team that has used nothing is
-// always that far ahead of one that has used the fleet, but two teams whose
-// usage has nearly evened out are not, and the GPUs change hands as jobs
-// end rather than by stopping work. (Without it, on the two-team trace, the
-// team that caught up was preempted back: half the preemptions.)
-const clearlyAhead = 2
-
 // OverLimit reports whether placing j on gpus GPUs would take its team
 // beyond its max_gpus.
 func (s *Standing) OverLimit(j store.QueuedJob, gpus int) bool {
@@ -198,10 +190,18 @@ func (s *Standing) keeps(t *TeamState) float64 {
 	return keep
 }
 
+// clearlyAhead is how many times the victim's factor the waiting team's
+// must be for a preemption by share: a team that has used nothing is
+// always that far ahead of one that has used the fleet, but two teams whose
+// usage has nearly evened out are not, and the GPUs change hands as jobs
+// end rather than by stopping work. (Without it, on the two-team trace, the
+// team that caught up was preempted back: half the preemptions.)
+const clearlyAhead = 2
+
 // Why says why waiting job j may preempt jobs of team victim, or "" when it
 // may not: j's team is under its share with a factor at least clearlyAhead
-// times the victim's (or j has a higher priority than the victim's job), and the
-// victim's team holds more than it keeps.
+// times the victim's (or j has a higher priority than the victim's job),
+// and the victim's team holds more than it keeps.
 func (s *Standing) Why(j store.QueuedJob, victim store.ActiveAttempt) string {
 	if j.Team == victim.Team || victim.Priority > j.Priority {
 		return ""
