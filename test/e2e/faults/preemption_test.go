@@ -18,11 +18,14 @@ import (
 // attempt waits after step 1 until the test cancels it, so the victim's
 // retry runs on the worker b's job leaves, however slow the machine.
 
-// preemptOptions turns preemption on once a job ran 100 ms (min_runtime
-// must be more than 0) and configures teams a and b with equal shares (the
-// admin token's default team with almost none).
+// minRuntime is the scenarios' [jobs] min_runtime (it must be more than 0).
+const minRuntime = 100 * time.Millisecond
+
+// preemptOptions turns preemption on once a job ran minRuntime and
+// configures teams a and b with equal shares (the admin token's default
+// team with almost none).
 func preemptOptions(o OrchOptions) OrchOptions {
-	o.JobsTOML += "preemption = \"on\"\nmin_runtime = \"100ms\"\n"
+	o.JobsTOML += fmt.Sprintf("preemption = \"on\"\nmin_runtime = \"%s\"\n", minRuntime)
 	o.ExtraTOML += "[[teams]]\nname = \"a\"\nshare = 1\n[[teams]]\nname = \"b\"\nshare = 1\n" +
 		"[[teams]]\nname = \"default\"\nshare = 0.001\n"
 	return o
@@ -64,6 +67,9 @@ func startPreemptScene(t *testing.T, o *Orch, spec WorkerSpec, victimCfg map[str
 	// Started after the holder: the most recently started, so the victim.
 	_, s.victim = h.SubmitAs(tokA, victimCfg, nil)
 	o.WaitJob(s.victim, "running", 20*time.Second)
+	// Until the victim has run min_runtime only the holder may be
+	// preempted: a loaded machine once got team b's job in before that.
+	time.Sleep(minRuntime)
 	return s
 }
 
