@@ -2,10 +2,7 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
@@ -98,21 +95,21 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 				errText = *t.Error
 			}
 			u := usageArgs(t.Usage)
-			// The attempt's GPUs and start come back for its team's usage.
-			var gpus string
-			var acked *time.Time
-			err := c.queryRow(ctx, `UPDATE attempts SET ended_at = ?, outcome = ?, error = ?,
+			if _, err := c.exec(ctx, `UPDATE attempts SET ended_at = ?, outcome = ?, error = ?,
 				cpu_seconds = ?, peak_memory_bytes = ?, gpu_seconds = ?, peak_gpu_memory_bytes = ?,
-				gpu_utilization_pct = ?, gpu_events = ? WHERE job_id = ? AND number = ? AND ended_at IS NULL
-				RETURNING gpus, acked_at`,
-				append(append([]any{s.tv(at), t.EndAttempt, errText}, u...), j.ID, j.Attempt)...).Scan(&gpus, nullTimeCol{&acked})
-			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				gpu_utilization_pct = ?, gpu_events = ? WHERE job_id = ? AND number = ? AND ended_at IS NULL`,
+				append(append([]any{s.tv(at), t.EndAttempt, errText}, u...), j.ID, j.Attempt)...); err != nil {
 				return err
 			}
-			if err := s.freeWorker(ctx, c, attemptWorker, j.ID, j.Attempt); err != nil {
+			// The GPUs it held and its start (the job's started_at is its
+			// current attempt's acknowledgement) make its team's usage
+			// without another statement: reading them back (UPDATE …
+			// RETURNING) was most of what teams added to a job's cost.
+			freed, err := s.freeWorker(ctx, c, attemptWorker, j.ID, j.Attempt)
+			if err != nil {
 				return err
 			}
-			if err := s.addTeamUsage(ctx, c, j.Team, len(parseIndices(gpus)), acked, at, t.Usage); err != nil {
+			if err := s.addTeamUsage(ctx, c, j.Team, int(freed), j.StartedAt, at, t.Usage); err != nil {
 				return err
 			}
 		}

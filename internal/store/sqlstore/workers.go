@@ -305,21 +305,20 @@ func (s *Store) DeleteWorker(ctx context.Context, id string, rec *audit.Record) 
 // GPU leases and its slot. The worker's status follows the lifecycle's rule,
 // and its current job becomes another it still runs, if any. A deleted
 // worker has nothing to free.
-func (s *Store) freeWorker(ctx context.Context, c conn, workerID, jobID string, n int) error {
+func (s *Store) freeWorker(ctx context.Context, c conn, workerID, jobID string, n int) (freed int64, err error) {
 	w, err := s.workerLoad(ctx, c, workerID)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil
+		return 0, nil
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
 	res, err := c.exec(ctx, `DELETE FROM gpu_leases WHERE job_id = ? AND attempt = ? AND worker_id = ?`, jobID, n, workerID)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	freed, err := res.RowsAffected()
-	if err != nil {
-		return err
+	if freed, err = res.RowsAffected(); err != nil {
+		return 0, err
 	}
 	// An attempt holding the worker whole runs alone: whichever ends, none
 	// holds it whole any more.
@@ -331,13 +330,13 @@ func (s *Store) freeWorker(ctx context.Context, c conn, workerID, jobID string, 
 			err := c.queryRow(ctx, `SELECT id FROM jobs WHERE worker_id = ? AND id <> ? AND status IN (?, ?, ?)
 				ORDER BY seq LIMIT 1`, workerID, jobID, protocol.JobDispatched, protocol.JobRunning, protocol.JobCanceling).Scan(&current)
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return err
+				return 0, err
 			}
 		}
 	}
 	_, err = c.exec(ctx, `UPDATE workers SET current_job_id = ?, status = ?, running = ?, gpus_used = ?, held_whole = ? WHERE id = ?`,
 		current, lifecycle.Settle(w.Status, w.Load()), w.Running, w.GPUsUsed, w.HeldWhole, workerID)
-	return err
+	return freed, err
 }
 
 // GPULeases lists the GPUs of a worker that attempts hold.
