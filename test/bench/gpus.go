@@ -259,18 +259,9 @@ func runGPUs(gf gpuFlags, orchBin, tmp string) (gpuResult, error) {
 	if err != nil {
 		return gpuResult{}, err
 	}
-	ws, err := c.createWorkers(ctx, 0, gf.workers, 4)
+	stopFleet, err := startGPUFleet(ctx, c, gf, dir, o.url, workerdBin, stampBin, sock)
+	defer stopFleet()
 	if err != nil {
-		return gpuResult{}, err
-	}
-	for i, w := range ws {
-		p, err := startGPUWorkerd(workerdBin, filepath.Join(dir, fmt.Sprintf("w%02d", i)), o.url, w, gf.perHost, stampBin, sock)
-		if err != nil {
-			return gpuResult{}, err
-		}
-		defer func() { _ = p.Process.Kill(); _ = p.Wait() }()
-	}
-	if err := c.waitIdle(ctx, gf.workers); err != nil {
 		return gpuResult{}, err
 	}
 	res := gpuResult{load: loadAvg()}
@@ -336,6 +327,31 @@ func (c *client) checkGPUs(ctx context.Context, trace []traceJob, ids []string) 
 		}
 	}
 	return nil
+}
+
+// startGPUFleet creates gf.workers workers, starts a workerd of gf.perHost
+// static GPUs for each (in dir/wNN) and waits until all are idle. stop
+// kills the workerds started, whatever the error.
+func startGPUFleet(ctx context.Context, c *client, gf gpuFlags, dir, url, workerdBin, stampBin, sock string) (stop func(), err error) {
+	var procs []*exec.Cmd
+	stop = func() {
+		for _, p := range procs {
+			_ = p.Process.Kill()
+			_ = p.Wait()
+		}
+	}
+	ws, err := c.createWorkers(ctx, 0, gf.workers, 4)
+	if err != nil {
+		return stop, err
+	}
+	for i, w := range ws {
+		p, err := startGPUWorkerd(workerdBin, filepath.Join(dir, fmt.Sprintf("w%02d", i)), url, w, gf.perHost, stampBin, sock)
+		if err != nil {
+			return stop, err
+		}
+		procs = append(procs, p)
+	}
+	return stop, c.waitIdle(ctx, gf.workers)
 }
 
 // startGPUWorkerd starts a workerd whose static backend describes gpus GPUs

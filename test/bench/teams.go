@@ -177,18 +177,9 @@ func runTeamsMode(gf gpuFlags, m teamsMode, orchBin, tmp string) (teamsResult, e
 	if run.tokens, err = run.c.teamTokens(ctx, m.teams); err != nil {
 		return teamsResult{}, err
 	}
-	ws, err := run.c.createWorkers(ctx, 0, gf.workers, 4)
+	stopFleet, err := startGPUFleet(ctx, run.c, gf, dir, o.url, workerdBin, stampBin, sock)
+	defer stopFleet()
 	if err != nil {
-		return teamsResult{}, err
-	}
-	for i, w := range ws {
-		p, err := startGPUWorkerd(workerdBin, filepath.Join(dir, fmt.Sprintf("w%02d", i)), o.url, w, gf.perHost, stampBin, sock)
-		if err != nil {
-			return teamsResult{}, err
-		}
-		defer func() { _ = p.Process.Kill(); _ = p.Wait() }()
-	}
-	if err := run.c.waitIdle(ctx, gf.workers); err != nil {
 		return teamsResult{}, err
 	}
 	load := loadAvg()
