@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/fairshare"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/placement"
@@ -279,17 +280,16 @@ func (s *Server) writeTeamMetrics(ctx context.Context, w io.Writer) {
 	if err != nil {
 		return
 	}
-	st := fairshare.NewStanding(s.teamPolicy(ctx), days, active, fleet, now)
+	p := s.teamPolicy(ctx)
+	st := fairshare.NewStanding(p, days, active, fleet, now)
 	total := map[string]float64{}
 	for _, d := range days {
 		total[d.Team] += d.GPUSeconds
 	}
 	teams := st.Teams()
-	queued := make([]int, len(teams))
-	for i, t := range teams {
-		if queued[i], err = s.store.CountQueuedOfTeam(ctx, t.Name); err != nil {
-			return
-		}
+	queued, err := s.queuedByTeam(ctx, p, teams)
+	if err != nil {
+		return
 	}
 	family := func(name, typ, help string, value func(i int, t fairshare.TeamState) string) {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
@@ -307,4 +307,32 @@ func (s *Server) writeTeamMetrics(ctx context.Context, w io.Writer) {
 		func(_ int, t fairshare.TeamState) string { return fmt.Sprint(t.ShareFraction) })
 	family("simpletuner_team_fair_share_factor", "gauge", "2^(-usage fraction / share fraction): 1 for no use, 0.5 for exactly its share.",
 		func(_ int, t fairshare.TeamState) string { return fmt.Sprint(t.Factor) })
+}
+
+// queuedByTeam counts each team's queued jobs. With one team and no queue
+// limit there is no index of the teams' queues, and every queued job is
+// the default team's: the per-status counts say how many, where counting
+// would read the whole queue on every scrape.
+func (s *Server) queuedByTeam(ctx context.Context, p fairshare.Policy, teams []fairshare.TeamState) ([]int, error) {
+	out := make([]int, len(teams))
+	if !p.ReadsTeamQueues() {
+		counts, err := s.store.CountJobs(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for i, t := range teams {
+			if t.Name == config.DefaultTeam {
+				out[i] = counts[protocol.JobQueued]
+			}
+		}
+		return out, nil
+	}
+	for i, t := range teams {
+		n, err := s.store.CountQueuedOfTeam(ctx, t.Name)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = n
+	}
+	return out, nil
 }

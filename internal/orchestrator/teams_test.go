@@ -229,6 +229,12 @@ func TestTeamQueueIndexOnlyWithTeams(t *testing.T) {
 	if strings.Contains(one.logs.String(), made) {
 		t.Fatal("one team made the team queue index")
 	}
+	// Its queue is counted for /metrics all the same (from the per-status
+	// counts).
+	one.submit(map[string]any{})
+	if m := one.metrics(); m[`simpletuner_team_queued_jobs{team="default"}`] != 1 {
+		t.Fatalf("the default team's queued jobs: %v", m[`simpletuner_team_queued_jobs{team="default"}`])
+	}
 	two := setup(t, backends["sqlite"](t), withTeams())
 	b := two.startAgent("b", nil, oneGPU)
 	two.must(two.submitAs(two.teamToken("late"), nil), 201)

@@ -128,7 +128,7 @@ func (s *Store) addTeamUsage(ctx context.Context, c conn, team string, gpus int,
 			values += ", "
 		}
 		values += "(?, ?, ?, ?)"
-		args = append(args, teamOrDefault(team), d, days[d].seconds, days[d].seconds*days[d].middle)
+		args = append(args, team, d, days[d].seconds, days[d].seconds*days[d].middle)
 	}
 	_, err := c.exec(ctx, `INSERT INTO team_usage (team, day, gpu_seconds, usage_time) VALUES `+values+`
 		ON CONFLICT (team, day) DO UPDATE SET gpu_seconds = team_usage.gpu_seconds + excluded.gpu_seconds,
@@ -176,11 +176,4 @@ func spreadOverDays(from, to time.Time, total float64) map[string]dayPart {
 		out[start.Format(DayFormat)] = p
 	}
 	return out
-}
-
-func teamOrDefault(team string) string {
-	if team == "" {
-		return "default"
-	}
-	return team
 }
