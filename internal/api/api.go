@@ -60,6 +60,17 @@ type Worker struct {
 	// GPUConditions are the GPUs the worker keeps out of use: held back
 	// (something was left on them) or unhealthy (a hardware fault).
 	GPUConditions []GPUCondition `json:"gpu_conditions"`
+	// Jobs are the attempts out on the worker with the GPUs each holds, by
+	// index (GET /api/admin/workers/{id} only; a job that took the whole
+	// worker lists no GPUs).
+	Jobs []WorkerJob `json:"jobs,omitempty"`
+}
+
+// WorkerJob is one attempt out on a worker and the GPUs it holds.
+type WorkerJob struct {
+	JobID   string `json:"job_id"`
+	Attempt int    `json:"attempt"`
+	GPUs    []int  `json:"gpus"`
 }
 
 // GPUTelemetry is a worker's latest live GPU numbers, as of At.

@@ -446,7 +446,7 @@ func TestWorkerTableShowsAgentGPUAndTelemetry(t *testing.T) {
 	b := s.browser()
 	b.mustSignIn(s.admin)
 	p := b.must(b.get("/ui/workers"), 200)
-	contains(t, p, "1 × NVIDIA A100", "80 GB each", "GPU 0: 87% busy, 40.0/80.0 GiB, 66 °C", "simpletuner-workerd 1.2.3",
+	contains(t, p, "1 × NVIDIA A100", "80 GB each", "GPU #0: 87% busy, 40.0/80.0 GiB, 66 °C", "simpletuner-workerd 1.2.3",
 		"protocol 2", "pool=a", `data-worker="`+id+`"`, `hx-get="/ui/live/workers?page=1"`)
 	p = b.must(b.get("/ui/live/workers?status=idle", "HX-Request", "true"), 200)
 	contains(t, p, `id="workers-live"`, "gpu-1")
@@ -483,6 +483,29 @@ func TestWorkerTableShowsGPUSlots(t *testing.T) {
 	contains(t, p, `data-count="workers-partial">0<`)
 	p = b.must(b.get("/ui/workers?status=partial"), 200)
 	contains(t, p, "<option selected>partial</option>", "0 workers partial.")
+
+	// Two jobs on it: the table says which job holds which GPU, and the
+	// queue names the worker and shows each job's team and GPUs.
+	w := connect(t, s, m["worker_id"].(string), token)
+	var jobs []string
+	for _, n := range []int{1, 2} {
+		st, sub := s.adminAPI("POST", "/api/queue/submit", map[string]any{"config": map[string]any{"n": n}, "gpu_count": n})
+		if st != 200 && st != 201 {
+			t.Fatalf("submit: %d %v", st, sub)
+		}
+		ev := w.next(t, "job_submit")
+		jobs = append(jobs, ev["job_id"].(string))
+		w.runs(jobs[len(jobs)-1], ev["attempt"])
+	}
+	p = b.must(b.get("/ui/workers"), 200)
+	contains(t, p, "2 of 8 jobs, 5 GPUs free", jobs[0]+`</a> on GPU #0</li>`, jobs[1]+`</a> on GPUs #1, #2</li>`)
+	p = b.must(b.get("/ui/workers/"+m["worker_id"].(string)), 200)
+	contains(t, p, jobs[0]+`</a> on GPU #0</li>`, jobs[1]+`</a> on GPUs #1, #2</li>`)
+	p = b.must(b.get("/ui/queue"), 200)
+	contains(t, p, `<th scope="col">Team</th>`, `<td data-label="Team">default</td>`, `<td data-label="GPUs">2 GPUs`,
+		`">octo</a> <small class="mono">`+m["worker_id"].(string)+`</small>`)
+	p = b.must(b.get("/ui/jobs/"+jobs[1]), 200)
+	contains(t, p, `">octo</a> <small class="mono">`, "GPUs #1, #2")
 }
 
 func TestQueueSubmitJobPageAndCancel(t *testing.T) {
@@ -555,6 +578,13 @@ func TestQueueSubmitJobPageAndCancel(t *testing.T) {
 	}
 	p = b.must(b.get("/ui/jobs/"+running), 200)
 	contains(t, p, "Newest checkpoint", "checkpoint-200", "step 200, 3.0 GiB, 1 file)", "kept by attempt 1")
+	// A small one is not shown as 0.0 GiB.
+	if _, err := s.st.PutCheckpoint(t.Context(), store.Checkpoint{JobID: running, Attempt: 1, Name: "checkpoint-201", Step: 201,
+		Bytes: 1126, Files: []protocol.CheckpointFile{{Path: "adapter.safetensors", Size: 1126, SHA256: strings.Repeat("b", 64)}}}, 2); err != nil {
+		t.Fatal(err)
+	}
+	p = b.must(b.get("/ui/jobs/"+running), 200)
+	contains(t, p, "step 201, 1.1 KiB, 1 file)")
 
 	// The log stream through the dashboard (server-sent events).
 	lreq, _ := http.NewRequest("GET", s.hs.URL+"/ui/jobs/"+running+"/log", nil)
@@ -801,8 +831,8 @@ func TestWorkerPageShowsGPUHealthAndCharts(t *testing.T) {
 	b := s.browser()
 	b.mustSignIn(s.admin)
 	p := b.must(b.get("/ui/workers/"+id), 200)
-	contains(t, p, `<span class="badge g-unhealthy">unhealthy</span>`, "GPU 0 is <strong>unhealthy</strong>", "XID 79 (fell off the bus)",
-		"Clear the fence of GPU 0", `<svg class="chart"`, `class="util" cx="360.0"`, "612 W")
+	contains(t, p, `<span class="badge g-unhealthy">unhealthy</span>`, "GPU #0 is <strong>unhealthy</strong>", "XID 79 (fell off the bus)",
+		"Clear the fence of GPU #0", `<svg class="chart"`, `class="util" cx="360.0"`, "612 W")
 	p = b.must(b.post("/ui/workers/"+id+"/gpus/0/clear", nil), http.StatusSeeOther)
 	p = b.must(b.get(p.Location()), 200)
 	contains(t, p, "GPU cleared", "An admin cleared it")
@@ -816,7 +846,9 @@ func TestWorkerPageShowsGPUHealthAndCharts(t *testing.T) {
 	p = b.must(b.post("/ui/workers/"+id+"/gpus/0/clear", nil), http.StatusConflict)
 	contains(t, p, "not fenced")
 	p = b.must(b.get("/ui/"), 200)
-	contains(t, p, "The fleet&#39;s GPUs, last 6 hours", `class="online"`)
+	// The fleet's chart spans what it has seen (here the shortest window),
+	// with a time axis, not six hours of which the last minute has points.
+	contains(t, p, "The fleet&#39;s GPUs, last 10 min", `class="online"`, `<ol class="ticks" aria-label="time axis"><li>10 min ago</li>`, "<li>now</li>")
 }
 
 // Behind a TLS proxy (server.public_url = https://…), the browser's Origin is

@@ -139,7 +139,17 @@ func (d *Dashboard) workersData(r *http.Request, s *session) (map[string]any, *a
 	if err != nil {
 		return nil, d.failure(err, "workers")
 	}
-	return map[string]any{"Workers": workerViews(body.Workers), "Total": body.Total, "Status": status, "Page": page,
+	views := workerViews(body.Workers)
+	for i, w := range views {
+		// A worker running several jobs: which job holds which GPU is on
+		// the worker's own record, read for those on this page only.
+		if w.RunningJobs > 0 && w.MaxJobs > 1 {
+			if full, err := d.opt.API.Worker(d.as(r, s), api.WorkerRef{ID: w.ID}); err == nil {
+				views[i].Jobs = full.Jobs
+			}
+		}
+	}
+	return map[string]any{"Workers": views, "Total": body.Total, "Status": status, "Page": page,
 		"Pages": pages(body.Total, workersPerPage), "Back": r.URL.RequestURI()}, nil
 }
 
@@ -347,8 +357,14 @@ func (d *Dashboard) queueData(r *http.Request, s *session) (map[string]any, *api
 	if body.Total != nil {
 		total = *body.Total
 	}
+	var ids []string
+	for _, j := range body.Entries {
+		if j.WorkerID != nil {
+			ids = append(ids, *j.WorkerID)
+		}
+	}
 	return map[string]any{"Jobs": body.Entries, "Total": total, "Status": status, "Page": page,
-		"Pages": pages(total, jobsPerPage)}, nil
+		"Pages": pages(total, jobsPerPage), "Names": d.namesOf(d.as(r, s), ids...)}, nil
 }
 
 func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request, s *session) {
@@ -452,7 +468,7 @@ func (d *Dashboard) jobWithError(w http.ResponseWriter, r *http.Request, s *sess
 		b, cut := log.tail()
 		logText, truncated = strings.ToValidUTF8(string(b), ""), cut
 	}
-	d.render(w, r, status, "job", map[string]any{"J": j, "Log": logText, "LogTruncated": truncated, "Error": errMsg,
+	d.render(w, r, status, "job", map[string]any{"J": j, "Names": d.jobWorkerNames(r, s, j), "Log": logText, "LogTruncated": truncated, "Error": errMsg,
 		"Warnings": d.notices.take(s, "job:"+j.ID, d.opt.Now())}, s)
 }
 
@@ -466,7 +482,19 @@ func (d *Dashboard) jobLive(w http.ResponseWriter, r *http.Request, s *session) 
 	if j.Terminal() {
 		status = stopPolling
 	}
-	d.renderBlock(w, r, status, "job", "live", map[string]any{"J": j}, s)
+	d.renderBlock(w, r, status, "job", "live", map[string]any{"J": j, "Names": d.jobWorkerNames(r, s, j)}, s)
+}
+
+// jobWorkerNames names the workers a job's attempts ran on.
+func (d *Dashboard) jobWorkerNames(r *http.Request, s *session, j api.Job) workerNames {
+	ids := make([]string, 0, len(j.Attempts))
+	for _, a := range j.Attempts {
+		ids = append(ids, a.WorkerID)
+	}
+	if j.WorkerID != nil {
+		ids = append(ids, *j.WorkerID)
+	}
+	return d.namesOf(d.as(r, s), ids...)
 }
 
 // jobLog relays the API's live log stream (server-sent events) to the page.

@@ -28,11 +28,11 @@ func (d *Dashboard) parseTemplates() (map[string]*pageTemplate, error) {
 		"ago":         d.ago,
 		"duration":    duration,
 		"gib":         func(mib float64) string { return strconv.FormatFloat(mib/1024, 'f', 1, 64) },
-		"bytesGiB":    func(b int64) string { return strconv.FormatFloat(float64(b)/(1<<30), 'f', 1, 64) },
+		"size":        func(b int64) string { return formatSize(float64(b)) },
+		"usize":       func(b uint64) string { return formatSize(float64(b)) },
 		"pct":         func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) + "%" },
-		"mib":         func(bytes uint64) float64 { return float64(bytes) / (1 << 20) },
 		"cancellable": cancellable,
-		"indices":     formatIndices,
+		"gpus":        formatGPUs,
 		"labels":      formatLabels,
 		"pretty":      prettyJSON,
 		"add":         func(a, b int) int { return a + b },
@@ -198,11 +198,31 @@ func queryString(kv ...string) string {
 	return "?" + q.Encode()
 }
 
-// formatIndices shows GPU indices as "0, 3".
-func formatIndices(ix []int) string {
+// formatGPUs names GPUs by index: "GPU #0", "GPUs #0, #3". A bare "0"
+// reads as a count (no GPUs), so the index always carries its "#".
+func formatGPUs(ix []int) string {
 	parts := make([]string, len(ix))
 	for i, n := range ix {
-		parts[i] = strconv.Itoa(n)
+		parts[i] = "#" + strconv.Itoa(n)
 	}
-	return strings.Join(parts, ", ")
+	if len(ix) == 1 {
+		return "GPU " + parts[0]
+	}
+	return "GPUs " + strings.Join(parts, ", ")
+}
+
+// formatSize shows a number of bytes in the largest binary unit that keeps
+// it at least 1 ("1.1 KiB", "3.0 GiB", "512 B"), so a small checkpoint does
+// not read as nothing.
+func formatSize(b float64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	u := 0
+	for b >= 1024 && u < len(units)-1 {
+		b /= 1024
+		u++
+	}
+	if u == 0 {
+		return strconv.FormatFloat(b, 'f', 0, 64) + " B"
+	}
+	return strconv.FormatFloat(b, 'f', 1, 64) + " " + units[u]
 }

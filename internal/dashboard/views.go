@@ -1,8 +1,11 @@
 package dashboard
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"html/template"
+	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
@@ -100,8 +103,9 @@ func cancellable(j api.Job) bool { return !j.Terminal() && j.Status != "cancelin
 // gpuCharts are the worker's GPU charts, one per GPU.
 func gpuCharts(h api.GPUHistory) []chart {
 	var out []chart
+	step := time.Duration(h.StepSeconds) * time.Second
 	for _, g := range h.GPUs {
-		out = append(out, newChart(fmt.Sprintf("GPU %d, last 6 hours: utilisation and memory in use, percent", g.Index), "%", 100,
+		out = append(out, timeChart(fmt.Sprintf("GPU #%d", g.Index), "utilisation and memory in use, percent", "%", 100, step,
 			line{Class: "util", Label: "utilisation", Points: g.UtilizationPct},
 			line{Class: "mem", Label: "memory in use", Points: g.MemoryUsedPct}))
 	}
@@ -110,8 +114,53 @@ func gpuCharts(h api.GPUHistory) []chart {
 
 // fleetChart charts the fleet's GPUs.
 func fleetChart(h api.FleetHistory) chart {
-	return newChart("The fleet's GPUs, last 6 hours: in use, asked for by queued jobs, online", "GPUs", 1,
+	return timeChart("The fleet's GPUs", "in use, asked for by queued jobs, online", "GPUs", 1, time.Duration(h.StepSeconds)*time.Second,
 		line{Class: "online", Label: "online", Points: h.Online},
 		line{Class: "asked", Label: "asked for by queued jobs", Points: h.Asked},
 		line{Class: "util", Label: "in use", Points: h.InUse})
+}
+
+// workerNames maps worker ids to names, for pages that list jobs: a worker
+// is shown by its name, with the id beside it.
+type workerNames map[string]string
+
+// namesOf looks up the named workers' names as the session's caller; an id
+// the caller may not read (no admin.workers scope) or that is gone stays
+// unnamed and is shown as the id alone.
+func (d *Dashboard) namesOf(ctx context.Context, ids ...string) workerNames {
+	names := workerNames{}
+	for _, id := range ids {
+		if _, seen := names[id]; seen || id == "" {
+			continue
+		}
+		names[id] = ""
+		if w, err := d.opt.API.Worker(ctx, api.WorkerRef{ID: id}); err == nil {
+			names[id] = w.Name
+		}
+	}
+	return names
+}
+
+// Link is a link to a worker's page showing its name and, smaller, its id.
+// id is a string or a *string (nil: nothing).
+func (n workerNames) Link(id any) template.HTML {
+	var s string
+	switch v := id.(type) {
+	case string:
+		s = v
+	case *string:
+		if v == nil {
+			return ""
+		}
+		s = *v
+	}
+	if s == "" {
+		return ""
+	}
+	esc := template.HTMLEscapeString
+	href := "/ui/workers/" + template.URLQueryEscaper(s)
+	if name := n[s]; name != "" {
+		return template.HTML(`<a href="` + href + `">` + esc(name) + `</a> <small class="mono">` + esc(s) + `</small>`)
+	}
+	return template.HTML(`<a class="mono" href="` + href + `">` + esc(s) + `</a>`)
 }

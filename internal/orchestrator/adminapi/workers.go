@@ -100,7 +100,40 @@ func (a *API) Worker(ctx context.Context, ref api.WorkerRef) (api.Worker, error)
 	if err != nil {
 		return api.Worker{}, err
 	}
-	return a.workerView(wk), nil
+	v := a.workerView(wk)
+	if v.Jobs, err = a.workerJobs(ctx, wk); err != nil {
+		return api.Worker{}, err
+	}
+	return v, nil
+}
+
+// workerJobs lists the attempts out on a worker with the GPUs each holds:
+// the GPU leases (by index), grouped by attempt, and the worker's current job when no
+// lease names it (it took the whole worker, or the worker assigns GPUs
+// itself).
+func (a *API) workerJobs(ctx context.Context, wk store.Worker) ([]api.WorkerJob, error) {
+	if wk.Running == 0 && wk.CurrentJobID == "" {
+		return nil, nil
+	}
+	leases, err := a.store.GPULeases(ctx, wk.ID)
+	if err != nil {
+		return nil, err
+	}
+	var out []api.WorkerJob
+	at := map[string]int{} // job id → its entry in out
+	for _, l := range leases {
+		i, ok := at[l.JobID]
+		if !ok {
+			i = len(out)
+			at[l.JobID] = i
+			out = append(out, api.WorkerJob{JobID: l.JobID, Attempt: l.Attempt, GPUs: []int{}})
+		}
+		out[i].GPUs = append(out[i].GPUs, l.Index)
+	}
+	if _, ok := at[wk.CurrentJobID]; wk.CurrentJobID != "" && !ok {
+		out = append(out, api.WorkerJob{JobID: wk.CurrentJobID, GPUs: []int{}})
+	}
+	return out, nil
 }
 
 // baseURL is the orchestrator's URL as the client reached it, for the
