@@ -1,0 +1,610 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/ctl"
+	. "github.com/simpletuner/simpletuner-orchestration/test/e2e/e2etest"
+)
+
+// docCommand is one command line shown in an example of the documentation.
+type docCommand struct {
+	where string   // file:line
+	argv  []string // the program and its arguments, quotes removed, variables as written
+}
+
+func (c docCommand) String() string { return c.where + ": " + strings.Join(c.argv, " ") }
+
+// The programs whose command lines the documentation shows.
+var docPrograms = []string{"simpletunerctl", "simpletuner-orchestratord", "simpletuner-workerd", "curl"}
+
+// simpletunerctl commands that change the fleet, checked against the command
+// tree only: run in the documents' order they would depend on one another
+// (the README creates gpu-worker-1 twice, cancels a job it then follows), and
+// the objects they make are the ones the read-only commands below need.
+// Every other command runs against the test's orchestrator and must exit 0.
+var parseOnlyCommands = map[string]string{
+	"submit":          "queues a job no worker here runs (--wait would wait for ever)",
+	"cancel":          "ends the job the examples then follow",
+	"download":        "needs an artifact a training run uploaded",
+	"worker create":   "the documents create the same worker more than once",
+	"worker labels":   "changes a worker the other examples show",
+	"worker drain":    "changes a worker the other examples show",
+	"worker resume":   "changes a worker the other examples show",
+	"worker rotate":   "changes a worker the other examples show",
+	"worker delete":   "removes a worker the other examples show",
+	"webhooks create": "the documents create the same subscription more than once",
+	"webhooks delete": "removes the subscription the other examples show",
+}
+
+// GET requests checked for their form only: the API routes they name are
+// matched, not called.
+var parseOnlyRequests = map[string]*regexp.Regexp{
+	"downloads an artifact a training run uploaded": regexp.MustCompile(`/api/queue/[^/]+/artifacts/.`),
+}
+
+// Flags that make a read-only command run until interrupted.
+var foreverFlags = []string{"-w", "--watch", "--follow"}
+
+// Every command line shown in README.md, docs/*.md and the man pages'
+// examples is one the real programs accept: simpletunerctl lines parse
+// against its command tree (command, flags, argument count) and, unless they
+// change the fleet, run against a real orchestrator and exit 0; the
+// orchestrator's lines pass its own command-line check (--check-config),
+// and its token commands run; workerd's flags parse; GET requests with curl
+// to the API answer 2xx. The examples' names (j_abc123, gpu-worker-1, ops…)
+// are objects the test creates.
+func TestDocumentedCommandsRun(t *testing.T) {
+	t.Parallel()
+	cmds := documentedCommands(t)
+	ran := 0
+	if len(cmds) < 60 {
+		t.Fatalf("found only %d documented command lines; is the extraction broken?", len(cmds))
+	}
+	d := newDocsFixture(t)
+	for _, c := range cmds {
+		d.parsedOnly = true // until a check runs it
+		var err error
+		switch c.argv[0] {
+		case "simpletunerctl":
+			err = d.ctl(c.argv[1:])
+		case "simpletuner-orchestratord":
+			err = d.orchestratord(c.argv[1:])
+		case "simpletuner-workerd":
+			err = workerdParses(c.argv[1:])
+		case "curl":
+			err = d.curl(c.argv[1:])
+		}
+		if err != nil {
+			t.Errorf("%s\n\t%v", c, err)
+		}
+		if d.parsedOnly {
+			t.Logf("checked, not run: %s", c)
+		} else {
+			ran++
+		}
+	}
+	t.Logf("%d documented command lines, %d of them run", len(cmds), ran)
+	if ran < len(cmds)/2 {
+		t.Errorf("only %d of %d documented command lines ran", ran, len(cmds))
+	}
+}
+
+// The extraction finds the command lines of every kind of example, and the
+// commands that used to be wrong are refused by the check.
+func TestDocumentedCommandsCheckCatchesMistakes(t *testing.T) {
+	t.Parallel()
+	cmds := documentedCommands(t)
+	seen := map[string]bool{}
+	for _, c := range cmds {
+		seen[strings.SplitN(c.where, ":", 2)[0]+" "+c.argv[0]] = true
+	}
+	for _, want := range []string{"README.md simpletunerctl", "README.md curl", "docs/teams.md simpletunerctl",
+		"man/simpletunerctl.1 simpletunerctl", "man/simpletuner-orchestratord.8 simpletuner-orchestratord",
+		"man/simpletuner-workerd.8 simpletuner-workerd", "docs/history.md simpletuner-orchestratord"} {
+		if !seen[want] {
+			t.Errorf("no %s command found in the examples of %s", strings.Fields(want)[1], strings.Fields(want)[0])
+		}
+	}
+	for _, bad := range [][]string{
+		{"token", "create", "nlp-ci", "--scopes", "queue.submit", "--team", "nlp"},
+		{"tokens", "create", "nlp-ci", "--name", "x", "--scope", "*"},
+		{"job", "show", "j_abc123"},
+		{"workers", "--stauts", "idle"},
+	} {
+		if _, err := ctlParses(bad); err == nil {
+			t.Errorf("simpletunerctl %q passed the check", bad)
+		}
+		if (bad[0] == "token" || bad[0] == "workers") && ctlNamesCommand(bad) == nil {
+			t.Errorf("simpletunerctl %q passed the check of quoted commands", bad)
+		}
+	}
+	if err := workerdParses([]string{"--config", "w.toml", "--bogus"}); err == nil {
+		t.Error("simpletuner-workerd --bogus passed the check")
+	}
+	got := splitShell(`job=$(echo '{"a": 1}' | simpletunerctl submit - -q) && simpletunerctl logs -f "$job" > out.log 2>&1 # done`)
+	want := [][]string{{"echo", `{"a": 1}`}, {"simpletunerctl", "submit", "-", "-q"}, {"job=$(…)"}, {"simpletunerctl", "logs", "-f", "$job"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("splitShell:\n got %q\nwant %q", got, want)
+	}
+}
+
+// Commands quoted in running text (`simpletunerctl job ID`) name commands
+// and flags that exist; their arguments are often left out, so their number
+// is not checked.
+func TestDocumentedInlineCommandsExist(t *testing.T) {
+	t.Parallel()
+	files, _ := filepath.Glob("../../docs/*.md")
+	span := regexp.MustCompile("`(simpletunerctl|simpletuner-orchestratord|simpletuner-workerd) ([^`]*)`")
+	n := 0
+	for _, f := range append(files, "../../README.md") {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range span.FindAllStringSubmatch(string(b), -1) {
+			n++
+			words := splitShell(m[2])
+			if len(words) == 0 {
+				continue
+			}
+			var err error
+			switch m[1] {
+			case "simpletunerctl":
+				err = ctlNamesCommand(words[0])
+			case "simpletuner-workerd":
+				err = workerdParses(words[0])
+			}
+			if err != nil {
+				t.Errorf("%s: %s: %v", strings.TrimPrefix(f, "../../"), m[0], err)
+			}
+		}
+	}
+	if n < 20 {
+		t.Fatalf("found only %d quoted commands", n)
+	}
+}
+
+// ctlNamesCommand checks a command's path and flags, not its arguments.
+func ctlNamesCommand(args []string) error {
+	cmd, rest, err := ctl.Command().Find(args)
+	if err != nil {
+		return err
+	}
+	if err := cmd.ParseFlags(rest); err != nil {
+		return fmt.Errorf("%s: %w", cmd.CommandPath(), err)
+	}
+	if pos := cmd.Flags().Args(); cmd.HasSubCommands() && len(pos) > 0 {
+		return fmt.Errorf("%s: unknown command %q", cmd.CommandPath(), pos[0])
+	}
+	return nil
+}
+
+// documentedCommands reads the examples: fenced and indented blocks of the
+// Markdown files, .EX/.EE and .nf/.fi blocks of the man pages.
+func documentedCommands(t *testing.T) []docCommand {
+	t.Helper()
+	files, _ := filepath.Glob("../../docs/*.md")
+	files = append([]string{"../../README.md"}, files...)
+	mans, _ := filepath.Glob("../../man/*.[0-9]")
+	var out []docCommand
+	for _, f := range append(files, mans...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimPrefix(f, "../../")
+		var blocks []block
+		if strings.HasSuffix(f, ".md") {
+			blocks = markdownBlocks(string(b))
+		} else {
+			blocks = manBlocks(string(b))
+		}
+		for _, bl := range blocks {
+			out = append(out, blockCommands(name, bl)...)
+		}
+	}
+	return out
+}
+
+// block is the lines of one example, first at line number first.
+type block struct {
+	first int
+	lines []string
+}
+
+func markdownBlocks(text string) []block {
+	var (
+		out   []block
+		cur   *block
+		fence string
+		prev  = ""
+	)
+	for i, l := range strings.Split(text, "\n") {
+		trimmed := strings.TrimSpace(l)
+		switch {
+		case fence != "":
+			if strings.HasPrefix(trimmed, fence) {
+				fence = ""
+				out = append(out, *cur)
+				cur = nil
+			} else {
+				cur.lines = append(cur.lines, l)
+			}
+		case strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~"):
+			fence = trimmed[:3]
+			cur = &block{first: i + 2}
+		case strings.HasPrefix(l, "    ") && (prev == "" || cur != nil):
+			if cur == nil {
+				cur = &block{first: i + 1}
+			}
+			cur.lines = append(cur.lines, l[4:])
+		default:
+			if cur != nil {
+				out = append(out, *cur)
+				cur = nil
+			}
+		}
+		prev = trimmed
+	}
+	return out
+}
+
+var roffEscapes = strings.NewReplacer(`\-`, "-", `\e`, `\`, `\(aq`, "'", `\(dq`, `"`, `\(ti`, "~", `\&`, "", `\~`, " ", `\(em`, "--")
+
+func manBlocks(text string) []block {
+	var (
+		out []block
+		cur *block
+	)
+	for i, l := range strings.Split(text, "\n") {
+		switch {
+		case l == ".EX" || l == ".nf":
+			cur = &block{first: i + 2}
+		case l == ".EE" || l == ".fi":
+			if cur != nil {
+				out = append(out, *cur)
+			}
+			cur = nil
+		case cur != nil && !strings.HasPrefix(l, "."):
+			cur.lines = append(cur.lines, roffEscapes.Replace(l))
+		}
+	}
+	return out
+}
+
+// blockCommands joins continued lines and keeps the commands of the
+// documented programs. A block with "$ " prompts shows output too: only its
+// prompted lines are commands.
+func blockCommands(file string, b block) []docCommand {
+	prompted := slices.ContainsFunc(b.lines, func(l string) bool { return strings.HasPrefix(l, "$ ") })
+	var out []docCommand
+	for i := 0; i < len(b.lines); i++ {
+		start, line := i, b.lines[i]
+		for strings.HasSuffix(line, `\`) && i+1 < len(b.lines) {
+			i++
+			line = strings.TrimSuffix(line, `\`) + " " + strings.TrimSpace(b.lines[i])
+		}
+		if prompted {
+			var ok bool
+			if line, ok = strings.CutPrefix(line, "$ "); !ok {
+				continue
+			}
+		}
+		if errorOutput.MatchString(line) {
+			continue
+		}
+		for _, words := range splitShell(line) {
+			words = commandWords(words)
+			if len(words) > 0 && slices.Contains(docPrograms, words[0]) {
+				out = append(out, docCommand{where: fmt.Sprintf("%s:%d", file, b.first+start), argv: words})
+			}
+		}
+	}
+	return out
+}
+
+// errorOutput is a message the programs print, "simpletunerctl worker drain: …",
+// shown as output in an example.
+var errorOutput = regexp.MustCompile(`^(simpletunerctl|simpletuner-[a-z]+)( [a-z-]+)*: `)
+
+// commandWords drops what comes before the program: shell keywords,
+// variable assignments, sudo and its options.
+func commandWords(w []string) []string {
+	for len(w) > 0 {
+		switch {
+		case slices.Contains([]string{"if", "then", "else", "until", "while", "do", "!", "time", "exec"}, w[0]):
+			w = w[1:]
+		case w[0] == "sudo":
+			w = w[1:]
+			for len(w) > 0 && strings.HasPrefix(w[0], "-") {
+				if w[0] == "-u" || w[0] == "-g" {
+					w = w[1:]
+				}
+				w = w[1:]
+			}
+		case regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`).MatchString(w[0]) && len(w) > 1:
+			w = w[1:]
+		default:
+			return w
+		}
+	}
+	return nil
+}
+
+// splitShell splits one shell line into its simple commands, words unquoted.
+// A command substitution is a command of its own, "$(…)" in its word;
+// redirections and comments are dropped. It knows the shell the examples
+// use, not all of it.
+func splitShell(s string) [][]string {
+	var (
+		cmds  [][]string
+		words []string
+		word  strings.Builder
+		in    bool // a word has started
+	)
+	endWord := func() {
+		if in {
+			words = append(words, word.String())
+		}
+		word.Reset()
+		in = false
+	}
+	endCmd := func() {
+		endWord()
+		if len(words) > 0 {
+			cmds = append(cmds, words)
+		}
+		words = nil
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '\'':
+			j := strings.IndexByte(s[i+1:], '\'')
+			if j < 0 {
+				j = len(s) - i - 1
+			}
+			word.WriteString(s[i+1 : i+1+j])
+			in, i = true, i+1+j
+		case c == '"':
+			j := i + 1
+			for ; j < len(s) && s[j] != '"'; j++ {
+				if s[j] == '\\' && j+1 < len(s) {
+					j++
+				}
+				word.WriteByte(s[j])
+			}
+			in, i = true, j
+		case c == '\\' && i+1 < len(s):
+			i++
+			word.WriteByte(s[i])
+			in = true
+		case c == '$' && i+1 < len(s) && s[i+1] == '(':
+			depth, j := 1, i+2
+			for ; j < len(s) && depth > 0; j++ {
+				switch s[j] {
+				case '(':
+					depth++
+				case ')':
+					depth--
+				}
+			}
+			cmds = append(cmds, splitShell(s[i+2:j-1])...)
+			word.WriteString("$(…)")
+			in, i = true, j-1
+		case c == '#' && !in:
+			i = len(s)
+		case c == ' ' || c == '\t' || c == '\n':
+			endWord()
+		case c == '>' || c == '<':
+			if w := word.String(); in && strings.Trim(w, "0123456789") == "" {
+				word.Reset() // a file descriptor: 2>&1
+				in = false
+			}
+			endWord()
+			for i+1 < len(s) && (s[i+1] == '>' || s[i+1] == '&') {
+				i++
+			}
+			for i+1 < len(s) && s[i+1] == ' ' {
+				i++
+			}
+			for i+1 < len(s) && !strings.ContainsRune(" ;|&)", rune(s[i+1])) {
+				i++ // the target
+			}
+		case strings.IndexByte("|;&()", c) >= 0:
+			endCmd()
+		default:
+			word.WriteByte(c)
+			in = true
+		}
+	}
+	endCmd()
+	return cmds
+}
+
+// ctlParses finds the command of a simpletunerctl line in its command tree
+// and checks its flags and arguments the way cobra does before running it.
+func ctlParses(args []string) (*cobra.Command, error) {
+	root := ctl.Command()
+	cmd, rest, err := root.Find(args)
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.ParseFlags(rest); err != nil {
+		return cmd, fmt.Errorf("%s: %w", cmd.CommandPath(), err)
+	}
+	positional := cmd.Flags().Args()
+	if cmd.HasSubCommands() && len(positional) > 0 {
+		return cmd, fmt.Errorf("%s: unknown command %q", cmd.CommandPath(), positional[0])
+	}
+	if err := cmd.ValidateArgs(positional); err != nil {
+		return cmd, fmt.Errorf("%s: %w", cmd.CommandPath(), err)
+	}
+	if err := cmd.ValidateRequiredFlags(); err != nil {
+		return cmd, fmt.Errorf("%s: %w", cmd.CommandPath(), err)
+	}
+	return cmd, cmd.ValidateFlagGroups()
+}
+
+// workerdParses checks workerd's flags; the configuration itself is the
+// worker machine's and is not judged here.
+func workerdParses(args []string) error {
+	_, opts, err := config.LoadWorker(args, func(string) string { return "" })
+	if ue, ok := errors.AsType[*config.UsageError](err); ok {
+		return ue
+	}
+	if len(opts.Args) > 0 {
+		return fmt.Errorf("unexpected argument %q", opts.Args[0])
+	}
+	return nil
+}
+
+// docsFixture is an orchestrator holding the objects the examples name.
+type docsFixture struct {
+	t             *testing.T
+	o             *Orch
+	home, dir     string
+	jobID, worker string
+	substitutions *strings.Replacer
+	parsedOnly    bool // the last command checked was not run
+}
+
+func newDocsFixture(t *testing.T) *docsFixture {
+	o := StartOrchestratorWith(t, OrchOptions{ExtraTOML: "[[teams]]\nname = \"nlp\"\nshare = 1\n[[teams]]\nname = \"vision\"\nshare = 2\n"})
+	d := &docsFixture{t: t, o: o, home: t.TempDir(), dir: t.TempDir()}
+	d.worker, _ = o.CreateWorker("gpu-worker-1", true, map[string]string{"gpu_type": "a100"})
+	for _, name := range []string{"gpu-1", "quick-worker"} {
+		o.CreateWorker(name, true, nil)
+	}
+	// A job that ended, so that following its log ends too.
+	d.jobID = o.Submit(map[string]any{"steps": 1}, nil)
+	if st, m := o.Do("POST", "/api/queue/"+d.jobID+"/cancel", nil); st != 200 {
+		t.Fatalf("cancel: %d %v", st, m)
+	}
+	o.WaitJob(d.jobID, "cancelled", 30*time.Second)
+	if st, m := o.Do("POST", "/api/admin/webhooks", map[string]any{"name": "ops", "url": "https://hooks.example.com/st",
+		"events": []string{"job.failed"}}); st != 201 {
+		t.Fatalf("create webhook: %d %v", st, m)
+	}
+	tokenFile := filepath.Join(d.home, ".config/simpletuner/token")
+	if err := os.MkdirAll(filepath.Dir(tokenFile), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tokenFile, []byte(o.Admin+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.substitutions = strings.NewReplacer(
+		"$job", d.jobID, "$id", d.jobID, "j_abc123", d.jobID, "w_abc123", d.worker,
+		"~/", d.home+"/", "$SIMPLETUNER_URL", o.URL,
+		"http://localhost:8001", o.URL, "https://orch:8001", o.URL, "http://orchestrator:8001", o.URL, "http://127.0.0.1:8001", o.URL,
+		"$H", "Authorization: Bearer "+o.Admin, "$TOKEN", o.Admin, "$SIMPLETUNER_ADMIN_TOKEN", o.Admin,
+	)
+	return d
+}
+
+func (d *docsFixture) substitute(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = d.substitutions.Replace(a)
+	}
+	return out
+}
+
+// run runs a program the way a user in d.home would; it returns its
+// standard output.
+func (d *docsFixture) run(name string, args ...string) (string, error) {
+	d.parsedOnly = false
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = d.dir
+	cmd.Env = append(os.Environ(), "HOME="+d.home, "NO_COLOR=1", "SIMPLETUNER_URL="+d.o.URL, "SIMPLETUNER_ADMIN_TOKEN="+d.o.Admin)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("%v\n%s%s", err, out, stderr.String())
+	}
+	return string(out), nil
+}
+
+func (d *docsFixture) ctl(args []string) error {
+	cmd, err := ctlParses(args)
+	if err != nil {
+		return err
+	}
+	path := strings.TrimPrefix(cmd.CommandPath(), "simpletunerctl ")
+	if _, ok := parseOnlyCommands[path]; ok || slices.ContainsFunc(args, func(a string) bool { return slices.Contains(foreverFlags, a) }) {
+		return nil
+	}
+	_, err = d.run(filepath.Join(BinDir, "simpletunerctl"), d.substitute(args)...)
+	return err
+}
+
+// orchestratord runs the token commands against the test's orchestrator and
+// checks every other line with --check-config, which reads the command line
+// (subcommand included) and the configuration, then stops.
+func (d *docsFixture) orchestratord(args []string) error {
+	args = d.substitute(args)
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "--config" {
+			args = slices.Delete(args, i, i+2)
+			break
+		}
+	}
+	args = append([]string{"--config", d.o.Conf}, args...)
+	if !slices.Contains(args, "token") || slices.Contains(args, "revoke") {
+		args = append([]string{"--check-config"}, args...)
+	}
+	_, err := d.run(filepath.Join(BinDir, "simpletuner-orchestratord"), args...)
+	return err
+}
+
+// curl runs the documented GET requests against the API; requests that
+// change something (another method, a body or an upload) are the same routes
+// the simpletunerctl lines exercise, and only their URL's form is checked.
+func (d *docsFixture) curl(args []string) error {
+	args = d.substitute(args)
+	var url string
+	for _, a := range args {
+		switch {
+		case a == "-X" || a == "-d" || a == "--data" || a == "-T" || strings.HasPrefix(a, "-d"):
+			return nil
+		case strings.HasPrefix(a, d.o.URL):
+			url = a
+		}
+	}
+	for _, re := range parseOnlyRequests {
+		if re.MatchString(url) {
+			return nil
+		}
+	}
+	if url == "" {
+		if strings.Contains(strings.Join(args, " "), "/api/") {
+			return fmt.Errorf("a request to the API at an address the test does not know")
+		}
+		return nil // not the orchestrator's API
+	}
+	out, err := d.run("curl", append([]string{"--max-time", "20", "-o", "/dev/null", "-w", "%{http_code}"}, args...)...)
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(strings.TrimSpace(out), "2") {
+		return fmt.Errorf("HTTP status %s", out)
+	}
+	return nil
+}
