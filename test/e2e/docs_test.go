@@ -31,41 +31,40 @@ func (c docCommand) String() string { return c.where + ": " + strings.Join(c.arg
 // The programs whose command lines the documentation shows.
 var docPrograms = []string{"simpletunerctl", "simpletuner-orchestratord", "simpletuner-workerd", "curl"}
 
-// simpletunerctl commands that change the fleet, checked against the command
-// tree only: run in the documents' order they would depend on one another
-// (the README creates gpu-worker-1 twice, cancels a job it then follows), and
-// the objects they make are the ones the read-only commands below need.
-// Every other command runs against the test's orchestrator and must exit 0.
+// simpletunerctl commands checked against the command tree only, and why.
+// Every other simpletunerctl line runs against the test's orchestrator and
+// must exit 0; those that change something find the objects they name
+// prepared first (see prepare).
 var parseOnlyCommands = map[string]string{
-	"submit":          "queues a job no worker here runs (--wait would wait for ever)",
-	"cancel":          "ends the job the examples then follow",
-	"download":        "needs an artifact a training run uploaded",
-	"worker create":   "the documents create the same worker more than once",
-	"worker labels":   "changes a worker the other examples show",
-	"worker drain":    "changes a worker the other examples show",
-	"worker resume":   "changes a worker the other examples show",
-	"worker rotate":   "changes a worker the other examples show",
-	"worker delete":   "removes a worker the other examples show",
-	"webhooks create": "the documents create the same subscription more than once",
-	"webhooks delete": "removes the subscription the other examples show",
+	"download": "needs an artifact a training run uploaded",
 }
+
+// Flags that make a command run until interrupted or until a job that no
+// worker here runs ends; lines with them are checked, not run.
+var foreverFlags = []string{"-w", "--watch", "--follow", "--wait"}
+
+// The objects the examples name: workers, a webhook subscription, named
+// training configurations.
+var (
+	exampleWorkers  = []string{"gpu-worker-1", "gpu-1", "quick-worker"}
+	exampleWebhook  = "ops"
+	exampleConfigs  = []string{"my-training-config", "my-lora"}
+	exampleJSONConf = `{"model_type": "lora", "learning_rate": 0.0001}`
+)
 
 // GET requests not sent, and why.
 var parseOnlyRequests = map[string]*regexp.Regexp{
 	"downloads an artifact a training run uploaded": regexp.MustCompile(`/api/queue/[^/]+/artifacts/.`),
 }
 
-// Flags that make a read-only command run until interrupted.
-var foreverFlags = []string{"-w", "--watch", "--follow"}
-
 // Every command line shown in README.md, docs/*.md and the man pages'
 // examples is one the real programs accept: simpletunerctl lines parse
-// against its command tree (command, flags, argument count) and, unless they
-// change the fleet, run against a real orchestrator and exit 0; the
+// against its command tree (command, flags, argument count) and run against
+// a real orchestrator and exit 0 (but those parseOnlyCommands names); the
 // orchestrator's lines pass its own command-line check (--check-config),
 // and its token commands run; workerd's flags parse; curl requests to the
 // API are sent (see curl). The examples' names (j_abc123, gpu-worker-1,
-// ops…) are objects the test creates.
+// ops…) are objects the test creates, and the files they read are there.
 func TestDocumentedCommandsRun(t *testing.T) {
 	t.Parallel()
 	cmds := documentedCommands(t)
@@ -485,34 +484,103 @@ type docsFixture struct {
 func newDocsFixture(t *testing.T) *docsFixture {
 	o := StartOrchestratorWith(t, OrchOptions{ExtraTOML: "[[teams]]\nname = \"nlp\"\nshare = 1\n[[teams]]\nname = \"vision\"\nshare = 2\n"})
 	d := &docsFixture{t: t, o: o, home: t.TempDir(), dir: t.TempDir()}
-	d.worker, _ = o.CreateWorker("gpu-worker-1", true, map[string]string{"gpu_type": "a100"})
-	for _, name := range []string{"gpu-1", "quick-worker"} {
-		o.CreateWorker(name, true, nil)
-	}
 	// A job that ended, so that following its log ends too.
 	d.jobID = o.Submit(map[string]any{"steps": 1}, nil)
-	if st, m := o.Do("POST", "/api/queue/"+d.jobID+"/cancel", nil); st != 200 {
-		t.Fatalf("cancel: %d %v", st, m)
-	}
+	d.cancel(d.jobID)
 	o.WaitJob(d.jobID, "cancelled", 30*time.Second)
-	if st, m := o.Do("POST", "/api/admin/webhooks", map[string]any{"name": "ops", "url": "https://hooks.example.com/st",
-		"events": []string{"job.failed"}}); st != 201 {
-		t.Fatalf("create webhook: %d %v", st, m)
+	files := map[string]string{filepath.Join(d.home, ".config/simpletuner/token"): o.Admin + "\n",
+		filepath.Join(d.dir, "run.json"): exampleJSONConf}
+	for _, name := range exampleConfigs {
+		files[filepath.Join(o.ConfigsDir(), name+".json")] = exampleJSONConf
 	}
-	tokenFile := filepath.Join(d.home, ".config/simpletuner/token")
-	if err := os.MkdirAll(filepath.Dir(tokenFile), 0o700); err != nil {
-		t.Fatal(err)
+	for path, content := range files {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := os.WriteFile(tokenFile, []byte(o.Admin+"\n"), 0o600); err != nil {
-		t.Fatal(err)
+	return d
+}
+
+func (d *docsFixture) cancel(job string) {
+	if st, m := d.o.Do("POST", "/api/queue/"+job+"/cancel", nil); st != 200 {
+		d.t.Fatalf("cancel %s: %d %v", job, st, m)
+	}
+}
+
+// prepare puts the orchestrator in the state a documented simpletunerctl
+// line expects: the example workers and webhook exist, except the one it
+// creates (and its credential file); a line that cancels gets a job of its
+// own to cancel. Then it sets the substitutions for the line.
+func (d *docsFixture) prepare(path string, positional []string) {
+	creates := ""
+	if (path == "worker create" || path == "webhooks create") && len(positional) > 0 {
+		creates = positional[0]
+	}
+	workers := d.workers()
+	for _, name := range exampleWorkers {
+		switch id, ok := workers[name]; {
+		case name == creates && ok:
+			if st, m := d.o.Do("DELETE", "/api/admin/workers/"+id, nil); st != 200 {
+				d.t.Fatalf("delete worker %s: %d %v", name, st, m)
+			}
+		case name != creates && !ok:
+			workers[name], _ = d.o.CreateWorker(name, true, map[string]string{"gpu_type": "a100"})
+		}
+	}
+	for _, name := range slices.Compact([]string{exampleWebhook, creates}) {
+		if name == "" {
+			continue
+		}
+		st, _ := d.o.Do("GET", "/api/admin/webhooks/"+name, nil)
+		switch {
+		case name == creates && st == 200:
+			if st, m := d.o.Do("DELETE", "/api/admin/webhooks/"+name, nil); st != 200 {
+				d.t.Fatalf("delete webhook %s: %d %v", name, st, m)
+			}
+		case name == exampleWebhook && name != creates && st == 404:
+			if st, m := d.o.Do("POST", "/api/admin/webhooks", map[string]any{"name": name, "url": "https://hooks.example.com/st",
+				"events": []string{"job.failed"}}); st != 201 {
+				d.t.Fatalf("create webhook %s: %d %v", name, st, m)
+			}
+		}
+	}
+	if path == "worker create" {
+		// The credential file a worker machine does not have yet.
+		if err := os.Remove(filepath.Join(d.dir, "worker-token")); err != nil && !os.IsNotExist(err) {
+			d.t.Fatal(err)
+		}
+	}
+	job := d.jobID
+	if path == "cancel" {
+		job = d.o.Submit(map[string]any{"steps": 1}, nil)
 	}
 	d.substitutions = strings.NewReplacer(
-		"$job", d.jobID, "$id", d.jobID, "j_abc123", d.jobID, "w_abc123", d.worker,
-		"~/", d.home+"/", "$SIMPLETUNER_URL", o.URL,
-		"http://localhost:8001", o.URL, "https://orch:8001", o.URL, "http://orchestrator:8001", o.URL, "http://127.0.0.1:8001", o.URL,
-		"$H", "Authorization: Bearer "+o.Admin, "$TOKEN", o.Admin, "$SIMPLETUNER_ADMIN_TOKEN", o.Admin,
+		"$job", job, "$id", job, "j_abc123", job, "w_abc123", workers["gpu-worker-1"],
+		"/etc/simpletuner/worker-token", filepath.Join(d.dir, "worker-token"), "/tmp/st-quick/worker-token", filepath.Join(d.dir, "worker-token"),
+		"~/", d.home+"/", "$SIMPLETUNER_URL", d.o.URL,
+		"http://localhost:8001", d.o.URL, "https://orch:8001", d.o.URL, "http://orchestrator:8001", d.o.URL, "http://127.0.0.1:8001", d.o.URL,
+		"$H", "Authorization: Bearer "+d.o.Admin, "$TOKEN", d.o.Admin, "$SIMPLETUNER_ADMIN_TOKEN", d.o.Admin,
 	)
-	return d
+}
+
+// workers maps the orchestrator's worker names to their IDs.
+func (d *docsFixture) workers() map[string]string {
+	st, m := d.o.Do("GET", "/api/admin/workers?limit=1000", nil)
+	if st != 200 {
+		d.t.Fatalf("list workers: %d %v", st, m)
+	}
+	out := map[string]string{}
+	list, _ := m["workers"].([]any)
+	for _, w := range list {
+		w, _ := w.(map[string]any)
+		name, _ := w["name"].(string)
+		id, _ := w["worker_id"].(string)
+		out[name] = id
+	}
+	return out
 }
 
 func (d *docsFixture) substitute(args []string) []string {
@@ -531,6 +599,7 @@ func (d *docsFixture) run(name string, args ...string) (string, error) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = d.dir
+	cmd.Stdin = strings.NewReader(exampleJSONConf) // what "echo '{…}' | simpletunerctl submit -" pipes
 	cmd.Env = append(os.Environ(), "HOME="+d.home, "NO_COLOR=1", "SIMPLETUNER_URL="+d.o.URL, "SIMPLETUNER_ADMIN_TOKEN="+d.o.Admin)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -550,6 +619,7 @@ func (d *docsFixture) ctl(args []string) error {
 	if _, ok := parseOnlyCommands[path]; ok || slices.ContainsFunc(args, func(a string) bool { return slices.Contains(foreverFlags, a) }) {
 		return nil
 	}
+	d.prepare(path, cmd.Flags().Args())
 	_, err = d.run(filepath.Join(BinDir, "simpletunerctl"), d.substitute(args)...)
 	return err
 }
@@ -558,6 +628,7 @@ func (d *docsFixture) ctl(args []string) error {
 // checks every other line with --check-config, which reads the command line
 // (subcommand included) and the configuration, then stops.
 func (d *docsFixture) orchestratord(args []string) error {
+	d.prepare("", nil)
 	args = d.substitute(args)
 	for i := 0; i+1 < len(args); i++ {
 		if args[i] == "--config" {
@@ -580,6 +651,7 @@ func (d *docsFixture) orchestratord(args []string) error {
 // right: they may answer 2xx, 404 for the object or 409, never "no such
 // endpoint", 405, 400 or 422.
 func (d *docsFixture) curl(args []string) error {
+	d.prepare("", nil)
 	writes := slices.ContainsFunc(args, func(a string) bool {
 		return a == "-X" || a == "-T" || a == "--data" || strings.HasPrefix(a, "-d")
 	})
