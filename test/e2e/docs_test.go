@@ -476,7 +476,7 @@ type docsFixture struct {
 	t             *testing.T
 	o             *Orch
 	home, dir     string
-	jobID, worker string
+	jobID         string // a job that ended
 	substitutions *strings.Replacer
 	parsedOnly    bool // the last command checked was not run
 }
