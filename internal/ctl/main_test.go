@@ -279,3 +279,29 @@ func TestCompletionScripts(t *testing.T) {
 		}
 	}
 }
+
+// A misspelled command is refused with the closest commands named, before
+// its flags are read: status 2, nothing on stdout, never the help page.
+func TestUnknownCommandSuggests(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"token"}, `simpletunerctl: unknown command "token"; did you mean "tokens"?`},
+		{[]string{"token", "create", "nlp-ci", "--scopes", "queue.view", "--team", "nlp"}, `simpletunerctl: unknown command "token"; did you mean "tokens"?`},
+		{[]string{"-o", "json", "jbos"}, `simpletunerctl: unknown command "jbos"; did you mean "job" or "jobs"?`},
+		{[]string{"tokens", "creat", "--name", "x"}, `simpletunerctl tokens: unknown command "creat"; did you mean "create"?`},
+		{[]string{"worker", "drian", "w1"}, `simpletunerctl worker: unknown command "drian"; did you mean "drain"?`},
+		{[]string{"frobnicate"}, `simpletunerctl: unknown command "frobnicate"; commands: artifacts, audit,`},
+	} {
+		r := runMain(t, nil, "", c.args...)
+		if r.code != ExitUsage || r.stdout != "" || !strings.HasPrefix(r.stderr, c.want) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, r.code, r.stdout, r.stderr, c.want)
+		}
+	}
+	for _, args := range [][]string{{"help", "tokens"}, {"tokens", "--help"}, {"completion", "bash"}, {"__complete", "tok"}} {
+		if r := runMain(t, nil, "", args...); r.code != ExitOK {
+			t.Errorf("%q: exit %d: %s", args, r.code, r.stderr)
+		}
+	}
+}

@@ -10,10 +10,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/ctl/client"
 	"github.com/simpletuner/simpletuner-orchestration/internal/ctl/ctlconf"
@@ -74,7 +76,10 @@ func Main(ctx context.Context, args []string, env Env) int {
 	a := &app{env: env}
 	root := a.rootCommand()
 	root.SetArgs(args)
-	cmd, err := root.ExecuteContextC(ctx)
+	cmd, err := checkCommandName(root, args)
+	if err == nil {
+		cmd, err = root.ExecuteContextC(ctx)
+	}
 	if err == nil {
 		return ExitOK
 	}
@@ -269,6 +274,61 @@ func commandNames(c *cobra.Command) []string {
 	return out
 }
 
+// checkCommandName refuses a command line whose command word names no
+// command, before cobra parses flags: "token create --name x" would
+// otherwise be reported as an unknown flag of the root, or, without flags,
+// show the help. It returns the command whose subcommands were searched.
+func checkCommandName(root *cobra.Command, args []string) (*cobra.Command, error) {
+	cmd, rest, err := root.Find(args)
+	if err != nil || !cmd.HasSubCommands() {
+		return nil, nil
+	}
+	word := firstWord(cmd, rest)
+	if word == "" || word == "help" || strings.HasPrefix(word, cobra.ShellCompRequestCmd) {
+		return nil, nil // cobra's own help and completion commands are added at execution
+	}
+	return cmd, unknownCommand(cmd, word)
+}
+
+// firstWord is the first argument that is neither a flag nor a flag's value,
+// skipping values the way cobra does when it looks for a command.
+func firstWord(cmd *cobra.Command, args []string) string {
+	flags := cmd.Flags()
+	flags.AddFlagSet(cmd.InheritedFlags())
+	takesValue := func(f *pflag.Flag) bool { return f == nil || f.NoOptDefVal == "" }
+	for i := 0; i < len(args); i++ {
+		s := args[i]
+		switch {
+		case s == "--":
+			return ""
+		case strings.HasPrefix(s, "--") && !strings.Contains(s, "="):
+			if takesValue(flags.Lookup(s[2:])) {
+				i++
+			}
+		case strings.HasPrefix(s, "-") && len(s) == 2:
+			if takesValue(flags.ShorthandLookup(s[1:])) {
+				i++
+			}
+		case s != "" && !strings.HasPrefix(s, "-"):
+			return s
+		}
+	}
+	return ""
+}
+
+// unknownCommand names the closest commands to a misspelled one, else
+// lists them all.
+func unknownCommand(parent *cobra.Command, name string) error {
+	parent.SuggestionsMinimumDistance = 2 // cobra's own default, which it sets only on its legacy path
+	if close := parent.SuggestionsFor(name); len(close) > 0 {
+		for i, c := range close {
+			close[i] = strconv.Quote(c)
+		}
+		return usagef("unknown command %q; did you mean %s?", name, strings.Join(close, " or "))
+	}
+	return usagef("unknown command %q; commands: %s", name, strings.Join(commandNames(parent), ", "))
+}
+
 // group is a command that only holds subcommands; run alone or with an
 // unknown subcommand it is a usage error, not a help page with status 0.
 func group(use, short string, subs ...*cobra.Command) *cobra.Command {
@@ -278,7 +338,7 @@ func group(use, short string, subs ...*cobra.Command) *cobra.Command {
 		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return usagef("unknown command %q for %q; commands: %s", args[0], cmd.CommandPath(), strings.Join(commandNames(cmd), ", "))
+				return unknownCommand(cmd, args[0])
 			}
 			return usagef("a subcommand is required: %s", strings.Join(commandNames(cmd), ", "))
 		},

@@ -35,6 +35,7 @@ type fakeOrch struct {
 	hbDelay     atomic.Int64           // heartbeats: answered (and recorded) this many ns late
 	hbHeld      chan struct{}          // a delayed heartbeat has arrived
 	silent      atomic.Bool            // the stream sends no pings
+	lastWrite   atomic.Int64           // unix ns, taken just before the latest write to a stream
 	dropLogs    atomic.Int32           // drop this many log POSTs
 	statusCode  atomic.Int32           // answer status reports with this code (0: 200)
 	statusDown  atomic.Bool            // status reports only: the connection is dropped
@@ -53,6 +54,7 @@ type fakeOrch struct {
 	statusDrops int // status reports dropped by statusDown
 	regDrops    int // registrations dropped by down
 	streams     int
+	streamAt    []time.Time // when each stream request arrived
 	disconnects int
 	hbAtDisc    int // heartbeats recorded when the last disconnect came
 	queueChecks int
@@ -318,6 +320,7 @@ func (f *fakeOrch) register(w http.ResponseWriter, r *http.Request) {
 }
 
 func (f *fakeOrch) stream(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
 	if r.URL.Query().Get("worker_id") != f.workerID {
 		writeJSON(w, http.StatusBadRequest, protocol.ErrorBody{Detail: "worker_id mismatch", Error: protocol.CodeInvalidRequest})
 		return
@@ -330,6 +333,7 @@ func (f *fakeOrch) stream(w http.ResponseWriter, r *http.Request) {
 	var kill chan struct{}
 	f.record(func() {
 		f.streams++
+		f.streamAt = append(f.streamAt, arrived)
 		kill = f.kill
 	})
 	ping := time.NewTicker(20 * time.Millisecond)
@@ -341,6 +345,7 @@ func (f *fakeOrch) stream(w http.ResponseWriter, r *http.Request) {
 		case <-kill:
 			return
 		case ev := <-f.events:
+			f.lastWrite.Store(time.Now().UnixNano())
 			if _, err := io.WriteString(w, ev); err != nil {
 				return
 			}
@@ -349,6 +354,7 @@ func (f *fakeOrch) stream(w http.ResponseWriter, r *http.Request) {
 			if f.silent.Load() {
 				continue
 			}
+			f.lastWrite.Store(time.Now().UnixNano())
 			if _, err := io.WriteString(w, "event: ping\ndata: {\"type\":\"ping\"}\n\n"); err != nil {
 				return
 			}

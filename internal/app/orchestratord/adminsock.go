@@ -76,15 +76,16 @@ func (t tokenArgs) viaAPI(ctx context.Context, c *http.Client, socket string, st
 	switch t.verb {
 	case "create":
 		var r struct {
-			ID, Name, Token string
-			Scopes          []string
+			ID, Name, Token, Team string
+			Scopes                []string
 		}
-		if err := adminCall(ctx, c, http.MethodPost, "/api/admin/tokens", map[string]any{"name": t.name, "scopes": t.scopes}, &r); err != nil {
+		body := map[string]any{"name": t.name, "scopes": t.scopes, "team": t.team} // the orchestrator checks the team
+		if err := adminCall(ctx, c, http.MethodPost, "/api/admin/tokens", body, &r); err != nil {
 			return fmt.Errorf("token create: %w", err)
 		}
 		fmt.Fprintln(stdout, r.Token)
-		fmt.Fprintf(stderr, "created admin token %s (%s) with scopes %s through %s; it is shown only once\n",
-			r.ID, r.Name, strings.Join(r.Scopes, ","), via)
+		fmt.Fprintf(stderr, "created admin token %s (%s) with scopes %s in team %s through %s; it is shown only once\n",
+			r.ID, r.Name, strings.Join(r.Scopes, ","), teamOrDefault(r.Team), via)
 	case "list":
 		var r struct {
 			Tokens []tokenRow `json:"tokens"`

@@ -24,7 +24,8 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 const tokenUsage = `usage: simpletuner-orchestratord [--config FILE] token COMMAND
-  token create --name NAME --scope SCOPE [--scope SCOPE…]   print a new admin token (shown once)
+  token create --name NAME --scope SCOPE [--scope SCOPE…] [--team TEAM]
+                                                           print a new admin token (shown once)
   token list                                               list admin tokens (never the tokens themselves)
   token revoke ID                                          revoke a token at once
 
@@ -33,7 +34,8 @@ socket answers (server.admin_socket; root or members of server.admin_group),
 else it writes to the database of the configuration given with --config. It
 never creates a database: pass the same --config the orchestrator runs with.
 Scopes: admin.workers, admin.audit, queue.submit, queue.view, queue.cancel,
-queue.manage, or * for all.`
+queue.manage, or * for all. --team puts the token's jobs in a team of
+[[teams]] (its share and limits); without it, the default team.`
 
 // wantsHelp reports whether token arguments ask for help.
 func wantsHelp(args []string) bool {
@@ -50,6 +52,7 @@ type tokenArgs struct {
 	verb   string
 	name   string
 	scopes []string
+	team   string // "" or "default": the default team
 	id     string
 }
 
@@ -67,6 +70,7 @@ func parseTokenArgs(args []string) (tokenArgs, error) {
 		fs.StringVar(&t.name, "name", "", "token name")
 		var scopes multiFlag
 		fs.Var(&scopes, "scope", "scope (repeatable)")
+		fs.StringVar(&t.team, "team", "", "the team of the token's jobs")
 		if err := fs.Parse(args[1:]); err != nil {
 			return usagef("token create: %v\n%s", err, tokenUsage)
 		}
@@ -84,6 +88,11 @@ func parseTokenArgs(args []string) (tokenArgs, error) {
 		}
 		if _, _, err := adminapi.NewAdminToken(t.name, t.scopes); err != nil {
 			return usagef("token create: --scope: %v", err)
+		}
+		if t.team = strings.TrimSpace(t.team); t.team != "" {
+			if err := config.CheckTeamName(t.team); err != nil {
+				return usagef("token create: --team: %v", err)
+			}
 		}
 	case "list":
 		if len(args) != 1 {
@@ -116,7 +125,35 @@ func TokenCommand(ctx context.Context, cfg *config.Orchestrator, configPath stri
 		return fmt.Errorf("%w\n(the configuration read was %s; pass the --config the orchestrator runs with)", err, configPath)
 	}
 	defer st.Close()
+	if t.team, err = configuredTeam(cfg, t.team); err != nil {
+		return err
+	}
 	return t.viaStore(ctx, st, desc, stdout, stderr)
+}
+
+// configuredTeam checks a token's team against [[teams]] of the
+// configuration read, as the running orchestrator checks its own: a token of
+// a team it does not know could submit nothing. The default team is "".
+func configuredTeam(cfg *config.Orchestrator, team string) (string, error) {
+	if team == "" || team == config.DefaultTeam {
+		return "", nil
+	}
+	var names []string
+	for _, t := range cfg.TeamsOrDefault() {
+		if t.Name == team {
+			return team, nil
+		}
+		names = append(names, t.Name)
+	}
+	return "", fmt.Errorf("token create: --team: unknown team %q; the teams are %s (set them in [[teams]] of the configuration)", team, strings.Join(names, ", "))
+}
+
+// teamOrDefault names the default team, which tokens store as "".
+func teamOrDefault(team string) string {
+	if team == "" {
+		return config.DefaultTeam
+	}
+	return team
 }
 
 func (t tokenArgs) viaStore(ctx context.Context, st store.Store, desc string, stdout, stderr io.Writer) error {
@@ -127,14 +164,15 @@ func (t tokenArgs) viaStore(ctx context.Context, st store.Store, desc string, st
 		if err != nil {
 			return err
 		}
+		tok.Team = t.team
 		rec := audit.New(actor, "", "admin_token.create", "admin_token", tok.ID, audit.Success,
-			map[string]any{"name": tok.Name, "scopes": tok.Scopes, "token": auth.Accessor(token)})
+			map[string]any{"name": tok.Name, "scopes": tok.Scopes, "team": teamOrDefault(tok.Team), "token": auth.Accessor(token)})
 		if err := st.CreateAdminToken(ctx, tok, &rec); err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout, token)
-		fmt.Fprintf(stderr, "created admin token %s (%s) with scopes %s in %s; it is shown only once\n",
-			tok.ID, tok.Name, strings.Join(tok.Scopes, ","), desc)
+		fmt.Fprintf(stderr, "created admin token %s (%s) with scopes %s in team %s in %s; it is shown only once\n",
+			tok.ID, tok.Name, strings.Join(tok.Scopes, ","), teamOrDefault(tok.Team), desc)
 	case "list":
 		ts, err := st.ListAdminTokens(ctx)
 		if err != nil {
@@ -142,7 +180,7 @@ func (t tokenArgs) viaStore(ctx context.Context, st store.Store, desc string, st
 		}
 		rows := make([]tokenRow, 0, len(ts))
 		for _, x := range ts {
-			r := tokenRow{ID: x.ID, Name: x.Name, Scopes: x.Scopes, CreatedAt: protocol.Time(x.CreatedAt)}
+			r := tokenRow{ID: x.ID, Name: x.Name, Scopes: x.Scopes, Team: teamOrDefault(x.Team), CreatedAt: protocol.Time(x.CreatedAt)}
 			if x.RevokedAt != nil {
 				r.RevokedAt = protocol.Time(*x.RevokedAt)
 			}
@@ -164,19 +202,20 @@ type tokenRow struct {
 	ID        string   `json:"id"`
 	Name      string   `json:"name"`
 	Scopes    []string `json:"scopes"`
+	Team      string   `json:"team"`
 	CreatedAt string   `json:"created_at"`
 	RevokedAt string   `json:"revoked_at"`
 }
 
 func printTokens(out io.Writer, rows []tokenRow) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tCREATED\tREVOKED")
+	fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tTEAM\tCREATED\tREVOKED")
 	for _, r := range rows {
 		revoked := r.RevokedAt
 		if revoked == "" {
 			revoked = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Name, strings.Join(r.Scopes, ","), r.CreatedAt, revoked)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Name, strings.Join(r.Scopes, ","), teamOrDefault(r.Team), r.CreatedAt, revoked)
 	}
 	return tw.Flush()
 }

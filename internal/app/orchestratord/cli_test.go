@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -25,6 +26,19 @@ func tokenConfig(t *testing.T, dir, socket string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// appendTeam adds a [[teams]] entry to the configuration at path.
+func appendTeam(t *testing.T, path, name string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := fmt.Fprintf(f, "[[teams]]\nname = %q\nshare = 1\n", name); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func runMain(args ...string) (code int, stdout, stderr string) {
@@ -80,6 +94,52 @@ func TestTokenCommandWritesTheExistingDatabase(t *testing.T) {
 	}
 }
 
+// --team puts the token in a team of [[teams]], as simpletunerctl tokens
+// create --team does; a team the configuration lacks is refused, naming the
+// flag and the teams, and nothing is created.
+func TestTokenCommandTeam(t *testing.T) {
+	dir := t.TempDir()
+	conf := tokenConfig(t, dir, "")
+	appendTeam(t, conf, "nlp")
+	cfg, _, err := config.LoadOrchestrator([]string{"--config", conf}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _, err := OpenStore(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+
+	code, out, errOut := runMain("--config", conf, "token", "create", "--name", "nlp-ci", "--scope", "queue.submit", "--team", "vision")
+	if code != ExitFailed || out != "" || !strings.Contains(errOut, `--team: unknown team "vision"; the teams are nlp, default`) {
+		t.Errorf("unknown team: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, out, errOut = runMain("--config", conf, "token", "create", "--name", "nlp-ci", "--scope", "queue.submit", "--team", "nlp")
+	if code != ExitOK || !strings.HasPrefix(out, "sta_") || !strings.Contains(errOut, "in team nlp") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, out, errOut = runMain("--config", conf, "token", "create", "--name", "ops", "--scope", "*")
+	if code != ExitOK || !strings.Contains(errOut, "in team default") {
+		t.Fatalf("no --team: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	ts, err := st.ListAdminTokens(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	teams := map[string]string{}
+	for _, tok := range ts {
+		teams[tok.Name] = tok.Team
+	}
+	if len(ts) != 2 || teams["nlp-ci"] != "nlp" || teams["ops"] != "" {
+		t.Fatalf("tokens stored: %+v", ts)
+	}
+	code, out, _ = runMain("--config", conf, "token", "list")
+	if code != ExitOK || !regexp.MustCompile(`(?m)^\S+\s+nlp-ci\s+queue.submit\s+nlp\s`).MatchString(out) {
+		t.Fatalf("list: exit %d:\n%s", code, out)
+	}
+}
+
 // With the orchestrator running, the command goes through its admin socket.
 func TestTokenCommandUsesTheAdminSocket(t *testing.T) {
 	if os.Getuid() != 0 {
@@ -88,6 +148,7 @@ func TestTokenCommandUsesTheAdminSocket(t *testing.T) {
 	dir := t.TempDir()
 	socket := filepath.Join(dir, "o.sock")
 	conf := tokenConfig(t, dir, socket)
+	appendTeam(t, conf, "nlp")
 	args := []string{"--config", conf}
 	cfg, _, err := config.LoadOrchestrator(args, func(string) string { return "" })
 	if err != nil {
@@ -103,12 +164,12 @@ func TestTokenCommandUsesTheAdminSocket(t *testing.T) {
 	go func() { _ = a.Serve(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
-	code, out, errOut := runMain("--config", conf, "token", "create", "--name", "ops", "--scope", "queue.view")
-	if code != ExitOK || !strings.HasPrefix(out, "sta_") || !strings.Contains(errOut, "admin socket "+socket) {
+	code, out, errOut := runMain("--config", conf, "token", "create", "--name", "ops", "--scope", "queue.view", "--team", "nlp")
+	if code != ExitOK || !strings.HasPrefix(out, "sta_") || !strings.Contains(errOut, "in team nlp through") || !strings.Contains(errOut, "admin socket "+socket) {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	ts, err := a.store.ListAdminTokens(context.Background())
-	if err != nil || len(ts) != 1 || ts[0].Name != "ops" {
+	if err != nil || len(ts) != 1 || ts[0].Name != "ops" || ts[0].Team != "nlp" {
 		t.Fatalf("tokens in the running orchestrator's store: %+v %v", ts, err)
 	}
 }
@@ -142,6 +203,7 @@ func TestCommandLineUsage(t *testing.T) {
 		{[]string{"--config", conf, "token", "create", "--name", "ops", "--scope", "*", "extra"}, `unexpected argument "extra"`},
 		{[]string{"--config", conf, "token", "revoke"}, "the token's ID"},
 		{[]string{"--config", conf, "token", "list", "all"}, "token list takes no argument"},
+		{[]string{"--config", conf, "token", "create", "--name", "ops", "--scope", "*", "--team", "NLP!"}, `--team: "NLP!" is not a team name`},
 	} {
 		code, out, errOut := runMain(c.args...)
 		if code != ExitUsage || out != "" || !strings.HasPrefix(errOut, "simpletuner-orchestratord: ") || !strings.Contains(errOut, c.want) {
