@@ -12,20 +12,59 @@ import (
 // job's leader until its walls are up (see RunGate).
 const GateArg = "__job-gate"
 
-// The gate closes the gap a cgroup v1 controller leaves: a process enters
-// the v2 cgroup at fork (CLONE_INTO_CGROUP), but the v1 cgroups only once it
-// runs, so a trainer started straight away could allocate past memory_max or
-// fork past tasks_max before it joined them. Where the machine has v1
-// controllers the leader is therefore workerd itself, re-executed with
-// GateArg: it waits on a pipe until workerd has moved it into every cgroup
-// and only then executes the trainer, under the same pid and process group.
+// How a job's leader starts, in the order New prefers them:
+//
+//   - LaunchCloneIntoCgroup (a cgroup v2 machine): the trainer itself, forked
+//     straight into its cgroup by clone3 with CLONE_INTO_CGROUP. Every limit
+//     holds from its first instruction; there is nothing to wait for.
+//   - LaunchGate (a hybrid machine, where memory or pids are v1
+//     controllers): a v1 cgroup can only be joined once the process exists,
+//     so a trainer started straight away could allocate past memory_max or
+//     fork past tasks_max before it joined them. The leader is therefore a
+//     gate, workerd re-executed with GateArg, forked into the v2 cgroup: it
+//     waits on a pipe until workerd has moved it into every v1 cgroup and
+//     only then executes the trainer, under the same pid and process group.
+//     In a cgo build the gate is a C constructor that runs before the Go
+//     runtime (gate_cgo.go); RunGate is the gate of other builds.
+//   - LaunchProcessGroup (no writable cgroup v2): the trainer itself, in a
+//     process group of its own.
+const (
+	LaunchCloneIntoCgroup = "clone-into-cgroup"
+	LaunchGate            = "gate"
+	LaunchProcessGroup    = "process-group"
+)
+
+// LaunchPath is how the leaders of jobs start here (see
+// LaunchCloneIntoCgroup); each Job's LaunchPath says the same.
+func (iso *Isolator) LaunchPath() string {
+	if iso.h == nil {
+		return LaunchProcessGroup
+	}
+	for c := range iso.h.v1 {
+		if len(iso.gate) > 0 && (c != "pids" || iso.limits.TasksMax > 0) { // as makeJob joins them
+			return LaunchGate
+		}
+	}
+	return LaunchCloneIntoCgroup
+}
+
+// LaunchPath is how the job's leader starts (see LaunchCloneIntoCgroup).
+func (j *Job) LaunchPath() string {
+	switch {
+	case j.cg == nil:
+		return LaunchProcessGroup
+	case len(j.cg.v1) > 0 && len(j.iso.gate) > 0:
+		return LaunchGate
+	}
+	return LaunchCloneIntoCgroup
+}
 
 // Command is the command that starts argv as the job's leader: argv itself,
 // or, where the job's limits live in v1 cgroups, argv behind the gate. The
 // caller sets Dir, Env and the output, applies Apply to SysProcAttr, starts
 // it and calls Started with its pid.
 func (j *Job) Command(argv []string) *exec.Cmd {
-	if j.cg == nil || len(j.cg.v1) == 0 || len(j.iso.gate) == 0 {
+	if j.LaunchPath() != LaunchGate {
 		return exec.Command(argv[0], argv[1:]...)
 	}
 	// Resolved here, as exec.Command would: a trainer that is not there

@@ -41,9 +41,9 @@ type Config struct {
 	// Reaper starts the reaper (workerd re-executed with ReaperArg); nil
 	// starts none (tests running the worker in their own process).
 	Reaper []string
-	// Gate is workerd re-executed with GateArg, the leader of a job whose
-	// limits live in v1 cgroups until it joined them; nil starts trainers
-	// straight away.
+	// Gate is workerd re-executed with GateArg, the leader of a job that
+	// joins v1 cgroups until it joined them (see LaunchGate); nil starts
+	// trainers straight away.
 	Gate []string
 	Log  *slog.Logger
 
@@ -214,6 +214,11 @@ func (iso *Isolator) Describe() string {
 		}
 		if len(ctl) > 0 {
 			s += " with " + strings.Join(ctl, ", ")
+		}
+		if iso.LaunchPath() == LaunchGate {
+			s += ", each job started into it (CLONE_INTO_CGROUP) and held by a gate until it joined its v1 cgroups"
+		} else {
+			s += ", each job started straight into it (CLONE_INTO_CGROUP)"
 		}
 		parts = append(parts, s)
 	} else {

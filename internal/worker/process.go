@@ -40,8 +40,9 @@ type process struct {
 const outputDrainTimeout = 2 * time.Second
 
 // startProcess runs argv in dir with env inside job's walls, copying its
-// merged output to out.
-func startProcess(argv []string, dir string, env []string, out io.Writer, job *isolation.Job) (*process, error) {
+// merged output to out. clock (nil: none) times the start and the walls'
+// completion.
+func startProcess(argv []string, dir string, env []string, out io.Writer, job *isolation.Job, clock *launchClock) (*process, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("job command is empty")
 	}
@@ -70,11 +71,14 @@ func startProcess(argv []string, dir string, env []string, out io.Writer, job *i
 		// thread stays locked to this goroutine until the child has been reaped.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
+		clock.step("prepare")
 		if err := cmd.Start(); err != nil {
 			started <- err
 			return
 		}
+		clock.step("exec")
 		job.Started(cmd.Process.Pid)
+		clock.step("started")
 		started <- nil
 		err := cmd.Wait()
 		p.mu.Lock()

@@ -97,6 +97,7 @@ type runner struct {
 	gpuVars    map[string]string
 
 	proc      *process // nil when the start failed
+	clock     *launchClock
 	startedAt time.Time
 	startErr  error
 	// use, gpuEvents and fault are what the attempt met on its GPUs: its
@@ -145,12 +146,16 @@ func (r *runner) begin(ctx context.Context) (restoring bool) {
 	for i, d := range r.gpus {
 		indices[i] = d.Index
 	}
+	r.clock = newLaunchClock()
 	r.log.Info("job received", "config_name", r.ev.ConfigName, "gpus", indices)
 	r.env.crash.fire(r.env.log, "receive", r.ev)
 
 	r.env.wg.Add(1)
 	go r.sendProgress(ctx)
-	return r.restoreFirst(ctx)
+	r.clock.step("receive")
+	restoring = r.restoreFirst(ctx)
+	r.clock.step("checkpoint_job")
+	return restoring
 }
 
 // start launches the trainer and what runs beside it: the checkpoint
@@ -196,11 +201,13 @@ func (r *runner) launch() {
 		r.startErr = err
 		return
 	}
+	r.clock.step("wait")
 	job, err := env.iso.Start(r.ev.JobID, r.n, dir, r.otherNodes)
 	if err != nil {
 		r.startErr = fmt.Errorf("job isolation: %w", err)
 		return
 	}
+	r.clock.step("walls")
 	files, err := prepareJobDir(dir, r.resumeEvent())
 	if err == nil {
 		err = job.Handover(files.paths()...)
@@ -210,6 +217,7 @@ func (r *runner) launch() {
 		r.startErr = err
 		return
 	}
+	r.clock.step("files")
 	logPath := filepath.Join(env.out.spool.dir, r.key()+".log")
 	r.spool = newLogSpool(logPath, r.settings.LogLimitBytes, r.log.With("stream", "output"))
 	if r.ev.GPUs != nil && len(*r.ev.GPUs) == 0 && !r.ev.WholeWorker {
@@ -217,7 +225,9 @@ func (r *runner) launch() {
 		// finds no GPU otherwise fails with an error that blames the machine.
 		_, _ = r.spool.Write([]byte("simpletuner-workerd: this job was given no GPU (gpu_count 0): it runs on the CPU only\n"))
 	}
+	r.clock.step("spool")
 	resume := r.checkpointsAtLaunch(job, files)
+	r.clock.step("checkpoints")
 	vars := jobEnv(jobEnvInput{
 		Base:            env.opt.Environ(),
 		Pass:            r.settings.PassEnv,
@@ -229,14 +239,17 @@ func (r *runner) launch() {
 		GPUs:            r.gpuVars,
 	})
 	vars = append(vars, resume...)
-	r.proc, err = startProcess(r.settings.Command, files.Dir, vars, r.spool, job)
+	r.clock.step("env")
+	r.proc, err = startProcess(r.settings.Command, files.Dir, vars, r.spool, job, r.clock)
 	if err != nil {
 		job.Finish(nil)
 		r.startErr = err
 		return
 	}
 	r.startedAt = time.Now()
-	r.log.Info("training started", "pid", r.proc.pgid, "dir", files.Dir, "uid", job.Uid(), "cgroup", job.CgroupDir(), "command", r.settings.Command)
+	r.log.Info("training started", "pid", r.proc.pgid, "dir", files.Dir, "uid", job.Uid(), "cgroup", job.CgroupDir(), "launch", job.LaunchPath(), "command", r.settings.Command)
+	r.clock.step("log")
+	r.clock.log(r.log)
 }
 
 // setStop records why the loop stops the attempt and returns the reason in
