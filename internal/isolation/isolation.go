@@ -292,6 +292,8 @@ type Job struct {
 	pgid  int
 	// gateR and gateW are the pipe the gated leader waits on (see Command).
 	gateR, gateW *os.File
+	// forkedInV1: the leader was forked inside the v1 cgroups (StartLeader).
+	forkedInV1 bool
 }
 
 // Start prepares the walls of attempt n of jobID, whose directory is dir:
@@ -420,11 +422,11 @@ func (j *Job) Env() []string {
 	return []string{"HOME=" + j.dir, "USER=" + user, "LOGNAME=" + user}
 }
 
-// Started records the leader: it joins the v1 cgroups and the reaper learns
-// its process group.
+// Started records the leader: it joins the v1 cgroups (unless it was forked
+// inside them) and the reaper learns its process group.
 func (j *Job) Started(pid int) {
 	j.pgid = pid
-	if j.cg != nil {
+	if j.cg != nil && !j.forkedInV1 {
 		j.cg.joinV1(pid)
 	}
 	j.openGate()
