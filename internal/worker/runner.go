@@ -119,6 +119,7 @@ type runner struct {
 	timeout *time.Timer
 
 	ended        chan struct{} // closed by the loop when the attempt is over
+	acked        bool          // the starting report is on its way (acknowledge)
 	progressDone chan struct{} // closed after the starting report was sent
 }
 
@@ -137,10 +138,10 @@ func (r *runner) matches(jobID string, n int) bool {
 	return r.jobID == jobID && (n == 0 || r.n == n)
 }
 
-// begin takes over an attempt the loop has just accepted: the dispatch is
-// acknowledged off the loop, and a retry gets its checkpoint back first. It
-// reports true when the start waits for that (checkpointRestored); else the
-// loop starts it now.
+// begin takes over an attempt the loop has just accepted: a retry gets its
+// checkpoint back first. It reports true when the start waits for that
+// (checkpointRestored), and the dispatch is acknowledged now; else the loop
+// starts it now, and start acknowledges it.
 func (r *runner) begin(ctx context.Context) (restoring bool) {
 	indices := make([]int, len(r.gpus))
 	for i, d := range r.gpus {
@@ -149,13 +150,26 @@ func (r *runner) begin(ctx context.Context) (restoring bool) {
 	r.clock = newLaunchClock()
 	r.log.Info("job received", "config_name", r.ev.ConfigName, "gpus", indices)
 	r.env.crash.fire(r.env.log, "receive", r.ev)
-
-	r.env.wg.Add(1)
-	go r.sendProgress(ctx)
 	r.clock.step("receive")
 	restoring = r.restoreFirst(ctx)
 	r.clock.step("checkpoint_job")
+	if restoring {
+		r.acknowledge(ctx)
+	}
 	return restoring
+}
+
+// acknowledge sends the dispatch's acknowledgement (starting) off the loop,
+// once per attempt. An attempt that starts at once sends it after the
+// trainer's exec: on a small machine the request and the orchestrator's
+// answer would otherwise take the CPU the launch needs.
+func (r *runner) acknowledge(ctx context.Context) {
+	if r.acked {
+		return
+	}
+	r.acked = true
+	r.env.wg.Add(1)
+	go r.sendProgress(ctx)
 }
 
 // start launches the trainer and what runs beside it: the checkpoint
@@ -164,6 +178,7 @@ func (r *runner) begin(ctx context.Context) (restoring bool) {
 // start: the loop then ends the attempt.
 func (r *runner) start(ctx context.Context) bool {
 	r.launch()
+	r.acknowledge(ctx)
 	if r.startErr != nil {
 		r.log.Error("could not start training", "err", r.startErr)
 		return false
