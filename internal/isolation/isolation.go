@@ -215,10 +215,13 @@ func (iso *Isolator) Describe() string {
 		if len(ctl) > 0 {
 			s += " with " + strings.Join(ctl, ", ")
 		}
-		if iso.LaunchPath() == LaunchGate {
-			s += ", each job started into it (CLONE_INTO_CGROUP) and held by a gate until it joined its v1 cgroups"
-		} else {
-			s += ", each job started straight into it (CLONE_INTO_CGROUP)"
+		switch iso.LaunchPath() {
+		case LaunchGate:
+			s += ", each job forked into it (CLONE_INTO_CGROUP) and held by a gate until it joined its v1 cgroups"
+		case LaunchCloneInV1:
+			s += ", each job forked into it (CLONE_INTO_CGROUP) by a thread inside its v1 cgroups"
+		default:
+			s += ", each job forked straight into it (CLONE_INTO_CGROUP)"
 		}
 		parts = append(parts, s)
 	} else {
