@@ -342,3 +342,30 @@ head -c 200M /dev/zero | tail > /dev/null; echo "memory rc=$?"
 		t.Errorf("peak memory %.0f above the 64M limit", peak)
 	}
 }
+
+// A job's first instruction already runs inside every cgroup of its job,
+// memory and pids included where they are v1 hierarchies (a hybrid
+// machine): the trainer here is cat, which reads its cgroups as soon as it
+// runs, before a workerd that moved it after the fork could have.
+func TestJobStartsInsideItsCgroups(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	o := StartOrchestrator(t, "")
+	w := o.StartWorker(WorkerSpec{Name: "first", Persistent: true, Command: []string{"cat", "/proc/self/cgroup"},
+		JobTOML: "memory_max = \"256M\"\ntasks_max = 10\n"})
+	needCgroups(t, o, w)
+	for range 5 {
+		id := o.Submit(map[string]any{}, nil)
+		o.WaitJob(id, "completed", 30*time.Second)
+		logs := o.Logs(id)
+		if !strings.Contains(logs, "0::") {
+			t.Fatalf("job %s printed no cgroups:\n%s", id, logs)
+		}
+		for _, line := range strings.Split(logs, "\n") {
+			parts := strings.SplitN(line, ":", 3)
+			if len(parts) == 3 && (parts[1] == "" || parts[1] == "memory" || parts[1] == "pids") && !strings.HasSuffix(parts[2], "/job-"+id+"-1") {
+				t.Errorf("job %s started outside its cgroup: %s", id, line)
+			}
+		}
+	}
+}
