@@ -313,8 +313,8 @@ func TestJobLimits(t *testing.T) {
 	t.Parallel()
 	o := StartOrchestrator(t, "")
 	// Its first instruction already runs inside every limit (where the
-	// machine has v1 controllers, workerd holds the leader until it joined
-	// them); then a 200 MB line held whole in memory, by a process forked at
+	// machine has v1 controllers, the leader is forked inside them; see
+	// also TestJobStartsInsideItsCgroups); then a 200 MB line held whole in memory, by a process forked at
 	// once; then more processes than allowed.
 	script := `echo "cgroups at start: $(grep -E ':(memory|pids):' /proc/self/cgroup | tr '\n' ' ')"
 head -c 200M /dev/zero | tail > /dev/null; echo "memory rc=$?"
