@@ -12,7 +12,10 @@ import (
 
 func main() {
 	// workerd re-executes itself as a job's leader until the job's walls are
-	// up (see isolation.RunGate): it only waits, then becomes the trainer.
+	// up where a job's thread cannot fork it inside them (see
+	// isolation.LaunchGate): it only waits, then becomes the trainer. A cgo
+	// build answers in C before the Go runtime starts; this is the gate of
+	// the others.
 	if len(os.Args) > 1 && os.Args[1] == isolation.GateArg {
 		os.Exit(isolation.RunGate(os.Args[2:], os.Stderr))
 	}

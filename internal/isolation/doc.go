@@ -9,7 +9,9 @@
 //     double-forked escaper included, stays in it; ending the job writes
 //     cgroup.kill. CPU time comes from cpu.stat; memory limits and the peak
 //     come from the v2 memory controller, or from v1 memory/pids hierarchies
-//     where a hybrid machine has them there. Without a writable cgroup v2, a
+//     where a hybrid machine has them there; a job's leader is then forked
+//     by a thread that stepped into its v1 cgroups, so it runs inside every
+//     one from its first instruction (see LaunchCloneInV1). Without a writable cgroup v2, a
 //     job is its own process group (an escaper that calls setsid leaves it).
 //   - A uid per job. When workerd may switch users (root, or CAP_SETUID and
 //     CAP_SETGID), each job runs with a uid of its own from a configured

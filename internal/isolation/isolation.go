@@ -41,9 +41,9 @@ type Config struct {
 	// Reaper starts the reaper (workerd re-executed with ReaperArg); nil
 	// starts none (tests running the worker in their own process).
 	Reaper []string
-	// Gate is workerd re-executed with GateArg, the leader of a job whose
-	// limits live in v1 cgroups until it joined them; nil starts trainers
-	// straight away.
+	// Gate is workerd re-executed with GateArg, the leader of a job that
+	// joins v1 cgroups until it joined them (see LaunchGate); nil starts
+	// trainers straight away.
 	Gate []string
 	Log  *slog.Logger
 
@@ -215,6 +215,14 @@ func (iso *Isolator) Describe() string {
 		if len(ctl) > 0 {
 			s += " with " + strings.Join(ctl, ", ")
 		}
+		switch iso.LaunchPath() {
+		case LaunchGate:
+			s += ", each job forked into it (CLONE_INTO_CGROUP) and held by a gate until it joined its v1 cgroups"
+		case LaunchCloneInV1:
+			s += ", each job forked into it (CLONE_INTO_CGROUP) by a thread inside its v1 cgroups"
+		default:
+			s += ", each job forked straight into it (CLONE_INTO_CGROUP)"
+		}
 		parts = append(parts, s)
 	} else {
 		parts = append(parts, "a process group per job (no cgroup: setsid escapers are not contained)")
@@ -287,6 +295,8 @@ type Job struct {
 	pgid  int
 	// gateR and gateW are the pipe the gated leader waits on (see Command).
 	gateR, gateW *os.File
+	// forkedInV1: the leader was forked inside the v1 cgroups (StartLeader).
+	forkedInV1 bool
 }
 
 // Start prepares the walls of attempt n of jobID, whose directory is dir:
@@ -415,11 +425,11 @@ func (j *Job) Env() []string {
 	return []string{"HOME=" + j.dir, "USER=" + user, "LOGNAME=" + user}
 }
 
-// Started records the leader: it joins the v1 cgroups and the reaper learns
-// its process group.
+// Started records the leader: it joins the v1 cgroups (unless it was forked
+// inside them) and the reaper learns its process group.
 func (j *Job) Started(pid int) {
 	j.pgid = pid
-	if j.cg != nil {
+	if j.cg != nil && !j.forkedInV1 {
 		j.cg.joinV1(pid)
 	}
 	j.openGate()

@@ -40,6 +40,9 @@ type fakeOrch struct {
 	statusCode  atomic.Int32           // answer status reports with this code (0: 200)
 	statusDown  atomic.Bool            // status reports only: the connection is dropped
 	queueHasJob atomic.Bool
+	// onStatus, when set before the worker starts, sees every status
+	// report as it arrives.
+	onStatus func(jobID string, rep protocol.StatusReport)
 
 	mu          sync.Mutex
 	change      chan struct{} // closed and replaced on every recorded request
@@ -399,6 +402,9 @@ func (f *fakeOrch) status(w http.ResponseWriter, r *http.Request) {
 	if err := json.NewDecoder(r.Body).Decode(&rep); err != nil || rep.Attempt == nil {
 		writeJSON(w, http.StatusUnprocessableEntity, protocol.ErrorBody{Detail: "attempt is required", Error: protocol.CodeInvalidRequest})
 		return
+	}
+	if f.onStatus != nil {
+		f.onStatus(r.PathValue("id"), rep)
 	}
 	if code := int(f.statusCode.Load()); code != 0 {
 		writeJSON(w, code, protocol.ErrorBody{Detail: "stale attempt", Error: protocol.CodeStaleAttempt, Action: "kill"})

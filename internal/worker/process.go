@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -40,8 +39,9 @@ type process struct {
 const outputDrainTimeout = 2 * time.Second
 
 // startProcess runs argv in dir with env inside job's walls, copying its
-// merged output to out.
-func startProcess(argv []string, dir string, env []string, out io.Writer, job *isolation.Job) (*process, error) {
+// merged output to out. clock (nil: none) times the start and the walls'
+// completion.
+func startProcess(argv []string, dir string, env []string, out io.Writer, job *isolation.Job, clock *launchClock) (*process, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("job command is empty")
 	}
@@ -65,18 +65,21 @@ func startProcess(argv []string, dir string, env []string, out io.Writer, job *i
 
 	started := make(chan error, 1)
 	reaped := make(chan struct{})
-	go func() {
-		// Pdeathsig fires when the *thread* that forked the child exits, so the
-		// thread stays locked to this goroutine until the child has been reaped.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
+	// Pdeathsig fires when the *thread* that forked the child exits, so the
+	// thread stays locked to this goroutine until the child has been reaped;
+	// it is never workerd's main thread (see isolation.GoLocked).
+	isolation.GoLocked(func() (threadClean bool) {
+		clock.step("prepare")
+		threadClean, err := job.StartLeader(cmd.Start)
+		if err != nil {
 			started <- err
-			return
+			return threadClean
 		}
+		clock.step("exec")
 		job.Started(cmd.Process.Pid)
+		clock.step("started")
 		started <- nil
-		err := cmd.Wait()
+		err = cmd.Wait()
 		p.mu.Lock()
 		p.exited = true
 		p.state = cmd.ProcessState
@@ -86,7 +89,8 @@ func startProcess(argv []string, dir string, env []string, out io.Writer, job *i
 		}
 		p.mu.Unlock()
 		close(reaped)
-	}()
+		return threadClean
+	})
 	if err := <-started; err != nil {
 		pr.Close()
 		pw.Close()

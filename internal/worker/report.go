@@ -65,8 +65,8 @@ func (o *outbox) send(ctx context.Context, timeout time.Duration, rec statusReco
 	return o.c.doJSON(ctx, timeout, "report "+rec.Status, http.MethodPost, statusPath(rec.JobID), rep, nil)
 }
 
-// sendProgress reports "starting", the dispatch acknowledgement, while the
-// job is being launched; it is retried a few times, and a 409 means the
+// sendProgress reports "starting", the dispatch acknowledgement, once the
+// trainer was started (a retry's while its checkpoint comes back); it is retried a few times, and a 409 means the
 // attempt is stale and the loop kills it. No "running" follows: to the
 // orchestrator it would change nothing after the acknowledgement.
 func (r *runner) sendProgress(ctx context.Context) {

@@ -97,6 +97,7 @@ type runner struct {
 	gpuVars    map[string]string
 
 	proc      *process // nil when the start failed
+	clock     *launchClock
 	startedAt time.Time
 	startErr  error
 	// use, gpuEvents and fault are what the attempt met on its GPUs: its
@@ -118,6 +119,7 @@ type runner struct {
 	timeout *time.Timer
 
 	ended        chan struct{} // closed by the loop when the attempt is over
+	acked        bool          // the starting report is on its way (acknowledge)
 	progressDone chan struct{} // closed after the starting report was sent
 }
 
@@ -136,21 +138,38 @@ func (r *runner) matches(jobID string, n int) bool {
 	return r.jobID == jobID && (n == 0 || r.n == n)
 }
 
-// begin takes over an attempt the loop has just accepted: the dispatch is
-// acknowledged off the loop, and a retry gets its checkpoint back first. It
-// reports true when the start waits for that (checkpointRestored); else the
-// loop starts it now.
+// begin takes over an attempt the loop has just accepted: a retry gets its
+// checkpoint back first. It reports true when the start waits for that
+// (checkpointRestored), and the dispatch is acknowledged now; else the loop
+// starts it now, and start acknowledges it.
 func (r *runner) begin(ctx context.Context) (restoring bool) {
 	indices := make([]int, len(r.gpus))
 	for i, d := range r.gpus {
 		indices[i] = d.Index
 	}
+	r.clock = newLaunchClock()
 	r.log.Info("job received", "config_name", r.ev.ConfigName, "gpus", indices)
 	r.env.crash.fire(r.env.log, "receive", r.ev)
+	r.clock.step("receive")
+	restoring = r.restoreFirst(ctx)
+	r.clock.step("checkpoint_job")
+	if restoring {
+		r.acknowledge(ctx)
+	}
+	return restoring
+}
 
+// acknowledge sends the dispatch's acknowledgement (starting) off the loop,
+// once per attempt. An attempt that starts at once sends it after the
+// trainer's exec: on a small machine the request and the orchestrator's
+// answer would otherwise take the CPU the launch needs.
+func (r *runner) acknowledge(ctx context.Context) {
+	if r.acked {
+		return
+	}
+	r.acked = true
 	r.env.wg.Add(1)
 	go r.sendProgress(ctx)
-	return r.restoreFirst(ctx)
 }
 
 // start launches the trainer and what runs beside it: the checkpoint
@@ -159,6 +178,7 @@ func (r *runner) begin(ctx context.Context) (restoring bool) {
 // start: the loop then ends the attempt.
 func (r *runner) start(ctx context.Context) bool {
 	r.launch()
+	r.acknowledge(ctx)
 	if r.startErr != nil {
 		r.log.Error("could not start training", "err", r.startErr)
 		return false
@@ -196,11 +216,13 @@ func (r *runner) launch() {
 		r.startErr = err
 		return
 	}
+	r.clock.step("wait")
 	job, err := env.iso.Start(r.ev.JobID, r.n, dir, r.otherNodes)
 	if err != nil {
 		r.startErr = fmt.Errorf("job isolation: %w", err)
 		return
 	}
+	r.clock.step("walls")
 	files, err := prepareJobDir(dir, r.resumeEvent())
 	if err == nil {
 		err = job.Handover(files.paths()...)
@@ -210,6 +232,7 @@ func (r *runner) launch() {
 		r.startErr = err
 		return
 	}
+	r.clock.step("files")
 	logPath := filepath.Join(env.out.spool.dir, r.key()+".log")
 	r.spool = newLogSpool(logPath, r.settings.LogLimitBytes, r.log.With("stream", "output"))
 	if r.ev.GPUs != nil && len(*r.ev.GPUs) == 0 && !r.ev.WholeWorker {
@@ -217,7 +240,9 @@ func (r *runner) launch() {
 		// finds no GPU otherwise fails with an error that blames the machine.
 		_, _ = r.spool.Write([]byte("simpletuner-workerd: this job was given no GPU (gpu_count 0): it runs on the CPU only\n"))
 	}
+	r.clock.step("spool")
 	resume := r.checkpointsAtLaunch(job, files)
+	r.clock.step("checkpoints")
 	vars := jobEnv(jobEnvInput{
 		Base:            env.opt.Environ(),
 		Pass:            r.settings.PassEnv,
@@ -229,14 +254,17 @@ func (r *runner) launch() {
 		GPUs:            r.gpuVars,
 	})
 	vars = append(vars, resume...)
-	r.proc, err = startProcess(r.settings.Command, files.Dir, vars, r.spool, job)
+	r.clock.step("env")
+	r.proc, err = startProcess(r.settings.Command, files.Dir, vars, r.spool, job, r.clock)
 	if err != nil {
 		job.Finish(nil)
 		r.startErr = err
 		return
 	}
 	r.startedAt = time.Now()
-	r.log.Info("training started", "pid", r.proc.pgid, "dir", files.Dir, "uid", job.Uid(), "cgroup", job.CgroupDir(), "command", r.settings.Command)
+	r.log.Info("training started", "pid", r.proc.pgid, "dir", files.Dir, "uid", job.Uid(), "cgroup", job.CgroupDir(), "launch", job.LaunchPath(), "command", r.settings.Command)
+	r.clock.step("log")
+	r.clock.log(r.log)
 }
 
 // setStop records why the loop stops the attempt and returns the reason in

@@ -250,7 +250,7 @@ func TestProcessExitDescriptions(t *testing.T) {
 	for _, c := range cases {
 		var out testutil.Buffer
 		dir := t.TempDir()
-		p, err := startProcess([]string{"/bin/sh", "-c", c.script}, dir, nil, &out, plainJob(t, dir))
+		p, err := startProcess([]string{"/bin/sh", "-c", c.script}, dir, nil, &out, plainJob(t, dir), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -266,7 +266,7 @@ func TestProcessGroupKilledWhenLeaderExits(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	var out testutil.Buffer
-	p, err := startProcess([]string{"/bin/sh", "-c", "sleep 300 & echo $! > child.pid; exit 0"}, dir, nil, &out, plainJob(t, dir))
+	p, err := startProcess([]string{"/bin/sh", "-c", "sleep 300 & echo $! > child.pid; exit 0"}, dir, nil, &out, plainJob(t, dir), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +288,7 @@ func TestProcessStopGraceThenKill(t *testing.T) {
 	var out testutil.Buffer
 	lw := &out
 	dir := t.TempDir()
-	p, err := startProcess([]string{"/bin/sh", "-c", `trap 'echo got TERM' TERM; echo ready; while :; do sleep 0.01; done`}, dir, nil, lw, plainJob(t, dir))
+	p, err := startProcess([]string{"/bin/sh", "-c", `trap 'echo got TERM' TERM; echo ready; while :; do sleep 0.01; done`}, dir, nil, lw, plainJob(t, dir), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

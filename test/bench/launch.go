@@ -3,13 +3,16 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,11 +36,16 @@ type launchFlags struct {
 	workerdBin string // a prebuilt workerd (an older version, to compare); "" builds this tree's
 	workerdDir string // where the workerd processes keep their state and job directories; "" the bench's temporary directory
 	inProcess  bool   // the orchestrator runs inside the bench (for -cpuprofile)
+	// logLevel is workerd's log level; at info or debug workerd logs JSON
+	// and the bench times 'job received' → first instruction from it.
+	logLevel string
 }
 
 type launchResult struct {
 	mode          string
 	latency       dist
+	received      dist            // workerd's 'job received' → first instruction (with -launch-log info or debug)
+	phases        map[string]dist // workerd's launch timing (with -launch-log debug)
 	jobsPerS      float64
 	elapsed       time.Duration
 	workerdCPUJob time.Duration // workerd processes' CPU time per job
@@ -130,7 +138,7 @@ func launchMode(lf launchFlags, mode, orchBin, workerdBin, stampBin, tmp string)
 		if mode != "default" {
 			isolation = fmt.Sprintf("isolation = %q\n", mode) + jobUser()
 		}
-		p, err := startWorkerd(workerdBin, filepath.Join(workerdDir, fmt.Sprintf("w%02d", i)), o.url, w, stampBin, sock, isolation, "backend = \"none\"\n")
+		p, err := startWorkerd(workerdBin, filepath.Join(workerdDir, fmt.Sprintf("w%02d", i)), o.url, w, stampBin, sock, isolation, "backend = \"none\"\n", lf.logLevel)
 		if err != nil {
 			return r, err
 		}
@@ -144,6 +152,7 @@ func launchMode(lf launchFlags, mode, orchBin, workerdBin, stampBin, tmp string)
 
 	// One job at a time, every worker idle.
 	var lat []time.Duration
+	firsts := map[string]time.Time{}
 	for range lf.samples {
 		start := time.Now()
 		id, err := c.submit(ctx)
@@ -155,12 +164,17 @@ func launchMode(lf launchFlags, mode, orchBin, workerdBin, stampBin, tmp string)
 			return r, err
 		}
 		lat = append(lat, at.Sub(start))
+		firsts[id] = at
 		if err := c.waitCompleted(ctx, len(lat)); err != nil {
 			return r, err
 		}
 	}
 	r.latency = summarize(lat)
 	log.Printf("launch %s: submit → first instruction p50/p90/p99/max %s", mode, r.latency)
+	if lf.logLevel == "info" || lf.logLevel == "debug" {
+		r.received, r.phases = receivedToFirst(workerdDir, len(ws), firsts)
+		log.Printf("launch %s: workerd's job received → first instruction p50/p90/p99/max %s", mode, r.received)
+	}
 
 	// Throughput: jobs submitted by concurrent clients, all through.
 	before := len(lat)
@@ -214,7 +228,13 @@ func launchMode(lf launchFlags, mode, orchBin, workerdBin, stampBin, tmp string)
 // startWorkerd configures and starts one workerd for worker w, whose job is
 // stampBin reporting on sock. jobKeys are more [job] keys; gpuKeys the [gpu]
 // table's.
-func startWorkerd(bin, dir, url string, w *worker, stampBin, sock, jobKeys, gpuKeys string) (*exec.Cmd, error) {
+// logLevel "" is warn, in text; any other level logs JSON, whose times
+// have the nanoseconds receivedToFirst needs.
+func startWorkerd(bin, dir, url string, w *worker, stampBin, sock, jobKeys, gpuKeys, logLevel string) (*exec.Cmd, error) {
+	logKeys := "level = \"warn\"\nformat = \"text\"\n"
+	if logLevel != "" && logLevel != "warn" {
+		logKeys = fmt.Sprintf("level = %q\nformat = \"json\"\n", logLevel)
+	}
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return nil, err
 	}
@@ -233,9 +253,7 @@ command = [%q]
 env = { BENCH_STAMP_SOCKET = %q }
 %s[gpu]
 %s[log]
-level = "warn"
-format = "text"
-`, url, filepath.Join(dir, "token"), w.id, filepath.Join(dir, "state"), stampBin, sock, jobKeys, gpuKeys)
+%s`, url, filepath.Join(dir, "token"), w.id, filepath.Join(dir, "state"), stampBin, sock, jobKeys, gpuKeys, logKeys)
 	path := filepath.Join(dir, "workerd.toml")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		return nil, err
@@ -444,5 +462,59 @@ func printLaunch(lf launchFlags, rs []launchResult) {
 		fmt.Printf("| %s | %s | %.0f/s (%s) | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %.0f %% | %s |\n", r.mode, r.latency, r.jobsPerS, r.elapsed.Round(time.Millisecond),
 			perJob(r.workerdCPUJob), perJob(r.orchCPUJob), perJob(r.jobCPUJob), perJob(r.machineCPUJob), 100*r.stolen, r.load)
 	}
+	for _, r := range rs {
+		if r.received.n == 0 {
+			continue
+		}
+		fmt.Printf("\n%s: workerd's 'job received' → first instruction p50 / p90 / p99 / max: %s\n", r.mode, r.received)
+		steps := slices.Sorted(maps.Keys(r.phases))
+		for _, k := range steps {
+			fmt.Printf("  %s: %s\n", k, r.phases[k])
+		}
+	}
 	fmt.Println("\ngoals: p50 ≤ 10 ms, ≥ 400 jobs/s, ≤ 5 ms of workerd CPU per job")
+}
+
+// receivedToFirst reads the workerd logs under dir (w00 … w<n-1>) for each
+// sampled job's 'job received' and times it to the job's first
+// instruction; it also gathers the steps of debug-level 'launch timing'
+// lines (each field ending in _us), per step.
+func receivedToFirst(dir string, n int, firsts map[string]time.Time) (dist, map[string]dist) {
+	var lat []time.Duration
+	steps := map[string][]time.Duration{}
+	for i := range n {
+		data, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("w%02d", i), "workerd.log"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			var rec map[string]any
+			if json.Unmarshal([]byte(line), &rec) != nil {
+				continue
+			}
+			id, _ := rec["job_id"].(string)
+			first, sampled := firsts[id]
+			if !sampled {
+				continue
+			}
+			switch rec["msg"] {
+			case "job received":
+				at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(rec["time"]))
+				if err == nil {
+					lat = append(lat, first.Sub(at))
+				}
+			case "launch timing":
+				for k, v := range rec {
+					if us, ok := v.(float64); ok && strings.HasSuffix(k, "_us") {
+						steps[k] = append(steps[k], time.Duration(us*float64(time.Microsecond)))
+					}
+				}
+			}
+		}
+	}
+	phases := map[string]dist{}
+	for k, d := range steps {
+		phases[k] = summarize(d)
+	}
+	return summarize(lat), phases
 }

@@ -99,6 +99,7 @@ func main() {
 	flag.IntVar(&f.launch.workers, "launch-workers", 16, "workerd processes in the launch benchmark")
 	flag.IntVar(&f.launch.jobs, "launch-jobs", 600, "zero-work jobs for the launch throughput")
 	flag.IntVar(&f.launch.samples, "launch-samples", 200, "launch latency samples (one job at a time)")
+	flag.StringVar(&f.launch.logLevel, "launch-log", "warn", "workerd's log level in the launch benchmark; info or debug also reports workerd's 'job received' → first instruction (from its JSON log), debug its launch timing per step")
 	flag.IntVar(&f.launch.submitters, "launch-submitters", 8, "concurrent submitters for the launch throughput")
 	flag.StringVar(&f.launch.workerdDir, "launch-workerd-dir", "", "directory for the launch benchmark's workerd state and job directories (a tmpfs such as /dev/shm takes the disk out of the measurement); default: the bench's temporary directory")
 	flag.BoolVar(&f.gpus.run, "gpus", true, "replay the GPU packing trace on real workerd processes with static GPUs")

@@ -313,8 +313,8 @@ func TestJobLimits(t *testing.T) {
 	t.Parallel()
 	o := StartOrchestrator(t, "")
 	// Its first instruction already runs inside every limit (where the
-	// machine has v1 controllers, workerd holds the leader until it joined
-	// them); then a 200 MB line held whole in memory, by a process forked at
+	// machine has v1 controllers, the leader is forked inside them; see
+	// also TestJobStartsInsideItsCgroups); then a 200 MB line held whole in memory, by a process forked at
 	// once; then more processes than allowed.
 	script := `echo "cgroups at start: $(grep -E ':(memory|pids):' /proc/self/cgroup | tr '\n' ' ')"
 head -c 200M /dev/zero | tail > /dev/null; echo "memory rc=$?"
@@ -340,5 +340,32 @@ head -c 200M /dev/zero | tail > /dev/null; echo "memory rc=$?"
 	j := o.Job(id)
 	if peak, _ := Attempts(j)[0]["peak_memory_bytes"].(float64); peak > 80<<20 {
 		t.Errorf("peak memory %.0f above the 64M limit", peak)
+	}
+}
+
+// A job's first instruction already runs inside every cgroup of its job,
+// memory and pids included where they are v1 hierarchies (a hybrid
+// machine): the trainer here is cat, which reads its cgroups as soon as it
+// runs, before a workerd that moved it after the fork could have.
+func TestJobStartsInsideItsCgroups(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	o := StartOrchestrator(t, "")
+	w := o.StartWorker(WorkerSpec{Name: "first", Persistent: true, Command: []string{"cat", "/proc/self/cgroup"},
+		JobTOML: "memory_max = \"256M\"\ntasks_max = 10\n"})
+	needCgroups(t, o, w)
+	for range 5 {
+		id := o.Submit(map[string]any{}, nil)
+		o.WaitJob(id, "completed", 30*time.Second)
+		logs := o.Logs(id)
+		if !strings.Contains(logs, "0::") {
+			t.Fatalf("job %s printed no cgroups:\n%s", id, logs)
+		}
+		for _, line := range strings.Split(logs, "\n") {
+			parts := strings.SplitN(line, ":", 3)
+			if len(parts) == 3 && (parts[1] == "" || parts[1] == "memory" || parts[1] == "pids") && !strings.HasSuffix(parts[2], "/job-"+id+"-1") {
+				t.Errorf("job %s started outside its cgroup: %s", id, line)
+			}
+		}
 	}
 }
