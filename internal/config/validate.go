@@ -118,6 +118,9 @@ func (l *loader) validateArtifacts(a ArtifactsConfig) {
 	l.positive("artifacts.max_object_bytes", a.MaxObjectBytes)
 	l.positive("artifacts.max_job_bytes", a.MaxJobBytes)
 	l.positive("artifacts.max_job_objects", int64(a.MaxJobObjects))
+	if a.ReservePercent < 0 || a.ReservePercent > 50 {
+		l.errf("artifacts.reserve_percent", "%g must be between 0 (no reserve) and 50", a.ReservePercent)
+	}
 	if a.Dir != "" && !filepath.IsAbs(a.Dir) {
 		l.errf("artifacts.dir", "%q must be an absolute path (or \"\" for <state_dir>/artifacts)", a.Dir)
 	}
