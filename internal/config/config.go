@@ -516,7 +516,7 @@ const (
 func DefaultOrchestrator() *Orchestrator {
 	return &Orchestrator{
 		Server: ServerConfig{
-			Listen:             []string{"0.0.0.0:8001"},
+			Listen:             []string{"127.0.0.1:8001"},
 			AdminSocket:        "/run/simpletuner/orchestratord.sock",
 			AdminGroup:         "simpletuner-admin",
 			MaxBodyBytes:       1 << 20,

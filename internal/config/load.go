@@ -230,7 +230,7 @@ func LoadOrchestrator(args []string, getenv func(string) string) (*Orchestrator,
 // hostPort replaces server.listen with one address built from --host/--port,
 // taking the missing half from the first configured entry.
 func (l *loader) hostPort(c *Orchestrator, fs *flag.FlagSet, set map[string]bool) {
-	host, port := "0.0.0.0", "8001"
+	host, port := "127.0.0.1", "8001"
 	if len(c.Server.Listen) > 0 {
 		if h, p, err := net.SplitHostPort(c.Server.Listen[0]); err == nil {
 			host, port = h, p
