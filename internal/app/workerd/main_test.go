@@ -98,8 +98,8 @@ func TestCommandLineUsage(t *testing.T) {
 		{[]string{"--config", "/nonexistent.toml", "run"}, `unexpected argument "run"`},
 	} {
 		code, out, errOut := runMain(c.args...)
-		if code != ExitConfig || out != "" || !strings.HasPrefix(errOut, "simpletuner-workerd: ") || !strings.Contains(errOut, c.want) {
-			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 1 and %q", c.args, code, out, errOut, c.want)
+		if code != ExitUsage || out != "" || !strings.HasPrefix(errOut, "simpletuner-workerd: ") || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, code, out, errOut, c.want)
 		}
 	}
 }
