@@ -345,6 +345,8 @@ type Worker struct {
 	// workerd runs (token_file, the credential, this file), not from the
 	// environment or a flag.
 	tokenInFiles bool
+	// fileUnread: the file could not be read or parsed (see WithRequired).
+	fileUnread bool
 }
 
 // Origin says where a key's value came from: "file.toml:12", an environment

@@ -268,6 +268,7 @@ func LoadWorker(args []string, getenv func(string) string) (*Worker, Options, er
 	l.credentialFiles(getenv, []string{"orchestrator.cert_file", "orchestrator.key_file"}, []string{"worker-cert", "worker-key"})
 	c.validate(l)
 	c.origins = l.origins()
+	c.fileUnread = l.fileUnread
 	return c, opts, asErrors(l.errs)
 }
 
@@ -320,6 +321,7 @@ func (l *loader) loadFile(path string, explicit bool) {
 		return
 	}
 	if err != nil {
+		l.fileUnread = true
 		l.errAt(path, "", "cannot read config file: %v", pathErr(err))
 		return
 	}

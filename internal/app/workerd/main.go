@@ -70,6 +70,9 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) i
 		return ExitUsage
 	}
 	if err != nil {
+		if opts.CheckConfig {
+			err = cfg.WithRequired(err) // every mistake at once
+		}
 		fmt.Fprintf(stderr, "simpletuner-workerd: configuration error:\n%v\n", err)
 		return ExitConfig
 	}
