@@ -69,6 +69,8 @@ dpkg-deb -I "$(deb simpletuner-orchestratord)" conffiles | grep -qx /etc/simplet
 # archive, before a maintainer script runs.
 dpkg-deb -c "$(deb simpletuner-orchestratord)" | grep '^-rw-r----- .* \./etc/simpletuner/orchestratord\.toml$' >/dev/null ||
 	{ echo "orchestratord.toml is not 0640 in the .deb" >&2; exit 1; }
+dpkg-deb -c "$(deb simpletuner-orchestratord)" | grep '^drwxr-x--- .* \./etc/simpletuner/configs/$' >/dev/null ||
+	{ echo "/etc/simpletuner/configs is not 0750 in the .deb" >&2; exit 1; }
 dpkg-deb -c "$(deb simpletuner-workerd)" | grep '^-rw------- .* \./etc/simpletuner/workerd\.toml$' >/dev/null ||
 	{ echo "workerd.toml is not 0600 in the .deb" >&2; exit 1; }
 dpkg-deb -I "$(deb simpletuner-workerd)" conffiles | grep -qx /etc/simpletuner/workerd.toml

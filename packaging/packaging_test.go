@@ -256,8 +256,9 @@ func TestUnitContracts(t *testing.T) {
 	if a["ListenStream"][0] != "/run/simpletuner/orchestratord.sock" || a["SocketMode"][0] != "0660" || a["SocketGroup"][0] != "simpletuner-admin" {
 		t.Errorf("admin socket: %v", a)
 	}
-	if got := directives(t, "simpletuner-orchestratord.socket")["ListenStream"]; len(got) != 1 || got[0] != "8001" {
-		t.Errorf("api socket ListenStream=%v", got)
+	// Loopback only: opening the API to the network is the admin's choice.
+	if got := directives(t, "simpletuner-orchestratord.socket")["ListenStream"]; len(got) != 1 || got[0] != "127.0.0.1:8001" {
+		t.Errorf("api socket ListenStream=%v, want 127.0.0.1:8001", got)
 	}
 }
 
@@ -307,7 +308,7 @@ func TestMaintainerScriptsInRoot(t *testing.T) {
 	for _, f := range []string{"passwd", "group", "shadow", "gshadow"} {
 		copyFile(t, "/dev/null", filepath.Join(root, "etc", f), 0o644)
 	}
-	os.MkdirAll(filepath.Join(root, "etc/simpletuner/configs"), 0o755)
+	os.MkdirAll(filepath.Join(root, "etc/simpletuner/configs"), 0o750) // as the package unpacks it
 	copyFile(t, "../etc/orchestratord.toml", filepath.Join(root, "etc/simpletuner/orchestratord.toml"), 0o644)
 
 	run := func(pkg, script string, args ...string) {
@@ -354,6 +355,11 @@ func TestMaintainerScriptsInRoot(t *testing.T) {
 	if err := syscall.Stat(conf, &st); err != nil || st.Mode&0o777 != 0o640 || gid == nil || strconv.Itoa(int(st.Gid)) != string(gid[1]) {
 		t.Errorf("orchestratord.toml: mode %o gid %d, want 0640 and group simpletuner (%s) (%v)", st.Mode&0o777, st.Gid, gid, err)
 	}
+	// So may the training configs: the daemon reads them through its group.
+	configs := filepath.Join(root, "etc/simpletuner/configs")
+	if err := syscall.Stat(configs, &st); err != nil || st.Mode&0o777 != 0o750 || gid == nil || strconv.Itoa(int(st.Gid)) != string(gid[1]) {
+		t.Errorf("etc/simpletuner/configs: mode %o gid %d, want 0750 and group simpletuner (%s) (%v)", st.Mode&0o777, st.Gid, gid, err)
+	}
 
 	for _, pkg := range []string{"orchestratord", "workerd"} {
 		run(pkg, "deb-prerm.sh", "remove")
@@ -392,5 +398,13 @@ func TestConfigFilesShipPrivate(t *testing.T) {
 		if entry == nil || string(entry[1]) != mode {
 			t.Errorf("%s: %s ships with mode %q, want %s", file, dst, entry, mode)
 		}
+	}
+	b, err := os.ReadFile("nfpm/simpletuner-orchestratord.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := regexp.MustCompile(`(?m)^  - dst: /etc/simpletuner/configs\n    type: dir\n    file_info: \{mode: (0[0-7]{3})\}`).FindSubmatch(b)
+	if dir == nil || string(dir[1]) != "0750" {
+		t.Errorf("/etc/simpletuner/configs ships as %q, want mode 0750", dir)
 	}
 }

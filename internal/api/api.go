@@ -94,13 +94,18 @@ type WorkerList struct {
 
 // CreateWorker is POST /api/admin/workers. WorkerType is persistent or
 // ephemeral ("" the orchestrator's default); LabelsLocked pins the worker's
-// labels to the admin's: what the worker reports is ignored for placement.
+// labels to the admin's and its GPU inventory to the first one it reports,
+// so what a stolen token reports cannot draw jobs (and their secrets) meant
+// for others. Unset means locked: only an explicit false trusts the worker.
 type CreateWorker struct {
 	Name         *string             `json:"name"`
 	WorkerType   protocol.WorkerType `json:"worker_type,omitempty"`
 	Labels       map[string]string   `json:"labels,omitempty"`
-	LabelsLocked bool                `json:"labels_locked,omitempty"`
+	LabelsLocked *bool               `json:"labels_locked,omitempty"`
 }
+
+// Locked is whether the worker is to be created locked (see LabelsLocked).
+func (c CreateWorker) Locked() bool { return c.LabelsLocked == nil || *c.LabelsLocked }
 
 // PatchWorker is PATCH /api/admin/workers/{id}. Labels follow JSON
 // merge-patch: the keys given are added or replaced, a key given as null is

@@ -17,13 +17,17 @@ import (
 	"time"
 )
 
-// Limits bound what jobs may store. All must be positive.
+// Limits bound what jobs may store. All but ReservePercent must be positive.
 type Limits struct {
 	MaxObjectBytes int64 // one object
 	// MaxJobBytes bounds every object of every attempt of one job, each
 	// charged its size and what its files and directories cost (see Charge).
 	MaxJobBytes   int64
 	MaxJobObjects int // objects of every attempt of one job
+	// ReservePercent is the share of the local filesystem's bytes and
+	// inodes that every upload must leave free, for all jobs together (0:
+	// none). It has no meaning on S3.
+	ReservePercent float64
 }
 
 // MaxKeyDepth is the most segments an uploaded key may have: each is a
@@ -97,6 +101,8 @@ type Store struct {
 
 	mu   sync.Mutex
 	jobs map[string]*usage // jobs with an upload in progress in this process
+
+	res reserve // what uploads in progress claim of the filesystem
 }
 
 // usage is a job's byte count while it has uploads in progress. Uploads of one
@@ -150,6 +156,11 @@ func (s *Store) Put(ctx context.Context, ref Ref, body io.Reader, declared int64
 	if declared > lim.MaxObjectBytes {
 		return Object{}, &TooLargeError{Limit: lim.MaxObjectBytes, Of: "object"}
 	}
+	space, err := s.claimSpace(lim.ReservePercent, ref.Path(), max(declared, 0))
+	if err != nil {
+		return Object{}, err
+	}
+	defer space.done()
 	u, err := s.begin(ctx, ref.JobID)
 	if err != nil {
 		return Object{}, err
@@ -183,7 +194,12 @@ func (s *Store) Put(ctx context.Context, ref Ref, body io.Reader, declared int64
 	s.mu.Unlock()
 
 	m := &meter{r: body, md5: md5.New(), sha: sha256.New(), max: lim.MaxObjectBytes,
-		grow: func(n int64) error { return s.grow(u, n, lim.MaxJobBytes) }}
+		grow: func(n int64) error {
+			if err := space.received(n); err != nil {
+				return err
+			}
+			return s.grow(u, n, lim.MaxJobBytes)
+		}}
 	var refused error // stillAllowed's answer: not the backend's
 	commit := func() error {
 		if stillAllowed != nil {

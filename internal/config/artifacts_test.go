@@ -13,7 +13,7 @@ func TestArtifactsConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.ArtifactsDir() != "/srv/st/artifacts" || c.Artifacts.Backend != "local" {
+	if c.ArtifactsDir() != "/srv/st/artifacts" || c.Artifacts.Backend != "local" || c.Artifacts.ReservePercent != 5 {
 		t.Fatalf("defaults: %s %+v", c.ArtifactsDir(), c.Artifacts)
 	}
 	for _, tc := range []struct{ toml, want string }{
@@ -22,6 +22,8 @@ func TestArtifactsConfig(t *testing.T) {
 		{"max_object_bytes = 0", "o.toml:2: key artifacts.max_object_bytes: must be greater than 0"},
 		{"max_job_bytes = -5", "o.toml:2: key artifacts.max_job_bytes: must be greater than 0"},
 		{"upload_grace = \"0s\"", "o.toml:2: key artifacts.upload_grace: must be greater than 0"},
+		{"reserve_percent = 60", "o.toml:2: key artifacts.reserve_percent: 60 must be between 0 (no reserve) and 50"},
+		{"reserve_percent = -1", "o.toml:2: key artifacts.reserve_percent: -1 must be between 0 (no reserve) and 50"},
 		{"backend = \"s3\"", "key artifacts.s3_endpoint: must be set"},
 		{"backend = \"s3\"\ns3_endpoint = \"http://m:9000\"", "key artifacts.s3_bucket: must be set"},
 		{"s3_endpoint = \"minio:9000\"", `o.toml:2: key artifacts.s3_endpoint: "minio:9000" must be http(s)://host[:port]`},

@@ -32,3 +32,26 @@ func TestChangesNameEveryChangedKeyAndMaskSecrets(t *testing.T) {
 		}
 	}
 }
+
+// [[teams]] print by their keys in the reload log, not as Go structs.
+func TestChangesPrintTablesByTheirKeys(t *testing.T) {
+	a, b := DefaultOrchestrator(), DefaultOrchestrator()
+	a.Teams = []TeamConfig{{Name: "vision", Share: 1, MaxGPUs: 2, MaxQueued: 3}}
+	b.Teams = []TeamConfig{{Name: "vision", Share: 1, MaxGPUs: 4, MaxQueued: 3}, {Name: "nlp", Share: 0.5, Borrow: true}}
+	got := Changes(a, b)
+	if len(got) != 1 || got[0].Key != "teams" {
+		t.Fatalf("changes %+v", got)
+	}
+	if want := "[vision(share=1, max_gpus=2, max_queued=3, borrow=false)]"; got[0].Old != want {
+		t.Errorf("old teams printed %q, want %q", got[0].Old, want)
+	}
+	if want := "[vision(share=1, max_gpus=4, max_queued=3, borrow=false), nlp(share=0.5, max_gpus=0, max_queued=0, borrow=true)]"; got[0].New != want {
+		t.Errorf("new teams printed %q, want %q", got[0].New, want)
+	}
+	a.Webhooks = []WebhookConfig{{Name: "ops", URL: "https://hooks.example/x", Secret: Secret("hunter2")}}
+	for _, c := range Changes(a, b) {
+		if strings.Contains(c.Old+c.New, "hunter2") || (c.Key == "webhooks" && !strings.HasPrefix(c.Old, "[ops(url=https://hooks.example/x, ")) {
+			t.Errorf("%s printed %q -> %q", c.Key, c.Old, c.New)
+		}
+	}
+}

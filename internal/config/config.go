@@ -295,7 +295,15 @@ type ArtifactsConfig struct {
 	S3AccessKey     string   `toml:"s3_access_key"`
 	S3SecretKey     Secret   `toml:"s3_secret_key"`
 	S3SecretKeyFile string   `toml:"s3_secret_key_file"`
+	// ReservePercent (local): the share of the disk's bytes and inodes
+	// that uploads leave free, for all jobs together.
+	ReservePercent float64 `toml:"reserve_percent"`
 }
+
+// DefaultArtifactReservePercent is the share of the artifacts' filesystem
+// (bytes and inodes) kept free of uploads: room for other jobs' checkpoints
+// and, on the state disk, for the database.
+const DefaultArtifactReservePercent = 5
 
 // ArtifactsDir is the local backend's directory.
 func (c *Orchestrator) ArtifactsDir() string {
@@ -337,6 +345,8 @@ type Worker struct {
 	// workerd runs (token_file, the credential, this file), not from the
 	// environment or a flag.
 	tokenInFiles bool
+	// fileUnread: the file could not be read or parsed (see WithRequired).
+	fileUnread bool
 }
 
 // Origin says where a key's value came from: "file.toml:12", an environment
@@ -508,7 +518,7 @@ const (
 func DefaultOrchestrator() *Orchestrator {
 	return &Orchestrator{
 		Server: ServerConfig{
-			Listen:             []string{"0.0.0.0:8001"},
+			Listen:             []string{"127.0.0.1:8001"},
 			AdminSocket:        "/run/simpletuner/orchestratord.sock",
 			AdminGroup:         "simpletuner-admin",
 			MaxBodyBytes:       1 << 20,
@@ -550,6 +560,7 @@ func DefaultOrchestrator() *Orchestrator {
 			MaxObjectBytes: 100 << 30,
 			MaxJobBytes:    500 << 30,
 			MaxJobObjects:  10000,
+			ReservePercent: DefaultArtifactReservePercent,
 			UploadGrace:    D(15 * time.Minute),
 		},
 		Retention: RetentionConfig{

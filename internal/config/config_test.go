@@ -543,7 +543,7 @@ func TestRedacted(t *testing.T) {
 	if strings.Contains(out, "hunter2") || !strings.Contains(out, `url = "<redacted>"`) {
 		t.Errorf("orchestrator Redacted():\n%s", out)
 	}
-	if !strings.Contains(out, `heartbeat_timeout = "2m"`) || !strings.Contains(out, `listen = ["0.0.0.0:8001"]`) {
+	if !strings.Contains(out, `heartbeat_timeout = "2m"`) || !strings.Contains(out, `listen = ["127.0.0.1:8001"]`) {
 		t.Errorf("orchestrator Redacted() lacks values:\n%s", out)
 	}
 	w, _, err := loadW(t, "", env("SIMPLETUNER_WORKER_TOKEN", "s3cret"))

@@ -38,6 +38,9 @@ type loader struct {
 	failed map[string]bool // keys whose value could not be decoded: not validated again
 	// entries holds, per array of tables, where each entry was written.
 	entries map[string][]string
+	// fileUnread: the file could not be read or parsed, so what it sets is
+	// unknown (a key may look unset that the file sets).
+	fileUnread bool
 }
 
 var (
@@ -104,6 +107,7 @@ func (l *loader) decodeTOML(path string, data []byte) {
 	var raw map[string]any
 	md, err := toml.Decode(text, &raw)
 	if err != nil {
+		l.fileUnread = true
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
 			l.errAt(fmt.Sprintf("%s:%d", path, pe.Position.Line), pe.LastKey, "%s", pe.Message)

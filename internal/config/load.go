@@ -230,7 +230,7 @@ func LoadOrchestrator(args []string, getenv func(string) string) (*Orchestrator,
 // hostPort replaces server.listen with one address built from --host/--port,
 // taking the missing half from the first configured entry.
 func (l *loader) hostPort(c *Orchestrator, fs *flag.FlagSet, set map[string]bool) {
-	host, port := "0.0.0.0", "8001"
+	host, port := "127.0.0.1", "8001"
 	if len(c.Server.Listen) > 0 {
 		if h, p, err := net.SplitHostPort(c.Server.Listen[0]); err == nil {
 			host, port = h, p
@@ -268,6 +268,7 @@ func LoadWorker(args []string, getenv func(string) string) (*Worker, Options, er
 	l.credentialFiles(getenv, []string{"orchestrator.cert_file", "orchestrator.key_file"}, []string{"worker-cert", "worker-key"})
 	c.validate(l)
 	c.origins = l.origins()
+	c.fileUnread = l.fileUnread
 	return c, opts, asErrors(l.errs)
 }
 
@@ -320,6 +321,7 @@ func (l *loader) loadFile(path string, explicit bool) {
 		return
 	}
 	if err != nil {
+		l.fileUnread = true
 		l.errAt(path, "", "cannot read config file: %v", pathErr(err))
 		return
 	}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -35,6 +36,26 @@ func (c *Worker) Validate() error {
 // Require reports what the worker needs before it can connect: an
 // orchestrator URL and a token. Validation alone does not demand them.
 func (c *Worker) Require() error {
+	return asErrors(c.required())
+}
+
+// WithRequired adds what Require finds to loadErr, the problems LoadWorker
+// found, so that --check-config reports every mistake at once (an admin
+// token given as the worker's beside a bad duration, say) rather than one
+// round after another. When the file could not be read or parsed, what it
+// sets is unknown and loadErr is returned alone.
+func (c *Worker) WithRequired(loadErr error) error {
+	var all Errors
+	if !errors.As(loadErr, &all) {
+		return loadErr
+	}
+	if c.fileUnread {
+		return loadErr
+	}
+	return asErrors(append(slices.Clone(all), c.required()...))
+}
+
+func (c *Worker) required() []error {
 	var errs []error
 	if c.Orchestrator.URL == "" {
 		errs = append(errs, &Error{Key: "orchestrator.url", Msg: "not set (config file, SIMPLETUNER_ORCHESTRATOR_URL or --orchestrator-url)"})
@@ -46,7 +67,7 @@ func (c *Worker) Require() error {
 		// token or an admin token from one the orchestrator might know.
 		errs = append(errs, &Error{Where: c.Origin("orchestrator.token"), Key: "orchestrator.token", Msg: err.Error()})
 	}
-	return asErrors(errs)
+	return errs
 }
 
 func (c *Orchestrator) validate(l *loader) {
@@ -118,6 +139,9 @@ func (l *loader) validateArtifacts(a ArtifactsConfig) {
 	l.positive("artifacts.max_object_bytes", a.MaxObjectBytes)
 	l.positive("artifacts.max_job_bytes", a.MaxJobBytes)
 	l.positive("artifacts.max_job_objects", int64(a.MaxJobObjects))
+	if a.ReservePercent < 0 || a.ReservePercent > 50 {
+		l.errf("artifacts.reserve_percent", "%g must be between 0 (no reserve) and 50", a.ReservePercent)
+	}
 	if a.Dir != "" && !filepath.IsAbs(a.Dir) {
 		l.errf("artifacts.dir", "%q must be an absolute path (or \"\" for <state_dir>/artifacts)", a.Dir)
 	}

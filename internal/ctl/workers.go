@@ -170,6 +170,7 @@ func (a *app) workerShowCommand() *cobra.Command {
 func (a *app) workerCreateCommand() *cobra.Command {
 	var (
 		persistent, ephemeral, force bool
+		unlocked                     bool
 		labels                       []string
 		credential                   string
 	)
@@ -179,7 +180,13 @@ func (a *app) workerCreateCommand() *cobra.Command {
 		Long: `Create a worker. Its token is shown only in this reply; with --credential FILE
 it is written to FILE (mode 0600) instead, ready for the workerd unit's
 LoadCredential=. Without --persistent or --ephemeral the orchestrator's
-default (persistent) applies.`,
+default (persistent) applies.
+
+The worker is created locked: jobs are placed on it by the labels given here
+(or later with "worker labels"), never by labels the worker reports, and its
+GPU inventory is the first one it reports (a later, larger one is ignored and
+audited). So a stolen worker token cannot advertise its way into other jobs.
+--unlocked trusts what the worker reports instead.`,
 		Example: `  simpletunerctl worker create gpu-1 --persistent --label gpu_type=a100 \
       --credential /etc/simpletuner/worker-token`,
 		Args: cobra.ExactArgs(1),
@@ -188,6 +195,9 @@ default (persistent) applies.`,
 				return usagef("give --persistent or --ephemeral, not both")
 			}
 			body := api.CreateWorker{Name: &args[0]}
+			if unlocked {
+				body.LabelsLocked = new(false)
+			}
 			if persistent {
 				body.WorkerType = protocol.Persistent
 			}
@@ -203,7 +213,7 @@ default (persistent) applies.`,
 			}
 			return a.issueWorkerToken(cmd.Context(), client.Request{Method: http.MethodPost, Path: "/api/admin/workers", Body: body},
 				credential, force, func(r api.WorkerCreated) string {
-					return fmt.Sprintf("created worker %s (%s, %s)", r.WorkerID, r.Name, r.WorkerType)
+					return fmt.Sprintf("created worker %s (%s, %s, %s)", r.WorkerID, r.Name, r.WorkerType, lockWord(r.LabelsLocked))
 				})
 		},
 	}
@@ -211,6 +221,7 @@ default (persistent) applies.`,
 	f.BoolVar(&persistent, "persistent", false, "the worker stays registered between jobs and while offline")
 	f.BoolVar(&ephemeral, "ephemeral", false, "the worker exits after one job and is removed once long offline")
 	f.StringArrayVar(&labels, "label", nil, "label key=value (repeatable)")
+	f.BoolVar(&unlocked, "unlocked", false, "place jobs by the labels and GPU inventory the worker reports (default: locked to the admin's labels and the first inventory)")
 	f.StringVar(&credential, "credential", "", "write the token to this file (mode 0600) instead of printing it")
 	f.BoolVar(&force, "force", false, "with --credential, replace an existing file")
 	return cmd
@@ -406,14 +417,17 @@ stream is closed and its job requeued without spending a retry.`,
 }
 
 func (a *app) workerLabelsCommand() *cobra.Command {
-	var clear bool
+	var clear, lock, unlock bool
 	cmd := &cobra.Command{
 		Use:   "labels ID [KEY=VALUE | KEY-]...",
 		Short: "Show or change a worker's labels",
 		Long: `Without arguments, print the worker's labels. KEY=VALUE adds or replaces a
 label, KEY- removes one; labels not named stay (the orchestrator's PATCH is a
 JSON merge-patch). --clear removes every label; those the worker reports
-itself come back when it registers again.`,
+itself come back when it registers again (unless the worker is locked).
+--unlock lets the worker's own labels and GPU inventory count for placement
+from its next registration; --lock pins them to the admin's labels and the
+next inventory it reports.`,
 		Example:           `  simpletunerctl worker labels gpu-1 team=nlp site=dc-a old-`,
 		Args:              cobra.MinimumNArgs(1),
 		ValidArgsFunction: a.completeWorkers,
@@ -421,6 +435,9 @@ itself come back when it registers again.`,
 			ctx := cmd.Context()
 			if clear && len(args) > 1 {
 				return usagef("give KEY=VALUE labels or --clear, not both")
+			}
+			if lock && unlock {
+				return usagef("give --lock or --unlock, not both")
 			}
 			wk, err := a.resolveWorker(ctx, args[0])
 			if err != nil {
@@ -431,7 +448,7 @@ itself come back when it registers again.`,
 				return err
 			}
 			raw := []byte(nil)
-			if len(args) > 1 || clear {
+			if len(args) > 1 || clear || lock || unlock {
 				patch, err := labelPatch(args[1:])
 				if err != nil {
 					return err
@@ -441,9 +458,13 @@ itself come back when it registers again.`,
 						patch[k] = nil
 					}
 				}
+				body := api.PatchWorker{Labels: patch}
+				if lock || unlock {
+					body.LabelsLocked = new(lock)
+				}
 				wk.Labels = nil // decoding into a map merges: start from the reply alone
 				raw, err = cl.JSON(ctx, client.Request{Method: http.MethodPatch, Path: "/api/admin/workers/" + client.PathEscape(wk.WorkerID),
-					Body: api.PatchWorker{Labels: patch}}, &wk)
+					Body: body}, &wk)
 				if err != nil {
 					return err
 				}
@@ -465,6 +486,8 @@ itself come back when it registers again.`,
 		},
 	}
 	cmd.Flags().BoolVar(&clear, "clear", false, "remove every label an admin set")
+	cmd.Flags().BoolVar(&lock, "lock", false, "place jobs by the admin's labels and the first GPU inventory reported, ignoring what the worker reports")
+	cmd.Flags().BoolVar(&unlock, "unlock", false, "place jobs by the labels and GPU inventory the worker reports as well")
 	return cmd
 }
 
@@ -492,4 +515,12 @@ func labelPatch(args []string) (map[string]*string, error) {
 		}
 	}
 	return out, nil
+}
+
+// lockWord says how jobs are placed on a new worker.
+func lockWord(locked bool) string {
+	if locked {
+		return "labels and GPU inventory locked"
+	}
+	return "unlocked: placed by what it reports"
 }

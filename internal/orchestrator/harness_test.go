@@ -141,9 +141,12 @@ func (e *env) must(r resp, status int) resp {
 }
 
 // createWorker makes a worker through the admin API and returns id and token.
+// It is unlocked: these tests place jobs by what their workers report (the
+// locked default has tests of its own).
 func (e *env) createWorker(name, typ string, labels map[string]string) (string, string) {
 	e.t.Helper()
-	r := e.must(e.adminDo("POST", "/api/admin/workers", map[string]any{"name": name, "worker_type": typ, "labels": labels}), 201)
+	r := e.must(e.adminDo("POST", "/api/admin/workers", map[string]any{"name": name, "worker_type": typ, "labels": labels,
+		"labels_locked": false}), 201)
 	return r.JSON["worker_id"].(string), r.JSON["token"].(string)
 }
 

@@ -147,6 +147,39 @@ func TestLockedWorkerInventory(t *testing.T) {
 	}
 }
 
+// A worker an admin creates without saying otherwise is locked: what it
+// reports of its labels, and a larger inventory than its first, do not
+// count. An explicit "labels_locked": false trusts its reports.
+func TestWorkersAreCreatedLocked(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t))
+	gpus := func(n int) map[string]any { return map[string]any{"count": n, "vram_gb": 80, "name": "GPU"} }
+
+	r := e.must(e.adminDo("POST", "/api/admin/workers", map[string]any{"name": "plain",
+		"labels": map[string]string{"pool": "general"}}), 201)
+	if r.JSON["labels_locked"] != true {
+		t.Fatalf("a worker created without labels_locked: %s", r.Body)
+	}
+	a := e.newAgent(r.JSON["worker_id"].(string), r.JSON["token"].(string), 2)
+	e.must(a.register(map[string]any{"labels": map[string]string{"tier": "secure"}, "gpu_info": gpus(1)}), 200)
+	e.must(a.register(map[string]any{"labels": map[string]string{"tier": "secure"}, "gpu_info": gpus(8)}), 200)
+	w := e.worker(a.id)
+	if l := w["labels"].(map[string]any); w["labels_locked"] != true || len(l) != 1 || l["pool"] != "general" || w["gpu_count"] != float64(1) {
+		t.Fatalf("the default worker took its reports: locked %v, labels %v, %v GPUs", w["labels_locked"], l, w["gpu_count"])
+	}
+
+	r = e.must(e.adminDo("POST", "/api/admin/workers", map[string]any{"name": "trusted", "labels_locked": false}), 201)
+	if r.JSON["labels_locked"] != false {
+		t.Fatalf("a worker created with labels_locked false: %s", r.Body)
+	}
+	b := e.newAgent(r.JSON["worker_id"].(string), r.JSON["token"].(string), 2)
+	e.must(b.register(map[string]any{"labels": map[string]string{"tier": "secure"}, "gpu_info": gpus(1)}), 200)
+	e.must(b.register(map[string]any{"labels": map[string]string{"tier": "secure"}, "gpu_info": gpus(8)}), 200)
+	if w := e.worker(b.id); w["labels"].(map[string]any)["tier"] != "secure" || w["gpu_count"] != float64(8) {
+		t.Fatalf("the unlocked worker: labels %v, %v GPUs", w["labels"], w["gpu_count"])
+	}
+}
+
 func containsJSON(raw json.RawMessage, key, want string) bool {
 	var d map[string]json.RawMessage
 	return json.Unmarshal(raw, &d) == nil && string(d[key]) == want

@@ -68,6 +68,7 @@ type Options struct {
 	ArtifactMaxObjectBytes int64
 	ArtifactMaxJobBytes    int64
 	ArtifactMaxJobObjects  int
+	ArtifactReservePercent float64
 	ArtifactUploadGrace    time.Duration
 	StreamWriteTimeout     time.Duration
 	BodyTimeout            time.Duration
@@ -125,6 +126,7 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 		ArtifactMaxObjectBytes: cfg.Artifacts.MaxObjectBytes,
 		ArtifactMaxJobBytes:    cfg.Artifacts.MaxJobBytes,
 		ArtifactMaxJobObjects:  cfg.Artifacts.MaxJobObjects,
+		ArtifactReservePercent: cfg.Artifacts.ReservePercent,
 		ArtifactUploadGrace:    cfg.Artifacts.UploadGrace.Duration,
 		StreamWriteTimeout:     cfg.Server.StreamWriteTimeout.Duration,
 		BodyTimeout:            cfg.Server.BodyTimeout.Duration,

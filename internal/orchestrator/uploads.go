@@ -41,7 +41,7 @@ func (s *Server) SetArtifacts(a *artifacts.Store) {
 func (s *Server) applyArtifactLimits(o Options) {
 	if a := s.artifacts.Load(); a != nil {
 		a.SetLimits(artifacts.Limits{MaxObjectBytes: o.ArtifactMaxObjectBytes, MaxJobBytes: o.ArtifactMaxJobBytes,
-			MaxJobObjects: o.ArtifactMaxJobObjects})
+			MaxJobObjects: o.ArtifactMaxJobObjects, ReservePercent: o.ArtifactReservePercent})
 	}
 }
 

@@ -72,7 +72,8 @@ func startOrch(t *testing.T, st store.Store, opt orchestrator.Options, admin str
 
 func (o *orch) createWorker(name string) (id, token string) {
 	o.t.Helper()
-	code, r := o.API("POST", "/api/admin/workers", map[string]any{"name": name, "worker_type": "persistent"})
+	// Unlocked: the tests' workers report their own labels and inventory.
+	code, r := o.API("POST", "/api/admin/workers", map[string]any{"name": name, "worker_type": "persistent", "labels_locked": false})
 	if code != 201 && code != 200 {
 		o.t.Fatalf("create worker: %d %v", code, r)
 	}

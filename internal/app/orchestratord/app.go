@@ -81,7 +81,8 @@ func diskPaths(cfg *config.Orchestrator) (database, arts string) {
 // later from the options, and follow reloads.
 func OpenArtifacts(ctx context.Context, cfg *config.Orchestrator) (*artifacts.Store, error) {
 	c := cfg.Artifacts
-	limits := artifacts.Limits{MaxObjectBytes: c.MaxObjectBytes, MaxJobBytes: c.MaxJobBytes, MaxJobObjects: c.MaxJobObjects}
+	limits := artifacts.Limits{MaxObjectBytes: c.MaxObjectBytes, MaxJobBytes: c.MaxJobBytes, MaxJobObjects: c.MaxJobObjects,
+		ReservePercent: c.ReservePercent}
 	if c.Backend == "s3" {
 		b, err := artifacts.NewS3(ctx, artifacts.S3Config{Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, Region: c.S3Region,
 			Prefix: c.S3Prefix, AccessKey: c.S3AccessKey, SecretKey: c.S3SecretKey.Value(), PartSize: s3PartSize(c.MaxObjectBytes)})

@@ -214,3 +214,25 @@ func TestCommandLineUsage(t *testing.T) {
 		t.Fatalf("a refused command line opened the database")
 	}
 }
+
+// --check-config names every mistake of a file at once, each with its
+// file:line, and exits 1.
+func TestCheckConfigReportsEveryMistake(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "o.toml")
+	body := "[server]\nlisten = \"0.0.0.0:1\"\nbogus_key = 1\nmax_body_bytes = -5\n" +
+		"[workers]\nheartbeat_timeout = \"fast\"\n[artifacts]\nreserve_percent = 80\n" +
+		"[[teams]]\nname = \"Bad Name\"\nshare = 1\n[log]\nlevel = \"loud\"\n"
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runMain("--config", conf, "--check-config")
+	for _, want := range []string{":2: key server.listen:", ":3: key server.bogus_key: unknown key", ":4: key server.max_body_bytes:",
+		":6: key workers.heartbeat_timeout:", ":8: key artifacts.reserve_percent:", ":9: key teams: entry 1: name:", ":13: key log.level:"} {
+		if !strings.Contains(errOut, conf+want) {
+			t.Errorf("lacks %q", conf+want)
+		}
+	}
+	if code != ExitFailed || out != "" || t.Failed() {
+		t.Fatalf("exit %d, stdout %q\n%s", code, out, errOut)
+	}
+}

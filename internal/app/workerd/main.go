@@ -23,12 +23,15 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/worker"
 )
 
-// Exit statuses of simpletuner-workerd.
+// Exit statuses of simpletuner-workerd. A bad command line is 2, as for
+// simpletuner-orchestratord and simpletunerctl, and a refused credential 4,
+// as for simpletunerctl.
 const (
 	ExitOK     = 0 // a clean stop: signal, drain, an ephemeral worker with no more jobs
-	ExitConfig = 1 // bad usage, a configuration or start-up error, a URL that is not an orchestrator's or redirects elsewhere, a client certificate missing or refused
-	ExitAuth   = 2 // the orchestrator rejected the worker token (401)
+	ExitConfig = 1 // a configuration or start-up error, a URL that is not an orchestrator's or redirects elsewhere, a client certificate missing or refused
+	ExitUsage  = 2 // an unknown flag, a flag without its value, an argument
 	ExitFailed = 3 // any other failure
+	ExitAuth   = 4 // the orchestrator rejected the worker token (401)
 )
 
 // tokenFlagWarning is said whenever the token comes from --worker-token.
@@ -64,9 +67,12 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) i
 	}
 	if _, ok := errors.AsType[*config.UsageError](err); ok {
 		fmt.Fprintf(stderr, "simpletuner-workerd: %v\n", err)
-		return ExitConfig
+		return ExitUsage
 	}
 	if err != nil {
+		if opts.CheckConfig {
+			err = cfg.WithRequired(err) // every mistake at once
+		}
 		fmt.Fprintf(stderr, "simpletuner-workerd: configuration error:\n%v\n", err)
 		return ExitConfig
 	}

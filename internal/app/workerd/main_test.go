@@ -49,6 +49,45 @@ func TestCheckConfigNeedsURLAndToken(t *testing.T) {
 	}
 }
 
+// --check-config names every mistake of a file at once, each with its
+// file:line: an admin token given as the worker's among them, which used to
+// show only once the others were fixed. A file that does not parse says
+// only that: what it sets is unknown.
+func TestCheckConfigReportsEveryMistake(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "w.toml")
+	body := "[orchestrator]\nurl = \"http://127.0.0.1:8001\"\ntoken = \"" + auth.NewAdminToken() + "\"\n" +
+		"[worker]\nself_fence_after = \"-1s\"\nbogus = 2\n[log]\nlevel = \"loud\"\n"
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut strings.Builder
+	code := Main([]string{"--config", conf, "--check-config"}, func(string) string { return "" }, &out, &errOut)
+	for _, want := range []string{
+		conf + ":3: key orchestrator.token: this is an admin token",
+		conf + ":5: key worker.self_fence_after:",
+		conf + ":6: key worker.bogus: unknown key",
+		conf + ":8: key log.level:",
+	} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("lacks %q", want)
+		}
+	}
+	if code != ExitConfig || t.Failed() {
+		t.Fatalf("exit %d\n%s", code, errOut.String())
+	}
+
+	if err := os.WriteFile(conf, []byte("[orchestrator\nurl = 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	errOut.Reset()
+	code = Main([]string{"--config", conf, "--check-config"}, func(string) string { return "" }, &out, &errOut)
+	if code != ExitConfig || strings.Contains(errOut.String(), "not set") || !strings.Contains(errOut.String(), conf+":2:") {
+		t.Errorf("a file that does not parse: exit %d\n%s", code, errOut.String())
+	}
+}
+
 // --worker-token works, and says each time why it should not be used.
 func TestWorkerTokenFlagWarns(t *testing.T) {
 	t.Parallel()
@@ -98,8 +137,8 @@ func TestCommandLineUsage(t *testing.T) {
 		{[]string{"--config", "/nonexistent.toml", "run"}, `unexpected argument "run"`},
 	} {
 		code, out, errOut := runMain(c.args...)
-		if code != ExitConfig || out != "" || !strings.HasPrefix(errOut, "simpletuner-workerd: ") || !strings.Contains(errOut, c.want) {
-			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 1 and %q", c.args, code, out, errOut, c.want)
+		if code != ExitUsage || out != "" || !strings.HasPrefix(errOut, "simpletuner-workerd: ") || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, code, out, errOut, c.want)
 		}
 	}
 }

@@ -265,7 +265,7 @@ func (a *API) CreateWorker(ctx context.Context, req api.CreateWorker) (api.Worke
 	wk := store.Worker{
 		ID: protocol.NewWorkerID(), Name: strings.TrimSpace(*req.Name), Type: req.WorkerType,
 		Status: protocol.WorkerConnecting, GPUInfo: store.ReadGPUInfo(json.RawMessage(`{}`)),
-		Labels: labels.Copy(req.Labels), AdminLabels: labels.Copy(req.Labels), LabelsLocked: req.LabelsLocked,
+		Labels: labels.Copy(req.Labels), AdminLabels: labels.Copy(req.Labels), LabelsLocked: req.Locked(),
 		CreatedAt: time.Now().UTC(), CreatedBy: c.Actor(),
 	}
 	rec := audit.New(c.Actor(), c.IP, "worker.create", "worker", wk.ID, audit.Success,

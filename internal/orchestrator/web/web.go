@@ -150,7 +150,10 @@ func jsonKind(goType string) string {
 // through.
 func ArtifactError(log *slog.Logger, err error) error {
 	var tl *artifacts.TooLargeError
+	var re *artifacts.ReserveError
 	switch {
+	case errors.As(err, &re):
+		return Errorf(http.StatusInsufficientStorage, protocol.CodeInsufficientStorage, "%s; nothing was stored", re.Error())
 	case errors.As(err, &tl):
 		return Errorf(http.StatusRequestEntityTooLarge, protocol.CodeTooLarge, "%s; nothing was stored", tl.Error())
 	case errors.Is(err, artifacts.ErrInvalidName):

@@ -1,9 +1,14 @@
 package web
 
 import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
+	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
@@ -42,5 +47,17 @@ func TestDocName(t *testing.T) {
 		if got := c.r.DocName(); got != c.want {
 			t.Errorf("%s %s: %q; want %q", c.r.Method, c.r.Path, got, c.want)
 		}
+	}
+}
+
+// An upload refused for the disk's reserve is 507 and says which setting
+// refused it.
+func TestArtifactReserveIs507(t *testing.T) {
+	err := ArtifactError(slog.New(slog.DiscardHandler), fmt.Errorf("put: %w",
+		&artifacts.ReserveError{Percent: 5, Resource: "inodes", Free: 10, Reserved: 50}))
+	ae, ok := err.(*api.Error)
+	if !ok || ae.Status != http.StatusInsufficientStorage || ae.Body.Error != protocol.CodeInsufficientStorage ||
+		!strings.Contains(ae.Body.Detail, "artifacts.reserve_percent = 5 % of its inodes") {
+		t.Fatalf("%#v", err)
 	}
 }

@@ -19,6 +19,13 @@ gid=$(awk -F: '$1 == "simpletuner" { print $3 }' "$root/etc/group")
 if [ -n "$gid" ] && [ -e "$root/etc/simpletuner/orchestratord.toml" ] && chown "root:$gid" "$root/etc/simpletuner/orchestratord.toml"; then
 	chmod 0640 "$root/etc/simpletuner/orchestratord.toml"
 fi
+# The training configs' directory: the daemon's group reads it, nobody
+# else. Only a directory still root's group (as unpacked) is changed, so an
+# admin's own choice of group stays.
+configs="$root/etc/simpletuner/configs"
+if [ -n "$gid" ] && [ -d "$configs" ] && [ "$(stat -c %g "$configs")" = 0 ] && chown "root:$gid" "$configs"; then
+	chmod 0750 "$configs"
+fi
 if [ -z "$root" ] && [ -d /run/systemd/system ]; then
 	systemctl --system daemon-reload >/dev/null || true
 	# An upgrade restarts a running orchestrator on the new binary.

@@ -14,6 +14,13 @@ gid=$(awk -F: '$1 == "simpletuner" { print $3 }' /etc/group)
 if [ -n "$gid" ] && [ -e /etc/simpletuner/orchestratord.toml ] && chown "root:$gid" "/etc/simpletuner/orchestratord.toml"; then
 	chmod 0640 "/etc/simpletuner/orchestratord.toml"
 fi
+# The training configs' directory: the daemon's group reads it, nobody
+# else. Only a directory still root's group (as unpacked) is changed, so an
+# admin's own choice of group stays.
+configs=/etc/simpletuner/configs
+if [ -n "$gid" ] && [ -d "$configs" ] && [ "$(stat -c %g "$configs")" = 0 ] && chown "root:$gid" "$configs"; then
+	chmod 0750 "$configs"
+fi
 if [ -d /run/systemd/system ]; then
 	systemctl daemon-reload || :
 	if [ "$1" -ge 2 ]; then systemctl try-restart simpletuner-orchestratord.service || :; fi

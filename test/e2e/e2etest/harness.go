@@ -471,7 +471,9 @@ func (o *Orch) CreateWorker(name string, persistent bool, labels map[string]stri
 	if persistent {
 		typ = "persistent"
 	}
-	st, m := o.Do("POST", "/api/admin/workers", map[string]any{"name": name, "worker_type": typ, "labels": labels})
+	// Unlocked: the tests' workers report their own labels and inventory
+	// (the locked default has tests of its own).
+	st, m := o.Do("POST", "/api/admin/workers", map[string]any{"name": name, "worker_type": typ, "labels": labels, "labels_locked": false})
 	if st != 201 {
 		o.T.Fatalf("create worker: %d %v", st, m)
 	}

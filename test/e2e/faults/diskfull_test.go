@@ -131,11 +131,12 @@ func TestDiskFullDatabase(t *testing.T) {
 
 // The artifacts' filesystem fills up: the upload is refused with 507 naming
 // the artifacts, the trainer retries, and once space is freed the upload
-// goes through and the job completes.
+// goes through and the job completes. (Without a reserve: with one, the
+// upload is refused before the disk is full; see artifacts.reserve_percent.)
 func TestDiskFullArtifacts(t *testing.T) {
 	fs := testutil.SmallFS(t, "8m")
 	o := StartOrchestratorWith(t, OrchOptions{Metrics: true,
-		ExtraTOML: fmt.Sprintf("[artifacts]\ndir = %q\n", filepath.Join(fs, "artifacts"))})
+		ExtraTOML: fmt.Sprintf("[artifacts]\ndir = %q\nreserve_percent = 0\n", filepath.Join(fs, "artifacts"))})
 	h := NewHistory(t, o)
 	o.StartWorker(WorkerSpec{Name: "w0", Persistent: true, Command: h.WrapperCommand()})
 	h.Fault("fill the filesystem of the artifacts")
@@ -172,6 +173,30 @@ func TestDiskFullArtifacts(t *testing.T) {
 		t.Errorf("%d disk-full errors in the orchestrator's log, want 1", n)
 	}
 	t.Logf("RESULT %s: %s; upload refused with 507 while full, stored after the space was freed", t.Name(), sum)
+}
+
+// One job cannot take the artifacts' disk: an upload that would leave less
+// than artifacts.reserve_percent of it free is refused with 507 naming the
+// setting, the orchestrator stays ready (its disk is not full), and another
+// job's upload that fits beside the reserve is stored.
+func TestArtifactReserve(t *testing.T) {
+	fs := testutil.SmallFS(t, "8m")
+	o := StartOrchestratorWith(t, OrchOptions{Metrics: true,
+		ExtraTOML: fmt.Sprintf("[artifacts]\ndir = %q\nreserve_percent = 50\n", filepath.Join(fs, "artifacts"))})
+	o.StartWorker(WorkerSpec{Name: "w0", Persistent: true})
+	big := o.Submit(map[string]any{"steps": 1, "step_seconds": 0.1, "publish": true, "publish_bytes": 5 << 20}, nil)
+	Eventually(t, 30*time.Second, "the 5 MiB upload refused", func() bool { return strings.Contains(o.Logs(big), "HTTP 507") })
+	if l := o.Logs(big); !strings.Contains(l, "artifacts.reserve_percent = 50 %") {
+		t.Errorf("the refusal does not name the reserve:\n%s", l)
+	}
+	if code, body := readyReason(o); code != 200 || strings.Contains(body, "disk full") {
+		t.Errorf("/readyz after a refusal for the reserve: %d %s", code, body)
+	}
+	small := o.Submit(map[string]any{"steps": 1, "step_seconds": 0.1, "publish": true, "publish_bytes": 1 << 20}, nil)
+	o.WaitJob(small, "completed", 60*time.Second)
+	if strings.Contains(o.P.Output(), "disk full: writes fail") {
+		t.Error("the reserve was taken for a full disk")
+	}
 }
 
 // A worker's state_dir fills up while its job runs: the job keeps running,
