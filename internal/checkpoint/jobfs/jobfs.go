@@ -3,8 +3,12 @@
 // so every look, read and write below a job's directory is made with the
 // thread's filesystem identity set to the job's uid and gid. What workerd
 // reads there is therefore only ever what the job could read, and what it
-// writes belongs to the job. Symbolic links are never followed out of a
-// tree that is walked: a walk refuses them.
+// writes belongs to the job. Symbolic links are never followed: a walk
+// refuses them, and every path below a held directory is resolved from it
+// with no link on the way, so a directory swapped for a link between a walk
+// and an open leads nowhere. The switch covers the uid and gid only: the
+// process must hold no supplementary groups of its own (workerd drops them
+// at start), or they would count too.
 package jobfs
 
 import (
