@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -438,3 +439,28 @@ func Chown(root string, id Ident) error {
 	}
 	return nil
 }
+
+// Sub opens the directory rel below d, as the job, with no link on the way.
+func (d *Dir) Sub(rel string) (*Dir, error) {
+	var fd int
+	err := d.id.Do(func() (err error) {
+		fd, err = beneath(d.fd, rel, unix.O_PATH|unix.O_DIRECTORY)
+		return err
+	})
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: filepath.Join(d.Path, rel), Err: err}
+	}
+	return &Dir{fd: fd, id: d.id, Path: filepath.Join(d.Path, rel)}, nil
+}
+
+// Watch calls add, as the job, with a path that names d's directory itself
+// (its descriptor in /proc/self/fd): an inotify watch added through it is
+// on the directory d holds, whatever the job renamed or linked since, and
+// the job's permissions decide whether it may be watched. The path stays
+// d's until d is closed.
+func (d *Dir) Watch(add func(path string) error) error {
+	return d.id.Do(func() error { return add(d.ProcPath()) })
+}
+
+// ProcPath is the path of d's descriptor in /proc/self/fd.
+func (d *Dir) ProcPath() string { return "/proc/self/fd/" + strconv.Itoa(d.fd) }
