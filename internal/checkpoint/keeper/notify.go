@@ -3,6 +3,7 @@ package keeper
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -46,6 +47,14 @@ type notifier struct {
 // the scan goes on alone.
 func (w *Watcher) newNotifier() *notifier {
 	n := &notifier{w: w, dirs: map[string]*jobfs.Dir{}}
+	if w.j.ScanOnly {
+		return n
+	}
+	// Watches are added through the held descriptors (jobfs.Dir.Watch).
+	if _, err := os.Stat("/proc/self/fd"); err != nil {
+		n.giveUp(fmt.Sprintf("/proc is not mounted (%v)", err))
+		return n
+	}
 	fsw, err := fsnotify.NewBufferedWatcher(256)
 	if err != nil {
 		n.giveUp(fmt.Sprintf("inotify is not available (%v)", err))

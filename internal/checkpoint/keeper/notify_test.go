@@ -136,6 +136,12 @@ func TestWatchesBounded(t *testing.T) {
 		t.Fatalf("watched: base %v, %v", n.base, n.dirs)
 	}
 	n.close()
+	// Turned off: the scan alone, and nothing said.
+	j.ScanOnly = true
+	if n := k.Watch(j, self, -1).newNotifier(); n.sync() || n.fsw != nil {
+		t.Fatal("watching with checkpoint_watch off")
+	}
+	j.ScanOnly = false
 
 	for i := range maxWatches {
 		writeCheckpoint(t, out, "checkpoint-"+strconv.Itoa(100+i), map[string]string{"m": "half"}, false)

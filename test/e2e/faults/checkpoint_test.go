@@ -95,7 +95,8 @@ func TestKill9WorkerResumesFromCheckpoint(t *testing.T) {
 }
 
 // systemctl stop of the workerd running a job whose checkpoints the watcher
-// has not picked up yet (it looks only once an hour here): on its way out,
+// has not picked up yet (it looks only once an hour here, without inotify):
+// on its way out,
 // after the drain and the trainer's stop, workerd uploads the newest finished
 // checkpoint before it reports the job, and the retry on another worker
 // resumes from it.
@@ -105,7 +106,7 @@ func TestWorkerStopKeepsTheLastCheckpoint(t *testing.T) {
 	h := NewHistory(t, o)
 	cmd := h.ExecWrapperCommand()
 	a := o.StartWorker(WorkerSpec{Name: "a", Persistent: true, Command: cmd, CancelGrace: "5s",
-		WorkerTOML: "drain_timeout = \"300ms\"\n", JobTOML: "checkpoint_scan_interval = \"1h\"\ncheckpoint_upload_rate = \"0\"\n"})
+		WorkerTOML: "drain_timeout = \"300ms\"\n", JobTOML: "checkpoint_scan_interval = \"1h\"\ncheckpoint_watch = false\ncheckpoint_upload_rate = \"0\"\n"})
 	// Attempt 1 waits after step 20, so the stop lands mid-training on any machine.
 	_, id := h.Submit(map[string]any{"steps": steps, "step_seconds": 0.05, "checkpointing_steps": k, "output_dir": "out",
 		"pause_after_step": 20}, nil)
