@@ -24,7 +24,7 @@ type CheckpointSettings struct {
 	Enabled        bool
 	Keep           int
 	Scan           time.Duration
-	ScanOnly       bool // no inotify: the scan alone finds checkpoints
+	ScanOnly       bool  // no inotify: the scan alone finds checkpoints
 	BytesPerSecond int64 // shared by the worker's uploads; 0 no bound
 	// OnShutdown bounds the last checkpoint's upload when the attempt was
 	// stopped because workerd is stopping.
