@@ -30,10 +30,11 @@ const settle = 200 * time.Millisecond
 // their descriptors (as the job, never through a path the job could turn
 // into a link): the output directory, or while there is none its deepest
 // existing parent inside the job's directory, and each checkpoint in it not
-// finished yet, where the guard file appears. A watch added after a look
-// is followed by another look, which sees what came in between. Whether a checkpoint is
-// finished is still decided by a look (checkpoint.Tracker); an event only
-// makes the look come sooner. Used by the watcher's goroutine only.
+// finished yet, where the guard file appears. A watch added after a look is
+// followed by another look, which sees what came in between. Whether a
+// checkpoint is finished is still decided by a look (checkpoint.Tracker); an
+// event only makes the look come sooner. Used by the watcher's goroutine
+// only.
 type notifier struct {
 	w        *Watcher
 	fsw      *fsnotify.Watcher // nil: the scan alone

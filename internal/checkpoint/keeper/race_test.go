@@ -56,7 +56,7 @@ func TestSwappedDirectoryDuringUpload(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	kept, refused := 0, 0
 	for i := 1; i <= 64 && time.Now().Before(deadline); i++ {
-		name := "checkpoint-" + itoa(i)
+		name := "checkpoint-" + strconv.Itoa(i)
 		writeCheckpoint(t, out, name, map[string]string{"model.bin": "weights", "sub/state.json": "the job's own"}, true)
 		// The link waits beside the checkpoint, not in it: a walk that
 		// met it would refuse the checkpoint outright.
@@ -158,5 +158,3 @@ func (o *orch) storedHolding(jobID, s string) []string {
 	}
 	return out
 }
-
-func itoa(i int) string { return strconv.Itoa(i) }
