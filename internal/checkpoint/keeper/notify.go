@@ -88,7 +88,7 @@ func relevant(ev fsnotify.Event) bool { return ev.Has(fsnotify.Create) }
 
 // sync makes the watches match the watcher's last look: the output
 // directory (or its deepest existing parent) and each checkpoint in it not
-// guarded and not kept or refused yet. It reports whether it added a watch:
+// finished yet (whatever is finished needs no more events). It reports whether it added a watch:
 // what changed between that look and the watch was not seen, so another
 // look is due.
 func (n *notifier) sync() (added bool) {
@@ -111,7 +111,7 @@ func (n *notifier) sync() (added bool) {
 	}
 	want := map[string]bool{}
 	for _, e := range w.last {
-		if !e.Guarded && !w.done[e.Name] {
+		if !w.finished[e.Name] && !w.done[e.Name] {
 			want[e.Name] = true
 		}
 	}

@@ -26,12 +26,13 @@ type Watcher struct {
 	log    *slog.Logger
 	skipTo int64 // checkpoints at or below this step are kept already (the restored one)
 
-	tracker *checkpoint.Tracker
-	root    *jobfs.Dir
-	last    []checkpoint.Entry // what the last look found
-	done    map[string]bool    // kept, or not to be tried again
-	over    bool               // the orchestrator ended the attempt's uploads
-	warned  bool               // the output directory's refusal was logged
+	tracker  *checkpoint.Tracker
+	root     *jobfs.Dir
+	last     []checkpoint.Entry // what the last look found
+	finished map[string]bool    // which of them were finished
+	done     map[string]bool    // kept, or not to be tried again
+	over     bool               // the orchestrator ended the attempt's uploads
+	warned   bool               // the output directory's refusal was logged
 
 	stop    chan struct{}
 	stopped chan struct{}
@@ -48,8 +49,7 @@ func (k *Keeper) Watch(j Job, id jobfs.Ident, restoredStep int64) *Watcher {
 	w := &Watcher{k: k, c: k.client(j), j: j, id: id, skipTo: restoredStep, tracker: checkpoint.NewTracker(),
 		done: map[string]bool{}, stop: make(chan struct{}), stopped: make(chan struct{}),
 		log: k.opt.Log.With("job_id", j.ID, "attempt", j.Attempt)}
-	w.last = w.entries()
-	w.tracker.Look(w.last, false)
+	w.look(false)
 	return w
 }
 
@@ -168,13 +168,24 @@ func (w *Watcher) entries() []checkpoint.Entry {
 	return out
 }
 
+// look lists the output directory's checkpoints and returns the finished
+// ones, newest first; what it found is kept for the notifier.
+func (w *Watcher) look(exitedOK bool) []checkpoint.Dir {
+	w.last = w.entries()
+	finished := w.tracker.Look(w.last, exitedOK)
+	w.finished = make(map[string]bool, len(finished))
+	for _, d := range finished {
+		w.finished[d.Name] = true
+	}
+	return finished
+}
+
 // pass looks once and uploads the newest finished checkpoint not kept yet.
 func (w *Watcher) pass(ctx context.Context, exitedOK bool) {
 	if w.over {
 		return
 	}
-	w.last = w.entries()
-	finished := w.tracker.Look(w.last, exitedOK)
+	finished := w.look(exitedOK)
 	var next *checkpoint.Dir
 	for i, d := range finished {
 		if d.Step > w.skipTo && !w.done[d.Name] {
