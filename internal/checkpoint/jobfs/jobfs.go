@@ -130,8 +130,10 @@ func (d *Dir) openat(rel string, flags int) (*os.File, error) {
 }
 
 // OpenFile opens the regular file rel below d for reading, as the job.
+// Anything else is refused; a named pipe put in a file's place after a walk
+// is opened without waiting for a writer (O_NONBLOCK), then refused.
 func (d *Dir) OpenFile(rel string) (*os.File, error) {
-	f, err := d.openat(rel, unix.O_RDONLY)
+	f, err := d.openat(rel, unix.O_RDONLY|unix.O_NONBLOCK)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 )
 
 // jobIdent is a uid that is nobody's on the test machine.
@@ -280,5 +281,37 @@ func TestNoLinkOnTheWay(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A named pipe where a file was is refused at once: opening it does not
+// wait for a writer that never comes.
+func TestOpenFileRefusesAPipeAtOnce(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := mkfifo(filepath.Join(dir, "model.bin")); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Open(dir, "", Ident{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	done := make(chan error, 1)
+	go func() {
+		f, err := d.OpenFile("model.bin")
+		if err == nil {
+			f.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		var ue *UnsafeError
+		if !errors.As(err, &ue) {
+			t.Fatalf("a named pipe: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("opening a named pipe waited for a writer")
 	}
 }
