@@ -419,6 +419,9 @@ type JobConfig struct {
 	// CheckpointScanInterval is how often a running job's output directory
 	// is looked at for finished checkpoints.
 	CheckpointScanInterval Duration `toml:"checkpoint_scan_interval"`
+	// CheckpointWatch also looks as soon as inotify says something appeared
+	// in the output directory; false leaves it to the scan.
+	CheckpointWatch bool `toml:"checkpoint_watch"`
 	// ShutdownCheckpointTimeout bounds the upload of a job's last
 	// checkpoint when workerd stops the job because it is itself stopping;
 	// the job's requeue waits for it.
@@ -606,6 +609,7 @@ func DefaultWorker() *Worker {
 			KeepCheckpoints:        DefaultKeepCheckpoints,
 			CheckpointUploadRate:   DefaultCheckpointUploadRate,
 			CheckpointScanInterval: D(DefaultCheckpointScanInterval),
+			CheckpointWatch:        true,
 
 			ShutdownCheckpointTimeout: D(DefaultShutdownCheckpointTimeout),
 		},

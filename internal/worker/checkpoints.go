@@ -24,6 +24,7 @@ type CheckpointSettings struct {
 	Enabled        bool
 	Keep           int
 	Scan           time.Duration
+	ScanOnly       bool  // no inotify: the scan alone finds checkpoints
 	BytesPerSecond int64 // shared by the worker's uploads; 0 no bound
 	// OnShutdown bounds the last checkpoint's upload when the attempt was
 	// stopped because workerd is stopping.
@@ -70,6 +71,7 @@ func (r *runner) checkpointJob() {
 	if err != nil {
 		return
 	}
+	kj.ScanOnly = cs.ScanOnly
 	kj.Note = func(line string) {
 		if r.spool != nil {
 			_, _ = r.spool.Write([]byte(line))

@@ -104,7 +104,7 @@ func JobSettingsFrom(cfg *config.Worker) JobSettings {
 
 func checkpointSettingsFrom(cfg *config.Worker) CheckpointSettings {
 	return CheckpointSettings{Enabled: cfg.Job.Checkpoints, Keep: cfg.Job.KeepCheckpoints,
-		Scan: cfg.Job.CheckpointScanInterval.Duration, BytesPerSecond: cfg.Job.CheckpointUploadBytesPerSecond(),
+		Scan: cfg.Job.CheckpointScanInterval.Duration, ScanOnly: !cfg.Job.CheckpointWatch, BytesPerSecond: cfg.Job.CheckpointUploadBytesPerSecond(),
 		OnShutdown: cfg.Job.ShutdownCheckpointTimeout.Duration}
 }
 

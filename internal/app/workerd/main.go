@@ -98,6 +98,10 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "simpletuner-workerd: configuration error:\n%v\n", err)
 		return ExitConfig
 	}
+	if err := DropSupplementaryGroups(log); err != nil {
+		fmt.Fprintf(stderr, "simpletuner-workerd: %v\n", err)
+		return ExitConfig
+	}
 	app, err := New(cfg, args, getenv, log, level)
 	if err != nil {
 		fmt.Fprintf(stderr, "simpletuner-workerd: configuration error:\n%v\n", err)

@@ -3,8 +3,12 @@
 // so every look, read and write below a job's directory is made with the
 // thread's filesystem identity set to the job's uid and gid. What workerd
 // reads there is therefore only ever what the job could read, and what it
-// writes belongs to the job. Symbolic links are never followed out of a
-// tree that is walked: a walk refuses them.
+// writes belongs to the job. Symbolic links are never followed: a walk
+// refuses them, and every path below a held directory is resolved from it
+// with no link on the way, so a directory swapped for a link between a walk
+// and an open leads nowhere. The switch covers the uid and gid only: the
+// process must hold no supplementary groups of its own (workerd drops them
+// at start), or they would count too.
 package jobfs
 
 import (
@@ -15,6 +19,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -110,15 +115,12 @@ func Open(jobDir, rel string, id Ident) (*Dir, error) {
 // Close releases the directory.
 func (d *Dir) Close() error { return unix.Close(d.fd) }
 
-// openat opens rel below d as the job, never following a final symbolic
-// link.
+// openat opens rel below d as the job, resolved below d without following
+// any symbolic link (see beneath).
 func (d *Dir) openat(rel string, flags int) (*os.File, error) {
-	if rel == "" {
-		rel = "."
-	}
 	var fd int
 	err := d.id.Do(func() (err error) {
-		fd, err = unix.Openat(d.fd, rel, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		fd, err = beneath(d.fd, rel, flags)
 		return err
 	})
 	if err != nil {
@@ -128,8 +130,10 @@ func (d *Dir) openat(rel string, flags int) (*os.File, error) {
 }
 
 // OpenFile opens the regular file rel below d for reading, as the job.
+// Anything else is refused; a named pipe put in a file's place after a walk
+// is opened without waiting for a writer (O_NONBLOCK), then refused.
 func (d *Dir) OpenFile(rel string) (*os.File, error) {
-	f, err := d.openat(rel, unix.O_RDONLY)
+	f, err := d.openat(rel, unix.O_RDONLY|unix.O_NONBLOCK)
 	if err != nil {
 		return nil, err
 	}
@@ -157,6 +161,10 @@ func (d *Dir) ReadDir(rel string) ([]Entry, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return readDir(f)
+}
+
+func readDir(f *os.File) ([]Entry, error) {
 	des, err := f.ReadDir(-1)
 	if err != nil {
 		return nil, err
@@ -171,8 +179,16 @@ func (d *Dir) ReadDir(rel string) ([]Entry, error) {
 
 // Exists reports whether rel below d exists (as anything, links included).
 func (d *Dir) Exists(rel string) bool {
+	parent, name := split(rel)
 	var st unix.Stat_t
-	err := d.id.Do(func() error { return unix.Fstatat(d.fd, rel, &st, unix.AT_SYMLINK_NOFOLLOW) })
+	err := d.id.Do(func() error {
+		pfd, err := beneath(d.fd, parent, unix.O_PATH|unix.O_DIRECTORY)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(pfd)
+		return unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	})
 	return err == nil
 }
 
@@ -196,11 +212,19 @@ func (e *UnsafeError) Error() string { return e.Path + " is " + e.What }
 // rel) first: what it leaves out is neither listed, descended into nor
 // refused. Anything else than a regular file or a directory (a symbolic
 // link above all) is an *UnsafeError: the tree is not one workerd copies.
+// Each directory is read through a descriptor opened from its parent's, so
+// a directory swapped for a link while the walk runs is refused, never
+// followed.
 func (d *Dir) Walk(rel string, keep func(path string, e Entry) bool) ([]File, error) {
+	top, err := d.openat(rel, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return nil, err
+	}
+	defer top.Close()
 	var out []File
-	var walk func(sub string) error
-	walk = func(sub string) error {
-		entries, err := d.ReadDir(join(rel, sub))
+	var walk func(dir *os.File, sub string) error
+	walk = func(dir *os.File, sub string) error {
+		entries, err := readDir(dir)
 		if err != nil {
 			return err
 		}
@@ -211,12 +235,22 @@ func (d *Dir) Walk(rel string, keep func(path string, e Entry) bool) ([]File, er
 			}
 			switch {
 			case e.Type.IsDir():
-				if err := walk(p); err != nil {
+				child, err := d.child(dir, e.Name, filepath.Join(d.Path, rel, p))
+				var errno unix.Errno
+				if errors.As(err, &errno) && (errno == unix.ELOOP || errno == unix.ENOTDIR) {
+					return &UnsafeError{Path: p, What: "no longer a directory (replaced while it was read)"}
+				}
+				if err != nil {
+					return err
+				}
+				err = walk(child, p)
+				child.Close()
+				if err != nil {
 					return err
 				}
 			case e.Type.IsRegular():
 				var st unix.Stat_t
-				err := d.id.Do(func() error { return unix.Fstatat(d.fd, join(rel, p), &st, unix.AT_SYMLINK_NOFOLLOW) })
+				err := d.id.Do(func() error { return unix.Fstatat(int(dir.Fd()), e.Name, &st, unix.AT_SYMLINK_NOFOLLOW) })
 				if err != nil {
 					return &fs.PathError{Op: "stat", Path: filepath.Join(d.Path, rel, p), Err: err}
 				}
@@ -227,24 +261,38 @@ func (d *Dir) Walk(rel string, keep func(path string, e Entry) bool) ([]File, er
 			default:
 				target := ""
 				if e.Type&fs.ModeSymlink != 0 {
-					target = d.readlink(join(rel, p))
+					target = d.readlink(int(dir.Fd()), e.Name)
 				}
 				return &UnsafeError{Path: p, What: describe(e.Type, target)}
 			}
 		}
 		return nil
 	}
-	if err := walk(""); err != nil {
+	if err := walk(top, ""); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-func (d *Dir) readlink(rel string) string {
+// child opens the directory name in the open directory dir as the job,
+// never following a link.
+func (d *Dir) child(dir *os.File, name, path string) (*os.File, error) {
+	var fd int
+	err := d.id.Do(func() (err error) {
+		fd, err = unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		return err
+	})
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+func (d *Dir) readlink(dirfd int, name string) string {
 	buf := make([]byte, 512)
 	var n int
 	err := d.id.Do(func() (err error) {
-		n, err = unix.Readlinkat(d.fd, rel, buf)
+		n, err = unix.Readlinkat(dirfd, name, buf)
 		return err
 	})
 	if err != nil {
@@ -278,9 +326,36 @@ func join(a, b string) string {
 }
 
 // MkdirAll makes the directory rel (and its parents) below jobDir as the
-// job; jobDir must be the job's at this moment.
+// job; jobDir must be the job's at this moment. Each component is made and
+// entered from the one before: a symbolic link on the way is refused, never
+// followed.
 func MkdirAll(jobDir, rel string, id Ident) error {
-	return id.Do(func() error { return os.MkdirAll(filepath.Join(jobDir, rel), 0o755) })
+	return id.Do(func() error {
+		fd, err := unix.Open(jobDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return &fs.PathError{Op: "open", Path: jobDir, Err: err}
+		}
+		for _, name := range strings.Split(filepath.ToSlash(rel), "/") {
+			if name == "" || name == "." {
+				continue
+			}
+			if name == ".." {
+				unix.Close(fd)
+				return fmt.Errorf("%s: not a path inside the job's directory", rel)
+			}
+			if err := unix.Mkdirat(fd, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+				unix.Close(fd)
+				return &fs.PathError{Op: "mkdir", Path: filepath.Join(jobDir, rel), Err: err}
+			}
+			next, err := unix.Openat(fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			unix.Close(fd)
+			if err != nil {
+				return &fs.PathError{Op: "open", Path: filepath.Join(jobDir, rel), Err: err}
+			}
+			fd = next
+		}
+		return unix.Close(fd)
+	})
 }
 
 // RemoveAll removes path and everything below it as the job.
@@ -288,9 +363,58 @@ func RemoveAll(path string, id Ident) error {
 	return id.Do(func() error { return os.RemoveAll(path) })
 }
 
-// Rename moves from to to as the job: both parents must be the job's.
-func Rename(from, to string, id Ident) error {
-	return id.Do(func() error { return os.Rename(from, to) })
+// RemoveAll removes the entry name of d, and everything below it when it is
+// a directory, as the job. Links are removed, never followed.
+func (d *Dir) RemoveAll(name string) error {
+	if name == "" || name == "." || name == ".." || strings.Contains(name, "/") {
+		return fmt.Errorf("%q: not a name in %s", name, d.Path)
+	}
+	return d.id.Do(func() error { return removeAt(d.fd, name, filepath.Join(d.Path, name)) })
+}
+
+func removeAt(parent int, name, path string) error {
+	err := unix.Unlinkat(parent, name, 0)
+	switch {
+	case err == nil, errors.Is(err, unix.ENOENT):
+		return nil
+	case !errors.Is(err, unix.EISDIR):
+		return &fs.PathError{Op: "remove", Path: path, Err: err}
+	}
+	fd, err := unix.Openat(parent, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	dir := os.NewFile(uintptr(fd), path)
+	names, err := dir.Readdirnames(-1)
+	for _, n := range names {
+		if err != nil {
+			break
+		}
+		err = removeAt(fd, n, filepath.Join(path, n))
+	}
+	dir.Close()
+	if err != nil {
+		return err
+	}
+	if err := unix.Unlinkat(parent, name, unix.AT_REMOVEDIR); err != nil && !errors.Is(err, unix.ENOENT) {
+		return &fs.PathError{Op: "remove", Path: path, Err: err}
+	}
+	return nil
+}
+
+// MoveIn moves name from the directory from (workerd's, not the job's) into
+// d under the same name, as the job: the job must own what is moved.
+func (d *Dir) MoveIn(from, name string) error {
+	src, err := unix.Open(from, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: from, Err: err}
+	}
+	defer unix.Close(src)
+	err = d.id.Do(func() error { return unix.Renameat(src, name, d.fd, name) })
+	if err != nil {
+		return &os.LinkError{Op: "rename", Old: filepath.Join(from, name), New: filepath.Join(d.Path, name), Err: err}
+	}
+	return nil
 }
 
 // Chown gives the tree at root (workerd's own, no links followed) to id,
@@ -317,3 +441,28 @@ func Chown(root string, id Ident) error {
 	}
 	return nil
 }
+
+// Sub opens the directory rel below d, as the job, with no link on the way.
+func (d *Dir) Sub(rel string) (*Dir, error) {
+	var fd int
+	err := d.id.Do(func() (err error) {
+		fd, err = beneath(d.fd, rel, unix.O_PATH|unix.O_DIRECTORY)
+		return err
+	})
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: filepath.Join(d.Path, rel), Err: err}
+	}
+	return &Dir{fd: fd, id: d.id, Path: filepath.Join(d.Path, rel)}, nil
+}
+
+// Watch calls add, as the job, with a path that names d's directory itself
+// (its descriptor in /proc/self/fd): an inotify watch added through it is
+// on the directory d holds, whatever the job renamed or linked since, and
+// the job's permissions decide whether it may be watched. The path stays
+// d's until d is closed.
+func (d *Dir) Watch(add func(path string) error) error {
+	return d.id.Do(func() error { return add(d.ProcPath()) })
+}
+
+// ProcPath is the path of d's descriptor in /proc/self/fd.
+func (d *Dir) ProcPath() string { return "/proc/self/fd/" + strconv.Itoa(d.fd) }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 )
 
 // jobIdent is a uid that is nobody's on the test machine.
@@ -179,7 +180,6 @@ func TestWritesBelongToTheJob(t *testing.T) {
 	if err := MkdirAll(jobDir, "a/b", jobIdent); err != nil {
 		t.Fatal(err)
 	}
-	var st fs.FileInfo
 	st, err := os.Stat(filepath.Join(jobDir, "a", "b"))
 	if err != nil || ownerOf(st) != jobIdent.UID {
 		t.Fatalf("made %v owned by %d", err, ownerOf(st))
@@ -190,12 +190,31 @@ func TestWritesBelongToTheJob(t *testing.T) {
 	if err := Chown(staging, jobIdent); err != nil {
 		t.Fatal(err)
 	}
-	if err := Rename(filepath.Join(staging, "checkpoint-5"), filepath.Join(jobDir, "a", "b", "checkpoint-5"), jobIdent); err != nil {
+	ab, err := Open(jobDir, "a/b", jobIdent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ab.Close()
+	if err := ab.MoveIn(staging, "checkpoint-5"); err != nil {
 		t.Fatal(err)
 	}
 	st, err = os.Stat(filepath.Join(jobDir, "a", "b", "checkpoint-5", "x", "y"))
 	if err != nil || ownerOf(st) != jobIdent.UID {
 		t.Fatalf("moved %v owned by %d", err, ownerOf(st))
+	}
+	// Removing below a held directory removes a link, never what it points
+	// at.
+	elsewhere := filepath.Join(reachable(t, t.TempDir()), "elsewhere")
+	write(t, filepath.Join(elsewhere, "keep"), "x", jobIdent.UID)
+	os.Lchown(elsewhere, jobIdent.UID, jobIdent.GID)
+	if err := os.Symlink(elsewhere, filepath.Join(jobDir, "a", "b", "checkpoint-5", "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := ab.RemoveAll("checkpoint-5"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(elsewhere, "keep")); err != nil || ab.Exists("checkpoint-5") {
+		t.Fatalf("RemoveAll followed a link (%v) or left the directory", err)
 	}
 	if err := RemoveAll(filepath.Join(jobDir, "a"), jobIdent); err != nil {
 		t.Fatal(err)
@@ -204,5 +223,95 @@ func TestWritesBelongToTheJob(t *testing.T) {
 	write(t, filepath.Join(jobDir, "root-owned", "f"), "x", 0)
 	if err := RemoveAll(filepath.Join(jobDir, "root-owned"), jobIdent); err == nil {
 		t.Fatal("removed workerd's files as the job")
+	}
+	top, err := Open(jobDir, "", jobIdent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer top.Close()
+	if err := top.RemoveAll("root-owned"); err == nil {
+		t.Fatal("removed workerd's files as the job below a held directory")
+	}
+}
+
+// No symbolic link is followed on the way to what a Dir reaches, whether
+// the kernel resolves the path (openat2) or the package goes one component
+// at a time.
+func TestNoLinkOnTheWay(t *testing.T) {
+	for _, byComponent := range []bool{false, true} {
+		t.Run(map[bool]string{false: "openat2", true: "by component"}[byComponent], func(t *testing.T) {
+			if byComponent {
+				noOpenat2.Store(true)
+				defer noOpenat2.Store(false)
+			}
+			dir := t.TempDir()
+			outside := filepath.Join(t.TempDir(), "outside")
+			write(t, filepath.Join(outside, "state.json"), "secret", os.Getuid())
+			write(t, filepath.Join(dir, "checkpoint-1", "real", "state.json"), "mine", os.Getuid())
+			if err := os.Symlink(outside, filepath.Join(dir, "checkpoint-1", "sub")); err != nil {
+				t.Fatal(err)
+			}
+			d, err := Open(dir, "", Ident{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			if f, err := d.OpenFile("checkpoint-1/real/state.json"); err != nil {
+				t.Fatalf("a path without links: %v", err)
+			} else {
+				f.Close()
+			}
+			if f, err := d.OpenFile("checkpoint-1/sub/state.json"); err == nil {
+				f.Close()
+				t.Fatal("opened a file through a linked directory")
+			}
+			if _, err := d.ReadDir("checkpoint-1/sub"); err == nil {
+				t.Fatal("listed a linked directory")
+			}
+			if d.Exists("checkpoint-1/sub/state.json") {
+				t.Fatal("looked through a linked directory")
+			}
+			if !d.Exists("checkpoint-1/sub") {
+				t.Fatal("the link itself is there")
+			}
+			for _, bad := range []string{"../x", "checkpoint-1/../../x", "/etc/passwd"} {
+				if f, err := d.OpenFile(bad); err == nil {
+					f.Close()
+					t.Fatalf("opened %s", bad)
+				}
+			}
+		})
+	}
+}
+
+// A named pipe where a file was is refused at once: opening it does not
+// wait for a writer that never comes.
+func TestOpenFileRefusesAPipeAtOnce(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := mkfifo(filepath.Join(dir, "model.bin")); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Open(dir, "", Ident{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	done := make(chan error, 1)
+	go func() {
+		f, err := d.OpenFile("model.bin")
+		if err == nil {
+			f.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		var ue *UnsafeError
+		if !errors.As(err, &ue) {
+			t.Fatalf("a named pipe: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("opening a named pipe waited for a writer")
 	}
 }

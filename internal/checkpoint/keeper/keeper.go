@@ -108,6 +108,7 @@ type Job struct {
 	Output   string // the trainer's output directory, relative to Dir
 	Keep     int    // how many complete checkpoints the job keeps
 	Scan     time.Duration
+	ScanOnly bool // no inotify: only the scan looks
 	// Note writes a line into the job's log (nil: none).
 	Note func(line string)
 }

@@ -311,3 +311,63 @@ func TestAsTheJob(t *testing.T) {
 		t.Errorf("staging left: %v", ents)
 	}
 }
+
+// What an earlier attempt left in the job's directory is never followed
+// when a restore is put in place: a link in place of a stale checkpoint is
+// removed, not what it points at, and an output directory reached through a
+// link is refused without anything made at the other end.
+func TestRestoreFollowsNoLinkLeftBefore(t *testing.T) {
+	t.Parallel()
+	o := startOrch(t)
+	jobID := o.submit(`{"output_dir": "a/out"}`)
+	work := t.TempDir()
+	k := o.keeper(work)
+	j := jobFor(t, o.dispatch(jobID), work, nil)
+	writeCheckpoint(t, filepath.Join(j.Dir, "a", "out"), "checkpoint-10", map[string]string{"m": "ten"}, true)
+	k.Watch(j, self, -1).Finish(t.Context(), true, false)
+	if len(o.checkpoints(jobID)) != 1 {
+		t.Fatal(o.checkpoints(jobID))
+	}
+
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "keep"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	retry := func() (*Restored, Job) {
+		o.lose(jobID)
+		j2 := jobFor(t, o.dispatch(jobID), t.TempDir(), nil)
+		r, err := k.Restore(t.Context(), j2)
+		if err != nil || !r.Found() {
+			t.Fatalf("Restore = %+v %v", r, err)
+		}
+		return r, j2
+	}
+	r, j2 := retry()
+	out2 := filepath.Join(j2.Dir, "a", "out")
+	if err := os.MkdirAll(out2, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(out2, "checkpoint-30")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Place(self); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(out2, "checkpoint-30")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the stale link: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "keep")); err != nil {
+		t.Errorf("removed through the link: %v", err)
+	}
+
+	r, j3 := retry()
+	if err := os.Symlink(outside, filepath.Join(j3.Dir, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Place(self); err == nil {
+		t.Fatal("put the restore in place through a link")
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 1 {
+		t.Errorf("made at the other end of the link: %v", ents)
+	}
+}

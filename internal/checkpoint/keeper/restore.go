@@ -136,10 +136,12 @@ func (r *Restored) Found() bool { return r != nil && r.Path != "" }
 // job's output directory, as the job, replacing a directory of that name and
 // removing the checkpoints of higher steps an earlier attempt left on this
 // machine (the trainer starts again from the restored step and writes them
-// again). The job's directory must be the job's.
+// again). The job's directory must be the job's. The output directory is
+// held open from its first look on, and everything below it is reached
+// from it: a link an earlier attempt left on the way is refused, never
+// followed.
 func (r *Restored) Place(id jobfs.Ident) error {
 	defer r.Discard()
-	src := filepath.Join(r.stage, r.Checkpoint.Name)
 	if err := jobfs.Chown(r.stage, id); err != nil {
 		return fmt.Errorf("giving the restored checkpoint to the job: %w", err)
 	}
@@ -150,12 +152,11 @@ func (r *Restored) Place(id jobfs.Ident) error {
 	if err != nil {
 		return err
 	}
+	defer out.Close()
 	entries, err := out.ReadDir("")
-	out.Close()
 	if err != nil {
 		return err
 	}
-	dst := filepath.Join(r.jobDir, r.output)
 	for _, e := range entries {
 		d, ok := checkpoint.Parse(e.Name)
 		stale := ok && (d.Step > r.Checkpoint.Step || e.Name == r.Checkpoint.Name) ||
@@ -163,11 +164,11 @@ func (r *Restored) Place(id jobfs.Ident) error {
 		if !stale {
 			continue
 		}
-		if err := jobfs.RemoveAll(filepath.Join(dst, e.Name), id); err != nil {
+		if err := out.RemoveAll(e.Name); err != nil {
 			return fmt.Errorf("removing %s left by an earlier attempt: %w", e.Name, err)
 		}
 	}
-	if err := jobfs.Rename(src, filepath.Join(dst, r.Checkpoint.Name), id); err != nil {
+	if err := out.MoveIn(r.stage, r.Checkpoint.Name); err != nil {
 		if errors.Is(err, syscall.EXDEV) {
 			err = fmt.Errorf("%w: the job's output directory is on another filesystem than the work directory", err)
 		}

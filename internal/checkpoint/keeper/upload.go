@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/checkpoint"
@@ -178,6 +179,10 @@ func (k *Keeper) open(root *jobfs.Dir, path string) (*os.File, error) {
 		return nil, refuse("%s was removed by the trainer before it was uploaded", firstOf(path))
 	case errors.Is(err, fs.ErrPermission):
 		return nil, refuse("the job cannot read %s, so it is not uploaded", path)
+	case errors.Is(err, syscall.ELOOP), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EXDEV):
+		// Resolved below the output directory with no link followed: a
+		// directory on the way became a link after the walk.
+		return nil, refuse("%s changed while it was uploaded (a directory on the way to %s is no longer one)", firstOf(path), path)
 	}
 	return f, err
 }

@@ -12,10 +12,12 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/checkpoint/jobfs"
 )
 
-// Watcher keeps the checkpoints of one running attempt: every j.Scan it
-// looks at the output directory and uploads the newest finished checkpoint
-// not kept yet. One upload runs at a time; checkpoints that finish while one
-// is uploading are passed over for the newest.
+// Watcher keeps the checkpoints of one running attempt: it looks at the
+// output directory when inotify says something appeared there or in a
+// checkpoint being written (see notifier), and every j.Scan whatever it
+// says, and uploads the newest finished checkpoint not kept yet. One upload
+// runs at a time; checkpoints that finish while one is uploading are passed
+// over for the newest.
 type Watcher struct {
 	k      *Keeper
 	c      *client
@@ -24,11 +26,13 @@ type Watcher struct {
 	log    *slog.Logger
 	skipTo int64 // checkpoints at or below this step are kept already (the restored one)
 
-	tracker *checkpoint.Tracker
-	root    *jobfs.Dir
-	done    map[string]bool // kept, or not to be tried again
-	over    bool            // the orchestrator ended the attempt's uploads
-	warned  bool            // the output directory's refusal was logged
+	tracker  *checkpoint.Tracker
+	root     *jobfs.Dir
+	last     []checkpoint.Entry // what the last look found
+	finished map[string]bool    // which of them were finished
+	done     map[string]bool    // kept, or not to be tried again
+	over     bool               // the orchestrator ended the attempt's uploads
+	warned   bool               // the output directory's refusal was logged
 
 	stop    chan struct{}
 	stopped chan struct{}
@@ -45,7 +49,7 @@ func (k *Keeper) Watch(j Job, id jobfs.Ident, restoredStep int64) *Watcher {
 	w := &Watcher{k: k, c: k.client(j), j: j, id: id, skipTo: restoredStep, tracker: checkpoint.NewTracker(),
 		done: map[string]bool{}, stop: make(chan struct{}), stopped: make(chan struct{}),
 		log: k.opt.Log.With("job_id", j.ID, "attempt", j.Attempt)}
-	w.tracker.Look(w.entries(), false)
+	w.look(false)
 	return w
 }
 
@@ -59,6 +63,12 @@ func (w *Watcher) Start(ctx context.Context, wg *sync.WaitGroup) {
 		defer close(w.stopped)
 		t := time.NewTicker(w.j.Scan)
 		defer t.Stop()
+		n := w.newNotifier()
+		defer n.close()
+		var soon <-chan time.Time // a look after a change, once it settled
+		if n.sync() {
+			soon = time.After(settle)
+		}
 		for {
 			select {
 			case <-ctx.Done():
@@ -66,7 +76,28 @@ func (w *Watcher) Start(ctx context.Context, wg *sync.WaitGroup) {
 			case <-w.stop:
 				return
 			case <-t.C:
-				w.pass(ctx, false)
+			case ev, ok := <-n.events():
+				if !ok {
+					n.giveUp("the inotify watcher stopped")
+				}
+				if ok && relevant(ev) && soon == nil {
+					soon = time.After(settle)
+				}
+				continue
+			case err := <-n.errors():
+				// Events lost (the queue overflowed while an upload ran):
+				// a look sees everything anyway.
+				w.log.Debug("inotify", "err", err)
+				if soon == nil {
+					soon = time.After(settle)
+				}
+				continue
+			case <-soon:
+			}
+			soon = nil
+			w.pass(ctx, false)
+			if n.sync() {
+				soon = time.After(settle)
 			}
 		}
 	}()
@@ -137,12 +168,24 @@ func (w *Watcher) entries() []checkpoint.Entry {
 	return out
 }
 
+// look lists the output directory's checkpoints and returns the finished
+// ones, newest first; what it found is kept for the notifier.
+func (w *Watcher) look(exitedOK bool) []checkpoint.Dir {
+	w.last = w.entries()
+	finished := w.tracker.Look(w.last, exitedOK)
+	w.finished = make(map[string]bool, len(finished))
+	for _, d := range finished {
+		w.finished[d.Name] = true
+	}
+	return finished
+}
+
 // pass looks once and uploads the newest finished checkpoint not kept yet.
 func (w *Watcher) pass(ctx context.Context, exitedOK bool) {
 	if w.over {
 		return
 	}
-	finished := w.tracker.Look(w.entries(), exitedOK)
+	finished := w.look(exitedOK)
 	var next *checkpoint.Dir
 	for i, d := range finished {
 		if d.Step > w.skipTo && !w.done[d.Name] {

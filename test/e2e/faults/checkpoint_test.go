@@ -94,8 +94,38 @@ func TestKill9WorkerResumesFromCheckpoint(t *testing.T) {
 		t.Name(), sum, lastOfFirst, kept, resumed, total, steps, steps+k)
 }
 
+// A checkpoint leaves the worker as the trainer finishes it: workerd watches
+// the output directory (inotify), so on a worker that scans only once an
+// hour every checkpoint up to the one the job waits after is kept while the
+// job runs, as the job's own uid.
+func TestCheckpointsLeaveAsWritten(t *testing.T) {
+	const k = 5
+	o := StartOrchestratorWith(t, OrchOptions{Metrics: true})
+	h := NewHistory(t, o)
+	o.StartWorker(WorkerSpec{Name: "a", Persistent: true, Command: h.ExecWrapperCommand(),
+		JobTOML: "checkpoint_scan_interval = \"1h\"\ncheckpoint_upload_rate = \"0\"\n"})
+	_, id := h.Submit(map[string]any{"steps": 40, "step_seconds": 0.05, "checkpointing_steps": k, "output_dir": "out",
+		"pause_after_step": 20}, nil)
+	Eventually(t, 60*time.Second, "step 20 trained", func() bool { return strings.Contains(o.Logs(id), "step 20/40 ") })
+	seen := time.Now()
+	Eventually(t, 30*time.Second, "checkpoint-20 kept while the job waits", func() bool { return keptStep(o, id) == 20 })
+	took := time.Since(seen)
+	if st := o.Job(id)["status"]; st != "running" {
+		t.Fatalf("the job is %v, want running: the checkpoint must leave while it trains", st)
+	}
+	if st, _ := o.Do("POST", "/api/queue/"+id+"/cancel", nil); st != 200 {
+		t.Fatalf("cancel: %d", st)
+	}
+	h.WaitAllTerminal(60 * time.Second)
+	h.Finish()
+	sum := h.Check(Expect{Statuses: []string{"cancelled"}})
+	t.Logf("RESULT %s: %s; checkpoint-20 kept %.2f s after step 20 showed in the log, with checkpoint_scan_interval 1h",
+		t.Name(), sum, took.Seconds())
+}
+
 // systemctl stop of the workerd running a job whose checkpoints the watcher
-// has not picked up yet (it looks only once an hour here): on its way out,
+// has not picked up yet (it looks only once an hour here, without inotify):
+// on its way out,
 // after the drain and the trainer's stop, workerd uploads the newest finished
 // checkpoint before it reports the job, and the retry on another worker
 // resumes from it.
@@ -105,7 +135,7 @@ func TestWorkerStopKeepsTheLastCheckpoint(t *testing.T) {
 	h := NewHistory(t, o)
 	cmd := h.ExecWrapperCommand()
 	a := o.StartWorker(WorkerSpec{Name: "a", Persistent: true, Command: cmd, CancelGrace: "5s",
-		WorkerTOML: "drain_timeout = \"300ms\"\n", JobTOML: "checkpoint_scan_interval = \"1h\"\ncheckpoint_upload_rate = \"0\"\n"})
+		WorkerTOML: "drain_timeout = \"300ms\"\n", JobTOML: "checkpoint_scan_interval = \"1h\"\ncheckpoint_watch = false\ncheckpoint_upload_rate = \"0\"\n"})
 	// Attempt 1 waits after step 20, so the stop lands mid-training on any machine.
 	_, id := h.Submit(map[string]any{"steps": steps, "step_seconds": 0.05, "checkpointing_steps": k, "output_dir": "out",
 		"pause_after_step": 20}, nil)
