@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
 	"time"
 
@@ -31,7 +30,8 @@ type WebhookDeliveryConfig struct {
 	Keep Duration `toml:"keep"`
 	// AllowLocal lets requests reach loopback, link-local and cloud
 	// metadata addresses; AllowNetworks lets them reach these networks
-	// only (CIDRs).
+	// only (CIDRs, each optionally with the one port it is open on:
+	// "127.0.0.1/32:8080", "[::1]:8443").
 	AllowLocal    bool     `toml:"allow_local"`
 	AllowNetworks []string `toml:"allow_networks"`
 }
@@ -69,8 +69,8 @@ func defaultWebhookDelivery() WebhookDeliveryConfig {
 func (c WebhookDeliveryConfig) WebhookGuard() spec.Guard {
 	g := spec.Guard{AllowLocal: c.AllowLocal}
 	for _, n := range c.AllowNetworks {
-		if p, err := netip.ParsePrefix(n); err == nil {
-			g.Allow = append(g.Allow, p.Masked())
+		if r, err := spec.ParseAllowRule(n); err == nil {
+			g.Allow = append(g.Allow, r)
 		}
 	}
 	return g
@@ -84,9 +84,9 @@ func (l *loader) validateWebhooks(c *Orchestrator) {
 	if d.BackoffMax.Duration < d.BackoffMin.Duration {
 		l.errf("webhook_delivery.backoff_max", "must not be shorter than backoff_min (%v)", d.BackoffMin)
 	}
-	for _, n := range d.AllowNetworks {
-		if _, err := netip.ParsePrefix(n); err != nil {
-			l.errf("webhook_delivery.allow_networks", "%q is not a network in CIDR notation (e.g. \"10.1.2.0/24\", \"127.0.0.1/32\")", n)
+	for i, n := range d.AllowNetworks {
+		if _, err := spec.ParseAllowRule(n); err != nil {
+			l.errf("webhook_delivery.allow_networks", "entry %d: %v", i+1, err)
 		}
 	}
 	if l.failed["webhooks"] {

@@ -66,7 +66,10 @@ func TestWebhooksConfigErrors(t *testing.T) {
 	for _, tc := range []struct{ toml, want string }{
 		{"[webhook_delivery]\nconcurrency = 0\n", "o.toml:2: key webhook_delivery.concurrency: must be from 1 to 1024"},
 		{"[webhook_delivery]\nbackoff_min = \"1m\"\nbackoff_max = \"10s\"\n", "key webhook_delivery.backoff_max: must not be shorter than backoff_min"},
-		{"[webhook_delivery]\nallow_networks = [\"10.0.0.0\"]\n", `o.toml:2: key webhook_delivery.allow_networks: "10.0.0.0" is not a network in CIDR notation`},
+		{"[webhook_delivery]\nallow_networks = [\"10.0.0.0\"]\n", `o.toml:2: key webhook_delivery.allow_networks: entry 1: "10.0.0.0" is not a network in CIDR notation`},
+		{"[webhook_delivery]\nallow_networks = [\"127.0.0.1/32:8080\", \"10.0.0.0/8:99999\"]\n",
+			`key webhook_delivery.allow_networks: entry 2: "10.0.0.0/8:99999": the port must be a number from 1 to 65535, got "99999"`},
+		{entry(`url = "https://x.example:99999/hook"`), "entry 1: url: the port must be from 1 to 65535, got 99999"},
 		{"[webhook_delivery]\nretry_for = \"0s\"\n", "key webhook_delivery.retry_for: must be greater than 0"},
 		{entry(`url = "ftp://x.example/"`), `o.toml:2: key webhooks: entry 1: url: the scheme must be http or https, not "ftp"`},
 		{entry(`url = "https://169.254.169.254/latest"`), "entry 1: url: 169.254.169.254 is a link-local address"},

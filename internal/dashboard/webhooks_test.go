@@ -25,7 +25,7 @@ func TestWebhookPages(t *testing.T) {
 	t.Parallel()
 	s := newSite(t, openSQLite(t), func(o *orchestrator.Options) {
 		// As [webhook_delivery] allow_networks = ["127.0.0.1/32"] does.
-		o.Webhooks.Guard = spec.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
+		o.Webhooks.Guard = spec.Guard{Allow: []spec.AllowRule{{Network: netip.MustParsePrefix("127.0.0.1/32")}}}
 		o.Webhooks.PollInterval = 20 * time.Millisecond
 	})
 	var mu sync.Mutex

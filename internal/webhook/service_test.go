@@ -362,7 +362,7 @@ func TestGiveUp(t *testing.T) {
 		t.Fatalf("%v %+v", err, ds)
 	}
 	for _, d := range ds {
-		if d.LastStatus != 500 || d.LastError != "HTTP 500" || d.Attempts < 1 || d.EndedAt == "" || len(d.Payload) == 0 {
+		if d.LastStatus != 500 || d.LastError != "HTTP 500, a body of 0 bytes" || d.Attempts < 1 || d.EndedAt == "" || len(d.Payload) == 0 {
 			t.Fatalf("given up: %+v", d)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -182,12 +183,33 @@ func CheckURL(raw string, g Guard) error {
 	case u.Fragment != "":
 		return fmt.Errorf("the URL must not have a #fragment")
 	}
+	port, err := urlPort(u)
+	if err != nil {
+		return err
+	}
 	if ip, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil {
-		if why := g.Refuses(ip); why != "" {
+		if why := g.RefusesAt(ip, port); why != "" {
 			return fmt.Errorf("%s is %s", ip, why)
 		}
 	}
 	return nil
+}
+
+// urlPort is the port a request to u connects to: the one it names (1 to
+// 65535), else the scheme's.
+func urlPort(u *url.URL) (uint16, error) {
+	p := u.Port()
+	if p == "" {
+		if u.Scheme == "https" {
+			return 443, nil
+		}
+		return 80, nil
+	}
+	n, err := strconv.ParseUint(p, 10, 16)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("the port must be from 1 to 65535, got %s", p)
+	}
+	return uint16(n), nil
 }
 
 // Origin is a URL's scheme, host and port: what logs and audit records show
