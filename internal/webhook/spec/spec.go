@@ -25,8 +25,7 @@ const (
 	// team's job (or one of higher priority) and the job is back in the
 	// queue.
 	JobPreempted = "job.preempted"
-	// CheckpointSaved is sent once jobs save checkpoints through the
-	// orchestrator.
+	// CheckpointSaved: a complete checkpoint of the job was kept.
 	CheckpointSaved = "checkpoint.saved"
 	WorkerOffline   = "worker.offline"
 	WorkerOnline    = "worker.online"
@@ -47,8 +46,8 @@ var Events = []Event{
 	{JobFailed, "the job failed (the trainer failed, it timed out, or its worker was lost with no retry left)"},
 	{JobCancelled, "the job was cancelled"},
 	{JobRequeued, "an attempt ended and the job is back in the queue (the reason says why: worker lost, GPU fault, not acknowledged)"},
-	{JobPreempted, "the job was stopped to make room for another (once preemption exists)"},
-	{CheckpointSaved, "the job saved a checkpoint (once checkpoints are kept by the orchestrator)"},
+	{JobPreempted, "the job's attempt was stopped to make room for another team's job (or one of higher priority); the job is back in the queue"},
+	{CheckpointSaved, "a complete checkpoint of the job was kept (every file checked): a retry resumes from it"},
 	{WorkerOffline, "a worker went offline"},
 	{WorkerOnline, "an offline worker is back"},
 	{GPUUnhealthy, "a worker fenced one of its GPUs as unhealthy"},
