@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/webhook/spec"
@@ -149,6 +150,16 @@ func (l *loader) webhookSecret(w *WebhookConfig, at func(string, ...any)) {
 	if len(w.Secret) < spec.MinSecret {
 		at("the secret must be at least %d characters, got %d", spec.MinSecret, len(w.Secret))
 	}
+}
+
+// redactedURL is the entry's URL as --check-config prints it: its origin,
+// and "/<redacted>" where a path or query followed.
+func (w WebhookConfig) redactedURL() string {
+	origin := spec.Origin(w.URL)
+	if rest := strings.TrimPrefix(w.URL, origin); rest != "" && rest != "/" {
+		return origin + "/<redacted>"
+	}
+	return origin
 }
 
 // String describes an entry in messages (a reload's changes) without its

@@ -53,6 +53,14 @@ secret = "an-inline-secret-of-some-length"
 			t.Fatalf("a secret is shown:\n%s", s)
 		}
 	}
+	// --check-config prints of a webhook URL only its origin: the path of
+	// a Slack URL is its token.
+	if r := c.Redacted(); strings.Contains(r, "/services/T0") || !strings.Contains(r, `url = "https://hooks.example.com/<redacted>"`) {
+		t.Fatalf("--check-config shows the webhook URL as:\n%s", r)
+	}
+	if c.Webhooks[0].URL != "https://hooks.example.com/services/T0/B0/tok" {
+		t.Fatalf("Redacted changed the configuration: %s", c.Webhooks[0].URL)
+	}
 	// What a reload logs of a changed entry leaves out the URL's path,
 	// which may hold a secret too.
 	if s := c.Webhooks[0].String(); strings.Contains(s, "/services/T0") || !strings.Contains(s, "https://hooks.example.com") {
