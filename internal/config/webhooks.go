@@ -35,6 +35,14 @@ type WebhookDeliveryConfig struct {
 	// "127.0.0.1/32:8080", "[::1]:8443").
 	AllowLocal    bool     `toml:"allow_local"`
 	AllowNetworks []string `toml:"allow_networks"`
+	// MaxSubscriptions bounds the subscriptions, [[webhooks]] entries
+	// included: every event is written once for each that wants it, in the
+	// transaction of the change it reports.
+	MaxSubscriptions int `toml:"max_subscriptions"`
+	// MaxPending bounds one subscription's pending deliveries: one whose
+	// receiver is away that long drops its events (and says so) until its
+	// backlog is down to half.
+	MaxPending int `toml:"max_pending"`
 }
 
 // WebhookConfig is one [[webhooks]] entry: a subscription kept as the
@@ -54,14 +62,16 @@ type WebhookConfig struct {
 // defaultWebhookDelivery is [webhook_delivery]'s defaults.
 func defaultWebhookDelivery() WebhookDeliveryConfig {
 	return WebhookDeliveryConfig{
-		Timeout:       D(10 * time.Second),
-		RetryFor:      D(day),
-		BackoffMin:    D(time.Second),
-		BackoffMax:    D(10 * time.Minute),
-		Concurrency:   8,
-		PollInterval:  D(2 * time.Second),
-		Keep:          D(30 * day),
-		AllowNetworks: []string{},
+		Timeout:          D(10 * time.Second),
+		RetryFor:         D(day),
+		BackoffMin:       D(time.Second),
+		BackoffMax:       D(10 * time.Minute),
+		Concurrency:      8,
+		PollInterval:     D(2 * time.Second),
+		Keep:             D(30 * day),
+		AllowNetworks:    []string{},
+		MaxSubscriptions: 50,
+		MaxPending:       1000,
 	}
 }
 
@@ -84,6 +94,15 @@ func (l *loader) validateWebhooks(c *Orchestrator) {
 	}
 	if d.BackoffMax.Duration < d.BackoffMin.Duration {
 		l.errf("webhook_delivery.backoff_max", "must not be shorter than backoff_min (%v)", d.BackoffMin)
+	}
+	if n := d.MaxSubscriptions; n < 1 || n > 10000 {
+		l.errf("webhook_delivery.max_subscriptions", "must be from 1 to 10000, got %d", n)
+	}
+	if n := d.MaxPending; n < 10 || n > 1000000 {
+		l.errf("webhook_delivery.max_pending", "must be from 10 to 1000000, got %d", n)
+	}
+	if len(c.Webhooks) > d.MaxSubscriptions && d.MaxSubscriptions > 0 {
+		l.errf("webhooks", "%d entries, more than webhook_delivery.max_subscriptions (%d)", len(c.Webhooks), d.MaxSubscriptions)
 	}
 	for i, n := range d.AllowNetworks {
 		if _, err := spec.ParseAllowRule(n); err != nil {

@@ -50,3 +50,26 @@ func TestWebhooksCreateSecretFileNotEchoed(t *testing.T) {
 		}
 	}
 }
+
+// A subscription dropping its events says so in the list and in show.
+func TestWebhooksShowDropping(t *testing.T) {
+	sub := spec.Subscription{ID: "wh_abc", Name: "ops", URL: "https://hooks.example.com/x", Events: []string{"*"}, Format: "json",
+		Pending: 1000, Dropping: true, DroppingSince: "2026-03-01T11:00:00Z"}
+	for _, wide := range []bool{false, true} {
+		var b strings.Builder
+		if err := (renderer{now: fixtureNow, wide: wide}).webhooks(&b, []spec.Subscription{sub}); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), "1000 DROPPING") {
+			t.Fatalf("list (wide %v):\n%s", wide, b.String())
+		}
+	}
+	var b strings.Builder
+	if err := (renderer{now: fixtureNow}).webhook(&b, sub, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "new events are dropped since 2026-03-01T11:00:00Z") ||
+		!strings.Contains(b.String(), "webhook_delivery.max_pending") {
+		t.Fatalf("show:\n%s", b.String())
+	}
+}

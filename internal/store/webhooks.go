@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
@@ -27,7 +28,24 @@ type Webhook struct {
 	Source    string
 	CreatedAt time.Time
 	CreatedBy string
+	// DroppingSince is set while the subscription drops its events: its
+	// pending deliveries reached WebhookLimits.MaxPending.
+	DroppingSince *time.Time
 }
+
+// WebhookLimits bound what the subscriptions may hold (0: no bound).
+type WebhookLimits struct {
+	// MaxSubscriptions bounds the subscriptions, whatever their source:
+	// every event is written once for each subscription that wants it.
+	MaxSubscriptions int
+	// MaxPending bounds one subscription's pending deliveries. A
+	// subscription that reaches it drops the events it would be sent
+	// (DroppingSince) until its backlog is down to half of it.
+	MaxPending int
+}
+
+// ErrTooManyWebhooks is a subscription beyond WebhookLimits.MaxSubscriptions.
+var ErrTooManyWebhooks = errors.New("too many webhook subscriptions")
 
 // Where a subscription was made.
 const (
@@ -128,8 +146,17 @@ type Webhooks interface {
 	// SetOutbox installs what turns changes into events (nil: none). Set
 	// it before the store is used.
 	SetOutbox(o Outbox)
-	// CreateWebhook stores a subscription; a name in use is ErrDuplicate.
+	// SetWebhookLimits sets the bounds on subscriptions and their pending
+	// deliveries; they apply from the next write.
+	SetWebhookLimits(l WebhookLimits)
+	// CreateWebhook stores a subscription; a name in use is ErrDuplicate,
+	// one beyond MaxSubscriptions ErrTooManyWebhooks.
 	CreateWebhook(ctx context.Context, w Webhook, rec *audit.Record) error
+	// NoteWebhookDropping returns the subscriptions that started or
+	// stopped dropping events since a call last returned them, so that
+	// each change is reported once among the orchestrators sharing the
+	// database.
+	NoteWebhookDropping(ctx context.Context) ([]Webhook, error)
 	// GetWebhook reads a subscription by ID or, failing that, by name.
 	GetWebhook(ctx context.Context, idOrName string) (Webhook, error)
 	ListWebhooks(ctx context.Context) ([]Webhook, error)

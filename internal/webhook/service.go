@@ -84,6 +84,7 @@ func (s *Service) apply(opt Options) {
 		}
 	}
 	s.emitter.SetBaseURL(opt.BaseURL)
+	s.st.SetWebhookLimits(store.WebhookLimits{MaxSubscriptions: opt.MaxSubscriptions, MaxPending: opt.MaxPending})
 }
 
 func (s *Service) options() Options { return *s.opt.Load() }
@@ -111,6 +112,7 @@ func (s *Service) Run(ctx context.Context) {
 	inflight := 0
 	var done []sent
 	nextPrune := time.Now().Add(s.options().PruneEvery)
+	var nextDropCheck time.Time
 	for {
 		s.record(ctx, done)
 		inflight -= len(done)
@@ -130,6 +132,10 @@ func (s *Service) Run(ctx context.Context) {
 				inflight++
 				go func() { results <- sent{d: d, out: s.deliver(ctx, d, owner)} }()
 			}
+		}
+		if time.Now().After(nextDropCheck) {
+			s.noteDropping(ctx)
+			nextDropCheck = time.Now().Add(opt.PollInterval)
 		}
 		if time.Now().After(nextPrune) {
 			s.prune(ctx)
@@ -255,6 +261,29 @@ func backoff(n int, o Options) time.Duration {
 		}
 	}
 	return d/2 + rand.N(d/2+1)
+}
+
+// noteDropping logs each subscription that started or stopped dropping
+// events: once per change, not per event dropped.
+func (s *Service) noteDropping(ctx context.Context) {
+	ws, err := s.st.NoteWebhookDropping(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.logClaimError(err)
+		}
+		return
+	}
+	maxPending := s.options().MaxPending
+	for _, w := range ws {
+		log := s.log.With("webhook", w.Name, "receiver", spec.Origin(w.URL))
+		if w.DroppingSince != nil {
+			log.Warn("webhook subscription is dropping its events: its receiver has not taken the deliveries pending, "+
+				"which reached webhook_delivery.max_pending", "max_pending", maxPending, "since", w.DroppingSince)
+			continue
+		}
+		log.Info("webhook subscription no longer drops events: its backlog is down to half of webhook_delivery.max_pending",
+			"max_pending", maxPending)
+	}
 }
 
 // prune deletes finished deliveries past Keep, a batch at a time.

@@ -25,8 +25,22 @@ import (
 // outboxRef holds the installed Outbox (nil: none).
 type outboxRef struct{ o store.Outbox }
 
-// outboxHook is what the store calls from inside its transactions.
-type outboxHook struct{ p atomic.Pointer[outboxRef] }
+// outboxHook is what the store calls from inside its transactions, and the
+// bounds on what the subscriptions hold.
+type outboxHook struct {
+	p      atomic.Pointer[outboxRef]
+	limits atomic.Pointer[store.WebhookLimits]
+}
+
+// SetWebhookLimits sets the bounds on subscriptions and their backlogs.
+func (s *Store) SetWebhookLimits(l store.WebhookLimits) { s.outbox.limits.Store(&l) }
+
+func (s *Store) webhookLimits() store.WebhookLimits {
+	if l := s.outbox.limits.Load(); l != nil {
+		return *l
+	}
+	return store.WebhookLimits{}
+}
 
 func (h *outboxHook) get() store.Outbox {
 	if r := h.p.Load(); r != nil {
@@ -95,31 +109,45 @@ func (s *Store) committed(wrote bool, err error) {
 	}
 }
 
-// writeEvent stores e and its deliveries when a subscription wants it.
+// wanting is a subscription that wants an event: its backlog and whether it
+// is dropping events.
+type wanting struct {
+	id       string
+	dropping bool
+	pending  int
+}
+
+// writeEvent stores e and its deliveries when a subscription wants it. A
+// subscription whose backlog reached MaxPending gets no delivery: it drops
+// events until its backlog is down to half of that.
 func (s *Store) writeEvent(ctx context.Context, c conn, e store.OutboxEvent) (bool, error) {
 	family, _, _ := strings.Cut(e.Type, ".")
-	rows, err := c.query(ctx, `SELECT w.id FROM webhooks w WHERE (? = '' OR w.team = '' OR w.team = ?)
+	limit := s.webhookLimits().MaxPending
+	rows, err := c.query(ctx, `SELECT w.id, w.dropping_since IS NOT NULL, CASE WHEN ? > 0 THEN
+			(SELECT COUNT(*) FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.state = 'pending') ELSE 0 END
+		FROM webhooks w WHERE (? = '' OR w.team = '' OR w.team = ?)
 		AND EXISTS (SELECT 1 FROM webhook_filters f WHERE f.webhook_id = w.id AND f.event IN (?, ?, '*'))
-		ORDER BY w.id`, e.Team, e.Team, e.Type, family+".*")
+		ORDER BY w.id`, limit, e.Team, e.Team, e.Type, family+".*")
 	if err != nil {
 		return false, err
 	}
-	var subs []string
+	var wants []wanting
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		var w wanting
+		if err := rows.Scan(&w.id, &w.dropping, &w.pending); err != nil {
 			rows.Close()
 			return false, err
 		}
-		subs = append(subs, id)
+		wants = append(wants, w)
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return false, err
 	}
-	if len(subs) == 0 {
-		return false, nil
-	}
 	at := now(e.Time)
+	subs, err := s.admitEvent(ctx, c, wants, limit, at)
+	if err != nil || len(subs) == 0 {
+		return false, err
+	}
 	var seq int64
 	if err := c.queryRow(ctx, `INSERT INTO webhook_events (id, type, order_key, team, payload, created_at)
 		VALUES (?, ?, ?, ?, ?, ?) RETURNING seq`, e.ID, e.Type, e.Key, e.Team, rawArg(e.Payload, "{}"), s.tv(at)).Scan(&seq); err != nil {
@@ -134,6 +162,92 @@ func (s *Store) writeEvent(ctx context.Context, c conn, e store.OutboxEvent) (bo
 	return true, nil
 }
 
+// admitEvent returns the subscriptions an event is delivered to: those
+// with room in their backlog. A subscription whose backlog reached limit
+// starts dropping; one dropping whose backlog is down to half resumes.
+func (s *Store) admitEvent(ctx context.Context, c conn, wants []wanting, limit int, at time.Time) ([]string, error) {
+	var subs []string
+	for _, w := range wants {
+		switch {
+		case limit <= 0:
+		case w.dropping && w.pending <= limit/2:
+			if _, err := c.exec(ctx, `UPDATE webhooks SET dropping_since = NULL WHERE id = ?`, w.id); err != nil {
+				return nil, err
+			}
+		case w.dropping:
+			continue
+		case w.pending >= limit:
+			if _, err := c.exec(ctx, `UPDATE webhooks SET dropping_since = ? WHERE id = ?`, s.tv(at), w.id); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		subs = append(subs, w.id)
+	}
+	return subs, nil
+}
+
+// resumeDropping ends the dropping of the subscriptions whose backlog is
+// down to half of MaxPending (or that have no bound any more).
+func (s *Store) resumeDropping(ctx context.Context, c conn) error {
+	limit := s.webhookLimits().MaxPending
+	_, err := c.exec(ctx, `UPDATE webhooks SET dropping_since = NULL WHERE dropping_since IS NOT NULL AND (? <= 0 OR
+		(SELECT COUNT(*) FROM webhook_deliveries d WHERE d.webhook_id = webhooks.id AND d.state = 'pending') <= ?)`,
+		limit, limit/2)
+	return err
+}
+
+// dropChanged is a subscription whose dropping changed since it was last
+// noted.
+const dropChanged = `((dropping_since IS NULL) <> (drop_noted IS NULL) OR dropping_since <> drop_noted)`
+
+// NoteWebhookDropping returns the subscriptions whose dropping started or
+// ended since last noted, and notes it: the conditional update lets one
+// caller alone have each change.
+func (s *Store) NoteWebhookDropping(ctx context.Context) ([]store.Webhook, error) {
+	ids, err := s.webhookIDs(ctx, s.reader(), `SELECT id FROM webhooks WHERE `+dropChanged)
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	var out []store.Webhook
+	err = s.write(ctx, func(c conn) error {
+		out = nil
+		for _, id := range ids {
+			err := affected(c.exec(ctx, `UPDATE webhooks SET drop_noted = dropping_since WHERE id = ? AND `+dropChanged, id))
+			if errors.Is(err, sql.ErrNoRows) {
+				continue // noted by another orchestrator meanwhile
+			}
+			if err != nil {
+				return err
+			}
+			w, err := scanWebhook(c.queryRow(ctx, `SELECT `+webhookCols+` FROM webhooks WHERE id = ?`, id))
+			if err != nil {
+				return err
+			}
+			out = append(out, w)
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (s *Store) webhookIDs(ctx context.Context, c conn, q string, args ...any) ([]string, error) {
+	rows, err := c.query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
 // EmitEvents writes events in a transaction of their own.
 func (s *Store) EmitEvents(ctx context.Context, events []store.OutboxEvent) error {
 	var wrote bool
@@ -146,11 +260,17 @@ func (s *Store) EmitEvents(ctx context.Context, events []store.OutboxEvent) erro
 	return err
 }
 
-const webhookCols = `id, name, url, team, format, secret, source, created_at, created_by`
+// webhookInsertCols are the columns a subscription is made with;
+// webhookCols reads them and its dropping.
+const (
+	webhookInsertCols = `id, name, url, team, format, secret, source, created_at, created_by`
+	webhookCols       = webhookInsertCols + `, dropping_since`
+)
 
 func scanWebhook(r scanner) (store.Webhook, error) {
 	var w store.Webhook
-	err := r.Scan(&w.ID, &w.Name, &w.URL, &w.Team, &w.Format, &w.Secret, &w.Source, timeCol{&w.CreatedAt}, &w.CreatedBy)
+	err := r.Scan(&w.ID, &w.Name, &w.URL, &w.Team, &w.Format, &w.Secret, &w.Source, timeCol{&w.CreatedAt}, &w.CreatedBy,
+		nullTimeCol{&w.DroppingSince})
 	return w, err
 }
 
@@ -163,7 +283,17 @@ func (s *Store) CreateWebhook(ctx context.Context, w store.Webhook, rec *audit.R
 	if w.Source == "" {
 		w.Source = store.WebhookFromAPI
 	}
+	limit := s.webhookLimits().MaxSubscriptions
 	return s.write(ctx, func(c conn) error {
+		if limit > 0 {
+			var n int
+			if err := c.queryRow(ctx, `SELECT COUNT(*) FROM webhooks`).Scan(&n); err != nil {
+				return err
+			}
+			if n >= limit {
+				return fmt.Errorf("%w: there are %d, the most allowed", store.ErrTooManyWebhooks, n)
+			}
+		}
 		if err := s.insertWebhook(ctx, c, w); err != nil {
 			return err
 		}
@@ -172,7 +302,7 @@ func (s *Store) CreateWebhook(ctx context.Context, w store.Webhook, rec *audit.R
 }
 
 func (s *Store) insertWebhook(ctx context.Context, c conn, w store.Webhook) error {
-	if _, err := c.exec(ctx, `INSERT INTO webhooks (`+webhookCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	if _, err := c.exec(ctx, `INSERT INTO webhooks (`+webhookInsertCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		w.ID, w.Name, w.URL, w.Team, w.Format, w.Secret, w.Source, s.tv(w.CreatedAt), w.CreatedBy); err != nil {
 		return err
 	}
@@ -487,7 +617,7 @@ func (s *Store) FinishWebhookDeliveries(ctx context.Context, outs []store.Delive
 				return err
 			}
 		}
-		return nil
+		return s.resumeDropping(ctx, c)
 	})
 	return errs, err
 }
