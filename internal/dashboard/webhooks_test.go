@@ -35,7 +35,7 @@ func TestWebhookPages(t *testing.T) {
 		body, _ := io.ReadAll(r.Body)
 		mu.Lock()
 		defer mu.Unlock()
-		if err := webhook.Verify(r.Header.Get(webhook.SignatureHeader), secret, body, time.Now(), webhook.DefaultTolerance); err != nil {
+		if err := webhook.Verify(r.Header.Get(webhook.SignatureHeader), r.Header.Get(webhook.EventIDHeader), secret, body, time.Now(), webhook.DefaultTolerance); err != nil {
 			t.Errorf("signature: %v", err)
 		}
 		got = append(got, r.Header.Get(webhook.EventHeader))

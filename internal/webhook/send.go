@@ -109,7 +109,8 @@ func send(ctx context.Context, c *http.Client, d store.WebhookDelivery, attempt 
 	h.Set(EventIDHeader, d.EventID)
 	h.Set(DeliveryHeader, strconv.FormatInt(d.ID, 10))
 	h.Set(AttemptHeader, strconv.Itoa(attempt))
-	h.Set(SignatureHeader, Sign(d.Webhook.Secret, at, body))
+	h.Set(TimestampHeader, strconv.FormatInt(at.Unix(), 10))
+	h.Set(SignatureHeader, Sign(d.Webhook.Secret, d.EventID, at, body))
 	resp, err := c.Do(req)
 	if err != nil {
 		return result{err: requestError(ctx, err)}
