@@ -29,19 +29,15 @@ type Webhook struct {
 	CreatedAt time.Time
 	CreatedBy string
 	// DroppingSince is set while the subscription drops its events: its
-	// pending deliveries reached WebhookLimits.MaxPending.
+	// receiver let its pending deliveries reach their bound.
 	DroppingSince *time.Time
 }
 
-// WebhookLimits bound what the subscriptions may hold (0: no bound).
+// WebhookLimits bound the subscriptions (0: no bound).
 type WebhookLimits struct {
 	// MaxSubscriptions bounds the subscriptions, whatever their source:
 	// every event is written once for each subscription that wants it.
 	MaxSubscriptions int
-	// MaxPending bounds one subscription's pending deliveries. A
-	// subscription that reaches it drops the events it would be sent
-	// (DroppingSince) until its backlog is down to half of it.
-	MaxPending int
 }
 
 // ErrTooManyWebhooks is a subscription beyond WebhookLimits.MaxSubscriptions.
@@ -152,11 +148,14 @@ type Webhooks interface {
 	// CreateWebhook stores a subscription; a name in use is ErrDuplicate,
 	// one beyond MaxSubscriptions ErrTooManyWebhooks.
 	CreateWebhook(ctx context.Context, w Webhook, rec *audit.Record) error
-	// NoteWebhookDropping returns the subscriptions that started or
-	// stopped dropping events since a call last returned them, so that
-	// each change is reported once among the orchestrators sharing the
-	// database.
-	NoteWebhookDropping(ctx context.Context) ([]Webhook, error)
+	// WebhookBacklogs counts the pending deliveries of each subscription
+	// that has any, by ID.
+	WebhookBacklogs(ctx context.Context) (map[string]int, error)
+	// SetWebhookDropping starts (since set) or ends (nil) a subscription's
+	// dropping: while DroppingSince is set, events make no delivery for
+	// it. It reports whether this call changed it, so that among
+	// orchestrators sharing the database one alone has each change.
+	SetWebhookDropping(ctx context.Context, id string, since *time.Time) (bool, error)
 	// GetWebhook reads a subscription by ID or, failing that, by name.
 	GetWebhook(ctx context.Context, idOrName string) (Webhook, error)
 	ListWebhooks(ctx context.Context) ([]Webhook, error)

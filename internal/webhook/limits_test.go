@@ -54,10 +54,10 @@ func TestSubscriptionCap(t *testing.T) {
 	}
 }
 
-// A subscription whose receiver takes nothing stops gaining deliveries at
-// max_pending: it drops the events after that, shows "dropping", and logs
-// the start and the end of it once each. Once its receiver is back and the
-// backlog drained, it takes events again.
+// A subscription whose receiver takes nothing stops gaining deliveries
+// once its backlog reaches max_pending: it drops the events after that,
+// shows "dropping", and logs the start and the end of it once each. Once
+// its receiver is back and the backlog drained, it takes events again.
 func TestPendingBoundDropping(t *testing.T) {
 	t.Parallel()
 	storetest.ForEach(t, func(t *testing.T, open storetest.Opener) {
@@ -86,13 +86,14 @@ func TestPendingBoundDropping(t *testing.T) {
 				}
 			}
 		}
-		insert(15)
+		insert(10)
+		const started, ended = "webhook subscription is dropping its events", "webhook subscription no longer drops events"
+		testutil.Eventually(t, 60*time.Second, "the start of dropping logged", func() bool { return logs.count(started) == 1 })
+		insert(5)
 		sub, err := svc.Get(t.Context(), wh.ID)
 		if err != nil || sub.Pending != 10 || !sub.Dropping || sub.DroppingSince == "" {
 			t.Fatalf("after 15 events with max_pending 10: %+v, %v", sub, err)
 		}
-		const started, ended = "webhook subscription is dropping its events", "webhook subscription no longer drops events"
-		testutil.Eventually(t, 60*time.Second, "the start of dropping logged", func() bool { return logs.count(started) == 1 })
 
 		mu.Lock()
 		down = false

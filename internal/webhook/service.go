@@ -84,7 +84,7 @@ func (s *Service) apply(opt Options) {
 		}
 	}
 	s.emitter.SetBaseURL(opt.BaseURL)
-	s.st.SetWebhookLimits(store.WebhookLimits{MaxSubscriptions: opt.MaxSubscriptions, MaxPending: opt.MaxPending})
+	s.st.SetWebhookLimits(store.WebhookLimits{MaxSubscriptions: opt.MaxSubscriptions})
 }
 
 func (s *Service) options() Options { return *s.opt.Load() }
@@ -112,7 +112,7 @@ func (s *Service) Run(ctx context.Context) {
 	inflight := 0
 	var done []sent
 	nextPrune := time.Now().Add(s.options().PruneEvery)
-	var nextDropCheck time.Time
+	var nextBacklogCheck time.Time
 	for {
 		s.record(ctx, done)
 		inflight -= len(done)
@@ -133,9 +133,9 @@ func (s *Service) Run(ctx context.Context) {
 				go func() { results <- sent{d: d, out: s.deliver(ctx, d, owner)} }()
 			}
 		}
-		if time.Now().After(nextDropCheck) {
-			s.noteDropping(ctx)
-			nextDropCheck = time.Now().Add(opt.PollInterval)
+		if time.Now().After(nextBacklogCheck) {
+			s.checkBacklogs(ctx)
+			nextBacklogCheck = time.Now().Add(opt.PollInterval)
 		}
 		if time.Now().After(nextPrune) {
 			s.prune(ctx)
@@ -263,26 +263,48 @@ func backoff(n int, o Options) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// noteDropping logs each subscription that started or stopped dropping
-// events: once per change, not per event dropped.
-func (s *Service) noteDropping(ctx context.Context) {
-	ws, err := s.st.NoteWebhookDropping(ctx)
+// checkBacklogs bounds each subscription's pending deliveries: one whose
+// backlog reached MaxPending starts dropping its events (they make no
+// delivery for it), one dropping whose backlog is down to half resumes.
+// Each change is logged once, by the orchestrator that made it, however
+// many events are dropped meanwhile. It runs every PollInterval rather
+// than with each event, which keeps a count out of every change's
+// transaction; a backlog may pass the bound by the events of one interval.
+func (s *Service) checkBacklogs(ctx context.Context) {
+	limit := s.options().MaxPending
+	backlogs, err := s.st.WebhookBacklogs(ctx)
+	var subs []store.Webhook
+	if err == nil {
+		subs, err = s.st.ListWebhooks(ctx)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			s.logClaimError(err)
 		}
 		return
 	}
-	maxPending := s.options().MaxPending
-	for _, w := range ws {
-		log := s.log.With("webhook", w.Name, "receiver", spec.Origin(w.URL))
-		if w.DroppingSince != nil {
-			log.Warn("webhook subscription is dropping its events: its receiver has not taken the deliveries pending, "+
-				"which reached webhook_delivery.max_pending", "max_pending", maxPending, "since", w.DroppingSince)
+	for _, w := range subs {
+		pending := backlogs[w.ID]
+		var since *time.Time
+		switch {
+		case w.DroppingSince == nil && pending >= limit:
+			now := time.Now().UTC()
+			since = &now
+		case w.DroppingSince != nil && pending <= limit/2:
+		default:
 			continue
 		}
-		log.Info("webhook subscription no longer drops events: its backlog is down to half of webhook_delivery.max_pending",
-			"max_pending", maxPending)
+		changed, err := s.st.SetWebhookDropping(ctx, w.ID, since)
+		if err != nil || !changed {
+			continue // a failure is tried again at the next look
+		}
+		log := s.log.With("webhook", w.Name, "receiver", spec.Origin(w.URL), "pending", pending, "max_pending", limit)
+		if since != nil {
+			log.Warn("webhook subscription is dropping its events: its receiver has not taken the deliveries pending, " +
+				"which reached webhook_delivery.max_pending; it takes events again once they are down to half")
+			continue
+		}
+		log.Info("webhook subscription no longer drops events: its backlog is down to half of webhook_delivery.max_pending")
 	}
 }
 

@@ -109,45 +109,34 @@ func (s *Store) committed(wrote bool, err error) {
 	}
 }
 
-// wanting is a subscription that wants an event: its backlog and whether it
-// is dropping events.
-type wanting struct {
-	id       string
-	dropping bool
-	pending  int
-}
-
 // writeEvent stores e and its deliveries when a subscription wants it. A
-// subscription whose backlog reached MaxPending gets no delivery: it drops
-// events until its backlog is down to half of that.
+// subscription dropping its events (its backlog reached the bound) gets
+// none.
 func (s *Store) writeEvent(ctx context.Context, c conn, e store.OutboxEvent) (bool, error) {
 	family, _, _ := strings.Cut(e.Type, ".")
-	limit := s.webhookLimits().MaxPending
-	rows, err := c.query(ctx, `SELECT w.id, w.dropping_since IS NOT NULL, CASE WHEN ? > 0 THEN
-			(SELECT COUNT(*) FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.state = 'pending') ELSE 0 END
-		FROM webhooks w WHERE (? = '' OR w.team = '' OR w.team = ?)
+	rows, err := c.query(ctx, `SELECT w.id FROM webhooks w WHERE (? = '' OR w.team = '' OR w.team = ?)
+		AND w.dropping_since IS NULL
 		AND EXISTS (SELECT 1 FROM webhook_filters f WHERE f.webhook_id = w.id AND f.event IN (?, ?, '*'))
-		ORDER BY w.id`, limit, e.Team, e.Team, e.Type, family+".*")
+		ORDER BY w.id`, e.Team, e.Team, e.Type, family+".*")
 	if err != nil {
 		return false, err
 	}
-	var wants []wanting
+	var subs []string
 	for rows.Next() {
-		var w wanting
-		if err := rows.Scan(&w.id, &w.dropping, &w.pending); err != nil {
+		var id string
+		if err := rows.Scan(&id); err != nil {
 			rows.Close()
 			return false, err
 		}
-		wants = append(wants, w)
+		subs = append(subs, id)
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return false, err
 	}
-	at := now(e.Time)
-	subs, err := s.admitEvent(ctx, c, wants, limit, at)
-	if err != nil || len(subs) == 0 {
-		return false, err
+	if len(subs) == 0 {
+		return false, nil
 	}
+	at := now(e.Time)
 	var seq int64
 	if err := c.queryRow(ctx, `INSERT INTO webhook_events (id, type, order_key, team, payload, created_at)
 		VALUES (?, ?, ?, ?, ?, ?) RETURNING seq`, e.ID, e.Type, e.Key, e.Team, rawArg(e.Payload, "{}"), s.tv(at)).Scan(&seq); err != nil {
@@ -162,90 +151,45 @@ func (s *Store) writeEvent(ctx context.Context, c conn, e store.OutboxEvent) (bo
 	return true, nil
 }
 
-// admitEvent returns the subscriptions an event is delivered to: those
-// with room in their backlog. A subscription whose backlog reached limit
-// starts dropping; one dropping whose backlog is down to half resumes.
-func (s *Store) admitEvent(ctx context.Context, c conn, wants []wanting, limit int, at time.Time) ([]string, error) {
-	var subs []string
-	for _, w := range wants {
-		switch {
-		case limit <= 0:
-		case w.dropping && w.pending <= limit/2:
-			if _, err := c.exec(ctx, `UPDATE webhooks SET dropping_since = NULL WHERE id = ?`, w.id); err != nil {
-				return nil, err
-			}
-		case w.dropping:
-			continue
-		case w.pending >= limit:
-			if _, err := c.exec(ctx, `UPDATE webhooks SET dropping_since = ? WHERE id = ?`, s.tv(at), w.id); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		subs = append(subs, w.id)
-	}
-	return subs, nil
-}
-
-// resumeDropping ends the dropping of the subscriptions whose backlog is
-// down to half of MaxPending (or that have no bound any more).
-func (s *Store) resumeDropping(ctx context.Context, c conn) error {
-	limit := s.webhookLimits().MaxPending
-	_, err := c.exec(ctx, `UPDATE webhooks SET dropping_since = NULL WHERE dropping_since IS NOT NULL AND (? <= 0 OR
-		(SELECT COUNT(*) FROM webhook_deliveries d WHERE d.webhook_id = webhooks.id AND d.state = 'pending') <= ?)`,
-		limit, limit/2)
-	return err
-}
-
-// dropChanged is a subscription whose dropping changed since it was last
-// noted.
-const dropChanged = `((dropping_since IS NULL) <> (drop_noted IS NULL) OR dropping_since <> drop_noted)`
-
-// NoteWebhookDropping returns the subscriptions whose dropping started or
-// ended since last noted, and notes it: the conditional update lets one
-// caller alone have each change.
-func (s *Store) NoteWebhookDropping(ctx context.Context) ([]store.Webhook, error) {
-	ids, err := s.webhookIDs(ctx, s.reader(), `SELECT id FROM webhooks WHERE `+dropChanged)
-	if err != nil || len(ids) == 0 {
-		return nil, err
-	}
-	var out []store.Webhook
-	err = s.write(ctx, func(c conn) error {
-		out = nil
-		for _, id := range ids {
-			err := affected(c.exec(ctx, `UPDATE webhooks SET drop_noted = dropping_since WHERE id = ? AND `+dropChanged, id))
-			if errors.Is(err, sql.ErrNoRows) {
-				continue // noted by another orchestrator meanwhile
-			}
-			if err != nil {
-				return err
-			}
-			w, err := scanWebhook(c.queryRow(ctx, `SELECT `+webhookCols+` FROM webhooks WHERE id = ?`, id))
-			if err != nil {
-				return err
-			}
-			out = append(out, w)
-		}
-		return nil
-	})
-	return out, err
-}
-
-func (s *Store) webhookIDs(ctx context.Context, c conn, q string, args ...any) ([]string, error) {
-	rows, err := c.query(ctx, q, args...)
+// WebhookBacklogs counts the pending deliveries of each subscription that
+// has any.
+func (s *Store) WebhookBacklogs(ctx context.Context) (map[string]int, error) {
+	rows, err := s.reader().query(ctx, `SELECT webhook_id, COUNT(*) FROM webhook_deliveries WHERE state = 'pending'
+		GROUP BY webhook_id`)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var ids []string
+	out := map[string]int{}
 	for rows.Next() {
 		var id string
-		if err := rows.Scan(&id); err != nil {
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
 			return nil, err
 		}
-		ids = append(ids, id)
+		out[id] = n
 	}
-	return ids, rows.Err()
+	return out, rows.Err()
+}
+
+// SetWebhookDropping starts (since set) or ends (nil) a subscription's
+// dropping; false when it was so already, so that among orchestrators
+// sharing the database one alone makes each change.
+func (s *Store) SetWebhookDropping(ctx context.Context, id string, since *time.Time) (bool, error) {
+	q, args := `UPDATE webhooks SET dropping_since = NULL WHERE id = ? AND dropping_since IS NOT NULL`, []any{id}
+	if since != nil {
+		q, args = `UPDATE webhooks SET dropping_since = ? WHERE id = ? AND dropping_since IS NULL`, []any{s.tv(*since), id}
+	}
+	changed := false
+	err := s.write(ctx, func(c conn) error {
+		err := affected(c.exec(ctx, q, args...))
+		changed = err == nil
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	return changed, err
 }
 
 // EmitEvents writes events in a transaction of their own.
@@ -617,7 +561,7 @@ func (s *Store) FinishWebhookDeliveries(ctx context.Context, outs []store.Delive
 				return err
 			}
 		}
-		return s.resumeDropping(ctx, c)
+		return nil
 	})
 	return errs, err
 }

@@ -1,7 +1,4 @@
--- A subscription whose pending deliveries reached webhook_delivery.max_pending
--- drops the events it would be sent from dropping_since on, until its
--- backlog is down to half of that. drop_noted is the dropping_since that
--- was last logged (NULL: the end of dropping was), so that each change is
--- logged once, by one orchestrator.
+-- Set while a subscription drops its events: its pending deliveries reached
+-- webhook_delivery.max_pending. Events make no delivery for it until the
+-- orchestrator finds its backlog down to half of that and clears it.
 ALTER TABLE webhooks ADD COLUMN dropping_since timestamptz;
-ALTER TABLE webhooks ADD COLUMN drop_noted timestamptz;
