@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -119,10 +118,7 @@ func TestDocsGoSnippet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("compiles a program")
 	}
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		goBin = need(t, "go")
-	}
+	goBin := need(t, "go")
 	dir := t.TempDir()
 	code := `package main
 
