@@ -94,6 +94,11 @@ func TestPendingBoundDropping(t *testing.T) {
 		if err != nil || sub.Pending != 10 || !sub.Dropping || sub.DroppingSince == "" {
 			t.Fatalf("after 15 events with max_pending 10: %+v, %v", sub, err)
 		}
+		var metrics strings.Builder
+		svc.WriteMetrics(t.Context(), &metrics)
+		if !strings.Contains(metrics.String(), "\nsimpletuner_webhook_subscriptions_dropping 1\n") {
+			t.Fatalf("metrics:\n%s", metrics.String())
+		}
 
 		mu.Lock()
 		down = false

@@ -343,4 +343,14 @@ func (s *Service) WriteMetrics(ctx context.Context, w io.Writer) {
 		line("gauge", "simpletuner_webhook_deliveries_pending", "Webhook deliveries waiting to be sent or retried.", int64(counts[store.DeliveryPending]))
 		line("gauge", "simpletuner_webhook_deliveries_failed", "Webhook deliveries given up, still in the delivery log.", int64(counts[store.DeliveryFailed]))
 	}
+	if subs, err := s.st.ListWebhooks(ctx); err == nil {
+		dropping := 0
+		for _, w := range subs {
+			if w.DroppingSince != nil {
+				dropping++
+			}
+		}
+		line("gauge", "simpletuner_webhook_subscriptions_dropping",
+			"Webhook subscriptions dropping their events: their pending deliveries reached webhook_delivery.max_pending.", int64(dropping))
+	}
 }
