@@ -489,8 +489,18 @@ func pathErr(err error) error {
 	return err
 }
 
-// Redacted is the effective configuration as TOML, secrets shown as "<redacted>".
-func (c *Orchestrator) Redacted() string { return encode(c) }
+// Redacted is the effective configuration as TOML, secrets shown as
+// "<redacted>" and of each webhook URL only its origin (a receiver's path
+// may hold a token: Slack's does).
+func (c *Orchestrator) Redacted() string {
+	shown := *c
+	shown.Webhooks = make([]WebhookConfig, len(c.Webhooks))
+	for i, w := range c.Webhooks {
+		w.URL = w.redactedURL()
+		shown.Webhooks[i] = w
+	}
+	return encode(&shown)
+}
 
 // Redacted is the effective configuration as TOML, secrets shown as "<redacted>".
 func (c *Worker) Redacted() string { return encode(c) }

@@ -2,8 +2,8 @@ package config
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/webhook/spec"
@@ -31,9 +31,18 @@ type WebhookDeliveryConfig struct {
 	Keep Duration `toml:"keep"`
 	// AllowLocal lets requests reach loopback, link-local and cloud
 	// metadata addresses; AllowNetworks lets them reach these networks
-	// only (CIDRs).
+	// only (CIDRs, each optionally with the one port it is open on:
+	// "127.0.0.1/32:8080", "[::1]:8443").
 	AllowLocal    bool     `toml:"allow_local"`
 	AllowNetworks []string `toml:"allow_networks"`
+	// MaxSubscriptions bounds the subscriptions, [[webhooks]] entries
+	// included: every event is written once for each that wants it, in the
+	// transaction of the change it reports.
+	MaxSubscriptions int `toml:"max_subscriptions"`
+	// MaxPending bounds one subscription's pending deliveries: one whose
+	// receiver is away that long drops its events (and says so) until its
+	// backlog is down to half.
+	MaxPending int `toml:"max_pending"`
 }
 
 // WebhookConfig is one [[webhooks]] entry: a subscription kept as the
@@ -53,14 +62,16 @@ type WebhookConfig struct {
 // defaultWebhookDelivery is [webhook_delivery]'s defaults.
 func defaultWebhookDelivery() WebhookDeliveryConfig {
 	return WebhookDeliveryConfig{
-		Timeout:       D(10 * time.Second),
-		RetryFor:      D(day),
-		BackoffMin:    D(time.Second),
-		BackoffMax:    D(10 * time.Minute),
-		Concurrency:   8,
-		PollInterval:  D(2 * time.Second),
-		Keep:          D(30 * day),
-		AllowNetworks: []string{},
+		Timeout:          D(10 * time.Second),
+		RetryFor:         D(day),
+		BackoffMin:       D(time.Second),
+		BackoffMax:       D(10 * time.Minute),
+		Concurrency:      8,
+		PollInterval:     D(2 * time.Second),
+		Keep:             D(30 * day),
+		AllowNetworks:    []string{},
+		MaxSubscriptions: 50,
+		MaxPending:       1000,
 	}
 }
 
@@ -69,8 +80,8 @@ func defaultWebhookDelivery() WebhookDeliveryConfig {
 func (c WebhookDeliveryConfig) WebhookGuard() spec.Guard {
 	g := spec.Guard{AllowLocal: c.AllowLocal}
 	for _, n := range c.AllowNetworks {
-		if p, err := netip.ParsePrefix(n); err == nil {
-			g.Allow = append(g.Allow, p.Masked())
+		if r, err := spec.ParseAllowRule(n); err == nil {
+			g.Allow = append(g.Allow, r)
 		}
 	}
 	return g
@@ -84,9 +95,18 @@ func (l *loader) validateWebhooks(c *Orchestrator) {
 	if d.BackoffMax.Duration < d.BackoffMin.Duration {
 		l.errf("webhook_delivery.backoff_max", "must not be shorter than backoff_min (%v)", d.BackoffMin)
 	}
-	for _, n := range d.AllowNetworks {
-		if _, err := netip.ParsePrefix(n); err != nil {
-			l.errf("webhook_delivery.allow_networks", "%q is not a network in CIDR notation (e.g. \"10.1.2.0/24\", \"127.0.0.1/32\")", n)
+	if n := d.MaxSubscriptions; n < 1 || n > 10000 {
+		l.errf("webhook_delivery.max_subscriptions", "must be from 1 to 10000, got %d", n)
+	}
+	if n := d.MaxPending; n < 10 || n > 1000000 {
+		l.errf("webhook_delivery.max_pending", "must be from 10 to 1000000, got %d", n)
+	}
+	if len(c.Webhooks) > d.MaxSubscriptions && d.MaxSubscriptions > 0 {
+		l.errf("webhooks", "%d entries, more than webhook_delivery.max_subscriptions (%d)", len(c.Webhooks), d.MaxSubscriptions)
+	}
+	for i, n := range d.AllowNetworks {
+		if _, err := spec.ParseAllowRule(n); err != nil {
+			l.errf("webhook_delivery.allow_networks", "entry %d: %v", i+1, err)
 		}
 	}
 	if l.failed["webhooks"] {
@@ -149,6 +169,16 @@ func (l *loader) webhookSecret(w *WebhookConfig, at func(string, ...any)) {
 	if len(w.Secret) < spec.MinSecret {
 		at("the secret must be at least %d characters, got %d", spec.MinSecret, len(w.Secret))
 	}
+}
+
+// redactedURL is the entry's URL as --check-config prints it: its origin,
+// and "/<redacted>" where a path or query followed.
+func (w WebhookConfig) redactedURL() string {
+	origin := spec.Origin(w.URL)
+	if rest := strings.TrimPrefix(w.URL, origin); rest != "" && rest != "/" {
+		return origin + "/<redacted>"
+	}
+	return origin
 }
 
 // String describes an entry in messages (a reload's changes) without its

@@ -53,6 +53,14 @@ secret = "an-inline-secret-of-some-length"
 			t.Fatalf("a secret is shown:\n%s", s)
 		}
 	}
+	// --check-config prints of a webhook URL only its origin: the path of
+	// a Slack URL is its token.
+	if r := c.Redacted(); strings.Contains(r, "/services/T0") || !strings.Contains(r, `url = "https://hooks.example.com/<redacted>"`) {
+		t.Fatalf("--check-config shows the webhook URL as:\n%s", r)
+	}
+	if c.Webhooks[0].URL != "https://hooks.example.com/services/T0/B0/tok" {
+		t.Fatalf("Redacted changed the configuration: %s", c.Webhooks[0].URL)
+	}
 	// What a reload logs of a changed entry leaves out the URL's path,
 	// which may hold a secret too.
 	if s := c.Webhooks[0].String(); strings.Contains(s, "/services/T0") || !strings.Contains(s, "https://hooks.example.com") {
@@ -66,7 +74,14 @@ func TestWebhooksConfigErrors(t *testing.T) {
 	for _, tc := range []struct{ toml, want string }{
 		{"[webhook_delivery]\nconcurrency = 0\n", "o.toml:2: key webhook_delivery.concurrency: must be from 1 to 1024"},
 		{"[webhook_delivery]\nbackoff_min = \"1m\"\nbackoff_max = \"10s\"\n", "key webhook_delivery.backoff_max: must not be shorter than backoff_min"},
-		{"[webhook_delivery]\nallow_networks = [\"10.0.0.0\"]\n", `o.toml:2: key webhook_delivery.allow_networks: "10.0.0.0" is not a network in CIDR notation`},
+		{"[webhook_delivery]\nallow_networks = [\"10.0.0.0\"]\n", `o.toml:2: key webhook_delivery.allow_networks: entry 1: "10.0.0.0" is not a network in CIDR notation`},
+		{"[webhook_delivery]\nallow_networks = [\"127.0.0.1/32:8080\", \"10.0.0.0/8:99999\"]\n",
+			`key webhook_delivery.allow_networks: entry 2: "10.0.0.0/8:99999": the port must be a number from 1 to 65535, got "99999"`},
+		{entry(`url = "https://x.example:99999/hook"`), "entry 1: url: the port must be from 1 to 65535, got 99999"},
+		{"[webhook_delivery]\nmax_pending = 5\n", "o.toml:2: key webhook_delivery.max_pending: must be from 10 to 1000000, got 5"},
+		{"[webhook_delivery]\nmax_subscriptions = 0\n", "key webhook_delivery.max_subscriptions: must be from 1 to 10000, got 0"},
+		{"[webhook_delivery]\nmax_subscriptions = 1\n" + entry(`name = "a"`) + entry(`name = "b"`),
+			"key webhooks: 2 entries, more than webhook_delivery.max_subscriptions (1)"},
 		{"[webhook_delivery]\nretry_for = \"0s\"\n", "key webhook_delivery.retry_for: must be greater than 0"},
 		{entry(`url = "ftp://x.example/"`), `o.toml:2: key webhooks: entry 1: url: the scheme must be http or https, not "ftp"`},
 		{entry(`url = "https://169.254.169.254/latest"`), "entry 1: url: 169.254.169.254 is a link-local address"},

@@ -23,6 +23,9 @@ func (r renderer) webhooks(w io.Writer, subs []spec.Subscription) error {
 	for _, s := range subs {
 		events := strings.Join(s.Events, ",")
 		pending, failed := strconv.Itoa(s.Pending), strconv.Itoa(s.Failed)
+		if s.Dropping {
+			pending += " DROPPING"
+		}
 		if r.wide {
 			t.Row(s.Name, s.ID, s.URL, events, first(s.Team, "-"), s.Format, s.Source, s.CreatedAt, pending, r.style.State(failed))
 			continue
@@ -40,6 +43,10 @@ func (r renderer) webhook(w io.Writer, s spec.Subscription, ds []spec.Delivery) 
 		{"Team", first(s.Team, "(every team)")}, {"Format", s.Format}, {"Source", s.Source},
 		{"Created", s.CreatedAt + " by " + first(s.CreatedBy, "?")},
 		{"Deliveries", fmt.Sprintf("%d pending, %d failed (given up)", s.Pending, s.Failed)},
+	}
+	if s.Dropping {
+		kv = append(kv, [2]string{"Dropping", "new events are dropped since " + s.DroppingSince +
+			": the pending deliveries reached webhook_delivery.max_pending; they are taken again once down to half"})
 	}
 	if err := writeKV(w, kv); err != nil {
 		return err

@@ -1,6 +1,7 @@
 package ctl
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -87,6 +88,7 @@ func (a *app) webhooksCreateCommand() *cobra.Command {
 subscription's secret (HMAC-SHA256, header X-SimpleTuner-Signature); the secret
 alone goes to standard output, once, so that it can be captured:
 SECRET=$(simpletunerctl webhooks create ops --url https://… --event job.failed).
+With --secret-file the secret is that file's and is not printed.
 Events: a name (simpletunerctl webhooks events lists them), "*" for all, or a
 family such as "job.*". --format slack posts a Slack incoming-webhook message
 instead of the event's JSON.`,
@@ -123,6 +125,11 @@ instead of the event's JSON.`,
 			if err != nil {
 				return err
 			}
+			if secretFile != "" {
+				// The caller has the secret in its file: it is not written
+				// out again, where it could end up in a terminal's history.
+				return a.createdWithSecretFile(raw, reply, secretFile)
+			}
 			if a.format == output.JSONFormat {
 				return output.WriteJSON(a.out(), raw)
 			}
@@ -142,6 +149,22 @@ instead of the event's JSON.`,
 	_ = cmd.RegisterFlagCompletionFunc("event", cobra.FixedCompletions(names, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("format", cobra.FixedCompletions([]string{spec.FormatJSON, spec.FormatSlack}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
+}
+
+// createdWithSecretFile reports a subscription made with --secret-file:
+// everything but the secret.
+func (a *app) createdWithSecretFile(raw []byte, reply spec.Created, secretFile string) error {
+	if a.format == output.JSONFormat {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			return fmt.Errorf("the orchestrator's reply: %w", err)
+		}
+		delete(obj, "secret")
+		return output.MarshalJSON(a.out(), obj)
+	}
+	_, err := fmt.Fprintf(a.out(), "created webhook subscription %s (%s) for %s; it signs with the secret in %s\n",
+		reply.Name, reply.ID, strings.Join(reply.Events, ","), secretFile)
+	return err
 }
 
 func (a *app) webhooksShowCommand() *cobra.Command {

@@ -25,7 +25,7 @@ func TestWebhookPages(t *testing.T) {
 	t.Parallel()
 	s := newSite(t, openSQLite(t), func(o *orchestrator.Options) {
 		// As [webhook_delivery] allow_networks = ["127.0.0.1/32"] does.
-		o.Webhooks.Guard = spec.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
+		o.Webhooks.Guard = spec.Guard{Allow: []spec.AllowRule{{Network: netip.MustParsePrefix("127.0.0.1/32")}}}
 		o.Webhooks.PollInterval = 20 * time.Millisecond
 	})
 	var mu sync.Mutex
@@ -35,7 +35,7 @@ func TestWebhookPages(t *testing.T) {
 		body, _ := io.ReadAll(r.Body)
 		mu.Lock()
 		defer mu.Unlock()
-		if err := webhook.Verify(r.Header.Get(webhook.SignatureHeader), secret, body, time.Now(), webhook.DefaultTolerance); err != nil {
+		if err := webhook.Verify(r.Header.Get(webhook.SignatureHeader), r.Header.Get(webhook.EventIDHeader), secret, body, time.Now(), webhook.DefaultTolerance); err != nil {
 			t.Errorf("signature: %v", err)
 		}
 		got = append(got, r.Header.Get(webhook.EventHeader))

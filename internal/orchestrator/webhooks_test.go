@@ -36,7 +36,7 @@ func newHookReceiver(t testing.TB) *hookReceiver {
 		body, _ := io.ReadAll(r.Body)
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		if err := webhook.Verify(r.Header.Get(webhook.SignatureHeader), h.secret, body, time.Now(), webhook.DefaultTolerance); err != nil {
+		if err := webhook.Verify(r.Header.Get(webhook.SignatureHeader), r.Header.Get(webhook.EventIDHeader), h.secret, body, time.Now(), webhook.DefaultTolerance); err != nil {
 			t.Errorf("bad signature: %v", err)
 		}
 		var p webhook.Payload

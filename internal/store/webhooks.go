@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
@@ -27,7 +28,20 @@ type Webhook struct {
 	Source    string
 	CreatedAt time.Time
 	CreatedBy string
+	// DroppingSince is set while the subscription drops its events: its
+	// receiver let its pending deliveries reach their bound.
+	DroppingSince *time.Time
 }
+
+// WebhookLimits bound the subscriptions (0: no bound).
+type WebhookLimits struct {
+	// MaxSubscriptions bounds the subscriptions, whatever their source:
+	// every event is written once for each subscription that wants it.
+	MaxSubscriptions int
+}
+
+// ErrTooManyWebhooks is a subscription beyond WebhookLimits.MaxSubscriptions.
+var ErrTooManyWebhooks = errors.New("too many webhook subscriptions")
 
 // Where a subscription was made.
 const (
@@ -128,8 +142,20 @@ type Webhooks interface {
 	// SetOutbox installs what turns changes into events (nil: none). Set
 	// it before the store is used.
 	SetOutbox(o Outbox)
-	// CreateWebhook stores a subscription; a name in use is ErrDuplicate.
+	// SetWebhookLimits sets the bounds on subscriptions and their pending
+	// deliveries; they apply from the next write.
+	SetWebhookLimits(l WebhookLimits)
+	// CreateWebhook stores a subscription; a name in use is ErrDuplicate,
+	// one beyond MaxSubscriptions ErrTooManyWebhooks.
 	CreateWebhook(ctx context.Context, w Webhook, rec *audit.Record) error
+	// WebhookBacklogs counts the pending deliveries of each subscription
+	// that has any, by ID.
+	WebhookBacklogs(ctx context.Context) (map[string]int, error)
+	// SetWebhookDropping starts (since set) or ends (nil) a subscription's
+	// dropping: while DroppingSince is set, events make no delivery for
+	// it. It reports whether this call changed it, so that among
+	// orchestrators sharing the database one alone has each change.
+	SetWebhookDropping(ctx context.Context, id string, since *time.Time) (bool, error)
 	// GetWebhook reads a subscription by ID or, failing that, by name.
 	GetWebhook(ctx context.Context, idOrName string) (Webhook, error)
 	ListWebhooks(ctx context.Context) ([]Webhook, error)

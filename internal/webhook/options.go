@@ -19,6 +19,10 @@ type Options struct {
 	PollInterval time.Duration
 	Keep         time.Duration
 	Guard        spec.Guard
+	// MaxSubscriptions and MaxPending bound the subscriptions and each
+	// one's pending deliveries (store.WebhookLimits).
+	MaxSubscriptions int
+	MaxPending       int
 	// Subscriptions are the [[webhooks]] of the configuration, kept in the
 	// store as given (their IDs are the store's).
 	Subscriptions []store.Webhook
@@ -39,7 +43,8 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 	d := cfg.WebhookDelivery
 	o := Options{Timeout: d.Timeout.Duration, RetryFor: d.RetryFor.Duration, BackoffMin: d.BackoffMin.Duration,
 		BackoffMax: d.BackoffMax.Duration, Concurrency: d.Concurrency, PollInterval: d.PollInterval.Duration,
-		Keep: d.Keep.Duration, Guard: d.WebhookGuard(), PruneEvery: cfg.Retention.Interval.Duration}
+		Keep: d.Keep.Duration, Guard: d.WebhookGuard(), PruneEvery: cfg.Retention.Interval.Duration,
+		MaxSubscriptions: d.MaxSubscriptions, MaxPending: d.MaxPending}
 	for _, t := range cfg.Teams {
 		o.Teams = append(o.Teams, t.Name)
 	}
@@ -69,6 +74,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Concurrency <= 0 {
 		o.Concurrency = def.Concurrency
+	}
+	if o.MaxSubscriptions <= 0 {
+		o.MaxSubscriptions = def.MaxSubscriptions
+	}
+	if o.MaxPending <= 0 {
+		o.MaxPending = def.MaxPending
 	}
 	o.BackoffMax = max(o.BackoffMax, o.BackoffMin)
 	if o.UserAgent == "" {

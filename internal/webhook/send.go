@@ -12,10 +12,8 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/webhook/spec"
@@ -37,9 +35,19 @@ func newClient(g spec.Guard, timeout time.Duration) *http.Client {
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   timeout,
 		ResponseHeaderTimeout: timeout,
+		// A receiver's answer needs no more than a status line and a few
+		// headers: a larger header is refused rather than buffered.
+		MaxResponseHeaderBytes: MaxResponseHeader,
 	}
 	return &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
+
+// MaxResponseHeader bounds the headers of a receiver's answer.
+const MaxResponseHeader = 16 << 10
+
+// drainLimit bounds how much of an answer's body is read (and thrown
+// away) so that its connection can be used again.
+const drainLimit = 64 << 10
 
 // refusedError is a connection the guard refused.
 type refusedError struct {
@@ -53,15 +61,12 @@ func (e *refusedError) Error() string {
 
 func guardControl(g spec.Guard) func(network, address string, _ syscall.RawConn) error {
 	return func(_, address string, _ syscall.RawConn) error {
-		host, _, err := net.SplitHostPort(address)
+		ap, err := netip.ParseAddrPort(address)
 		if err != nil {
-			return err
+			return fmt.Errorf("connecting to %q: not an IP address and port", address)
 		}
-		ip, err := netip.ParseAddr(host)
-		if err != nil {
-			return fmt.Errorf("connecting to %q: not an IP address", host)
-		}
-		if why := g.Refuses(ip); why != "" {
+		ip := ap.Addr()
+		if why := g.RefusesAt(ip, ap.Port()); why != "" {
 			return &refusedError{ip, why}
 		}
 		return nil
@@ -104,26 +109,35 @@ func send(ctx context.Context, c *http.Client, d store.WebhookDelivery, attempt 
 	h.Set(EventIDHeader, d.EventID)
 	h.Set(DeliveryHeader, strconv.FormatInt(d.ID, 10))
 	h.Set(AttemptHeader, strconv.Itoa(attempt))
-	h.Set(SignatureHeader, Sign(d.Webhook.Secret, at, body))
+	h.Set(TimestampHeader, strconv.FormatInt(at.Unix(), 10))
+	h.Set(SignatureHeader, Sign(d.Webhook.Secret, d.EventID, at, body))
 	resp, err := c.Do(req)
 	if err != nil {
 		return result{err: requestError(ctx, err)}
 	}
 	defer resp.Body.Close()
-	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // so the connection can be used again
+	// The answer's body is read only to be thrown away: what a receiver
+	// says never reaches the delivery log, which would otherwise read back
+	// whatever an internal service at the URL answers.
+	n, _ := io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit+1))
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		return result{ok: true, status: resp.StatusCode}
 	case resp.StatusCode >= 300 && resp.StatusCode < 400:
-		return result{status: resp.StatusCode, err: fmt.Sprintf("HTTP %d: redirects are not followed (to %s)", resp.StatusCode,
-			spec.Origin(resp.Header.Get("Location")))}
+		return result{status: resp.StatusCode, err: fmt.Sprintf("HTTP %d: redirects are not followed", resp.StatusCode)}
 	}
-	msg := fmt.Sprintf("HTTP %d", resp.StatusCode)
-	if s := printable(snippet); s != "" {
-		msg += ": " + s
+	return result{status: resp.StatusCode, err: fmt.Sprintf("HTTP %d, %s", resp.StatusCode, bodyLength(n))}
+}
+
+// bodyLength says how long an answer's body was, as far as it was read.
+func bodyLength(n int64) string {
+	switch {
+	case n > drainLimit:
+		return fmt.Sprintf("a body of more than %d bytes", drainLimit)
+	case n == 1:
+		return "a body of 1 byte"
 	}
-	return result{status: resp.StatusCode, err: msg}
+	return fmt.Sprintf("a body of %d bytes", n)
 }
 
 // requestError describes a failed request without its URL, whose path may
@@ -142,14 +156,4 @@ func requestError(ctx context.Context, err error) string {
 		return "interrupted: the orchestrator stopped"
 	}
 	return err.Error()
-}
-
-// printable is the start of an answer's body as one line of text.
-func printable(b []byte) string {
-	s := strings.ToValidUTF8(string(b), "?")
-	s = strings.Join(strings.Fields(s), " ")
-	if utf8.RuneCountInString(s) > 200 {
-		s = string([]rune(s)[:200]) + "…"
-	}
-	return s
 }

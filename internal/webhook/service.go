@@ -84,6 +84,7 @@ func (s *Service) apply(opt Options) {
 		}
 	}
 	s.emitter.SetBaseURL(opt.BaseURL)
+	s.st.SetWebhookLimits(store.WebhookLimits{MaxSubscriptions: opt.MaxSubscriptions})
 }
 
 func (s *Service) options() Options { return *s.opt.Load() }
@@ -111,6 +112,7 @@ func (s *Service) Run(ctx context.Context) {
 	inflight := 0
 	var done []sent
 	nextPrune := time.Now().Add(s.options().PruneEvery)
+	var nextBacklogCheck time.Time
 	for {
 		s.record(ctx, done)
 		inflight -= len(done)
@@ -130,6 +132,10 @@ func (s *Service) Run(ctx context.Context) {
 				inflight++
 				go func() { results <- sent{d: d, out: s.deliver(ctx, d, owner)} }()
 			}
+		}
+		if time.Now().After(nextBacklogCheck) {
+			s.checkBacklogs(ctx)
+			nextBacklogCheck = time.Now().Add(opt.PollInterval)
 		}
 		if time.Now().After(nextPrune) {
 			s.prune(ctx)
@@ -257,6 +263,51 @@ func backoff(n int, o Options) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
+// checkBacklogs bounds each subscription's pending deliveries: one whose
+// backlog reached MaxPending starts dropping its events (they make no
+// delivery for it), one dropping whose backlog is down to half resumes.
+// Each change is logged once, by the orchestrator that made it, however
+// many events are dropped meanwhile. It runs every PollInterval rather
+// than with each event, which keeps a count out of every change's
+// transaction; a backlog may pass the bound by the events of one interval.
+func (s *Service) checkBacklogs(ctx context.Context) {
+	limit := s.options().MaxPending
+	backlogs, err := s.st.WebhookBacklogs(ctx)
+	var subs []store.Webhook
+	if err == nil {
+		subs, err = s.st.ListWebhooks(ctx)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			s.logClaimError(err)
+		}
+		return
+	}
+	for _, w := range subs {
+		pending := backlogs[w.ID]
+		var since *time.Time
+		switch {
+		case w.DroppingSince == nil && pending >= limit:
+			now := time.Now().UTC()
+			since = &now
+		case w.DroppingSince != nil && pending <= limit/2:
+		default:
+			continue
+		}
+		changed, err := s.st.SetWebhookDropping(ctx, w.ID, since)
+		if err != nil || !changed {
+			continue // a failure is tried again at the next look
+		}
+		log := s.log.With("webhook", w.Name, "receiver", spec.Origin(w.URL), "pending", pending, "max_pending", limit)
+		if since != nil {
+			log.Warn("webhook subscription is dropping its events: its receiver has not taken the deliveries pending, " +
+				"which reached webhook_delivery.max_pending; it takes events again once they are down to half")
+			continue
+		}
+		log.Info("webhook subscription no longer drops events: its backlog is down to half of webhook_delivery.max_pending")
+	}
+}
+
 // prune deletes finished deliveries past Keep, a batch at a time.
 func (s *Service) prune(ctx context.Context) {
 	cutoff := time.Now().Add(-s.options().Keep)
@@ -291,5 +342,15 @@ func (s *Service) WriteMetrics(ctx context.Context, w io.Writer) {
 	if counts, err := s.st.CountWebhookDeliveries(ctx, ""); err == nil {
 		line("gauge", "simpletuner_webhook_deliveries_pending", "Webhook deliveries waiting to be sent or retried.", int64(counts[store.DeliveryPending]))
 		line("gauge", "simpletuner_webhook_deliveries_failed", "Webhook deliveries given up, still in the delivery log.", int64(counts[store.DeliveryFailed]))
+	}
+	if subs, err := s.st.ListWebhooks(ctx); err == nil {
+		dropping := 0
+		for _, w := range subs {
+			if w.DroppingSince != nil {
+				dropping++
+			}
+		}
+		line("gauge", "simpletuner_webhook_subscriptions_dropping",
+			"Webhook subscriptions dropping their events: their pending deliveries reached webhook_delivery.max_pending.", int64(dropping))
 	}
 }

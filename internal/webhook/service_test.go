@@ -68,7 +68,7 @@ func newReceiver(t *testing.T) *receiver {
 
 func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	if err := Verify(r.Header.Get(SignatureHeader), rc.secret, body, time.Now(), DefaultTolerance); err != nil {
+	if err := Verify(r.Header.Get(SignatureHeader), r.Header.Get(EventIDHeader), rc.secret, body, time.Now(), DefaultTolerance); err != nil {
 		rc.t.Errorf("a request with a bad signature: %v (header %q)", err, r.Header.Get(SignatureHeader))
 	}
 	d := delivery{eventID: r.Header.Get(EventIDHeader), event: r.Header.Get(EventHeader), attempt: r.Header.Get(AttemptHeader),
@@ -362,7 +362,7 @@ func TestGiveUp(t *testing.T) {
 		t.Fatalf("%v %+v", err, ds)
 	}
 	for _, d := range ds {
-		if d.LastStatus != 500 || d.LastError != "HTTP 500" || d.Attempts < 1 || d.EndedAt == "" || len(d.Payload) == 0 {
+		if d.LastStatus != 500 || d.LastError != "HTTP 500, a body of 0 bytes" || d.Attempts < 1 || d.EndedAt == "" || len(d.Payload) == 0 {
 			t.Fatalf("given up: %+v", d)
 		}
 	}

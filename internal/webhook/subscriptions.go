@@ -28,6 +28,9 @@ func (e *FieldError) Error() string { return fmt.Sprintf("field %q: %s", e.Field
 // configuration changes.
 var ErrFromConfig = errors.New("the subscription is a [[webhooks]] entry of orchestratord.toml: change it there")
 
+// ErrTooMany: the subscriptions are at webhook_delivery.max_subscriptions.
+var ErrTooMany = errors.New("no more webhook subscriptions can be made")
+
 // MinSecret is the shortest secret a subscription may have.
 const MinSecret = spec.MinSecret
 
@@ -100,8 +103,12 @@ func (s *Service) Create(ctx context.Context, req spec.CreateRequest, actor, ip 
 	w.CreatedBy = actor
 	rec := audit.New(actor, ip, "webhook.create", "webhook", w.ID, audit.Success, details(w))
 	if err := s.st.CreateWebhook(ctx, w, &rec); err != nil {
-		if errors.Is(err, store.ErrDuplicate) {
+		switch {
+		case errors.Is(err, store.ErrDuplicate):
 			return w, &FieldError{Field: "name", Msg: fmt.Sprintf("a subscription named %q exists", w.Name)}
+		case errors.Is(err, store.ErrTooManyWebhooks):
+			return w, fmt.Errorf("%w: at most %d (webhook_delivery.max_subscriptions); delete one first",
+				ErrTooMany, s.options().MaxSubscriptions)
 		}
 		return w, err
 	}
@@ -132,7 +139,8 @@ func (s *Service) Delete(ctx context.Context, idOrName, actor, ip string) (store
 func View(w store.Webhook, counts map[string]int) spec.Subscription {
 	return spec.Subscription{ID: w.ID, Name: w.Name, URL: w.URL, Events: w.Events, Team: w.Team, Format: w.Format,
 		Source: w.Source, CreatedAt: stamp(w.CreatedAt), CreatedBy: w.CreatedBy,
-		Pending: counts[store.DeliveryPending], Failed: counts[store.DeliveryFailed]}
+		Pending: counts[store.DeliveryPending], Failed: counts[store.DeliveryFailed],
+		Dropping: w.DroppingSince != nil, DroppingSince: stampPtr(w.DroppingSince)}
 }
 
 // List returns every subscription with its delivery counts.

@@ -30,6 +30,8 @@ func webhookError(err error, idOrName string) error {
 		return web.NotFound("webhook subscription not found: %s", idOrName)
 	case errors.Is(err, webhook.ErrFromConfig):
 		return web.Conflict("webhook subscription %s: %v", idOrName, err)
+	case errors.Is(err, webhook.ErrTooMany):
+		return web.Conflict("%v", err)
 	}
 	return err
 }

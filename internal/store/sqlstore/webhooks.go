@@ -25,8 +25,22 @@ import (
 // outboxRef holds the installed Outbox (nil: none).
 type outboxRef struct{ o store.Outbox }
 
-// outboxHook is what the store calls from inside its transactions.
-type outboxHook struct{ p atomic.Pointer[outboxRef] }
+// outboxHook is what the store calls from inside its transactions, and the
+// bounds on what the subscriptions hold.
+type outboxHook struct {
+	p      atomic.Pointer[outboxRef]
+	limits atomic.Pointer[store.WebhookLimits]
+}
+
+// SetWebhookLimits sets the bounds on subscriptions and their backlogs.
+func (s *Store) SetWebhookLimits(l store.WebhookLimits) { s.outbox.limits.Store(&l) }
+
+func (s *Store) webhookLimits() store.WebhookLimits {
+	if l := s.outbox.limits.Load(); l != nil {
+		return *l
+	}
+	return store.WebhookLimits{}
+}
 
 func (h *outboxHook) get() store.Outbox {
 	if r := h.p.Load(); r != nil {
@@ -95,10 +109,13 @@ func (s *Store) committed(wrote bool, err error) {
 	}
 }
 
-// writeEvent stores e and its deliveries when a subscription wants it.
+// writeEvent stores e and its deliveries when a subscription wants it. A
+// subscription dropping its events (its backlog reached the bound) gets
+// none.
 func (s *Store) writeEvent(ctx context.Context, c conn, e store.OutboxEvent) (bool, error) {
 	family, _, _ := strings.Cut(e.Type, ".")
 	rows, err := c.query(ctx, `SELECT w.id FROM webhooks w WHERE (? = '' OR w.team = '' OR w.team = ?)
+		AND w.dropping_since IS NULL
 		AND EXISTS (SELECT 1 FROM webhook_filters f WHERE f.webhook_id = w.id AND f.event IN (?, ?, '*'))
 		ORDER BY w.id`, e.Team, e.Team, e.Type, family+".*")
 	if err != nil {
@@ -134,6 +151,47 @@ func (s *Store) writeEvent(ctx context.Context, c conn, e store.OutboxEvent) (bo
 	return true, nil
 }
 
+// WebhookBacklogs counts the pending deliveries of each subscription that
+// has any.
+func (s *Store) WebhookBacklogs(ctx context.Context) (map[string]int, error) {
+	rows, err := s.reader().query(ctx, `SELECT webhook_id, COUNT(*) FROM webhook_deliveries WHERE state = 'pending'
+		GROUP BY webhook_id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var id string
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, err
+		}
+		out[id] = n
+	}
+	return out, rows.Err()
+}
+
+// SetWebhookDropping starts (since set) or ends (nil) a subscription's
+// dropping; false when it was so already, so that among orchestrators
+// sharing the database one alone makes each change.
+func (s *Store) SetWebhookDropping(ctx context.Context, id string, since *time.Time) (bool, error) {
+	q, args := `UPDATE webhooks SET dropping_since = NULL WHERE id = ? AND dropping_since IS NOT NULL`, []any{id}
+	if since != nil {
+		q, args = `UPDATE webhooks SET dropping_since = ? WHERE id = ? AND dropping_since IS NULL`, []any{s.tv(*since), id}
+	}
+	changed := false
+	err := s.write(ctx, func(c conn) error {
+		err := affected(c.exec(ctx, q, args...))
+		changed = err == nil
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	return changed, err
+}
+
 // EmitEvents writes events in a transaction of their own.
 func (s *Store) EmitEvents(ctx context.Context, events []store.OutboxEvent) error {
 	var wrote bool
@@ -146,11 +204,17 @@ func (s *Store) EmitEvents(ctx context.Context, events []store.OutboxEvent) erro
 	return err
 }
 
-const webhookCols = `id, name, url, team, format, secret, source, created_at, created_by`
+// webhookInsertCols are the columns a subscription is made with;
+// webhookCols reads them and its dropping.
+const (
+	webhookInsertCols = `id, name, url, team, format, secret, source, created_at, created_by`
+	webhookCols       = webhookInsertCols + `, dropping_since`
+)
 
 func scanWebhook(r scanner) (store.Webhook, error) {
 	var w store.Webhook
-	err := r.Scan(&w.ID, &w.Name, &w.URL, &w.Team, &w.Format, &w.Secret, &w.Source, timeCol{&w.CreatedAt}, &w.CreatedBy)
+	err := r.Scan(&w.ID, &w.Name, &w.URL, &w.Team, &w.Format, &w.Secret, &w.Source, timeCol{&w.CreatedAt}, &w.CreatedBy,
+		nullTimeCol{&w.DroppingSince})
 	return w, err
 }
 
@@ -163,7 +227,17 @@ func (s *Store) CreateWebhook(ctx context.Context, w store.Webhook, rec *audit.R
 	if w.Source == "" {
 		w.Source = store.WebhookFromAPI
 	}
+	limit := s.webhookLimits().MaxSubscriptions
 	return s.write(ctx, func(c conn) error {
+		if limit > 0 {
+			var n int
+			if err := c.queryRow(ctx, `SELECT COUNT(*) FROM webhooks`).Scan(&n); err != nil {
+				return err
+			}
+			if n >= limit {
+				return fmt.Errorf("%w: there are %d, the most allowed", store.ErrTooManyWebhooks, n)
+			}
+		}
 		if err := s.insertWebhook(ctx, c, w); err != nil {
 			return err
 		}
@@ -172,7 +246,7 @@ func (s *Store) CreateWebhook(ctx context.Context, w store.Webhook, rec *audit.R
 }
 
 func (s *Store) insertWebhook(ctx context.Context, c conn, w store.Webhook) error {
-	if _, err := c.exec(ctx, `INSERT INTO webhooks (`+webhookCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	if _, err := c.exec(ctx, `INSERT INTO webhooks (`+webhookInsertCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		w.ID, w.Name, w.URL, w.Team, w.Format, w.Secret, w.Source, s.tv(w.CreatedAt), w.CreatedBy); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -24,8 +25,7 @@ const (
 	// team's job (or one of higher priority) and the job is back in the
 	// queue.
 	JobPreempted = "job.preempted"
-	// CheckpointSaved is sent once jobs save checkpoints through the
-	// orchestrator.
+	// CheckpointSaved: a complete checkpoint of the job was kept.
 	CheckpointSaved = "checkpoint.saved"
 	WorkerOffline   = "worker.offline"
 	WorkerOnline    = "worker.online"
@@ -46,8 +46,8 @@ var Events = []Event{
 	{JobFailed, "the job failed (the trainer failed, it timed out, or its worker was lost with no retry left)"},
 	{JobCancelled, "the job was cancelled"},
 	{JobRequeued, "an attempt ended and the job is back in the queue (the reason says why: worker lost, GPU fault, not acknowledged)"},
-	{JobPreempted, "the job was stopped to make room for another (once preemption exists)"},
-	{CheckpointSaved, "the job saved a checkpoint (once checkpoints are kept by the orchestrator)"},
+	{JobPreempted, "the job's attempt was stopped to make room for another team's job (or one of higher priority); the job is back in the queue"},
+	{CheckpointSaved, "a complete checkpoint of the job was kept (every file checked): a retry resumes from it"},
 	{WorkerOffline, "a worker went offline"},
 	{WorkerOnline, "an offline worker is back"},
 	{GPUUnhealthy, "a worker fenced one of its GPUs as unhealthy"},
@@ -182,12 +182,33 @@ func CheckURL(raw string, g Guard) error {
 	case u.Fragment != "":
 		return fmt.Errorf("the URL must not have a #fragment")
 	}
+	port, err := urlPort(u)
+	if err != nil {
+		return err
+	}
 	if ip, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil {
-		if why := g.Refuses(ip); why != "" {
+		if why := g.RefusesAt(ip, port); why != "" {
 			return fmt.Errorf("%s is %s", ip, why)
 		}
 	}
 	return nil
+}
+
+// urlPort is the port a request to u connects to: the one it names (1 to
+// 65535), else the scheme's.
+func urlPort(u *url.URL) (uint16, error) {
+	p := u.Port()
+	if p == "" {
+		if u.Scheme == "https" {
+			return 443, nil
+		}
+		return 80, nil
+	}
+	n, err := strconv.ParseUint(p, 10, 16)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("the port must be from 1 to 65535, got %s", p)
+	}
+	return uint16(n), nil
 }
 
 // Origin is a URL's scheme, host and port: what logs and audit records show

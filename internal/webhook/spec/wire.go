@@ -28,6 +28,12 @@ type Subscription struct {
 	// Pending and Failed count its deliveries in those states (lists only).
 	Pending int `json:"pending"`
 	Failed  int `json:"failed"`
+	// Dropping is true while the subscription drops its events: its
+	// pending deliveries reached webhook_delivery.max_pending, and it takes
+	// new events again once they are down to half. DroppingSince is when
+	// it started.
+	Dropping      bool   `json:"dropping"`
+	DroppingSince string `json:"dropping_since,omitempty"`
 }
 
 // Created is the reply to a create: the subscription and its secret, shown

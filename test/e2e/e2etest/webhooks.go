@@ -102,7 +102,7 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request) {
 	_ = json.Unmarshal(body, &h.Payload)
 	rc.mu.Lock()
 	secret, hold := rc.Secret, rc.hold
-	if err := webhook.Verify(r.Header.Get(webhook.SignatureHeader), secret, body, time.Now(), webhook.DefaultTolerance); err != nil {
+	if err := webhook.Verify(r.Header.Get(webhook.SignatureHeader), r.Header.Get(webhook.EventIDHeader), secret, body, time.Now(), webhook.DefaultTolerance); err != nil {
 		rc.T.Errorf("webhook receiver: a request for %s with a bad signature: %v", h.Event, err)
 	}
 	keys := []string{"event " + h.EventID}
