@@ -27,6 +27,7 @@ func TestWebhookPages(t *testing.T) {
 		// As [webhook_delivery] allow_networks = ["127.0.0.1/32"] does.
 		o.Webhooks.Guard = spec.Guard{Allow: []spec.AllowRule{{Network: netip.MustParsePrefix("127.0.0.1/32")}}}
 		o.Webhooks.PollInterval = 20 * time.Millisecond
+		o.Webhooks.MaxPending = 4
 	})
 	var mu sync.Mutex
 	var secret string
@@ -80,6 +81,19 @@ func TestWebhookPages(t *testing.T) {
 	lacks(t, p, secret)
 	p = b.must(b.get("/ui/webhooks/ci?state=failed"), 200)
 	contains(t, p, "No delivery failed yet.")
+
+	// A subscription whose receiver is down piles up pending deliveries
+	// until it drops new events, and both pages say so.
+	rc.Close()
+	for range 4 {
+		if code, _ := s.adminAPI("POST", "/api/queue/submit", map[string]any{"config": map[string]any{"a": 1}}); code != 201 {
+			t.Fatalf("submit: %d", code)
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, "the subscription dropping", func() bool {
+		return strings.Contains(b.get("/ui/webhooks").Body, `>dropping</span>`)
+	})
+	contains(t, b.must(b.get("/ui/webhooks/ci"), 200), "<strong>dropping new events</strong>", "webhook_delivery.max_pending")
 
 	p = b.must(b.post("/ui/webhooks/ci/delete", url.Values{}), 422)
 	contains(t, p, `id="h-confirm-error"`)
