@@ -6,7 +6,7 @@ override VERSION := $(shell VERSION='$(VERSION)' ./packaging/version.sh)
 LDFLAGS  := -s -w -X github.com/simpletuner/simpletuner-orchestration/internal/version.Version=$(VERSION)
 BIN      := bin
 
-.PHONY: all build test lint demo bench bench-teams bench-slurm bench-slurm-teams faults package man completions clean minio gpu-check bench-bundle
+.PHONY: all build test lint demo bench bench-base bench-launch-ab bench-teams bench-slurm bench-slurm-teams faults package man completions clean minio gpu-check bench-bundle
 
 all: build
 
@@ -52,10 +52,30 @@ faults: build
 # docs/performance.md: the store's job cycle on both stores, the fleet
 # (latency, job cycles, 10,000 workers, GPU packing, launches on real
 # workerd), then a million finished jobs (reads, start-up, retention).
-bench:
+#
+# The launch measurement runs an older build (BASE, a git revision: the
+# previous release) beside this tree's daemons, alternating, in one table:
+# docs/performance.md records it for every release. make bench BASE=<rev>
+# compares with another revision.
+BASE     ?= 0a6186c
+BASE_DIR := dist/base-$(BASE)
+BASE_FLAGS = -base-orchestratord-bin $(BASE_DIR)/simpletuner-orchestratord \
+	-base-workerd-bin $(BASE_DIR)/simpletuner-workerd -base-name $(BASE)
+bench: bench-base
 	$(GO) test -run '^$$' -bench JobCycle -benchtime 3000x ./internal/store/sqlite/ ./internal/store/postgres/
-	$(GO) run ./test/bench
+	$(GO) run ./test/bench $(BASE_FLAGS)
 	$(GO) run ./test/bench -history=1000000
+
+# BASE's daemons, built by its own make build in a temporary git worktree,
+# into the git-ignored dist/base-<rev> (kept: built once per revision).
+bench-base:
+	./test/bench/build-base.sh $(BASE) $(BASE_DIR)
+
+# The launch A/B alone (a few minutes): this tree's daemons and BASE's, two
+# runs each per isolation mode in the order this, BASE, BASE, this.
+bench-launch-ab: build bench-base
+	$(GO) run ./test/bench -launch-only -orchestratord-bin $(BIN)/simpletuner-orchestratord \
+		-workerd-bin $(BIN)/simpletuner-workerd $(BASE_FLAGS)
 
 # The daemons on a real NVIDIA GPU with a small PyTorch trainer (test/gpu):
 # the documented submit reaches the GPUs, cancel and kill -9 free them,

@@ -12,6 +12,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
@@ -49,7 +51,41 @@ type GPUInfo struct {
 // ReadGPUInfo reads a worker's reported gpu_info; anything unreadable is no
 // GPU.
 func ReadGPUInfo(raw json.RawMessage) GPUInfo {
-	return GPUInfo{Raw: raw, GPUSummary: protocol.ParseGPUInfo(raw)}
+	return GPUInfo{Raw: raw, GPUSummary: gpuInfos.parse(raw)}
+}
+
+// gpuInfos remembers what gpu_info texts say. Every read of a worker row
+// parses its gpu_info (the token check of each worker request, the
+// scheduler's pool, the claim), a worker reports the same text until it
+// registers again, and parsing one with eight GPUs costs tens of
+// microseconds: on a job's way to its worker that adds up.
+var gpuInfos = gpuInfoMemo{m: map[string]protocol.GPUSummary{}}
+
+// gpuInfoMemoSize bounds the memo; past it, it starts over.
+const gpuInfoMemoSize = 4096
+
+type gpuInfoMemo struct {
+	mu sync.Mutex
+	m  map[string]protocol.GPUSummary
+}
+
+// parse is protocol.ParseGPUInfo, remembered. Each caller gets its own copy
+// of the devices: the remembered summary is never handed out to be changed.
+func (c *gpuInfoMemo) parse(raw json.RawMessage) protocol.GPUSummary {
+	c.mu.Lock()
+	g, ok := c.m[string(raw)]
+	c.mu.Unlock()
+	if !ok {
+		g = protocol.ParseGPUInfo(raw)
+		c.mu.Lock()
+		if len(c.m) >= gpuInfoMemoSize {
+			clear(c.m)
+		}
+		c.m[string(raw)] = g
+		c.mu.Unlock()
+	}
+	g.Devices = slices.Clone(g.Devices)
+	return g
 }
 
 // Worker is a registered (or admin-created) worker.

@@ -8,6 +8,8 @@
 #
 # Each pair runs old then new: zero-work jobs through 16 real workerd
 # processes (cgroup isolation), then job cycles with 50 simulated workers.
+# (On a machine with Go, make bench-launch-ab BASE=<rev> runs the launch
+# part of this in one run, alternating itself.)
 # Every table lands in OUTDIR; a one-line summary per run goes to stdout.
 set -uo pipefail
 bundle=$(cd "$1" && pwd)
@@ -16,7 +18,7 @@ out=$(mkdir -p "$3" && cd "$3" && pwd)
 pairs=${4:-2}
 cd "$bundle"
 summary() { # the figures of one run's table, on one line
-  grep -E '^\| (cgroup|job cycles|CPU used during the job cycles|submit → job_submit, 50)' "$1" |
+  grep -E '^\| (this tree \| cgroup|job cycles|CPU used during the job cycles|submit → job_submit, 50)' "$1" |
     sed -E 's/\| ?/ /g; s/  +/ /g' | tr '\n' ';'
   echo
 }

@@ -362,7 +362,7 @@ func startGPUWorkerd(bin, dir, url string, w *worker, gpus int, stampBin, sock s
 	for i := range gpus {
 		devices += fmt.Sprintf("[[gpu.devices]]\nname = \"Bench GPU\"\nmemory_gb = 80\nuuid = \"GPU-%s-%d\"\n", w.id, i)
 	}
-	return startWorkerd(bin, dir, url, w, stampBin, sock, jobUser(), devices, "")
+	return startWorkerd(bin, dir, url, w, stampBin, sock, jobUser(), devices)
 }
 
 // writeTrace writes the trace as JSON for another scheduler.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -36,24 +37,60 @@ type launchFlags struct {
 	workerdBin string // a prebuilt workerd (an older version, to compare); "" builds this tree's
 	workerdDir string // where the workerd processes keep their state and job directories; "" the bench's temporary directory
 	inProcess  bool   // the orchestrator runs inside the bench (for -cpuprofile)
-	// logLevel is workerd's log level; at info or debug workerd logs JSON
-	// and the bench times 'job received' → first instruction from it.
+	// logLevel is workerd's log level: info (the default; JSON, whose
+	// "job received" splits the latency) or debug (also each launch step).
 	logLevel string
+	// base is an older build measured beside this one (-base-orchestratord-bin,
+	// -base-workerd-bin); empty binaries: none.
+	base   launchBuild
+	rounds int // runs of each build per mode, alternating (ABBA)
 }
 
+// runs is how many runs each build gets per mode: -launch-rounds, else two
+// with a base build (A B B A) and one without.
+func (lf launchFlags) runs() int {
+	switch {
+	case lf.rounds > 0:
+		return lf.rounds
+	case lf.base.orchBin != "":
+		return 2
+	}
+	return 1
+}
+
+// launchBuild is one pair of daemons the launch benchmark runs.
+type launchBuild struct {
+	name       string
+	orchBin    string
+	workerdBin string
+}
+
+// launchResult is one build's runs in one isolation mode, pooled.
 type launchResult struct {
+	build         string
 	mode          string
-	latency       dist
-	received      dist            // workerd's 'job received' → first instruction (with -launch-log info or debug)
-	phases        map[string]dist // workerd's launch timing (with -launch-log debug)
-	jobsPerS      float64
-	elapsed       time.Duration
+	latency       dist // client submit → the job's first instruction
+	received      dist // client submit → workerd's "job received" (the orchestrator's half)
+	toFirst       dist // "job received" → the job's first instruction (workerd's half)
+	runs          []launchRun
+	phases        map[string]dist // workerd's launch timing per step (with -launch-log debug)
 	workerdCPUJob time.Duration // workerd processes' CPU time per job
 	orchCPUJob    time.Duration // the orchestrator's
 	jobCPUJob     time.Duration // the jobs' own, from fork to exit (reaped by workerd)
 	machineCPUJob time.Duration // the whole machine's busy time per job
 	stolen        float64       // the share of the cores' time a hypervisor took (steal)
-	load          string
+}
+
+// launchRun is what one run of one build measured.
+type launchRun struct {
+	latency, received, toFirst []time.Duration
+	jobsPerS                   float64
+	elapsed                    time.Duration
+	workerdCPU, orchCPU        time.Duration // during the throughput
+	jobCPU, machineCPU         time.Duration
+	steal                      float64 // share of the cores' time
+	load                       string
+	phases                     map[string][]time.Duration // workerd's launch steps (debug)
 }
 
 // launchModes resolves "auto": every mode this machine offers.
@@ -67,6 +104,10 @@ func launchModes(spec string) []string {
 	return []string{"process-group"}
 }
 
+// runLaunch measures this tree's daemons and, when a base build is named,
+// the base's beside them: per mode, rounds runs of each, in the order A B
+// B A A B ..., so that a machine that slows down or speeds up during the
+// benchmark weighs on both alike.
 func runLaunch(lf launchFlags, orchBin, tmp string) ([]launchResult, error) {
 	// Jobs may run as other uids: they pass through tmp to their directories.
 	if err := os.Chmod(tmp, 0o711); err != nil {
@@ -76,27 +117,87 @@ func runLaunch(lf launchFlags, orchBin, tmp string) ([]launchResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	workerdBin := lf.workerdBin
-	if workerdBin == "" {
-		if workerdBin, err = workerdPart(tmp); err != nil {
+	this := launchBuild{name: "this tree", orchBin: orchBin, workerdBin: lf.workerdBin}
+	if this.workerdBin == "" {
+		if this.workerdBin, err = workerdPart(tmp); err != nil {
 			return nil, err
 		}
 	}
+	builds := []launchBuild{this}
+	if lf.base.orchBin != "" || lf.base.workerdBin != "" {
+		if lf.base.orchBin == "" || lf.base.workerdBin == "" {
+			return nil, fmt.Errorf("-base-orchestratord-bin and -base-workerd-bin go together: the base build is both daemons")
+		}
+		builds = append(builds, lf.base)
+	}
+	rounds := lf.runs()
 	var out []launchResult
 	for _, mode := range launchModes(lf.modes) {
-		r, err := launchMode(lf, mode, orchBin, workerdBin, stampBin, tmp)
-		if err != nil {
-			return nil, fmt.Errorf("launch %s: %w", mode, err)
+		runs := make([][]launchRun, len(builds))
+		for round := range rounds {
+			for k := range builds {
+				i := k
+				if round%2 == 1 {
+					i = len(builds) - 1 - k // the second round runs them the other way round
+				}
+				b := builds[i]
+				log.Printf("launch %s: %s, run %d of %d", mode, b.name, round+1, rounds)
+				r, err := launchMode(lf, mode, b, stampBin, tmp)
+				if err != nil {
+					return nil, fmt.Errorf("launch %s, %s: %w", mode, b.name, err)
+				}
+				runs[i] = append(runs[i], r)
+			}
 		}
-		out = append(out, r)
+		for i, b := range builds {
+			out = append(out, pool(b.name, mode, lf.jobs, runs[i]))
+		}
 	}
 	return out, nil
 }
 
-// launchMode runs both measurements for one isolation mode; mode "default"
-// writes no isolation keys (a workerd that predates them).
-func launchMode(lf launchFlags, mode, orchBin, workerdBin, stampBin, tmp string) (r launchResult, err error) {
-	r.mode = mode
+// pool merges one build's runs: the latency samples of every run, the CPU
+// over every run's jobs.
+func pool(build, mode string, jobs int, runs []launchRun) launchResult {
+	r := launchResult{build: build, mode: mode, runs: runs}
+	var lat, rec, first []time.Duration
+	var elapsed time.Duration
+	steps := map[string][]time.Duration{}
+	for _, run := range runs {
+		for k, d := range run.phases {
+			steps[k] = append(steps[k], d...)
+		}
+		lat, rec, first = append(lat, run.latency...), append(rec, run.received...), append(first, run.toFirst...)
+		r.workerdCPUJob += run.workerdCPU
+		r.orchCPUJob += run.orchCPU
+		r.jobCPUJob += run.jobCPU
+		r.machineCPUJob += run.machineCPU
+		r.stolen += run.steal * run.elapsed.Seconds()
+		elapsed += run.elapsed
+	}
+	r.latency, r.received, r.toFirst = summarize(lat), summarize(rec), summarize(first)
+	if len(steps) > 0 {
+		r.phases = map[string]dist{}
+		for k, d := range steps {
+			r.phases[k] = summarize(d)
+		}
+	}
+	if n := time.Duration(jobs * len(runs)); n > 0 {
+		r.workerdCPUJob /= n
+		r.orchCPUJob /= n
+		r.jobCPUJob /= n
+		r.machineCPUJob /= n
+	}
+	if elapsed > 0 {
+		r.stolen /= elapsed.Seconds()
+	}
+	return r
+}
+
+// launchMode runs both measurements for one isolation mode with one build's
+// daemons; mode "default" writes no isolation keys (a workerd that predates
+// them).
+func launchMode(lf launchFlags, mode string, b launchBuild, stampBin, tmp string) (r launchRun, err error) {
 	r.load = loadAvg()
 	dir, err := os.MkdirTemp(tmp, "launch-"+mode+"-")
 	if err != nil {
@@ -105,7 +206,7 @@ func launchMode(lf launchFlags, mode, orchBin, workerdBin, stampBin, tmp string)
 	if err := os.Chmod(dir, 0o711); err != nil {
 		return r, err
 	}
-	o, err := startOrch(orchBin, dir, "", lf.inProcess)
+	o, err := startOrch(b.orchBin, dir, "", lf.inProcess)
 	if err != nil {
 		return r, err
 	}
@@ -133,17 +234,22 @@ func launchMode(lf launchFlags, mode, orchBin, workerdBin, stampBin, tmp string)
 		}
 	}
 	var pids []int
+	var logs []string
 	for i, w := range ws {
 		isolation := "" // "default": a workerd that predates the isolation keys
 		if mode != "default" {
 			isolation = fmt.Sprintf("isolation = %q\n", mode) + jobUser()
 		}
-		p, err := startWorkerd(workerdBin, filepath.Join(workerdDir, fmt.Sprintf("w%02d", i)), o.url, w, stampBin, sock, isolation, "backend = \"none\"\n", lf.logLevel)
+		wdir := filepath.Join(workerdDir, fmt.Sprintf("w%02d", i))
+		// At info or debug, in JSON: each "job received" line, to the nanosecond,
+		// splits the latency into the orchestrator's half and workerd's.
+		p, err := startWorkerdLogging(b.workerdBin, wdir, o.url, w, stampBin, sock, isolation, "backend = \"none\"\n", lf.workerdLogLevel(), "json")
 		if err != nil {
 			return r, err
 		}
 		defer func() { _ = p.Process.Kill(); _ = p.Wait() }()
 		pids = append(pids, p.Process.Pid)
+		logs = append(logs, filepath.Join(wdir, "workerd.log"))
 	}
 	if err := c.waitIdle(ctx, lf.workers); err != nil {
 		return r, err
@@ -151,8 +257,8 @@ func launchMode(lf launchFlags, mode, orchBin, workerdBin, stampBin, tmp string)
 	log.Printf("launch %s: %d workerd processes idle", mode, lf.workers)
 
 	// One job at a time, every worker idle.
-	var lat []time.Duration
-	firsts := map[string]time.Time{}
+	submitted := map[string]time.Time{}
+	started := map[string]time.Time{}
 	for range lf.samples {
 		start := time.Now()
 		id, err := c.submit(ctx)
@@ -163,21 +269,31 @@ func launchMode(lf launchFlags, mode, orchBin, workerdBin, stampBin, tmp string)
 		if err != nil {
 			return r, err
 		}
-		lat = append(lat, at.Sub(start))
-		firsts[id] = at
-		if err := c.waitCompleted(ctx, len(lat)); err != nil {
+		submitted[id], started[id] = start, at
+		r.latency = append(r.latency, at.Sub(start))
+		if err := c.waitCompleted(ctx, len(r.latency)); err != nil {
 			return r, err
 		}
 	}
-	r.latency = summarize(lat)
-	log.Printf("launch %s: submit → first instruction p50/p90/p99/max %s", mode, r.latency)
-	if lf.logLevel == "info" || lf.logLevel == "debug" {
-		r.received, r.phases = receivedToFirst(workerdDir, len(ws), firsts)
-		log.Printf("launch %s: workerd's job received → first instruction p50/p90/p99/max %s", mode, r.received)
+	received, err := jobsReceived(logs)
+	if err != nil {
+		return r, err
 	}
+	if lf.workerdLogLevel() == "debug" {
+		if r.phases, err = launchSteps(logs, submitted); err != nil {
+			return r, err
+		}
+	}
+	for id, start := range submitted {
+		if at, ok := received[id]; ok {
+			r.received = append(r.received, at.Sub(start))
+			r.toFirst = append(r.toFirst, started[id].Sub(at))
+		}
+	}
+	log.Printf("launch %s: %s: submit → first instruction p50/p90/p99/max %s; submit → job received %s", mode, b.name, summarize(slices.Clone(r.latency)), summarize(slices.Clone(r.received)))
 
 	// Throughput: jobs submitted by concurrent clients, all through.
-	before := len(lat)
+	before := len(r.latency)
 	w0, o0, j0, m0 := cpuOf(pids), cpuOf([]int{o.pid()}), childCPUOf(pids), machineCPU()
 	_, steal0 := machineSeconds()
 	start := time.Now()
@@ -214,27 +330,61 @@ func launchMode(lf launchFlags, mode, orchBin, workerdBin, stampBin, tmp string)
 	}
 	r.elapsed = time.Since(start)
 	r.jobsPerS = float64(lf.jobs) / r.elapsed.Seconds()
-	r.workerdCPUJob = (cpuOf(pids) - w0) / time.Duration(lf.jobs)
-	r.orchCPUJob = (cpuOf([]int{o.pid()}) - o0) / time.Duration(lf.jobs)
-	r.jobCPUJob = (childCPUOf(pids) - j0) / time.Duration(lf.jobs)
-	r.machineCPUJob = (machineCPU() - m0) / time.Duration(lf.jobs)
+	r.workerdCPU = cpuOf(pids) - w0
+	r.orchCPU = cpuOf([]int{o.pid()}) - o0
+	r.jobCPU = childCPUOf(pids) - j0
+	r.machineCPU = machineCPU() - m0
 	_, steal := machineSeconds()
-	r.stolen = (steal - steal0) / (r.elapsed.Seconds() * float64(runtime.NumCPU()))
-	log.Printf("launch %s: %d jobs in %s: %.0f jobs/s; CPU per job: workerd %s, orchestrator %s, job %s, machine %s; stolen %.0f%%",
-		mode, lf.jobs, r.elapsed.Round(time.Millisecond), r.jobsPerS, perJobCPU(r.workerdCPUJob), perJobCPU(r.orchCPUJob), perJobCPU(r.jobCPUJob), perJobCPU(r.machineCPUJob), 100*r.stolen)
+	r.steal = (steal - steal0) / (r.elapsed.Seconds() * float64(runtime.NumCPU()))
+	perJob := func(d time.Duration) time.Duration { return perJobCPU(d / time.Duration(lf.jobs)) }
+	log.Printf("launch %s: %s: %d jobs in %s: %.0f jobs/s; CPU per job: workerd %s, orchestrator %s, job %s, machine %s; stolen %.0f%%",
+		mode, b.name, lf.jobs, r.elapsed.Round(time.Millisecond), r.jobsPerS, perJob(r.workerdCPU), perJob(r.orchCPU), perJob(r.jobCPU), perJob(r.machineCPU), 100*r.steal)
 	return r, nil
+}
+
+// jobsReceived reads workerd's JSON logs for each job's "job received"
+// line: when workerd took the job off its event stream.
+func jobsReceived(paths []string) (map[string]time.Time, error) {
+	out := map[string]time.Time{}
+	for _, path := range paths {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Bytes()
+			if !bytes.Contains(line, []byte(`"job received"`)) {
+				continue
+			}
+			var rec struct {
+				Time  time.Time `json:"time"`
+				Msg   string    `json:"msg"`
+				JobID string    `json:"job_id"`
+			}
+			if json.Unmarshal(line, &rec) == nil && rec.Msg == "job received" && rec.JobID != "" {
+				out[rec.JobID] = rec.Time
+			}
+		}
+		err = sc.Err()
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	return out, nil
 }
 
 // startWorkerd configures and starts one workerd for worker w, whose job is
 // stampBin reporting on sock. jobKeys are more [job] keys; gpuKeys the [gpu]
 // table's.
-// logLevel "" is warn, in text; any other level logs JSON, whose times
-// have the nanoseconds receivedToFirst needs.
-func startWorkerd(bin, dir, url string, w *worker, stampBin, sock, jobKeys, gpuKeys, logLevel string) (*exec.Cmd, error) {
-	logKeys := "level = \"warn\"\nformat = \"text\"\n"
-	if logLevel != "" && logLevel != "warn" {
-		logKeys = fmt.Sprintf("level = %q\nformat = \"json\"\n", logLevel)
-	}
+func startWorkerd(bin, dir, url string, w *worker, stampBin, sock, jobKeys, gpuKeys string) (*exec.Cmd, error) {
+	return startWorkerdLogging(bin, dir, url, w, stampBin, sock, jobKeys, gpuKeys, "warn", "text")
+}
+
+// startWorkerdLogging is startWorkerd with workerd's log level and format.
+func startWorkerdLogging(bin, dir, url string, w *worker, stampBin, sock, jobKeys, gpuKeys, level, format string) (*exec.Cmd, error) {
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return nil, err
 	}
@@ -253,7 +403,9 @@ command = [%q]
 env = { BENCH_STAMP_SOCKET = %q }
 %s[gpu]
 %s[log]
-%s`, url, filepath.Join(dir, "token"), w.id, filepath.Join(dir, "state"), stampBin, sock, jobKeys, gpuKeys, logKeys)
+level = %q
+format = %q
+`, url, filepath.Join(dir, "token"), w.id, filepath.Join(dir, "state"), stampBin, sock, jobKeys, gpuKeys, level, format)
 	path := filepath.Join(dir, "workerd.toml")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		return nil, err
@@ -453,68 +605,69 @@ func machineCPU() time.Duration {
 func perJobCPU(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
 
 func printLaunch(lf launchFlags, rs []launchResult) {
-	fmt.Printf("\nlaunch: %d simpletuner-workerd processes, SQLite orchestrator, %d latency samples, %d jobs by %d submitters\n\n",
-		lf.workers, lf.samples, lf.jobs, lf.submitters)
-	fmt.Println("| isolation | submit → first instruction p50 / p90 / p99 / max | zero-work jobs/s | CPU per job: workerd | orchestrator | the job | whole machine | stolen by the hypervisor | load before |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	runs := lf.runs()
+	fmt.Printf("\nlaunch: %d simpletuner-workerd processes, SQLite orchestrator; per build and isolation mode %d run(s) of %d latency samples and %d jobs by %d submitters",
+		lf.workers, runs, lf.samples, lf.jobs, lf.submitters)
+	if lf.base.orchBin != "" {
+		fmt.Printf(", alternating with %s (ABBA)", lf.base.name)
+	}
+	fmt.Print("\n\n| build | isolation | submit → first instruction p50 / p90 / p99 / max | submit → job received p50 / p90 / p99 | job received → first instruction p50 / p90 / p99 | zero-work jobs/s, each run | CPU per job: workerd | orchestrator | the job | whole machine | stolen by the hypervisor | load before each run |\n")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	perJob := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	for _, r := range rs {
-		fmt.Printf("| %s | %s | %.0f/s (%s) | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %.0f %% | %s |\n", r.mode, r.latency, r.jobsPerS, r.elapsed.Round(time.Millisecond),
-			perJob(r.workerdCPUJob), perJob(r.orchCPUJob), perJob(r.jobCPUJob), perJob(r.machineCPUJob), 100*r.stolen, r.load)
+		var rates, loads []string
+		for _, run := range r.runs {
+			rates = append(rates, fmt.Sprintf("%.0f", run.jobsPerS))
+			loads = append(loads, run.load)
+		}
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %.0f %% | %s |\n", r.build, r.mode, r.latency,
+			r.received.short(), r.toFirst.short(), strings.Join(rates, ", "),
+			perJob(r.workerdCPUJob), perJob(r.orchCPUJob), perJob(r.jobCPUJob), perJob(r.machineCPUJob), 100*r.stolen, strings.Join(loads, ", "))
 	}
 	for _, r := range rs {
-		if r.received.n == 0 {
+		if len(r.phases) == 0 {
 			continue
 		}
-		fmt.Printf("\n%s: workerd's 'job received' → first instruction p50 / p90 / p99 / max: %s\n", r.mode, r.received)
-		steps := slices.Sorted(maps.Keys(r.phases))
-		for _, k := range steps {
+		fmt.Printf("\n%s, %s: workerd's launch steps p50 / p90 / p99 / max:\n", r.build, r.mode)
+		for _, k := range slices.Sorted(maps.Keys(r.phases)) {
 			fmt.Printf("  %s: %s\n", k, r.phases[k])
 		}
 	}
-	fmt.Println("\ngoals: p50 ≤ 10 ms, ≥ 400 jobs/s, ≤ 5 ms of workerd CPU per job")
+	fmt.Println("\ngoals: submit → first instruction p50 ≤ 8 ms and p99 ≤ 20 ms, no slower than the base build; zero-work jobs/s at least the base's; ≤ 5 ms of workerd CPU per job")
 }
 
-// receivedToFirst reads the workerd logs under dir (w00 … w<n-1>) for each
-// sampled job's 'job received' and times it to the job's first
-// instruction; it also gathers the steps of debug-level 'launch timing'
-// lines (each field ending in _us), per step.
-func receivedToFirst(dir string, n int, firsts map[string]time.Time) (dist, map[string]dist) {
-	var lat []time.Duration
+// launchSteps reads the debug-level "launch timing" lines of the sampled
+// jobs from workerd's JSON logs: each field ending in _us is one step.
+func launchSteps(paths []string, sampled map[string]time.Time) (map[string][]time.Duration, error) {
 	steps := map[string][]time.Duration{}
-	for i := range n {
-		data, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("w%02d", i), "workerd.log"))
+	for _, path := range paths {
+		data, err := os.ReadFile(path)
 		if err != nil {
-			continue
+			return nil, err
 		}
 		for _, line := range strings.Split(string(data), "\n") {
 			var rec map[string]any
-			if json.Unmarshal([]byte(line), &rec) != nil {
+			if json.Unmarshal([]byte(line), &rec) != nil || rec["msg"] != "launch timing" {
 				continue
 			}
-			id, _ := rec["job_id"].(string)
-			first, sampled := firsts[id]
-			if !sampled {
+			if _, ok := sampled[fmt.Sprint(rec["job_id"])]; !ok {
 				continue
 			}
-			switch rec["msg"] {
-			case "job received":
-				at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(rec["time"]))
-				if err == nil {
-					lat = append(lat, first.Sub(at))
-				}
-			case "launch timing":
-				for k, v := range rec {
-					if us, ok := v.(float64); ok && strings.HasSuffix(k, "_us") {
-						steps[k] = append(steps[k], time.Duration(us*float64(time.Microsecond)))
-					}
+			for k, v := range rec {
+				if us, ok := v.(float64); ok && strings.HasSuffix(k, "_us") {
+					steps[k] = append(steps[k], time.Duration(us*float64(time.Microsecond)))
 				}
 			}
 		}
 	}
-	phases := map[string]dist{}
-	for k, d := range steps {
-		phases[k] = summarize(d)
+	return steps, nil
+}
+
+// workerdLogLevel is the level the launch benchmark's workerds log at: at
+// least info, whose "job received" lines the latency split needs.
+func (lf launchFlags) workerdLogLevel() string {
+	if lf.logLevel == "debug" {
+		return "debug"
 	}
-	return summarize(lat), phases
+	return "info"
 }

@@ -104,4 +104,12 @@ func (d dist) String() string {
 	return fmt.Sprintf("%s / %s / %s / %s (n=%d)", ms(d.p50), ms(d.p90), ms(d.p99), ms(d.max), d.n)
 }
 
+// short is p50 / p90 / p99 alone.
+func (d dist) short() string {
+	if d.n == 0 {
+		return "no samples"
+	}
+	return fmt.Sprintf("%s / %s / %s", ms(d.p50), ms(d.p90), ms(d.p99))
+}
+
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }

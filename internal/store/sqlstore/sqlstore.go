@@ -26,6 +26,8 @@ type Store struct {
 	group *groupCommit
 	// outbox turns changes into webhook events, written with them.
 	outbox outboxHook
+	// subs knows, with one writer, whether any subscription exists.
+	subs subscribed
 }
 
 var _ store.Store = (*Store)(nil)

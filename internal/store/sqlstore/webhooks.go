@@ -69,9 +69,9 @@ func (s *Store) emit(ctx context.Context, c conn, events []store.OutboxEvent) (b
 // emitJob and emitWorker call the installed Outbox, if any, and write what
 // it returns.
 func (s *Store) emitJob(ctx context.Context, c conn, before, after store.Job, t *store.JobTransition) (bool, error) {
-	o := s.outbox.get()
-	if o == nil {
-		return false, nil
+	o, err := s.outboxFor(ctx, c)
+	if o == nil || err != nil {
+		return false, err
 	}
 	if t == nil {
 		return s.emit(ctx, c, o.JobInserted(after))
@@ -80,23 +80,36 @@ func (s *Store) emitJob(ctx context.Context, c conn, before, after store.Job, t 
 }
 
 func (s *Store) emitWorker(ctx context.Context, c conn, before, after store.Worker, rec *audit.Record) (bool, error) {
-	o := s.outbox.get()
-	if o == nil {
-		return false, nil
+	o, err := s.outboxFor(ctx, c)
+	if o == nil || err != nil {
+		return false, err
 	}
 	return s.emit(ctx, c, o.WorkerChanged(before, after, rec))
 }
 
 func (s *Store) emitCheckpoint(ctx context.Context, c conn, cp store.Checkpoint) (bool, error) {
-	o := s.outbox.get()
-	if o == nil {
-		return false, nil
+	o, err := s.outboxFor(ctx, c)
+	if o == nil || err != nil {
+		return false, err
 	}
 	j, err := s.getJob(ctx, c, cp.JobID, false)
 	if err != nil {
 		return false, err
 	}
 	return s.emit(ctx, c, o.CheckpointKept(j, cp))
+}
+
+// outboxFor returns the installed Outbox, or nil when there is none or
+// no subscription exists that could want an event (see subscribed).
+func (s *Store) outboxFor(ctx context.Context, c conn) (store.Outbox, error) {
+	o := s.outbox.get()
+	if o == nil {
+		return nil, nil
+	}
+	if none, err := s.noSubscriptions(ctx, c); none || err != nil {
+		return nil, err
+	}
+	return o, nil
 }
 
 // committed tells the Outbox that a transaction which wrote events
@@ -246,6 +259,7 @@ func (s *Store) CreateWebhook(ctx context.Context, w store.Webhook, rec *audit.R
 }
 
 func (s *Store) insertWebhook(ctx context.Context, c conn, w store.Webhook) error {
+	s.subs.forget()
 	if _, err := c.exec(ctx, `INSERT INTO webhooks (`+webhookInsertCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		w.ID, w.Name, w.URL, w.Team, w.Format, w.Secret, w.Source, s.tv(w.CreatedAt), w.CreatedBy); err != nil {
 		return err
@@ -354,6 +368,7 @@ func (s *Store) DeleteWebhook(ctx context.Context, id string, rec *audit.Record)
 }
 
 func (s *Store) deleteWebhook(ctx context.Context, c conn, id string) error {
+	s.subs.forget()
 	if err := affected(c.exec(ctx, `DELETE FROM webhooks WHERE id = ?`, id)); err != nil {
 		return noRows(err, "webhook", id)
 	}
