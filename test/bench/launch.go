@@ -74,11 +74,11 @@ type launchResult struct {
 	toFirst       dist // "job received" → the job's first instruction (workerd's half)
 	runs          []launchRun
 	phases        map[string]dist // workerd's launch timing per step (with -launch-log debug)
-	workerdCPUJob time.Duration // workerd processes' CPU time per job
-	orchCPUJob    time.Duration // the orchestrator's
-	jobCPUJob     time.Duration // the jobs' own, from fork to exit (reaped by workerd)
-	machineCPUJob time.Duration // the whole machine's busy time per job
-	stolen        float64       // the share of the cores' time a hypervisor took (steal)
+	workerdCPUJob time.Duration   // workerd processes' CPU time per job
+	orchCPUJob    time.Duration   // the orchestrator's
+	jobCPUJob     time.Duration   // the jobs' own, from fork to exit (reaped by workerd)
+	machineCPUJob time.Duration   // the whole machine's busy time per job
+	stolen        float64         // the share of the cores' time a hypervisor took (steal)
 }
 
 // launchRun is what one run of one build measured.
