@@ -120,7 +120,9 @@ func (a *API) Submit(ctx context.Context, req api.Submit) (api.Submitted, error)
 	rec := audit.New(c.Actor(), c.IP, "job.submit", "job", j.ID, audit.Success,
 		map[string]any{"config_name": j.ConfigName, "target": j.Target, "priority": j.Priority, "worker_labels": j.WorkerLabels,
 			"gpus": protocol.GPUAllocation(j.GPUCount, j.WholeWorker), "team": j.Team})
-	j, err = a.store.InsertTeamJob(ctx, j, team.MaxQueued, &rec)
+	// The insert returns a zero job when it refuses: the message names the
+	// team of the job as submitted.
+	inserted, err := a.store.InsertTeamJob(ctx, j, team.MaxQueued, &rec)
 	if errors.Is(err, store.ErrQueueFull) {
 		return api.Submitted{}, web.Errorf(http.StatusTooManyRequests, protocol.CodeRateLimited,
 			"team %q already has %d jobs queued, its max_queued; submit again when some have started", j.Team, team.MaxQueued)
@@ -128,6 +130,7 @@ func (a *API) Submit(ctx context.Context, req api.Submit) (api.Submitted, error)
 	if err != nil {
 		return api.Submitted{}, err
 	}
+	j = inserted
 	a.log.Info("job submitted", "job_id", j.ID, "config_name", j.ConfigName, "target", j.Target,
 		"gpus", protocol.GPUAllocation(j.GPUCount, j.WholeWorker), "team", j.Team, "by", c.Actor())
 	a.engine.WakeSchedulers()
