@@ -7,8 +7,9 @@ import (
 )
 
 // DefaultTeam is the team of a token given none, and so of every job
-// before teams were configured. It exists whether [[teams]] names it or not
-// (with a share of 1 when not).
+// before teams were configured. It exists whether [[teams]] names it or not:
+// not named, it has the whole fleet when it is the only team and no share
+// of its own next to configured teams (its jobs run on GPUs no team wants).
 const DefaultTeam = "default"
 
 // TeamConfig is one [[teams]] entry: a team's share of the fleet's GPUs and
@@ -39,12 +40,18 @@ func CheckTeamName(name string) error {
 	return nil
 }
 
-// TeamsOrDefault is the configured teams, with DefaultTeam (share 1, no
-// limits) added when [[teams]] does not name it.
+// TeamsOrDefault is the configured teams, with DefaultTeam (no limits)
+// added when [[teams]] does not name it: with a share of 1 when it is the
+// only team, of 0 next to configured teams, so that it does not take a part
+// of the fleet nobody gave it (two teams of share 1 get half each).
 func (c *Orchestrator) TeamsOrDefault() []TeamConfig {
 	out := slices.Clone(c.Teams)
 	if !slices.ContainsFunc(out, func(t TeamConfig) bool { return t.Name == DefaultTeam }) {
-		out = append(out, TeamConfig{Name: DefaultTeam, Share: 1})
+		share := 1.0
+		if len(out) > 0 {
+			share = 0
+		}
+		out = append(out, TeamConfig{Name: DefaultTeam, Share: share})
 	}
 	return out
 }

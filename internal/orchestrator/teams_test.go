@@ -243,3 +243,38 @@ func TestTeamQueueIndexOnlyWithTeams(t *testing.T) {
 		t.Fatal("several teams and no team queue index")
 	}
 }
+
+// Next to configured teams, the default team (not named in [[teams]]) has
+// no share: its jobs run on GPUs no team wants, and a team's waiting job
+// takes them back.
+func TestTheDefaultTeamRunsOnIdleGPUsOnly(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t), func(o *Options) {
+		cfg := config.DefaultOrchestrator()
+		cfg.Teams = []config.TeamConfig{{Name: "flood", Share: 1}, {Name: "late", Share: 1}}
+		cfg.Jobs.MinRuntime.Duration = 0
+		o.Teams = fairshare.PolicyFrom(cfg)
+	})
+	a := e.startAgent("a", nil, oneGPU)
+	b := e.startAgent("b", nil, oneGPU)
+	// The admin token is in the default team: with nobody else waiting its
+	// jobs take both workers.
+	defaults := e.runOnEach(e.admin, a, b)
+	late := e.must(e.submitAs(e.teamToken("late"), nil), 201).JSON["job_id"].(string)
+	ev := b.next("job_cancel", 5*time.Second)
+	if ev["job_id"] != defaults[1] {
+		t.Fatalf("job_cancel for %v, want the default team's most recent job %s", ev["job_id"], defaults[1])
+	}
+	e.must(b.report(defaults[1], "cancelled", nil), 200)
+	if ev := b.next("job_submit", 5*time.Second); ev["job_id"] != late {
+		t.Fatalf("the freed worker got %v, want the late team's %s", ev["job_id"], late)
+	}
+	u := e.must(e.adminDo("GET", "/api/admin/usage", nil), 200).JSON
+	for _, x := range u["teams"].([]any) {
+		tm := x.(map[string]any)
+		want := map[string]float64{"default": 0, "flood": 0.5, "late": 0.5}[tm["team"].(string)]
+		if tm["share_fraction"] != want {
+			t.Fatalf("team %v: share_fraction %v, want %v (%v)", tm["team"], tm["share_fraction"], want, u)
+		}
+	}
+}

@@ -105,25 +105,45 @@ func (s *Standing) Waiting(teams []string) {
 // refresh recomputes the fractions and factors.
 func (s *Standing) refresh() {
 	var usage, working float64
+	withWork := 0
 	s.shares = 0
 	for _, t := range s.teams {
 		s.shares += t.Share
 		usage += t.DecayedGPUSeconds
 		if t.hasWork() {
 			working += t.Share
+			withWork++
 		}
 	}
 	for _, t := range s.teams {
-		t.ShareFraction, t.WorkFraction = t.Share/s.shares, 0
-		if t.hasWork() {
+		t.ShareFraction, t.WorkFraction = fraction(t.Share, s.shares), 0
+		switch {
+		case !t.hasWork():
+		case working > 0:
 			t.WorkFraction = t.Share / working
+		default:
+			// Only teams without a share (the unnamed default team) have
+			// work: nobody else wants the fleet, so it is theirs.
+			t.WorkFraction = 1 / float64(withWork)
 		}
 		t.UsageFraction, t.Factor = 0, 1
 		if usage > 0 {
 			t.UsageFraction = t.DecayedGPUSeconds / usage
 			t.Factor = math.Exp2(-t.UsageFraction / t.ShareFraction)
 		}
+		if t.ShareFraction == 0 {
+			// No share: its jobs go after every team's of their priority.
+			t.Factor = 0
+		}
 	}
+}
+
+// fraction is part over whole, 0 for a whole of 0.
+func fraction(part, whole float64) float64 {
+	if whole == 0 {
+		return 0
+	}
+	return part / whole
 }
 
 // Team returns a team's standing (a copy).
