@@ -12,7 +12,7 @@
 //     its share, less for one that used more.
 //   - Order: priority first, then the factor, then submission order.
 //   - Preemption: a waiting job of a team under its share, whose factor is
-//     at least twice the other's, or a job of a higher priority, may stop
+//     at least twice the other's or whose priority is higher, may stop
 //     jobs of a team over
 //     its share (or beyond its GPU limit, borrowing), the fewest and most
 //     recently started, each run at least min_runtime, and never so many

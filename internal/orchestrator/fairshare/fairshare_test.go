@@ -290,3 +290,32 @@ func TestTheUnnamedDefaultTeamHasNoShare(t *testing.T) {
 	named := NewStanding(PolicyFrom(cfg), nil, nil, 16, now)
 	near(t, named.Team("default").ShareFraction, 0.5, "the default team of share 2 next to two of share 1")
 }
+
+// A job of a higher priority preempts only for a team under its share: a
+// team that already holds more than its share does not take another
+// team's GPUs by raising its priority.
+func TestPriorityPreemptsOnlyForATeamUnderItsShare(t *testing.T) {
+	p := policy(func(c *config.Orchestrator) {
+		c.Teams = append(c.Teams, config.TeamConfig{Name: "third", Share: 1})
+	})
+	// Six GPUs, three teams with work: two GPUs each. flood holds 3 and
+	// late holds 3; third waits.
+	active := []store.ActiveAttempt{
+		running("f1", "flood", "w1", 1, time.Hour), running("f2", "flood", "w1", 1, time.Hour), running("f3", "flood", "w1", 1, time.Hour),
+		running("l1", "late", "w2", 1, time.Hour), running("l2", "late", "w2", 1, time.Hour), running("l3", "late", "w2", 1, time.Hour),
+	}
+	hosts := []Host{{WorkerID: "w2", GPUs: 3, SharesGPUs: true, Running: active[3:]}}
+	st := NewStanding(p, nil, active, 6, now)
+	st.Waiting([]string{"flood", "third"})
+	urgent := store.QueuedJob{ID: "j_urgent", Team: "flood", GPUCount: 1, Priority: 50}
+	if why := st.Why(urgent, active[3]); why != "" {
+		t.Fatalf("flood, over its share, may preempt late's job: %q", why)
+	}
+	if c, ok := st.Victims(urgent, hosts); ok {
+		t.Fatalf("flood, over its share, preempted %v", victimIDs(c))
+	}
+	// The third team, under its share, may: by priority as by share.
+	if why := st.Why(store.QueuedJob{Team: "third", GPUCount: 1, Priority: 50}, active[3]); why != "priority 50 over 0" {
+		t.Fatalf("third's urgent job: %q", why)
+	}
+}

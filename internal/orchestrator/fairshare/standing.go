@@ -219,9 +219,11 @@ func (s *Standing) keeps(t *TeamState) float64 {
 const clearlyAhead = 2
 
 // Why says why waiting job j may preempt jobs of team victim, or "" when it
-// may not: j's team is under its share with a factor at least clearlyAhead
-// times the victim's (or j has a higher priority than the victim's job),
-// and the victim's team holds more than it keeps.
+// may not: j's team is under its share, with a factor at least clearlyAhead
+// times the victim's or with j of a higher priority than the victim's job,
+// and the victim's team holds more than it keeps. A priority is never a way
+// past the shares: a team at or over its share preempts nobody, whatever
+// priority it was granted (see max_priority).
 func (s *Standing) Why(j store.QueuedJob, victim store.ActiveAttempt) string {
 	if j.Team == victim.Team || victim.Priority > j.Priority {
 		return ""
@@ -230,11 +232,13 @@ func (s *Standing) Why(j store.QueuedJob, victim store.ActiveAttempt) string {
 	if float64(v.holding()) <= s.keeps(v) {
 		return ""
 	}
+	if float64(w.holding()) >= w.Entitled(s.FleetGPUs) || (w.MaxGPUs > 0 && w.RunningGPUs >= w.MaxGPUs) {
+		return ""
+	}
 	switch {
 	case victim.Priority < j.Priority:
 		return "priority " + strconv.Itoa(j.Priority) + " over " + strconv.Itoa(victim.Priority)
-	case float64(w.holding()) < w.Entitled(s.FleetGPUs) && w.Factor >= clearlyAhead*v.Factor &&
-		(w.MaxGPUs == 0 || w.RunningGPUs < w.MaxGPUs):
+	case w.Factor >= clearlyAhead*v.Factor:
 		return "team " + j.Team + " under its share"
 	}
 	return ""
