@@ -356,7 +356,7 @@ type AdminToken struct {
 	// admin who created it granted; nil leaves it its team's max_priority.
 	MaxPriority *int
 	CreatedAt   time.Time
-	RevokedAt *time.Time
+	RevokedAt   *time.Time
 }
 
 // ActiveAttempt is a job's attempt out on a worker, as fair share and
