@@ -12,6 +12,14 @@ import (
 // of its own next to configured teams (its jobs run on GPUs no team wants).
 const DefaultTeam = "default"
 
+// Job priorities run from LowestPriority to HighestPriority; a submit that
+// gives none gets DefaultPriority.
+const (
+	LowestPriority  = 0
+	DefaultPriority = 10
+	HighestPriority = 50
+)
+
 // TeamConfig is one [[teams]] entry: a team's share of the fleet's GPUs and
 // its limits.
 type TeamConfig struct {
@@ -26,6 +34,19 @@ type TeamConfig struct {
 	// Borrow lets its jobs run beyond MaxGPUs on GPUs no other team's job
 	// waits for; they are preempted first when one does.
 	Borrow bool `toml:"borrow"`
+	// MaxPriority is the highest priority its tokens may give a job; nil
+	// is DefaultPriority (see PriorityLimit).
+	MaxPriority *int `toml:"max_priority"`
+}
+
+// PriorityLimit is the highest priority the team's tokens may submit with:
+// max_priority, or DefaultPriority where it is not set, so that raising a
+// job above the others is something an admin grants, not self-service.
+func (t TeamConfig) PriorityLimit() int {
+	if t.MaxPriority == nil {
+		return DefaultPriority
+	}
+	return *t.MaxPriority
 }
 
 // teamName is what a team may be called: it appears in URLs, metrics
@@ -85,6 +106,9 @@ func (l *loader) validateTeams(c *Orchestrator) {
 		}
 		if t.MaxQueued < 0 {
 			at("max_queued: must be 0 (no limit) or more, got %d", t.MaxQueued)
+		}
+		if p := t.PriorityLimit(); p < LowestPriority || p > HighestPriority {
+			at("max_priority: must be from %d to %d (a job's priorities), got %d", LowestPriority, HighestPriority, p)
 		}
 	}
 }

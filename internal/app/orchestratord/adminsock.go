@@ -79,7 +79,11 @@ func (t tokenArgs) viaAPI(ctx context.Context, c *http.Client, socket string, st
 			ID, Name, Token string
 			Scopes          []string
 		}
-		if err := adminCall(ctx, c, http.MethodPost, "/api/admin/tokens", map[string]any{"name": t.name, "scopes": t.scopes}, &r); err != nil {
+		body := map[string]any{"name": t.name, "scopes": t.scopes}
+		if t.maxPriority != nil {
+			body["max_priority"] = *t.maxPriority
+		}
+		if err := adminCall(ctx, c, http.MethodPost, "/api/admin/tokens", body, &r); err != nil {
 			return fmt.Errorf("token create: %w", err)
 		}
 		fmt.Fprintln(stdout, r.Token)
