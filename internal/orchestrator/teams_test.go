@@ -355,3 +355,39 @@ func TestPriorityAboveTheGrantIsRefused(t *testing.T) {
 		t.Fatalf("grants in the token list: %v", grants)
 	}
 }
+
+// A team over its share gets no GPUs back by priority: with three teams of
+// equal share on six GPUs (two each), flood holding three and late three,
+// flood's job of priority 50 (within its grant) waits rather than stop one
+// of late's.
+func TestPriorityDoesNotPreemptForATeamOverItsShare(t *testing.T) {
+	t.Parallel()
+	fifty := 50
+	e := setup(t, backends["sqlite"](t), withTeams(func(c *config.Orchestrator) {
+		c.Teams[0].MaxPriority = &fifty
+		c.Teams = append(c.Teams, config.TeamConfig{Name: "third", Share: 1})
+	}))
+	flood := e.submitterToken("flood", nil)
+	var floods, lates []*agent
+	for _, n := range []string{"f1", "f2", "f3"} {
+		floods = append(floods, e.startAgent(n, nil, oneGPU))
+	}
+	e.runOnEach(flood, floods...)
+	for _, n := range []string{"l1", "l2", "l3"} {
+		lates = append(lates, e.startAgent(n, nil, oneGPU))
+	}
+	e.runOnEach(e.submitterToken("late", nil), lates...)
+	// The third team waits too (for a worker that does not exist): each
+	// team's part is two GPUs.
+	e.must(e.submitAs(e.submitterToken("third", nil), map[string]any{"worker_labels": map[string]string{"pool": "nowhere"}}), 201)
+	urgent := e.must(e.submitAs(flood, map[string]any{"priority": 50}), 201).JSON["job_id"].(string)
+	for _, l := range lates {
+		l.noEvent("job_cancel", 700*time.Millisecond)
+	}
+	if m := e.metrics(); m["simpletuner_preemptions_total"] != 0 {
+		t.Fatalf("%v preemptions", m["simpletuner_preemptions_total"])
+	}
+	if j := e.job(urgent); j["status"] != "queued" {
+		t.Fatalf("flood's urgent job is %v", j["status"])
+	}
+}
