@@ -39,6 +39,12 @@ type TeamConfig struct {
 	MaxPriority *int `toml:"max_priority"`
 }
 
+// String shows the entry as a reload logs it, max_priority by its value.
+func (t TeamConfig) String() string {
+	return fmt.Sprintf("{name=%s share=%v max_gpus=%d max_queued=%d borrow=%v max_priority=%d}",
+		t.Name, t.Share, t.MaxGPUs, t.MaxQueued, t.Borrow, t.PriorityLimit())
+}
+
 // PriorityLimit is the highest priority the team's tokens may submit with:
 // max_priority, or DefaultPriority where it is not set, so that raising a
 // job above the others is something an admin grants, not self-service.

@@ -27,3 +27,16 @@ func TestTeamMaxPriority(t *testing.T) {
 		}
 	}
 }
+
+// A reload names a changed max_priority by its value, not by a pointer.
+func TestTeamChangesShowMaxPriority(t *testing.T) {
+	t.Parallel()
+	a, b := DefaultOrchestrator(), DefaultOrchestrator()
+	thirty := 30
+	a.Teams = []TeamConfig{{Name: "nlp", Share: 1}}
+	b.Teams = []TeamConfig{{Name: "nlp", Share: 1, MaxPriority: &thirty}}
+	c := Changes(a, b)
+	if len(c) != 1 || c[0].Key != "teams" || !strings.Contains(c[0].Old, "max_priority=10") || !strings.Contains(c[0].New, "max_priority=30") {
+		t.Fatalf("changes: %+v", c)
+	}
+}
