@@ -326,9 +326,12 @@ type Token struct {
 	Scopes []string `json:"scopes"`
 	// Team is the team the token's jobs belong to ("default" when none
 	// was given).
-	Team      string  `json:"team"`
-	CreatedAt string  `json:"created_at"`
-	RevokedAt *string `json:"revoked_at"`
+	Team string `json:"team"`
+	// MaxPriority is the highest priority the token was granted for its
+	// jobs; null: its team's max_priority.
+	MaxPriority *int    `json:"max_priority"`
+	CreatedAt   string  `json:"created_at"`
+	RevokedAt   *string `json:"revoked_at"`
 }
 
 // TokenList is GET /api/admin/tokens.
@@ -342,6 +345,9 @@ type CreateToken struct {
 	Scopes []string `json:"scopes"`
 	// Team must be a team of [[teams]] (or "default"); empty is "default".
 	Team string `json:"team,omitempty"`
+	// MaxPriority grants the token's jobs priorities up to it (0 to 50), in
+	// place of its team's max_priority; not for a token with scope "*".
+	MaxPriority *int `json:"max_priority,omitempty"`
 }
 
 // TokenCreated answers CreateToken: the token is shown only here.
@@ -350,7 +356,9 @@ type TokenCreated struct {
 	Name   string   `json:"name"`
 	Scopes []string `json:"scopes"`
 	Team   string   `json:"team"`
-	Token  string   `json:"token"`
+	// MaxPriority is the grant given, null when the team's applies.
+	MaxPriority *int   `json:"max_priority"`
+	Token       string `json:"token"`
 }
 
 // Revoked answers DELETE /api/admin/tokens/{id}.
@@ -415,6 +423,9 @@ type Whoami struct {
 	Scopes []string `json:"scopes"`
 	Actor  string   `json:"actor"`
 	Team   string   `json:"team"`
+	// MaxPriority is the highest priority the caller may give a job: its
+	// token's grant, else its team's max_priority; 50 with scope "*".
+	MaxPriority int `json:"max_priority"`
 }
 
 // UsageQuery asks GET /api/admin/usage for the GPU-hours of the days

@@ -61,6 +61,9 @@ type Principal struct {
 	// Team is the team of the jobs the caller submits: its token's, or ""
 	// (the default team) for a token without one and the admin socket.
 	Team string
+	// MaxPriority is the highest priority the caller's token was granted
+	// for its jobs; nil leaves the caller its team's max_priority.
+	MaxPriority *int
 }
 
 // TeamOrDefault is the caller's team, "default" when it has none.

@@ -292,6 +292,12 @@ func setValue(f reflect.Value, val any) error {
 			return fmt.Errorf("want an integer, got %s", tomlType(val))
 		}
 		f.SetInt(n)
+	case f.Kind() == reflect.Pointer && f.Type().Elem().Kind() == reflect.Int: // *int: nil when not set
+		p := reflect.New(f.Type().Elem())
+		if err := setValue(p.Elem(), val); err != nil {
+			return err
+		}
+		f.Set(p)
 	case f.Kind() == reflect.Float64:
 		switch n := val.(type) {
 		case float64:

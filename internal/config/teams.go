@@ -7,9 +7,18 @@ import (
 )
 
 // DefaultTeam is the team of a token given none, and so of every job
-// before teams were configured. It exists whether [[teams]] names it or not
-// (with a share of 1 when not).
+// before teams were configured. It exists whether [[teams]] names it or not:
+// not named, it has the whole fleet when it is the only team and no share
+// of its own next to configured teams (its jobs run on GPUs no team wants).
 const DefaultTeam = "default"
+
+// Job priorities run from LowestPriority to HighestPriority; a submit that
+// gives none gets DefaultPriority.
+const (
+	LowestPriority  = 0
+	DefaultPriority = 10
+	HighestPriority = 50
+)
 
 // TeamConfig is one [[teams]] entry: a team's share of the fleet's GPUs and
 // its limits.
@@ -25,6 +34,25 @@ type TeamConfig struct {
 	// Borrow lets its jobs run beyond MaxGPUs on GPUs no other team's job
 	// waits for; they are preempted first when one does.
 	Borrow bool `toml:"borrow"`
+	// MaxPriority is the highest priority its tokens may give a job; nil
+	// is DefaultPriority (see PriorityLimit).
+	MaxPriority *int `toml:"max_priority"`
+}
+
+// String shows the entry as a reload logs it, max_priority by its value.
+func (t TeamConfig) String() string {
+	return fmt.Sprintf("{name=%s share=%v max_gpus=%d max_queued=%d borrow=%v max_priority=%d}",
+		t.Name, t.Share, t.MaxGPUs, t.MaxQueued, t.Borrow, t.PriorityLimit())
+}
+
+// PriorityLimit is the highest priority the team's tokens may submit with:
+// max_priority, or DefaultPriority where it is not set, so that raising a
+// job above the others is something an admin grants, not self-service.
+func (t TeamConfig) PriorityLimit() int {
+	if t.MaxPriority == nil {
+		return DefaultPriority
+	}
+	return *t.MaxPriority
 }
 
 // teamName is what a team may be called: it appears in URLs, metrics
@@ -39,12 +67,18 @@ func CheckTeamName(name string) error {
 	return nil
 }
 
-// TeamsOrDefault is the configured teams, with DefaultTeam (share 1, no
-// limits) added when [[teams]] does not name it.
+// TeamsOrDefault is the configured teams, with DefaultTeam (no limits)
+// added when [[teams]] does not name it: with a share of 1 when it is the
+// only team, of 0 next to configured teams, so that it does not take a part
+// of the fleet nobody gave it (two teams of share 1 get half each).
 func (c *Orchestrator) TeamsOrDefault() []TeamConfig {
 	out := slices.Clone(c.Teams)
 	if !slices.ContainsFunc(out, func(t TeamConfig) bool { return t.Name == DefaultTeam }) {
-		out = append(out, TeamConfig{Name: DefaultTeam, Share: 1})
+		share := 1.0
+		if len(out) > 0 {
+			share = 0
+		}
+		out = append(out, TeamConfig{Name: DefaultTeam, Share: share})
 	}
 	return out
 }
@@ -78,6 +112,9 @@ func (l *loader) validateTeams(c *Orchestrator) {
 		}
 		if t.MaxQueued < 0 {
 			at("max_queued: must be 0 (no limit) or more, got %d", t.MaxQueued)
+		}
+		if p := t.PriorityLimit(); p < LowestPriority || p > HighestPriority {
+			at("max_priority: must be from %d to %d (a job's priorities), got %d", LowestPriority, HighestPriority, p)
 		}
 	}
 }

@@ -60,17 +60,21 @@ func (a *app) tokensListCommand() *cobra.Command {
 
 func (a *app) tokensCreateCommand() *cobra.Command {
 	var (
-		name, team string
-		scopes     []string
+		name, team  string
+		scopes      []string
+		maxPriority int
 	)
 	cmd := &cobra.Command{
-		Use:   "create --name NAME --scope SCOPE... [--team TEAM]",
+		Use:   "create --name NAME --scope SCOPE... [--team TEAM] [--max-priority N]",
 		Short: "Create an admin token and print it (once)",
 		Long: `Create an admin token. The token alone goes to standard output, once, so that
 it can be captured: TOKEN=$(simpletunerctl tokens create --name ci --scope queue.submit).
 Scopes: admin.workers, admin.audit, admin.webhooks, queue.submit, queue.view,
 queue.cancel, queue.manage, * (everything). --team puts the token's jobs in a
-team of [[teams]] (its share and limits); without it, the default team.`,
+team of [[teams]] (its share and limits); without it, the default team.
+--max-priority lets the token submit jobs of priorities up to N (0 to 50) in
+place of its team's max_priority (the default priority, 10, unless [[teams]]
+says otherwise); a token with scope * may give any priority.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(name) == "" {
@@ -91,9 +95,12 @@ team of [[teams]] (its share and limits); without it, the default team.`,
 			if err != nil {
 				return err
 			}
+			body := api.CreateToken{Name: name, Scopes: list, Team: strings.TrimSpace(team)}
+			if cmd.Flags().Changed("max-priority") {
+				body.MaxPriority = &maxPriority
+			}
 			var reply api.TokenCreated
-			raw, err := cl.JSON(cmd.Context(), client.Request{Method: http.MethodPost, Path: "/api/admin/tokens",
-				Body: api.CreateToken{Name: name, Scopes: list, Team: strings.TrimSpace(team)}}, &reply)
+			raw, err := cl.JSON(cmd.Context(), client.Request{Method: http.MethodPost, Path: "/api/admin/tokens", Body: body}, &reply)
 			if err != nil {
 				return err
 			}
@@ -101,14 +108,19 @@ team of [[teams]] (its share and limits); without it, the default team.`,
 				return output.WriteJSON(a.out(), raw)
 			}
 			fmt.Fprintln(a.out(), reply.Token)
-			a.note("created admin token %s (%s) with scopes %s in team %s; it is shown only once", reply.ID, reply.Name,
-				strings.Join(reply.Scopes, ","), first(reply.Team, "default"))
+			granted := ""
+			if reply.MaxPriority != nil {
+				granted = fmt.Sprintf(", priorities up to %d", *reply.MaxPriority)
+			}
+			a.note("created admin token %s (%s) with scopes %s in team %s%s; it is shown only once", reply.ID, reply.Name,
+				strings.Join(reply.Scopes, ","), first(reply.Team, "default"), granted)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "", "a name that says who or what uses the token")
 	cmd.Flags().StringArrayVar(&scopes, "scope", nil, "scope granted (repeatable or comma-separated)")
 	cmd.Flags().StringVar(&team, "team", "", "the team of [[teams]] the token's jobs belong to (default: the default team)")
+	cmd.Flags().IntVar(&maxPriority, "max-priority", 0, "the highest priority the token's jobs may have, 0 to 50 (default: its team's max_priority)")
 	_ = cmd.RegisterFlagCompletionFunc("team", a.completeTeams)
 	_ = cmd.RegisterFlagCompletionFunc("scope", cobra.FixedCompletions([]string{"admin.workers", "admin.audit", "admin.webhooks", "queue.submit",
 		"queue.view", "queue.cancel", "queue.manage", "*"}, cobra.ShellCompDirectiveNoFileComp))

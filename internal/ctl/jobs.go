@@ -123,7 +123,7 @@ completed, 1 when it failed or was cancelled.`,
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "JSON file holding the training config (\"-\" for standard input)")
 	f.StringVar(&target, "target", "", "which workers may run it: worker, local or auto (default auto)")
-	f.IntVar(&priority, "priority", 10, "0 to 50; higher runs first")
+	f.IntVar(&priority, "priority", 10, "0 to 50; higher runs first; above 10 only as far as an admin granted (whoami shows the limit)")
 	f.StringArrayVar(&labels, "label", nil, "worker label requirement key=glob (repeatable)")
 	f.IntVar(&gpus, "gpus", 0, "GPUs the job gets (0: CPU only; default: the config's --num_processes, else the whole worker)")
 	f.Float64Var(&minVRAM, "min-vram", 0, "GB of GPU memory the worker must have")

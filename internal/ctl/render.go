@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -372,10 +373,22 @@ func (r renderer) job(w io.Writer, j Job) error {
 	return nil
 }
 
+// tokenMaxPriority is the priority a token was granted: "any" with scope
+// "*", "team" where its team's max_priority applies.
+func tokenMaxPriority(tk Token) string {
+	switch {
+	case slices.Contains(tk.Scopes, "*"):
+		return "any"
+	case tk.MaxPriority == nil:
+		return "team"
+	}
+	return strconv.Itoa(*tk.MaxPriority)
+}
+
 func (r renderer) tokens(w io.Writer, ts []Token) error {
 	var t *output.Table
 	if r.wide {
-		t = output.NewTable("ID", "NAME", "TEAM", "SCOPES", "CREATED", r.style.Header("STATE"), "REVOKED")
+		t = output.NewTable("ID", "NAME", "TEAM", "SCOPES", "MAX PRIORITY", "CREATED", r.style.Header("STATE"), "REVOKED")
 	} else {
 		t = output.NewTable("ID", "NAME", "TEAM", "SCOPES", "AGE", r.style.Header("STATE"))
 	}
@@ -386,7 +399,7 @@ func (r renderer) tokens(w io.Writer, ts []Token) error {
 		}
 		scopes := strings.Join(tk.Scopes, ",")
 		if r.wide {
-			t.Row(tk.ID, tk.Name, first(tk.Team, "default"), scopes, tk.CreatedAt, r.style.State(state), deref(tk.RevokedAt))
+			t.Row(tk.ID, tk.Name, first(tk.Team, "default"), scopes, tokenMaxPriority(tk), tk.CreatedAt, r.style.State(state), deref(tk.RevokedAt))
 			continue
 		}
 		t.Row(tk.ID, output.Truncate(tk.Name, nameWidth), output.Truncate(first(tk.Team, "default"), tokenTeamWidth),

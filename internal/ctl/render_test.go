@@ -98,7 +98,7 @@ func renderCases(t *testing.T) []renderCase {
 	var usage api.Usage
 	readFixture(t, "usage.json", &usage)
 	me := api.Whoami{Kind: "admin", ID: "tok_bbcdefghijkl", Name: "ci", Scopes: []string{"queue.submit", "queue.view"},
-		Actor: "admin:tok_bbcdefghijkl", Team: "nlp"}
+		Actor: "admin:tok_bbcdefghijkl", Team: "nlp", MaxPriority: 10}
 	return []renderCase{
 		{"workers", func(r renderer, w *bytes.Buffer) error { return r.workers(w, workers.Workers) }},
 		{"worker", func(r renderer, w *bytes.Buffer) error { return r.worker(w, workers.Workers[0]) }},

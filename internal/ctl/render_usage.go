@@ -94,6 +94,7 @@ func (r renderer) whoami(w io.Writer, me api.Whoami) error {
 	return writeKV(w, [][2]string{
 		{"Name", me.Name}, {"Kind", me.Kind}, {"ID", me.ID}, {"Actor", me.Actor},
 		{"Team", first(me.Team, "default")}, {"Scopes", strings.Join(me.Scopes, ", ")},
+		{"Max priority", strconv.Itoa(me.MaxPriority)},
 	})
 }
 

@@ -118,7 +118,8 @@ func (d *Dashboard) loadSession(r *http.Request, touch bool) (*session, error) {
 	}
 	t := ds.Token
 	return &session{id: c.Value, idHash: hash, csrf: csrfToken(c.Value),
-		principal: auth.Principal{Kind: auth.KindAdminToken, ID: t.ID, Name: t.Name, Scopes: t.Scopes, Team: t.Team}}, nil
+		principal: auth.Principal{Kind: auth.KindAdminToken, ID: t.ID, Name: t.Name, Scopes: t.Scopes, Team: t.Team,
+			MaxPriority: t.MaxPriority}}, nil
 }
 
 // safeNext keeps a post-sign-in destination inside the dashboard.

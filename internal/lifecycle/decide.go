@@ -167,6 +167,21 @@ func OnEviction(j Job, why string) (s Step, ok bool) {
 	return s, ok
 }
 
+// OnWorkerStop answers a worker's report that it stopped the attempt because
+// the worker itself was stopped on purpose (by an admin: a stop signal, the
+// end of the drain that followed one). Nothing the job did caused it, so as
+// for an eviction (or a preemption) a running job is requeued without
+// spending a retry. A job being cancelled or preempted ends as that asked.
+func OnWorkerStop(j Job, why string) (s Step, ok bool) {
+	if j.Status == protocol.JobCanceling {
+		return OnReport(j, protocol.ReportCancelled, why, false)
+	}
+	if why == "" {
+		why = "the worker was stopped"
+	}
+	return OnEviction(j, "its worker was stopped on purpose ("+why+")")
+}
+
 // ErrFinished is returned by OnCancel for a job that already ended.
 var ErrFinished = errors.New("the job has already ended")
 

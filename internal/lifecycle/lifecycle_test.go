@@ -108,6 +108,11 @@ func TestDecisionsStayInTheTable(t *testing.T) {
 			if ok && s.SpendRetry {
 				t.Errorf("a GPU fault from %s spends a retry", st)
 			}
+			s, ok = OnWorkerStop(j, "worker shutting down: the worker was stopped")
+			try("worker stop", s, ok)
+			if ok && s.SpendRetry {
+				t.Errorf("a worker stopped on purpose spends a retry of a %s job", st)
+			}
 			s, ok, err := OnCancel(j)
 			if st.Terminal() != (err != nil) || (err != nil && !errors.Is(err, ErrFinished)) {
 				t.Errorf("cancel of a %s job: err %v", st, err)
@@ -145,6 +150,38 @@ func TestLossRules(t *testing.T) {
 	if s, _ := OnEviction(Job{Status: protocol.JobRunning, RetriesUsed: 3, MaxRetries: 3}, "deleted"); s.To != protocol.JobQueued || s.SpendRetry {
 		t.Errorf("eviction of a running job with no retries left: %+v", s)
 	}
+}
+
+// A worker stopped on purpose (an admin's stop signal) requeues its running
+// job without spending a retry, even with none left, as a preemption does;
+// a cancel or a preemption under way ends as asked.
+func TestWorkerStopSpendsNoRetry(t *testing.T) {
+	const why = "worker shutting down: the worker was stopped"
+	s, ok := OnWorkerStop(Job{Status: protocol.JobRunning, Attempt: 2, RetriesUsed: 3, MaxRetries: 3}, why)
+	if !ok || s.To != protocol.JobQueued || s.SpendRetry || s.EndAttempt != protocol.OutcomeWorkerLost ||
+		*s.Error != "attempt 2 ended: its worker was stopped on purpose ("+why+"); requeued without spending a retry" {
+		t.Errorf("running job: %+v %v (%s)", s, ok, deref(s.Error))
+	}
+	if s, _ := OnWorkerStop(Job{Status: protocol.JobDispatched, Attempt: 1}, why); s.To != protocol.JobQueued || s.SpendRetry ||
+		s.EndAttempt != protocol.OutcomeWithdrawn {
+		t.Errorf("unacknowledged job: %+v", s)
+	}
+	if s, _ := OnWorkerStop(Job{Status: protocol.JobCanceling, Attempt: 1}, why); s.To != protocol.JobCancelled {
+		t.Errorf("job being cancelled: %+v", s)
+	}
+	if s, _ := OnWorkerStop(Job{Status: protocol.JobCanceling, Attempt: 1, PreemptedBy: "j_b"}, why); s.EndAttempt != protocol.OutcomePreempted {
+		t.Errorf("job being preempted: %+v", s)
+	}
+	if _, ok := OnWorkerStop(Job{Status: protocol.JobQueued}, why); ok {
+		t.Error("a queued job moved")
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
 }
 
 // A job lost before its start again and again (a job whose dispatch crashes

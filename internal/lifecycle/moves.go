@@ -49,7 +49,7 @@ func (c Cause) Who() string {
 	case Report:
 		return "the worker's status report"
 	case Loss:
-		return "the health loop, heartbeat and registration reconciliation, a disconnect, an admin deleting the worker"
+		return "the health loop, heartbeat and registration reconciliation, a disconnect, an admin deleting the worker, a worker reporting that it was stopped on purpose"
 	case Deadline:
 		return "the scheduler's deadline scan"
 	case Cancel:
@@ -98,7 +98,7 @@ var Moves = []Move{
 	{From: protocol.JobRunning, To: protocol.JobRunning, By: Report, Why: "progress"},
 	{From: protocol.JobRunning, To: protocol.JobCompleted, By: Report, Ends: protocol.OutcomeCompleted, Why: "training succeeded"},
 	{From: protocol.JobRunning, To: protocol.JobFailed, By: Report, Ends: protocol.OutcomeFailed, Why: "training failed"},
-	{From: protocol.JobRunning, To: protocol.JobQueued, By: Loss, Ends: protocol.OutcomeWorkerLost, MaySpendRetry: true, Why: "worker lost: requeued while retries remain"},
+	{From: protocol.JobRunning, To: protocol.JobQueued, By: Loss, Ends: protocol.OutcomeWorkerLost, MaySpendRetry: true, Why: "worker lost: requeued while retries remain (no retry spent when an admin deleted or stopped the worker)"},
 	{From: protocol.JobRunning, To: protocol.JobFailed, By: Loss, Ends: protocol.OutcomeWorkerLost, Why: "worker lost with no retry left"},
 	{From: protocol.JobRunning, To: protocol.JobFailed, By: Deadline, Ends: protocol.OutcomeTimeout, Why: "ran past timeout_seconds"},
 	{From: protocol.JobRunning, To: protocol.JobCanceling, By: Cancel, Why: "cancel sent to the worker"},

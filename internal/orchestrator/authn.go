@@ -196,7 +196,8 @@ func (s *Server) adminByToken(ctx context.Context, c presenter, token string) (a
 	if err != nil || t.RevokedAt != nil || !auth.Equal(t.Hash, hash) {
 		return auth.Principal{}, s.refused(c, token, protocol.CodeUnauthorized, "invalid admin token: "+why(token, auth.KindAdmin))
 	}
-	return auth.Principal{Kind: auth.KindAdminToken, ID: t.ID, Name: t.Name, Scopes: t.Scopes, Team: t.Team}, nil
+	return auth.Principal{Kind: auth.KindAdminToken, ID: t.ID, Name: t.Name, Scopes: t.Scopes, Team: t.Team,
+		MaxPriority: t.MaxPriority}, nil
 }
 
 // adminToken is the admin token a request presents, "" when none.

@@ -391,3 +391,36 @@ func TestRestartWithRunningJobResumes(t *testing.T) {
 		}
 	})
 }
+
+// A worker stopped on purpose reports its attempt cancelled with shutdown
+// set: the job goes back to the queue without spending a retry, even with
+// none left. The same report without shutdown (the worker gave the job up
+// for a reason of its own) is a loss: with no retries left the job fails.
+func TestWorkerStoppedOnPurposeSpendsNoRetry(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t))
+		a := e.startAgent("a", nil, nil)
+		stopped := e.submit(map[string]any{"max_retries": 0})
+		a.next("job_submit", 5*time.Second)
+		e.must(a.report(stopped, "running", nil), 200)
+		e.must(a.report(stopped, "cancelled", map[string]any{"error": "worker shutting down: the worker was stopped", "shutdown": true}), 200)
+		// Requeued, the job goes straight back to the idle worker.
+		a.next("job_submit", 5*time.Second)
+		j := e.job(stopped)
+		if j["attempt"] != float64(2) || j["retries_used"] != float64(0) {
+			t.Fatalf("after a stop on purpose: %v", j)
+		}
+		first := j["attempts"].([]any)[0].(map[string]any)
+		if msg, _ := first["error"].(string); first["outcome"] != "worker_lost" ||
+			!strings.Contains(msg, "its worker was stopped on purpose (worker shutting down: the worker was stopped); requeued without spending a retry") {
+			t.Fatalf("attempt 1: %v", first)
+		}
+		// The same report without shutdown spends a retry it does not have.
+		e.must(a.report(stopped, "running", nil), 200)
+		e.must(a.report(stopped, "cancelled", map[string]any{"error": "abandoned"}), 200)
+		if j := e.job(stopped); j["status"] != "failed" || !strings.Contains(j["error_message"].(string), "no retries remain") {
+			t.Fatalf("without shutdown: %v", j)
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -129,7 +130,7 @@ func TestTeamLimits(t *testing.T) {
 		e.must(e.submitAs(flood, map[string]any{"gpu_count": 1}), 201)
 	}
 	r = e.submitAs(flood, map[string]any{"gpu_count": 1})
-	if r.Status != http.StatusTooManyRequests || !strings.Contains(r.JSON["detail"].(string), "max_queued") {
+	if r.Status != http.StatusTooManyRequests || !strings.Contains(r.JSON["detail"].(string), `team "flood" already has 2 jobs queued, its max_queued`) {
 		t.Fatalf("over max_queued: %d %s", r.Status, r.Body)
 	}
 	// With one GPU held, the next flood job waits with its team's reason.
@@ -241,5 +242,152 @@ func TestTeamQueueIndexOnlyWithTeams(t *testing.T) {
 	b.next("job_submit", 5*time.Second)
 	if !strings.Contains(two.logs.String(), made) {
 		t.Fatal("several teams and no team queue index")
+	}
+}
+
+// Next to configured teams, the default team (not named in [[teams]]) has
+// no share: its jobs run on GPUs no team wants, and a team's waiting job
+// takes them back.
+func TestTheDefaultTeamRunsOnIdleGPUsOnly(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t), func(o *Options) {
+		cfg := config.DefaultOrchestrator()
+		cfg.Teams = []config.TeamConfig{{Name: "flood", Share: 1}, {Name: "late", Share: 1}}
+		cfg.Jobs.MinRuntime.Duration = 0
+		o.Teams = fairshare.PolicyFrom(cfg)
+	})
+	a := e.startAgent("a", nil, oneGPU)
+	b := e.startAgent("b", nil, oneGPU)
+	// The admin token is in the default team: with nobody else waiting its
+	// jobs take both workers.
+	defaults := e.runOnEach(e.admin, a, b)
+	late := e.must(e.submitAs(e.teamToken("late"), nil), 201).JSON["job_id"].(string)
+	ev := b.next("job_cancel", 5*time.Second)
+	if ev["job_id"] != defaults[1] {
+		t.Fatalf("job_cancel for %v, want the default team's most recent job %s", ev["job_id"], defaults[1])
+	}
+	e.must(b.report(defaults[1], "cancelled", nil), 200)
+	if ev := b.next("job_submit", 5*time.Second); ev["job_id"] != late {
+		t.Fatalf("the freed worker got %v, want the late team's %s", ev["job_id"], late)
+	}
+	u := e.must(e.adminDo("GET", "/api/admin/usage", nil), 200).JSON
+	for _, x := range u["teams"].([]any) {
+		tm := x.(map[string]any)
+		want := map[string]float64{"default": 0, "flood": 0.5, "late": 0.5}[tm["team"].(string)]
+		if tm["share_fraction"] != want {
+			t.Fatalf("team %v: share_fraction %v, want %v (%v)", tm["team"], tm["share_fraction"], want, u)
+		}
+	}
+}
+
+// submitterToken creates a token that may submit and view, in team, with
+// the fields of extra (max_priority).
+func (e *env) submitterToken(team string, extra map[string]any) string {
+	e.t.Helper()
+	body := map[string]any{"name": team + "-user", "scopes": []string{"queue.submit", "queue.view"}, "team": team}
+	for k, v := range extra {
+		body[k] = v
+	}
+	return e.must(e.adminDo("POST", "/api/admin/tokens", body), 201).JSON["token"].(string)
+}
+
+// A priority above what an admin granted is refused, naming the limit and
+// where it comes from, and nothing is queued: a team's max_priority (the
+// default priority unless [[teams]] sets it), a token's own grant, and no
+// limit for a token with every scope.
+func TestPriorityAboveTheGrantIsRefused(t *testing.T) {
+	t.Parallel()
+	thirty := 30
+	e := setup(t, backends["sqlite"](t), withTeams(func(c *config.Orchestrator) { c.Teams[1].MaxPriority = &thirty }))
+	flood := e.submitterToken("flood", nil)
+	refused := func(token string, priority int, want string) {
+		t.Helper()
+		r := e.submitAs(token, map[string]any{"priority": priority})
+		if r.Status != http.StatusUnprocessableEntity || !strings.Contains(r.JSON["detail"].(string), want) {
+			t.Fatalf("priority %d: %d %s; want 422 with %q", priority, r.Status, r.Body, want)
+		}
+	}
+	refused(flood, 11, `field "priority": 11 is above 10, the highest priority this token may give a job `+
+		`(the max_priority of team "flood" in [[teams]] of orchestratord.toml)`)
+	if n := e.must(e.adminDo("GET", "/api/queue/stats", nil), 200).JSON["queue_depth"]; n != float64(0) {
+		t.Fatalf("a refused submit queued something: queue depth %v", n)
+	}
+	// Within the limit, and without a priority: the default.
+	if id := e.must(e.submitAs(flood, map[string]any{"priority": 10}), 201).JSON["job_id"].(string); e.job(id)["priority"] != float64(10) {
+		t.Fatal("priority 10 not kept")
+	}
+	if id := e.must(e.submitAs(flood, nil), 201).JSON["job_id"].(string); e.job(id)["priority"] != float64(10) {
+		t.Fatal("the default priority")
+	}
+	// The late team has max_priority 30.
+	late := e.submitterToken("late", nil)
+	e.must(e.submitAs(late, map[string]any{"priority": 30}), 201)
+	refused(late, 31, `31 is above 30`)
+	// A token's own grant comes before its team's, both ways.
+	release := e.submitterToken("flood", map[string]any{"max_priority": 40})
+	e.must(e.submitAs(release, map[string]any{"priority": 40}), 201)
+	refused(release, 41, `41 is above 40, the highest priority this token may give a job (this token's max_priority`)
+	low := e.submitterToken("late", map[string]any{"max_priority": 5})
+	refused(low, 6, `6 is above 5`)
+	if id := e.must(e.submitAs(low, nil), 201).JSON["job_id"].(string); e.job(id)["priority"] != float64(5) {
+		t.Fatal("without a priority, a token granted less than the default gets its grant")
+	}
+	me := e.do("GET", "/api/auth/whoami", map[string]string{"Authorization": "Bearer " + release}, nil)
+	if me.JSON["max_priority"] != float64(40) {
+		t.Fatalf("whoami: %s", me.Body)
+	}
+	// A token with every scope may give any priority, and takes no grant.
+	e.must(e.submitAs(e.teamToken("flood"), map[string]any{"priority": 50}), 201)
+	r := e.adminDo("POST", "/api/admin/tokens", map[string]any{"name": "x", "scopes": []string{"*"}, "max_priority": 20})
+	if r.Status != http.StatusUnprocessableEntity || !strings.Contains(r.JSON["detail"].(string), `field "max_priority"`) {
+		t.Fatalf("a grant on a token with every scope: %d %s", r.Status, r.Body)
+	}
+	r = e.adminDo("POST", "/api/admin/tokens", map[string]any{"name": "x", "scopes": []string{"queue.submit"}, "max_priority": 51})
+	if r.Status != http.StatusUnprocessableEntity || !strings.Contains(r.JSON["detail"].(string), `field "max_priority" must be from 0 to 50`) {
+		t.Fatalf("a grant past the priorities: %d %s", r.Status, r.Body)
+	}
+	// The token list shows the grants.
+	var grants []any
+	for _, x := range e.must(e.adminDo("GET", "/api/admin/tokens", nil), 200).JSON["tokens"].([]any) {
+		grants = append(grants, x.(map[string]any)["max_priority"])
+	}
+	if fmt.Sprint(grants) != "[<nil> <nil> <nil> 40 5 <nil>]" {
+		t.Fatalf("grants in the token list: %v", grants)
+	}
+}
+
+// A team over its share gets no GPUs back by priority: with three teams of
+// equal share on six GPUs (two each), flood holding three and late three,
+// flood's job of priority 50 (within its grant) waits rather than stop one
+// of late's.
+func TestPriorityDoesNotPreemptForATeamOverItsShare(t *testing.T) {
+	t.Parallel()
+	fifty := 50
+	e := setup(t, backends["sqlite"](t), withTeams(func(c *config.Orchestrator) {
+		c.Teams[0].MaxPriority = &fifty
+		c.Teams = append(c.Teams, config.TeamConfig{Name: "third", Share: 1})
+	}))
+	flood := e.submitterToken("flood", nil)
+	var floods, lates []*agent
+	for _, n := range []string{"f1", "f2", "f3"} {
+		floods = append(floods, e.startAgent(n, nil, oneGPU))
+	}
+	e.runOnEach(flood, floods...)
+	for _, n := range []string{"l1", "l2", "l3"} {
+		lates = append(lates, e.startAgent(n, nil, oneGPU))
+	}
+	e.runOnEach(e.submitterToken("late", nil), lates...)
+	// The third team waits too (for a worker that does not exist): each
+	// team's part is two GPUs.
+	e.must(e.submitAs(e.submitterToken("third", nil), map[string]any{"worker_labels": map[string]string{"pool": "nowhere"}}), 201)
+	urgent := e.must(e.submitAs(flood, map[string]any{"priority": 50}), 201).JSON["job_id"].(string)
+	for _, l := range lates {
+		l.noEvent("job_cancel", 700*time.Millisecond)
+	}
+	if m := e.metrics(); m["simpletuner_preemptions_total"] != 0 {
+		t.Fatalf("%v preemptions", m["simpletuner_preemptions_total"])
+	}
+	if j := e.job(urgent); j["status"] != "queued" {
+		t.Fatalf("flood's urgent job is %v", j["status"])
 	}
 }

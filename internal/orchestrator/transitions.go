@@ -107,6 +107,9 @@ func (s *Server) applyReport(ctx context.Context, wk store.Worker, jobID string,
 		if rep.Fault != nil && rep.Status == protocol.ReportFailed {
 			st, ok = lifecycle.OnGPUFault(cur.Facts(), errMsg)
 		}
+		if rep.Shutdown && rep.Status == protocol.ReportCancelled {
+			st, ok = lifecycle.OnWorkerStop(cur.Facts(), errMsg)
+		}
 		if !ok {
 			return nil, nil
 		}

@@ -320,6 +320,12 @@ type StatusReport struct {
 	// Fault (ext) comes with a failed report of an attempt stopped because
 	// one of its GPUs failed.
 	Fault *GPUFault `json:"fault,omitempty"`
+	// Shutdown (ext) comes with a cancelled report of an attempt the worker
+	// stopped because it was itself stopped on purpose: a second stop
+	// signal, the end of worker.drain_timeout after the first, or the
+	// orchestrator's shutdown event. Nothing the job did caused it, so the
+	// orchestrator requeues the job without spending a retry.
+	Shutdown bool `json:"shutdown,omitempty"`
 	// GPUConditions (ext, terminal reports): the worker's GPU conditions as
 	// the attempt ends, so that a GPU it left dirty is held back before it is
 	// freed.

@@ -387,9 +387,12 @@ type AdminToken struct {
 	Scopes []string
 	Hash   string // hex SHA-256 of the token
 	// Team is the team of the jobs the token submits; "" is the default team.
-	Team      string
-	CreatedAt time.Time
-	RevokedAt *time.Time
+	Team string
+	// MaxPriority is the highest priority the token's jobs may have, as the
+	// admin who created it granted; nil leaves it its team's max_priority.
+	MaxPriority *int
+	CreatedAt   time.Time
+	RevokedAt   *time.Time
 }
 
 // ActiveAttempt is a job's attempt out on a worker, as fair share and

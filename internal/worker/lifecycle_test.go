@@ -46,7 +46,7 @@ func TestAuthRejectedWhileRunning(t *testing.T) {
 		t.Fatalf("Serve = %v; want ErrAuthRejected", err)
 	}
 	waitDead(t, pids, 5*time.Second)
-	if rec, ok := spooledReport(t, opt.StateDir, "j_auth00000001-1"); !ok || rec.Status != "cancelled" || !rec.AfterRegister {
+	if rec, ok := spooledReport(t, opt.StateDir, "j_auth00000001-1"); !ok || rec.Status != "cancelled" || !rec.AfterRegister || rec.Shutdown {
 		t.Errorf("spooled record %+v (spooled: %v)", rec, ok)
 	}
 }
@@ -194,7 +194,7 @@ func TestSelfFence(t *testing.T) {
 	f.srv.CloseClientConnections()
 	waitDead(t, pids, 5*time.Second)
 	rec := waitSpooled(t, opt.StateDir, "j_fence0000001-1", true, 5*time.Second)
-	if rec.Status != "cancelled" || !strings.Contains(rec.Error, "self-fenced") || !rec.AfterRegister {
+	if rec.Status != "cancelled" || !strings.Contains(rec.Error, "self-fenced") || !rec.AfterRegister || rec.Shutdown {
 		t.Fatalf("spooled %+v", rec)
 	}
 	f.mu.Lock()
@@ -318,8 +318,8 @@ func TestDrainFinishesJobThenExits(t *testing.T) {
 }
 
 // A drain that outlasts worker.drain_timeout stops the running job with its
-// grace (reported cancelled, which the orchestrator takes for a loss and
-// requeues), disconnects and exits: the service manager's stop timeout would
+// grace (reported cancelled with shutdown set: the orchestrator requeues it
+// without spending a retry), disconnects and exits: the service manager's stop timeout would
 // otherwise kill it with no grace at all.
 func TestDrainTimeoutStopsTheJob(t *testing.T) {
 	t.Parallel()
@@ -340,6 +340,11 @@ func TestDrainTimeoutStopsTheJob(t *testing.T) {
 	if !f.hasReportLocked("j_drainlong001", "cancelled") {
 		t.Errorf("the job stopped at the drain timeout was not reported: %+v", f.reportsLocked("j_drainlong001"))
 	}
+	for _, rep := range f.reportsLocked("j_drainlong001") {
+		if rep.Status == "cancelled" && !rep.Shutdown {
+			t.Errorf("the report of the job stopped at the drain timeout lacks shutdown: %+v", rep)
+		}
+	}
 	if f.disconnects != 1 {
 		t.Errorf("disconnects %d", f.disconnects)
 	}
@@ -359,7 +364,8 @@ func TestDrainWhenIdleExits(t *testing.T) {
 }
 
 // Stopping the worker (second SIGTERM, ctx cancelled) stops the job, reports it
-// cancelled and disconnects.
+// cancelled with shutdown set (an admin's stop: the orchestrator spends no
+// retry on it) and disconnects.
 func TestShutdownCancelsJob(t *testing.T) {
 	t.Parallel()
 	var opt Options
@@ -374,8 +380,8 @@ func TestShutdownCancelsJob(t *testing.T) {
 	}
 	waitDead(t, pids, 5*time.Second)
 	rep := f.report("j_stop00000001", "cancelled")
-	if !strings.Contains(rep.err(), "shutting down") {
-		t.Errorf("cancel report error %q", rep.err())
+	if !strings.Contains(rep.err(), "shutting down") || !rep.Shutdown {
+		t.Errorf("cancel report error %q, shutdown %v", rep.err(), rep.Shutdown)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -58,7 +58,7 @@ func (r *runner) sendStatus(ctx context.Context, timeout time.Duration, status, 
 func (o *outbox) send(ctx context.Context, timeout time.Duration, rec statusRecord) error {
 	n := rec.Attempt
 	rep := protocol.StatusReport{Status: rec.Status, Attempt: &n, Usage: rec.Usage, Fault: rec.Fault,
-		GPUConditions: o.gpus.conditions()}
+		Shutdown: rec.Shutdown, GPUConditions: o.gpus.conditions()}
 	if rec.Error != "" {
 		rep.Error = &rec.Error
 	}

@@ -348,6 +348,7 @@ func (r *runner) record() (rec statusRecord, ok bool) {
 		rec.Status = protocol.ReportCancelled
 		rec.Error = r.stopDetail
 		rec.AfterRegister = r.stop == stopFence
+		rec.Shutdown = r.stop == stopShutdown
 	case stopTimeout:
 		rec.Status = protocol.ReportFailed
 		rec.Error = r.stopDetail

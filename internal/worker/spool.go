@@ -34,6 +34,9 @@ type statusRecord struct {
 	Usage *protocol.Usage `json:"usage,omitempty"`
 	// Fault is the GPU fault the attempt was stopped for.
 	Fault *protocol.GPUFault `json:"fault,omitempty"`
+	// Shutdown: the worker stopped the attempt because it was itself
+	// stopped on purpose (see protocol.StatusReport).
+	Shutdown bool `json:"shutdown,omitempty"`
 }
 
 func (r statusRecord) key() string { return fmt.Sprintf("%s-%d", r.JobID, r.Attempt) }

@@ -80,6 +80,9 @@ func (t tokenArgs) viaAPI(ctx context.Context, c *http.Client, socket string, st
 			Scopes                []string
 		}
 		body := map[string]any{"name": t.name, "scopes": t.scopes, "team": t.team} // the orchestrator checks the team
+		if t.maxPriority != nil {
+			body["max_priority"] = *t.maxPriority
+		}
 		if err := adminCall(ctx, c, http.MethodPost, "/api/admin/tokens", body, &r); err != nil {
 			return fmt.Errorf("token create: %w", err)
 		}

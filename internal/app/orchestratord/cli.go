@@ -24,7 +24,7 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 const tokenUsage = `usage: simpletuner-orchestratord [--config FILE] token COMMAND
-  token create --name NAME --scope SCOPE [--scope SCOPE…] [--team TEAM]
+  token create --name NAME --scope SCOPE [--scope SCOPE…] [--team TEAM] [--max-priority N]
                                                            print a new admin token (shown once)
   token list                                               list admin tokens (never the tokens themselves)
   token revoke ID                                          revoke a token at once
@@ -35,7 +35,9 @@ else it writes to the database of the configuration given with --config. It
 never creates a database: pass the same --config the orchestrator runs with.
 Scopes: admin.workers, admin.audit, queue.submit, queue.view, queue.cancel,
 queue.manage, or * for all. --team puts the token's jobs in a team of
-[[teams]] (its share and limits); without it, the default team.`
+[[teams]] (its share and limits); without it, the default team.
+--max-priority N lets the token's jobs have priorities up to N (0 to 50)
+in place of its team's max_priority.`
 
 // wantsHelp reports whether token arguments ask for help.
 func wantsHelp(args []string) bool {
@@ -53,7 +55,9 @@ type tokenArgs struct {
 	name   string
 	scopes []string
 	team   string // "" or "default": the default team
-	id     string
+	// maxPriority is the priority granted with --max-priority; nil without.
+	maxPriority *int
+	id          string
 }
 
 // parseTokenArgs reads "create|list|revoke ..."; what it refuses is a
@@ -71,9 +75,15 @@ func parseTokenArgs(args []string) (tokenArgs, error) {
 		var scopes multiFlag
 		fs.Var(&scopes, "scope", "scope (repeatable)")
 		fs.StringVar(&t.team, "team", "", "the team of the token's jobs")
+		maxPriority := fs.Int("max-priority", 0, "the highest priority the token's jobs may have")
 		if err := fs.Parse(args[1:]); err != nil {
 			return usagef("token create: %v\n%s", err, tokenUsage)
 		}
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "max-priority" {
+				t.maxPriority = maxPriority
+			}
+		})
 		if fs.NArg() > 0 {
 			return usagef("token create: unexpected argument %q; the name goes in --name", fs.Arg(0))
 		}
@@ -93,6 +103,9 @@ func parseTokenArgs(args []string) (tokenArgs, error) {
 			if err := config.CheckTeamName(t.team); err != nil {
 				return usagef("token create: --team: %v", err)
 			}
+		}
+		if err := adminapi.CheckTokenMaxPriority(t.scopes, t.maxPriority); err != nil {
+			return usagef("token create: --max-priority: %v", err)
 		}
 	case "list":
 		if len(args) != 1 {
@@ -165,8 +178,12 @@ func (t tokenArgs) viaStore(ctx context.Context, st store.Store, desc string, st
 			return err
 		}
 		tok.Team = t.team
-		rec := audit.New(actor, "", "admin_token.create", "admin_token", tok.ID, audit.Success,
-			map[string]any{"name": tok.Name, "scopes": tok.Scopes, "team": teamOrDefault(tok.Team), "token": auth.Accessor(token)})
+		tok.MaxPriority = t.maxPriority
+		details := map[string]any{"name": tok.Name, "scopes": tok.Scopes, "team": teamOrDefault(tok.Team), "token": auth.Accessor(token)}
+		if t.maxPriority != nil {
+			details["max_priority"] = *t.maxPriority
+		}
+		rec := audit.New(actor, "", "admin_token.create", "admin_token", tok.ID, audit.Success, details)
 		if err := st.CreateAdminToken(ctx, tok, &rec); err != nil {
 			return err
 		}
@@ -180,7 +197,7 @@ func (t tokenArgs) viaStore(ctx context.Context, st store.Store, desc string, st
 		}
 		rows := make([]tokenRow, 0, len(ts))
 		for _, x := range ts {
-			r := tokenRow{ID: x.ID, Name: x.Name, Scopes: x.Scopes, Team: teamOrDefault(x.Team), CreatedAt: protocol.Time(x.CreatedAt)}
+			r := tokenRow{ID: x.ID, Name: x.Name, Scopes: x.Scopes, Team: teamOrDefault(x.Team), MaxPriority: x.MaxPriority, CreatedAt: protocol.Time(x.CreatedAt)}
 			if x.RevokedAt != nil {
 				r.RevokedAt = protocol.Time(*x.RevokedAt)
 			}
@@ -199,23 +216,28 @@ func (t tokenArgs) viaStore(ctx context.Context, st store.Store, desc string, st
 }
 
 type tokenRow struct {
-	ID        string   `json:"id"`
-	Name      string   `json:"name"`
-	Scopes    []string `json:"scopes"`
-	Team      string   `json:"team"`
-	CreatedAt string   `json:"created_at"`
-	RevokedAt string   `json:"revoked_at"`
+	ID          string   `json:"id"`
+	Name        string   `json:"name"`
+	Scopes      []string `json:"scopes"`
+	Team        string   `json:"team"`
+	MaxPriority *int     `json:"max_priority"`
+	CreatedAt   string   `json:"created_at"`
+	RevokedAt   string   `json:"revoked_at"`
 }
 
 func printTokens(out io.Writer, rows []tokenRow) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tTEAM\tCREATED\tREVOKED")
+	fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tTEAM\tMAX PRIORITY\tCREATED\tREVOKED")
 	for _, r := range rows {
 		revoked := r.RevokedAt
 		if revoked == "" {
 			revoked = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Name, strings.Join(r.Scopes, ","), teamOrDefault(r.Team), r.CreatedAt, revoked)
+		granted := "team" // the team's max_priority
+		if r.MaxPriority != nil {
+			granted = fmt.Sprint(*r.MaxPriority)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Name, strings.Join(r.Scopes, ","), teamOrDefault(r.Team), granted, r.CreatedAt, revoked)
 	}
 	return tw.Flush()
 }

@@ -92,6 +92,23 @@ func TestTokenCommandWritesTheExistingDatabase(t *testing.T) {
 	if code != ExitOK || !strings.Contains(out, "ops") || strings.Contains(out, "sta_") {
 		t.Fatalf("list: exit %d, %q", code, out)
 	}
+	// A token granted priorities up to 30 keeps the grant in the database.
+	code, _, errOut = runMain("--config", conf, "token", "create", "--name", "release", "--scope", "queue.submit", "--max-priority", "30")
+	if code != ExitOK {
+		t.Fatalf("create --max-priority: exit %d, %q", code, errOut)
+	}
+	st, _, err = OpenStore(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ts, err := st.ListAdminTokens(context.Background())
+	if err != nil || len(ts) != 2 || ts[1].Name != "release" || ts[1].MaxPriority == nil || *ts[1].MaxPriority != 30 || ts[0].MaxPriority != nil {
+		t.Fatalf("tokens: %+v %v", ts, err)
+	}
+	if code, out, _ = runMain("--config", conf, "token", "list"); !regexp.MustCompile(`release\s+queue.submit\s+30\s`).MatchString(out) {
+		t.Fatalf("list: exit %d, %q", code, out)
+	}
 }
 
 // --team puts the token in a team of [[teams]], as simpletunerctl tokens
@@ -201,6 +218,8 @@ func TestCommandLineUsage(t *testing.T) {
 		{[]string{"--config", conf, "token", "create", "--name", "ops"}, "--scope is required"},
 		{[]string{"--config", conf, "token", "create", "--name", "ops", "--scope", "root"}, `--scope: unknown scope "root"`},
 		{[]string{"--config", conf, "token", "create", "--name", "ops", "--scope", "*", "extra"}, `unexpected argument "extra"`},
+		{[]string{"--config", conf, "token", "create", "--name", "ops", "--scope", "queue.submit", "--max-priority", "51"}, `--max-priority: field "max_priority" must be from 0 to 50`},
+		{[]string{"--config", conf, "token", "create", "--name", "ops", "--scope", "*", "--max-priority", "20"}, `a token with scope "*" may give any priority`},
 		{[]string{"--config", conf, "token", "revoke"}, "the token's ID"},
 		{[]string{"--config", conf, "token", "list", "all"}, "token list takes no argument"},
 		{[]string{"--config", conf, "token", "create", "--name", "ops", "--scope", "*", "--team", "NLP!"}, `--team: "NLP!" is not a team name`},

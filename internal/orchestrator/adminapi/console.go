@@ -28,7 +28,9 @@ func (a *API) Whoami(ctx context.Context, _ struct{}) (api.Whoami, error) {
 	if scopes == nil {
 		scopes = []string{}
 	}
-	return api.Whoami{Kind: c.Kind, ID: c.ID, Name: c.Name, Scopes: scopes, Actor: c.Actor(), Team: c.TeamOrDefault()}, nil
+	limit, _ := priorityLimit(c, a.options().Teams.Team(c.TeamOrDefault()))
+	return api.Whoami{Kind: c.Kind, ID: c.ID, Name: c.Name, Scopes: scopes, Actor: c.Actor(), Team: c.TeamOrDefault(),
+		MaxPriority: limit}, nil
 }
 
 // maxConfigNames bounds the configs listing.

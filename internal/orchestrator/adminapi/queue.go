@@ -18,13 +18,14 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
 // Default priority of a job: upstream's "normal".
-const defaultPriority = 10
+const defaultPriority = config.DefaultPriority
 
 // submitRequest is POST /api/queue/submit's body, and the body as sent:
 // its unknown fields are named in the reply's warnings.
@@ -57,7 +58,7 @@ func (a *API) Submit(ctx context.Context, req api.Submit) (api.Submitted, error)
 	opt := a.options()
 	j := store.Job{
 		ID: protocol.NewJobID(), Target: req.Target, WorkerLabels: req.WorkerLabels, HFToken: req.HFToken,
-		Priority: defaultPriority, MaxRetries: opt.MaxRetries, Status: protocol.JobQueued, SubmittedBy: c.Actor(),
+		MaxRetries: opt.MaxRetries, Status: protocol.JobQueued, SubmittedBy: c.Actor(),
 	}
 	if j.Target == "" {
 		j.Target = protocol.TargetAuto
@@ -70,7 +71,7 @@ func (a *API) Submit(ctx context.Context, req api.Submit) (api.Submitted, error)
 	if err := protocol.CheckLabelPatterns(req.WorkerLabels); err != nil {
 		return api.Submitted{}, web.Invalid("field \"worker_labels\": %v", err)
 	}
-	if err := intField("priority", req.Priority, 0, 50, &j.Priority); err != nil {
+	if err := intField("priority", req.Priority, config.LowestPriority, config.HighestPriority, &j.Priority); err != nil {
 		return api.Submitted{}, err
 	}
 	if err := intField("max_retries", req.MaxRetries, 0, 100, &j.MaxRetries); err != nil {
@@ -114,13 +115,18 @@ func (a *API) Submit(ctx context.Context, req api.Submit) (api.Submitted, error)
 	if err != nil {
 		return api.Submitted{}, err
 	}
+	if err := jobPriority(c, team, req.Priority, &j); err != nil {
+		return api.Submitted{}, err
+	}
 	j.Team = team.Name
 	now := time.Now().UTC()
 	j.CreatedAt, j.UpdatedAt = now, now
 	rec := audit.New(c.Actor(), c.IP, "job.submit", "job", j.ID, audit.Success,
 		map[string]any{"config_name": j.ConfigName, "target": j.Target, "priority": j.Priority, "worker_labels": j.WorkerLabels,
 			"gpus": protocol.GPUAllocation(j.GPUCount, j.WholeWorker), "team": j.Team})
-	j, err = a.store.InsertTeamJob(ctx, j, team.MaxQueued, &rec)
+	// The insert returns a zero job when it refuses: the message names the
+	// team of the job as submitted.
+	inserted, err := a.store.InsertTeamJob(ctx, j, team.MaxQueued, &rec)
 	if errors.Is(err, store.ErrQueueFull) {
 		return api.Submitted{}, web.Errorf(http.StatusTooManyRequests, protocol.CodeRateLimited,
 			"team %q already has %d jobs queued, its max_queued; submit again when some have started", j.Team, team.MaxQueued)
@@ -128,6 +134,7 @@ func (a *API) Submit(ctx context.Context, req api.Submit) (api.Submitted, error)
 	if err != nil {
 		return api.Submitted{}, err
 	}
+	j = inserted
 	a.log.Info("job submitted", "job_id", j.ID, "config_name", j.ConfigName, "target", j.Target,
 		"gpus", protocol.GPUAllocation(j.GPUCount, j.WholeWorker), "team", j.Team, "by", c.Actor())
 	a.engine.WakeSchedulers()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/fairshare"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -60,6 +61,53 @@ func (a *API) submitTeam(c Caller, j store.Job) (fairshare.Team, error) {
 		return t, web.Invalid("field \"gpu_count\": the job asks for %d GPUs; team %q may hold at most %d at once (max_gpus)", j.GPUCount, t.Name, t.MaxGPUs)
 	}
 	return t, nil
+}
+
+// priorityLimit is the highest priority c may give a job of team t, and
+// where that limit comes from, for a refusal: a token with every scope
+// ("*") may give any; a token's own grant comes before its team's
+// max_priority.
+func priorityLimit(c Caller, t fairshare.Team) (limit int, from string) {
+	switch {
+	case c.Has(auth.ScopeAll):
+		return config.HighestPriority, "the highest there is"
+	case c.MaxPriority != nil:
+		return *c.MaxPriority, "this token's max_priority, granted when it was created"
+	}
+	return t.MaxPriority, fmt.Sprintf("the max_priority of team %q in [[teams]] of orchestratord.toml", t.Name)
+}
+
+// jobPriority gives j the priority asked for, refused above what c was
+// granted; or, when none is asked for, the default priority (the limit,
+// where that is lower).
+func jobPriority(c Caller, t fairshare.Team, asked *int, j *store.Job) error {
+	limit, from := priorityLimit(c, t)
+	if asked == nil {
+		j.Priority = min(defaultPriority, limit)
+		return nil
+	}
+	if *asked > limit {
+		return web.Invalid("field \"priority\": %d is above %d, the highest priority this token may give a job (%s); "+
+			"an admin grants more with max_priority in [[teams]] or simpletunerctl tokens create --max-priority", *asked, limit, from)
+	}
+	j.Priority = *asked
+	return nil
+}
+
+// CheckTokenMaxPriority checks the max_priority asked for a new token: a
+// job's priority, and not on a token with every scope, which may give any
+// priority (and create tokens of any grant).
+func CheckTokenMaxPriority(scopes []string, p *int) error {
+	if p == nil {
+		return nil
+	}
+	if *p < config.LowestPriority || *p > config.HighestPriority {
+		return web.Invalid("field \"max_priority\" must be from %d to %d (a job's priorities); got %d", config.LowestPriority, config.HighestPriority, *p)
+	}
+	if (auth.Principal{Scopes: scopes}).Has(auth.ScopeAll) {
+		return web.Invalid("field \"max_priority\": a token with scope \"*\" may give any priority; leave max_priority out or grant narrower scopes")
+	}
+	return nil
 }
 
 // teamLimitWait explains a queued job held back by its team's max_gpus, or

@@ -495,12 +495,20 @@ func (a *API) CreateToken(ctx context.Context, req api.CreateToken) (api.TokenCr
 	if t.Team, err = a.tokenTeam(req.Team); err != nil {
 		return api.TokenCreated{}, err
 	}
-	rec := audit.New(c.Actor(), c.IP, "admin_token.create", "admin_token", t.ID, audit.Success,
-		map[string]any{"name": t.Name, "scopes": t.Scopes, "team": teamName(t.Team), "token": auth.Accessor(token)})
+	if err := CheckTokenMaxPriority(t.Scopes, req.MaxPriority); err != nil {
+		return api.TokenCreated{}, err
+	}
+	t.MaxPriority = req.MaxPriority
+	details := map[string]any{"name": t.Name, "scopes": t.Scopes, "team": teamName(t.Team), "token": auth.Accessor(token)}
+	if t.MaxPriority != nil {
+		details["max_priority"] = *t.MaxPriority
+	}
+	rec := audit.New(c.Actor(), c.IP, "admin_token.create", "admin_token", t.ID, audit.Success, details)
 	if err := a.store.CreateAdminToken(ctx, t, &rec); err != nil {
 		return api.TokenCreated{}, err
 	}
-	return api.TokenCreated{ID: t.ID, Name: t.Name, Scopes: t.Scopes, Team: teamName(t.Team), Token: token}, nil
+	return api.TokenCreated{ID: t.ID, Name: t.Name, Scopes: t.Scopes, Team: teamName(t.Team), MaxPriority: t.MaxPriority,
+		Token: token}, nil
 }
 
 // Tokens lists the admin tokens, revoked ones included.
@@ -515,7 +523,7 @@ func (a *API) Tokens(ctx context.Context, _ struct{}) (api.TokenList, error) {
 	out := api.TokenList{Tokens: make([]api.Token, 0, len(ts))}
 	for _, t := range ts {
 		out.Tokens = append(out.Tokens, api.Token{ID: t.ID, Name: t.Name, Scopes: t.Scopes, Team: teamName(t.Team),
-			CreatedAt: protocol.Time(t.CreatedAt), RevokedAt: timePtr(t.RevokedAt)})
+			MaxPriority: t.MaxPriority, CreatedAt: protocol.Time(t.CreatedAt), RevokedAt: timePtr(t.RevokedAt)})
 	}
 	return out, nil
 }

@@ -12,7 +12,7 @@
 //     its share, less for one that used more.
 //   - Order: priority first, then the factor, then submission order.
 //   - Preemption: a waiting job of a team under its share, whose factor is
-//     at least twice the other's, or a job of a higher priority, may stop
+//     at least twice the other's or whose priority is higher, may stop
 //     jobs of a team over
 //     its share (or beyond its GPU limit, borrowing), the fewest and most
 //     recently started, each run at least min_runtime, and never so many
@@ -35,6 +35,9 @@ type Team struct {
 	MaxGPUs   int // 0: no limit
 	MaxQueued int // 0: no limit
 	Borrow    bool
+	// MaxPriority is the highest priority its tokens may submit with,
+	// unless a token's own grant says otherwise.
+	MaxPriority int
 	// Configured is false for a team that has jobs but is not (or no
 	// longer) in [[teams]]: it gets a share of 1 and no limits.
 	Configured bool
@@ -54,7 +57,7 @@ func PolicyFrom(cfg *config.Orchestrator) Policy {
 		MinRuntime: cfg.Jobs.MinRuntime.Duration}
 	for _, t := range cfg.TeamsOrDefault() {
 		p.Teams = append(p.Teams, Team{Name: t.Name, Share: t.Share, MaxGPUs: t.MaxGPUs, MaxQueued: t.MaxQueued,
-			Borrow: t.Borrow, Configured: true})
+			Borrow: t.Borrow, MaxPriority: t.PriorityLimit(), Configured: true})
 	}
 	slices.SortFunc(p.Teams, byName)
 	return p
@@ -68,7 +71,7 @@ func (p Policy) Team(name string) Team {
 	if i := slices.IndexFunc(p.Teams, func(t Team) bool { return t.Name == name }); i >= 0 {
 		return p.Teams[i]
 	}
-	return Team{Name: name, Share: 1}
+	return Team{Name: name, Share: 1, MaxPriority: config.DefaultPriority}
 }
 
 // Known reports whether name is a configured team (or the default team).

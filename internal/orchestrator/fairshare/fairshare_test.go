@@ -243,3 +243,79 @@ func TestIdleTeamsLeaveTheirPart(t *testing.T) {
 		t.Fatalf("%v %v", victimIDs(c), ok)
 	}
 }
+
+// The default team, when [[teams]] does not name it, has no share of its
+// own: two configured teams of share 1 are entitled to half the fleet each,
+// not a third. Alone it has the whole fleet, and a default team with work
+// but no share still runs jobs on what nobody else wants.
+func TestTheUnnamedDefaultTeamHasNoShare(t *testing.T) {
+	cfg := config.DefaultOrchestrator()
+	cfg.Teams = []config.TeamConfig{{Name: "vision", Share: 1}, {Name: "nlp", Share: 1}}
+	p := PolicyFrom(cfg)
+	st := NewStanding(p, nil, nil, 16, now)
+	for _, name := range []string{"vision", "nlp"} {
+		near(t, st.Team(name).ShareFraction, 0.5, name+"'s share fraction")
+	}
+	near(t, st.Team("default").ShareFraction, 0, "the default team's share fraction")
+
+	// The default team runs 8 GPUs while both teams wait: they split the
+	// fleet, and the default team keeps nothing they could want.
+	active := []store.ActiveAttempt{running("d1", "default", "w1", 8, time.Hour)}
+	st = NewStanding(p, nil, active, 16, now)
+	st.Waiting([]string{"vision", "nlp"})
+	near(t, st.Team("vision").WorkFraction, 0.5, "vision's part of the fleet")
+	near(t, st.Team("default").WorkFraction, 0, "the default team's part")
+	if f := st.Team("default").Factor; math.IsNaN(f) || f >= st.Team("vision").Factor {
+		t.Fatalf("the default team's factor %v; want below vision's %v", f, st.Team("vision").Factor)
+	}
+	if st.Before(store.QueuedJob{Team: "default", Seq: 1}, store.QueuedJob{Team: "nlp", Seq: 2}) {
+		t.Fatal("within a priority, a job of the default team went before a team's")
+	}
+	if !st.MayLose("default", 8) {
+		t.Fatal("the default team keeps GPUs another team waits for")
+	}
+
+	// With nobody else waiting, the default team has the fleet.
+	st = NewStanding(p, nil, active, 16, now)
+	near(t, st.Team("default").WorkFraction, 1, "the default team alone with work")
+	if f := st.Team("default").Factor; math.IsNaN(f) {
+		t.Fatal("the default team's factor is NaN")
+	}
+
+	// Without [[teams]] the default team is the whole fleet.
+	alone := NewStanding(PolicyFrom(config.DefaultOrchestrator()), nil, active, 16, now)
+	near(t, alone.Team("default").ShareFraction, 1, "the default team without [[teams]]")
+	// Named in [[teams]], it has the share given there.
+	cfg.Teams = append(cfg.Teams, config.TeamConfig{Name: "default", Share: 2})
+	named := NewStanding(PolicyFrom(cfg), nil, nil, 16, now)
+	near(t, named.Team("default").ShareFraction, 0.5, "the default team of share 2 next to two of share 1")
+}
+
+// A job of a higher priority preempts only for a team under its share: a
+// team that already holds more than its share does not take another
+// team's GPUs by raising its priority.
+func TestPriorityPreemptsOnlyForATeamUnderItsShare(t *testing.T) {
+	p := policy(func(c *config.Orchestrator) {
+		c.Teams = append(c.Teams, config.TeamConfig{Name: "third", Share: 1})
+	})
+	// Six GPUs, three teams with work: two GPUs each. flood holds 3 and
+	// late holds 3; third waits.
+	active := []store.ActiveAttempt{
+		running("f1", "flood", "w1", 1, time.Hour), running("f2", "flood", "w1", 1, time.Hour), running("f3", "flood", "w1", 1, time.Hour),
+		running("l1", "late", "w2", 1, time.Hour), running("l2", "late", "w2", 1, time.Hour), running("l3", "late", "w2", 1, time.Hour),
+	}
+	hosts := []Host{{WorkerID: "w2", GPUs: 3, SharesGPUs: true, Running: active[3:]}}
+	st := NewStanding(p, nil, active, 6, now)
+	st.Waiting([]string{"flood", "third"})
+	urgent := store.QueuedJob{ID: "j_urgent", Team: "flood", GPUCount: 1, Priority: 50}
+	if why := st.Why(urgent, active[3]); why != "" {
+		t.Fatalf("flood, over its share, may preempt late's job: %q", why)
+	}
+	if c, ok := st.Victims(urgent, hosts); ok {
+		t.Fatalf("flood, over its share, preempted %v", victimIDs(c))
+	}
+	// The third team, under its share, may: by priority as by share.
+	if why := st.Why(store.QueuedJob{Team: "third", GPUCount: 1, Priority: 50}, active[3]); why != "priority 50 over 0" {
+		t.Fatalf("third's urgent job: %q", why)
+	}
+}

@@ -105,25 +105,45 @@ func (s *Standing) Waiting(teams []string) {
 // refresh recomputes the fractions and factors.
 func (s *Standing) refresh() {
 	var usage, working float64
+	withWork := 0
 	s.shares = 0
 	for _, t := range s.teams {
 		s.shares += t.Share
 		usage += t.DecayedGPUSeconds
 		if t.hasWork() {
 			working += t.Share
+			withWork++
 		}
 	}
 	for _, t := range s.teams {
-		t.ShareFraction, t.WorkFraction = t.Share/s.shares, 0
-		if t.hasWork() {
+		t.ShareFraction, t.WorkFraction = fraction(t.Share, s.shares), 0
+		switch {
+		case !t.hasWork():
+		case working > 0:
 			t.WorkFraction = t.Share / working
+		default:
+			// Only teams without a share (the unnamed default team) have
+			// work: nobody else wants the fleet, so it is theirs.
+			t.WorkFraction = 1 / float64(withWork)
 		}
 		t.UsageFraction, t.Factor = 0, 1
 		if usage > 0 {
 			t.UsageFraction = t.DecayedGPUSeconds / usage
 			t.Factor = math.Exp2(-t.UsageFraction / t.ShareFraction)
 		}
+		if t.ShareFraction == 0 {
+			// No share: its jobs go after every team's of their priority.
+			t.Factor = 0
+		}
 	}
+}
+
+// fraction is part over whole, 0 for a whole of 0.
+func fraction(part, whole float64) float64 {
+	if whole == 0 {
+		return 0
+	}
+	return part / whole
 }
 
 // Team returns a team's standing (a copy).
@@ -199,9 +219,11 @@ func (s *Standing) keeps(t *TeamState) float64 {
 const clearlyAhead = 2
 
 // Why says why waiting job j may preempt jobs of team victim, or "" when it
-// may not: j's team is under its share with a factor at least clearlyAhead
-// times the victim's (or j has a higher priority than the victim's job),
-// and the victim's team holds more than it keeps.
+// may not: j's team is under its share, with a factor at least clearlyAhead
+// times the victim's or with j of a higher priority than the victim's job,
+// and the victim's team holds more than it keeps. A priority is never a way
+// past the shares: a team at or over its share preempts nobody, whatever
+// priority it was granted (see max_priority).
 func (s *Standing) Why(j store.QueuedJob, victim store.ActiveAttempt) string {
 	if j.Team == victim.Team || victim.Priority > j.Priority {
 		return ""
@@ -210,11 +232,13 @@ func (s *Standing) Why(j store.QueuedJob, victim store.ActiveAttempt) string {
 	if float64(v.holding()) <= s.keeps(v) {
 		return ""
 	}
+	if float64(w.holding()) >= w.Entitled(s.FleetGPUs) || (w.MaxGPUs > 0 && w.RunningGPUs >= w.MaxGPUs) {
+		return ""
+	}
 	switch {
 	case victim.Priority < j.Priority:
 		return "priority " + strconv.Itoa(j.Priority) + " over " + strconv.Itoa(victim.Priority)
-	case float64(w.holding()) < w.Entitled(s.FleetGPUs) && w.Factor >= clearlyAhead*v.Factor &&
-		(w.MaxGPUs == 0 || w.RunningGPUs < w.MaxGPUs):
+	case w.Factor >= clearlyAhead*v.Factor:
 		return "team " + j.Team + " under its share"
 	}
 	return ""

@@ -61,6 +61,22 @@ func textOf(src any) ([]byte, bool, error) {
 	return nil, false, fmt.Errorf("cannot scan %T into JSON", src)
 }
 
+// nullIntCol scans an integer that may be NULL (nil).
+type nullIntCol struct{ p **int }
+
+func (c nullIntCol) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*c.p = nil
+	case int64:
+		n := int(v)
+		*c.p = &n
+	default:
+		return fmt.Errorf("cannot scan %T into an integer", src)
+	}
+	return nil
+}
+
 // rawCol scans JSON text; NULL leaves nil.
 type rawCol struct{ p *json.RawMessage }
 

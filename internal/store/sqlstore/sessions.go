@@ -13,7 +13,7 @@ import (
 // sessionCols joins each session to its admin token, so one read tells the
 // dashboard both whether the session exists and whether its token still works.
 const sessionCols = `s.id_hash, s.token_id, s.created_at, s.last_seen, s.peer_ip, s.user_agent,
-	t.id, t.name, t.scopes, t.hash, t.created_at, t.revoked_at, t.team`
+	t.id, t.name, t.scopes, t.hash, t.created_at, t.revoked_at, t.team, t.max_priority`
 
 // CreateDashboardSession stores a new session for a live admin token.
 func (s *Store) CreateDashboardSession(ctx context.Context, sess store.DashboardSession, rec *audit.Record) error {
@@ -49,7 +49,8 @@ func (s *Store) GetDashboardSession(ctx context.Context, idHash string) (store.D
 	err := s.reader().queryRow(ctx, `SELECT `+sessionCols+` FROM dashboard_sessions s
 		JOIN admin_tokens t ON t.id = s.token_id WHERE s.id_hash = ?`, idHash).Scan(
 		&d.IDHash, &d.TokenID, timeCol{&d.CreatedAt}, timeCol{&d.LastSeen}, &d.PeerIP, &d.UserAgent,
-		&t.ID, &t.Name, jsonCol{&t.Scopes}, &t.Hash, timeCol{&t.CreatedAt}, nullTimeCol{&t.RevokedAt}, &t.Team)
+		&t.ID, &t.Name, jsonCol{&t.Scopes}, &t.Hash, timeCol{&t.CreatedAt}, nullTimeCol{&t.RevokedAt}, &t.Team,
+		nullIntCol{&t.MaxPriority})
 	return d, noRows(err, "dashboard session", idHash[:min(8, len(idHash))]+"…")
 }
 

@@ -9,11 +9,12 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
-const tokenCols = `id, name, scopes, hash, created_at, revoked_at, team`
+const tokenCols = `id, name, scopes, hash, created_at, revoked_at, team, max_priority`
 
 func scanToken(r scanner) (store.AdminToken, error) {
 	var t store.AdminToken
-	err := r.Scan(&t.ID, &t.Name, jsonCol{&t.Scopes}, &t.Hash, timeCol{&t.CreatedAt}, nullTimeCol{&t.RevokedAt}, &t.Team)
+	err := r.Scan(&t.ID, &t.Name, jsonCol{&t.Scopes}, &t.Hash, timeCol{&t.CreatedAt}, nullTimeCol{&t.RevokedAt}, &t.Team,
+		nullIntCol{&t.MaxPriority})
 	return t, err
 }
 
@@ -31,8 +32,8 @@ func (s *Store) CreateAdminToken(ctx context.Context, t store.AdminToken, rec *a
 		return err
 	}
 	return s.write(ctx, func(c conn) error {
-		if _, err := c.exec(ctx, `INSERT INTO admin_tokens (`+tokenCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-			t.ID, t.Name, sc, t.Hash, s.tv(now(t.CreatedAt)), s.ntv(t.RevokedAt), t.Team); err != nil {
+		if _, err := c.exec(ctx, `INSERT INTO admin_tokens (`+tokenCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+			t.ID, t.Name, sc, t.Hash, s.tv(now(t.CreatedAt)), s.ntv(t.RevokedAt), t.Team, t.MaxPriority); err != nil {
 			return err
 		}
 		return s.appendAudit(ctx, c, rec)

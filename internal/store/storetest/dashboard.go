@@ -61,7 +61,8 @@ func testCountJobsIn(t *testing.T, s store.Store) {
 
 func testDashboardSessions(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	tok := store.AdminToken{ID: "tok_a", Name: "ops", Scopes: []string{"queue.view"}, Hash: "ha", CreatedAt: t0}
+	maxPriority := 20
+	tok := store.AdminToken{ID: "tok_a", Name: "ops", Scopes: []string{"queue.view"}, Hash: "ha", CreatedAt: t0, MaxPriority: &maxPriority}
 	noErr(t, s.CreateAdminToken(ctx, tok, nil), "CreateAdminToken")
 
 	sess := store.DashboardSession{IDHash: "s1", TokenID: "tok_a", CreatedAt: at(time.Second), PeerIP: "10.0.0.9", UserAgent: "test"}

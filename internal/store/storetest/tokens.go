@@ -17,7 +17,10 @@ func testAdminTokens(t *testing.T, s store.Store) {
 	if err != nil || len(toks) != 0 {
 		t.Fatalf("ListAdminTokens on an empty store: %v, %v", toks, err)
 	}
-	a := store.AdminToken{ID: "tok_a", Name: "ci", Scopes: []string{"jobs:write", "workers:read"}, Hash: "ha", CreatedAt: at(time.Second)}
+	// a is granted priorities up to 30; b keeps its team's limit (nil).
+	maxPriority := 30
+	a := store.AdminToken{ID: "tok_a", Name: "ci", Scopes: []string{"jobs:write", "workers:read"}, Hash: "ha", CreatedAt: at(time.Second),
+		MaxPriority: &maxPriority}
 	b := store.AdminToken{ID: "tok_b", Name: "ops", Scopes: []string{}, Hash: "hb", CreatedAt: t0}
 	noErr(t, s.CreateAdminToken(ctx, a, rec("token.create")), "CreateAdminToken")
 	noErr(t, s.CreateAdminToken(ctx, b, nil), "CreateAdminToken")

@@ -39,7 +39,7 @@ func TestTeamsAndUsage(t *testing.T) {
 	mustContain(t, "unknown team", r.Stderr, `field "team"`, `"nope"`, "vision")
 	mustContain(t, "tokens list", c.ok("tokens", "list").Stdout, "TEAM", "vision-ci", "vision")
 	mustContain(t, "--team completion", c.ok("__complete", "tokens", "create", "--team", "").Stdout,
-		"vision\tshare 60%", "nlp\tshare 20%", "default\tshare 20%")
+		"vision\tshare 75%", "nlp\tshare 25%", "default\tshare 0%")
 
 	// The team's token submits; whoami, jobs -o wide and job show name the team.
 	tokenFile := filepath.Join(t.TempDir(), "vision-token")
@@ -48,7 +48,11 @@ func TestTeamsAndUsage(t *testing.T) {
 	}
 	v := newCtl(t, map[string]string{"SIMPLETUNER_URL": o.URL, "CTL_TOKEN_FILE": tokenFile})
 	v.secrets = c.secrets
-	mustContain(t, "whoami", v.ok("whoami").Stdout, "Name:", "vision-ci", "Team:", "vision", "queue.submit")
+	mustContain(t, "whoami", v.ok("whoami").Stdout, "Name:", "vision-ci", "Team:", "vision", "queue.submit", "Max priority:  10")
+	// Above its team's max_priority (the default priority, as [[teams]] sets
+	// none) the submit is refused and names the limit.
+	r = v.want(1, "submit", "--config", writeFile(t, `{"steps": 1}`), "--priority", "30")
+	mustContain(t, "submit above the grant", r.Stderr, `field "priority": 30 is above 10`, `max_priority of team "vision"`)
 	id := strings.Fields(v.ok("submit", "--config", writeFile(t, `{"steps": 1}`)).Stdout)[2]
 	mustContain(t, "job show", c.ok("job", id).Stdout, "Team:", "vision")
 	mustContain(t, "jobs -o wide", c.ok("jobs", "-o", "wide").Stdout, "TEAM", id)
@@ -58,8 +62,9 @@ func TestTeamsAndUsage(t *testing.T) {
 		"DAY", "VISION", "TOTAL", time.Now().UTC().Format("2006-01-02"))
 	for _, l := range lines(r.Stdout) {
 		if f := strings.Fields(l); len(f) > 4 && f[0] == "vision" {
-			// 3 of 5 shares; no job running; one queued of no limit; 0 of 8 GPUs.
-			if f[1] != "60%" || f[2] != "0" || f[3] != "0/8" || f[4] != "1/-" {
+			// 3 of 4 shares (the default team, not named in [[teams]], has
+			// none); no job running; one queued of no limit; 0 of 8 GPUs.
+			if f[1] != "75%" || f[2] != "0" || f[3] != "0/8" || f[4] != "1/-" {
 				t.Errorf("usage's vision row: %q", l)
 			}
 		}

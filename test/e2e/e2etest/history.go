@@ -381,9 +381,12 @@ func (h *History) Check(exp Expect) Summary {
 					if d.RetrySpent {
 						h.T.Errorf("job %s: preempted requeue spent a retry (audit seq %d)", r.TargetID, r.Seq)
 					}
-				default:
+				case d.RetrySpent:
 					spent[r.TargetID]++
 					sum.RetriesSpent++
+				default:
+					// Requeued at no cost by the lifecycle's own account: an
+					// eviction, a GPU fault, a worker stopped on purpose.
 				}
 			}
 		}

@@ -167,6 +167,9 @@ func TestWorkerStopKeepsTheLastCheckpoint(t *testing.T) {
 	if len(at) != 2 || at[0]["worker_id"] != a.ID || at[1]["worker_id"] != b.ID {
 		t.Fatalf("attempts %v: want attempt 1 on a, attempt 2 on b", at)
 	}
+	if used := h.Final[id]["retries_used"]; used != float64(0) {
+		t.Errorf("the stop of worker a spent %v retries of the job; an admin's stop spends none", used)
+	}
 	_, resumed, first, total := resumeOf(t, o.Logs(id))
 	if resumed != kept || first != kept+1 {
 		t.Errorf("the retry resumed at %d (first step %d), want checkpoint-%d, uploaded on the way out", resumed, first, kept)

@@ -14,8 +14,9 @@ import (
 // job, then shows drained (draining, nothing running) until resumed. A stop
 // signal (systemctl stop) on a worker whose job outlasts worker.drain_timeout:
 // it drains first, then stops the job with its grace before the unit's stop
-// timeout would kill it, the job is requeued exactly once and completes
-// elsewhere, and workerd exits 0.
+// timeout would kill it, the job is requeued exactly once without spending a
+// retry (an admin stopped the worker, the job did nothing wrong) and
+// completes elsewhere, and workerd exits 0.
 func TestDrainWithLongJob(t *testing.T) {
 	fullOnly(t)
 	o := StartOrchestratorWith(t, OrchOptions{Metrics: true})
@@ -114,8 +115,8 @@ func TestDrainWithLongJob(t *testing.T) {
 	h.WaitAllTerminal(90 * time.Second)
 	h.Finish()
 	sum := h.Check(Expect{MaxRequeues: 1, Statuses: []string{"completed"}})
-	if at := Attempts(h.Final[stopLong]); len(at) != 2 || at[0]["worker_id"] != stopped.ID || h.Final[stopLong]["retries_used"] != float64(1) {
-		t.Errorf("the stopped worker's job: attempts %v, retries_used %v; want 1 on the stopped worker, then 1 retry", at, h.Final[stopLong]["retries_used"])
+	if at := Attempts(h.Final[stopLong]); len(at) != 2 || at[0]["worker_id"] != stopped.ID || h.Final[stopLong]["retries_used"] != float64(0) {
+		t.Errorf("the stopped worker's job: attempts %v, retries_used %v; want 1 on the stopped worker, then another that spent no retry", at, h.Final[stopLong]["retries_used"])
 	}
 	if at := Attempts(h.Final[long]); len(at) != 1 {
 		t.Errorf("the drained worker's job ran %d attempts, want 1", len(at))
@@ -125,4 +126,41 @@ func TestDrainWithLongJob(t *testing.T) {
 	}
 	t.Logf("RESULT %s: admin drain: %d heartbeats during the 8 s job, no new job taken, drained until resumed; SIGTERM: shown draining %s after it, exited %d after %s (drain_timeout %s, grace %s), its job requeued once; %s",
 		t.Name(), len(beats), drainSeen.Round(time.Millisecond), exitCode, exitedAfter.Round(time.Millisecond), drainTimeout, grace, sum)
+}
+
+// An admin stops a worker on purpose, with the stop signal twice (the first
+// drains, the second stops now): the job it runs is requeued without
+// spending a retry, so a job allowed none runs again on another worker and
+// completes.
+func TestStoppingAWorkerTwiceSpendsNoRetry(t *testing.T) {
+	o := StartOrchestratorWith(t, OrchOptions{Metrics: true})
+	h := NewHistory(t, o)
+	a := o.StartWorker(WorkerSpec{Name: "a", Persistent: true, Command: h.WrapperCommand(), CancelGrace: "2s"})
+	// Attempt 1 waits after step 3 until it is stopped; the retry runs
+	// through.
+	_, id := h.Submit(map[string]any{"steps": 10, "step_seconds": 0.1, "pause_after_step": 3}, map[string]any{"max_retries": 0})
+	Eventually(t, 30*time.Second, "job "+id+" paused in training", func() bool { return strings.Contains(o.Logs(id), "pausing after step 3") })
+	h.Fault("SIGTERM twice (systemctl stop, then again: stop now) worker a while it runs %s (max_retries 0)", id)
+	a.P.Signal(syscall.SIGTERM)
+	Eventually(t, 10*time.Second, "worker a shown draining", func() bool { return o.Worker(a.ID)["status"] == "draining" })
+	a.P.Signal(syscall.SIGTERM)
+	if code, ok := a.P.Exited(30 * time.Second); !ok || code != 0 {
+		t.Fatalf("worker a exited %d (exited: %v) after the second signal, want 0", code, ok)
+	}
+	if j := o.Job(id); j["status"] != "queued" || j["retries_used"] != float64(0) {
+		t.Fatalf("after its worker was stopped the job is %v with %v retries used; want queued with none", j["status"], j["retries_used"])
+	}
+	h.Fault("worker b joins")
+	b := o.StartWorker(WorkerSpec{Name: "b", Persistent: true, Command: h.WrapperCommand(), NoWait: true})
+	h.WaitAllTerminal(60 * time.Second)
+	h.Finish()
+	sum := h.Check(Expect{MaxRequeues: 1, Statuses: []string{"completed"}})
+	at := Attempts(h.Final[id])
+	if len(at) != 2 || at[0]["worker_id"] != a.ID || at[1]["worker_id"] != b.ID || at[0]["outcome"] != "worker_lost" {
+		t.Fatalf("attempts %v: want attempt 1 on a (worker_lost), attempt 2 on b", at)
+	}
+	if msg, _ := at[0]["error"].(string); !strings.Contains(msg, "stopped on purpose") || !strings.Contains(msg, "without spending a retry") {
+		t.Errorf("attempt 1's history: %q", msg)
+	}
+	t.Logf("RESULT %s: %s; the job stopped by the second SIGTERM was requeued with no retry spent and completed on b", t.Name(), sum)
 }
