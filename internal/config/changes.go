@@ -57,6 +57,9 @@ func printed(v reflect.Value) string {
 		}
 		return "[" + strings.Join(parts, ", ") + "]"
 	case isTableType(v.Type()):
+		if s, ok := v.Interface().(fmt.Stringer); ok {
+			return s.String() // a table that says best how it reads ([[teams]]: the effective max_priority)
+		}
 		return printedTable(v)
 	}
 	return fmt.Sprint(v.Interface()) // Secret and Duration print through their String

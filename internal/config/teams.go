@@ -41,7 +41,7 @@ type TeamConfig struct {
 
 // String shows the entry as a reload logs it, max_priority by its value.
 func (t TeamConfig) String() string {
-	return fmt.Sprintf("{name=%s share=%v max_gpus=%d max_queued=%d borrow=%v max_priority=%d}",
+	return fmt.Sprintf("%s(share=%v, max_gpus=%d, max_queued=%d, borrow=%v, max_priority=%d)",
 		t.Name, t.Share, t.MaxGPUs, t.MaxQueued, t.Borrow, t.PriorityLimit())
 }
 

@@ -184,5 +184,5 @@ func (w WebhookConfig) redactedURL() string {
 // String describes an entry in messages (a reload's changes) without its
 // secret or its URL's path, which may hold one (Slack's does).
 func (w WebhookConfig) String() string {
-	return fmt.Sprintf("{name %q, url %s/…, events %v, team %q, format %q}", w.Name, spec.Origin(w.URL), w.Events, w.Team, w.Format)
+	return fmt.Sprintf("%s(url=%s/…, events=%v, team=%q, format=%q)", w.Name, spec.Origin(w.URL), w.Events, w.Team, w.Format)
 }
