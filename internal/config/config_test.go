@@ -364,6 +364,8 @@ func TestWorkerErrors(t *testing.T) {
 		{"devices without static", "[gpu]\nbackend = \"nvml\"\n[[gpu.devices]]\nname = \"A\"\nmemory_gb = 8\n", nil, nil, []string{"w.toml:3: key gpu.devices: only with backend = \"static\""}},
 		{"static devices", "[gpu]\nbackend = \"static\"\n[[gpu.devices]]\nname = \"MI300X\"\nmemory_gb = 192\nuuid = \"u1\"\n[[gpu.devices]]\nname = \"\"\nmemory_gb = 0\nuuid = \"u1\"\ndevice_node = \"dev/x\"\n", nil, nil,
 			[]string{"w.toml:7: key gpu.devices: entry 2: name is missing", "entry 2: memory_gb must be positive", "entry 2: uuid \"u1\" is also entry 1's", "entry 2: device_node \"dev/x\" must be an absolute path"}},
+		{"static device uuid", "[gpu]\nbackend = \"static\"\n[[gpu.devices]]\nname = \"A\"\nmemory_gb = 8\nuuid = \"" + strings.Repeat("u", 129) + "\"\n[[gpu.devices]]\nname = \"B\"\nmemory_gb = 8\nuuid = \"u\\u001b\"\n", nil, nil,
+			[]string{"w.toml:3: key gpu.devices: entry 1: uuid is 129 characters long; the orchestrator takes at most 128", "entry 2: uuid has the control character U+001B"}},
 		{"static device types", "[gpu]\nbackend = \"static\"\n[[gpu.devices]]\nname = \"A\"\nmemory_gb = 8\n[[gpu.devices]]\nname = \"B\"\nmemory = 8\nmemory_gb = \"8\"\n", nil, nil,
 			[]string{"w.toml:6: key gpu.devices: entry 2: unknown key \"memory\" (known: device_node, memory_gb, name, uuid); memory_gb: want a number, got a string"}},
 		{"gpu devices not tables", "[gpu]\nbackend = \"static\"\ndevices = [\"a\"]\n", nil, nil, []string{"key gpu.devices: want an array of tables"}},

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
@@ -293,6 +294,11 @@ func (l *loader) validateGPU(g GPUConfig) {
 		}
 		if d.MemoryGB <= 0 {
 			at("memory_gb must be positive, got %v", d.MemoryGB)
+		}
+		if n := utf8.RuneCountInString(d.UUID); n > protocol.MaxGPUUUID {
+			at("uuid is %d characters long; the orchestrator takes at most %d", n, protocol.MaxGPUUUID)
+		} else if err := protocol.CheckPrintable(d.UUID); err != nil {
+			at("uuid %v", err)
 		}
 		if d.UUID != "" {
 			if j, dup := uuids[d.UUID]; dup {

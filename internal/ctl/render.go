@@ -205,13 +205,17 @@ func (r renderer) workerGPUs(w io.Writer, wk Worker) error {
 			if c.Clearing {
 				clearing = "; an admin cleared it, the worker is taking it back"
 			}
-			fmt.Fprintf(w, "GPU %d %s since %s: %s%s\n", i, c.State, r.age(&c.Since), c.Reason, clearing)
+			fmt.Fprintf(w, "GPU %d %s since %s: %s%s\n", i, workerText(c.State), r.age(&c.Since), workerText(c.Reason), clearing)
 		} else if h := live[i].Health; h != "" && h != "ok" {
-			fmt.Fprintf(w, "GPU %d: %s\n", i, h)
+			fmt.Fprintf(w, "GPU %d: %s\n", i, workerText(h))
 		}
 	}
 	return nil
 }
+
+// workerText is text a worker reported (a GPU's condition or health, a
+// driver's error), shown on one line with its control characters escaped.
+func workerText(s string) string { return output.Sanitize(oneLine(s)) }
 
 func timeAndAge(r renderer, s *string) string {
 	t := output.ParseTime(s)
@@ -367,7 +371,7 @@ func (r renderer) job(w io.Writer, j Job) error {
 	}
 	for _, at := range j.Attempts {
 		for _, ev := range at.GPUEvents {
-			fmt.Fprintf(w, "attempt %d: %s\n", at.Attempt, ev)
+			fmt.Fprintf(w, "attempt %d: %s\n", at.Attempt, workerText(ev))
 		}
 	}
 	return nil

@@ -257,6 +257,34 @@ func TestHostileWorkerTextIsEscaped(t *testing.T) {
 	}
 }
 
+// A GPU's condition reason, its health and a job's GPU events come from
+// the worker too: shown escaped, each on its own line.
+func TestHostileGPUTextIsEscaped(t *testing.T) {
+	evil := "XID 79\x1b[2J\x1b]0;owned\x07\u202e\nfake line\x9b"
+	w := Worker{api.Worker{WorkerID: "w_x", Name: "box", Status: "partial", Connected: true, GPUCount: 2,
+		GPUConditions: []api.GPUCondition{{GPUCondition: protocol.GPUCondition{Index: 0, UUID: "GPU-0", State: "unhealthy", Reason: evil}}},
+		GPUTelemetry:  &api.GPUTelemetry{GPUs: []protocol.GPUTelemetry{{Index: 1, UUID: "GPU-1", Health: "slowdown: " + evil}}}}}
+	j := Job{ID: "j_x", Status: "failed", Attempts: []api.Attempt{{Attempt: 1, WorkerID: "w_x", GPUEvents: []string{evil}}}}
+	var buf bytes.Buffer
+	r := renderer{now: fixtureNow, style: output.Styler{On: true}}
+	if err := r.worker(&buf, w); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.job(&buf, j); err != nil {
+		t.Fatal(err)
+	}
+	out := ansi.ReplaceAllString(buf.String(), "")
+	if strings.ContainsAny(out, "\x1b\x07\u202e") || strings.Contains(out, "\x9b") || strings.Contains(out, "\nfake line") {
+		t.Errorf("raw control characters reach the terminal:\n%q", out)
+	}
+	esc := `XID 79\x1b[2J\x1b]0;owned\x07\u202e fake line\x9b`
+	for _, want := range []string{"GPU 0 unhealthy since -: " + esc, "GPU 1: slowdown: " + esc, "attempt 1: " + esc} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("%q is not shown escaped on one line:\n%s", want, out)
+		}
+	}
+}
+
 // The status line's worker count: the total, then the statuses that have
 // workers, worded as the worker list words them.
 func TestWorkerCounts(t *testing.T) {

@@ -64,7 +64,7 @@ back for a leftover process is released by the worker itself once clean.`,
 			if a.format == output.JSONFormat {
 				return output.WriteJSON(a.out(), raw)
 			}
-			_, err = fmt.Fprintf(a.out(), "worker %s (%s): GPU %d cleared; the worker takes it back into use\n", wk.WorkerID, wk.Name, index)
+			_, err = fmt.Fprintf(a.out(), "worker %s (%s): GPU %d cleared; the worker takes it back into use\n", wk.WorkerID, workerText(wk.Name), index)
 			return err
 		},
 	}
@@ -385,7 +385,7 @@ func (a *app) workerAction(use, short, long string, method func(cmd *cobra.Comma
 			if use == "delete" {
 				state = "deleted"
 			}
-			_, err = fmt.Fprintf(a.out(), "worker %s (%s) %s\n", wk.WorkerID, wk.Name, a.style.State(state))
+			_, err = fmt.Fprintf(a.out(), "worker %s (%s) %s\n", wk.WorkerID, workerText(wk.Name), a.style.State(state))
 			return err
 		},
 	}
@@ -480,7 +480,7 @@ next inventory it reports.`,
 			}
 			sort.Strings(keys)
 			for _, k := range keys {
-				fmt.Fprintf(a.out(), "%s=%s\n", k, wk.Labels[k])
+				fmt.Fprintf(a.out(), "%s=%s\n", workerText(k), workerText(wk.Labels[k]))
 			}
 			return nil
 		},

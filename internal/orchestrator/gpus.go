@@ -21,25 +21,20 @@ import (
 // kept on the worker and told to it (a gpu_clear event, and in every
 // heartbeat reply) until it no longer reports the fence.
 
-// maxGPUConditions bounds what one report can make the store keep.
-const maxGPUConditions = 1024
-
 // noteGPUConditions stores the conditions a worker reported when they
 // differ from those stored, and audits the change. reported nil (the worker
-// does not report them) changes nothing.
+// does not report them) changes nothing. A condition of a GPU that is not
+// in the worker's registered inventory is not kept: no job is placed on
+// such a GPU anyway, and what a worker token could make the store keep
+// stays bounded by its inventory.
 func (s *Server) noteGPUConditions(ctx context.Context, wk store.Worker, reported *[]protocol.GPUCondition, ip string) (store.Worker, error) {
 	if reported == nil {
 		return wk, nil
 	}
-	conds := *reported
-	if len(conds) > maxGPUConditions {
-		return wk, web.Invalid("field \"gpu_conditions\" lists %d GPUs; at most %d", len(conds), maxGPUConditions)
+	if err := checkGPUConditions(reported); err != nil {
+		return wk, err
 	}
-	for i, c := range conds {
-		if c.State != protocol.GPUHeld && c.State != protocol.GPUUnhealthy {
-			return wk, web.Invalid("field \"gpu_conditions[%d].state\" must be held or unhealthy; got %q", i, c.State)
-		}
-	}
+	conds := ofInventory(*reported, inventoryIndexes(wk))
 	if len(conds) == 0 {
 		conds = nil
 	}
@@ -67,6 +62,35 @@ func (s *Server) noteGPUConditions(ctx context.Context, wk store.Worker, reporte
 		s.Wake() // a released GPU may take a job now
 	}
 	return updated, nil
+}
+
+// checkGPUConditions refuses reported conditions past the protocol's
+// limits, naming the field; nil (none reported) passes.
+func checkGPUConditions(reported *[]protocol.GPUCondition) error {
+	if reported == nil {
+		return nil
+	}
+	if err := protocol.CheckGPUConditions(*reported); err != nil {
+		return web.Invalid("%v", err)
+	}
+	return nil
+}
+
+// inventoryIndexes are the indexes of the GPUs in the worker's registered
+// inventory (those a report may name).
+func inventoryIndexes(wk store.Worker) map[int]bool {
+	out := make(map[int]bool, len(wk.GPUInfo.Devices))
+	for _, d := range wk.GPUInfo.Devices {
+		if d.Index >= 0 && d.Index < protocol.MaxGPUs {
+			out[d.Index] = true
+		}
+	}
+	return out
+}
+
+// ofInventory keeps the conditions of GPUs in the inventory.
+func ofInventory(conds []protocol.GPUCondition, inventory map[int]bool) []protocol.GPUCondition {
+	return slices.DeleteFunc(slices.Clone(conds), func(c protocol.GPUCondition) bool { return !inventory[c.Index] })
 }
 
 func sameConditions(a, b []protocol.GPUCondition) bool {

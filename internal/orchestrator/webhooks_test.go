@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -233,5 +234,60 @@ func TestWebhookLinksUsePublicURL(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "job.queued", func() bool { return len(h.types(id)) == 1 })
 	if l := h.events()[0].Job.Links; l.Dashboard != "https://orch.example/ui/jobs/"+id || l.Logs != "https://orch.example/api/queue/"+id+"/logs" {
 		t.Fatalf("links %+v", l)
+	}
+}
+
+// A worker that flips its GPUs between unhealthy and healthy in every
+// heartbeat makes one gpu.unhealthy per GPU and window, not one per
+// heartbeat; the latest fence is sent when the window ends.
+func TestWebhookGPUFlapsAreCoalesced(t *testing.T) {
+	t.Parallel()
+	const window = time.Second
+	e := setup(t, backends["sqlite"](t), withWebhooks, func(o *Options) { o.Webhooks.GPUEventWindow = window })
+	h := newHookReceiver(t)
+	e.subscribe(h, "gpu.*")
+	a := e.startAgent("box", nil, map[string]any{"name": "A100", "count": 4, "vram_gb": 80})
+	fence := func(reason string) []map[string]any {
+		conds := make([]map[string]any, 4)
+		for i := range conds {
+			conds[i] = map[string]any{"index": i, "uuid": fmt.Sprintf("GPU-%d", i), "state": "unhealthy", "reason": reason, "since": "2030-01-01T00:00:00Z"}
+		}
+		return conds
+	}
+	start := time.Now()
+	for beat := range 40 {
+		conds := fence(fmt.Sprintf("XID 79, flap %d", beat))
+		if beat%2 == 1 {
+			conds = []map[string]any{}
+		}
+		e.must(a.heartbeat("idle", nil, map[string]any{"gpu_conditions": conds}), 200)
+	}
+	e.must(a.heartbeat("idle", nil, map[string]any{"gpu_conditions": fence("XID 79, final")}), 200)
+
+	last := func() map[int]string {
+		out := map[int]string{}
+		for _, p := range h.events() {
+			if p.GPU != nil {
+				out[p.GPU.Index] = p.GPU.Reason
+			}
+		}
+		return out
+	}
+	testutil.Eventually(t, 10*time.Second+2*window, "each GPU's final fence", func() bool {
+		l := last()
+		return len(l) == 4 && l[0] == "XID 79, final" && l[1] == "XID 79, final" && l[2] == "XID 79, final" && l[3] == "XID 79, final"
+	})
+	// Each event of a GPU opens a window the next one waits for.
+	bound := 1 + int(time.Since(start)/window)
+	perGPU := map[int]int{}
+	for _, p := range h.events() {
+		if p.GPU != nil {
+			perGPU[p.GPU.Index]++
+		}
+	}
+	for i, n := range perGPU {
+		if n > bound {
+			t.Errorf("GPU %d: %d gpu.unhealthy events in %s; at most %d with a %s window", i, n, time.Since(start).Round(time.Millisecond), bound, window)
+		}
 	}
 }

@@ -57,6 +57,9 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request, _ httpro
 			return err
 		}
 	}
+	if err := checkGPUConditions(req.GPUConditions); err != nil {
+		return err
+	}
 	if len(req.GPUInfo) > 0 && string(req.GPUInfo) != "null" {
 		var obj map[string]any
 		if json.Unmarshal(req.GPUInfo, &obj) != nil {
@@ -228,6 +231,14 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, _ httpr
 		return web.Invalid("field \"worker_id\" is required")
 	}
 	if err := sameWorker(req.WorkerID, wk); err != nil {
+		return err
+	}
+	// What a worker says of its GPUs is kept in memory and shown to admins:
+	// a report past the limits is refused before anything is noted.
+	if err := protocol.CheckGPUTelemetry(req.GPUs); err != nil {
+		return web.Invalid("%v", err)
+	}
+	if err := checkGPUConditions(req.GPUConditions); err != nil {
 		return err
 	}
 	if req.SentAt != "" {

@@ -327,7 +327,7 @@ func (s *Server) heartbeat(ctx context.Context, wk store.Worker, req protocol.He
 	s.metrics.Heartbeats.Add(1)
 	now := time.Now().UTC()
 	s.heard.SetTelemetry(wk.ID, req.GPUs, now)
-	s.gpuHistory.NoteTelemetry(wk.ID, req.GPUs, now)
+	s.gpuHistory.NoteTelemetry(wk.ID, req.GPUs, inventoryIndexes(wk), now)
 	wk, err := s.noteGPUConditions(ctx, wk, req.GPUConditions, "")
 	if err != nil {
 		return protocol.HeartbeatResponse{}, err

@@ -20,13 +20,14 @@ import (
 type Emitter struct {
 	base atomic.Pointer[string]
 	wake func()
+	gpus *gpuGate
 }
 
 var _ store.Outbox = (*Emitter)(nil)
 
 // NewEmitter returns an Emitter that calls wake when events were committed.
 func NewEmitter(wake func()) *Emitter {
-	e := &Emitter{wake: wake}
+	e := &Emitter{wake: wake, gpus: newGPUGate()}
 	e.SetBaseURL("")
 	return e
 }
@@ -102,7 +103,8 @@ func (e *Emitter) JobMoved(before, after store.Job, t *store.JobTransition) []st
 }
 
 // WorkerChanged: worker.offline and worker.online when a worker's status
-// crosses offline, gpu.unhealthy for each GPU newly fenced.
+// crosses offline, gpu.unhealthy for each GPU newly fenced (at most one per
+// GPU and window; see gpuGate).
 func (e *Emitter) WorkerChanged(before, after store.Worker, rec *audit.Record) []store.OutboxEvent {
 	at := time.Now().UTC()
 	key := WorkerKey(after.ID)
@@ -117,16 +119,46 @@ func (e *Emitter) WorkerChanged(before, after store.Worker, rec *audit.Record) [
 		out = append(out, event(Payload{Type: spec.WorkerOnline, Worker: workerInfo(after)}, key, "", at))
 	}
 	for _, c := range after.GPUConditions {
-		if c.State != protocol.GPUUnhealthy || slices.ContainsFunc(before.GPUConditions, func(b protocol.GPUCondition) bool {
-			return b.Index == c.Index && b.State == c.State
-		}) {
+		if c.State != protocol.GPUUnhealthy || unhealthy(before, c.Index) {
 			continue
 		}
-		out = append(out, event(Payload{Type: spec.GPUUnhealthy, Worker: workerInfo(after),
-			GPU: &GPUInfo{Index: c.Index, UUID: c.UUID, State: c.State, Reason: c.Reason}}, key, "", at))
+		ev := event(Payload{Type: spec.GPUUnhealthy, Worker: workerInfo(after),
+			GPU: &GPUInfo{Index: c.Index, UUID: c.UUID, State: c.State, Reason: c.Reason}}, key, "", at)
+		if e.gpus.admit(gpuKey{after.ID, c.Index}, ev) {
+			out = append(out, ev)
+		}
+	}
+	for _, c := range before.GPUConditions {
+		if c.State == protocol.GPUUnhealthy && !unhealthy(after, c.Index) {
+			e.gpus.lifted(gpuKey{after.ID, c.Index})
+		}
 	}
 	return out
 }
+
+// unhealthy reports whether GPU i of w is fenced as unhealthy.
+func unhealthy(w store.Worker, i int) bool {
+	return slices.ContainsFunc(w.GPUConditions, func(c protocol.GPUCondition) bool {
+		return c.Index == i && c.State == protocol.GPUUnhealthy
+	})
+}
+
+// SetGPUEventWindow sets how far apart two gpu.unhealthy events of one GPU
+// are at least (DefaultGPUEventWindow when d is not positive).
+func (e *Emitter) SetGPUEventWindow(d time.Duration) {
+	if d <= 0 {
+		d = DefaultGPUEventWindow
+	}
+	e.gpus.window.Store(int64(d))
+}
+
+// SetHeldEventWriter sets what writes a gpu.unhealthy event held to the
+// end of its GPU's window: in a transaction of its own, as
+// store.Webhooks.EmitEvents does. Without one, held events are dropped.
+func (e *Emitter) SetHeldEventWriter(write func([]store.OutboxEvent)) { e.gpus.send.Store(&write) }
+
+// Close ends the GPUs' windows; the events they hold are dropped.
+func (e *Emitter) Close() { e.gpus.close() }
 
 // reasonOf is the "reason" an audit record's details give, if any.
 func reasonOf(rec *audit.Record) string {

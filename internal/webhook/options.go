@@ -36,6 +36,9 @@ type Options struct {
 	UserAgent string
 	// PruneEvery is how often finished deliveries past Keep are deleted.
 	PruneEvery time.Duration
+	// GPUEventWindow is how far apart two gpu.unhealthy events of one GPU
+	// are at least (DefaultGPUEventWindow when zero); tests shorten it.
+	GPUEventWindow time.Duration
 }
 
 // OptionsFrom maps the configuration onto the delivery's settings.

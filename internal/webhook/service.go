@@ -54,6 +54,7 @@ func New(st store.Store, opt Options, log *slog.Logger) *Service {
 	}
 	s := &Service{st: st, log: log, wake: make(chan struct{}, 1), resync: make(chan struct{}, 1)}
 	s.emitter = NewEmitter(s.Wake)
+	s.emitter.SetHeldEventWriter(s.writeHeld)
 	s.apply(opt)
 	st.SetOutbox(s.emitter)
 	return s
@@ -85,6 +86,17 @@ func (s *Service) apply(opt Options) {
 	}
 	s.emitter.SetBaseURL(opt.BaseURL)
 	s.st.SetWebhookLimits(store.WebhookLimits{MaxSubscriptions: opt.MaxSubscriptions})
+	s.emitter.SetGPUEventWindow(opt.GPUEventWindow)
+}
+
+// writeHeld writes the events the Emitter held back (a GPU's fence at the
+// end of its window).
+func (s *Service) writeHeld(events []store.OutboxEvent) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.st.EmitEvents(ctx, events); err != nil {
+		s.log.Warn("could not write a held webhook event", "type", events[0].Type, "key", events[0].Key, "err", err)
+	}
 }
 
 func (s *Service) options() Options { return *s.opt.Load() }
@@ -107,6 +119,7 @@ func signal(c chan struct{}) {
 // In-flight requests are cut when ctx ends and recorded as due at once, for
 // the next orchestrator to send.
 func (s *Service) Run(ctx context.Context) {
+	defer s.emitter.Close()
 	s.syncConfig(ctx)
 	results := make(chan sent, 64)
 	inflight := 0

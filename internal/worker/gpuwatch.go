@@ -108,6 +108,7 @@ func (g *gpuWatch) loadFences() error {
 			g.log.Warn("forgetting a GPU fence: the GPU is gone or was replaced", "index", f.Index, "uuid", f.UUID, "reason", f.Reason)
 			continue
 		}
+		f.Reason = protocol.GPUText(f.Reason) // written by an older workerd
 		g.conds[f.Index] = f
 		g.log.Warn("GPU fenced as unhealthy by an earlier run; an admin clears it", "index", f.Index, "uuid", f.UUID, "reason", f.Reason, "since", f.Since)
 	}
@@ -165,22 +166,24 @@ func (g *gpuWatch) health(i int) string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if c, ok := g.conds[i]; ok {
-		return c.State + ": " + c.Reason
+		return protocol.GPUText(c.State + ": " + c.Reason)
 	}
 	if w := g.warnings[i]; w != "" {
-		return w
+		return protocol.GPUText(w)
 	}
 	return "ok"
 }
 
-// hold keeps GPU d back until nothing is left on it; a fence wins.
+// hold keeps GPU d back until nothing is left on it; a fence wins. The
+// reason names processes a job may have named itself: it is kept as
+// protocol.GPUText, which the orchestrator accepts whatever they are called.
 func (g *gpuWatch) hold(d gpu.Device, reason string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if _, ok := g.conds[d.Index]; ok {
 		return
 	}
-	g.conds[d.Index] = protocol.GPUCondition{Index: d.Index, UUID: d.UUID, State: protocol.GPUHeld, Reason: reason,
+	g.conds[d.Index] = protocol.GPUCondition{Index: d.Index, UUID: d.UUID, State: protocol.GPUHeld, Reason: protocol.GPUText(reason),
 		Since: protocol.Time(time.Now())}
 	g.log.Warn("GPU held back: a process is still on it", "index", d.Index, "uuid", d.UUID, "reason", reason)
 }
@@ -193,7 +196,7 @@ func (g *gpuWatch) fence(i int, reason string) bool {
 		return false
 	}
 	d, _ := g.inv.Device(i)
-	g.conds[i] = protocol.GPUCondition{Index: i, UUID: d.UUID, State: protocol.GPUUnhealthy, Reason: reason,
+	g.conds[i] = protocol.GPUCondition{Index: i, UUID: d.UUID, State: protocol.GPUUnhealthy, Reason: protocol.GPUText(reason),
 		Since: protocol.Time(time.Now())}
 	g.saveFencesLocked()
 	g.log.Error("GPU fenced as unhealthy: no job gets it until an admin clears it", "index", i, "uuid", d.UUID, "reason", reason)

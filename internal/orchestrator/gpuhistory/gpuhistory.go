@@ -7,6 +7,7 @@
 package gpuhistory
 
 import (
+	"maps"
 	"math"
 	"sync"
 	"time"
@@ -121,8 +122,11 @@ func New() *History { return &History{workers: map[string]map[int]*gpuSeries{}} 
 
 func minuteOf(t time.Time) int64 { return t.Unix() / int64(Step/time.Second) }
 
-// NoteTelemetry records a heartbeat's GPU numbers.
-func (h *History) NoteTelemetry(workerID string, gpus []protocol.GPUTelemetry, at time.Time) {
+// NoteTelemetry records a heartbeat's GPU numbers, of the GPUs in the
+// worker's registered inventory (their indexes) only, and drops the series
+// of GPUs no longer in it: a worker keeps at most MaxTelemetryGPUs series,
+// whatever indexes its heartbeats name.
+func (h *History) NoteTelemetry(workerID string, gpus []protocol.GPUTelemetry, inventory map[int]bool, at time.Time) {
 	if len(gpus) == 0 {
 		return
 	}
@@ -134,7 +138,11 @@ func (h *History) NoteTelemetry(workerID string, gpus []protocol.GPUTelemetry, a
 		byIndex = map[int]*gpuSeries{}
 		h.workers[workerID] = byIndex
 	}
+	maps.DeleteFunc(byIndex, func(i int, _ *gpuSeries) bool { return !inventory[i] })
 	for _, g := range gpus[:min(len(gpus), liveness.MaxTelemetryGPUs)] {
+		if !inventory[g.Index] || g.Index >= liveness.MaxTelemetryGPUs {
+			continue // not charted: Worker shows the first MaxTelemetryGPUs indexes
+		}
 		s := byIndex[g.Index]
 		if s == nil || s.uuid != g.UUID {
 			s = &gpuSeries{uuid: g.UUID, util: newRing(false), mem: newRing(true)}
@@ -145,6 +153,20 @@ func (h *History) NoteTelemetry(workerID string, gpus []protocol.GPUTelemetry, a
 			s.mem.add(m, 100*float64(g.MemoryUsedMiB)/float64(g.MemoryTotalMiB))
 		}
 	}
+	if len(byIndex) == 0 {
+		delete(h.workers, workerID)
+	}
+}
+
+// Series counts the GPU series kept, over all workers.
+func (h *History) Series() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, byIndex := range h.workers {
+		n += len(byIndex)
+	}
+	return n
 }
 
 // Forget drops a deleted worker's history.

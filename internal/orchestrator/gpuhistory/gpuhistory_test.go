@@ -1,6 +1,7 @@
 package gpuhistory
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -20,9 +21,10 @@ func value(p *float64) float64 {
 func TestGPUHistoryPoints(t *testing.T) {
 	t.Parallel()
 	h := New()
+	inventory := map[int]bool{0: true, 1: true}
 	t0 := time.Unix(1_800_000_000, 0).Truncate(time.Minute)
 	beat := func(at time.Time, util float64, usedMiB uint64) {
-		h.NoteTelemetry("w", []protocol.GPUTelemetry{{Index: 1, UUID: "GPU-1", UtilizationPct: util, MemoryUsedMiB: usedMiB, MemoryTotalMiB: 1000}}, at)
+		h.NoteTelemetry("w", []protocol.GPUTelemetry{{Index: 1, UUID: "GPU-1", UtilizationPct: util, MemoryUsedMiB: usedMiB, MemoryTotalMiB: 1000}}, inventory, at)
 	}
 	beat(t0, 50, 100)
 	beat(t0.Add(20*time.Second), 100, 600)
@@ -50,12 +52,40 @@ func TestGPUHistoryPoints(t *testing.T) {
 		}
 	}
 	// A replaced GPU (another UUID at the index) starts afresh.
-	h.NoteTelemetry("w", []protocol.GPUTelemetry{{Index: 1, UUID: "GPU-new", UtilizationPct: 5}}, later)
+	h.NoteTelemetry("w", []protocol.GPUTelemetry{{Index: 1, UUID: "GPU-new", UtilizationPct: 5}}, inventory, later)
 	if v = h.Worker("w", later); v.GPUs[0].UUID != "GPU-new" || value(v.GPUs[0].UtilizationPct[historyPoints-1]) != 5 {
 		t.Fatalf("replaced GPU: %+v", v.GPUs[0])
 	}
 	h.Forget("w")
 	if v = h.Worker("w", later); len(v.GPUs) != 0 {
 		t.Fatalf("a deleted worker's history: %+v", v.GPUs)
+	}
+}
+
+// Only the GPUs of the worker's inventory get a series, however many
+// indexes and UUIDs its heartbeats make up; a GPU that left the inventory
+// loses its series.
+func TestGPUHistoryKeepsTheInventoryOnly(t *testing.T) {
+	t.Parallel()
+	h := New()
+	at := time.Unix(1_800_000_000, 0)
+	inventory := map[int]bool{0: true, 1: true}
+	for beat := range 50 {
+		gpus := make([]protocol.GPUTelemetry, 64)
+		for k := range gpus {
+			gpus[k] = protocol.GPUTelemetry{Index: k, UUID: fmt.Sprintf("GPU-%d-%d", beat, k), UtilizationPct: 50}
+		}
+		h.NoteTelemetry("w", gpus, inventory, at.Add(time.Duration(beat)*time.Second))
+	}
+	if n := h.Series(); n != 2 {
+		t.Fatalf("%d series kept for a worker with 2 GPUs", n)
+	}
+	h.NoteTelemetry("w", []protocol.GPUTelemetry{{Index: 0, UUID: "GPU-0"}}, map[int]bool{0: true}, at.Add(time.Minute))
+	if v := h.Worker("w", at.Add(time.Minute)); len(v.GPUs) != 1 || v.GPUs[0].Index != 0 {
+		t.Fatalf("after the inventory shrank: %+v", v.GPUs)
+	}
+	h.NoteTelemetry("w", []protocol.GPUTelemetry{{Index: 5, UUID: "GPU-5"}}, map[int]bool{}, at.Add(2*time.Minute))
+	if n := h.Series(); n != 0 {
+		t.Fatalf("%d series kept for a worker with no GPUs", n)
 	}
 }
