@@ -106,7 +106,7 @@ func TestTokenCommandWritesTheExistingDatabase(t *testing.T) {
 	if err != nil || len(ts) != 2 || ts[1].Name != "release" || ts[1].MaxPriority == nil || *ts[1].MaxPriority != 30 || ts[0].MaxPriority != nil {
 		t.Fatalf("tokens: %+v %v", ts, err)
 	}
-	if code, out, _ = runMain("--config", conf, "token", "list"); !regexp.MustCompile(`release\s+queue.submit\s+30\s`).MatchString(out) {
+	if code, out, _ = runMain("--config", conf, "token", "list"); !regexp.MustCompile(`release\s+queue.submit\s+default\s+30\s`).MatchString(out) {
 		t.Fatalf("list: exit %d, %q", code, out)
 	}
 }
