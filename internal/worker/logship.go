@@ -278,7 +278,7 @@ func (sh *shipper) run(ctx context.Context) {
 	}()
 	tick := time.NewTicker(sh.poll)
 	defer tick.Stop()
-	buf := make([]byte, maxLogChunk)
+	var buf []byte // made with the file: a job that prints nothing costs no 256 KiB buffer
 	failing := false
 	for {
 		size, closed := sh.spool.state()
@@ -301,6 +301,7 @@ func (sh *shipper) run(ctx context.Context) {
 				sh.log.Warn("cannot read the job's log spool; logs are not shipped", "err", err)
 				return
 			}
+			buf = make([]byte, maxLogChunk)
 		}
 		n, err := f.ReadAt(buf[:min(int64(len(buf)), size-acked)], acked)
 		if n == 0 {

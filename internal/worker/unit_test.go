@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -348,6 +350,26 @@ func TestLogSpoolFileMadeByFirstOutput(t *testing.T) {
 	_ = talks.Close()
 	if got, err := os.ReadFile(filepath.Join(dir, "j-2.log")); string(got) != "hello\n" {
 		t.Errorf("spool %q (%v)", got, err)
+	}
+}
+
+// A job that prints nothing costs its shipper no read buffer: the 256 KiB
+// buffer is made with the spool's file, by the first output. (Not parallel:
+// it counts the bytes the whole program allocates.)
+func TestLogShipperOfASilentJobMakesNoBuffer(t *testing.T) {
+	dir := t.TempDir()
+	const runs = 20
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := range runs {
+		silent := newLogSpool(filepath.Join(dir, "j-"+strconv.Itoa(i)+".log"), 0, slog.New(slog.DiscardHandler))
+		_ = silent.Close()
+		sh := newShipper(nil, "/log", 1, silent, time.Hour, time.Second, time.Second, slog.New(slog.DiscardHandler))
+		sh.run(t.Context())
+	}
+	runtime.ReadMemStats(&after)
+	if perRun := (after.TotalAlloc - before.TotalAlloc) / runs; perRun >= maxLogChunk/2 {
+		t.Fatalf("a silent job's shipper allocated %d bytes (the read buffer is %d)", perRun, maxLogChunk)
 	}
 }
 

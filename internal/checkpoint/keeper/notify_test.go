@@ -104,6 +104,42 @@ func TestUploadedWhenWritten(t *testing.T) {
 	}
 }
 
+// An attempt that ends before watchAfter never makes an inotify instance
+// (a zero-work job, a failed start); one that runs longer is watched from
+// then on, and the look its first watch causes finds a checkpoint written
+// before the watching began (the scan, an hour here, plays no part).
+func TestWatchedOnlyAfterAWhile(t *testing.T) {
+	t.Parallel()
+	o := startOrch(t)
+	jobID := o.submit(`{"output_dir": "out"}`)
+	work := t.TempDir()
+	notes := &testutil.Buffer{}
+	j := jobFor(t, o.dispatch(jobID), work, nil)
+	kept := keptNotes(&j, notes)
+	k := o.keeper(work)
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); wg.Wait() }()
+
+	short := k.Watch(j, self, -1)
+	short.watchAfter = time.Hour
+	short.Start(ctx, &wg)
+	short.Finish(ctx, false, false)
+	if short.notified.Load() {
+		t.Fatal("an attempt that ended at once made an inotify instance")
+	}
+
+	long := k.Watch(j, self, -1)
+	long.watchAfter = 100 * time.Millisecond
+	long.Start(ctx, &wg)
+	writeCheckpoint(t, filepath.Join(j.Dir, "out"), "checkpoint-5", map[string]string{"m": "five"}, true)
+	waitKept(t, kept, "checkpoint-5", notes)
+	if !long.notified.Load() {
+		t.Fatal("checkpoint-5 kept, but not by the watch's look")
+	}
+	long.Finish(ctx, false, false)
+}
+
 // The watches a job can cause are bounded, and never follow its links: a
 // job with more unfinished checkpoint directories than the bound is looked
 // at by the scan alone, which the log says once, and its checkpoints still
@@ -148,6 +184,7 @@ func TestWatchesBounded(t *testing.T) {
 	}
 	j.Scan = 50 * time.Millisecond
 	w = k.Watch(j, self, -1)
+	w.watchAfter = 0 // watched from the start, so that the fallback comes before the scan keeps checkpoint-500
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithCancel(context.Background())
 	defer func() { cancel(); wg.Wait() }()

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/checkpoint"
@@ -39,7 +40,14 @@ type Watcher struct {
 	started bool
 	cancel  context.CancelFunc // ends an upload in progress
 	once    sync.Once
+
+	watchAfter time.Duration // how long the attempt runs before inotify watches it
+	notified   atomic.Bool   // the inotify instance was made
 }
+
+// watchAfter is how long an attempt runs before its output directory is
+// watched with inotify.
+const watchAfter = settle
 
 // Watch returns the watcher of attempt j, whose files belong to id; its
 // first look at the output directory is taken now, before the trainer
@@ -47,7 +55,7 @@ type Watcher struct {
 // from (-1: none).
 func (k *Keeper) Watch(j Job, id jobfs.Ident, restoredStep int64) *Watcher {
 	w := &Watcher{k: k, c: k.client(j), j: j, id: id, skipTo: restoredStep, tracker: checkpoint.NewTracker(),
-		done: map[string]bool{}, stop: make(chan struct{}), stopped: make(chan struct{}),
+		done: map[string]bool{}, stop: make(chan struct{}), stopped: make(chan struct{}), watchAfter: watchAfter,
 		log: k.opt.Log.With("job_id", j.ID, "attempt", j.Attempt)}
 	w.look(false)
 	return w
@@ -63,18 +71,28 @@ func (w *Watcher) Start(ctx context.Context, wg *sync.WaitGroup) {
 		defer close(w.stopped)
 		t := time.NewTicker(w.j.Scan)
 		defer t.Stop()
-		n := w.newNotifier()
-		defer n.close()
+		// The inotify instance is made once the attempt has run for
+		// watchAfter: an attempt that ends sooner (a failed start, a
+		// zero-work job) costs none. Its first watch causes a look, which
+		// sees whatever the trainer wrote before.
+		n := &notifier{w: w, dirs: map[string]*jobfs.Dir{}}
+		defer func() { n.close() }()
+		arm := time.NewTimer(w.watchAfter)
+		defer arm.Stop()
 		var soon <-chan time.Time // a look after a change, once it settled
-		if n.sync() {
-			soon = time.After(settle)
-		}
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-w.stop:
 				return
+			case <-arm.C:
+				n = w.newNotifier()
+				w.notified.Store(n.fsw != nil)
+				if n.sync() {
+					soon = time.After(settle)
+				}
+				continue
 			case <-t.C:
 			case ev, ok := <-n.events():
 				if !ok {
