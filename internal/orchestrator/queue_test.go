@@ -288,7 +288,10 @@ func TestDrainEphemeralAndPersistent(t *testing.T) {
 			a.noEvent("job_submit", 300*time.Millisecond)
 		}
 		for _, j := range []string{j1, j2} {
-			w := e.job(j)["worker_id"].(string)
+			w, ok := e.job(j)["worker_id"].(string)
+			if !ok {
+				t.Fatalf("job %s is no longer on a worker: %v", j, e.job(j))
+			}
 			a := eph
 			if w == pers.id {
 				a = pers
