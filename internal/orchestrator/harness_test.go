@@ -56,7 +56,7 @@ func testOptions(t testing.TB) Options {
 	o.PingInterval = 200 * time.Millisecond
 	o.SchedulerInterval = 100 * time.Millisecond
 	o.CancelGrace = 200 * time.Millisecond
-	o.CancelReportTimeout = 300 * time.Millisecond
+	o.CancelReportTimeout = 3 * time.Second // a loaded machine can take a second to send an agent's cancelled report
 	o.EphemeralCleanupAfter = time.Hour
 	o.RecheckInterval = 200 * time.Millisecond
 	o.FailureAuditInterval = 200 * time.Millisecond
