@@ -188,10 +188,11 @@ func TestRotatedTokenGetsNoDispatchOnAReplicaThatMissedTheNotification(t *testin
 	// to the queue, not yet withdrawn.
 	testutil.Eventually(t, eventWait, "the attempts withdrawn", func() bool {
 		j = alpha.job(jobID)
-		if j["status"] != "queued" {
+		atts, _ := j["attempts"].([]any)
+		if j["status"] != "queued" || len(atts) == 0 {
 			return false
 		}
-		for _, a := range j["attempts"].([]any) {
+		for _, a := range atts {
 			if a.(map[string]any)["ended_at"] == nil {
 				return false
 			}
