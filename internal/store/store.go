@@ -412,13 +412,16 @@ type ActiveAttempt struct {
 }
 
 // TeamDay is a team's GPU-seconds of ended attempts on one UTC day
-// (YYYY-MM-DD), and when on average they were used.
+// (DayFormat), and when on average they were used.
 type TeamDay struct {
 	Team       string
 	Day        string
 	GPUSeconds float64
 	UsedAt     time.Time
 }
+
+// DayFormat is how a TeamDay (and the team_usage table) names a day.
+const DayFormat = "2006-01-02"
 
 // ErrQueueFull: a team already has its max_queued jobs queued.
 var ErrQueueFull = errors.New("the team's queue is full")
