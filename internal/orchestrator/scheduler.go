@@ -193,7 +193,7 @@ func (s *Server) send(ctx context.Context, p choice, j store.Job, a store.Attemp
 		CheckpointsEndpoint: s.checkpointsEndpoint(j),
 	}
 	if p.w.SharesGPUs() {
-		ev.GPUs, ev.WholeWorker = placement.AssignedGPUs(p.w.GPUInfo.GPUSummary, p.gpus), p.whole
+		ev.GPUs, ev.WholeWorker = p.w.GPUInfo.AssignedGPUs(p.gpus), p.whole
 	}
 	if !s.hub.Send(p.w.ID, protocol.EventJobSubmit, ev) {
 		s.log.Warn("worker stream vanished during dispatch; withdrawing", "job_id", j.ID, "worker_id", p.w.ID)

@@ -65,6 +65,23 @@ func ParseGPUInfo(raw json.RawMessage) GPUSummary {
 // VRAMGB is the device's memory in GiB.
 func (d GPUDevice) VRAMGB() float64 { return float64(d.MemoryMiB) / 1024 }
 
+// AssignedGPUs names the GPUs of indices for job_submit's gpus: index and,
+// where the worker reported one, UUID. An empty list (a job that takes no
+// GPU) stays a list.
+func (g GPUSummary) AssignedGPUs(indices []int) *[]AssignedGPU {
+	out := make([]AssignedGPU, 0, len(indices))
+	for _, i := range indices {
+		a := AssignedGPU{Index: i}
+		for _, d := range g.Devices {
+			if d.Index == i {
+				a.UUID = d.UUID
+			}
+		}
+		out = append(out, a)
+	}
+	return &out
+}
+
 // GPUAllocation says in words what GPUs a job gets: "whole worker", "no GPU
 // (CPU only)", "1 GPU", "4 GPUs".
 func GPUAllocation(count int, whole bool) string {

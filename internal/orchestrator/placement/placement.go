@@ -212,19 +212,3 @@ func ReserveFor(j store.QueuedJob, p *Pool) Reservation {
 	}
 	return Reservation{JobID: j.ID, WorkerID: best.W.ID}
 }
-
-// AssignedGPUs names the GPUs for job_submit: index and, where the worker
-// reported one, UUID. An empty list (a job that takes no GPU) stays a list.
-func AssignedGPUs(g protocol.GPUSummary, indices []int) *[]protocol.AssignedGPU {
-	out := make([]protocol.AssignedGPU, 0, len(indices))
-	for _, i := range indices {
-		a := protocol.AssignedGPU{Index: i}
-		for _, d := range g.Devices {
-			if d.Index == i {
-				a.UUID = d.UUID
-			}
-		}
-		out = append(out, a)
-	}
-	return &out
-}
