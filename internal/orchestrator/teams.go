@@ -205,8 +205,9 @@ func (s *Server) preemptFor(ctx context.Context, teams *teamsNow, waiting []stor
 				(heldForAhead && res.WorkerID == w.ID) {
 				continue
 			}
+			capa := w.Capacity()
 			hosts = append(hosts, fairshare.Host{WorkerID: w.ID, GPUs: max(w.GPUInfo.Count-len(w.GPUConditions), 0),
-				FreeGPUs: w.FreeUsableGPUs(), SharesGPUs: w.SharesGPUs(), Running: byWorker[w.ID]})
+				FreeGPUs: capa.FreeUsableGPUs(), SharesGPUs: capa.SharesGPUs(), Running: byWorker[w.ID]})
 		}
 		c, ok := teams.st.Victims(j, hosts)
 		if !ok {

@@ -121,52 +121,17 @@ type Worker struct {
 	// it: only CreateWorker and SetWorkerTokenHash write it.
 	TokenHash string
 	// Running is how many attempts are out on the worker and GPUsUsed how
-	// many of its GPUs they hold; HeldWhole is set while an attempt that
+	// many of its GPUs they hold; WholeWorkerHeld is set while an attempt that
 	// took the whole worker runs. The store keeps them in the transactions
 	// that open and end attempts; UpdateWorker ignores changes to them.
 	Running, GPUsUsed int
-	HeldWhole         bool
+	WholeWorkerHeld   bool
 	// GPUConditions are the GPUs the worker keeps out of use, as it last
 	// reported them; placement gives them to no job.
 	GPUConditions []protocol.GPUCondition
 	// GPUClears are the indices of unhealthy GPUs an admin cleared that the
 	// worker still reports: it is told until it no longer does.
 	GPUClears []int
-}
-
-// Slots is how many attempts the worker may run at once: its max_jobs when
-// it runs several jobs on GPUs the orchestrator assigns, else 1 (a job then
-// gets the whole worker).
-func (w Worker) Slots() int {
-	if w.Protocol >= 2 && w.Capabilities.MaxJobs > 0 {
-		return w.Capabilities.MaxJobs
-	}
-	return 1
-}
-
-// SharesGPUs reports whether the worker runs several jobs, each on GPUs of
-// its own.
-func (w Worker) SharesGPUs() bool { return w.Protocol >= 2 && w.Capabilities.MaxJobs > 0 }
-
-// Load is the worker's load for the lifecycle's status rule.
-func (w Worker) Load() lifecycle.Load {
-	return lifecycle.Load{Running: w.Running, Slots: w.Slots(), GPUs: w.GPUInfo.Count,
-		GPUsUsed: w.GPUsUsed, Whole: w.HeldWhole}
-}
-
-// FreeUsableGPUs is how many of the worker's GPUs no attempt holds and the
-// worker does not keep out of use (a GPU both held by an attempt and kept
-// out of use, briefly, counts once each way: the figure errs low).
-func (w Worker) FreeUsableGPUs() int { return max(w.Load().FreeGPUs()-len(w.GPUConditions), 0) }
-
-// UnavailableGPUs are the indices of the worker's GPUs it keeps out of use
-// (held or unhealthy).
-func (w Worker) UnavailableGPUs() map[int]bool {
-	out := make(map[int]bool, len(w.GPUConditions))
-	for _, c := range w.GPUConditions {
-		out[c.Index] = true
-	}
-	return out
 }
 
 // QueuedJob is what placement reads of a queued job: where it may run and
@@ -322,10 +287,10 @@ type ClaimRequest struct {
 	// fails with ErrConflict if another attempt holds one of them, or the
 	// worker keeps one of them out of use.
 	GPUs []int
-	// Whole gives the attempt the whole worker: the claim fails with
+	// WholeWorker gives the attempt the whole worker: the claim fails with
 	// ErrConflict unless nothing runs there, and nothing else is claimed
 	// there until the attempt ends.
-	Whole bool
+	WholeWorker bool
 	// UploadTokenHash is stored on the new attempt.
 	UploadTokenHash string
 	AckDeadline     time.Time
@@ -401,10 +366,10 @@ type ActiveAttempt struct {
 	JobID, Team, WorkerID string
 	Status                protocol.JobStatus
 	Priority              int
-	// GPUs is how many GPUs the attempt holds; Whole, whether it took its
-	// worker whole.
-	GPUs  int
-	Whole bool
+	// GPUs is how many GPUs the attempt holds; WholeWorker, whether it
+	// took the whole worker.
+	GPUs        int
+	WholeWorker bool
 	// StartedAt is when the worker acknowledged it (nil: not yet).
 	StartedAt *time.Time
 	// Preempting is true while it is being preempted.

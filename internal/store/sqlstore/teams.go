@@ -46,7 +46,7 @@ func (s *Store) ListActiveAttempts(ctx context.Context) ([]store.ActiveAttempt, 
 	for rows.Next() {
 		var a store.ActiveAttempt
 		var gpus, preemptedBy string
-		if err := rows.Scan(&a.JobID, &a.Team, &a.WorkerID, &a.Status, &a.Priority, &a.Whole, &gpus,
+		if err := rows.Scan(&a.JobID, &a.Team, &a.WorkerID, &a.Status, &a.Priority, &a.WholeWorker, &gpus,
 			nullTimeCol{&a.StartedAt}, &preemptedBy); err != nil {
 			return nil, err
 		}
