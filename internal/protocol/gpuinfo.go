@@ -48,11 +48,8 @@ func ParseGPUInfo(raw json.RawMessage) GPUSummary {
 		VRAMGB:      num("vram_gb", "gpu_vram_gb"),
 		Accelerator: str("accelerator", "accelerator_type"),
 	}
-	var withDevices struct {
-		Devices []GPUDevice `json:"devices"`
-	}
-	if json.Unmarshal(raw, &withDevices) == nil && len(withDevices.Devices) > 0 {
-		g.Devices = withDevices.Devices
+	if devs := ReportedDevices(raw); len(devs) > 0 {
+		g.Devices = devs
 		g.Count = len(g.Devices)
 		return g
 	}
@@ -60,6 +57,19 @@ func ParseGPUInfo(raw json.RawMessage) GPUSummary {
 		g.Devices = append(g.Devices, GPUDevice{Index: i, Name: g.Name, MemoryMiB: uint64(g.VRAMGB * 1024)})
 	}
 	return g
+}
+
+// ReportedDevices are the GPUs gpu_info lists one by one (simpletuner-workerd
+// lists them; SimpleTuner's own agent reports a count only): none when it
+// lists none or is unreadable. ParseGPUInfo adds devices for a bare count.
+func ReportedDevices(raw json.RawMessage) []GPUDevice {
+	var withDevices struct {
+		Devices []GPUDevice `json:"devices"`
+	}
+	if len(raw) == 0 || json.Unmarshal(raw, &withDevices) != nil {
+		return nil
+	}
+	return withDevices.Devices
 }
 
 // VRAMGB is the device's memory in GiB.
