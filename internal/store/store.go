@@ -447,6 +447,16 @@ type Notification struct {
 }
 
 // Store is implemented by every backend. All methods are safe for concurrent use.
+//
+// A function handed to the store runs inside its transaction: UpdateWorker's
+// fn and the methods of the Outbox (SetOutbox). An implementation may run such
+// a function more than once for one call (the SQLite backend runs a write
+// again on its own when the batch it was group-committed with failed); only
+// the run whose transaction commits takes effect, and the caller gets that
+// run's outcome. So these functions only compute: they change what they are
+// handed and return what they decide, and touch nothing else (no I/O, no
+// sends, no counters). No implementation may count on one running once, nor
+// any caller on one running once.
 type Store interface {
 	// Ping reports whether the database answers.
 	Ping(ctx context.Context) error
@@ -469,7 +479,8 @@ type Store interface {
 	ListWorkers(ctx context.Context, f WorkerFilter) (workers []Worker, total int, err error)
 	// UpdateWorker reads the worker, lets fn change it, and writes it back in one
 	// transaction. fn may return an audit record to append in the same transaction;
-	// an error from fn aborts without changes.
+	// an error from fn aborts without changes. fn may run more than once (see
+	// Store): it changes only the worker it is handed.
 	UpdateWorker(ctx context.Context, id string, fn func(*Worker) (*audit.Record, error)) (Worker, error)
 	// SummarizeWorkers counts all workers grouped by status, GPU info and
 	// whether they hold a job, in one aggregate read.
