@@ -67,7 +67,7 @@ func (s *Server) schedulePass(ctx context.Context) {
 	var borrowers, waiting []store.QueuedJob
 	place := func(j store.QueuedJob, best *placement.Candidate, gpus []int) {
 		best.Took(j, gpus)
-		placed = append(placed, choice{w: best.W, jobID: j.ID, gpus: gpus, whole: j.WholeWorker})
+		placed = append(placed, choice{w: best.W, jobID: j.ID, gpus: gpus, wholeWorker: j.WholeWorker})
 		if res.JobID == j.ID {
 			res = placement.Reservation{}
 		}
@@ -135,12 +135,12 @@ func (s *Server) schedulePass(ctx context.Context) {
 }
 
 // choice is a job the pass gives to a worker, with the GPUs it gets
-// there, and whether it takes the worker whole.
+// there, and whether it takes the whole worker.
 type choice struct {
-	w     store.Worker
-	jobID string
-	gpus  []int
-	whole bool
+	w           store.Worker
+	jobID       string
+	gpus        []int
+	wholeWorker bool
 }
 
 // claimAndSend claims the placements in one transaction and sends each
@@ -160,7 +160,7 @@ func (s *Server) claimAndSend(ctx context.Context, placed []choice) {
 			WorkerID:        p.w.ID,
 			JobID:           p.jobID,
 			GPUs:            p.gpus,
-			Whole:           p.whole,
+			WholeWorker:     p.wholeWorker,
 			UploadTokenHash: auth.Hash(uploadTokens[i]),
 			AckDeadline:     now.Add(opt.AckTimeout),
 			Now:             now,
@@ -192,8 +192,8 @@ func (s *Server) send(ctx context.Context, p choice, j store.Job, a store.Attemp
 		CancelGraceSeconds: s.options().CancelGrace.Seconds(), LogEndpoint: "/api/workers/job/" + j.ID + "/logs",
 		CheckpointsEndpoint: s.checkpointsEndpoint(j),
 	}
-	if p.w.SharesGPUs() {
-		ev.GPUs, ev.WholeWorker = placement.AssignedGPUs(p.w.GPUInfo.GPUSummary, p.gpus), p.whole
+	if p.w.Capacity().SharesGPUs() {
+		ev.GPUs, ev.WholeWorker = p.w.GPUInfo.AssignedGPUs(p.gpus), p.wholeWorker
 	}
 	if !s.hub.Send(p.w.ID, protocol.EventJobSubmit, ev) {
 		s.log.Warn("worker stream vanished during dispatch; withdrawing", "job_id", j.ID, "worker_id", p.w.ID)

@@ -88,7 +88,7 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 		if len(resume) > 0 {
 			cur.CurrentJobID = resume[0].JobID
 		}
-		cur.Status = lifecycle.Alive(cur.Status, cur.Load())
+		cur.Status = lifecycle.Alive(cur.Status, cur.Capacity().Load())
 		details := map[string]any{"name": cur.Name, "protocol": cur.Protocol, "resume": resume, "abandon": abandon}
 		for k, v := range changes {
 			details[k] = v
@@ -299,7 +299,7 @@ func (s *Server) streamOpened(ctx context.Context, workerID string) error {
 	instance := s.options().InstanceID
 	_, err := s.store.UpdateWorker(ctx, workerID, func(cur *store.Worker) (*audit.Record, error) {
 		cur.ConnectedAt, cur.StreamInstance = &now, instance
-		cur.Status = lifecycle.Alive(cur.Status, cur.Load())
+		cur.Status = lifecycle.Alive(cur.Status, cur.Capacity().Load())
 		return nil, nil
 	})
 	return err
@@ -335,7 +335,7 @@ func (s *Server) heartbeat(ctx context.Context, wk store.Worker, req protocol.He
 	var drainedByWorker bool
 	updated, err := s.store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
 		cur.LastHeartbeat = &now
-		cur.Status = lifecycle.Alive(cur.Status, cur.Load())
+		cur.Status = lifecycle.Alive(cur.Status, cur.Capacity().Load())
 		// A worker draining on its own (a stop signal) says so: no job is
 		// dispatched to it any more. Only an admin's resume undoes a drain.
 		if drainedByWorker = req.Status == string(protocol.WorkerDraining) && cur.Status != protocol.WorkerDraining; drainedByWorker {
@@ -479,7 +479,7 @@ func (s *Server) resume(ctx context.Context, id, actor, ip string) (store.Worker
 		if cur.Status != protocol.WorkerDraining {
 			return nil, web.Conflict("worker %s is %s, not draining", id, cur.Status)
 		}
-		cur.Status = lifecycle.Resumed(cur.Load(), cur.LastHeartbeat != nil)
+		cur.Status = lifecycle.Resumed(cur.Capacity().Load(), cur.LastHeartbeat != nil)
 		rec := audit.New(actor, ip, "worker.resume", "worker", id, audit.Success, map[string]string{"name": cur.Name})
 		return &rec, nil
 	})
