@@ -105,7 +105,7 @@ func (r *runner) restoreFirst(ctx context.Context) bool {
 // stopped meanwhile.
 func (w *Worker) onRestored(ctx context.Context, m checkpointRestored) {
 	a := m.a
-	current := w.isCurrent(a)
+	current := w.slots.isCurrent(a)
 	switch {
 	case a.restoreOver(m, current):
 		w.startAttempt(ctx, a)

@@ -72,15 +72,15 @@ func (w *Worker) connect(ctx context.Context, gen int) {
 // registerRequest is the registration body, and the keys of the self-fenced
 // attempts it leaves out.
 func (w *Worker) registerRequest() (protocol.RegisterRequest, []string) {
+	inv, maxJobs := w.slots.inventory()
 	w.mu.Lock()
-	inv := w.inv
 	running := w.attemptsLocked()
 	var current string
 	if r := w.answeredLocked(); len(r) > 0 {
 		current = r[0].jobID
 	}
 	leftOut := slices.Collect(maps.Keys(w.unreconciled))
-	caps := protocol.Capabilities{Isolation: w.iso.Name(), MaxJobs: w.maxJobs, OwnType: w.opt.OwnType}
+	caps := protocol.Capabilities{Isolation: w.iso.Name(), MaxJobs: maxJobs, OwnType: w.opt.OwnType}
 	if w.jobSettings.OwnCancelGrace {
 		caps.CancelGraceSeconds = w.jobSettings.CancelGrace.Seconds()
 	}

@@ -37,7 +37,7 @@ func (w *Worker) onEvent(ctx context.Context, ev sseEvent) (bool, error) {
 			w.log.Info("job_cancel for a job that waited for a stop here; dropped", "job_id", c.JobID, "attempt", c.Attempt)
 			return false, nil
 		}
-		a := w.attemptOf(c.JobID)
+		a := w.slots.holder(c.JobID)
 		if a == nil || !a.matches(c.JobID, c.Attempt) {
 			w.log.Info("job_cancel for an attempt this worker does not run; ignored", "job_id", c.JobID, "attempt", c.Attempt)
 			return false, nil

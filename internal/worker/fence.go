@@ -74,7 +74,7 @@ func (w *Worker) ackedLocked(sent time.Time) {
 // and run the job elsewhere.
 func (w *Worker) checkFence() {
 	w.mu.Lock()
-	running, last, limit := w.runningLocked(), w.lastAck, w.fenceAfter
+	running, last, limit := w.slots.running(), w.lastAck, w.fenceAfter
 	w.mu.Unlock()
 	if last.IsZero() || limit <= 0 {
 		return

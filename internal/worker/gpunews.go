@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
@@ -59,7 +58,7 @@ func (w *Worker) watchGPUs(ctx context.Context) {
 			if released := w.gpus.recheckHeld(); len(released) > 0 {
 				w.beatSoon()
 			}
-			if len(w.running()) == 0 {
+			if len(w.slots.running()) == 0 {
 				continue
 			}
 			tel, err := w.opt.GPU.Telemetry()
@@ -81,16 +80,6 @@ func (w *Worker) beatSoon() {
 	}
 }
 
-// attemptOnGPU is the running attempt that holds GPU i; nil when none does.
-func (w *Worker) attemptOnGPU(i int) *runner {
-	for _, a := range w.running() {
-		if slices.ContainsFunc(a.gpus, func(d gpu.Device) bool { return d.Index == i }) {
-			return a
-		}
-	}
-	return nil
-}
-
 // onGPUEvent: an XID that blames the hardware fences the GPU; any other is
 // the job's own and goes into its record and its log.
 func (w *Worker) onGPUEvent(ev gpu.Event) {
@@ -99,7 +88,7 @@ func (w *Worker) onGPUEvent(ev gpu.Event) {
 		w.onGPUFault(ev.Index, what)
 		return
 	}
-	a := w.attemptOnGPU(ev.Index)
+	a := w.slots.onGPU(ev.Index)
 	if a == nil {
 		w.log.Warn("GPU error with no job on the GPU", "index", ev.Index, "uuid", ev.UUID, "error", what)
 		return
@@ -114,7 +103,7 @@ func (w *Worker) onGPUFault(i int, reason string) {
 		return
 	}
 	w.beatSoon()
-	a := w.attemptOnGPU(i)
+	a := w.slots.onGPU(i)
 	if a == nil {
 		return
 	}
@@ -129,7 +118,7 @@ func (w *Worker) onGPUSample(s gpuSample) {
 	for _, t := range s.tel {
 		byIndex[t.Index] = t
 	}
-	for _, a := range w.running() {
+	for _, a := range w.slots.running() {
 		a.sampleGPUs(byIndex, s.procs)
 	}
 }
@@ -172,12 +161,12 @@ func (r *runner) gpuFaulted(i int, reason, detail string) {
 // utilisation of its GPUs, and the GPU memory its own processes hold (those
 // in its cgroup, or its process group without one).
 func (r *runner) sampleGPUs(byIndex map[int]protocol.GPUTelemetry, procs map[int][]gpu.Process) {
-	if len(r.gpus) == 0 || r.proc == nil {
+	if len(r.grant.devices) == 0 || r.proc == nil {
 		return
 	}
 	var util float64
 	var mem uint64
-	for _, d := range r.gpus {
+	for _, d := range r.grant.devices {
 		util += byIndex[d.Index].UtilizationPct
 		for _, p := range procs[d.Index] {
 			if r.proc.job.Contains(p.PID) {
@@ -185,17 +174,17 @@ func (r *runner) sampleGPUs(byIndex map[int]protocol.GPUTelemetry, procs map[int
 			}
 		}
 	}
-	r.use.add(util/float64(len(r.gpus)), mem)
+	r.use.add(util/float64(len(r.grant.devices)), mem)
 }
 
 // holdDirtyGPUs runs once the attempt ended, before its report frees its
 // GPUs at the orchestrator: one the job left a process on is held back
 // first, and the report says so.
 func (r *runner) holdDirtyGPUs() {
-	if len(r.gpus) == 0 || r.proc == nil {
+	if len(r.grant.devices) == 0 || r.proc == nil {
 		return
 	}
-	if held := r.env.gpus.holdLeftovers(r.gpus, r.env.opt.Timers.GPUSettle); len(held) > 0 {
+	if held := r.env.gpus.holdLeftovers(r.grant.devices, r.env.opt.Timers.GPUSettle); len(held) > 0 {
 		r.log.Warn("the job's GPUs are not clean after it ended; holding them back", "gpus", held)
 	}
 }

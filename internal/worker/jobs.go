@@ -9,18 +9,22 @@ import (
 
 // The loop's side of an attempt: it decides whether a dispatch is taken,
 // creates its runner, tells it to stop, and tears it down once its process
-// tree is gone. What needs the other attempts (the slots, the GPUs they
-// hold, what the heartbeats list) is decided here, never in the runner.
+// tree is gone. What needs the other attempts (the slots and GPUs they hold,
+// which the allotment keeps, and what the heartbeats list) is decided here,
+// never in the runner.
 
 func (w *Worker) onSubmit(ctx context.Context, ev *protocol.JobSubmitEvent) {
 	a := newRunner(&w.runnerEnv, ev, w.currentJobSettings())
+	var cur *runner
+	var refused string
 	w.mu.Lock()
-	cur, draining := w.jobs[ev.JobID], w.localDrain
-	devs, whole, refused := w.gpusForLocked(ev)
-	take := cur == nil && !draining && refused == ""
-	if take {
-		a.gpus, a.whole = devs, whole
-		w.jobs[ev.JobID] = a
+	draining := w.localDrain
+	if draining {
+		cur = w.slots.holder(ev.JobID)
+	} else {
+		cur, refused = w.slots.reserve(a)
+	}
+	if cur == nil && !draining && refused == "" {
 		w.orchDrain = false // a dispatch means the orchestrator resumed this worker
 	}
 	w.mu.Unlock()
@@ -33,7 +37,7 @@ func (w *Worker) onSubmit(ctx context.Context, ev *protocol.JobSubmitEvent) {
 	case draining:
 		w.log.Warn("draining; not taking job", "job_id", ev.JobID)
 		return
-	case refused != "" && w.anyStopping():
+	case refused != "" && w.slots.anyStopping():
 		// The orchestrator freed the slot when it fenced or preempted an
 		// attempt that is still stopping here: the job starts when the stop
 		// is done, within the grace, instead of waiting out the
@@ -45,7 +49,6 @@ func (w *Worker) onSubmit(ctx context.Context, ev *protocol.JobSubmitEvent) {
 		w.log.Warn("not taking job: "+refused, "job_id", ev.JobID, "attempt", ev.Attempt)
 		return
 	}
-	a.otherNodes, a.gpuVars = w.otherGPUNodes(a), w.gpuEnv(a)
 	if a.begin(ctx) {
 		return // onRestored starts it
 	}
@@ -90,18 +93,6 @@ func (w *Worker) endAttempt(ctx context.Context, a *runner) {
 	}
 }
 
-// anyStopping reports whether an attempt here is being stopped.
-func (w *Worker) anyStopping() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, a := range w.jobs {
-		if a.stop != notStopped {
-			return true
-		}
-	}
-	return false
-}
-
 // dropDeferred forgets a dispatch that waits for a stop, when it is
 // cancelled; it reports whether there was one.
 func (w *Worker) dropDeferred(jobID string, attempt int) bool {
@@ -122,9 +113,7 @@ func (w *Worker) closeAttempt(a *runner) (rec statusRecord, report, spooled bool
 	// the same critical section: a heartbeat sees one or the other, never
 	// neither.
 	w.mu.Lock()
-	if w.jobs[a.jobID] == a {
-		delete(w.jobs, a.jobID)
-	}
+	w.slots.release(a)
 	if report {
 		w.noteFinishingLocked(rec)
 	}

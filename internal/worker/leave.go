@@ -14,7 +14,7 @@ func (w *Worker) onOrchestratorDrain(source string) (bool, error) {
 	w.mu.Lock()
 	first := !w.orchDrain
 	w.orchDrain = true
-	idle := len(w.jobs) == 0
+	idle := w.slots.idle()
 	w.mu.Unlock()
 	if first {
 		w.log.Info("the orchestrator drains this worker", "source", source)
@@ -28,7 +28,7 @@ func (w *Worker) onOrchestratorDrain(source string) (bool, error) {
 // checkIdleDrain ends a locally drained worker once no job runs.
 func (w *Worker) checkIdleDrain(announce bool) (bool, error) {
 	w.mu.Lock()
-	idle, draining := len(w.jobs) == 0, w.localDrain
+	idle, draining := w.slots.idle(), w.localDrain
 	w.mu.Unlock()
 	if idle && draining {
 		return true, w.leave("drained")
@@ -43,7 +43,7 @@ func (w *Worker) checkIdleDrain(announce bool) (bool, error) {
 // workers with nothing queued leave.
 func (w *Worker) afterJob(ctx context.Context) (bool, error) {
 	w.mu.Lock()
-	idle, local, orch := len(w.jobs) == 0, w.localDrain, w.orchDrain
+	idle, local, orch := w.slots.idle(), w.localDrain, w.orchDrain
 	id := w.workerID
 	w.mu.Unlock()
 	switch {
@@ -101,7 +101,7 @@ func (w *Worker) authFailed(err error) error {
 // jobs' uploads and reports run side by side, so the time they take is one
 // bound per worker, not per job.
 func (w *Worker) stopAndWait(why stopReason, detail string) {
-	running := w.running()
+	running := w.slots.running()
 	for _, a := range running {
 		w.stopJob(a, why, detail, a.grace)
 	}

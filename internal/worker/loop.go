@@ -188,7 +188,7 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 		// a GPU fault comes back at once), is not the one meant; if it is to
 		// stop too, the next heartbeat, which lists it, says so.
 		for _, id := range m.resp.Cancel {
-			if a := w.attemptOf(id); a != nil && a.n == m.listed[id] {
+			if a := w.slots.holder(id); a != nil && a.n == m.listed[id] {
 				w.stopJob(a, stopCancel, "cancelled by the orchestrator", a.grace)
 			}
 		}
@@ -202,22 +202,22 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 	case drainRequested:
 		return w.checkIdleDrain(true)
 	case drainExpired:
-		if len(w.running()) == 0 {
+		if len(w.slots.running()) == 0 {
 			return false, nil // the drain ends by itself once the reports are in
 		}
 		w.log.Warn("the drain did not finish within worker.drain_timeout; stopping the running jobs with their grace",
-			"drain_timeout", w.opt.DrainTimeout.String(), "jobs", len(w.running()))
+			"drain_timeout", w.opt.DrainTimeout.String(), "jobs", len(w.slots.running()))
 		return true, w.shutdown("the drain did not finish within worker.drain_timeout (" + w.opt.DrainTimeout.String() + ")")
 	case jobEnded:
 		w.endAttempt(ctx, m.a)
 	case checkpointRestored:
 		w.onRestored(ctx, m)
 	case jobTimedOut:
-		if a := m.a; w.isCurrent(a) {
+		if a := m.a; w.slots.isCurrent(a) {
 			w.stopJob(a, stopTimeout, a.timedOut(), a.grace)
 		}
 	case staleAttempt:
-		if a := m.a; w.isCurrent(a) {
+		if a := m.a; w.slots.isCurrent(a) {
 			w.stopJob(a, stopAbandon, "the orchestrator gave this job to another attempt", 0)
 		}
 	case reportDone:

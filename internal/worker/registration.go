@@ -68,7 +68,7 @@ func (w *Worker) settleFences(leftOut []string) (fencedMeanwhile bool) {
 // already ended it, and a report could only be refused (409) or, worse, be
 // mistaken for news.
 func (w *Worker) reconcile(resp protocol.RegisterResponse) {
-	for _, a := range w.running() {
+	for _, a := range w.slots.running() {
 		if a.stop == stopFence {
 			continue // left out of the registration: it is being stopped
 		}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/checkpoint/keeper"
-	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
 	"github.com/simpletuner/simpletuner-orchestration/internal/isolation"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
@@ -85,16 +84,9 @@ type runner struct {
 	settings JobSettings
 	grace    time.Duration
 	log      *slog.Logger
-	// gpus are the GPUs the attempt may use; whole is set for a dispatch
-	// that gave it the whole worker (then gpus is every GPU). The loop
-	// chose them against the other attempts' (gpusForLocked).
-	gpus  []gpu.Device
-	whole bool
-	// otherNodes are the device files of the GPUs it was not given (its
-	// cgroup keeps it from opening them) and gpuVars how it is told its
-	// own: both from the Worker's inventory, set by the loop with gpus.
-	otherNodes []string
-	gpuVars    map[string]string
+	// grant is its share of the worker, given by the allotment (reserve)
+	// against the other attempts'.
+	grant grant
 
 	proc      *process // nil when the start failed
 	clock     *launchClock
@@ -143,8 +135,8 @@ func (r *runner) matches(jobID string, n int) bool {
 // (checkpointRestored), and the dispatch is acknowledged now; else the loop
 // starts it now, and start acknowledges it.
 func (r *runner) begin(ctx context.Context) (restoring bool) {
-	indices := make([]int, len(r.gpus))
-	for i, d := range r.gpus {
+	indices := make([]int, len(r.grant.devices))
+	for i, d := range r.grant.devices {
 		indices[i] = d.Index
 	}
 	r.clock = newLaunchClock()
@@ -217,7 +209,7 @@ func (r *runner) launch() {
 		return
 	}
 	r.clock.step("wait")
-	job, err := env.iso.Start(r.ev.JobID, r.n, dir, r.otherNodes)
+	job, err := env.iso.Start(r.ev.JobID, r.n, dir, r.grant.otherNodes)
 	if err != nil {
 		r.startErr = fmt.Errorf("job isolation: %w", err)
 		return
@@ -251,7 +243,7 @@ func (r *runner) launch() {
 		Files:           files,
 		Event:           r.ev,
 		OrchestratorURL: env.c.currentURL(),
-		GPUs:            r.gpuVars,
+		GPUs:            r.grant.env,
 	})
 	vars = append(vars, resume...)
 	r.clock.step("env")
@@ -360,7 +352,7 @@ func (r *runner) record() (rec statusRecord, ok bool) {
 	if r.proc != nil {
 		u := r.proc.Usage()
 		rec.Usage = &protocol.Usage{CPUSeconds: u.CPU.Seconds(), PeakMemoryBytes: u.PeakMemory, GPUEvents: r.gpuEvents}
-		r.use.fill(rec.Usage, len(r.gpus), time.Since(r.startedAt))
+		r.use.fill(rec.Usage, len(r.grant.devices), time.Since(r.startedAt))
 	}
 	if rec.Status == "" {
 		switch {

@@ -7,8 +7,9 @@
 // the network or on a process (the stream reader, the heartbeat, the log shipper,
 // report senders, the process waiter) runs on its own goroutine and posts a message
 // to the loop. Nothing the trainer does can stall heartbeats or the stream.
-// The Worker keeps the session: registration, heartbeats, the stream, the
-// GPUs' inventory and health, and which attempts hold which slots. Each
+// The Worker keeps the session: registration, heartbeats, the stream and
+// the GPUs' health; its allotment (allotment.go) keeps which attempts hold
+// which slots and GPUs. Each
 // attempt has a runner (runner.go) that the loop creates, drives and tears
 // down: it launches and stops the trainer and keeps its timeout, log,
 // reports, checkpoints and GPU hygiene, and decides nothing that needs the
@@ -59,19 +60,19 @@ type Worker struct {
 	registered     chan struct{} // closed at the first successful registration
 	registeredOnce sync.Once
 
+	// slots is which attempts hold which slots and GPUs.
+	slots *allotment
+
 	mu           sync.Mutex // guards the fields below (read by Status, Healthy, heartbeat)
-	inv          gpu.Inventory
 	workerID     string
 	hbInterval   time.Duration
-	pingInterval time.Duration      // the stream's keep-alive interval the orchestrator announced; 0: Timers.PingInterval
-	jobs         map[string]*runner // running attempts by job id
-	maxJobs      int                // how many may run at once (see effectiveMaxJobs)
-	localDrain   bool               // Drain(): finish the job, then exit
-	orchDrain    bool               // the orchestrator said drain
-	connected    bool               // the stream is open
-	retries      int                // reconnect attempts since the last good connection
-	lastAck      time.Time          // when the last request the orchestrator answered was sent
-	lastProgress time.Time          // the loop or a reconnect attempt did something
+	pingInterval time.Duration // the stream's keep-alive interval the orchestrator announced; 0: Timers.PingInterval
+	localDrain   bool          // Drain(): finish the job, then exit
+	orchDrain    bool          // the orchestrator said drain
+	connected    bool          // the stream is open
+	retries      int           // reconnect attempts since the last good connection
+	lastAck      time.Time     // when the last request the orchestrator answered was sent
+	lastProgress time.Time     // the loop or a reconnect attempt did something
 	jobSettings  JobSettings
 	persistent   bool          // the worker's type in force: its own, or the admin's
 	fenceAfter   time.Duration // effective self-fence limit (see fenceLimit)
@@ -139,8 +140,7 @@ func New(opt Options) (*Worker, error) {
 		msgs:         make(chan any, 256),
 		loopDone:     make(chan struct{}),
 		registered:   make(chan struct{}),
-		jobs:         map[string]*runner{},
-		maxJobs:      1,
+		slots:        newAllotment(gpus),
 		finishing:    map[string]statusRecord{},
 		unreconciled: map[string]bool{},
 		fenceAfter:   opt.SelfFenceAfter,
@@ -217,9 +217,8 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", ErrMisconfigured, err)
 	}
 	now := time.Now()
+	w.slots.setInventory(inv, w.opt.MaxJobs)
 	w.mu.Lock()
-	w.inv = inv
-	w.maxJobs = effectiveMaxJobs(w.opt.MaxJobs, inv)
 	w.lastProgress = now
 	w.mu.Unlock()
 	if w.opt.InsecureSkipVerify {
@@ -265,7 +264,7 @@ func (w *Worker) reported(key string) {
 // answeredLocked lists the running attempts the worker tells the orchestrator
 // about: all but the self-fenced ones. w.mu is held.
 func (w *Worker) answeredLocked() []*runner {
-	return slices.DeleteFunc(w.runningLocked(), func(a *runner) bool { return a.fenced })
+	return slices.DeleteFunc(w.slots.running(), func(a *runner) bool { return a.fenced })
 }
 
 // attemptsLocked lists the attempts this worker answers for: the running ones
@@ -341,7 +340,7 @@ func (w *Worker) Status() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var parts []string
-	running := w.runningLocked()
+	running := w.slots.running()
 	switch {
 	case len(running) == 1:
 		parts = append(parts, fmt.Sprintf("running job %s (attempt %d)", running[0].jobID, running[0].n))
