@@ -54,7 +54,7 @@ var errStreamSilent = errors.New("no byte on the stream for 3 ping intervals")
 // hold the registration back; it keeps being re-sent.
 func (w *Worker) connect(ctx context.Context, gen int) {
 	defer w.wg.Done()
-	at := w.c.currentURL()
+	at := w.c.CurrentURL()
 	if err := w.flushReports(ctx, true); err != nil && (isAuthError(err) || statusOf(err) == 0) {
 		w.post(registered{gen: gen, url: at, err: err})
 		return
@@ -62,7 +62,7 @@ func (w *Worker) connect(ctx context.Context, gen int) {
 	body, leftOut := w.registerRequest()
 	var resp protocol.RegisterResponse
 	sent := time.Now()
-	err := w.c.doJSON(ctx, 3*w.opt.Timers.RequestTimeout, "register", http.MethodPost, "/api/workers/register", body, &resp)
+	err := w.c.DoJSON(ctx, 3*w.opt.Timers.RequestTimeout, "register", http.MethodPost, "/api/workers/register", body, &resp)
 	if err == nil && resp.WorkerID == "" {
 		err = errors.New("register: the orchestrator's reply has no worker_id")
 	}
@@ -143,7 +143,7 @@ func (w *Worker) stream(ctx context.Context, gen int, workerID string) {
 		w.post(streamEnded{gen: gen, err: err, upFor: time.Since(began)})
 	}
 
-	req, err := w.c.request(ctx, http.MethodGet, "/api/workers/stream?worker_id="+url.QueryEscape(workerID), nil)
+	req, err := w.c.Request(ctx, http.MethodGet, "/api/workers/stream?worker_id="+url.QueryEscape(workerID), nil)
 	if err != nil {
 		end(err)
 		return
@@ -151,7 +151,7 @@ func (w *Worker) stream(ctx context.Context, gen int, workerID string) {
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("Cache-Control", "no-cache")
 	headerTimer := time.AfterFunc(w.opt.Timers.RequestTimeout, cancel)
-	resp, err := w.c.http.Do(req)
+	resp, err := w.c.Do(req)
 	headerTimer.Stop()
 	if err != nil {
 		end(fmt.Errorf("stream: %w", err))
@@ -159,7 +159,7 @@ func (w *Worker) stream(ctx context.Context, gen int, workerID string) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		end(w.c.noteRefusal(decodeResponse(resp, "stream", nil)))
+		end(w.c.Check(resp, "stream", 0))
 		return
 	}
 	w.post(streamOpened{gen: gen})

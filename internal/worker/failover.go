@@ -11,7 +11,7 @@ func (w *Worker) failoverAfter(m registered) {
 	if st := statusOf(m.err); st != 0 && st < http.StatusInternalServerError {
 		return
 	}
-	if next := w.c.failover(m.url); next != "" && next != m.url {
+	if next := w.c.Failover(m.url); next != "" && next != m.url {
 		w.log.Warn("orchestrator unreachable; trying the next configured URL", "unreachable", m.url, "next", next, "err", m.err)
 	}
 }

@@ -60,7 +60,7 @@ func (w *Worker) heartbeatLoop(ctx context.Context, stop <-chan struct{}) {
 			// Nothing sent with a refused token can succeed: wait for the
 			// loop to install a new one (or to end the worker).
 			w.post(authRejected{err: err})
-			if !w.c.tok.waitUntilUsable(ctx, stop) {
+			if !w.c.Token().WaitUntilUsable(ctx, stop) {
 				return
 			}
 		case ctx.Err() != nil:
@@ -117,7 +117,7 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 	req.GPUConditions = w.gpus.conditions()
 	var resp protocol.HeartbeatResponse
 	sent := time.Now()
-	if err := w.c.doJSON(ctx, w.opt.Timers.RequestTimeout, "heartbeat", http.MethodPost, "/api/workers/heartbeat", req, &resp); err != nil {
+	if err := w.c.DoJSON(ctx, w.opt.Timers.RequestTimeout, "heartbeat", http.MethodPost, "/api/workers/heartbeat", req, &resp); err != nil {
 		return err
 	}
 	w.mu.Lock()

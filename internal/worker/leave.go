@@ -57,7 +57,7 @@ func (w *Worker) afterJob(ctx context.Context) (bool, error) {
 		return true, w.leave("drained by the orchestrator")
 	}
 	var q protocol.QueueCheckResponse
-	err := w.c.doJSON(ctx, w.opt.Timers.RequestTimeout, "queue check", http.MethodGet,
+	err := w.c.DoJSON(ctx, w.opt.Timers.RequestTimeout, "queue check", http.MethodGet,
 		"/api/workers/queue?worker_id="+url.QueryEscape(id), nil, &q)
 	if err == nil && q.HasJobs {
 		w.log.Info("ephemeral worker: more jobs are queued; staying")
@@ -90,7 +90,7 @@ func (w *Worker) shutdown(why string) error {
 // the next registration, with a new token), so the orchestrator requeues the job
 // rather than ending it as cancelled.
 func (w *Worker) authFailed(err error) error {
-	w.log.Error(ErrAuthRejected.Error(), "token", tokenHint(w.c.tok.get()), "err", err)
+	w.log.Error(ErrAuthRejected.Error(), "token", tokenHint(w.c.Token().Get()), "err", err)
 	w.stopAndWait(stopFence, "the worker token was rejected")
 	return ErrAuthRejected
 }
@@ -134,7 +134,7 @@ func (w *Worker) finalReportsAndDisconnect() {
 	}
 	// No heartbeat may follow the goodbye and make the worker look alive again.
 	w.stopHeartbeats(ctx)
-	err := w.c.doJSON(ctx, w.opt.Timers.ShutdownTimeout, "disconnect", http.MethodPost, "/api/workers/disconnect",
+	err := w.c.DoJSON(ctx, w.opt.Timers.ShutdownTimeout, "disconnect", http.MethodPost, "/api/workers/disconnect",
 		protocol.DisconnectRequest{WorkerID: id}, nil)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		w.log.Warn("disconnect failed", "err", err)

@@ -139,7 +139,7 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 			if isAuthError(m.err) {
 				return w.onTokenRefused(ctx, s, m.err, true)
 			}
-			if err := w.c.unfixable(m.err); err != nil {
+			if err := unfixable(w.c, m.err); err != nil {
 				w.log.Error("configuration error; not retrying", "url", w.opt.URL, "err", err)
 				w.stopAndWait(stopFence, "the connection to the orchestrator is misconfigured")
 				return true, err

@@ -51,7 +51,7 @@ func (r *runner) sendStatus(ctx context.Context, timeout time.Duration, status, 
 	if errMsg != "" {
 		rep.Error = &errMsg
 	}
-	return r.env.c.doJSON(ctx, timeout, "report "+status, http.MethodPost, statusPath(r.jobID), rep, nil)
+	return r.env.c.DoJSON(ctx, timeout, "report "+status, http.MethodPost, statusPath(r.jobID), rep, nil)
 }
 
 // send POSTs an ended attempt's terminal report, with what it used.
@@ -62,7 +62,7 @@ func (o *outbox) send(ctx context.Context, timeout time.Duration, rec statusReco
 	if rec.Error != "" {
 		rep.Error = &rec.Error
 	}
-	return o.c.doJSON(ctx, timeout, "report "+rec.Status, http.MethodPost, statusPath(rec.JobID), rep, nil)
+	return o.c.DoJSON(ctx, timeout, "report "+rec.Status, http.MethodPost, statusPath(rec.JobID), rep, nil)
 }
 
 // sendProgress reports "starting", the dispatch acknowledgement, once the
@@ -86,7 +86,7 @@ func (r *runner) sendProgress(ctx context.Context) {
 				return false
 			case code == http.StatusUnauthorized:
 				env.post(authRejected{err: err})
-				if !env.c.tok.waitUntilUsable(ctx, r.ended) {
+				if !env.c.Token().WaitUntilUsable(ctx, r.ended) {
 					return false
 				}
 				continue
@@ -255,7 +255,7 @@ func (w *Worker) reporterLoop(ctx context.Context, kick <-chan struct{}) {
 		}
 		if err := w.flushReports(ctx, false); isAuthError(err) {
 			w.post(authRejected{err: err})
-			if !w.c.tok.waitUntilUsable(ctx, nil) {
+			if !w.c.Token().WaitUntilUsable(ctx, nil) {
 				return
 			}
 		} else if err != nil && !errors.Is(err, context.Canceled) {

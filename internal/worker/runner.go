@@ -239,10 +239,10 @@ func (r *runner) launch() {
 		Base:            env.opt.Environ(),
 		Pass:            r.settings.PassEnv,
 		Extra:           r.settings.Env,
-		Token:           env.c.tok.get(),
+		Token:           env.c.Token().Get(),
 		Files:           files,
 		Event:           r.ev,
-		OrchestratorURL: env.c.currentURL(),
+		OrchestratorURL: env.c.CurrentURL(),
 		GPUs:            r.grant.env,
 	})
 	vars = append(vars, resume...)

@@ -38,6 +38,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
 	"github.com/simpletuner/simpletuner-orchestration/internal/isolation"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/worker/orchclient"
 )
 
 // Worker implements daemon.App (Start, Serve, Healthy, Status, Reload, Drain).
@@ -118,7 +119,7 @@ func New(opt Options) (*Worker, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	c, err := newClient(opt.URL, opt.Token, tlsFiles{CAFile: opt.CAFile, CertFile: opt.CertFile, KeyFile: opt.KeyFile,
+	c, err := orchclient.New(opt.URL, opt.Token, orchclient.TLS{CAFile: opt.CAFile, CertFile: opt.CertFile, KeyFile: opt.KeyFile,
 		InsecureSkipVerify: opt.InsecureSkipVerify})
 	if err != nil {
 		return nil, err
@@ -152,7 +153,7 @@ func New(opt Options) (*Worker, error) {
 	}
 	w.runnerEnv = runnerEnv{
 		opt: &w.opt, log: w.log, c: c, iso: w.iso, gpus: gpus, out: w.out, wg: &w.wg,
-		keeper: keeper.New(keeper.Options{HTTP: c.http, Resolve: c.resolve, WorkDir: opt.WorkDir, Log: opt.Logger,
+		keeper: keeper.New(keeper.Options{API: c, WorkDir: opt.WorkDir, Log: opt.Logger,
 			BytesPerSecond: opt.Checkpoints.BytesPerSecond, RequestTimeout: opt.Timers.RequestTimeout,
 			RetryBase: opt.Timers.ReconnectBase}),
 		crash:        crashHookFromEnv(),
@@ -194,7 +195,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.c.session.Store(&id)
+	w.c.SetSession(id)
 	if err := w.iso.CheckReachable(w.opt.WorkDir); err != nil {
 		return fmt.Errorf("%w: job.work_dir: %w", ErrMisconfigured, err)
 	}
@@ -230,7 +231,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		names = append(names, d.Name)
 	}
 	w.log.Info("worker configured",
-		"orchestrator", w.opt.URL, "token", tokenHint(w.c.tok.get()), "client_cert", w.opt.CertFile, "name", w.opt.Name,
+		"orchestrator", w.opt.URL, "token", tokenHint(w.c.Token().Get()), "client_cert", w.opt.CertFile, "name", w.opt.Name,
 		"persistent", w.opt.Persistent, "gpus", inv.Count, "gpu_names", strings.Join(names, ", "),
 		"state_dir", w.opt.StateDir, "work_dir", w.opt.WorkDir)
 	return ctx.Err()
