@@ -93,7 +93,7 @@ func (w *Worker) onGPUEvent(ev gpu.Event) {
 		w.log.Warn("GPU error with no job on the GPU", "index", ev.Index, "uuid", ev.UUID, "error", what)
 		return
 	}
-	a.gpuError(ev, what)
+	a.gpus.onError(ev, what)
 }
 
 // onGPUFault fences GPU i and stops the attempt on it with its grace: the
@@ -108,7 +108,7 @@ func (w *Worker) onGPUFault(i int, reason string) {
 		return
 	}
 	detail := fmt.Sprintf("GPU %d is unhealthy: %s", i, reason)
-	a.gpuFaulted(i, reason, detail)
+	a.gpus.onFault(i, reason, detail)
 	w.stopJob(a, stopGPUFault, detail, a.grace)
 }
 
@@ -119,7 +119,7 @@ func (w *Worker) onGPUSample(s gpuSample) {
 		byIndex[t.Index] = t
 	}
 	for _, a := range w.slots.running() {
-		a.sampleGPUs(byIndex, s.procs)
+		a.gpus.sample(byIndex, s.procs)
 	}
 }
 
@@ -131,86 +131,5 @@ func (w *Worker) clearFences(indices []int) {
 	}
 	if cleared {
 		w.beatSoon()
-	}
-}
-
-// gpuError records a driver error on one of the attempt's GPUs that is the
-// job's own, in its report and its log.
-func (r *runner) gpuError(ev gpu.Event, what string) {
-	note := fmt.Sprintf("%s on GPU %d at %s", what, ev.Index, protocol.Time(ev.At))
-	r.gpuEvents = append(r.gpuEvents, note)
-	r.log.Warn("the job's GPU raised an error", "gpu", ev.Index, "error", what)
-	if r.spool != nil {
-		_, _ = r.spool.Write([]byte("simpletuner-workerd: " + note + "\n"))
-	}
-}
-
-// gpuFaulted tells the job's log that GPU i failed under it, and keeps the
-// fault for its report unless it is being stopped for something else; the
-// loop stops it next.
-func (r *runner) gpuFaulted(i int, reason, detail string) {
-	if r.spool != nil {
-		_, _ = r.spool.Write([]byte("simpletuner-workerd: " + detail + "; stopping the job, which is requeued\n"))
-	}
-	if r.stop == notStopped || r.stop == stopGPUFault {
-		r.fault = &protocol.GPUFault{GPUs: []int{i}, Reason: reason}
-	}
-}
-
-// sampleGPUs adds a sample to the attempt's GPU accounting: the mean
-// utilisation of its GPUs, and the GPU memory its own processes hold (those
-// in its cgroup, or its process group without one).
-func (r *runner) sampleGPUs(byIndex map[int]protocol.GPUTelemetry, procs map[int][]gpu.Process) {
-	if len(r.grant.devices) == 0 || r.proc == nil {
-		return
-	}
-	var util float64
-	var mem uint64
-	for _, d := range r.grant.devices {
-		util += byIndex[d.Index].UtilizationPct
-		for _, p := range procs[d.Index] {
-			if r.proc.job.Contains(p.PID) {
-				mem += p.UsedBytes
-			}
-		}
-	}
-	r.use.add(util/float64(len(r.grant.devices)), mem)
-}
-
-// holdDirtyGPUs runs once the attempt ended, before its report frees its
-// GPUs at the orchestrator: one the job left a process on is held back
-// first, and the report says so.
-func (r *runner) holdDirtyGPUs() {
-	if len(r.grant.devices) == 0 || r.proc == nil {
-		return
-	}
-	if held := r.env.gpus.holdLeftovers(r.grant.devices, r.env.opt.Timers.GPUSettle); len(held) > 0 {
-		r.log.Warn("the job's GPUs are not clean after it ended; holding them back", "gpus", held)
-	}
-}
-
-// gpuUse is what an attempt used of its GPUs, sampled every watch interval.
-type gpuUse struct {
-	samples  int
-	utilSum  float64
-	peakMem  uint64
-	measured bool // a sample was taken: the driver reports utilisation
-}
-
-func (u *gpuUse) add(utilPct float64, mem uint64) {
-	u.samples++
-	u.utilSum += utilPct
-	u.peakMem = max(u.peakMem, mem)
-	u.measured = true
-}
-
-// fill adds the GPU part of an ended attempt's usage: GPU-seconds for the
-// GPUs it held over the time it ran, and what the samples saw.
-func (u *gpuUse) fill(usage *protocol.Usage, gpus int, ran time.Duration) {
-	usage.GPUSeconds = float64(gpus) * ran.Seconds()
-	usage.PeakGPUMemoryBytes = u.peakMem
-	if u.measured {
-		mean := u.utilSum / float64(u.samples)
-		usage.GPUUtilizationPct = &mean
 	}
 }

@@ -109,10 +109,7 @@ func (w *Worker) stopAndWait(why stopReason, detail string) {
 	for _, a := range running {
 		a.waitGone()
 		rec, report, spooled := w.closeAttempt(a)
-		ends.Go(func() {
-			a.finishCheckpointsOnShutdown(rec, report)
-			a.lastReport(rec, report, spooled)
-		})
+		ends.Go(func() { a.finishOnShutdown(rec, report, spooled) })
 	}
 	ends.Wait()
 }

@@ -11,9 +11,10 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
-// How an attempt's outcome reaches the orchestrator. Its runner acknowledges
-// the dispatch (starting), and when the attempt ended it spools the terminal
-// report, waits for the log, and sends it. The outbox holds the spooled
+// How an attempt's outcome reaches the orchestrator. Its runner's
+// reportHook (hook_report.go) acknowledges the dispatch (starting); when the
+// attempt ended, the runner spools the terminal report and, once the other
+// hooks are done, the reportHook sends it. The outbox holds the spooled
 // reports, of this process's attempts and of earlier ones; the Worker
 // flushes it before each registration, periodically, and after each
 // attempt, since what may go when depends on the session (see flushReports).
@@ -44,16 +45,6 @@ func statusPath(jobID string) string {
 	return "/api/workers/job/" + url.PathEscape(jobID) + "/status"
 }
 
-// sendStatus POSTs one report of the attempt.
-func (r *runner) sendStatus(ctx context.Context, timeout time.Duration, status, errMsg string) error {
-	n := r.n
-	rep := protocol.StatusReport{Status: status, Attempt: &n}
-	if errMsg != "" {
-		rep.Error = &errMsg
-	}
-	return r.env.c.DoJSON(ctx, timeout, "report "+status, http.MethodPost, statusPath(r.jobID), rep, nil)
-}
-
 // send POSTs an ended attempt's terminal report, with what it used.
 func (o *outbox) send(ctx context.Context, timeout time.Duration, rec statusRecord) error {
 	n := rec.Attempt
@@ -63,113 +54,6 @@ func (o *outbox) send(ctx context.Context, timeout time.Duration, rec statusReco
 		rep.Error = &rec.Error
 	}
 	return o.c.DoJSON(ctx, timeout, "report "+rec.Status, http.MethodPost, statusPath(rec.JobID), rep, nil)
-}
-
-// sendProgress reports "starting", the dispatch acknowledgement, once the
-// trainer was started (a retry's while its checkpoint comes back); it is retried a few times, and a 409 means the
-// attempt is stale and the loop kills it. No "running" follows: to the
-// orchestrator it would change nothing after the acknowledgement.
-func (r *runner) sendProgress(ctx context.Context) {
-	env := r.env
-	defer env.wg.Done()
-	defer close(r.progressDone)
-	send := func(status string) bool {
-		retry := newBackoff(env.opt.Timers.ReconnectBase, env.opt.Timers.RequestTimeout)
-		for try := 0; try < 5; try++ {
-			err := r.sendStatus(ctx, env.opt.Timers.RequestTimeout, status, "")
-			switch code := statusOf(err); {
-			case err == nil:
-				return true
-			case code == http.StatusConflict:
-				r.log.Warn("the orchestrator says this attempt is stale; stopping it", "report", status, "err", err)
-				env.post(staleAttempt{a: r})
-				return false
-			case code == http.StatusUnauthorized:
-				env.post(authRejected{err: err})
-				if !env.c.Token().WaitUntilUsable(ctx, r.ended) {
-					return false
-				}
-				continue
-			case code >= 400 && code < 500:
-				r.log.Warn("status report refused", "report", status, "err", err)
-				return true
-			default:
-				r.log.Warn("status report failed; retrying", "report", status, "err", err)
-			}
-			select {
-			case <-ctx.Done():
-				return false
-			case <-r.ended:
-				return false
-			case <-time.After(retry.next()):
-			}
-		}
-		return true
-	}
-	send(protocol.ReportStarting)
-}
-
-// finish deals with an ended attempt off the loop: it waits (bounded) for the
-// progress reports and the log to ship, then sends the spooled terminal report.
-func (r *runner) finish(ctx context.Context, rec statusRecord, report, spooled bool) {
-	env := r.env
-	defer env.wg.Done()
-	defer env.post(reportDone{a: r})
-	wait := time.NewTimer(env.opt.Timers.LogDrain)
-	defer wait.Stop()
-	select {
-	case <-r.progressDone:
-	case <-wait.C:
-	case <-ctx.Done():
-	}
-	if r.ship != nil {
-		select {
-		case <-r.ship.done:
-		case <-wait.C:
-			r.log.Warn("the job's log is still shipping; reporting the outcome first")
-		case <-ctx.Done():
-		}
-	}
-	r.holdDirtyGPUs()
-	r.finishCheckpoints(ctx, rec, report)
-	switch {
-	case !report:
-		return
-	case !spooled:
-		// The spool could not be written: one direct try is the best left.
-		if err := env.out.send(ctx, env.opt.Timers.RequestTimeout, rec); err != nil {
-			r.log.Error("the job's outcome could not be reported", "status", rec.Status, "err", err)
-		}
-		// Delivered or not, nothing more will come: let the orchestrator's
-		// view of this attempt follow.
-		env.reported(rec.key())
-		return
-	}
-	env.out.release(rec.key())
-	if err := env.flushReports(ctx, false); isAuthError(err) {
-		env.post(authRejected{err: err})
-	}
-}
-
-// lastReport is finish for an attempt stopped because the worker exits: the
-// spooled report goes with the worker's final flush, so the log's tail gets
-// only a moment, and a report the spool could not take one direct try.
-func (r *runner) lastReport(rec statusRecord, report, spooled bool) {
-	env := r.env
-	env.out.release(rec.key())
-	if r.ship != nil {
-		// A moment for the log's tail; it is in the journal in any case.
-		select {
-		case <-r.ship.done:
-		case <-time.After(min(env.opt.Timers.ShutdownTimeout, 2*time.Second)):
-		}
-	}
-	if report && !spooled {
-		ctx, cancel := context.WithTimeout(context.Background(), env.opt.Timers.ShutdownTimeout)
-		defer cancel()
-		_ = env.out.send(ctx, env.opt.Timers.ShutdownTimeout, rec)
-		env.reported(rec.key())
-	}
 }
 
 // hold keeps the periodic flusher off a record until its log shipped.
