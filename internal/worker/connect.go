@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"net/url"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -73,19 +71,12 @@ func (w *Worker) connect(ctx context.Context, gen int) {
 // attempts it leaves out.
 func (w *Worker) registerRequest() (protocol.RegisterRequest, []string) {
 	inv, maxJobs := w.slots.inventory()
-	w.mu.Lock()
-	running := w.attemptsLocked()
-	var current string
-	if r := w.answeredLocked(); len(r) > 0 {
-		current = r[0].jobID
-	}
-	leftOut := slices.Collect(maps.Keys(w.unreconciled))
+	running, current, leftOut := w.books.snapshot()
 	caps := protocol.Capabilities{Isolation: w.iso.Name(), MaxJobs: maxJobs, OwnType: w.opt.OwnType}
-	if w.jobSettings.OwnCancelGrace {
-		caps.CancelGraceSeconds = w.jobSettings.CancelGrace.Seconds()
+	if js := w.currentJobSettings(); js.OwnCancelGrace {
+		caps.CancelGraceSeconds = js.CancelGrace.Seconds()
 	}
-	persistent := w.persistent
-	w.mu.Unlock()
+	persistent := w.link.isPersistent()
 	info, _ := json.Marshal(inv.GPUInfo())
 	req := protocol.RegisterRequest{
 		Name:          w.opt.Name,
@@ -116,19 +107,6 @@ func (a *activityReader) Read(p []byte) (int, error) {
 		a.last.Store(time.Now().UnixNano())
 	}
 	return n, err
-}
-
-// streamPingInterval is the stream's keep-alive interval: the one the
-// orchestrator announced at registration, else the built-in one. Trusting our
-// own guess alone would either reconnect healthy streams (the orchestrator
-// pings less often) or sit on a dead one for minutes (it pings more often).
-func (w *Worker) streamPingInterval() time.Duration {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.pingInterval > 0 {
-		return w.pingInterval
-	}
-	return w.opt.Timers.PingInterval
 }
 
 // stream holds GET /api/workers/stream open and posts its events. A watchdog
@@ -167,7 +145,7 @@ func (w *Worker) stream(ctx context.Context, gen int, workerID string) {
 	var last atomic.Int64
 	last.Store(time.Now().UnixNano())
 	var silent atomic.Bool
-	silence := 3 * w.streamPingInterval()
+	silence := 3 * w.link.streamPingInterval(w.opt.Timers.PingInterval)
 	go func() {
 		t := time.NewTicker(max(silence/8, time.Millisecond))
 		defer t.Stop()

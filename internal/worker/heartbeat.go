@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
@@ -29,7 +28,7 @@ func (w *Worker) heartbeatLoop(ctx context.Context, stop <-chan struct{}) {
 		return
 	case <-stop:
 		return
-	case <-w.registered:
+	case <-w.link.registered:
 	}
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -73,39 +72,27 @@ func (w *Worker) heartbeatLoop(ctx context.Context, stop <-chan struct{}) {
 				w.log.Debug("heartbeat failed", "err", err)
 			}
 		}
-		t.Reset(w.heartbeatInterval())
+		t.Reset(w.link.heartbeatInterval(w.opt.Timers.HeartbeatInterval))
 	}
-}
-
-func (w *Worker) heartbeatInterval() time.Duration {
-	if w.opt.Timers.HeartbeatInterval > 0 {
-		return w.opt.Timers.HeartbeatInterval
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.hbInterval > 0 {
-		return w.hbInterval
-	}
-	return config.DefaultHeartbeatInterval // an orchestrator that does not say (protocol 1)
 }
 
 func (w *Worker) heartbeat(ctx context.Context) error {
-	w.mu.Lock()
-	req := protocol.HeartbeatRequest{WorkerID: w.workerID, Status: string(protocol.WorkerIdle)}
-	if r := w.answeredLocked(); len(r) > 0 {
+	req := protocol.HeartbeatRequest{WorkerID: w.link.id(), Status: string(protocol.WorkerIdle)}
+	// One snapshot of the ledger: an attempt moves from running to finishing
+	// (and finishing ends only after its report was acknowledged) under its
+	// lock, so no heartbeat can miss an attempt whose outcome is on the way.
+	running, current, _ := w.books.snapshot()
+	req.Running = running
+	if current != "" {
 		req.Status = string(protocol.WorkerBusy)
-		id := r[0].jobID
-		req.CurrentJobID = &id
+		req.CurrentJobID = &current
 	}
+	w.mu.Lock()
 	if w.localDrain {
 		// The orchestrator then stops dispatching here at once, instead of
 		// handing the worker jobs it would only ignore until it leaves.
 		req.Status = string(protocol.WorkerDraining)
 	}
-	// One snapshot under the lock: an attempt moves from running to finishing
-	// (and finishing ends only after its report was acknowledged) while the lock
-	// is held, so no heartbeat can miss an attempt whose outcome is on the way.
-	req.Running = w.attemptsLocked()
 	w.mu.Unlock()
 	req.SentAt = w.wallClock().UTC().Format(time.RFC3339Nano)
 	if tel, err := w.opt.GPU.Telemetry(); err == nil {
@@ -120,9 +107,7 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 	if err := w.c.DoJSON(ctx, w.opt.Timers.RequestTimeout, "heartbeat", http.MethodPost, "/api/workers/heartbeat", req, &resp); err != nil {
 		return err
 	}
-	w.mu.Lock()
-	w.ackedLocked(sent)
-	w.mu.Unlock()
+	w.link.acked(sent)
 	if len(resp.Cancel) > 0 || resp.Drain || len(resp.ClearGPUs) > 0 {
 		listed := map[string]int{}
 		for _, r := range req.Running {

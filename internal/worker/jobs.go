@@ -69,12 +69,7 @@ func (w *Worker) startAttempt(ctx context.Context, a *runner) {
 // process is signalled.
 func (w *Worker) stopJob(a *runner, why stopReason, detail string, grace time.Duration) {
 	if a.setStop(why, detail, grace) == stopFence {
-		w.mu.Lock()
-		if !a.fenced {
-			a.fenced = true
-			w.unreconciled[a.key()] = true
-		}
-		w.mu.Unlock()
+		w.books.fence(a)
 	}
 	a.halt(grace)
 }
@@ -112,11 +107,6 @@ func (w *Worker) closeAttempt(a *runner) (rec statusRecord, report, spooled bool
 	// The attempt stops being the running job and becomes a finishing one in
 	// the same critical section: a heartbeat sees one or the other, never
 	// neither.
-	w.mu.Lock()
-	w.slots.release(a)
-	if report {
-		w.noteFinishingLocked(rec)
-	}
-	w.mu.Unlock()
+	w.books.retire(a, rec, report)
 	return rec, report, spooled
 }

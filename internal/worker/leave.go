@@ -19,7 +19,7 @@ func (w *Worker) onOrchestratorDrain(source string) (bool, error) {
 	if first {
 		w.log.Info("the orchestrator drains this worker", "source", source)
 	}
-	if idle && !w.isPersistent() {
+	if idle && !w.link.isPersistent() {
 		return true, w.leave("drained by the orchestrator")
 	}
 	return false, nil
@@ -44,14 +44,14 @@ func (w *Worker) checkIdleDrain(announce bool) (bool, error) {
 func (w *Worker) afterJob(ctx context.Context) (bool, error) {
 	w.mu.Lock()
 	idle, local, orch := w.slots.idle(), w.localDrain, w.orchDrain
-	id := w.workerID
 	w.mu.Unlock()
+	id := w.link.id()
 	switch {
 	case !idle:
 		return false, nil
 	case local:
 		return true, w.leave("drained")
-	case w.isPersistent():
+	case w.link.isPersistent():
 		return false, nil
 	case orch:
 		return true, w.leave("drained by the orchestrator")
@@ -123,9 +123,7 @@ func (w *Worker) finalReportsAndDisconnect() {
 	if err := w.flushReports(ctx, true); err != nil {
 		w.log.Warn("some job reports stay spooled for the next start", "err", err)
 	}
-	w.mu.Lock()
-	id := w.workerID
-	w.mu.Unlock()
+	id := w.link.id()
 	if id == "" {
 		return
 	}

@@ -76,7 +76,7 @@ func (w *Worker) Serve(ctx context.Context) error {
 	go w.watchGPUs(runCtx)
 	w.dial(runCtx, s)
 
-	s.fence = time.NewTicker(fenceTick(w.fenceLimit()))
+	s.fence = time.NewTicker(fenceTick(w.link.fenceLimit()))
 	defer s.fence.Stop()
 	defer s.stopTokenWait()
 	for {
@@ -106,9 +106,7 @@ func (w *Worker) Serve(ctx context.Context) error {
 
 func (w *Worker) dial(ctx context.Context, s *session) {
 	s.gen++
-	w.mu.Lock()
-	w.lastProgress = time.Now()
-	w.mu.Unlock()
+	w.link.progressed()
 	w.wg.Add(1)
 	go w.connect(ctx, s.gen)
 }
@@ -119,12 +117,8 @@ func (w *Worker) reconnect(s *session, why error) {
 	// now: registering again tells it they are not running.
 	w.deferred = nil
 	d := s.retry.next()
-	w.mu.Lock()
-	w.connected = false
-	w.retries = s.retry.attempts()
-	w.lastProgress = time.Now()
-	n := w.retries
-	w.mu.Unlock()
+	n := s.retry.attempts()
+	w.link.reconnecting(n)
 	w.log.Warn("not connected to the orchestrator; retrying", "err", why, "attempt", n, "in", d.Round(time.Millisecond).String())
 	s.retryC = time.After(d)
 }
@@ -153,17 +147,14 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 			w.reconnect(s, m.err)
 			return false, nil
 		}
-		if w.settleFences(m.leftOut) {
+		if w.books.settle(m.leftOut) {
 			w.reconnect(s, errFencedMeanwhile)
 			return false, nil
 		}
 		w.onRegistered(ctx, s, m.resp, m.sent)
 	case streamOpened:
 		if m.gen == s.gen {
-			w.mu.Lock()
-			w.connected = true
-			w.retries = 0
-			w.mu.Unlock()
+			w.link.up()
 			w.log.Info("stream connected")
 		}
 	case streamEvent:

@@ -93,9 +93,7 @@ func (w *Worker) flushReports(ctx context.Context, beforeRegister bool) error {
 	}
 	for _, rec := range recs {
 		held := !beforeRegister && w.out.isHeld(rec.key())
-		w.mu.Lock()
-		waiting := rec.AfterRegister && (w.unreconciled[rec.key()] || !w.hasRegistered())
-		w.mu.Unlock()
+		waiting := rec.AfterRegister && (w.books.unreconciledFence(rec.key()) || !w.link.hasRegistered())
 		if held || waiting {
 			continue
 		}
@@ -118,7 +116,7 @@ func (w *Worker) flushReports(ctx context.Context, beforeRegister bool) error {
 		if err := w.out.spool.remove(rec); err != nil {
 			w.log.Warn("status spool", "err", err)
 		}
-		w.reported(rec.key())
+		w.books.reported(rec.key())
 	}
 	return nil
 }

@@ -39,16 +39,14 @@ func (w *Worker) onTokenRefused(ctx context.Context, s *session, err error, conn
 		}
 		return false, nil
 	}
-	if w.opt.TokenSource == nil || !w.hasRegistered() {
+	if w.opt.TokenSource == nil || !w.link.hasRegistered() {
 		return true, w.authFailed(err)
 	}
-	w.mu.Lock()
-	w.connected = false
-	w.mu.Unlock()
+	w.link.refused()
 	if s.tokenC != nil {
 		return w.pollToken(ctx, s)
 	}
-	wait := w.fenceLimit()
+	wait := w.link.fenceLimit()
 	if wait <= 0 {
 		wait = config.DefaultWorker().Worker.SelfFenceAfter.Duration
 	}

@@ -21,14 +21,12 @@
 package worker
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -58,34 +56,17 @@ type Worker struct {
 
 	stopHeartbeats func(context.Context) // set by Serve: stops the heartbeat goroutine and waits
 
-	registered     chan struct{} // closed at the first successful registration
-	registeredOnce sync.Once
-
-	// slots is which attempts hold which slots and GPUs.
+	// slots is which attempts hold which slots and GPUs; books what the
+	// worker answers for (running and finishing attempts); link the
+	// session's state.
 	slots *allotment
+	books *ledger
+	link  *link
 
-	mu           sync.Mutex // guards the fields below (read by Status, Healthy, heartbeat)
-	workerID     string
-	hbInterval   time.Duration
-	pingInterval time.Duration // the stream's keep-alive interval the orchestrator announced; 0: Timers.PingInterval
-	localDrain   bool          // Drain(): finish the job, then exit
-	orchDrain    bool          // the orchestrator said drain
-	connected    bool          // the stream is open
-	retries      int           // reconnect attempts since the last good connection
-	lastAck      time.Time     // when the last request the orchestrator answered was sent
-	lastProgress time.Time     // the loop or a reconnect attempt did something
-	jobSettings  JobSettings
-	persistent   bool          // the worker's type in force: its own, or the admin's
-	fenceAfter   time.Duration // effective self-fence limit (see fenceLimit)
-	// finishing holds the ended attempts whose terminal report is not yet
-	// acknowledged, by key. Heartbeats and registrations list them, so the
-	// orchestrator never takes an attempt for lost while its outcome is on the
-	// way. Self-fenced attempts are left out: they must be reconciled as lost.
-	finishing map[string]statusRecord
-	// unreconciled holds the keys of self-fenced attempts that no registration
-	// has left out yet: their cancelled reports wait until one has, so the
-	// orchestrator first takes the attempt for lost and requeues the job.
-	unreconciled map[string]bool
+	mu          sync.Mutex // guards the fields below
+	localDrain  bool       // Drain(): finish the job, then exit
+	orchDrain   bool       // the orchestrator said drain
+	jobSettings JobSettings
 	// deferred are dispatches that wait for an attempt stopping here to
 	// give up its room (read and written by the session loop only).
 	deferred []*protocol.JobSubmitEvent
@@ -131,23 +112,21 @@ func New(opt Options) (*Worker, error) {
 		opt.Checkpoints.Scan = config.DefaultCheckpointScanInterval
 	}
 	gpus := newGPUWatch(opt.GPU, opt.StateDir, opt.Logger)
+	slots := newAllotment(gpus)
 	w := &Worker{
-		opt:          opt,
-		log:          opt.Logger,
-		c:            c,
-		iso:          opt.Isolation,
-		out:          &outbox{spool: &statusSpool{dir: filepath.Join(opt.StateDir, "spool")}, c: c, gpus: gpus, held: map[string]bool{}},
-		gpus:         gpus,
-		msgs:         make(chan any, 256),
-		loopDone:     make(chan struct{}),
-		registered:   make(chan struct{}),
-		slots:        newAllotment(gpus),
-		finishing:    map[string]statusRecord{},
-		unreconciled: map[string]bool{},
-		fenceAfter:   opt.SelfFenceAfter,
+		opt:      opt,
+		log:      opt.Logger,
+		c:        c,
+		iso:      opt.Isolation,
+		out:      &outbox{spool: &statusSpool{dir: filepath.Join(opt.StateDir, "spool")}, c: c, gpus: gpus, held: map[string]bool{}},
+		gpus:     gpus,
+		msgs:     make(chan any, 256),
+		loopDone: make(chan struct{}),
+		slots:    slots,
+		books:    newLedger(slots),
+		link:     newLink(&opt),
 		jobSettings: JobSettings{Command: opt.Command, Env: opt.JobEnv, PassEnv: opt.PassEnv, CancelGrace: opt.CancelGrace,
 			OwnCancelGrace: opt.OwnCancelGrace, LogLimitBytes: opt.LogLimitBytes, Checkpoints: opt.Checkpoints},
-		persistent:  opt.Persistent,
 		hbNow:       make(chan struct{}, 1),
 		clockOffset: clockOffsetFromEnv(),
 	}
@@ -159,7 +138,7 @@ func New(opt Options) (*Worker, error) {
 		crash:        crashHookFromEnv(),
 		post:         w.post,
 		flushReports: w.flushReports,
-		reported:     w.reported,
+		reported:     w.books.reported,
 	}
 	return w, nil
 }
@@ -204,11 +183,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	for _, err := range errs {
 		w.log.Warn("status spool", "err", err)
 	}
-	w.mu.Lock()
 	for _, rec := range recs {
-		w.noteFinishingLocked(rec)
+		w.books.noteFinishing(rec)
 	}
-	w.mu.Unlock()
 	inv, err := w.opt.GPU.Inventory()
 	if err != nil {
 		w.log.Warn("cannot read the GPU inventory; reporting 0 GPUs", "err", err)
@@ -217,11 +194,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.gpus.start(inv); err != nil {
 		return fmt.Errorf("%w: %w", ErrMisconfigured, err)
 	}
-	now := time.Now()
 	w.slots.setInventory(inv, w.opt.MaxJobs)
-	w.mu.Lock()
-	w.lastProgress = now
-	w.mu.Unlock()
+	w.link.progressed()
 	if w.opt.InsecureSkipVerify {
 		w.log.Warn("TLS verification of the orchestrator is off (orchestrator.insecure_skip_verify): anyone on the path " +
 			"can pose as the orchestrator and receive this worker's token and its jobs' secrets; set ca_file instead")
@@ -235,66 +209,6 @@ func (w *Worker) Start(ctx context.Context) error {
 		"persistent", w.opt.Persistent, "gpus", inv.Count, "gpu_names", strings.Join(names, ", "),
 		"state_dir", w.opt.StateDir, "work_dir", w.opt.WorkDir)
 	return ctx.Err()
-}
-
-// hasRegistered reports whether this process has registered at least once.
-func (w *Worker) hasRegistered() bool {
-	select {
-	case <-w.registered:
-		return true
-	default:
-		return false
-	}
-}
-
-// noteFinishingLocked records an ended attempt whose report is outstanding.
-// w.mu is held.
-func (w *Worker) noteFinishingLocked(rec statusRecord) {
-	if !rec.AfterRegister {
-		w.finishing[rec.key()] = rec
-	}
-}
-
-// reported forgets an attempt once its report was acknowledged or given up.
-func (w *Worker) reported(key string) {
-	w.mu.Lock()
-	delete(w.finishing, key)
-	w.mu.Unlock()
-}
-
-// answeredLocked lists the running attempts the worker tells the orchestrator
-// about: all but the self-fenced ones. w.mu is held.
-func (w *Worker) answeredLocked() []*runner {
-	return slices.DeleteFunc(w.slots.running(), func(a *runner) bool { return a.fenced })
-}
-
-// attemptsLocked lists the attempts this worker answers for: the running ones
-// first, then the finishing ones. w.mu is held.
-func (w *Worker) attemptsLocked() []protocol.RunningAttempt {
-	var out, finishing []protocol.RunningAttempt
-	for _, a := range w.answeredLocked() {
-		out = append(out, protocol.RunningAttempt{JobID: a.jobID, Attempt: a.n, State: protocol.AttemptRunning})
-	}
-	for _, rec := range w.finishing {
-		finishing = append(finishing, protocol.RunningAttempt{JobID: rec.JobID, Attempt: rec.Attempt,
-			State: protocol.AttemptFinishing, Outcome: rec.Status})
-	}
-	slices.SortFunc(finishing, func(a, b protocol.RunningAttempt) int {
-		return cmp.Or(strings.Compare(a.JobID, b.JobID), a.Attempt-b.Attempt)
-	})
-	return append(out, finishing...)
-}
-
-func (w *Worker) isPersistent() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.persistent
-}
-
-func (w *Worker) fenceLimit() time.Duration {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.fenceAfter
 }
 
 // Drain asks the worker to finish its current job, take no new one, and exit.
@@ -341,6 +255,7 @@ func (w *Worker) Status() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var parts []string
+	workerID, reconnecting := w.link.state()
 	running := w.slots.running()
 	switch {
 	case len(running) == 1:
@@ -353,7 +268,7 @@ func (w *Worker) Status() string {
 		parts = append(parts, fmt.Sprintf("running %d jobs (%s)", len(running), strings.Join(ids, ", ")))
 	case w.localDrain || w.orchDrain:
 		parts = append(parts, "draining")
-	case w.workerID == "":
+	case workerID == "":
 		parts = append(parts, "not connected: connecting to "+w.opt.URL)
 	default:
 		parts = append(parts, "idle")
@@ -361,8 +276,8 @@ func (w *Worker) Status() string {
 	if len(running) > 0 && (w.localDrain || w.orchDrain) {
 		parts = append(parts, "draining")
 	}
-	if !w.connected && w.retries > 0 {
-		parts = append(parts, fmt.Sprintf("reconnecting (attempt %d)", w.retries))
+	if reconnecting > 0 {
+		parts = append(parts, fmt.Sprintf("reconnecting (attempt %d)", reconnecting))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -371,18 +286,5 @@ func (w *Worker) Status() string {
 // visibly trying to reconnect; a loop that stopped doing either is unhealthy and
 // systemd's watchdog restarts it.
 func (w *Worker) Healthy() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	hb := w.hbInterval
-	if hb <= 0 {
-		hb = config.DefaultHeartbeatInterval
-	}
-	if !w.lastAck.IsZero() && time.Since(w.lastAck) < 3*hb+w.opt.Timers.RequestTimeout {
-		return nil
-	}
-	limit := w.opt.ReconnectMax + 3*w.opt.Timers.RequestTimeout + hb
-	if since := time.Since(w.lastProgress); since > limit {
-		return fmt.Errorf("no heartbeat acknowledged and no reconnect attempt for %s", since.Round(time.Second))
-	}
-	return nil
+	return w.link.healthy(w.opt.Timers.RequestTimeout, w.opt.ReconnectMax)
 }
