@@ -53,7 +53,7 @@ var errStreamSilent = errors.New("no byte on the stream for 3 ping intervals")
 func (w *Worker) connect(ctx context.Context, gen int) {
 	defer w.wg.Done()
 	at := w.c.CurrentURL()
-	if err := w.flushReports(ctx, true); err != nil && (isAuthError(err) || statusOf(err) == 0) {
+	if err := w.out.flush(ctx, true); err != nil && (isAuthError(err) || statusOf(err) == 0) {
 		w.post(registered{gen: gen, url: at, err: err})
 		return
 	}

@@ -26,60 +26,6 @@ type (
 	}
 )
 
-// watchGPUs runs beside the loop: it passes on the driver's error events as
-// they come and, every watch interval, checks the GPUs' health, releases
-// held GPUs nothing is left on, and samples what the jobs use. It never
-// blocks the loop on the driver.
-func (w *Worker) watchGPUs(ctx context.Context) {
-	defer w.wg.Done()
-	events := w.opt.GPU.Events(ctx)
-	t := time.NewTicker(w.opt.GPUWatchInterval)
-	defer t.Stop()
-	check := func() {
-		for i, why := range w.gpus.checkHealth() {
-			w.post(gpuFaulted{index: i, reason: why})
-		}
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev, ok := <-events:
-			switch {
-			case !ok:
-				events = nil
-			case ev.Lost || ev.Index < 0:
-				check() // the health check tells which GPU
-			default:
-				w.post(gpuEvent{ev: ev})
-			}
-		case <-t.C:
-			check()
-			if released := w.gpus.recheckHeld(); len(released) > 0 {
-				w.beatSoon()
-			}
-			if len(w.slots.running()) == 0 {
-				continue
-			}
-			tel, err := w.opt.GPU.Telemetry()
-			if err != nil {
-				continue
-			}
-			procs, _ := w.opt.GPU.Processes()
-			w.post(gpuSample{tel: tel, procs: procs})
-		}
-	}
-}
-
-// beatSoon asks for a heartbeat now, so the orchestrator learns of a change
-// of the GPUs without waiting for the next beat.
-func (w *Worker) beatSoon() {
-	select {
-	case w.hbNow <- struct{}{}:
-	default:
-	}
-}
-
 // onGPUEvent: an XID that blames the hardware fences the GPU; any other is
 // the job's own and goes into its record and its log.
 func (w *Worker) onGPUEvent(ev gpu.Event) {
@@ -102,7 +48,7 @@ func (w *Worker) onGPUFault(i int, reason string) {
 	if !w.gpus.fence(i, reason) {
 		return
 	}
-	w.beatSoon()
+	w.beats.soon()
 	a := w.slots.onGPU(i)
 	if a == nil {
 		return
@@ -123,13 +69,56 @@ func (w *Worker) onGPUSample(s gpuSample) {
 	}
 }
 
-// clearFences lifts the fences an admin cleared.
-func (w *Worker) clearFences(indices []int) {
+// clearFences lifts the fences an admin cleared; it reports whether one
+// was lifted.
+func (g *gpuWatch) clearFences(indices []int) bool {
 	cleared := false
 	for _, i := range indices {
-		cleared = w.gpus.clear(i) || cleared
+		cleared = g.clear(i) || cleared
 	}
-	if cleared {
-		w.beatSoon()
+	return cleared
+}
+
+// run runs beside the loop: it passes on the driver's error events as they
+// come and, every watch interval, checks the GPUs' health, releases held
+// GPUs nothing is left on (then changed is called), and, while busy says
+// jobs run, samples what they use. It never blocks the loop on the driver.
+func (g *gpuWatch) run(ctx context.Context, every time.Duration, post func(any), changed func(), busy func() bool) {
+	events := g.src.Events(ctx)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	check := func() {
+		for i, why := range g.checkHealth() {
+			post(gpuFaulted{index: i, reason: why})
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-events:
+			switch {
+			case !ok:
+				events = nil
+			case ev.Lost || ev.Index < 0:
+				check() // the health check tells which GPU
+			default:
+				post(gpuEvent{ev: ev})
+			}
+		case <-t.C:
+			check()
+			if released := g.recheckHeld(); len(released) > 0 {
+				changed()
+			}
+			if !busy() {
+				continue
+			}
+			tel, err := g.src.Telemetry()
+			if err != nil {
+				continue
+			}
+			procs, _ := g.src.Processes()
+			post(gpuSample{tel: tel, procs: procs})
+		}
 	}
 }

@@ -113,7 +113,7 @@ func (h *reportHook) deliver(ctx context.Context, end *attemptEnd) {
 		return
 	}
 	env.out.release(rec.key())
-	if err := env.flushReports(ctx, false); isAuthError(err) {
+	if err := env.out.flush(ctx, false); isAuthError(err) {
 		env.post(authRejected{err: err})
 	}
 }

@@ -18,7 +18,7 @@ func (w *Worker) onSubmit(ctx context.Context, ev *protocol.JobSubmitEvent) {
 	var cur *runner
 	var refused string
 	w.mu.Lock()
-	draining := w.localDrain
+	draining := w.localDrain.Load()
 	if draining {
 		cur = w.slots.holder(ev.JobID)
 	} else {
@@ -88,18 +88,6 @@ func (w *Worker) endAttempt(ctx context.Context, a *runner) {
 	}
 }
 
-// dropDeferred forgets a dispatch that waits for a stop, when it is
-// cancelled; it reports whether there was one.
-func (w *Worker) dropDeferred(jobID string, attempt int) bool {
-	for i, ev := range w.deferred {
-		if ev.JobID == jobID && (attempt == 0 || ev.Attempt == attempt) {
-			w.deferred = append(w.deferred[:i], w.deferred[i+1:]...)
-			return true
-		}
-	}
-	return false
-}
-
 // closeAttempt is the synchronous part of ending an attempt: the runner
 // spools its outcome, and the attempt stops being a running one.
 func (w *Worker) closeAttempt(a *runner) (rec statusRecord, report, spooled bool) {
@@ -109,4 +97,20 @@ func (w *Worker) closeAttempt(a *runner) (rec statusRecord, report, spooled bool
 	// neither.
 	w.books.retire(a, rec, report)
 	return rec, report, spooled
+}
+
+// waitingDispatches are the dispatches that wait for an attempt stopping
+// here to give up its room (the session loop's alone).
+type waitingDispatches []*protocol.JobSubmitEvent
+
+// drop forgets a waiting dispatch when it is cancelled; it reports whether
+// there was one.
+func (d *waitingDispatches) drop(jobID string, attempt int) bool {
+	for i, ev := range *d {
+		if ev.JobID == jobID && (attempt == 0 || ev.Attempt == attempt) {
+			*d = append((*d)[:i], (*d)[i+1:]...)
+			return true
+		}
+	}
+	return false
 }

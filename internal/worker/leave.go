@@ -28,7 +28,7 @@ func (w *Worker) onOrchestratorDrain(source string) (bool, error) {
 // checkIdleDrain ends a locally drained worker once no job runs.
 func (w *Worker) checkIdleDrain(announce bool) (bool, error) {
 	w.mu.Lock()
-	idle, draining := w.slots.idle(), w.localDrain
+	idle, draining := w.slots.idle(), w.localDrain.Load()
 	w.mu.Unlock()
 	if idle && draining {
 		return true, w.leave("drained")
@@ -43,7 +43,7 @@ func (w *Worker) checkIdleDrain(announce bool) (bool, error) {
 // workers with nothing queued leave.
 func (w *Worker) afterJob(ctx context.Context) (bool, error) {
 	w.mu.Lock()
-	idle, local, orch := w.slots.idle(), w.localDrain, w.orchDrain
+	idle, local, orch := w.slots.idle(), w.localDrain.Load(), w.orchDrain
 	w.mu.Unlock()
 	id := w.link.id()
 	switch {
@@ -120,7 +120,7 @@ func (w *Worker) stopAndWait(why stopReason, detail string) {
 func (w *Worker) finalReportsAndDisconnect() {
 	ctx, cancel := context.WithTimeout(context.Background(), w.opt.Timers.ShutdownTimeout)
 	defer cancel()
-	if err := w.flushReports(ctx, true); err != nil {
+	if err := w.out.flush(ctx, true); err != nil {
 		w.log.Warn("some job reports stay spooled for the next start", "err", err)
 	}
 	id := w.link.id()

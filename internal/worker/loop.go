@@ -71,9 +71,12 @@ func (w *Worker) Serve(ctx context.Context) error {
 		}
 	}
 	w.wg.Add(3)
-	go func() { defer close(hbDone); w.heartbeatLoop(hbCtx, hbStop) }()
-	go w.reporterLoop(runCtx, s.kick)
-	go w.watchGPUs(runCtx)
+	go func() { defer w.wg.Done(); defer close(hbDone); w.beats.run(hbCtx, hbStop) }()
+	go func() { defer w.wg.Done(); w.out.run(runCtx, s.kick, w.post) }()
+	go func() {
+		defer w.wg.Done()
+		w.gpus.run(runCtx, w.opt.GPUWatchInterval, w.post, w.beats.soon, func() bool { return !w.slots.idle() })
+	}()
 	w.dial(runCtx, s)
 
 	s.fence = time.NewTicker(fenceTick(w.link.fenceLimit()))
@@ -143,7 +146,7 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 					"keeps asking, and takes over only once that one is offline. Give each machine a worker (and token) of its own",
 					"err", m.err)
 			}
-			w.failoverAfter(m)
+			failoverAfter(w.c, w.log, m)
 			w.reconnect(s, m.err)
 			return false, nil
 		}
@@ -173,7 +176,9 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 		}
 		w.reconnect(s, m.err)
 	case heartbeatReply:
-		w.clearFences(m.resp.ClearGPUs)
+		if w.gpus.clearFences(m.resp.ClearGPUs) {
+			w.beats.soon()
+		}
 		// A cancel names a job; it is for the attempt the heartbeat listed.
 		// A newer attempt of the job, dispatched here since (a requeue after
 		// a GPU fault comes back at once), is not the one meant; if it is to

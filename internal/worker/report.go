@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"sync"
@@ -17,7 +18,7 @@ import (
 // hooks are done, the reportHook sends it. The outbox holds the spooled
 // reports, of this process's attempts and of earlier ones; the Worker
 // flushes it before each registration, periodically, and after each
-// attempt, since what may go when depends on the session (see flushReports).
+// attempt, since what may go when depends on the session (see flush).
 
 // Messages from report goroutines to the loop.
 type (
@@ -31,9 +32,13 @@ type (
 // outbox is the terminal reports on their way: the spool journal, and the
 // records the periodic flusher leaves alone while their log ships.
 type outbox struct {
-	spool *statusSpool
-	c     *client
-	gpus  *gpuWatch
+	spool  *statusSpool
+	c      *client
+	gpus   *gpuWatch
+	log    *slog.Logger
+	timers *Timers
+	books  *ledger // an acknowledged report ends the attempt's finishing
+	link   *link   // a self-fenced attempt's report waits for a registration
 	// flushMu: one flush of the spool at a time.
 	flushMu sync.Mutex
 
@@ -75,7 +80,7 @@ func (o *outbox) isHeld(key string) bool {
 	return o.held[key]
 }
 
-// flushReports sends the spooled terminal reports. A record is dropped once the
+// flush sends the spooled terminal reports. A record is dropped once the
 // orchestrator acknowledged it (2xx) or can never take it: 409 (the attempt is
 // stale, the orchestrator moved on), 404 (it does not know the job), other 4xx.
 // A self-fenced record waits for a registration that left its attempt out (one
@@ -84,49 +89,48 @@ func (o *outbox) isHeld(key string) bool {
 // log is still shipping waits for it unless beforeRegister (see connect). It stops at
 // the first transport or 5xx error (the orchestrator is down; try later) and
 // returns that error, or the 401.
-func (w *Worker) flushReports(ctx context.Context, beforeRegister bool) error {
-	w.out.flushMu.Lock()
-	defer w.out.flushMu.Unlock()
-	recs, errs := w.out.spool.list()
+func (o *outbox) flush(ctx context.Context, beforeRegister bool) error {
+	o.flushMu.Lock()
+	defer o.flushMu.Unlock()
+	recs, errs := o.spool.list()
 	for _, err := range errs {
-		w.log.Warn("status spool", "err", err)
+		o.log.Warn("status spool", "err", err)
 	}
 	for _, rec := range recs {
-		held := !beforeRegister && w.out.isHeld(rec.key())
-		waiting := rec.AfterRegister && (w.books.unreconciledFence(rec.key()) || !w.link.hasRegistered())
+		held := !beforeRegister && o.isHeld(rec.key())
+		waiting := rec.AfterRegister && (o.books.unreconciledFence(rec.key()) || !o.link.hasRegistered())
 		if held || waiting {
 			continue
 		}
-		err := w.out.send(ctx, w.opt.Timers.RequestTimeout, rec)
+		err := o.send(ctx, o.timers.RequestTimeout, rec)
 		code := statusOf(err)
 		switch {
 		case err == nil:
-			w.log.Info("reported job outcome", "job_id", rec.JobID, "attempt", rec.Attempt, "status", rec.Status, "error", rec.Error)
+			o.log.Info("reported job outcome", "job_id", rec.JobID, "attempt", rec.Attempt, "status", rec.Status, "error", rec.Error)
 		case code == http.StatusConflict:
-			w.log.Info("the orchestrator had moved on from this attempt; dropping its report",
+			o.log.Info("the orchestrator had moved on from this attempt; dropping its report",
 				"job_id", rec.JobID, "attempt", rec.Attempt, "status", rec.Status)
 		case code == http.StatusUnauthorized:
 			return err
 		case code >= 400 && code < 500 && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests:
-			w.log.Warn("the orchestrator refused a job report; dropping it", "job_id", rec.JobID, "attempt", rec.Attempt, "err", err)
+			o.log.Warn("the orchestrator refused a job report; dropping it", "job_id", rec.JobID, "attempt", rec.Attempt, "err", err)
 		default:
-			w.log.Warn("job report not delivered; it stays spooled and is re-sent", "job_id", rec.JobID, "attempt", rec.Attempt, "err", err)
+			o.log.Warn("job report not delivered; it stays spooled and is re-sent", "job_id", rec.JobID, "attempt", rec.Attempt, "err", err)
 			return err
 		}
-		if err := w.out.spool.remove(rec); err != nil {
-			w.log.Warn("status spool", "err", err)
+		if err := o.spool.remove(rec); err != nil {
+			o.log.Warn("status spool", "err", err)
 		}
-		w.books.reported(rec.key())
+		o.books.reported(rec.key())
 	}
 	return nil
 }
 
-// reporterLoop re-sends spooled reports periodically (and when kicked), so an
+// run re-sends spooled reports periodically (and when kicked), so an
 // outcome reaches the orchestrator even if the stream never comes back but plain
 // requests do.
-func (w *Worker) reporterLoop(ctx context.Context, kick <-chan struct{}) {
-	defer w.wg.Done()
-	t := time.NewTicker(w.opt.Timers.ReportRetry)
+func (o *outbox) run(ctx context.Context, kick <-chan struct{}, post func(any)) {
+	t := time.NewTicker(o.timers.ReportRetry)
 	defer t.Stop()
 	for {
 		select {
@@ -135,13 +139,13 @@ func (w *Worker) reporterLoop(ctx context.Context, kick <-chan struct{}) {
 		case <-t.C:
 		case <-kick:
 		}
-		if err := w.flushReports(ctx, false); isAuthError(err) {
-			w.post(authRejected{err: err})
-			if !w.c.Token().WaitUntilUsable(ctx, nil) {
+		if err := o.flush(ctx, false); isAuthError(err) {
+			post(authRejected{err: err})
+			if !o.c.Token().WaitUntilUsable(ctx, nil) {
 				return
 			}
 		} else if err != nil && !errors.Is(err, context.Canceled) {
-			w.log.Debug("spooled reports not flushed", "err", err)
+			o.log.Debug("spooled reports not flushed", "err", err)
 		}
 	}
 }

@@ -64,10 +64,6 @@ type runnerEnv struct {
 
 	// post hands a message to the session loop (Worker.post).
 	post func(any)
-	// flushReports sends the spooled terminal reports (Worker.flushReports):
-	// the Worker's, since which of them may go depends on the session (a
-	// self-fenced attempt's waits for a registration that left it out).
-	flushReports func(ctx context.Context, beforeRegister bool) error
 	// reported tells the Worker an attempt's report was acknowledged or
 	// given up (Worker.reported): heartbeats stop listing it as finishing.
 	reported func(key string)

@@ -29,13 +29,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/checkpoint/keeper"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
 	"github.com/simpletuner/simpletuner-orchestration/internal/isolation"
-	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/worker/orchclient"
 )
 
@@ -63,19 +63,17 @@ type Worker struct {
 	books *ledger
 	link  *link
 
+	localDrain atomic.Bool // Drain(): finish the job, then exit
+
 	mu          sync.Mutex // guards the fields below
-	localDrain  bool       // Drain(): finish the job, then exit
 	orchDrain   bool       // the orchestrator said drain
 	jobSettings JobSettings
 	// deferred are dispatches that wait for an attempt stopping here to
 	// give up its room (read and written by the session loop only).
-	deferred []*protocol.JobSubmitEvent
+	deferred waitingDispatches
 	// stateLock holds the state directory for this process (see lockStateDir).
 	stateLock *os.File
-	// hbNow asks the heartbeat goroutine for a heartbeat now (a drain began).
-	hbNow chan struct{}
-	// clockOffset shifts the wall clock workerd reports (a fault-suite hook).
-	clockOffset time.Duration
+	beats     *heartbeater
 }
 
 // New checks opt and builds a Worker; nothing is contacted yet.
@@ -118,7 +116,6 @@ func New(opt Options) (*Worker, error) {
 		log:      opt.Logger,
 		c:        c,
 		iso:      opt.Isolation,
-		out:      &outbox{spool: &statusSpool{dir: filepath.Join(opt.StateDir, "spool")}, c: c, gpus: gpus, held: map[string]bool{}},
 		gpus:     gpus,
 		msgs:     make(chan any, 256),
 		loopDone: make(chan struct{}),
@@ -127,18 +124,19 @@ func New(opt Options) (*Worker, error) {
 		link:     newLink(&opt),
 		jobSettings: JobSettings{Command: opt.Command, Env: opt.JobEnv, PassEnv: opt.PassEnv, CancelGrace: opt.CancelGrace,
 			OwnCancelGrace: opt.OwnCancelGrace, LogLimitBytes: opt.LogLimitBytes, Checkpoints: opt.Checkpoints},
-		hbNow:       make(chan struct{}, 1),
-		clockOffset: clockOffsetFromEnv(),
 	}
+	w.out = &outbox{spool: &statusSpool{dir: filepath.Join(opt.StateDir, "spool")}, c: c, gpus: gpus, log: w.log,
+		timers: &w.opt.Timers, books: w.books, link: w.link, held: map[string]bool{}}
+	w.beats = &heartbeater{opt: &w.opt, log: w.log, c: c, link: w.link, books: w.books, gpus: gpus,
+		draining: w.localDrain.Load, post: w.post, now: make(chan struct{}, 1), clockOffset: clockOffsetFromEnv()}
 	w.runnerEnv = runnerEnv{
 		opt: &w.opt, log: w.log, c: c, iso: w.iso, gpus: gpus, out: w.out, wg: &w.wg,
 		keeper: keeper.New(keeper.Options{API: c, WorkDir: opt.WorkDir, Log: opt.Logger,
 			BytesPerSecond: opt.Checkpoints.BytesPerSecond, RequestTimeout: opt.Timers.RequestTimeout,
 			RetryBase: opt.Timers.ReconnectBase}),
-		crash:        crashHookFromEnv(),
-		post:         w.post,
-		flushReports: w.flushReports,
-		reported:     w.books.reported,
+		crash:    crashHookFromEnv(),
+		post:     w.post,
+		reported: w.books.reported,
 	}
 	return w, nil
 }
@@ -214,17 +212,11 @@ func (w *Worker) Start(ctx context.Context) error {
 // Drain asks the worker to finish its current job, take no new one, and exit.
 // It does not block.
 func (w *Worker) Drain() {
-	w.mu.Lock()
-	first := !w.localDrain
-	w.localDrain = true
-	w.mu.Unlock()
+	first := !w.localDrain.Swap(true)
 	if first && w.opt.DrainTimeout > 0 {
 		time.AfterFunc(w.opt.DrainTimeout, func() { w.post(drainExpired{}) })
 	}
-	select { // tell the orchestrator now (the heartbeat says draining)
-	case w.hbNow <- struct{}{}:
-	default:
-	}
+	w.beats.soon() // tell the orchestrator now (the heartbeat says draining)
 	select {
 	case w.msgs <- drainRequested{}:
 	default: // the loop is busy or gone; it checks localDrain whenever a job ends
@@ -266,14 +258,14 @@ func (w *Worker) Status() string {
 			ids[i] = a.jobID
 		}
 		parts = append(parts, fmt.Sprintf("running %d jobs (%s)", len(running), strings.Join(ids, ", ")))
-	case w.localDrain || w.orchDrain:
+	case w.localDrain.Load() || w.orchDrain:
 		parts = append(parts, "draining")
 	case workerID == "":
 		parts = append(parts, "not connected: connecting to "+w.opt.URL)
 	default:
 		parts = append(parts, "idle")
 	}
-	if len(running) > 0 && (w.localDrain || w.orchDrain) {
+	if len(running) > 0 && (w.localDrain.Load() || w.orchDrain) {
 		parts = append(parts, "draining")
 	}
 	if reconnecting > 0 {
