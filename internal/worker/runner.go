@@ -64,8 +64,8 @@ type runnerEnv struct {
 
 	// post hands a message to the session loop (Worker.post).
 	post func(any)
-	// reported tells the Worker an attempt's report was acknowledged or
-	// given up (Worker.reported): heartbeats stop listing it as finishing.
+	// reported tells the ledger an attempt's report was acknowledged or
+	// given up (ledger.reported): heartbeats stop listing it as finishing.
 	reported func(key string)
 }
 

@@ -52,23 +52,24 @@ func transient(err error) bool {
 	}
 }
 
-// jsonCall sends in as JSON (when not nil) and decodes a want answer into out.
-func (c *client) jsonCall(ctx context.Context, method, endpoint, op string, in, out any, want int) error {
+// call is one JSON request of the attempt; an answer other than want is an
+// *orchclient.Error.
+func (c *client) call(ctx context.Context, op, method, endpoint string, in, out any, want int) error {
 	return c.api.Call(ctx, orchclient.Call{Op: op, Method: method, Path: endpoint, In: in, Out: out, Timeout: c.timeout, Want: want})
 }
 
 func (c *client) list(ctx context.Context) (protocol.CheckpointList, error) {
 	var l protocol.CheckpointList
-	err := c.jsonCall(ctx, http.MethodGet, c.ckpts, "list checkpoints", nil, &l, http.StatusOK)
+	err := c.call(ctx, "list checkpoints", http.MethodGet, c.ckpts, nil, &l, http.StatusOK)
 	return l, err
 }
 
 func (c *client) commit(ctx context.Context, cm protocol.CheckpointCommit) error {
-	return c.jsonCall(ctx, http.MethodPost, c.ckpts, "commit "+cm.Name, cm, nil, http.StatusCreated)
+	return c.call(ctx, "commit "+cm.Name, http.MethodPost, c.ckpts, cm, nil, http.StatusCreated)
 }
 
 func (c *client) abort(ctx context.Context, name string) error {
-	return c.jsonCall(ctx, http.MethodDelete, c.ckpts+"/"+url.PathEscape(name), "abort "+name, nil, nil, http.StatusNoContent)
+	return c.call(ctx, "abort "+name, http.MethodDelete, c.ckpts+"/"+url.PathEscape(name), nil, nil, http.StatusNoContent)
 }
 
 // escapeKey escapes each segment of a slash-separated key for a URL path.
