@@ -16,9 +16,10 @@ import (
 // reportHook (hook_report.go) acknowledges the dispatch (starting); when the
 // attempt ended, the runner spools the terminal report and, once the other
 // hooks are done, the reportHook sends it. The outbox holds the spooled
-// reports, of this process's attempts and of earlier ones; the Worker
-// flushes it before each registration, periodically, and after each
-// attempt, since what may go when depends on the session (see flush).
+// reports, of this process's attempts and of earlier ones, and flushes it
+// before each registration, periodically, and after each attempt; what may
+// go when depends on the session, which it reads from the ledger and the
+// link (see flush).
 
 // Messages from report goroutines to the loop.
 type (

@@ -4,16 +4,19 @@
 // of docs/protocol.md).
 //
 // Shape: one session loop (Serve) owns all decisions; everything that waits on
-// the network or on a process (the stream reader, the heartbeat, the log shipper,
-// report senders, the process waiter) runs on its own goroutine and posts a message
+// the network or on a process (the stream reader, the heartbeats, the log shipper,
+// report senders, the process waiter, the GPU watcher) runs on its own goroutine and posts a message
 // to the loop. Nothing the trainer does can stall heartbeats or the stream.
-// The Worker keeps the session: registration, heartbeats, the stream and
-// the GPUs' health; its allotment (allotment.go) keeps which attempts hold
-// which slots and GPUs. Each
-// attempt has a runner (runner.go) that the loop creates, drives and tears
-// down: it launches and stops the trainer and keeps its timeout, log,
-// reports, checkpoints and GPU hygiene, and decides nothing that needs the
-// other attempts.
+// The Worker holds the parts the loop decides with, each a type of its own:
+// the allotment (allotment.go: which attempt holds which slots and GPUs),
+// the ledger (ledger.go: what the worker answers for), the link (link.go:
+// the session's state), the heartbeater, the outbox of terminal reports and
+// the GPU watcher. It talks to the orchestrator through one client
+// (orchclient). Each attempt has a runner (runner.go) that the loop
+// creates, drives and tears down: it launches and stops the trainer and
+// keeps its timeout, and its hooks (hooks.go) keep its log, checkpoints,
+// GPU hygiene and reports; it decides nothing that needs the other
+// attempts.
 //
 // Files on disk, under Options.StateDir/spool: <job>-<attempt>.log (the job's
 // output, shipped from there) and reports.jsonl (the terminal reports not yet
