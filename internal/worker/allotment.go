@@ -108,12 +108,9 @@ func (al *allotment) isCurrent(a *runner) bool { return al.holder(a.jobID) == a 
 
 // onGPU is the running attempt that holds GPU i; nil when none does.
 func (al *allotment) onGPU(i int) *runner {
-	for _, a := range al.running() {
-		if a.grant.has(i) {
-			return a
-		}
-	}
-	return nil
+	al.mu.Lock()
+	defer al.mu.Unlock()
+	return al.holderOfLocked(i)
 }
 
 // anyStopping reports whether an attempt here is being stopped.
@@ -165,12 +162,7 @@ func (al *allotment) fitLocked(ev *protocol.JobSubmitEvent) (devs []gpu.Device, 
 		if len(al.jobs) > 0 {
 			return nil, true, fmt.Sprintf("it asks for the whole worker and %d job(s) run here", len(al.jobs))
 		}
-		for _, d := range al.inv.Devices {
-			if al.health.unavailable(d.Index) == "" {
-				devs = append(devs, d)
-			}
-		}
-		return devs, true, ""
+		return al.freeLocked(), true, ""
 	}
 	if len(al.jobs) >= al.maxJobs {
 		return nil, false, fmt.Sprintf("max_jobs (%d) jobs run here already", al.maxJobs)
@@ -178,13 +170,9 @@ func (al *allotment) fitLocked(ev *protocol.JobSubmitEvent) (devs []gpu.Device, 
 	if ev.WholeWorker && len(al.jobs) > 0 {
 		return nil, false, fmt.Sprintf("it takes the whole worker and %d job(s) run here", len(al.jobs))
 	}
-	used := map[int]string{}
 	for _, a := range al.jobs {
 		if a.grant.whole {
 			return nil, false, fmt.Sprintf("job %s runs with the whole worker", a.jobID)
-		}
-		for _, d := range a.grant.devices {
-			used[d.Index] = a.jobID
 		}
 	}
 	for _, g := range *ev.GPUs {
@@ -194,8 +182,8 @@ func (al *allotment) fitLocked(ev *protocol.JobSubmitEvent) (devs []gpu.Device, 
 			return nil, false, fmt.Sprintf("it assigns GPU %d and this worker has %d", g.Index, len(al.inv.Devices))
 		case g.UUID != "" && d.UUID != "" && g.UUID != d.UUID:
 			return nil, false, fmt.Sprintf("it assigns GPU %d as %s, which is %s here", g.Index, g.UUID, d.UUID)
-		case used[g.Index] != "":
-			return nil, false, fmt.Sprintf("GPU %d is in use by job %s", g.Index, used[g.Index])
+		case al.holderOfLocked(g.Index) != nil:
+			return nil, false, fmt.Sprintf("GPU %d is in use by job %s", g.Index, al.holderOfLocked(g.Index).jobID)
 		case al.health.unavailable(g.Index) != "":
 			return nil, false, fmt.Sprintf("GPU %d is %s", g.Index, al.health.unavailable(g.Index))
 		case slices.ContainsFunc(devs, func(x gpu.Device) bool { return x.Index == g.Index }):
@@ -204,6 +192,28 @@ func (al *allotment) fitLocked(ev *protocol.JobSubmitEvent) (devs []gpu.Device, 
 		devs = append(devs, d)
 	}
 	return devs, ev.WholeWorker, ""
+}
+
+// freeLocked lists the GPUs a new attempt may be given: those no attempt
+// holds and the GPU watcher has neither fenced nor held back.
+func (al *allotment) freeLocked() []gpu.Device {
+	var free []gpu.Device
+	for _, d := range al.inv.Devices {
+		if al.health.unavailable(d.Index) == "" && al.holderOfLocked(d.Index) == nil {
+			free = append(free, d)
+		}
+	}
+	return free
+}
+
+// holderOfLocked is the attempt that holds GPU i; nil when none does.
+func (al *allotment) holderOfLocked(i int) *runner {
+	for _, a := range al.jobs {
+		if a.grant.has(i) {
+			return a
+		}
+	}
+	return nil
 }
 
 // grantLocked is the share of an attempt given devs: the device files of
