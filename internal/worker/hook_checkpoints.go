@@ -101,19 +101,6 @@ func (h *checkpointHook) prerun(ctx context.Context) (wait bool) {
 	return true
 }
 
-// onRestored starts the attempt whose restore is over, unless it was
-// stopped meanwhile.
-func (w *Worker) onRestored(ctx context.Context, m checkpointRestored) {
-	a := m.a
-	current := w.slots.isCurrent(a)
-	switch {
-	case a.ckpt.restoreOver(m, current):
-		w.startAttempt(ctx, a)
-	case current:
-		w.endAttempt(ctx, a) // stopped while its checkpoint came back
-	}
-}
-
 // restoreOver takes the restore's result; it reports whether the attempt
 // starts now. One the loop no longer runs (current is false), or stopped
 // meanwhile, does not: its checkpoint is discarded.

@@ -63,6 +63,19 @@ func (w *Worker) startAttempt(ctx context.Context, a *runner) {
 	}
 }
 
+// onRestored starts the attempt whose restore is over, unless it was
+// stopped meanwhile.
+func (w *Worker) onRestored(ctx context.Context, m checkpointRestored) {
+	a := m.a
+	current := w.slots.isCurrent(a)
+	switch {
+	case a.ckpt.restoreOver(m, current):
+		w.startAttempt(ctx, a)
+	case current:
+		w.endAttempt(ctx, a) // stopped while its checkpoint came back
+	}
+}
+
 // stopJob stops a's process tree: SIGTERM now, SIGKILL after grace. The first
 // reason is kept, except that "abandoned" overrides (it suppresses the report).
 // A self-fenced attempt leaves the heartbeats and registrations before its
