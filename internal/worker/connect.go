@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"net/url"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -54,15 +52,15 @@ var errStreamSilent = errors.New("no byte on the stream for 3 ping intervals")
 // hold the registration back; it keeps being re-sent.
 func (w *Worker) connect(ctx context.Context, gen int) {
 	defer w.wg.Done()
-	at := w.c.currentURL()
-	if err := w.flushReports(ctx, true); err != nil && (isAuthError(err) || statusOf(err) == 0) {
+	at := w.c.CurrentURL()
+	if err := w.out.flush(ctx, true); err != nil && (isAuthError(err) || statusOf(err) == 0) {
 		w.post(registered{gen: gen, url: at, err: err})
 		return
 	}
 	body, leftOut := w.registerRequest()
 	var resp protocol.RegisterResponse
 	sent := time.Now()
-	err := w.c.doJSON(ctx, 3*w.opt.Timers.RequestTimeout, "register", http.MethodPost, "/api/workers/register", body, &resp)
+	err := w.c.DoJSON(ctx, 3*w.opt.Timers.RequestTimeout, "register", http.MethodPost, "/api/workers/register", body, &resp)
 	if err == nil && resp.WorkerID == "" {
 		err = errors.New("register: the orchestrator's reply has no worker_id")
 	}
@@ -72,20 +70,13 @@ func (w *Worker) connect(ctx context.Context, gen int) {
 // registerRequest is the registration body, and the keys of the self-fenced
 // attempts it leaves out.
 func (w *Worker) registerRequest() (protocol.RegisterRequest, []string) {
-	w.mu.Lock()
-	inv := w.inv
-	running := w.attemptsLocked()
-	var current string
-	if r := w.answeredLocked(); len(r) > 0 {
-		current = r[0].jobID
+	inv, maxJobs := w.slots.inventory()
+	running, current, leftOut := w.books.snapshot()
+	caps := protocol.Capabilities{Isolation: w.iso.Name(), MaxJobs: maxJobs, OwnType: w.opt.OwnType}
+	if js := w.currentJobSettings(); js.OwnCancelGrace {
+		caps.CancelGraceSeconds = js.CancelGrace.Seconds()
 	}
-	leftOut := slices.Collect(maps.Keys(w.unreconciled))
-	caps := protocol.Capabilities{Isolation: w.iso.Name(), MaxJobs: w.maxJobs, OwnType: w.opt.OwnType}
-	if w.jobSettings.OwnCancelGrace {
-		caps.CancelGraceSeconds = w.jobSettings.CancelGrace.Seconds()
-	}
-	persistent := w.persistent
-	w.mu.Unlock()
+	persistent := w.link.isPersistent()
 	info, _ := json.Marshal(inv.GPUInfo())
 	req := protocol.RegisterRequest{
 		Name:          w.opt.Name,
@@ -118,19 +109,6 @@ func (a *activityReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// streamPingInterval is the stream's keep-alive interval: the one the
-// orchestrator announced at registration, else the built-in one. Trusting our
-// own guess alone would either reconnect healthy streams (the orchestrator
-// pings less often) or sit on a dead one for minutes (it pings more often).
-func (w *Worker) streamPingInterval() time.Duration {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.pingInterval > 0 {
-		return w.pingInterval
-	}
-	return w.opt.Timers.PingInterval
-}
-
 // stream holds GET /api/workers/stream open and posts its events. A watchdog
 // closes it when no byte (not even a ping) arrived for 3 ping intervals: a peer
 // that vanished without a FIN would otherwise leave us waiting forever.
@@ -143,7 +121,7 @@ func (w *Worker) stream(ctx context.Context, gen int, workerID string) {
 		w.post(streamEnded{gen: gen, err: err, upFor: time.Since(began)})
 	}
 
-	req, err := w.c.request(ctx, http.MethodGet, "/api/workers/stream?worker_id="+url.QueryEscape(workerID), nil)
+	req, err := w.c.Request(ctx, http.MethodGet, "/api/workers/stream?worker_id="+url.QueryEscape(workerID), nil)
 	if err != nil {
 		end(err)
 		return
@@ -151,7 +129,7 @@ func (w *Worker) stream(ctx context.Context, gen int, workerID string) {
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("Cache-Control", "no-cache")
 	headerTimer := time.AfterFunc(w.opt.Timers.RequestTimeout, cancel)
-	resp, err := w.c.http.Do(req)
+	resp, err := w.c.Do(req)
 	headerTimer.Stop()
 	if err != nil {
 		end(fmt.Errorf("stream: %w", err))
@@ -159,7 +137,7 @@ func (w *Worker) stream(ctx context.Context, gen int, workerID string) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		end(w.c.noteRefusal(decodeResponse(resp, "stream", nil)))
+		end(w.c.Check(resp, "stream", 0))
 		return
 	}
 	w.post(streamOpened{gen: gen})
@@ -167,7 +145,7 @@ func (w *Worker) stream(ctx context.Context, gen int, workerID string) {
 	var last atomic.Int64
 	last.Store(time.Now().UnixNano())
 	var silent atomic.Bool
-	silence := 3 * w.streamPingInterval()
+	silence := 3 * w.link.streamPingInterval(w.opt.Timers.PingInterval)
 	go func() {
 		t := time.NewTicker(max(silence/8, time.Millisecond))
 		defer t.Stop()

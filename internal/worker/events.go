@@ -33,11 +33,11 @@ func (w *Worker) onEvent(ctx context.Context, ev sseEvent) (bool, error) {
 			w.log.Warn("ignoring a malformed job_cancel", "err", err)
 			return false, nil
 		}
-		if w.dropDeferred(c.JobID, c.Attempt) {
+		if w.deferred.drop(c.JobID, c.Attempt) {
 			w.log.Info("job_cancel for a job that waited for a stop here; dropped", "job_id", c.JobID, "attempt", c.Attempt)
 			return false, nil
 		}
-		a := w.attemptOf(c.JobID)
+		a := w.slots.holder(c.JobID)
 		if a == nil || !a.matches(c.JobID, c.Attempt) {
 			w.log.Info("job_cancel for an attempt this worker does not run; ignored", "job_id", c.JobID, "attempt", c.Attempt)
 			return false, nil
@@ -51,7 +51,9 @@ func (w *Worker) onEvent(ctx context.Context, ev sseEvent) (bool, error) {
 			w.log.Warn("ignoring a malformed gpu_clear", "err", err)
 			return false, nil
 		}
-		w.clearFences(c.GPUs)
+		if w.gpus.clearFences(c.GPUs) {
+			w.beats.soon()
+		}
 	case protocol.EventShutdown:
 		var sh protocol.ShutdownEvent
 		_ = json.Unmarshal([]byte(ev.Data), &sh)

@@ -21,7 +21,7 @@ func TestFailsOverToTheNextURL(t *testing.T) {
 	a, b := newFakeOrch(t), newFakeOrch(t)
 	r := startWorker(t, a, func(o *Options) { o.URL = dead + ", " + a.url() + "," + b.url() })
 	a.connected(1)
-	if got := r.w.c.currentURL(); got != a.url() {
+	if got := r.w.c.CurrentURL(); got != a.url() {
 		t.Fatalf("worker uses %s, want %s", got, a.url())
 	}
 	if !strings.Contains(r.logs.String(), "trying the next configured URL") {
@@ -30,7 +30,7 @@ func TestFailsOverToTheNextURL(t *testing.T) {
 	a.down.Store(true)
 	a.dropStreams()
 	b.connected(1)
-	if got := r.w.c.currentURL(); got != b.url() {
+	if got := r.w.c.CurrentURL(); got != b.url() {
 		t.Fatalf("worker uses %s after the second went down, want %s", got, b.url())
 	}
 	// Heartbeats follow the stream.

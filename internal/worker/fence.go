@@ -40,42 +40,11 @@ func fenceTick(limit time.Duration) time.Duration {
 	return min(max(limit/10, 10*time.Millisecond), 5*time.Second)
 }
 
-// setFenceLimit applies the orchestrator's timers from a registration and
-// logs the effective limit when it changes; it returns the limit.
-func (w *Worker) setFenceLimit(timeout, interval time.Duration) time.Duration {
-	limit := fenceLimit(w.opt.SelfFenceAfter, timeout, interval)
-	w.mu.Lock()
-	changed := limit != w.fenceAfter
-	w.fenceAfter = limit
-	w.mu.Unlock()
-	switch {
-	case !changed:
-	case w.opt.SelfFenceAfter > 0 && limit < w.opt.SelfFenceAfter:
-		w.log.Warn("self_fence_after is not safely below the orchestrator's heartbeat timeout; using a shorter limit",
-			"self_fence_after", w.opt.SelfFenceAfter.String(), "heartbeat_timeout", timeout.String(), "effective", limit.String())
-	default:
-		w.log.Info("self-fence limit", "effective", limit.String(), "heartbeat_timeout", timeout.String())
-	}
-	return limit
-}
-
-// ackedLocked records that the orchestrator answered a request sent at
-// sent. It heard from this worker no earlier than that, and the self-fence
-// limit counts from there: counting from the answer would let a slow answer
-// eat the margin between the limit and the orchestrator's timeout.
-func (w *Worker) ackedLocked(sent time.Time) {
-	if sent.After(w.lastAck) {
-		w.lastAck = sent
-	}
-}
-
 // checkFence stops every running job when heartbeats have not been acknowledged
 // for the fence limit: the orchestrator is about to declare this worker lost
 // and run the job elsewhere.
 func (w *Worker) checkFence() {
-	w.mu.Lock()
-	running, last, limit := w.runningLocked(), w.lastAck, w.fenceAfter
-	w.mu.Unlock()
+	running, last, limit := w.slots.running(), w.link.lastAcked(), w.link.fenceLimit()
 	if last.IsZero() || limit <= 0 {
 		return
 	}

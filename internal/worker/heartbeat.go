@@ -2,10 +2,10 @@ package worker
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"time"
 
-	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
@@ -19,17 +19,43 @@ type heartbeatReply struct {
 // authRejected tells the loop the orchestrator answered 401.
 type authRejected struct{ err error }
 
-// heartbeatLoop beats on its own goroutine from the first registration on, whatever
+// heartbeater sends the heartbeats. It reads what they say from the
+// session's link, the ledger and the GPU watcher, and hands what an answer
+// asks to the loop.
+type heartbeater struct {
+	opt      *Options
+	log      *slog.Logger
+	c        *client
+	link     *link
+	books    *ledger
+	gpus     *gpuWatch
+	draining func() bool // the worker was asked to drain (Drain)
+	post     func(any)   // to the session loop
+	// now asks for a heartbeat now (a drain began, a GPU changed).
+	now chan struct{}
+	// clockOffset shifts the wall clock workerd reports (a fault-suite hook).
+	clockOffset time.Duration
+}
+
+// soon asks for a heartbeat now, so the orchestrator learns of a change
+// (a drain, a GPU's health) without waiting for the next beat.
+func (h *heartbeater) soon() {
+	select {
+	case h.now <- struct{}{}:
+	default:
+	}
+}
+
+// run beats on its own goroutine from the first registration on, whatever
 // the stream does: a broken stream must not also make the worker look dead.
 // It ends with ctx, or at stop once no beat is in flight.
-func (w *Worker) heartbeatLoop(ctx context.Context, stop <-chan struct{}) {
-	defer w.wg.Done()
+func (h *heartbeater) run(ctx context.Context, stop <-chan struct{}) {
 	select {
 	case <-ctx.Done():
 		return
 	case <-stop:
 		return
-	case <-w.registered:
+	case <-h.link.registered:
 	}
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -41,7 +67,7 @@ func (w *Worker) heartbeatLoop(ctx context.Context, stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
-		case <-w.hbNow:
+		case <-h.now:
 			t.Stop()
 		}
 		select {
@@ -49,80 +75,64 @@ func (w *Worker) heartbeatLoop(ctx context.Context, stop <-chan struct{}) {
 			return
 		default:
 		}
-		err := w.heartbeat(ctx)
+		err := h.beat(ctx)
 		switch {
 		case err == nil:
 			if failing {
-				w.log.Info("heartbeats acknowledged again")
+				h.log.Info("heartbeats acknowledged again")
 				failing = false
 			}
 		case isAuthError(err):
 			// Nothing sent with a refused token can succeed: wait for the
 			// loop to install a new one (or to end the worker).
-			w.post(authRejected{err: err})
-			if !w.c.tok.waitUntilUsable(ctx, stop) {
+			h.post(authRejected{err: err})
+			if !h.c.Token().WaitUntilUsable(ctx, stop) {
 				return
 			}
 		case ctx.Err() != nil:
 			return
 		default:
 			if !failing {
-				w.log.Warn("heartbeat failed", "err", err)
+				h.log.Warn("heartbeat failed", "err", err)
 				failing = true
 			} else {
-				w.log.Debug("heartbeat failed", "err", err)
+				h.log.Debug("heartbeat failed", "err", err)
 			}
 		}
-		t.Reset(w.heartbeatInterval())
+		t.Reset(h.link.heartbeatInterval(h.opt.Timers.HeartbeatInterval))
 	}
 }
 
-func (w *Worker) heartbeatInterval() time.Duration {
-	if w.opt.Timers.HeartbeatInterval > 0 {
-		return w.opt.Timers.HeartbeatInterval
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.hbInterval > 0 {
-		return w.hbInterval
-	}
-	return config.DefaultHeartbeatInterval // an orchestrator that does not say (protocol 1)
-}
-
-func (w *Worker) heartbeat(ctx context.Context) error {
-	w.mu.Lock()
-	req := protocol.HeartbeatRequest{WorkerID: w.workerID, Status: string(protocol.WorkerIdle)}
-	if r := w.answeredLocked(); len(r) > 0 {
+func (h *heartbeater) beat(ctx context.Context) error {
+	req := protocol.HeartbeatRequest{WorkerID: h.link.id(), Status: string(protocol.WorkerIdle)}
+	// One snapshot of the ledger: an attempt moves from running to finishing
+	// (and finishing ends only after its report was acknowledged) under its
+	// lock, so no heartbeat can miss an attempt whose outcome is on the way.
+	running, current, _ := h.books.snapshot()
+	req.Running = running
+	if current != "" {
 		req.Status = string(protocol.WorkerBusy)
-		id := r[0].jobID
-		req.CurrentJobID = &id
+		req.CurrentJobID = &current
 	}
-	if w.localDrain {
+	if h.draining() {
 		// The orchestrator then stops dispatching here at once, instead of
 		// handing the worker jobs it would only ignore until it leaves.
 		req.Status = string(protocol.WorkerDraining)
 	}
-	// One snapshot under the lock: an attempt moves from running to finishing
-	// (and finishing ends only after its report was acknowledged) while the lock
-	// is held, so no heartbeat can miss an attempt whose outcome is on the way.
-	req.Running = w.attemptsLocked()
-	w.mu.Unlock()
-	req.SentAt = w.wallClock().UTC().Format(time.RFC3339Nano)
-	if tel, err := w.opt.GPU.Telemetry(); err == nil {
+	req.SentAt = h.wallClock().UTC().Format(time.RFC3339Nano)
+	if tel, err := h.opt.GPU.Telemetry(); err == nil {
 		for i := range tel {
-			tel[i].Health = w.gpus.health(tel[i].Index)
+			tel[i].Health = h.gpus.health(tel[i].Index)
 		}
 		req.GPUs = tel
 	}
-	req.GPUConditions = w.gpus.conditions()
+	req.GPUConditions = h.gpus.conditions()
 	var resp protocol.HeartbeatResponse
 	sent := time.Now()
-	if err := w.c.doJSON(ctx, w.opt.Timers.RequestTimeout, "heartbeat", http.MethodPost, "/api/workers/heartbeat", req, &resp); err != nil {
+	if err := h.c.DoJSON(ctx, h.opt.Timers.RequestTimeout, "heartbeat", http.MethodPost, "/api/workers/heartbeat", req, &resp); err != nil {
 		return err
 	}
-	w.mu.Lock()
-	w.ackedLocked(sent)
-	w.mu.Unlock()
+	h.link.acked(sent)
 	if len(resp.Cancel) > 0 || resp.Drain || len(resp.ClearGPUs) > 0 {
 		listed := map[string]int{}
 		for _, r := range req.Running {
@@ -130,10 +140,10 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 				listed[r.JobID] = r.Attempt
 			}
 		}
-		w.post(heartbeatReply{resp: resp, listed: listed})
+		h.post(heartbeatReply{resp: resp, listed: listed})
 	}
 	return nil
 }
 
 // wallClock is the time workerd reports as its own (heartbeats' sent_at).
-func (w *Worker) wallClock() time.Time { return time.Now().Add(w.clockOffset) }
+func (h *heartbeater) wallClock() time.Time { return time.Now().Add(h.clockOffset) }

@@ -9,18 +9,22 @@ import (
 
 // The loop's side of an attempt: it decides whether a dispatch is taken,
 // creates its runner, tells it to stop, and tears it down once its process
-// tree is gone. What needs the other attempts (the slots, the GPUs they
-// hold, what the heartbeats list) is decided here, never in the runner.
+// tree is gone. What needs the other attempts (the slots and GPUs they hold,
+// which the allotment keeps, and what the heartbeats list) is decided here,
+// never in the runner.
 
 func (w *Worker) onSubmit(ctx context.Context, ev *protocol.JobSubmitEvent) {
 	a := newRunner(&w.runnerEnv, ev, w.currentJobSettings())
+	var cur *runner
+	var refused string
 	w.mu.Lock()
-	cur, draining := w.jobs[ev.JobID], w.localDrain
-	devs, whole, refused := w.gpusForLocked(ev)
-	take := cur == nil && !draining && refused == ""
-	if take {
-		a.gpus, a.whole = devs, whole
-		w.jobs[ev.JobID] = a
+	draining := w.localDrain.Load()
+	if draining {
+		cur = w.slots.holder(ev.JobID)
+	} else {
+		cur, refused = w.slots.reserve(a)
+	}
+	if cur == nil && !draining && refused == "" {
 		w.orchDrain = false // a dispatch means the orchestrator resumed this worker
 	}
 	w.mu.Unlock()
@@ -33,7 +37,7 @@ func (w *Worker) onSubmit(ctx context.Context, ev *protocol.JobSubmitEvent) {
 	case draining:
 		w.log.Warn("draining; not taking job", "job_id", ev.JobID)
 		return
-	case refused != "" && w.anyStopping():
+	case refused != "" && w.slots.anyStopping():
 		// The orchestrator freed the slot when it fenced or preempted an
 		// attempt that is still stopping here: the job starts when the stop
 		// is done, within the grace, instead of waiting out the
@@ -45,7 +49,6 @@ func (w *Worker) onSubmit(ctx context.Context, ev *protocol.JobSubmitEvent) {
 		w.log.Warn("not taking job: "+refused, "job_id", ev.JobID, "attempt", ev.Attempt)
 		return
 	}
-	a.otherNodes, a.gpuVars = w.otherGPUNodes(a), w.gpuEnv(a)
 	if a.begin(ctx) {
 		return // onRestored starts it
 	}
@@ -60,18 +63,26 @@ func (w *Worker) startAttempt(ctx context.Context, a *runner) {
 	}
 }
 
+// onRestored starts the attempt whose restore is over, unless it was
+// stopped meanwhile.
+func (w *Worker) onRestored(ctx context.Context, m checkpointRestored) {
+	a := m.a
+	current := w.slots.isCurrent(a)
+	switch {
+	case a.ckpt.restoreOver(m, current):
+		w.startAttempt(ctx, a)
+	case current:
+		w.endAttempt(ctx, a) // stopped while its checkpoint came back
+	}
+}
+
 // stopJob stops a's process tree: SIGTERM now, SIGKILL after grace. The first
 // reason is kept, except that "abandoned" overrides (it suppresses the report).
 // A self-fenced attempt leaves the heartbeats and registrations before its
 // process is signalled.
 func (w *Worker) stopJob(a *runner, why stopReason, detail string, grace time.Duration) {
 	if a.setStop(why, detail, grace) == stopFence {
-		w.mu.Lock()
-		if !a.fenced {
-			a.fenced = true
-			w.unreconciled[a.key()] = true
-		}
-		w.mu.Unlock()
+		w.books.fence(a)
 	}
 	a.halt(grace)
 }
@@ -90,30 +101,6 @@ func (w *Worker) endAttempt(ctx context.Context, a *runner) {
 	}
 }
 
-// anyStopping reports whether an attempt here is being stopped.
-func (w *Worker) anyStopping() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, a := range w.jobs {
-		if a.stop != notStopped {
-			return true
-		}
-	}
-	return false
-}
-
-// dropDeferred forgets a dispatch that waits for a stop, when it is
-// cancelled; it reports whether there was one.
-func (w *Worker) dropDeferred(jobID string, attempt int) bool {
-	for i, ev := range w.deferred {
-		if ev.JobID == jobID && (attempt == 0 || ev.Attempt == attempt) {
-			w.deferred = append(w.deferred[:i], w.deferred[i+1:]...)
-			return true
-		}
-	}
-	return false
-}
-
 // closeAttempt is the synchronous part of ending an attempt: the runner
 // spools its outcome, and the attempt stops being a running one.
 func (w *Worker) closeAttempt(a *runner) (rec statusRecord, report, spooled bool) {
@@ -121,13 +108,22 @@ func (w *Worker) closeAttempt(a *runner) (rec statusRecord, report, spooled bool
 	// The attempt stops being the running job and becomes a finishing one in
 	// the same critical section: a heartbeat sees one or the other, never
 	// neither.
-	w.mu.Lock()
-	if w.jobs[a.jobID] == a {
-		delete(w.jobs, a.jobID)
-	}
-	if report {
-		w.noteFinishingLocked(rec)
-	}
-	w.mu.Unlock()
+	w.books.retire(a, rec, report)
 	return rec, report, spooled
+}
+
+// waitingDispatches are the dispatches that wait for an attempt stopping
+// here to give up its room (the session loop's alone).
+type waitingDispatches []*protocol.JobSubmitEvent
+
+// drop forgets a waiting dispatch when it is cancelled; it reports whether
+// there was one.
+func (d *waitingDispatches) drop(jobID string, attempt int) bool {
+	for i, ev := range *d {
+		if ev.JobID == jobID && (attempt == 0 || ev.Attempt == attempt) {
+			*d = append((*d)[:i], (*d)[i+1:]...)
+			return true
+		}
+	}
+	return false
 }

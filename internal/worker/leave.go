@@ -14,12 +14,12 @@ func (w *Worker) onOrchestratorDrain(source string) (bool, error) {
 	w.mu.Lock()
 	first := !w.orchDrain
 	w.orchDrain = true
-	idle := len(w.jobs) == 0
+	idle := w.slots.idle()
 	w.mu.Unlock()
 	if first {
 		w.log.Info("the orchestrator drains this worker", "source", source)
 	}
-	if idle && !w.isPersistent() {
+	if idle && !w.link.isPersistent() {
 		return true, w.leave("drained by the orchestrator")
 	}
 	return false, nil
@@ -28,7 +28,7 @@ func (w *Worker) onOrchestratorDrain(source string) (bool, error) {
 // checkIdleDrain ends a locally drained worker once no job runs.
 func (w *Worker) checkIdleDrain(announce bool) (bool, error) {
 	w.mu.Lock()
-	idle, draining := len(w.jobs) == 0, w.localDrain
+	idle, draining := w.slots.idle(), w.localDrain.Load()
 	w.mu.Unlock()
 	if idle && draining {
 		return true, w.leave("drained")
@@ -43,21 +43,21 @@ func (w *Worker) checkIdleDrain(announce bool) (bool, error) {
 // workers with nothing queued leave.
 func (w *Worker) afterJob(ctx context.Context) (bool, error) {
 	w.mu.Lock()
-	idle, local, orch := len(w.jobs) == 0, w.localDrain, w.orchDrain
-	id := w.workerID
+	idle, local, orch := w.slots.idle(), w.localDrain.Load(), w.orchDrain
 	w.mu.Unlock()
+	id := w.link.id()
 	switch {
 	case !idle:
 		return false, nil
 	case local:
 		return true, w.leave("drained")
-	case w.isPersistent():
+	case w.link.isPersistent():
 		return false, nil
 	case orch:
 		return true, w.leave("drained by the orchestrator")
 	}
 	var q protocol.QueueCheckResponse
-	err := w.c.doJSON(ctx, w.opt.Timers.RequestTimeout, "queue check", http.MethodGet,
+	err := w.c.DoJSON(ctx, w.opt.Timers.RequestTimeout, "queue check", http.MethodGet,
 		"/api/workers/queue?worker_id="+url.QueryEscape(id), nil, &q)
 	if err == nil && q.HasJobs {
 		w.log.Info("ephemeral worker: more jobs are queued; staying")
@@ -90,7 +90,7 @@ func (w *Worker) shutdown(why string) error {
 // the next registration, with a new token), so the orchestrator requeues the job
 // rather than ending it as cancelled.
 func (w *Worker) authFailed(err error) error {
-	w.log.Error(ErrAuthRejected.Error(), "token", tokenHint(w.c.tok.get()), "err", err)
+	w.log.Error(ErrAuthRejected.Error(), "token", tokenHint(w.c.Token().Get()), "err", err)
 	w.stopAndWait(stopFence, "the worker token was rejected")
 	return ErrAuthRejected
 }
@@ -101,7 +101,7 @@ func (w *Worker) authFailed(err error) error {
 // jobs' uploads and reports run side by side, so the time they take is one
 // bound per worker, not per job.
 func (w *Worker) stopAndWait(why stopReason, detail string) {
-	running := w.running()
+	running := w.slots.running()
 	for _, a := range running {
 		w.stopJob(a, why, detail, a.grace)
 	}
@@ -109,10 +109,7 @@ func (w *Worker) stopAndWait(why stopReason, detail string) {
 	for _, a := range running {
 		a.waitGone()
 		rec, report, spooled := w.closeAttempt(a)
-		ends.Go(func() {
-			a.finishCheckpointsOnShutdown(rec, report)
-			a.lastReport(rec, report, spooled)
-		})
+		ends.Go(func() { a.finishOnShutdown(rec, report, spooled) })
 	}
 	ends.Wait()
 }
@@ -123,18 +120,16 @@ func (w *Worker) stopAndWait(why stopReason, detail string) {
 func (w *Worker) finalReportsAndDisconnect() {
 	ctx, cancel := context.WithTimeout(context.Background(), w.opt.Timers.ShutdownTimeout)
 	defer cancel()
-	if err := w.flushReports(ctx, true); err != nil {
+	if err := w.out.flush(ctx, true); err != nil {
 		w.log.Warn("some job reports stay spooled for the next start", "err", err)
 	}
-	w.mu.Lock()
-	id := w.workerID
-	w.mu.Unlock()
+	id := w.link.id()
 	if id == "" {
 		return
 	}
 	// No heartbeat may follow the goodbye and make the worker look alive again.
 	w.stopHeartbeats(ctx)
-	err := w.c.doJSON(ctx, w.opt.Timers.ShutdownTimeout, "disconnect", http.MethodPost, "/api/workers/disconnect",
+	err := w.c.DoJSON(ctx, w.opt.Timers.ShutdownTimeout, "disconnect", http.MethodPost, "/api/workers/disconnect",
 		protocol.DisconnectRequest{WorkerID: id}, nil)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		w.log.Warn("disconnect failed", "err", err)

@@ -353,14 +353,14 @@ func (sh *shipper) offset() int64 {
 func (sh *shipper) post(ctx context.Context, offset int64, chunk []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := sh.c.request(ctx, http.MethodPost, sh.endpoint, bytes.NewReader(chunk))
+	req, err := sh.c.Request(ctx, http.MethodPost, sh.endpoint, bytes.NewReader(chunk))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "text/plain; charset=utf-8")
 	req.Header.Set("X-Attempt", strconv.Itoa(sh.attempt))
 	req.Header.Set("X-Log-Offset", strconv.FormatInt(offset, 10))
-	resp, err := sh.c.http.Do(req)
+	resp, err := sh.c.Do(req)
 	if err != nil {
 		return err
 	}

@@ -71,12 +71,15 @@ func (w *Worker) Serve(ctx context.Context) error {
 		}
 	}
 	w.wg.Add(3)
-	go func() { defer close(hbDone); w.heartbeatLoop(hbCtx, hbStop) }()
-	go w.reporterLoop(runCtx, s.kick)
-	go w.watchGPUs(runCtx)
+	go func() { defer w.wg.Done(); defer close(hbDone); w.beats.run(hbCtx, hbStop) }()
+	go func() { defer w.wg.Done(); w.out.run(runCtx, s.kick, w.post) }()
+	go func() {
+		defer w.wg.Done()
+		w.gpus.run(runCtx, w.opt.GPUWatchInterval, w.post, w.beats.soon, func() bool { return !w.slots.idle() })
+	}()
 	w.dial(runCtx, s)
 
-	s.fence = time.NewTicker(fenceTick(w.fenceLimit()))
+	s.fence = time.NewTicker(fenceTick(w.link.fenceLimit()))
 	defer s.fence.Stop()
 	defer s.stopTokenWait()
 	for {
@@ -106,9 +109,7 @@ func (w *Worker) Serve(ctx context.Context) error {
 
 func (w *Worker) dial(ctx context.Context, s *session) {
 	s.gen++
-	w.mu.Lock()
-	w.lastProgress = time.Now()
-	w.mu.Unlock()
+	w.link.progressed()
 	w.wg.Add(1)
 	go w.connect(ctx, s.gen)
 }
@@ -119,12 +120,8 @@ func (w *Worker) reconnect(s *session, why error) {
 	// now: registering again tells it they are not running.
 	w.deferred = nil
 	d := s.retry.next()
-	w.mu.Lock()
-	w.connected = false
-	w.retries = s.retry.attempts()
-	w.lastProgress = time.Now()
-	n := w.retries
-	w.mu.Unlock()
+	n := s.retry.attempts()
+	w.link.reconnecting(n)
 	w.log.Warn("not connected to the orchestrator; retrying", "err", why, "attempt", n, "in", d.Round(time.Millisecond).String())
 	s.retryC = time.After(d)
 }
@@ -139,7 +136,7 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 			if isAuthError(m.err) {
 				return w.onTokenRefused(ctx, s, m.err, true)
 			}
-			if err := w.c.unfixable(m.err); err != nil {
+			if err := unfixable(w.c, m.err); err != nil {
 				w.log.Error("configuration error; not retrying", "url", w.opt.URL, "err", err)
 				w.stopAndWait(stopFence, "the connection to the orchestrator is misconfigured")
 				return true, err
@@ -149,21 +146,18 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 					"keeps asking, and takes over only once that one is offline. Give each machine a worker (and token) of its own",
 					"err", m.err)
 			}
-			w.failoverAfter(m)
+			failoverAfter(w.c, w.log, m)
 			w.reconnect(s, m.err)
 			return false, nil
 		}
-		if w.settleFences(m.leftOut) {
+		if w.books.settle(m.leftOut) {
 			w.reconnect(s, errFencedMeanwhile)
 			return false, nil
 		}
 		w.onRegistered(ctx, s, m.resp, m.sent)
 	case streamOpened:
 		if m.gen == s.gen {
-			w.mu.Lock()
-			w.connected = true
-			w.retries = 0
-			w.mu.Unlock()
+			w.link.up()
 			w.log.Info("stream connected")
 		}
 	case streamEvent:
@@ -182,13 +176,15 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 		}
 		w.reconnect(s, m.err)
 	case heartbeatReply:
-		w.clearFences(m.resp.ClearGPUs)
+		if w.gpus.clearFences(m.resp.ClearGPUs) {
+			w.beats.soon()
+		}
 		// A cancel names a job; it is for the attempt the heartbeat listed.
 		// A newer attempt of the job, dispatched here since (a requeue after
 		// a GPU fault comes back at once), is not the one meant; if it is to
 		// stop too, the next heartbeat, which lists it, says so.
 		for _, id := range m.resp.Cancel {
-			if a := w.attemptOf(id); a != nil && a.n == m.listed[id] {
+			if a := w.slots.holder(id); a != nil && a.n == m.listed[id] {
 				w.stopJob(a, stopCancel, "cancelled by the orchestrator", a.grace)
 			}
 		}
@@ -202,22 +198,22 @@ func (w *Worker) handle(ctx context.Context, s *session, m any) (bool, error) {
 	case drainRequested:
 		return w.checkIdleDrain(true)
 	case drainExpired:
-		if len(w.running()) == 0 {
+		if len(w.slots.running()) == 0 {
 			return false, nil // the drain ends by itself once the reports are in
 		}
 		w.log.Warn("the drain did not finish within worker.drain_timeout; stopping the running jobs with their grace",
-			"drain_timeout", w.opt.DrainTimeout.String(), "jobs", len(w.running()))
+			"drain_timeout", w.opt.DrainTimeout.String(), "jobs", len(w.slots.running()))
 		return true, w.shutdown("the drain did not finish within worker.drain_timeout (" + w.opt.DrainTimeout.String() + ")")
 	case jobEnded:
 		w.endAttempt(ctx, m.a)
 	case checkpointRestored:
 		w.onRestored(ctx, m)
 	case jobTimedOut:
-		if a := m.a; w.isCurrent(a) {
+		if a := m.a; w.slots.isCurrent(a) {
 			w.stopJob(a, stopTimeout, a.timedOut(), a.grace)
 		}
 	case staleAttempt:
-		if a := m.a; w.isCurrent(a) {
+		if a := m.a; w.slots.isCurrent(a) {
 			w.stopJob(a, stopAbandon, "the orchestrator gave this job to another attempt", 0)
 		}
 	case reportDone:

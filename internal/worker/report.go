@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"sync"
@@ -11,12 +12,14 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
-// How an attempt's outcome reaches the orchestrator. Its runner acknowledges
-// the dispatch (starting), and when the attempt ended it spools the terminal
-// report, waits for the log, and sends it. The outbox holds the spooled
-// reports, of this process's attempts and of earlier ones; the Worker
-// flushes it before each registration, periodically, and after each
-// attempt, since what may go when depends on the session (see flushReports).
+// How an attempt's outcome reaches the orchestrator. Its runner's
+// reportHook (hook_report.go) acknowledges the dispatch (starting); when the
+// attempt ended, the runner spools the terminal report and, once the other
+// hooks are done, the reportHook sends it. The outbox holds the spooled
+// reports, of this process's attempts and of earlier ones, and flushes it
+// before each registration, periodically, and after each attempt; what may
+// go when depends on the session, which it reads from the ledger and the
+// link (see flush).
 
 // Messages from report goroutines to the loop.
 type (
@@ -30,9 +33,13 @@ type (
 // outbox is the terminal reports on their way: the spool journal, and the
 // records the periodic flusher leaves alone while their log ships.
 type outbox struct {
-	spool *statusSpool
-	c     *client
-	gpus  *gpuWatch
+	spool  *statusSpool
+	c      *client
+	gpus   *gpuWatch
+	log    *slog.Logger
+	timers *Timers
+	books  *ledger // an acknowledged report ends the attempt's finishing
+	link   *link   // a self-fenced attempt's report waits for a registration
 	// flushMu: one flush of the spool at a time.
 	flushMu sync.Mutex
 
@@ -44,16 +51,6 @@ func statusPath(jobID string) string {
 	return "/api/workers/job/" + url.PathEscape(jobID) + "/status"
 }
 
-// sendStatus POSTs one report of the attempt.
-func (r *runner) sendStatus(ctx context.Context, timeout time.Duration, status, errMsg string) error {
-	n := r.n
-	rep := protocol.StatusReport{Status: status, Attempt: &n}
-	if errMsg != "" {
-		rep.Error = &errMsg
-	}
-	return r.env.c.doJSON(ctx, timeout, "report "+status, http.MethodPost, statusPath(r.jobID), rep, nil)
-}
-
 // send POSTs an ended attempt's terminal report, with what it used.
 func (o *outbox) send(ctx context.Context, timeout time.Duration, rec statusRecord) error {
 	n := rec.Attempt
@@ -62,114 +59,7 @@ func (o *outbox) send(ctx context.Context, timeout time.Duration, rec statusReco
 	if rec.Error != "" {
 		rep.Error = &rec.Error
 	}
-	return o.c.doJSON(ctx, timeout, "report "+rec.Status, http.MethodPost, statusPath(rec.JobID), rep, nil)
-}
-
-// sendProgress reports "starting", the dispatch acknowledgement, once the
-// trainer was started (a retry's while its checkpoint comes back); it is retried a few times, and a 409 means the
-// attempt is stale and the loop kills it. No "running" follows: to the
-// orchestrator it would change nothing after the acknowledgement.
-func (r *runner) sendProgress(ctx context.Context) {
-	env := r.env
-	defer env.wg.Done()
-	defer close(r.progressDone)
-	send := func(status string) bool {
-		retry := newBackoff(env.opt.Timers.ReconnectBase, env.opt.Timers.RequestTimeout)
-		for try := 0; try < 5; try++ {
-			err := r.sendStatus(ctx, env.opt.Timers.RequestTimeout, status, "")
-			switch code := statusOf(err); {
-			case err == nil:
-				return true
-			case code == http.StatusConflict:
-				r.log.Warn("the orchestrator says this attempt is stale; stopping it", "report", status, "err", err)
-				env.post(staleAttempt{a: r})
-				return false
-			case code == http.StatusUnauthorized:
-				env.post(authRejected{err: err})
-				if !env.c.tok.waitUntilUsable(ctx, r.ended) {
-					return false
-				}
-				continue
-			case code >= 400 && code < 500:
-				r.log.Warn("status report refused", "report", status, "err", err)
-				return true
-			default:
-				r.log.Warn("status report failed; retrying", "report", status, "err", err)
-			}
-			select {
-			case <-ctx.Done():
-				return false
-			case <-r.ended:
-				return false
-			case <-time.After(retry.next()):
-			}
-		}
-		return true
-	}
-	send(protocol.ReportStarting)
-}
-
-// finish deals with an ended attempt off the loop: it waits (bounded) for the
-// progress reports and the log to ship, then sends the spooled terminal report.
-func (r *runner) finish(ctx context.Context, rec statusRecord, report, spooled bool) {
-	env := r.env
-	defer env.wg.Done()
-	defer env.post(reportDone{a: r})
-	wait := time.NewTimer(env.opt.Timers.LogDrain)
-	defer wait.Stop()
-	select {
-	case <-r.progressDone:
-	case <-wait.C:
-	case <-ctx.Done():
-	}
-	if r.ship != nil {
-		select {
-		case <-r.ship.done:
-		case <-wait.C:
-			r.log.Warn("the job's log is still shipping; reporting the outcome first")
-		case <-ctx.Done():
-		}
-	}
-	r.holdDirtyGPUs()
-	r.finishCheckpoints(ctx, rec, report)
-	switch {
-	case !report:
-		return
-	case !spooled:
-		// The spool could not be written: one direct try is the best left.
-		if err := env.out.send(ctx, env.opt.Timers.RequestTimeout, rec); err != nil {
-			r.log.Error("the job's outcome could not be reported", "status", rec.Status, "err", err)
-		}
-		// Delivered or not, nothing more will come: let the orchestrator's
-		// view of this attempt follow.
-		env.reported(rec.key())
-		return
-	}
-	env.out.release(rec.key())
-	if err := env.flushReports(ctx, false); isAuthError(err) {
-		env.post(authRejected{err: err})
-	}
-}
-
-// lastReport is finish for an attempt stopped because the worker exits: the
-// spooled report goes with the worker's final flush, so the log's tail gets
-// only a moment, and a report the spool could not take one direct try.
-func (r *runner) lastReport(rec statusRecord, report, spooled bool) {
-	env := r.env
-	env.out.release(rec.key())
-	if r.ship != nil {
-		// A moment for the log's tail; it is in the journal in any case.
-		select {
-		case <-r.ship.done:
-		case <-time.After(min(env.opt.Timers.ShutdownTimeout, 2*time.Second)):
-		}
-	}
-	if report && !spooled {
-		ctx, cancel := context.WithTimeout(context.Background(), env.opt.Timers.ShutdownTimeout)
-		defer cancel()
-		_ = env.out.send(ctx, env.opt.Timers.ShutdownTimeout, rec)
-		env.reported(rec.key())
-	}
+	return o.c.DoJSON(ctx, timeout, "report "+rec.Status, http.MethodPost, statusPath(rec.JobID), rep, nil)
 }
 
 // hold keeps the periodic flusher off a record until its log shipped.
@@ -191,7 +81,7 @@ func (o *outbox) isHeld(key string) bool {
 	return o.held[key]
 }
 
-// flushReports sends the spooled terminal reports. A record is dropped once the
+// flush sends the spooled terminal reports. A record is dropped once the
 // orchestrator acknowledged it (2xx) or can never take it: 409 (the attempt is
 // stale, the orchestrator moved on), 404 (it does not know the job), other 4xx.
 // A self-fenced record waits for a registration that left its attempt out (one
@@ -200,51 +90,48 @@ func (o *outbox) isHeld(key string) bool {
 // log is still shipping waits for it unless beforeRegister (see connect). It stops at
 // the first transport or 5xx error (the orchestrator is down; try later) and
 // returns that error, or the 401.
-func (w *Worker) flushReports(ctx context.Context, beforeRegister bool) error {
-	w.out.flushMu.Lock()
-	defer w.out.flushMu.Unlock()
-	recs, errs := w.out.spool.list()
+func (o *outbox) flush(ctx context.Context, beforeRegister bool) error {
+	o.flushMu.Lock()
+	defer o.flushMu.Unlock()
+	recs, errs := o.spool.list()
 	for _, err := range errs {
-		w.log.Warn("status spool", "err", err)
+		o.log.Warn("status spool", "err", err)
 	}
 	for _, rec := range recs {
-		held := !beforeRegister && w.out.isHeld(rec.key())
-		w.mu.Lock()
-		waiting := rec.AfterRegister && (w.unreconciled[rec.key()] || !w.hasRegistered())
-		w.mu.Unlock()
+		held := !beforeRegister && o.isHeld(rec.key())
+		waiting := rec.AfterRegister && (o.books.unreconciledFence(rec.key()) || !o.link.hasRegistered())
 		if held || waiting {
 			continue
 		}
-		err := w.out.send(ctx, w.opt.Timers.RequestTimeout, rec)
+		err := o.send(ctx, o.timers.RequestTimeout, rec)
 		code := statusOf(err)
 		switch {
 		case err == nil:
-			w.log.Info("reported job outcome", "job_id", rec.JobID, "attempt", rec.Attempt, "status", rec.Status, "error", rec.Error)
+			o.log.Info("reported job outcome", "job_id", rec.JobID, "attempt", rec.Attempt, "status", rec.Status, "error", rec.Error)
 		case code == http.StatusConflict:
-			w.log.Info("the orchestrator had moved on from this attempt; dropping its report",
+			o.log.Info("the orchestrator had moved on from this attempt; dropping its report",
 				"job_id", rec.JobID, "attempt", rec.Attempt, "status", rec.Status)
 		case code == http.StatusUnauthorized:
 			return err
 		case code >= 400 && code < 500 && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests:
-			w.log.Warn("the orchestrator refused a job report; dropping it", "job_id", rec.JobID, "attempt", rec.Attempt, "err", err)
+			o.log.Warn("the orchestrator refused a job report; dropping it", "job_id", rec.JobID, "attempt", rec.Attempt, "err", err)
 		default:
-			w.log.Warn("job report not delivered; it stays spooled and is re-sent", "job_id", rec.JobID, "attempt", rec.Attempt, "err", err)
+			o.log.Warn("job report not delivered; it stays spooled and is re-sent", "job_id", rec.JobID, "attempt", rec.Attempt, "err", err)
 			return err
 		}
-		if err := w.out.spool.remove(rec); err != nil {
-			w.log.Warn("status spool", "err", err)
+		if err := o.spool.remove(rec); err != nil {
+			o.log.Warn("status spool", "err", err)
 		}
-		w.reported(rec.key())
+		o.books.reported(rec.key())
 	}
 	return nil
 }
 
-// reporterLoop re-sends spooled reports periodically (and when kicked), so an
+// run re-sends spooled reports periodically (and when kicked), so an
 // outcome reaches the orchestrator even if the stream never comes back but plain
 // requests do.
-func (w *Worker) reporterLoop(ctx context.Context, kick <-chan struct{}) {
-	defer w.wg.Done()
-	t := time.NewTicker(w.opt.Timers.ReportRetry)
+func (o *outbox) run(ctx context.Context, kick <-chan struct{}, post func(any)) {
+	t := time.NewTicker(o.timers.ReportRetry)
 	defer t.Stop()
 	for {
 		select {
@@ -253,13 +140,13 @@ func (w *Worker) reporterLoop(ctx context.Context, kick <-chan struct{}) {
 		case <-t.C:
 		case <-kick:
 		}
-		if err := w.flushReports(ctx, false); isAuthError(err) {
-			w.post(authRejected{err: err})
-			if !w.c.tok.waitUntilUsable(ctx, nil) {
+		if err := o.flush(ctx, false); isAuthError(err) {
+			post(authRejected{err: err})
+			if !o.c.Token().WaitUntilUsable(ctx, nil) {
 				return
 			}
 		} else if err != nil && !errors.Is(err, context.Canceled) {
-			w.log.Debug("spooled reports not flushed", "err", err)
+			o.log.Debug("spooled reports not flushed", "err", err)
 		}
 	}
 }

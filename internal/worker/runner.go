@@ -4,23 +4,21 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/checkpoint/keeper"
-	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
 	"github.com/simpletuner/simpletuner-orchestration/internal/isolation"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
 // A runner runs one attempt of a job, the way Nomad's client runs each
 // allocation with an alloc runner of its own: it launches the trainer,
-// stops it (SIGTERM, SIGKILL after the grace), keeps its timeout, ships its
-// log, reports how it went (spooled, retried), keeps its checkpoints and,
-// once it ended, checks that its GPUs are clean. Its reports are in
-// report.go, its checkpoints in checkpoints.go, its GPUs in gpunews.go; the
-// loop's side of an attempt is in jobs.go.
+// stops it (SIGTERM, SIGKILL after the grace), keeps its timeout and
+// writes down how it ended. The steps beside the trainer are its hooks
+// (hooks.go): the log (hook_log.go), the checkpoints (hook_checkpoints.go),
+// the GPUs (hook_gpus.go) and the reports (hook_report.go). The loop's side
+// of an attempt is in jobs.go.
 //
 // The session loop creates, drives and tears down every runner and stays
 // the one place that decides: whether to take a dispatch, when to stop an
@@ -66,12 +64,8 @@ type runnerEnv struct {
 
 	// post hands a message to the session loop (Worker.post).
 	post func(any)
-	// flushReports sends the spooled terminal reports (Worker.flushReports):
-	// the Worker's, since which of them may go depends on the session (a
-	// self-fenced attempt's waits for a registration that left it out).
-	flushReports func(ctx context.Context, beforeRegister bool) error
-	// reported tells the Worker an attempt's report was acknowledged or
-	// given up (Worker.reported): heartbeats stop listing it as finishing.
+	// reported tells the ledger an attempt's report was acknowledged or
+	// given up (ledger.reported): heartbeats stop listing it as finishing.
 	reported func(key string)
 }
 
@@ -85,30 +79,21 @@ type runner struct {
 	settings JobSettings
 	grace    time.Duration
 	log      *slog.Logger
-	// gpus are the GPUs the attempt may use; whole is set for a dispatch
-	// that gave it the whole worker (then gpus is every GPU). The loop
-	// chose them against the other attempts' (gpusForLocked).
-	gpus  []gpu.Device
-	whole bool
-	// otherNodes are the device files of the GPUs it was not given (its
-	// cgroup keeps it from opening them) and gpuVars how it is told its
-	// own: both from the Worker's inventory, set by the loop with gpus.
-	otherNodes []string
-	gpuVars    map[string]string
+	// grant is its share of the worker, given by the allotment (reserve)
+	// against the other attempts'.
+	grant grant
 
 	proc      *process // nil when the start failed
 	clock     *launchClock
 	startedAt time.Time
 	startErr  error
-	// use, gpuEvents and fault are what the attempt met on its GPUs: its
-	// sampled use, the errors the driver raised that are its own, and the
-	// hardware fault it was stopped for.
-	use       gpuUse
-	gpuEvents []string
-	fault     *protocol.GPUFault
-	spool     *logSpool // nil when the launch failed before it
-	ship      *shipper  // nil without a log endpoint
-	ckpt      attemptCheckpoints
+
+	// The attempt's steps (hooks.go), by phase and by name.
+	hooks  hooks
+	logs   *logHook
+	ckpt   *checkpointHook
+	gpus   *gpuHook
+	report *reportHook
 
 	stop       stopReason
 	stopDetail string
@@ -118,18 +103,17 @@ type runner struct {
 	fenced  bool
 	timeout *time.Timer
 
-	ended        chan struct{} // closed by the loop when the attempt is over
-	acked        bool          // the starting report is on its way (acknowledge)
-	progressDone chan struct{} // closed after the starting report was sent
+	ended chan struct{} // closed by the loop when the attempt is over
 }
 
 func newRunner(env *runnerEnv, ev *protocol.JobSubmitEvent, settings JobSettings) *runner {
-	return &runner{
+	r := &runner{
 		env: env, jobID: ev.JobID, n: ev.Attempt, ev: ev, settings: settings, grace: settings.grace(ev.CancelGraceSeconds),
-		log:          env.log.With("job_id", ev.JobID, "attempt", ev.Attempt),
-		ended:        make(chan struct{}),
-		progressDone: make(chan struct{}),
+		log:   env.log.With("job_id", ev.JobID, "attempt", ev.Attempt),
+		ended: make(chan struct{}),
 	}
+	newHooks(r)
+	return r
 }
 
 func (r *runner) key() string { return fmt.Sprintf("%s-%d", r.jobID, r.n) }
@@ -138,59 +122,45 @@ func (r *runner) matches(jobID string, n int) bool {
 	return r.jobID == jobID && (n == 0 || r.n == n)
 }
 
-// begin takes over an attempt the loop has just accepted: a retry gets its
-// checkpoint back first. It reports true when the start waits for that
-// (checkpointRestored), and the dispatch is acknowledged now; else the loop
-// starts it now, and start acknowledges it.
+// begin takes over an attempt the loop has just accepted and runs its
+// prerun hooks: a retry gets its checkpoint back first. It reports true when
+// the start waits for one of them (checkpointRestored), and the dispatch is
+// acknowledged now; else the loop starts it now, and start acknowledges it.
 func (r *runner) begin(ctx context.Context) (restoring bool) {
-	indices := make([]int, len(r.gpus))
-	for i, d := range r.gpus {
+	indices := make([]int, len(r.grant.devices))
+	for i, d := range r.grant.devices {
 		indices[i] = d.Index
 	}
 	r.clock = newLaunchClock()
 	r.log.Info("job received", "config_name", r.ev.ConfigName, "gpus", indices)
 	r.env.crash.fire(r.env.log, "receive", r.ev)
 	r.clock.step("receive")
-	restoring = r.restoreFirst(ctx)
+	for _, h := range r.hooks.prerun {
+		restoring = h.prerun(ctx) || restoring
+	}
 	r.clock.step("checkpoint_job")
 	if restoring {
-		r.acknowledge(ctx)
+		r.report.acknowledge(ctx)
 	}
 	return restoring
 }
 
-// acknowledge sends the dispatch's acknowledgement (starting) off the loop,
-// once per attempt. An attempt that starts at once sends it after the
-// trainer's exec: on a small machine the request and the orchestrator's
-// answer would otherwise take the CPU the launch needs.
-func (r *runner) acknowledge(ctx context.Context) {
-	if r.acked {
-		return
-	}
-	r.acked = true
-	r.env.wg.Add(1)
-	go r.sendProgress(ctx)
-}
-
-// start launches the trainer and what runs beside it: the checkpoint
-// watcher, the log shipper, the timeout, and the waiter that tells the loop
-// once the process tree is gone. It reports false when the trainer did not
-// start: the loop then ends the attempt.
+// start launches the trainer, acknowledges the dispatch right after its
+// exec, and starts what runs beside it: the poststart hooks (the checkpoint
+// watcher, the log shipper), the timeout, and the waiter that tells the
+// loop once the process tree is gone. It reports false when the trainer did
+// not start: the loop then ends the attempt.
 func (r *runner) start(ctx context.Context) bool {
 	r.launch()
-	r.acknowledge(ctx)
+	r.report.acknowledge(ctx)
 	if r.startErr != nil {
 		r.log.Error("could not start training", "err", r.startErr)
 		return false
 	}
 	ev, env := r.ev, r.env
 	env.crash.fire(env.log, "run", ev)
-	r.watchCheckpoints(ctx)
-	if ev.LogEndpoint != "" {
-		r.ship = newShipper(env.c, ev.LogEndpoint, r.n, r.spool, env.opt.Timers.LogPoll,
-			env.opt.Timers.ReconnectBase, env.opt.ReconnectMax, r.log)
-		env.wg.Add(1)
-		go func() { defer env.wg.Done(); r.ship.run(ctx) }()
+	for _, h := range r.hooks.poststart {
+		h.poststart(ctx)
 	}
 	if ev.TimeoutSeconds > 0 {
 		r.timeout = time.AfterFunc(time.Duration(ev.TimeoutSeconds*float64(time.Second)), func() { env.post(jobTimedOut{a: r}) })
@@ -207,8 +177,9 @@ func (r *runner) start(ctx context.Context) bool {
 	return true
 }
 
-// launch prepares the working directory and starts the process, its log spool and
-// shipper. Errors end up in r.startErr and make the attempt fail.
+// launch prepares the working directory, runs the prestart hooks (the log
+// spool, the restored checkpoint) and starts the process. Errors end up in
+// r.startErr and make the attempt fail.
 func (r *runner) launch() {
 	env := r.env
 	dir, err := jobDir(env.opt.WorkDir, r.ev.JobID)
@@ -217,13 +188,13 @@ func (r *runner) launch() {
 		return
 	}
 	r.clock.step("wait")
-	job, err := env.iso.Start(r.ev.JobID, r.n, dir, r.otherNodes)
+	job, err := env.iso.Start(r.ev.JobID, r.n, dir, r.grant.otherNodes)
 	if err != nil {
 		r.startErr = fmt.Errorf("job isolation: %w", err)
 		return
 	}
 	r.clock.step("walls")
-	files, err := prepareJobDir(dir, r.resumeEvent())
+	files, err := prepareJobDir(dir, r.ckpt.resumeEvent())
 	if err == nil {
 		err = job.Handover(files.paths()...)
 	}
@@ -233,29 +204,24 @@ func (r *runner) launch() {
 		return
 	}
 	r.clock.step("files")
-	logPath := filepath.Join(env.out.spool.dir, r.key()+".log")
-	r.spool = newLogSpool(logPath, r.settings.LogLimitBytes, r.log.With("stream", "output"))
-	if r.ev.GPUs != nil && len(*r.ev.GPUs) == 0 && !r.ev.WholeWorker {
-		// Said first, where the user reads the job's output: a trainer that
-		// finds no GPU otherwise fails with an error that blames the machine.
-		_, _ = r.spool.Write([]byte("simpletuner-workerd: this job was given no GPU (gpu_count 0): it runs on the CPU only\n"))
+	var extra []string
+	for _, h := range r.hooks.prestart {
+		extra = append(extra, h.prestart(job, files)...)
+		r.clock.step(h.launchStep())
 	}
-	r.clock.step("spool")
-	resume := r.checkpointsAtLaunch(job, files)
-	r.clock.step("checkpoints")
 	vars := jobEnv(jobEnvInput{
 		Base:            env.opt.Environ(),
 		Pass:            r.settings.PassEnv,
 		Extra:           r.settings.Env,
-		Token:           env.c.tok.get(),
+		Token:           env.c.Token().Get(),
 		Files:           files,
 		Event:           r.ev,
-		OrchestratorURL: env.c.currentURL(),
-		GPUs:            r.gpuVars,
+		OrchestratorURL: env.c.CurrentURL(),
+		GPUs:            r.grant.env,
 	})
-	vars = append(vars, resume...)
+	vars = append(vars, extra...)
 	r.clock.step("env")
-	r.proc, err = startProcess(r.settings.Command, files.Dir, vars, r.spool, job, r.clock)
+	r.proc, err = startProcess(r.settings.Command, files.Dir, vars, r.logs.spool, job, r.clock)
 	if err != nil {
 		job.Finish(nil)
 		r.startErr = err
@@ -282,13 +248,15 @@ func (r *runner) setStop(why stopReason, detail string, grace time.Duration) sto
 }
 
 // halt stops the process tree: SIGTERM now, SIGKILL after grace (a repeat can
-// only bring the SIGKILL forward). An attempt still getting its checkpoint
-// back never starts.
+// only bring the SIGKILL forward). One not started yet has its stop hooks
+// run: an attempt still getting its checkpoint back never starts.
 func (r *runner) halt(grace time.Duration) {
 	if r.proc != nil {
 		r.proc.Stop(grace)
-	} else if r.ckpt.cancel != nil {
-		r.ckpt.cancel()
+		return
+	}
+	for _, h := range r.hooks.stop {
+		h.stop()
 	}
 }
 
@@ -302,16 +270,16 @@ func (r *runner) timedOut() string {
 }
 
 // close is the runner's part of ending the attempt once its process tree is
-// gone (or never started), on the loop: the timeout and the output end, and
-// the outcome is spooled to disk and kept from the periodic flusher until
-// finish has dealt with the log. The Worker then stops listing the attempt
-// as running (closeAttempt).
+// gone (or never started), on the loop: the timeout and the close hooks
+// (the output) end, and the outcome is spooled to disk and kept from the
+// periodic flusher until finish has dealt with the log. The Worker then
+// stops listing the attempt as running (closeAttempt).
 func (r *runner) close() (rec statusRecord, report, spooled bool) {
 	if r.timeout != nil {
 		r.timeout.Stop()
 	}
-	if r.spool != nil {
-		_ = r.spool.Close()
+	for _, h := range r.hooks.close {
+		h.close()
 	}
 	select {
 	case <-r.ended:
@@ -355,12 +323,12 @@ func (r *runner) record() (rec statusRecord, ok bool) {
 	case stopGPUFault:
 		rec.Status = protocol.ReportFailed
 		rec.Error = r.stopDetail
-		rec.Fault = r.fault
+		rec.Fault = r.gpus.fault
 	}
 	if r.proc != nil {
 		u := r.proc.Usage()
-		rec.Usage = &protocol.Usage{CPUSeconds: u.CPU.Seconds(), PeakMemoryBytes: u.PeakMemory, GPUEvents: r.gpuEvents}
-		r.use.fill(rec.Usage, len(r.gpus), time.Since(r.startedAt))
+		rec.Usage = &protocol.Usage{CPUSeconds: u.CPU.Seconds(), PeakMemoryBytes: u.PeakMemory}
+		r.gpus.fill(rec.Usage, time.Since(r.startedAt))
 	}
 	if rec.Status == "" {
 		switch {
@@ -392,4 +360,33 @@ func (r *runner) waitGone() {
 			r.log.Error("the job's process tree did not end after SIGKILL")
 		}
 	}
+}
+
+// finish deals with an ended attempt off the loop: its postrun hooks in
+// order (the starting report and the log, within one drain budget; the
+// GPUs' hygiene; the last checkpoint), then its terminal report, last.
+func (r *runner) finish(ctx context.Context, rec statusRecord, report, spooled bool) {
+	env := r.env
+	defer env.wg.Done()
+	defer env.post(reportDone{a: r})
+	drain := time.NewTimer(env.opt.Timers.LogDrain)
+	defer drain.Stop()
+	end := &attemptEnd{rec: rec, report: report, spooled: spooled, drain: drain.C}
+	for _, h := range r.hooks.postrun {
+		h.postrun(ctx, end)
+	}
+	r.report.deliver(ctx, end)
+}
+
+// finishOnShutdown is finish for an attempt stopped because the worker
+// exits: the shutdown hooks, each bounded (the last checkpoint within the
+// job's shutdown_checkpoint_timeout, a moment for the log's tail); the
+// spooled report goes with the worker's final flush, and one the spool
+// could not take gets one direct try.
+func (r *runner) finishOnShutdown(rec statusRecord, report, spooled bool) {
+	end := &attemptEnd{rec: rec, report: report, spooled: spooled}
+	for _, h := range r.hooks.shutdown {
+		h.shutdown(end)
+	}
+	r.report.lastTry(end)
 }

@@ -3,87 +3,10 @@ package worker
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 )
-
-// tokenHolder is the worker token in force. An admin may rotate it while
-// workerd runs: the orchestrator then answers 401 to the old one, and the
-// session loop installs the new one from the token's source (see
-// onTokenRefused). The goroutines that stop sending while the token is
-// refused (heartbeats, report flushes) wait on changed.
-type tokenHolder struct {
-	mu      sync.Mutex
-	token   string
-	refused string        // the token a 401 refused; "" none
-	changed chan struct{} // closed and replaced when the token changes
-}
-
-func (t *tokenHolder) get() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.token
-}
-
-// set installs token; it reports whether it differs from the one in force.
-func (t *tokenHolder) set(token string) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.changed == nil {
-		t.changed = make(chan struct{})
-	}
-	if token == t.token {
-		return false
-	}
-	t.token = token
-	close(t.changed)
-	t.changed = make(chan struct{})
-	return true
-}
-
-// refuse records that the orchestrator answered 401 to token; a token
-// already replaced is ignored. It reports whether token is the one in force.
-func (t *tokenHolder) refuse(token string) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if token != t.token {
-		return false
-	}
-	t.refused = token
-	return true
-}
-
-// waitUsable returns nil when the token in force has not been refused, else
-// a channel closed when it is replaced.
-func (t *tokenHolder) waitUsable() <-chan struct{} {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.refused == "" || t.refused != t.token {
-		return nil
-	}
-	return t.changed
-}
-
-// waitUntilUsable blocks while the token in force is refused (a heartbeat or
-// report sender then has nothing to send that could succeed); false once ctx
-// or stop ends.
-func (t *tokenHolder) waitUntilUsable(ctx context.Context, stop <-chan struct{}) bool {
-	for {
-		ch := t.waitUsable()
-		if ch == nil {
-			return true
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return false
-		case <-stop:
-			return false
-		}
-	}
-}
 
 // tokenCheck asks the loop to re-read the token's source now (a reload).
 type tokenCheck struct{}
@@ -109,23 +32,21 @@ func (w *Worker) CheckToken() {
 // whether err ended the connection (a registration or the stream), which must
 // then be made again once a newer token is in force.
 func (w *Worker) onTokenRefused(ctx context.Context, s *session, err error, conn bool) (bool, error) {
-	if !w.c.tok.refuse(refusedToken(err)) {
+	if !w.c.Token().Refuse(refusedToken(err)) {
 		// Sent with a token replaced since: the new one gets its own answer.
 		if conn && s.tokenC == nil {
 			w.reconnect(s, err)
 		}
 		return false, nil
 	}
-	if w.opt.TokenSource == nil || !w.hasRegistered() {
+	if w.opt.TokenSource == nil || !w.link.hasRegistered() {
 		return true, w.authFailed(err)
 	}
-	w.mu.Lock()
-	w.connected = false
-	w.mu.Unlock()
+	w.link.refused()
 	if s.tokenC != nil {
 		return w.pollToken(ctx, s)
 	}
-	wait := w.fenceLimit()
+	wait := w.link.fenceLimit()
 	if wait <= 0 {
 		wait = config.DefaultWorker().Worker.SelfFenceAfter.Duration
 	}
@@ -133,7 +54,7 @@ func (w *Worker) onTokenRefused(ctx context.Context, s *session, err error, conn
 	// At least ten looks within the wait, however short it is.
 	s.tokenTick = time.NewTicker(max(min(w.opt.Timers.TokenPoll, wait/10), 10*time.Millisecond))
 	s.tokenC = s.tokenTick.C
-	refused := w.c.tok.get()
+	refused := w.c.Token().Get()
 	done, derr := w.pollToken(ctx, s)
 	if s.tokenC != nil {
 		w.log.Warn("the orchestrator refused the worker token (rotated or revoked); waiting for a new one; running jobs go on",
@@ -161,7 +82,7 @@ func (w *Worker) pollToken(ctx context.Context, s *session) (bool, error) {
 			s.tokenErr = msg
 			w.log.Warn("cannot read the worker token's source", "err", err)
 		}
-	case tok != "" && w.c.tok.set(tok):
+	case tok != "" && w.c.Token().Set(tok):
 		s.tokenErr = ""
 		w.log.Info("using the new worker token", "token", tokenHint(tok), "from", where)
 		if s.tokenC != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/testpki"
+	"github.com/simpletuner/simpletuner-orchestration/internal/worker/orchclient"
 )
 
 // elsewhere is a server on another origin that records the worker tokens it
@@ -96,11 +97,11 @@ func TestSameOriginRedirectIsFollowed(t *testing.T) {
 		w.Write([]byte(`{}`))
 	}))
 	t.Cleanup(srv.Close)
-	c, err := newClient(srv.URL, "wt_secret", tlsFiles{})
+	c, err := orchclient.New(srv.URL, "wt_secret", orchclient.TLS{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.doJSON(context.Background(), 5*time.Second, "probe", http.MethodPost, "/old", map[string]any{}, nil); err != nil {
+	if err := c.DoJSON(context.Background(), 5*time.Second, "probe", http.MethodPost, "/old", map[string]any{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got != "wt_secret" {

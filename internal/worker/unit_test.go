@@ -383,7 +383,7 @@ func TestHeartbeatCancelIsForTheListedAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := &runner{jobID: "j_a", n: 2, log: slog.New(slog.DiscardHandler)}
-	w.jobs["j_a"] = a
+	w.slots.jobs["j_a"] = a
 	reply := protocol.HeartbeatResponse{Success: true, Cancel: []string{"j_a"}}
 	if _, err := w.handle(t.Context(), &session{}, heartbeatReply{resp: reply, listed: map[string]int{"j_a": 1}}); err != nil {
 		t.Fatal(err)
@@ -410,15 +410,15 @@ func TestSubmitWaitsForAStoppingAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := &runner{jobID: "j_old", n: 1, log: slog.New(slog.DiscardHandler)}
-	w.jobs["j_old"] = old
+	w.slots.jobs["j_old"] = old
 	w.onSubmit(t.Context(), &protocol.JobSubmitEvent{JobID: "j_new", Attempt: 1})
 	if len(w.deferred) != 0 {
 		t.Fatal("a job refused beside a running attempt was kept")
 	}
 	old.stop = stopAbandon
 	w.onSubmit(t.Context(), &protocol.JobSubmitEvent{JobID: "j_new", Attempt: 1})
-	if len(w.deferred) != 1 || w.jobs["j_new"] != nil {
-		t.Fatalf("deferred %v, jobs %v", w.deferred, w.jobs)
+	if len(w.deferred) != 1 || w.slots.holder("j_new") != nil {
+		t.Fatalf("deferred %v, jobs %v", w.deferred, w.slots.jobs)
 	}
 	data, _ := json.Marshal(protocol.JobCancelEvent{Type: protocol.EventJobCancel, JobID: "j_new", Attempt: 1})
 	if _, err := w.onEvent(t.Context(), sseEvent{Event: protocol.EventJobCancel, Data: string(data)}); err != nil {

@@ -4,15 +4,19 @@
 // of docs/protocol.md).
 //
 // Shape: one session loop (Serve) owns all decisions; everything that waits on
-// the network or on a process (the stream reader, the heartbeat, the log shipper,
-// report senders, the process waiter) runs on its own goroutine and posts a message
+// the network or on a process (the stream reader, the heartbeats, the log shipper,
+// report senders, the process waiter, the GPU watcher) runs on its own goroutine and posts a message
 // to the loop. Nothing the trainer does can stall heartbeats or the stream.
-// The Worker keeps the session: registration, heartbeats, the stream, the
-// GPUs' inventory and health, and which attempts hold which slots. Each
-// attempt has a runner (runner.go) that the loop creates, drives and tears
-// down: it launches and stops the trainer and keeps its timeout, log,
-// reports, checkpoints and GPU hygiene, and decides nothing that needs the
-// other attempts.
+// The Worker holds the parts the loop decides with, each a type of its own:
+// the allotment (allotment.go: which attempt holds which slots and GPUs),
+// the ledger (ledger.go: what the worker answers for), the link (link.go:
+// the session's state), the heartbeater, the outbox of terminal reports and
+// the GPU watcher. It talks to the orchestrator through one client
+// (orchclient). Each attempt has a runner (runner.go) that the loop
+// creates, drives and tears down: it launches and stops the trainer and
+// keeps its timeout, and its hooks (hooks.go) keep its log, checkpoints,
+// GPU hygiene and reports; it decides nothing that needs the other
+// attempts.
 //
 // Files on disk, under Options.StateDir/spool: <job>-<attempt>.log (the job's
 // output, shipped from there) and reports.jsonl (the terminal reports not yet
@@ -20,23 +24,22 @@
 package worker
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/checkpoint/keeper"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
 	"github.com/simpletuner/simpletuner-orchestration/internal/isolation"
-	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/worker/orchclient"
 )
 
 // Worker implements daemon.App (Start, Serve, Healthy, Status, Reload, Drain).
@@ -56,43 +59,24 @@ type Worker struct {
 
 	stopHeartbeats func(context.Context) // set by Serve: stops the heartbeat goroutine and waits
 
-	registered     chan struct{} // closed at the first successful registration
-	registeredOnce sync.Once
+	// slots is which attempts hold which slots and GPUs; books what the
+	// worker answers for (running and finishing attempts); link the
+	// session's state.
+	slots *allotment
+	books *ledger
+	link  *link
 
-	mu           sync.Mutex // guards the fields below (read by Status, Healthy, heartbeat)
-	inv          gpu.Inventory
-	workerID     string
-	hbInterval   time.Duration
-	pingInterval time.Duration      // the stream's keep-alive interval the orchestrator announced; 0: Timers.PingInterval
-	jobs         map[string]*runner // running attempts by job id
-	maxJobs      int                // how many may run at once (see effectiveMaxJobs)
-	localDrain   bool               // Drain(): finish the job, then exit
-	orchDrain    bool               // the orchestrator said drain
-	connected    bool               // the stream is open
-	retries      int                // reconnect attempts since the last good connection
-	lastAck      time.Time          // when the last request the orchestrator answered was sent
-	lastProgress time.Time          // the loop or a reconnect attempt did something
-	jobSettings  JobSettings
-	persistent   bool          // the worker's type in force: its own, or the admin's
-	fenceAfter   time.Duration // effective self-fence limit (see fenceLimit)
-	// finishing holds the ended attempts whose terminal report is not yet
-	// acknowledged, by key. Heartbeats and registrations list them, so the
-	// orchestrator never takes an attempt for lost while its outcome is on the
-	// way. Self-fenced attempts are left out: they must be reconciled as lost.
-	finishing map[string]statusRecord
-	// unreconciled holds the keys of self-fenced attempts that no registration
-	// has left out yet: their cancelled reports wait until one has, so the
-	// orchestrator first takes the attempt for lost and requeues the job.
-	unreconciled map[string]bool
+	localDrain atomic.Bool // Drain(): finish the job, then exit
+
+	mu          sync.Mutex // guards the fields below
+	orchDrain   bool       // the orchestrator said drain
+	jobSettings JobSettings
 	// deferred are dispatches that wait for an attempt stopping here to
 	// give up its room (read and written by the session loop only).
-	deferred []*protocol.JobSubmitEvent
+	deferred waitingDispatches
 	// stateLock holds the state directory for this process (see lockStateDir).
 	stateLock *os.File
-	// hbNow asks the heartbeat goroutine for a heartbeat now (a drain began).
-	hbNow chan struct{}
-	// clockOffset shifts the wall clock workerd reports (a fault-suite hook).
-	clockOffset time.Duration
+	beats     *heartbeater
 }
 
 // New checks opt and builds a Worker; nothing is contacted yet.
@@ -117,7 +101,7 @@ func New(opt Options) (*Worker, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	c, err := newClient(opt.URL, opt.Token, tlsFiles{CAFile: opt.CAFile, CertFile: opt.CertFile, KeyFile: opt.KeyFile,
+	c, err := orchclient.New(opt.URL, opt.Token, orchclient.TLS{CAFile: opt.CAFile, CertFile: opt.CertFile, KeyFile: opt.KeyFile,
 		InsecureSkipVerify: opt.InsecureSkipVerify})
 	if err != nil {
 		return nil, err
@@ -129,36 +113,33 @@ func New(opt Options) (*Worker, error) {
 		opt.Checkpoints.Scan = config.DefaultCheckpointScanInterval
 	}
 	gpus := newGPUWatch(opt.GPU, opt.StateDir, opt.Logger)
+	slots := newAllotment(gpus)
 	w := &Worker{
-		opt:          opt,
-		log:          opt.Logger,
-		c:            c,
-		iso:          opt.Isolation,
-		out:          &outbox{spool: &statusSpool{dir: filepath.Join(opt.StateDir, "spool")}, c: c, gpus: gpus, held: map[string]bool{}},
-		gpus:         gpus,
-		msgs:         make(chan any, 256),
-		loopDone:     make(chan struct{}),
-		registered:   make(chan struct{}),
-		jobs:         map[string]*runner{},
-		maxJobs:      1,
-		finishing:    map[string]statusRecord{},
-		unreconciled: map[string]bool{},
-		fenceAfter:   opt.SelfFenceAfter,
+		opt:      opt,
+		log:      opt.Logger,
+		c:        c,
+		iso:      opt.Isolation,
+		gpus:     gpus,
+		msgs:     make(chan any, 256),
+		loopDone: make(chan struct{}),
+		slots:    slots,
+		books:    newLedger(slots),
+		link:     newLink(&opt),
 		jobSettings: JobSettings{Command: opt.Command, Env: opt.JobEnv, PassEnv: opt.PassEnv, CancelGrace: opt.CancelGrace,
 			OwnCancelGrace: opt.OwnCancelGrace, LogLimitBytes: opt.LogLimitBytes, Checkpoints: opt.Checkpoints},
-		persistent:  opt.Persistent,
-		hbNow:       make(chan struct{}, 1),
-		clockOffset: clockOffsetFromEnv(),
 	}
+	w.out = &outbox{spool: &statusSpool{dir: filepath.Join(opt.StateDir, "spool")}, c: c, gpus: gpus, log: w.log,
+		timers: &w.opt.Timers, books: w.books, link: w.link, held: map[string]bool{}}
+	w.beats = &heartbeater{opt: &w.opt, log: w.log, c: c, link: w.link, books: w.books, gpus: gpus,
+		draining: w.localDrain.Load, post: w.post, now: make(chan struct{}, 1), clockOffset: clockOffsetFromEnv()}
 	w.runnerEnv = runnerEnv{
 		opt: &w.opt, log: w.log, c: c, iso: w.iso, gpus: gpus, out: w.out, wg: &w.wg,
-		keeper: keeper.New(keeper.Options{HTTP: c.http, Resolve: c.resolve, WorkDir: opt.WorkDir, Log: opt.Logger,
+		keeper: keeper.New(keeper.Options{API: c, WorkDir: opt.WorkDir, Log: opt.Logger,
 			BytesPerSecond: opt.Checkpoints.BytesPerSecond, RequestTimeout: opt.Timers.RequestTimeout,
 			RetryBase: opt.Timers.ReconnectBase}),
-		crash:        crashHookFromEnv(),
-		post:         w.post,
-		flushReports: w.flushReports,
-		reported:     w.reported,
+		crash:    crashHookFromEnv(),
+		post:     w.post,
+		reported: w.books.reported,
 	}
 	return w, nil
 }
@@ -194,7 +175,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.c.session.Store(&id)
+	w.c.SetSession(id)
 	if err := w.iso.CheckReachable(w.opt.WorkDir); err != nil {
 		return fmt.Errorf("%w: job.work_dir: %w", ErrMisconfigured, err)
 	}
@@ -203,11 +184,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	for _, err := range errs {
 		w.log.Warn("status spool", "err", err)
 	}
-	w.mu.Lock()
 	for _, rec := range recs {
-		w.noteFinishingLocked(rec)
+		w.books.noteFinishing(rec)
 	}
-	w.mu.Unlock()
 	inv, err := w.opt.GPU.Inventory()
 	if err != nil {
 		w.log.Warn("cannot read the GPU inventory; reporting 0 GPUs", "err", err)
@@ -216,12 +195,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.gpus.start(inv); err != nil {
 		return fmt.Errorf("%w: %w", ErrMisconfigured, err)
 	}
-	now := time.Now()
-	w.mu.Lock()
-	w.inv = inv
-	w.maxJobs = effectiveMaxJobs(w.opt.MaxJobs, inv)
-	w.lastProgress = now
-	w.mu.Unlock()
+	w.slots.setInventory(inv, w.opt.MaxJobs)
+	w.link.progressed()
 	if w.opt.InsecureSkipVerify {
 		w.log.Warn("TLS verification of the orchestrator is off (orchestrator.insecure_skip_verify): anyone on the path " +
 			"can pose as the orchestrator and receive this worker's token and its jobs' secrets; set ca_file instead")
@@ -231,86 +206,20 @@ func (w *Worker) Start(ctx context.Context) error {
 		names = append(names, d.Name)
 	}
 	w.log.Info("worker configured",
-		"orchestrator", w.opt.URL, "token", tokenHint(w.c.tok.get()), "client_cert", w.opt.CertFile, "name", w.opt.Name,
+		"orchestrator", w.opt.URL, "token", tokenHint(w.c.Token().Get()), "client_cert", w.opt.CertFile, "name", w.opt.Name,
 		"persistent", w.opt.Persistent, "gpus", inv.Count, "gpu_names", strings.Join(names, ", "),
 		"state_dir", w.opt.StateDir, "work_dir", w.opt.WorkDir)
 	return ctx.Err()
 }
 
-// hasRegistered reports whether this process has registered at least once.
-func (w *Worker) hasRegistered() bool {
-	select {
-	case <-w.registered:
-		return true
-	default:
-		return false
-	}
-}
-
-// noteFinishingLocked records an ended attempt whose report is outstanding.
-// w.mu is held.
-func (w *Worker) noteFinishingLocked(rec statusRecord) {
-	if !rec.AfterRegister {
-		w.finishing[rec.key()] = rec
-	}
-}
-
-// reported forgets an attempt once its report was acknowledged or given up.
-func (w *Worker) reported(key string) {
-	w.mu.Lock()
-	delete(w.finishing, key)
-	w.mu.Unlock()
-}
-
-// answeredLocked lists the running attempts the worker tells the orchestrator
-// about: all but the self-fenced ones. w.mu is held.
-func (w *Worker) answeredLocked() []*runner {
-	return slices.DeleteFunc(w.runningLocked(), func(a *runner) bool { return a.fenced })
-}
-
-// attemptsLocked lists the attempts this worker answers for: the running ones
-// first, then the finishing ones. w.mu is held.
-func (w *Worker) attemptsLocked() []protocol.RunningAttempt {
-	var out, finishing []protocol.RunningAttempt
-	for _, a := range w.answeredLocked() {
-		out = append(out, protocol.RunningAttempt{JobID: a.jobID, Attempt: a.n, State: protocol.AttemptRunning})
-	}
-	for _, rec := range w.finishing {
-		finishing = append(finishing, protocol.RunningAttempt{JobID: rec.JobID, Attempt: rec.Attempt,
-			State: protocol.AttemptFinishing, Outcome: rec.Status})
-	}
-	slices.SortFunc(finishing, func(a, b protocol.RunningAttempt) int {
-		return cmp.Or(strings.Compare(a.JobID, b.JobID), a.Attempt-b.Attempt)
-	})
-	return append(out, finishing...)
-}
-
-func (w *Worker) isPersistent() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.persistent
-}
-
-func (w *Worker) fenceLimit() time.Duration {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.fenceAfter
-}
-
 // Drain asks the worker to finish its current job, take no new one, and exit.
 // It does not block.
 func (w *Worker) Drain() {
-	w.mu.Lock()
-	first := !w.localDrain
-	w.localDrain = true
-	w.mu.Unlock()
+	first := !w.localDrain.Swap(true)
 	if first && w.opt.DrainTimeout > 0 {
 		time.AfterFunc(w.opt.DrainTimeout, func() { w.post(drainExpired{}) })
 	}
-	select { // tell the orchestrator now (the heartbeat says draining)
-	case w.hbNow <- struct{}{}:
-	default:
-	}
+	w.beats.soon() // tell the orchestrator now (the heartbeat says draining)
 	select {
 	case w.msgs <- drainRequested{}:
 	default: // the loop is busy or gone; it checks localDrain whenever a job ends
@@ -341,7 +250,8 @@ func (w *Worker) Status() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var parts []string
-	running := w.runningLocked()
+	workerID, reconnecting := w.link.state()
+	running := w.slots.running()
 	switch {
 	case len(running) == 1:
 		parts = append(parts, fmt.Sprintf("running job %s (attempt %d)", running[0].jobID, running[0].n))
@@ -351,18 +261,18 @@ func (w *Worker) Status() string {
 			ids[i] = a.jobID
 		}
 		parts = append(parts, fmt.Sprintf("running %d jobs (%s)", len(running), strings.Join(ids, ", ")))
-	case w.localDrain || w.orchDrain:
+	case w.localDrain.Load() || w.orchDrain:
 		parts = append(parts, "draining")
-	case w.workerID == "":
+	case workerID == "":
 		parts = append(parts, "not connected: connecting to "+w.opt.URL)
 	default:
 		parts = append(parts, "idle")
 	}
-	if len(running) > 0 && (w.localDrain || w.orchDrain) {
+	if len(running) > 0 && (w.localDrain.Load() || w.orchDrain) {
 		parts = append(parts, "draining")
 	}
-	if !w.connected && w.retries > 0 {
-		parts = append(parts, fmt.Sprintf("reconnecting (attempt %d)", w.retries))
+	if reconnecting > 0 {
+		parts = append(parts, fmt.Sprintf("reconnecting (attempt %d)", reconnecting))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -371,18 +281,5 @@ func (w *Worker) Status() string {
 // visibly trying to reconnect; a loop that stopped doing either is unhealthy and
 // systemd's watchdog restarts it.
 func (w *Worker) Healthy() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	hb := w.hbInterval
-	if hb <= 0 {
-		hb = config.DefaultHeartbeatInterval
-	}
-	if !w.lastAck.IsZero() && time.Since(w.lastAck) < 3*hb+w.opt.Timers.RequestTimeout {
-		return nil
-	}
-	limit := w.opt.ReconnectMax + 3*w.opt.Timers.RequestTimeout + hb
-	if since := time.Since(w.lastProgress); since > limit {
-		return fmt.Errorf("no heartbeat acknowledged and no reconnect attempt for %s", since.Round(time.Second))
-	}
-	return nil
+	return w.link.healthy(w.opt.Timers.RequestTimeout, w.opt.ReconnectMax)
 }

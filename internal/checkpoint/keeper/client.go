@@ -1,7 +1,6 @@
 package keeper
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -16,44 +15,25 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/worker/orchclient"
 )
 
-// client speaks to the orchestrator for one attempt, with its upload token.
+// client speaks to the orchestrator for one attempt: workerd's protocol
+// client, authenticating with the attempt's upload token.
 type client struct {
-	http    *http.Client
-	resolve func(endpoint string) string
-	token   string
-	storage string        // the upload endpoint
-	ckpts   string        // the checkpoints endpoint
-	timeout time.Duration // a request without a body to stream
-	stall   time.Duration // a transfer that moved no byte this long is given up
+	api     *orchclient.Client // a view with the attempt's upload token
+	storage string             // the upload endpoint
+	ckpts   string             // the checkpoints endpoint
+	timeout time.Duration      // a request without a body to stream
+	stall   time.Duration      // a transfer that moved no byte this long is given up
 }
 
-// httpError is an answer other than the one expected.
-type httpError struct {
-	Status int
-	Code   string // the body's "error"
-	Detail string
-	Op     string
-}
-
-func (e *httpError) Error() string {
-	return fmt.Sprintf("%s: HTTP %d: %s", e.Op, e.Status, e.Detail)
-}
-
-func statusOf(err error) int {
-	var he *httpError
-	if errors.As(err, &he) {
-		return he.Status
-	}
-	return 0
-}
+func statusOf(err error) int { return orchclient.StatusOf(err) }
 
 // over reports an answer that ends every upload of the attempt: the
 // orchestrator replaced it (409 stale_attempt) or its token expired (401).
 func over(err error) bool {
-	var he *httpError
-	return errors.As(err, &he) && (he.Status == http.StatusUnauthorized || he.Code == protocol.CodeStaleAttempt)
+	return statusOf(err) == http.StatusUnauthorized || orchclient.CodeOf(err) == protocol.CodeStaleAttempt
 }
 
 // transient reports an error worth trying again: no answer, or one that
@@ -72,86 +52,24 @@ func transient(err error) bool {
 	}
 }
 
-func (c *client) request(ctx context.Context, method, endpoint string, body io.Reader) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.resolve(endpoint), body)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("X-Upload-Token", c.token)
-	req.Header.Set("User-Agent", "simpletuner-workerd")
-	return req, nil
-}
-
-// check turns an answer other than want into an *httpError, reading (a
-// bounded part of) the body; the body is closed unless the answer is want.
-func check(res *http.Response, op string, want int) error {
-	if res.StatusCode == want {
-		return nil
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
-	he := &httpError{Status: res.StatusCode, Op: op}
-	var body protocol.ErrorBody
-	if json.Unmarshal(raw, &body) == nil && body.Detail != "" {
-		he.Code, he.Detail = body.Error, body.Detail
-	} else {
-		he.Detail = strings.TrimSpace(string(raw))
-		if len(he.Detail) > 200 {
-			he.Detail = he.Detail[:200] + "…"
-		}
-	}
-	return he
-}
-
-// jsonCall sends in as JSON (when not nil) and decodes a want answer into out.
-func (c *client) jsonCall(ctx context.Context, method, endpoint, op string, in, out any, want int) error {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := c.request(ctx, method, endpoint, body)
-	if err != nil {
-		return err
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	res, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	if err := check(res, op, want); err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	if out == nil {
-		_, _ = io.Copy(io.Discard, res.Body)
-		return nil
-	}
-	if err := json.NewDecoder(io.LimitReader(res.Body, 64<<20)).Decode(out); err != nil {
-		return fmt.Errorf("%s: decoding the answer: %w", op, err)
-	}
-	return nil
+// call is one JSON request of the attempt; an answer other than want is an
+// *orchclient.Error.
+func (c *client) call(ctx context.Context, op, method, endpoint string, in, out any, want int) error {
+	return c.api.Call(ctx, orchclient.Call{Op: op, Method: method, Path: endpoint, In: in, Out: out, Timeout: c.timeout, Want: want})
 }
 
 func (c *client) list(ctx context.Context) (protocol.CheckpointList, error) {
 	var l protocol.CheckpointList
-	err := c.jsonCall(ctx, http.MethodGet, c.ckpts, "list checkpoints", nil, &l, http.StatusOK)
+	err := c.call(ctx, "list checkpoints", http.MethodGet, c.ckpts, nil, &l, http.StatusOK)
 	return l, err
 }
 
 func (c *client) commit(ctx context.Context, cm protocol.CheckpointCommit) error {
-	return c.jsonCall(ctx, http.MethodPost, c.ckpts, "commit "+cm.Name, cm, nil, http.StatusCreated)
+	return c.call(ctx, "commit "+cm.Name, http.MethodPost, c.ckpts, cm, nil, http.StatusCreated)
 }
 
 func (c *client) abort(ctx context.Context, name string) error {
-	return c.jsonCall(ctx, http.MethodDelete, c.ckpts+"/"+url.PathEscape(name), "abort "+name, nil, nil, http.StatusNoContent)
+	return c.call(ctx, "abort "+name, http.MethodDelete, c.ckpts+"/"+url.PathEscape(name), nil, nil, http.StatusNoContent)
 }
 
 // escapeKey escapes each segment of a slash-separated key for a URL path.
@@ -224,7 +142,7 @@ func (c *client) put(ctx context.Context, bucket, key string, body io.Reader, si
 	defer g.stop()
 	h := sha256.New()
 	rd := io.TeeReader(rate.Reader(ctx, progressReader{r: body, g: g}), h)
-	req, err := c.request(ctx, http.MethodPut, c.storage+"/"+bucket+"/"+escapeKey(key), rd)
+	req, err := c.api.Request(ctx, http.MethodPut, c.storage+"/"+bucket+"/"+escapeKey(key), rd)
 	if err != nil {
 		return "", err
 	}
@@ -234,11 +152,11 @@ func (c *client) put(ctx context.Context, bucket, key string, body io.Reader, si
 	}
 	req.Header.Set("Content-Type", "application/octet-stream")
 	op := "upload " + bucket + "/" + key
-	res, err := c.http.Do(req)
+	res, err := c.api.Do(req)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", op, err)
 	}
-	if err := check(res, op, http.StatusOK); err != nil {
+	if err := c.api.Check(res, op, http.StatusOK); err != nil {
 		return "", err
 	}
 	defer res.Body.Close()
@@ -263,16 +181,16 @@ func (c *client) get(ctx context.Context, cp protocol.Checkpoint, path string, w
 	ctx, g := guard(ctx, c.stall)
 	defer g.stop()
 	endpoint := c.ckpts + "/" + strconv.Itoa(cp.Attempt) + "/" + url.PathEscape(cp.Name) + "/" + escapeKey(path)
-	req, err := c.request(ctx, http.MethodGet, endpoint, nil)
+	req, err := c.api.Request(ctx, http.MethodGet, endpoint, nil)
 	if err != nil {
 		return 0, "", err
 	}
 	op := "download " + cp.Name + "/" + path
-	res, err := c.http.Do(req)
+	res, err := c.api.Do(req)
 	if err != nil {
 		return 0, "", fmt.Errorf("%s: %w", op, err)
 	}
-	if err := check(res, op, http.StatusOK); err != nil {
+	if err := c.api.Check(res, op, http.StatusOK); err != nil {
 		return 0, "", err
 	}
 	defer res.Body.Close()

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store/storetest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
+	"github.com/simpletuner/simpletuner-orchestration/internal/worker/orchclient"
 )
 
 // orch is a real orchestrator (SQLite, artifacts on the local disk) on a
@@ -137,7 +137,11 @@ func (o *orch) stored(jobID string) []string {
 
 // keeper returns a Keeper for this orchestrator with fast retries.
 func (o *orch) keeper(workDir string) *Keeper {
-	return New(Options{HTTP: http.DefaultClient, Resolve: func(e string) string { return o.url + e }, WorkDir: workDir,
+	api, err := orchclient.New(o.url, "wt_unused", orchclient.TLS{})
+	if err != nil {
+		o.t.Fatal(err)
+	}
+	return New(Options{API: api, WorkDir: workDir,
 		Log: slog.New(slog.NewTextHandler(&testLog{o.t}, nil)), RetryBase: 10 * time.Millisecond, RequestTimeout: 10 * time.Second})
 }
 

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,12 +19,14 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/jobconfig"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/worker/orchclient"
 )
 
 // Options configure a Keeper.
 type Options struct {
-	HTTP    *http.Client                 // the worker's client to the orchestrator (its TLS settings)
-	Resolve func(endpoint string) string // an endpoint the orchestrator gave → a URL
+	// API is workerd's client to the orchestrator: its URLs and TLS
+	// settings; each attempt's requests carry its own upload token.
+	API *orchclient.Client
 	// WorkDir is the parent of the jobs' directories; restores are staged in
 	// WorkDir/.restore, on the same filesystem.
 	WorkDir string
@@ -50,9 +51,6 @@ type Keeper struct {
 func New(opt Options) *Keeper {
 	if opt.Log == nil {
 		opt.Log = slog.Default()
-	}
-	if opt.HTTP == nil {
-		opt.HTTP = http.DefaultClient
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
@@ -93,7 +91,7 @@ func (k *Keeper) sweep() {
 }
 
 func (k *Keeper) client(j Job) *client {
-	return &client{http: k.opt.HTTP, resolve: k.opt.Resolve, token: j.Token, storage: strings.TrimRight(j.Storage, "/"),
+	return &client{api: k.opt.API.WithUploadToken(j.Token), storage: strings.TrimRight(j.Storage, "/"),
 		ckpts: strings.TrimRight(j.Endpoint, "/"), timeout: k.opt.RequestTimeout, stall: k.opt.StallTimeout}
 }
 

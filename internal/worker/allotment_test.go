@@ -2,6 +2,7 @@ package worker
 
 import (
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
@@ -254,5 +256,66 @@ func TestSelfFenceCountsFromTheSend(t *testing.T) {
 	f.dropStreams() // the cancelled report goes after the next registration
 	if rep := f.report(id, "cancelled"); rep.Error == nil || !strings.Contains(*rep.Error, "self-fenced") {
 		t.Errorf("%+v", rep)
+	}
+}
+
+// The allotment alone: a dispatch gets the GPUs it assigns and the other
+// GPUs' device files are walled off; a second one that names a GPU in use,
+// one that takes the whole worker beside it, and one over max_jobs are
+// refused and take nothing; a release frees the room.
+func TestAllotmentReservesAndReleases(t *testing.T) {
+	t.Parallel()
+	inv := gpu.Inventory{Count: 2, Devices: []gpu.Device{
+		{GPUDevice: protocol.GPUDevice{Index: 0, UUID: "GPU-aaaa"}, DeviceNode: "/dev/nvidia0"},
+		{GPUDevice: protocol.GPUDevice{Index: 1, UUID: "GPU-bbbb"}, DeviceNode: "/dev/nvidia1"}}}
+	al := newAllotment(newGPUWatch(nil, t.TempDir(), slog.New(slog.DiscardHandler)))
+	al.setInventory(inv, 0)
+	attempt := func(id string, ev protocol.JobSubmitEvent) *runner {
+		ev.JobID, ev.Attempt = id, 1
+		return &runner{jobID: id, n: 1, ev: &ev}
+	}
+	a := attempt("j_a", protocol.JobSubmitEvent{GPUs: gpus(protocol.AssignedGPU{Index: 1, UUID: "GPU-bbbb"})})
+	if cur, refused := al.reserve(a); cur != nil || refused != "" {
+		t.Fatalf("first dispatch refused: %v %q", cur, refused)
+	}
+	if !a.grant.has(1) || a.grant.has(0) || a.grant.whole || !slices.Equal(a.grant.otherNodes, []string{"/dev/nvidia0"}) ||
+		a.grant.env["CUDA_VISIBLE_DEVICES"] != "GPU-bbbb" {
+		t.Fatalf("grant %+v", a.grant)
+	}
+	if cur, _ := al.reserve(attempt("j_a", protocol.JobSubmitEvent{GPUs: gpus()})); cur != a {
+		t.Fatalf("a second attempt of a running job was taken (holder %v)", cur)
+	}
+	for _, tc := range []struct {
+		ev   protocol.JobSubmitEvent
+		want string
+	}{
+		{protocol.JobSubmitEvent{GPUs: gpus(protocol.AssignedGPU{Index: 1})}, "GPU 1 is in use by job j_a"},
+		{protocol.JobSubmitEvent{GPUs: gpus(protocol.AssignedGPU{Index: 0, UUID: "GPU-zzzz"})}, "which is GPU-aaaa here"},
+		{protocol.JobSubmitEvent{GPUs: gpus(protocol.AssignedGPU{Index: 0}), WholeWorker: true}, "it takes the whole worker and 1 job(s) run here"},
+		{protocol.JobSubmitEvent{}, "it asks for the whole worker and 1 job(s) run here"},
+	} {
+		b := attempt("j_b", tc.ev)
+		if _, refused := al.reserve(b); !strings.Contains(refused, tc.want) {
+			t.Errorf("refused %q, want %q", refused, tc.want)
+		}
+	}
+	if got := al.running(); len(got) != 1 || got[0] != a || al.onGPU(1) != a || al.onGPU(0) != nil {
+		t.Fatalf("running %v after refusals", got)
+	}
+	b := attempt("j_b", protocol.JobSubmitEvent{GPUs: gpus(protocol.AssignedGPU{Index: 0})})
+	if _, refused := al.reserve(b); refused != "" {
+		t.Fatal(refused)
+	}
+	if _, refused := al.reserve(attempt("j_c", protocol.JobSubmitEvent{GPUs: gpus()})); refused != "max_jobs (2) jobs run here already" {
+		t.Fatalf("third job: %q", refused)
+	}
+	al.release(a)
+	al.release(b)
+	if !al.idle() {
+		t.Fatal("not idle after both released")
+	}
+	whole := attempt("j_w", protocol.JobSubmitEvent{})
+	if _, refused := al.reserve(whole); refused != "" || !whole.grant.whole || len(whole.grant.devices) != 2 || len(whole.grant.otherNodes) != 0 {
+		t.Fatalf("whole worker: %q %+v", refused, whole.grant)
 	}
 }
