@@ -305,6 +305,32 @@ func StartOrchestratorWith(t testing.TB, opt OrchOptions) *Orch {
 	t.Helper()
 	dir := t.TempDir()
 	o := &Orch{T: t, Dir: dir, Conf: filepath.Join(dir, "o.toml"), Opt: opt}
+	// A free port can be taken by another process (another suite on the
+	// same machine) between its choice and the daemon's bind: then the
+	// daemon exits, and /readyz on that port may even answer for the other
+	// one. Such a start is tried again on new ports.
+	for try := 1; ; try++ {
+		o.listenOnFreePorts(opt)
+		o.Restart()
+		out, err := exec.Command(filepath.Join(BinDir, "simpletuner-orchestratord"), "--config", o.Conf,
+			"token", "create", "--name", "e2e", "--scope", "*").Output()
+		if err == nil {
+			o.Admin = strings.TrimSpace(string(out))
+			NoteSecret("admin token", o.Admin)
+			return o
+		}
+		if _, exited := o.P.Exited(5 * time.Second); exited && strings.Contains(o.P.Output(), "address already in use") && try < 5 {
+			t.Logf("orchestrator start %d lost its port to another process; trying new ones", try)
+			continue
+		}
+		t.Fatalf("token create: %v", err)
+	}
+}
+
+// listenOnFreePorts picks the API (and metrics) ports and writes the
+// configuration with them.
+func (o *Orch) listenOnFreePorts(opt OrchOptions) {
+	t := o.T
 	port := FreePort(t)
 	o.URL = fmt.Sprintf("http://127.0.0.1:%d", port)
 	if opt.TLS != nil {
@@ -320,19 +346,9 @@ func StartOrchestratorWith(t testing.TB, opt OrchOptions) *Orch {
 		metricsPort = FreePort(t)
 		o.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
 	}
-	if err := os.WriteFile(o.Conf, []byte(orchestratorTOML(dir, port, metricsPort, opt)), 0o600); err != nil {
+	if err := os.WriteFile(o.Conf, []byte(orchestratorTOML(o.Dir, port, metricsPort, opt)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	o.Restart()
-	// Through the admin socket of the running daemon, as an admin would.
-	out, err := exec.Command(filepath.Join(BinDir, "simpletuner-orchestratord"), "--config", o.Conf,
-		"token", "create", "--name", "e2e", "--scope", "*").Output()
-	if err != nil {
-		t.Fatalf("token create: %v", err)
-	}
-	o.Admin = strings.TrimSpace(string(out))
-	NoteSecret("admin token", o.Admin)
-	return o
 }
 
 // TeamToken creates a token of team with every scope through the admin
