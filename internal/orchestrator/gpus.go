@@ -177,7 +177,7 @@ func (s *Server) writeGPUMetrics(w io.Writer, workers []store.Worker) {
 		for _, c := range wk.GPUConditions {
 			add(6, fmt.Sprintf("%s,index=\"%d\",uuid=%q,state=%q", who, c.Index, c.UUID, c.State), 1)
 		}
-		if v, ok := s.metrics.gpuSeconds.get(wk.ID); ok {
+		if v, ok := s.metrics.GPUSeconds(wk.ID); ok {
 			add(7, who, v)
 		}
 	}
@@ -186,19 +186,5 @@ func (s *Server) writeGPUMetrics(w io.Writer, workers []store.Worker) {
 		for _, l := range m.lines {
 			fmt.Fprintln(w, l)
 		}
-	}
-}
-
-// countGPUSeconds adds an ended attempt's GPU-seconds to its worker's sum:
-// as the worker measured them, or, from a worker that does not (SimpleTuner's
-// agent, which runs a job with all its GPUs), its GPUs times the time the
-// attempt ran.
-func (s *Server) countGPUSeconds(wk store.Worker, j store.Job, u *protocol.Usage) {
-	if u != nil {
-		s.metrics.gpuSeconds.add(wk.ID, u.GPUSeconds)
-		return
-	}
-	if j.StartedAt != nil && j.EndedAt != nil {
-		s.metrics.gpuSeconds.add(wk.ID, float64(wk.GPUInfo.Count)*j.EndedAt.Sub(*j.StartedAt).Seconds())
 	}
 }

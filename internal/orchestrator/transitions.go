@@ -122,7 +122,7 @@ func (s *Server) applyReport(ctx context.Context, wk store.Worker, jobID string,
 		return t, nil
 	})
 	if changed && endedAttempt {
-		s.countGPUSeconds(wk, nj, rep.Usage)
+		s.metrics.CountGPUSeconds(wk, nj, rep.Usage)
 	}
 	ended := changed && nj.Status.Terminal()
 	if ended {

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
@@ -23,13 +22,6 @@ import (
 // Artifacts: a running job publishes files S3-style under /api/cloud/storage
 // with its attempt's upload token; admins (queue.view) list and download
 // them under /api/queue/{id}/artifacts (package adminapi).
-
-// artifactMetrics count uploads for /metrics.
-type artifactMetrics struct {
-	uploads  atomic.Int64
-	bytes    atomic.Int64
-	refusals atomic.Int64
-}
 
 // SetArtifacts gives the server its artifact storage; without it the
 // artifact endpoints answer 503.
@@ -180,7 +172,7 @@ func (s *Server) stillCurrent(ctx context.Context, u uploader) func() error {
 // artifactError maps the store's errors onto HTTP answers.
 func (s *Server) artifactError(err error) error {
 	if tl := (*artifacts.TooLargeError)(nil); errors.As(err, &tl) {
-		s.metrics.artifacts.refusals.Add(1)
+		s.metrics.ArtifactTooLarge()
 	}
 	return web.ArtifactError(s.log, err)
 }
@@ -202,8 +194,7 @@ func (s *Server) putObject(w http.ResponseWriter, r *http.Request, ps httprouter
 		}
 		return s.artifactError(err)
 	}
-	s.metrics.artifacts.uploads.Add(1)
-	s.metrics.artifacts.bytes.Add(obj.Size)
+	s.metrics.ArtifactStored(obj.Size)
 	s.log.Info("artifact stored", "job_id", ref.JobID, "attempt", ref.Attempt, "path", ref.Path(), "bytes", obj.Size, "sha256", obj.SHA256)
 	w.Header().Set("ETag", obj.ETag())
 	web.WriteJSON(w, http.StatusOK, map[string]any{"ETag": obj.ETag(), "Key": ref.Key, "Bucket": ref.Bucket,
@@ -295,9 +286,3 @@ func (s *Server) listObjects(w http.ResponseWriter, r *http.Request, ps httprout
 }
 
 func epochSeconds(t time.Time) float64 { return float64(t.UnixMicro()) / 1e6 }
-
-func (m *Metrics) writeArtifacts(counter func(name, help string, v int64)) {
-	counter("simpletuner_artifact_uploads_total", "Artifact objects stored.", m.artifacts.uploads.Load())
-	counter("simpletuner_artifact_upload_bytes_total", "Bytes of artifact objects stored.", m.artifacts.bytes.Load())
-	counter("simpletuner_artifact_uploads_too_large_total", "Artifact uploads refused for passing max_object_bytes or max_job_bytes.", m.artifacts.refusals.Load())
-}
