@@ -46,13 +46,10 @@ func (e engine) APIError(err error, what string) *api.Error { return e.s.APIErro
 
 func (e engine) Wake() { e.s.Wake() }
 
-func (e engine) WakeSchedulers() {
-	e.s.Wake()
-	e.s.publish(store.Notification{Kind: store.NotifyWake})
-}
+func (e engine) WakeSchedulers() { e.s.notify.WakeSchedulers() }
 
 func (e engine) RequestCancel(ctx context.Context, jobID, actor, ip string) (store.Job, error) {
-	return e.s.requestCancel(ctx, jobID, actor, ip)
+	return e.s.moves.RequestCancel(ctx, jobID, actor, ip)
 }
 
 func (e engine) Drain(ctx context.Context, id, actor, ip string) (store.Worker, error) {
@@ -69,9 +66,11 @@ func (e engine) Evict(ctx context.Context, wk store.Worker, actor, ip string) er
 
 func (e engine) Deletable(ctx context.Context, wk store.Worker) error { return e.s.deletable(ctx, wk) }
 
-func (e engine) SendToWorker(workerID, typ string, v any) { e.s.sendToWorker(workerID, typ, v) }
+func (e engine) SendToWorker(workerID, typ string, v any) { e.s.notify.SendToWorker(workerID, typ, v) }
 
-func (e engine) CloseWorkerStream(workerID, reason string) { e.s.closeWorkerStream(workerID, reason) }
+func (e engine) CloseWorkerStream(workerID, reason string) {
+	e.s.notify.CloseWorkerStream(workerID, reason)
+}
 
 func (e engine) Shown(wk store.Worker) (protocol.WorkerStatus, bool) { return e.s.shown(wk) }
 

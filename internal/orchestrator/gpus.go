@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/transitions"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -51,7 +52,7 @@ func (s *Server) noteGPUConditions(ctx context.Context, wk store.Worker, reporte
 			return nil, nil
 		}
 		changes["name"] = cur.Name
-		rec := audit.New(workerActor(wk), ip, "worker.gpus", "worker", wk.ID, audit.Success, changes)
+		rec := audit.New(transitions.WorkerActor(wk), ip, "worker.gpus", "worker", wk.ID, audit.Success, changes)
 		return &rec, nil
 	})
 	if err != nil {

@@ -27,7 +27,7 @@ func (s *Server) runScheduler(ctx context.Context) {
 		// Once shutting down, acknowledgements and reports can no longer
 		// arrive, so no deadline is judged: the next instance does that.
 		if every := min(s.options().SchedulerInterval, time.Second); time.Since(lastExpiry) >= every && !s.stopping.Load() {
-			s.expireDeadlines(ctx)
+			s.moves.ExpireDeadlines(ctx)
 			lastExpiry = time.Now()
 		}
 		s.lastTick.Store(time.Now().UnixNano())
@@ -197,7 +197,7 @@ func (s *Server) send(ctx context.Context, p choice, j store.Job, a store.Attemp
 	}
 	if !s.hub.Send(p.w.ID, protocol.EventJobSubmit, ev) {
 		s.log.Warn("worker stream vanished during dispatch; withdrawing", "job_id", j.ID, "worker_id", p.w.ID)
-		_ = s.loseAttempt(ctx, j.ID, p.w.ID, "the worker's stream closed during dispatch")
+		_ = s.moves.LoseAttempt(ctx, j.ID, p.w.ID, "the worker's stream closed during dispatch")
 		return
 	}
 	s.metrics.Dispatches.Add(1)

@@ -37,6 +37,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/logfeed"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/placement"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/retention"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/transitions"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/version"
@@ -250,6 +251,10 @@ type Server struct {
 	api *adminapi.API
 	// teams is what scheduler passes reuse of the teams' standing.
 	teams teamCache
+	// notify delivers events to workers and wake-ups to schedulers, here
+	// and on other replicas; moves carries out every job move.
+	notify *transitions.Notifier
+	moves  *transitions.Mover
 }
 
 // SetAdminSocketPath tells the server where its admin socket lives; call it
@@ -279,6 +284,14 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 	s.opt.Store(&opt)
 	s.webhooks = webhook.New(st, opt.webhookOptions(), log)
 	s.hub = hub.New(log)
+	s.notify = &transitions.Notifier{Hub: s.hub, Bus: st, Log: log, Wake: s.Wake, Resync: s.checkStreamTokens,
+		InstanceID: func() string { return s.options().InstanceID }}
+	s.moves = &transitions.Mover{Store: st, Notify: s.notify, Log: log, Metrics: s.metrics, LogFeed: s.logFeed,
+		DiskFull: s.logDiskFullOnce, NoteStore: s.noteStore,
+		Options: func() transitions.Options {
+			o := s.options()
+			return transitions.Options{CancelGrace: o.CancelGrace, CancelReportTimeout: o.CancelReportTimeout}
+		}}
 	s.retention = &retention.Keeper{Store: st, Artifacts: s.artifacts.Load, Log: log,
 		Options: func() retention.Options { return s.options().Retention }, StartupGrace: func() time.Duration { return s.options().StartupGrace },
 		Quiet: s.logDiskFullOnce}

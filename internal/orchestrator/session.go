@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/transitions"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -76,7 +77,7 @@ func (s *Server) refuseSession(ctx context.Context, wk store.Worker, sess, ip, p
 		s.log.Warn("refused a second workerd using the token of a worker another workerd is connected as",
 			"worker_id", wk.ID, "name", wk.Name, "refused_session", shortSession(sess), "refused_ip", ip,
 			"active_session", shortSession(wk.Session), "active_last_heard", heard, "path", path, "refusals", count)
-		rec := audit.New(workerActor(wk), ip, "worker.session_refused", "worker", wk.ID, audit.Failure, map[string]any{
+		rec := audit.New(transitions.WorkerActor(wk), ip, "worker.session_refused", "worker", wk.ID, audit.Failure, map[string]any{
 			"refused_session": shortSession(sess), "active_session": shortSession(wk.Session), "path": path,
 			"refusals": count,
 		})

@@ -222,46 +222,9 @@ func (s *Server) preemptFor(ctx context.Context, teams *teamsNow, waiting []stor
 		teams.st.Took(j.Team, fairshare.JobGPUs(j, h.GPUs))
 		for _, v := range c.Victims {
 			teams.st.Leaving(v)
-			s.preempt(ctx, v, j.ID, c.Why)
+			s.moves.Preempt(ctx, v, j.ID, c.Why)
 		}
 	}
-}
-
-// preempt stops a running attempt for job forJob: the job moves to
-// canceling with the reason, its worker is told to stop it as for a
-// cancel, and when the attempt ends the job is requeued without spending a
-// retry (lifecycle.OnPreempt).
-func (s *Server) preempt(ctx context.Context, v store.ActiveAttempt, forJob, why string) {
-	opt := s.options()
-	by := forJob + " (" + why + ")"
-	nj, changed, err := s.moveJob(ctx, v.JobID, func(cur store.Job) (*store.JobTransition, error) {
-		if cur.WorkerID != v.WorkerID || cur.PreemptedBy != "" {
-			return nil, nil
-		}
-		st, ok := lifecycle.OnPreempt(cur.Facts())
-		if !ok {
-			return nil, nil
-		}
-		t := step(st, cur, "system", "", map[string]any{"preempted_for": forJob, "reason": why})
-		t.ExpectWorker, t.PreemptedBy = cur.WorkerID, &by
-		deadline := time.Now().UTC().Add(s.cancelGrace(ctx, cur.WorkerID) + opt.CancelReportTimeout)
-		t.CancelDeadline = &deadline
-		return t, nil
-	})
-	if err != nil {
-		if !s.logDiskFullOnce(err) {
-			s.log.Warn("preemption failed", "job_id", v.JobID, "for_job", forJob, "err", err)
-		}
-		return
-	}
-	if !changed {
-		return
-	}
-	s.metrics.Preemptions.Add(1)
-	s.log.Info("job preempted", "job_id", nj.ID, "attempt", nj.Attempt, "worker_id", nj.WorkerID, "team", nj.Team,
-		"for_job", forJob, "reason", why)
-	s.sendToWorker(nj.WorkerID, protocol.EventJobCancel, protocol.JobCancelEvent{
-		Type: protocol.EventJobCancel, JobID: nj.ID, Attempt: nj.Attempt, GraceSeconds: opt.CancelGrace.Seconds()})
 }
 
 // writeTeamMetrics writes each team's GPU-seconds (ended attempts), the GPUs

@@ -16,6 +16,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/hub"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/labels"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/logfeed"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/transitions"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -181,7 +182,7 @@ func (s *Server) dispatchAllowed(ctx context.Context, st *hub.Stream, jobID stri
 	s.log.Warn("job not sent: "+why+"; closing the stream", "job_id", jobID, "worker_id", st.WorkerID, "err", err)
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := s.loseAttempt(bg, jobID, st.WorkerID, why); err != nil {
+	if err := s.moves.LoseAttempt(bg, jobID, st.WorkerID, why); err != nil {
 		s.log.Warn("could not withdraw the attempt; the acknowledgement timeout will", "job_id", jobID, "err", err)
 	}
 	st.Close("token no longer valid") // its handler detaches it and clears the store's marker
@@ -283,7 +284,7 @@ func (s *Server) handleJobStatus(w http.ResponseWriter, r *http.Request, ps http
 		return err
 	}
 	jobID := ps.ByName("job_id")
-	j, _, err := s.applyReport(r.Context(), wk, jobID, attempt, req, peerIP(r))
+	j, _, err := s.moves.ApplyReport(r.Context(), wk, jobID, attempt, req, peerIP(r))
 	if errors.Is(err, store.ErrNotFound) {
 		return web.NotFound("Job not found: %s", jobID)
 	}
@@ -324,7 +325,7 @@ func (s *Server) handleJobLogs(w http.ResponseWriter, r *http.Request, ps httpro
 	// Logs may trail the terminal report, so a finished attempt still accepts
 	// them, but only from its own worker and only for the latest attempt.
 	if j.WorkerID != wk.ID || attempt != j.Attempt {
-		return s.stale(wk, j, attempt, "logs")
+		return s.moves.Stale(wk, j, attempt, "logs")
 	}
 	size, truncated, err := s.store.AppendLog(ctx, jobID, attempt, offset, data, s.options().LogLimitBytes)
 	w.Header().Set("X-Log-Size", strconv.FormatInt(size, 10))
@@ -353,7 +354,7 @@ func (s *Server) handleDisconnect(w http.ResponseWriter, r *http.Request, _ http
 	if err := sameWorker(req.WorkerID, wk); err != nil {
 		return err
 	}
-	if err := s.markOffline(r.Context(), wk.ID, workerActor(wk), peerIP(r), "the worker disconnected"); err != nil {
+	if err := s.markOffline(r.Context(), wk.ID, transitions.WorkerActor(wk), peerIP(r), "the worker disconnected"); err != nil {
 		return err
 	}
 	web.WriteJSON(w, http.StatusOK, map[string]bool{"success": true})

@@ -13,6 +13,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/diskfull"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/labels"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/transitions"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -21,8 +22,6 @@ import (
 // This file holds what the orchestrator decides about workers: what a
 // registration resumes and abandons, what a heartbeat implies, when a worker
 // is offline. Worker statuses follow the lifecycle's rule.
-
-func workerActor(wk store.Worker) string { return "worker:" + wk.ID }
 
 // registration is what a worker reported when it (re)registered.
 type registration struct {
@@ -44,7 +43,7 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 	}
 	// A new registration means any old stream is dead: close it first so the
 	// scheduler cannot hand it a job while we reconcile.
-	s.closeWorkerStream(wk.ID, "worker registered again")
+	s.notify.CloseWorkerStream(wk.ID, "worker registered again")
 
 	reported := req.Running
 	if len(reported) == 0 && req.CurrentJobID != nil && *req.CurrentJobID != "" {
@@ -99,7 +98,7 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 		if tookOverFrom != "" {
 			details["session_taken_over_from"] = shortSession(tookOverFrom)
 		}
-		rec := audit.New(workerActor(wk), reg.ip, "worker.register", "worker", wk.ID, audit.Success, details)
+		rec := audit.New(transitions.WorkerActor(wk), reg.ip, "worker.register", "worker", wk.ID, audit.Success, details)
 		return &rec, nil
 	})
 	if held, ok := errors.AsType[errSessionHeld](err); ok {
@@ -162,16 +161,6 @@ func typeOf(persistent bool) protocol.WorkerType {
 		return protocol.Persistent
 	}
 	return protocol.Ephemeral
-}
-
-// cancelGrace is the SIGTERM → SIGKILL grace a worker gives a cancelled job:
-// its own when its admin set one, else the orchestrator's.
-func (s *Server) cancelGrace(ctx context.Context, workerID string) time.Duration {
-	grace := s.options().CancelGrace
-	if wk, err := s.store.GetWorker(ctx, workerID); err == nil && wk.Capabilities.CancelGraceSeconds > 0 {
-		grace = time.Duration(wk.Capabilities.CancelGraceSeconds * float64(time.Second))
-	}
-	return grace
 }
 
 // placementInventory is the GPU inventory jobs are placed against after a
@@ -277,7 +266,7 @@ func (s *Server) reconcile(ctx context.Context, wk store.Worker, reported []prot
 		}
 		abandon = append(abandon, ra)
 	}
-	active, err := s.activeOn(ctx, wk.ID)
+	active, err := s.moves.ActiveOn(ctx, wk.ID)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -285,7 +274,7 @@ func (s *Server) reconcile(ctx context.Context, wk store.Worker, reported []prot
 		if slices.ContainsFunc(resume, func(r protocol.RunningAttempt) bool { return r.JobID == j.ID }) {
 			continue
 		}
-		if err := s.loseAttempt(ctx, j.ID, wk.ID, fmt.Sprintf("worker %s re-registered without it", wk.ID)); err != nil {
+		if err := s.moves.LoseAttempt(ctx, j.ID, wk.ID, fmt.Sprintf("worker %s re-registered without it", wk.ID)); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -340,7 +329,7 @@ func (s *Server) heartbeat(ctx context.Context, wk store.Worker, req protocol.He
 		// dispatched to it any more. Only an admin's resume undoes a drain.
 		if drainedByWorker = req.Status == string(protocol.WorkerDraining) && cur.Status != protocol.WorkerDraining; drainedByWorker {
 			cur.Status = protocol.WorkerDraining
-			rec := audit.New(workerActor(wk), "", "worker.drain", "worker", wk.ID, audit.Success,
+			rec := audit.New(transitions.WorkerActor(wk), "", "worker.drain", "worker", wk.ID, audit.Success,
 				map[string]string{"name": cur.Name, "by": "the worker itself (a stop signal)"})
 			return &rec, nil
 		}
@@ -399,7 +388,7 @@ func (s *Server) heartbeatVerdict(ctx context.Context, wk store.Worker, req prot
 			cancel = append(cancel, jobID)
 		}
 	}
-	active, err := s.activeOn(ctx, wk.ID)
+	active, err := s.moves.ActiveOn(ctx, wk.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -416,7 +405,7 @@ func (s *Server) heartbeatVerdict(ctx context.Context, wk store.Worker, req prot
 		}
 	}
 	for _, j := range s.heard.LostAttempts(wk.ID, absent) {
-		if err := s.loseAttempt(ctx, j.ID, wk.ID, "the worker's last two heartbeats no longer list it"); err != nil {
+		if err := s.moves.LoseAttempt(ctx, j.ID, wk.ID, "the worker's last two heartbeats no longer list it"); err != nil {
 			return nil, err
 		}
 	}
@@ -426,7 +415,7 @@ func (s *Server) heartbeatVerdict(ctx context.Context, wk store.Worker, req prot
 // markOffline closes the worker's stream, sets it offline and ends the
 // attempts it held.
 func (s *Server) markOffline(ctx context.Context, workerID, actor, ip, why string) error {
-	s.closeWorkerStream(workerID, why)
+	s.notify.CloseWorkerStream(workerID, why)
 	wk, err := s.store.UpdateWorker(ctx, workerID, func(cur *store.Worker) (*audit.Record, error) {
 		if cur.Status == protocol.WorkerOffline {
 			return nil, nil
@@ -441,20 +430,7 @@ func (s *Server) markOffline(ctx context.Context, workerID, actor, ip, why strin
 	}
 	s.heard.Offline(workerID)
 	s.log.Info("worker offline", "worker_id", workerID, "reason", why)
-	return s.loseAll(ctx, wk.ID, fmt.Sprintf("worker %s (%s) went offline: %s", wk.ID, wk.Name, why))
-}
-
-// afterWorkerFreed runs when a worker's job ended: a draining ephemeral worker
-// is told to shut down; anyone else may get the next job.
-func (s *Server) afterWorkerFreed(ctx context.Context, workerID string) {
-	wk, err := s.store.GetWorkerState(ctx, workerID)
-	if err != nil {
-		return
-	}
-	if wk.Status == protocol.WorkerDraining && wk.Type == protocol.Ephemeral && wk.CurrentJobID == "" {
-		s.sendToWorker(workerID, protocol.EventShutdown, protocol.NewShutdownEvent("drained"))
-	}
-	s.Wake()
+	return s.moves.LoseAll(ctx, wk.ID, fmt.Sprintf("worker %s (%s) went offline: %s", wk.ID, wk.Name, why))
 }
 
 // drain stops a worker from taking new jobs; resume undoes it.
@@ -467,9 +443,9 @@ func (s *Server) drain(ctx context.Context, id, actor, ip string) (store.Worker,
 	if err != nil {
 		return wk, err
 	}
-	s.sendToWorker(id, protocol.EventDrain, protocol.DrainEvent{Type: protocol.EventDrain, Reason: "drained by " + actor})
+	s.notify.SendToWorker(id, protocol.EventDrain, protocol.DrainEvent{Type: protocol.EventDrain, Reason: "drained by " + actor})
 	if wk.Type == protocol.Ephemeral && wk.CurrentJobID == "" {
-		s.sendToWorker(id, protocol.EventShutdown, protocol.NewShutdownEvent("drained"))
+		s.notify.SendToWorker(id, protocol.EventShutdown, protocol.NewShutdownEvent("drained"))
 	}
 	return wk, nil
 }
@@ -492,14 +468,14 @@ func (s *Server) resume(ctx context.Context, id, actor, ip string) (store.Worker
 // evictWorker deletes a worker at an admin's request: its stream is told to
 // shut down and closed, its attempts end (requeued without spending a retry).
 func (s *Server) evictWorker(ctx context.Context, wk store.Worker, actor, ip string) error {
-	s.sendToWorker(wk.ID, protocol.EventShutdown, protocol.NewShutdownEvent("worker_deleted"))
-	s.closeWorkerStream(wk.ID, "worker deleted")
-	active, err := s.activeOn(ctx, wk.ID)
+	s.notify.SendToWorker(wk.ID, protocol.EventShutdown, protocol.NewShutdownEvent("worker_deleted"))
+	s.notify.CloseWorkerStream(wk.ID, "worker deleted")
+	active, err := s.moves.ActiveOn(ctx, wk.ID)
 	if err != nil {
 		return err
 	}
 	for _, j := range active {
-		if err := s.evictAttempt(ctx, j.ID, wk.ID, "worker "+wk.ID+" was deleted by an admin", actor, ip); err != nil {
+		if err := s.moves.EvictAttempt(ctx, j.ID, wk.ID, "worker "+wk.ID+" was deleted by an admin", actor, ip); err != nil {
 			return err
 		}
 	}
@@ -540,7 +516,7 @@ func (s *Server) deletable(ctx context.Context, w store.Worker) error {
 		return web.Conflict("worker %s is %s and in touch (its stream is open or its heartbeats arrive); only a worker with no live connection "+
 			"can be deleted without force, which requeues its jobs", w.ID, status)
 	}
-	active, err := s.activeOn(ctx, w.ID)
+	active, err := s.moves.ActiveOn(ctx, w.ID)
 	if err != nil {
 		return err
 	}
