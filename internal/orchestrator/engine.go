@@ -74,7 +74,7 @@ func (e engine) CloseWorkerStream(workerID, reason string) {
 
 func (e engine) Shown(wk store.Worker) (protocol.WorkerStatus, bool) { return e.s.shown(wk) }
 
-func (e engine) Reservation() placement.Reservation { return e.s.reservation() }
+func (e engine) Reservation() placement.Reservation { return e.s.sched.Reservation() }
 
 func (e engine) LargestWorker() int { return int(e.s.largestWorker.Load()) }
 

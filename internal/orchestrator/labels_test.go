@@ -131,7 +131,7 @@ func TestHeartbeatsAnsweredDuringSlowPasses(t *testing.T) {
 	type span struct{ from, to time.Time }
 	pass := func() span {
 		from := time.Now()
-		e.srv.schedulePass(context.Background())
+		e.srv.sched.Pass(context.Background())
 		return span{from, time.Now()}
 	}
 	first := pass() // after the passes the agents' streams woke

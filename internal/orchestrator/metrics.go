@@ -79,7 +79,7 @@ func (s *Server) writeMetrics(ctx context.Context, w io.Writer) {
 	m.WriteDispatchLatency(w)
 	m.WriteArtifacts(counter)
 	gauge("simpletuner_disk_full", "1 while writes fail because the database's or the artifacts' disk is full.", s.disk.Gauge())
-	s.writeTeamMetrics(ctx, w)
+	s.sched.WriteTeamMetrics(ctx, w)
 	s.retention.WriteMetrics(w, counter, gauge)
 	s.webhooks.WriteMetrics(ctx, w)
 }

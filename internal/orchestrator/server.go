@@ -35,8 +35,8 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/hub"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/liveness"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/logfeed"
-	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/placement"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/retention"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/scheduler"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/transitions"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -179,6 +179,11 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// schedulerOptions are the scheduler's settings among the Server's.
+func (o Options) schedulerOptions() scheduler.Options {
+	return scheduler.Options{Interval: o.SchedulerInterval, AckTimeout: o.AckTimeout, CancelGrace: o.CancelGrace, Teams: o.Teams}
+}
+
 // webhookOptions are the webhook delivery's settings, with this instance's
 // name for the leases it takes.
 func (o Options) webhookOptions() webhook.Options {
@@ -199,7 +204,6 @@ type Server struct {
 	metrics *Metrics
 	limiter *auth.FailureLimiter
 	started time.Time
-	wake    chan struct{}
 	// opt is replaced whole on reload; readers load it once per use.
 	opt      atomic.Pointer[Options]
 	stopping atomic.Bool
@@ -207,17 +211,8 @@ type Server struct {
 	stopped  chan struct{}
 	stopOnce sync.Once
 	// unready is set while /readyz finds the database silent (logged once).
-	unready atomic.Bool
-	// lastTick is when the scheduler last finished a pass (unix nanos); the
-	// watchdog and /readyz look at it.
-	lastTick atomic.Int64
+	unready  atomic.Bool
 	storeErr atomic.Pointer[error]
-	// passMu is held by a scheduler pass; shutdown waits on it.
-	passMu sync.Mutex
-	// res is the worker held for a job no worker had room for (see
-	// schedulePass); resMu guards it for the waiting reasons.
-	resMu sync.Mutex
-	res   placement.Reservation
 	// largestWorker is the most GPUs any worker has: refreshed by every
 	// health pass, raised by registrations. Submit warns above it.
 	largestWorker atomic.Int64
@@ -249,8 +244,8 @@ type Server struct {
 	webhooks *webhook.Service
 	// api is the admin and queue API, served beside the worker protocol.
 	api *adminapi.API
-	// teams is what scheduler passes reuse of the teams' standing.
-	teams teamCache
+	// sched runs the scheduling passes.
+	sched *scheduler.Scheduler
 	// notify delivers events to workers and wake-ups to schedulers, here
 	// and on other replicas; moves carries out every job move.
 	notify *transitions.Notifier
@@ -272,7 +267,6 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 		log:        log,
 		metrics:    NewMetrics(),
 		started:    time.Now(),
-		wake:       make(chan struct{}, 1),
 		limiter:    auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now),
 		logFeed:    logfeed.New(),
 		stopped:    make(chan struct{}),
@@ -297,7 +291,10 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 		Quiet: s.logDiskFullOnce}
 	s.api = adminapi.New(adminapi.Deps{Engine: engine{s}, Store: st, Log: log, Heard: s.heard, GPUHistory: s.gpuHistory,
 		Webhooks: s.webhooks, LogFeed: s.logFeed}, opt.apiOptions(""))
-	s.lastTick.Store(time.Now().UnixNano())
+	s.sched = &scheduler.Scheduler{Store: st, Streams: s.hub, Moves: s.moves, Log: log, Metrics: s.metrics,
+		CheckpointsEndpoint: s.checkpointsEndpoint, Stopping: s.stopping.Load, Freeze: s.freezeWhileFileExists,
+		NoteStore: s.noteStore, DiskFull: s.logDiskFullOnce}
+	s.sched.Init(opt.schedulerOptions())
 	return s
 }
 
@@ -313,17 +310,13 @@ func (s *Server) SetOptions(o Options) {
 	s.opt.Store(&o)
 	s.webhooks.SetOptions(o.webhookOptions())
 	s.api.SetOptions(o.apiOptions(s.adminSocketPath))
+	s.sched.SetOptions(o.schedulerOptions())
 	s.applyArtifactLimits(o)
 	s.Wake()
 }
 
 // Wake asks the scheduler for a pass soon; it never blocks.
-func (s *Server) Wake() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
+func (s *Server) Wake() { s.sched.Wake() }
 
 // Healthy is the watchdog gate: the store answered recently and the scheduler
 // loop is turning.
@@ -331,7 +324,7 @@ func (s *Server) Healthy() error {
 	if p := s.storeErr.Load(); p != nil && *p != nil {
 		return *p
 	}
-	last := time.Unix(0, s.lastTick.Load())
+	last := s.sched.LastPass()
 	if limit := 3*s.options().SchedulerInterval + 10*time.Second; time.Since(last) > limit {
 		return errors.New("scheduler loop has not completed a pass for " + time.Since(last).Round(time.Second).String())
 	}
@@ -345,9 +338,7 @@ func (s *Server) Healthy() error {
 // heartbeats can no longer arrive, and the next instance judges them.
 func (s *Server) BeginShutdown() {
 	s.stopping.Store(true)
-	s.passMu.Lock()
-	//lint:ignore SA2001 waiting for the pass under way is the point
-	s.passMu.Unlock()
+	s.sched.WaitPass()
 	s.stopOnce.Do(func() { close(s.stopped) })
 	s.hub.CloseAll()
 }

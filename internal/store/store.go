@@ -637,7 +637,9 @@ type Store interface {
 
 // FleetGPUs counts the GPUs of st's workers that are not offline, from
 // the workers' summary (one aggregate read).
-func FleetGPUs(ctx context.Context, st Store) (int, error) {
+func FleetGPUs(ctx context.Context, st interface {
+	SummarizeWorkers(ctx context.Context) ([]WorkerGroup, error)
+}) (int, error) {
 	groups, err := st.SummarizeWorkers(ctx)
 	if err != nil {
 		return 0, err
