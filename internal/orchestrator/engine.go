@@ -8,6 +8,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/authn"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/placement"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -20,29 +21,26 @@ type engine struct{ s *Server }
 var _ adminapi.Engine = engine{}
 
 func (e engine) Authenticate(w http.ResponseWriter, r *http.Request) (auth.Principal, error) {
-	return e.s.principal(w, r)
+	return e.s.authn.Authenticate(w, r)
 }
 
 func (e engine) AdminByToken(r *http.Request, token, route string) (auth.Principal, error) {
-	return e.s.AdminByToken(r, token, route)
+	return e.s.authn.AdminByToken(r, token, route)
 }
 
-func (e engine) PeerIP(r *http.Request) string { return peerIP(r) }
+func (e engine) PeerIP(r *http.Request) string { return authn.PeerIP(r) }
 
-func (e engine) ViaAdminSocket(r *http.Request) bool {
-	_, ok := peerOf(r)
-	return ok
-}
+func (e engine) ViaAdminSocket(r *http.Request) bool { return authn.ViaAdminSocket(r) }
 
 func (e engine) StillAllowed(ctx context.Context, r *http.Request, p auth.Principal, scope string) (bool, error) {
-	return e.s.stillAllowed(ctx, r, p, scope)
+	return e.s.authn.StillAllowed(ctx, r, p, scope)
 }
 
 func (e engine) WriteError(w http.ResponseWriter, r *http.Request, err error) {
-	e.s.writeError(w, r, err)
+	e.s.errs.Write(w, r, err)
 }
 
-func (e engine) APIError(err error, what string) *api.Error { return e.s.APIError(err, what) }
+func (e engine) APIError(err error, what string) *api.Error { return e.s.errs.APIError(err, what) }
 
 func (e engine) Wake() { e.s.Wake() }
 

@@ -84,7 +84,7 @@ func (s *Server) Status(ctx context.Context) string {
 
 // Run starts the background loops and blocks until ctx ends.
 func (s *Server) Run(ctx context.Context) {
-	loops := []func(context.Context){s.sched.Run, s.runHealth, s.notify.Listen, s.runFailureAudit, s.runStreamCheck,
+	loops := []func(context.Context){s.sched.Run, s.runHealth, s.notify.Listen, s.authn.RunFailureAudit, s.runStreamCheck,
 		s.retention.Run, s.retention.RunSizes, s.runDiskWatch, s.runFleetHistory, s.webhooks.Run}
 	done := make(chan struct{}, len(loops))
 	for _, loop := range loops {

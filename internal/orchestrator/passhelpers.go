@@ -5,12 +5,13 @@ import (
 	"slices"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/placement"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
 // noteStore remembers whether the last store call worked (watchdog gate).
 func (s *Server) noteStore(err error) {
-	if err != nil && isUnavailable(err) {
+	if err != nil && web.IsUnavailable(err) {
 		s.storeErr.Store(&err)
 		return
 	}

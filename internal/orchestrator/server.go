@@ -8,11 +8,8 @@ package orchestrator
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -28,7 +25,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
-	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/authfail"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/authn"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/diskfull"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/fairshare"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/gpuhistory"
@@ -202,7 +199,7 @@ type Server struct {
 	log     *slog.Logger
 	hub     *hub.Hub
 	metrics *Metrics
-	limiter *auth.FailureLimiter
+	authn   *authn.Authenticator
 	started time.Time
 	// opt is replaced whole on reload; readers load it once per use.
 	opt      atomic.Pointer[Options]
@@ -224,8 +221,6 @@ type Server struct {
 	artifacts atomic.Pointer[artifacts.Store]
 	// logFeed passes stored log output to follow streams.
 	logFeed *logfeed.Feed
-	// failures gathers failed authentications for the audit log.
-	failures authfail.Gatherer
 	// heard is what heartbeats told of each worker: attempts they left out,
 	// clock skew, the latest GPU numbers, a heartbeat the full disk could
 	// not store. gpuHistory keeps the last hours of
@@ -242,6 +237,8 @@ type Server struct {
 	// webhooks turns the store's changes into webhook events and delivers
 	// them (internal/webhook).
 	webhooks *webhook.Service
+	// errs answers failed calls.
+	errs *web.Errors
 	// api is the admin and queue API, served beside the worker protocol.
 	api *adminapi.API
 	// sched runs the scheduling passes.
@@ -267,13 +264,19 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 		log:        log,
 		metrics:    NewMetrics(),
 		started:    time.Now(),
-		limiter:    auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now),
 		logFeed:    logfeed.New(),
 		stopped:    make(chan struct{}),
 		heard:      liveness.NewMemory(log),
 		gpuHistory: gpuhistory.New(),
 		disk:       diskfull.New(log),
 	}
+	s.errs = &web.Errors{Log: log, Disk: s.disk}
+	s.authn = &authn.Authenticator{Store: st, Log: log, Metrics: s.metrics,
+		Limiter: auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now),
+		Options: func() authn.Options {
+			o := s.options()
+			return authn.Options{AdminGroup: o.AdminGroup, FailureAuditInterval: o.FailureAuditInterval, FailureAuditMaxPeers: o.FailureAuditMaxPeers}
+		}}
 	opt = opt.withDefaults()
 	s.opt.Store(&opt)
 	s.webhooks = webhook.New(st, opt.webhookOptions(), log)
@@ -343,45 +346,10 @@ func (s *Server) BeginShutdown() {
 	s.hub.CloseAll()
 }
 
-type ctxKey int
-
-const peerKey ctxKey = 1
-
-// localPeer is what the admin unix socket learned about its client.
-type localPeer struct {
-	uid     uint32
-	peer    auth.Peer
-	allowed bool
-}
-
 // AdminConnContext records the peer credentials of an admin-socket connection;
 // use it as http.Server.ConnContext for that listener.
 func (s *Server) AdminConnContext(ctx context.Context, c net.Conn) context.Context {
-	p, err := auth.PeerOf(c)
-	if err != nil {
-		s.log.Warn("admin socket: cannot read peer credentials", "err", err)
-		return context.WithValue(ctx, peerKey, localPeer{uid: ^uint32(0)})
-	}
-	peer := localPeer{uid: p.UID, peer: p}
-	peer.allowed = s.localAllowed(peer)
-	return context.WithValue(ctx, peerKey, peer)
-}
-
-// localAllowed reports whether an admin-socket peer is root or in the admin
-// group, by the groups its process had when it connected.
-func (s *Server) localAllowed(peer localPeer) bool {
-	group := s.options().AdminGroup
-	ok, how, err := auth.PeerAllowed(peer.peer, group)
-	if err != nil {
-		s.log.Warn("admin socket: group lookup failed", "uid", peer.uid, "group", group, "err", err)
-	}
-	s.log.Debug("admin socket peer", "uid", peer.uid, "pid", peer.peer.PID, "allowed", ok, "decided_by", how)
-	return ok
-}
-
-func peerOf(r *http.Request) (localPeer, bool) {
-	p, ok := r.Context().Value(peerKey).(localPeer)
-	return p, ok
+	return s.authn.ConnContext(ctx, c)
 }
 
 // Routes lists every endpoint of the HTTP API, as Handler serves them.
@@ -420,14 +388,14 @@ func (s *Server) Handler() http.Handler {
 	r := httprouter.New()
 	r.HandleMethodNotAllowed = true
 	r.NotFound = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		s.writeError(w, req, web.NotFound("no such endpoint: %s %s", req.Method, req.URL.Path))
+		s.errs.Write(w, req, web.NotFound("no such endpoint: %s %s", req.Method, req.URL.Path))
 	})
 	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		s.writeError(w, req, web.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s is not allowed on %s", req.Method, req.URL.Path))
+		s.errs.Write(w, req, web.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s is not allowed on %s", req.Method, req.URL.Path))
 	})
 	r.PanicHandler = func(w http.ResponseWriter, req *http.Request, v any) {
 		s.log.Error("handler panic", "path", req.URL.Path, "panic", v)
-		s.writeError(w, req, errors.New("panic"))
+		s.errs.Write(w, req, errors.New("panic"))
 	}
 	for _, rt := range s.Routes() {
 		r.Handle(rt.Method, rt.Path, rt.Handle)
@@ -480,35 +448,4 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		return
 	}
 	web.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-}
-
-// isUnavailable reports whether err means the database could not be reached
-// or used just now. Only errors of the database connection count: a file
-// error (a config name too long for the file system, say) carries a syscall
-// errno that looks like a network error to errors.As, and is not one.
-func isUnavailable(err error) bool {
-	if err == nil {
-		return false
-	}
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return false
-	}
-	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) {
-		return true
-	}
-	var oe *net.OpError // dialling or talking to the database server
-	if errors.As(err, &oe) {
-		return true
-	}
-	msg := err.Error()
-	for _, s := range []string{
-		"connection refused", "the database system is shutting down", "the database system is starting up",
-		"bad connection", "database is closed", "database is locked", "too many clients",
-	} {
-		if strings.Contains(msg, s) {
-			return true
-		}
-	}
-	return false
 }

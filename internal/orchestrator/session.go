@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/authn"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/transitions"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
@@ -62,7 +63,7 @@ func (s *Server) checkSession(r *http.Request, wk store.Worker) error {
 	if sess == "" || wk.Session == "" || sess == wk.Session {
 		return nil
 	}
-	return s.refuseSession(r.Context(), wk, sess, peerIP(r), r.URL.Path)
+	return s.refuseSession(r.Context(), wk, sess, authn.PeerIP(r), r.URL.Path)
 }
 
 // refuseSession logs and audits (at most once a minute per worker, with the

@@ -13,6 +13,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/authn"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/diskfull"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
@@ -64,7 +65,7 @@ func (s *Server) upload(h uploadHandler) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 		a, err := s.artifactStore()
 		if err != nil {
-			s.writeError(w, r, err)
+			s.errs.Write(w, r, err)
 			return
 		}
 		var token string
@@ -78,20 +79,20 @@ func (s *Server) upload(h uploadHandler) httprouter.Handle {
 			if r.Header.Get("Authorization") != "" || r.Header.Get("X-API-Key") != "" {
 				detail += "; admins list and download a job's artifacts under /api/queue/{job_id}/artifacts"
 			}
-			s.writeError(w, r, web.Errorf(http.StatusUnauthorized, protocol.CodeUnauthorized, "%s", detail))
+			s.errs.Write(w, r, web.Errorf(http.StatusUnauthorized, protocol.CodeUnauthorized, "%s", detail))
 			return
 		}
 		// As for other credentials: a blocked peer's garbage costs no lookup,
 		// a token of the right shape always gets one.
-		c := presenterOf(r)
-		if err := s.limited(c, token, uploadTokenShape(token)); err != nil {
-			s.writeError(w, r, err)
+		c := authn.PresenterOf(r)
+		if err := s.authn.Limited(c, token, uploadTokenShape(token)); err != nil {
+			s.errs.Write(w, r, err)
 			return
 		}
 		hash := auth.Hash(token)
 		att, err := s.store.GetAttemptByUploadTokenHash(r.Context(), hash)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			s.writeError(w, r, err)
+			s.errs.Write(w, r, err)
 			return
 		}
 		if err != nil || !auth.Equal(att.UploadTokenHash, hash) {
@@ -99,20 +100,20 @@ func (s *Server) upload(h uploadHandler) httprouter.Handle {
 			if !uploadTokenShape(token) {
 				why = "an upload token starts with " + uploadPrefix + " (it is in $SIMPLETUNER_UPLOAD_TOKEN)"
 			}
-			s.writeError(w, r, s.refused(c, token, protocol.CodeInvalidToken, "Invalid upload token: "+why))
+			s.errs.Write(w, r, s.authn.Refused(c, token, protocol.CodeInvalidToken, "Invalid upload token: "+why))
 			return
 		}
 		j, err := s.store.GetJob(r.Context(), att.JobID)
 		if err != nil {
-			s.writeError(w, r, err)
+			s.errs.Write(w, r, err)
 			return
 		}
 		if err := s.mayUpload(j, att, time.Now()); err != nil {
-			s.writeError(w, r, err)
+			s.errs.Write(w, r, err)
 			return
 		}
 		if err := h(w, r, ps, uploader{job: j, attempt: att}, a); err != nil {
-			s.writeError(w, r, err)
+			s.errs.Write(w, r, err)
 		}
 	}
 }

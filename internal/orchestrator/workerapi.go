@@ -13,6 +13,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/authn"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/hub"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/labels"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/logfeed"
@@ -69,8 +70,8 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request, _ httpro
 	} else {
 		req.GPUInfo = json.RawMessage(`{}`)
 	}
-	_, local := peerOf(r)
-	resp, err := s.register(r.Context(), wk, registration{req: req, local: local, ip: peerIP(r), session: sessionOf(r)})
+	local := authn.ViaAdminSocket(r)
+	resp, err := s.register(r.Context(), wk, registration{req: req, local: local, ip: authn.PeerIP(r), session: sessionOf(r)})
 	if err != nil {
 		return err
 	}
@@ -279,12 +280,12 @@ func (s *Server) handleJobStatus(w http.ResponseWriter, r *http.Request, ps http
 		attempt = *req.Attempt
 	}
 	// A GPU the job left dirty is held back before the report frees it.
-	wk, err := s.noteGPUConditions(r.Context(), wk, req.GPUConditions, peerIP(r))
+	wk, err := s.noteGPUConditions(r.Context(), wk, req.GPUConditions, authn.PeerIP(r))
 	if err != nil {
 		return err
 	}
 	jobID := ps.ByName("job_id")
-	j, _, err := s.moves.ApplyReport(r.Context(), wk, jobID, attempt, req, peerIP(r))
+	j, _, err := s.moves.ApplyReport(r.Context(), wk, jobID, attempt, req, authn.PeerIP(r))
 	if errors.Is(err, store.ErrNotFound) {
 		return web.NotFound("Job not found: %s", jobID)
 	}
@@ -354,7 +355,7 @@ func (s *Server) handleDisconnect(w http.ResponseWriter, r *http.Request, _ http
 	if err := sameWorker(req.WorkerID, wk); err != nil {
 		return err
 	}
-	if err := s.markOffline(r.Context(), wk.ID, transitions.WorkerActor(wk), peerIP(r), "the worker disconnected"); err != nil {
+	if err := s.markOffline(r.Context(), wk.ID, transitions.WorkerActor(wk), authn.PeerIP(r), "the worker disconnected"); err != nil {
 		return err
 	}
 	web.WriteJSON(w, http.StatusOK, map[string]bool{"success": true})
