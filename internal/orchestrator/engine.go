@@ -51,18 +51,20 @@ func (e engine) RequestCancel(ctx context.Context, jobID, actor, ip string) (sto
 }
 
 func (e engine) Drain(ctx context.Context, id, actor, ip string) (store.Worker, error) {
-	return e.s.drain(ctx, id, actor, ip)
+	return e.s.proto.Drain(ctx, id, actor, ip)
 }
 
 func (e engine) Resume(ctx context.Context, id, actor, ip string) (store.Worker, error) {
-	return e.s.resume(ctx, id, actor, ip)
+	return e.s.proto.Resume(ctx, id, actor, ip)
 }
 
 func (e engine) Evict(ctx context.Context, wk store.Worker, actor, ip string) error {
-	return e.s.evictWorker(ctx, wk, actor, ip)
+	return e.s.proto.Evict(ctx, wk, actor, ip)
 }
 
-func (e engine) Deletable(ctx context.Context, wk store.Worker) error { return e.s.deletable(ctx, wk) }
+func (e engine) Deletable(ctx context.Context, wk store.Worker) error {
+	return e.s.proto.Deletable(ctx, wk)
+}
 
 func (e engine) SendToWorker(workerID, typ string, v any) { e.s.notify.SendToWorker(workerID, typ, v) }
 
@@ -70,17 +72,17 @@ func (e engine) CloseWorkerStream(workerID, reason string) {
 	e.s.notify.CloseWorkerStream(workerID, reason)
 }
 
-func (e engine) Shown(wk store.Worker) (protocol.WorkerStatus, bool) { return e.s.shown(wk) }
+func (e engine) Shown(wk store.Worker) (protocol.WorkerStatus, bool) { return e.s.proto.Shown(wk) }
 
 func (e engine) Reservation() placement.Reservation { return e.s.sched.Reservation() }
 
-func (e engine) LargestWorker() int { return int(e.s.largestWorker.Load()) }
+func (e engine) LargestWorker() int { return e.s.proto.LargestWorker() }
 
 func (e engine) LatestCheckpoint(ctx context.Context, j store.Job) (*protocol.Checkpoint, int, error) {
-	return e.s.latestCheckpoint(ctx, j)
+	return e.s.proto.LatestCheckpoint(ctx, j)
 }
 
-func (e engine) Artifacts() (*artifacts.Store, error) { return e.s.artifactStore() }
+func (e engine) Artifacts() (*artifacts.Store, error) { return e.s.proto.ArtifactStore() }
 
 func (e engine) Stopping() <-chan struct{} { return e.s.stopped }
 

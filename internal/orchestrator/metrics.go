@@ -58,7 +58,7 @@ func (s *Server) writeMetrics(ctx context.Context, w io.Writer) {
 	byStatus := map[protocol.WorkerStatus]int{}
 	var workers []store.Worker
 	if err := store.EachWorker(ctx, s.store, func(wk store.Worker) {
-		status, _ := s.shown(wk)
+		status, _ := s.proto.Shown(wk)
 		byStatus[status]++
 		workers = append(workers, wk)
 	}); err == nil {
@@ -66,7 +66,7 @@ func (s *Server) writeMetrics(ctx context.Context, w io.Writer) {
 		for _, st := range []protocol.WorkerStatus{protocol.WorkerConnecting, protocol.WorkerIdle, protocol.WorkerPartial, protocol.WorkerBusy, protocol.WorkerDraining, protocol.WorkerDisconnected, protocol.WorkerOffline} {
 			fmt.Fprintf(w, "simpletuner_workers{status=%q} %d\n", st, byStatus[st])
 		}
-		s.writeGPUMetrics(w, workers)
+		s.proto.WriteGPUMetrics(w, workers)
 	}
 	gauge("simpletuner_sse_connections", "Worker event streams open on this instance.", int64(s.hub.Count()))
 	counter("simpletuner_heartbeats_total", "Heartbeats received.", m.Heartbeats.Load())

@@ -33,6 +33,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/liveness"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/logfeed"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/retention"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/rpc"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/scheduler"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/transitions"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
@@ -176,6 +177,14 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// protocolOptions are the worker protocol's settings among the Server's.
+func (o Options) protocolOptions() rpc.Options {
+	return rpc.Options{InstanceID: o.InstanceID, MaxBodyBytes: o.MaxBodyBytes, HeartbeatInterval: o.HeartbeatInterval,
+		HeartbeatTimeout: o.HeartbeatTimeout, PingInterval: o.PingInterval, StreamWriteTimeout: o.StreamWriteTimeout,
+		HealthCheckInterval: o.HealthCheckInterval, StartupGrace: o.StartupGrace, EphemeralCleanupAfter: o.EphemeralCleanupAfter,
+		LogLimitBytes: o.LogLimitBytes, RecheckInterval: o.RecheckInterval, ArtifactUploadGrace: o.ArtifactUploadGrace}
+}
+
 // schedulerOptions are the scheduler's settings among the Server's.
 func (o Options) schedulerOptions() scheduler.Options {
 	return scheduler.Options{Interval: o.SchedulerInterval, AckTimeout: o.AckTimeout, CancelGrace: o.CancelGrace, Teams: o.Teams}
@@ -210,9 +219,6 @@ type Server struct {
 	// unready is set while /readyz finds the database silent (logged once).
 	unready  atomic.Bool
 	storeErr atomic.Pointer[error]
-	// largestWorker is the most GPUs any worker has: refreshed by every
-	// health pass, raised by registrations. Submit warns above it.
-	largestWorker atomic.Int64
 	// adminSocketPath names the unix socket in connection commands given over it.
 	adminSocketPath string
 	// retention deletes expired history and measures what is kept.
@@ -227,9 +233,6 @@ type Server struct {
 	// those numbers and of the fleet's GPUs.
 	heard      *liveness.Memory
 	gpuHistory *gpuhistory.History
-	// sessionRefusals spaces out the log line and audit record of a second
-	// workerd refused for using a live worker's token.
-	sessionRefusals refusalLog
 	// freezeFile is the fault suite's freeze hook (see freezehook.go); "" in production.
 	freezeFile string
 	// disk tracks full disks (package diskfull).
@@ -247,6 +250,8 @@ type Server struct {
 	// and on other replicas; moves carries out every job move.
 	notify *transitions.Notifier
 	moves  *transitions.Mover
+	// proto serves the worker protocol and the jobs' uploads.
+	proto *rpc.Protocol
 }
 
 // SetAdminSocketPath tells the server where its admin socket lives; call it
@@ -281,7 +286,7 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 	s.opt.Store(&opt)
 	s.webhooks = webhook.New(st, opt.webhookOptions(), log)
 	s.hub = hub.New(log)
-	s.notify = &transitions.Notifier{Hub: s.hub, Bus: st, Log: log, Wake: s.Wake, Resync: s.checkStreamTokens,
+	s.notify = &transitions.Notifier{Hub: s.hub, Bus: st, Log: log, Wake: s.Wake, Resync: func(ctx context.Context) { s.proto.CheckStreamTokens(ctx) },
 		InstanceID: func() string { return s.options().InstanceID }}
 	s.moves = &transitions.Mover{Store: st, Notify: s.notify, Log: log, Metrics: s.metrics, LogFeed: s.logFeed,
 		DiskFull: s.logDiskFullOnce, NoteStore: s.noteStore,
@@ -294,8 +299,12 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 		Quiet: s.logDiskFullOnce}
 	s.api = adminapi.New(adminapi.Deps{Engine: engine{s}, Store: st, Log: log, Heard: s.heard, GPUHistory: s.gpuHistory,
 		Webhooks: s.webhooks, LogFeed: s.logFeed}, opt.apiOptions(""))
+	s.proto = &rpc.Protocol{Store: st, Hub: s.hub, Moves: s.moves, Notify: s.notify, Authn: s.authn, Errors: s.errs, Log: log,
+		Metrics: s.metrics, Heard: s.heard, GPUHistory: s.gpuHistory, Disk: s.disk, LogFeed: s.logFeed, Artifacts: s.artifacts.Load,
+		Wake: s.Wake, Stopping: s.stopping.Load, Started: s.started, NoteStore: s.noteStore,
+		Options: func() rpc.Options { return s.options().protocolOptions() }}
 	s.sched = &scheduler.Scheduler{Store: st, Streams: s.hub, Moves: s.moves, Log: log, Metrics: s.metrics,
-		CheckpointsEndpoint: s.checkpointsEndpoint, Stopping: s.stopping.Load, Freeze: s.freezeWhileFileExists,
+		CheckpointsEndpoint: func(j store.Job) string { return s.proto.CheckpointsEndpoint(j) }, Stopping: s.stopping.Load, Freeze: s.freezeWhileFileExists,
 		NoteStore: s.noteStore, DiskFull: s.logDiskFullOnce}
 	s.sched.Init(opt.schedulerOptions())
 	return s
@@ -357,30 +366,7 @@ func (s *Server) Routes() []web.Route {
 	return append([]web.Route{
 		web.NewRoute("GET", "/healthz", "", s.healthz),
 		web.NewRoute("GET", "/readyz", "", s.readyz),
-
-		// Worker protocol.
-		web.NewRoute("POST", "/api/workers/register", "", s.worker(s.handleRegister)),
-		web.NewRoute("GET", "/api/workers/stream", "", s.worker(s.handleStream)),
-		web.NewRoute("POST", "/api/workers/heartbeat", "", s.worker(s.handleHeartbeat)),
-		web.NewRoute("POST", "/api/workers/job/:job_id/status", "", s.worker(s.handleJobStatus)),
-		web.NewRoute("POST", "/api/workers/job/:job_id/logs", "", s.worker(s.handleJobLogs)),
-		web.NewRoute("POST", "/api/workers/disconnect", "", s.worker(s.handleDisconnect)),
-		web.NewRoute("GET", "/api/workers/queue", "", s.worker(s.handleQueueCheck)),
-
-		// A job's own S3-style uploads, authenticated by its attempt's upload
-		// token. Keys hold slashes, hence the catch-all.
-		web.NewRoute("GET", "/api/cloud/storage", "", s.upload(s.listBuckets)),
-		web.NewRoute("GET", "/api/cloud/storage/:bucket", "", s.upload(s.listObjects)),
-		web.NewRoute("PUT", "/api/cloud/storage/:bucket/*key", "PUT /api/cloud/storage/{bucket}/{key}", s.upload(s.putObject)),
-		web.NewRoute("GET", "/api/cloud/storage/:bucket/*key", "GET /api/cloud/storage/{bucket}/{key}", s.upload(s.getObject)),
-		web.NewRoute("HEAD", "/api/cloud/storage/:bucket/*key", "HEAD /api/cloud/storage/{bucket}/{key}", s.upload(s.getObject)),
-		// The job's checkpoints (p2): complete ones listed and read by any
-		// attempt of the job, committed and aborted by the one that uploaded.
-		web.NewRoute("GET", "/api/cloud/checkpoints", "", s.upload(s.listCheckpoints)),
-		web.NewRoute("POST", "/api/cloud/checkpoints", "", s.upload(s.commitCheckpoint)),
-		web.NewRoute("DELETE", "/api/cloud/checkpoints/:name", "", s.upload(s.abortCheckpoint)),
-		web.NewRoute("GET", "/api/cloud/checkpoints/:attempt/:name/*path", "GET /api/cloud/checkpoints/{attempt}/{name}/{path}", s.upload(s.checkpointFile)),
-	}, s.api.Routes()...)
+	}, append(s.proto.Routes(), s.api.Routes()...)...)
 }
 
 // Handler is the HTTP API served on every listener.

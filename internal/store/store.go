@@ -654,7 +654,9 @@ func FleetGPUs(ctx context.Context, st interface {
 }
 
 // EachWorker visits every worker of st, a page at a time.
-func EachWorker(ctx context.Context, st Store, fn func(Worker)) error {
+func EachWorker(ctx context.Context, st interface {
+	ListWorkers(ctx context.Context, f WorkerFilter) ([]Worker, int, error)
+}, fn func(Worker)) error {
 	const page = 1000
 	for off := 0; ; off += page {
 		ws, _, err := st.ListWorkers(ctx, WorkerFilter{Limit: page, Offset: off})

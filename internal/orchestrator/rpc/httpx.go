@@ -1,4 +1,4 @@
-package orchestrator
+package rpc
 
 import (
 	"net/http"
@@ -8,7 +8,7 @@ import (
 
 // decodeJSON reads a JSON object body into v (web.ReadJSON, within the
 // configured body limit).
-func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	_, err := web.ReadJSON(w, r, s.options().MaxBodyBytes, v)
+func (s *Protocol) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	_, err := web.ReadJSON(w, r, s.Options().MaxBodyBytes, v)
 	return err
 }

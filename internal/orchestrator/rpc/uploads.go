@@ -1,4 +1,4 @@
-package orchestrator
+package rpc
 
 import (
 	"context"
@@ -24,22 +24,9 @@ import (
 // with its attempt's upload token; admins (queue.view) list and download
 // them under /api/queue/{id}/artifacts (package adminapi).
 
-// SetArtifacts gives the server its artifact storage; without it the
-// artifact endpoints answer 503.
-func (s *Server) SetArtifacts(a *artifacts.Store) {
-	s.artifacts.Store(a)
-	s.applyArtifactLimits(s.options())
-}
-
-func (s *Server) applyArtifactLimits(o Options) {
-	if a := s.artifacts.Load(); a != nil {
-		a.SetLimits(artifacts.Limits{MaxObjectBytes: o.ArtifactMaxObjectBytes, MaxJobBytes: o.ArtifactMaxJobBytes,
-			MaxJobObjects: o.ArtifactMaxJobObjects, ReservePercent: o.ArtifactReservePercent})
-	}
-}
-
-func (s *Server) artifactStore() (*artifacts.Store, error) {
-	a := s.artifacts.Load()
+// ArtifactStore is where jobs' uploads go; an error (503) while none is set.
+func (s *Protocol) ArtifactStore() (*artifacts.Store, error) {
+	a := s.Artifacts()
 	if a == nil {
 		return nil, web.Errorf(http.StatusServiceUnavailable, protocol.CodeUnavailable, "artifact storage is not configured on this orchestrator")
 	}
@@ -61,11 +48,11 @@ const uploadPrefix = "stu_"
 
 // upload authenticates a job's upload token and checks that its attempt may
 // still upload.
-func (s *Server) upload(h uploadHandler) httprouter.Handle {
+func (s *Protocol) upload(h uploadHandler) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-		a, err := s.artifactStore()
+		a, err := s.ArtifactStore()
 		if err != nil {
-			s.errs.Write(w, r, err)
+			s.Errors.Write(w, r, err)
 			return
 		}
 		var token string
@@ -79,20 +66,20 @@ func (s *Server) upload(h uploadHandler) httprouter.Handle {
 			if r.Header.Get("Authorization") != "" || r.Header.Get("X-API-Key") != "" {
 				detail += "; admins list and download a job's artifacts under /api/queue/{job_id}/artifacts"
 			}
-			s.errs.Write(w, r, web.Errorf(http.StatusUnauthorized, protocol.CodeUnauthorized, "%s", detail))
+			s.Errors.Write(w, r, web.Errorf(http.StatusUnauthorized, protocol.CodeUnauthorized, "%s", detail))
 			return
 		}
 		// As for other credentials: a blocked peer's garbage costs no lookup,
 		// a token of the right shape always gets one.
 		c := authn.PresenterOf(r)
-		if err := s.authn.Limited(c, token, uploadTokenShape(token)); err != nil {
-			s.errs.Write(w, r, err)
+		if err := s.Authn.Limited(c, token, uploadTokenShape(token)); err != nil {
+			s.Errors.Write(w, r, err)
 			return
 		}
 		hash := auth.Hash(token)
-		att, err := s.store.GetAttemptByUploadTokenHash(r.Context(), hash)
+		att, err := s.Store.GetAttemptByUploadTokenHash(r.Context(), hash)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			s.errs.Write(w, r, err)
+			s.Errors.Write(w, r, err)
 			return
 		}
 		if err != nil || !auth.Equal(att.UploadTokenHash, hash) {
@@ -100,20 +87,20 @@ func (s *Server) upload(h uploadHandler) httprouter.Handle {
 			if !uploadTokenShape(token) {
 				why = "an upload token starts with " + uploadPrefix + " (it is in $SIMPLETUNER_UPLOAD_TOKEN)"
 			}
-			s.errs.Write(w, r, s.authn.Refused(c, token, protocol.CodeInvalidToken, "Invalid upload token: "+why))
+			s.Errors.Write(w, r, s.Authn.Refused(c, token, protocol.CodeInvalidToken, "Invalid upload token: "+why))
 			return
 		}
-		j, err := s.store.GetJob(r.Context(), att.JobID)
+		j, err := s.Store.GetJob(r.Context(), att.JobID)
 		if err != nil {
-			s.errs.Write(w, r, err)
+			s.Errors.Write(w, r, err)
 			return
 		}
 		if err := s.mayUpload(j, att, time.Now()); err != nil {
-			s.errs.Write(w, r, err)
+			s.Errors.Write(w, r, err)
 			return
 		}
 		if err := h(w, r, ps, uploader{job: j, attempt: att}, a); err != nil {
-			s.errs.Write(w, r, err)
+			s.Errors.Write(w, r, err)
 		}
 	}
 }
@@ -138,14 +125,14 @@ func uploadTokenShape(token string) bool {
 // upload_grace after it ends (time to publish final weights after the
 // completion report); after that it is refused as expired (401). A replaced
 // attempt is stale at once (409), grace or not.
-func (s *Server) mayUpload(j store.Job, a store.Attempt, now time.Time) error {
+func (s *Protocol) mayUpload(j store.Job, a store.Attempt, now time.Time) error {
 	if j.Attempt != a.Number {
-		s.metrics.StaleRejections.Add(1)
-		s.log.Info("stale upload refused", "job_id", j.ID, "attempt", a.Number, "current_attempt", j.Attempt)
+		s.Metrics.StaleRejections.Add(1)
+		s.Log.Info("stale upload refused", "job_id", j.ID, "attempt", a.Number, "current_attempt", j.Attempt)
 		return web.Errorf(http.StatusConflict, protocol.CodeStaleAttempt,
 			"attempt %d of job %s has been replaced by attempt %d; its upload token no longer works", a.Number, j.ID, j.Attempt)
 	}
-	grace := s.options().ArtifactUploadGrace
+	grace := s.Options().ArtifactUploadGrace
 	if a.EndedAt != nil && now.Sub(*a.EndedAt) > grace {
 		return web.Errorf(http.StatusUnauthorized, protocol.CodeInvalidToken,
 			"the upload token of attempt %d of job %s has expired: the attempt ended at %s and uploads are accepted for %s after that (artifacts.upload_grace)",
@@ -157,9 +144,9 @@ func (s *Server) mayUpload(j store.Job, a store.Attempt, now time.Time) error {
 // stillCurrent is checked once an upload's body has arrived, before the
 // object appears: the attempt may have been replaced while it streamed. The
 // grace is not checked again; an upload that began in time may finish.
-func (s *Server) stillCurrent(ctx context.Context, u uploader) func() error {
+func (s *Protocol) stillCurrent(ctx context.Context, u uploader) func() error {
 	return func() error {
-		j, err := s.store.GetJob(ctx, u.job.ID)
+		j, err := s.Store.GetJob(ctx, u.job.ID)
 		if err != nil {
 			return err
 		}
@@ -170,19 +157,19 @@ func (s *Server) stillCurrent(ctx context.Context, u uploader) func() error {
 	}
 }
 
-// artifactError maps the store's errors onto HTTP answers.
-func (s *Server) artifactError(err error) error {
+// ArtifactError maps the store's errors onto HTTP answers.
+func (s *Protocol) ArtifactError(err error) error {
 	if tl := (*artifacts.TooLargeError)(nil); errors.As(err, &tl) {
-		s.metrics.ArtifactTooLarge()
+		s.Metrics.ArtifactTooLarge()
 	}
-	return web.ArtifactError(s.log, err)
+	return web.ArtifactError(s.Log, err)
 }
 
-func (s *Server) putObject(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
+func (s *Protocol) putObject(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
 	ref := artifacts.Ref{JobID: u.job.ID, Attempt: u.attempt.Number, Bucket: ps.ByName("bucket"),
 		Key: strings.TrimPrefix(ps.ByName("key"), "/")}
 	if err := ref.Validate(); err != nil {
-		return s.artifactError(err)
+		return s.ArtifactError(err)
 	}
 	obj, err := a.Put(r.Context(), ref, r.Body, r.ContentLength, s.stillCurrent(r.Context(), u))
 	if err != nil {
@@ -191,12 +178,12 @@ func (s *Server) putObject(w http.ResponseWriter, r *http.Request, ps httprouter
 			return ae // the attempt was replaced meanwhile
 		}
 		if !diskfull.IsNoSpace(err) { // a full disk is logged once, not per upload
-			s.log.Info("artifact upload failed", "job_id", ref.JobID, "attempt", ref.Attempt, "path", ref.Path(), "err", err)
+			s.Log.Info("artifact upload failed", "job_id", ref.JobID, "attempt", ref.Attempt, "path", ref.Path(), "err", err)
 		}
-		return s.artifactError(err)
+		return s.ArtifactError(err)
 	}
-	s.metrics.ArtifactStored(obj.Size)
-	s.log.Info("artifact stored", "job_id", ref.JobID, "attempt", ref.Attempt, "path", ref.Path(), "bytes", obj.Size, "sha256", obj.SHA256)
+	s.Metrics.ArtifactStored(obj.Size)
+	s.Log.Info("artifact stored", "job_id", ref.JobID, "attempt", ref.Attempt, "path", ref.Path(), "bytes", obj.Size, "sha256", obj.SHA256)
 	w.Header().Set("ETag", obj.ETag())
 	web.WriteJSON(w, http.StatusOK, map[string]any{"ETag": obj.ETag(), "Key": ref.Key, "Bucket": ref.Bucket,
 		"Size": obj.Size, "SHA256": obj.SHA256})
@@ -205,7 +192,7 @@ func (s *Server) putObject(w http.ResponseWriter, r *http.Request, ps httprouter
 
 // getObject serves one of the attempt's own objects (a client checking what
 // it uploaded); a trailing "/" lists the bucket instead.
-func (s *Server) getObject(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
+func (s *Protocol) getObject(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
 	key := strings.TrimPrefix(ps.ByName("key"), "/")
 	if key == "" {
 		return s.listObjects(w, r, ps, u, a)
@@ -213,7 +200,7 @@ func (s *Server) getObject(w http.ResponseWriter, r *http.Request, ps httprouter
 	ref := artifacts.Ref{JobID: u.job.ID, Attempt: u.attempt.Number, Bucket: ps.ByName("bucket"), Key: key}
 	rd, obj, err := a.Open(r.Context(), ref)
 	if err != nil {
-		return s.artifactError(err)
+		return s.ArtifactError(err)
 	}
 	defer rd.Close()
 	web.ServeArtifact(w, r, rd, obj)
@@ -221,10 +208,10 @@ func (s *Server) getObject(w http.ResponseWriter, r *http.Request, ps httprouter
 }
 
 // listBuckets lists the attempt's buckets with their sizes, newest first.
-func (s *Server) listBuckets(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u uploader, a *artifacts.Store) error {
+func (s *Protocol) listBuckets(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u uploader, a *artifacts.Store) error {
 	objs, err := a.List(r.Context(), u.job.ID, u.attempt.Number)
 	if err != nil {
-		return s.artifactError(err)
+		return s.ArtifactError(err)
 	}
 	type bucket struct {
 		Name         string  `json:"Name"`
@@ -261,14 +248,14 @@ func (s *Server) listBuckets(w http.ResponseWriter, r *http.Request, _ httproute
 }
 
 // listObjects lists one bucket of the attempt.
-func (s *Server) listObjects(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
+func (s *Protocol) listObjects(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
 	name := ps.ByName("bucket")
 	if err := artifacts.ValidateBucket(name); err != nil {
-		return s.artifactError(err)
+		return s.ArtifactError(err)
 	}
 	objs, err := a.List(r.Context(), u.job.ID, u.attempt.Number)
 	if err != nil {
-		return s.artifactError(err)
+		return s.ArtifactError(err)
 	}
 	type content struct {
 		Key          string  `json:"Key"`
