@@ -9,12 +9,9 @@ package orchestrator
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,11 +20,9 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
-	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/authn"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/diskfull"
-	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/fairshare"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/gpuhistory"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/hub"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/liveness"
@@ -38,167 +33,8 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/transitions"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
-	"github.com/simpletuner/simpletuner-orchestration/internal/version"
 	"github.com/simpletuner/simpletuner-orchestration/internal/webhook"
 )
-
-// Options are the orchestrator's settings. OptionsFrom fills them from the
-// configuration, whose defaults are the only built-in values.
-type Options struct {
-	InstanceID            string
-	MaxBodyBytes          int64
-	AdminGroup            string
-	ConfigsDir            string
-	HeartbeatInterval     time.Duration
-	HeartbeatTimeout      time.Duration
-	HealthCheckInterval   time.Duration
-	StartupGrace          time.Duration
-	AckTimeout            time.Duration
-	EphemeralCleanupAfter time.Duration
-	PingInterval          time.Duration
-	SchedulerInterval     time.Duration
-	MaxRetries            int
-	CancelGrace           time.Duration
-	CancelReportTimeout   time.Duration
-	LogLimitBytes         int64
-	AuthFailuresPerMinute int
-	// Artifacts: limits per object and per job, and how long an attempt's
-	// upload token still works after the attempt ended.
-	ArtifactMaxObjectBytes int64
-	ArtifactMaxJobBytes    int64
-	ArtifactMaxJobObjects  int
-	ArtifactReservePercent float64
-	ArtifactUploadGrace    time.Duration
-	StreamWriteTimeout     time.Duration
-	BodyTimeout            time.Duration
-	// PublicURL is the orchestrator's address as clients know it (a TLS
-	// proxy in front); "" uses the address a request came in on.
-	PublicURL            string
-	MaxLogFollowers      int
-	RecheckInterval      time.Duration
-	FailureAuditInterval time.Duration
-	FailureAuditMaxPeers int
-	// Retention: how long finished jobs and their traces are kept.
-	Retention retention.Options
-	// Webhooks: how events reach the webhook subscriptions, and those of
-	// the configuration.
-	Webhooks webhook.Options
-	// Teams: the teams sharing the fleet, and preemption.
-	Teams fairshare.Policy
-
-	// followFallback replaces defaultFollowFallback when set: tests that
-	// count store reads put the fallback look out of their way.
-	followFallback time.Duration
-	// fleetHistoryEvery replaces the minute between two counts of the
-	// fleet's GPUs for the charts (tests).
-	fleetHistoryEvery time.Duration
-}
-
-// OptionsFrom maps a loaded configuration onto the orchestrator's settings.
-// An unset instance id becomes hostname:pid, unique per process.
-func OptionsFrom(cfg *config.Orchestrator) Options {
-	id := cfg.Server.InstanceID
-	if id == "" {
-		host, _ := os.Hostname()
-		id = fmt.Sprintf("%s:%d", host, os.Getpid())
-	}
-	w, j := cfg.Workers, cfg.Jobs
-	return Options{
-		InstanceID:            id,
-		MaxBodyBytes:          cfg.Server.MaxBodyBytes,
-		AdminGroup:            cfg.Server.AdminGroup,
-		ConfigsDir:            cfg.Paths.ConfigsDir,
-		HeartbeatInterval:     w.HeartbeatInterval.Duration,
-		HeartbeatTimeout:      w.HeartbeatTimeout.Duration,
-		HealthCheckInterval:   w.HealthCheckInterval.Duration,
-		StartupGrace:          w.StartupGrace.Duration,
-		AckTimeout:            w.AckTimeout.Duration,
-		EphemeralCleanupAfter: w.EphemeralCleanupAfter.Duration,
-		PingInterval:          w.PingInterval.Duration,
-		SchedulerInterval:     j.SchedulerInterval.Duration,
-		MaxRetries:            j.MaxRetries,
-		CancelGrace:           j.CancelGrace.Duration,
-		CancelReportTimeout:   j.CancelReportTimeout.Duration,
-		LogLimitBytes:         j.LogLimitBytes,
-		AuthFailuresPerMinute: cfg.Auth.FailuresPerMinute,
-
-		ArtifactMaxObjectBytes: cfg.Artifacts.MaxObjectBytes,
-		ArtifactMaxJobBytes:    cfg.Artifacts.MaxJobBytes,
-		ArtifactMaxJobObjects:  cfg.Artifacts.MaxJobObjects,
-		ArtifactReservePercent: cfg.Artifacts.ReservePercent,
-		ArtifactUploadGrace:    cfg.Artifacts.UploadGrace.Duration,
-		StreamWriteTimeout:     cfg.Server.StreamWriteTimeout.Duration,
-		BodyTimeout:            cfg.Server.BodyTimeout.Duration,
-		PublicURL:              strings.TrimSuffix(cfg.Server.PublicURL, "/"),
-		MaxLogFollowers:        cfg.Server.MaxLogFollowers,
-		RecheckInterval:        cfg.Auth.RecheckInterval.Duration,
-		FailureAuditInterval:   cfg.Auth.FailureAuditInterval.Duration,
-		FailureAuditMaxPeers:   cfg.Auth.FailureAuditMaxPeers,
-
-		Retention: retention.OptionsFrom(cfg.Retention),
-		Webhooks:  webhook.OptionsFrom(cfg),
-		Teams:     fairshare.PolicyFrom(cfg),
-	}
-}
-
-// withDefaults fills the settings this file's loops and streams cannot do
-// without (a zero ticker period panics, a zero cap refuses everyone) from the
-// configuration's defaults, for Options built by hand.
-func (o Options) withDefaults() Options {
-	def := OptionsFrom(config.DefaultOrchestrator())
-	if o.StreamWriteTimeout <= 0 {
-		o.StreamWriteTimeout = def.StreamWriteTimeout
-	}
-	if o.MaxLogFollowers <= 0 {
-		o.MaxLogFollowers = def.MaxLogFollowers
-	}
-	if o.BodyTimeout <= 0 {
-		o.BodyTimeout = def.BodyTimeout
-	}
-	if o.RecheckInterval <= 0 {
-		o.RecheckInterval = def.RecheckInterval
-	}
-	if o.FailureAuditInterval <= 0 {
-		o.FailureAuditInterval = def.FailureAuditInterval
-	}
-	if o.FailureAuditMaxPeers <= 0 {
-		o.FailureAuditMaxPeers = def.FailureAuditMaxPeers
-	}
-	// The retention loop waits Interval between passes: zero would spin.
-	if o.Retention.Interval <= 0 {
-		o.Retention.Interval = def.Retention.Interval
-	}
-	if o.Retention.BatchSize <= 0 {
-		o.Retention.BatchSize = def.Retention.BatchSize
-	}
-	if len(o.Teams.Teams) == 0 {
-		o.Teams = def.Teams
-	}
-	return o
-}
-
-// protocolOptions are the worker protocol's settings among the Server's.
-func (o Options) protocolOptions() rpc.Options {
-	return rpc.Options{InstanceID: o.InstanceID, MaxBodyBytes: o.MaxBodyBytes, HeartbeatInterval: o.HeartbeatInterval,
-		HeartbeatTimeout: o.HeartbeatTimeout, PingInterval: o.PingInterval, StreamWriteTimeout: o.StreamWriteTimeout,
-		HealthCheckInterval: o.HealthCheckInterval, StartupGrace: o.StartupGrace, EphemeralCleanupAfter: o.EphemeralCleanupAfter,
-		LogLimitBytes: o.LogLimitBytes, RecheckInterval: o.RecheckInterval, ArtifactUploadGrace: o.ArtifactUploadGrace}
-}
-
-// schedulerOptions are the scheduler's settings among the Server's.
-func (o Options) schedulerOptions() scheduler.Options {
-	return scheduler.Options{Interval: o.SchedulerInterval, AckTimeout: o.AckTimeout, CancelGrace: o.CancelGrace, Teams: o.Teams}
-}
-
-// webhookOptions are the webhook delivery's settings, with this instance's
-// name for the leases it takes.
-func (o Options) webhookOptions() webhook.Options {
-	w := o.Webhooks
-	w.InstanceID = o.InstanceID
-	w.UserAgent = "simpletuner-orchestratord/" + version.Version
-	w.BaseURL = o.PublicURL
-	return w
-}
 
 // Server holds the orchestrator's live state. Create it with New, then serve
 // Handler() on the API listeners and AdminHandler() on the admin socket, and run
@@ -297,8 +133,6 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 	s.retention = &retention.Keeper{Store: st, Artifacts: s.artifacts.Load, Log: log,
 		Options: func() retention.Options { return s.options().Retention }, StartupGrace: func() time.Duration { return s.options().StartupGrace },
 		Quiet: s.logDiskFullOnce}
-	s.api = adminapi.New(adminapi.Deps{Engine: engine{s}, Store: st, Log: log, Heard: s.heard, GPUHistory: s.gpuHistory,
-		Webhooks: s.webhooks, LogFeed: s.logFeed}, opt.apiOptions(""))
 	s.proto = &rpc.Protocol{Store: st, Hub: s.hub, Moves: s.moves, Notify: s.notify, Authn: s.authn, Errors: s.errs, Log: log,
 		Metrics: s.metrics, Heard: s.heard, GPUHistory: s.gpuHistory, Disk: s.disk, LogFeed: s.logFeed, Artifacts: s.artifacts.Load,
 		Wake: s.Wake, Stopping: s.stopping.Load, Started: s.started, NoteStore: s.noteStore,
@@ -307,6 +141,9 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 		CheckpointsEndpoint: func(j store.Job) string { return s.proto.CheckpointsEndpoint(j) }, Stopping: s.stopping.Load, Freeze: s.freezeWhileFileExists,
 		NoteStore: s.noteStore, DiskFull: s.logDiskFullOnce}
 	s.sched.Init(opt.schedulerOptions())
+	s.api = adminapi.New(adminapi.Deps{Auth: s.authn, Errors: s.errs, Scheduler: s.sched, Events: s.notify, Jobs: s.moves,
+		Workers: s.proto, Uploads: s.proto, Stopping: s.stopped, Store: st, Log: log, Heard: s.heard, GPUHistory: s.gpuHistory,
+		Webhooks: s.webhooks, LogFeed: s.logFeed}, opt.apiOptions(""))
 	return s
 }
 
@@ -329,19 +166,6 @@ func (s *Server) SetOptions(o Options) {
 
 // Wake asks the scheduler for a pass soon; it never blocks.
 func (s *Server) Wake() { s.sched.Wake() }
-
-// Healthy is the watchdog gate: the store answered recently and the scheduler
-// loop is turning.
-func (s *Server) Healthy() error {
-	if p := s.storeErr.Load(); p != nil && *p != nil {
-		return *p
-	}
-	last := s.sched.LastPass()
-	if limit := 3*s.options().SchedulerInterval + 10*time.Second; time.Since(last) > limit {
-		return errors.New("scheduler loop has not completed a pass for " + time.Since(last).Round(time.Second).String())
-	}
-	return nil
-}
 
 // BeginShutdown makes /readyz answer 503, stops handing out jobs and closes
 // every worker stream. A scheduler pass under way stops before its next
@@ -387,51 +211,4 @@ func (s *Server) Handler() http.Handler {
 		r.Handle(rt.Method, rt.Path, rt.Handle)
 	}
 	return r
-}
-
-// healthz answers while the process serves, with the version it runs and
-// the kind of store it uses (neither names a host, a path or a driver).
-func (s *Server) healthz(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-	web.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": version.Version, "store": s.store.Kind()})
-}
-
-func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-	if s.stopping.Load() {
-		web.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": "shutting down"})
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	// Anyone may ask: the answer names no host, port or driver message. The
-	// log has the error, once each time readiness is lost. A database that
-	// went silent may hold the ping past the deadline (until the store's own
-	// timeout breaks the connection): the answer does not wait for it.
-	pinged := make(chan error, 1)
-	go func() { pinged <- s.store.Ping(ctx) }()
-	var err error
-	select {
-	case err = <-pinged:
-	case <-ctx.Done():
-		err = fmt.Errorf("no answer within 2s: %w", ctx.Err())
-	}
-	if err != nil {
-		if !s.unready.Swap(true) {
-			s.log.Warn("not ready: the database does not answer", "err", err)
-		}
-		web.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": "database unreachable"})
-		return
-	}
-	if s.unready.Swap(false) {
-		s.log.Info("ready: the database answers again")
-	}
-	notReady, degraded := s.disk.Problem()
-	if notReady != "" {
-		web.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": notReady})
-		return
-	}
-	if degraded != "" {
-		web.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready", "degraded": degraded})
-		return
-	}
-	web.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
