@@ -43,7 +43,7 @@ func (e *env) quietAgent(name string) *agent {
 // take waits for the agent's next job, starts it and returns the event.
 func (a *agent) take(jobID string) map[string]any {
 	a.e.t.Helper()
-	ev := a.next("job_submit", 10*time.Second)
+	ev := a.next("job_submit", eventWait)
 	if ev["job_id"] != jobID {
 		a.e.t.Fatalf("got job %v, want %s", ev["job_id"], jobID)
 	}
@@ -252,7 +252,7 @@ func TestArtifactStaleAttempt(t *testing.T) {
 		e.must(e.put(first, "out/a", strings.NewReader("one"), 3), 200)
 		lost.silence()
 		lost.cancel()
-		testutil.Eventually(t, 10*time.Second, "attempt lost", func() bool { return e.job(jobID)["status"] == "queued" })
+		testutil.Eventually(t, eventWait, "attempt lost", func() bool { return e.job(jobID)["status"] == "queued" })
 		// Lost but not yet replaced: its grace still holds.
 		e.must(e.put(first, "out/b", strings.NewReader("two"), 3), 200)
 		second := e.quietAgent("second")
@@ -302,7 +302,7 @@ func TestArtifactUploadGrace(t *testing.T) {
 				continue
 			}
 			var r resp
-			testutil.Eventually(t, 5*time.Second, "token expired", func() bool {
+			testutil.Eventually(t, eventWait, "token expired", func() bool {
 				r = e.put(token, "out/final.safetensors", strings.NewReader("w"), 1)
 				return r.Status == 401
 			})
@@ -400,7 +400,7 @@ func TestArtifactLimits(t *testing.T) {
 		conn.Close()
 		want := []string{jobID + "/1/.meta/out/part-0", jobID + "/1/.meta/out/part-1", jobID + "/1/.meta/out/part-2",
 			jobID + "/1/out/part-0", jobID + "/1/out/part-1", jobID + "/1/out/part-2"}
-		testutil.Eventually(t, 5*time.Second, "nothing but the three parts", func() bool { return strings.Join(sorted(e.stored()), ",") == strings.Join(want, ",") })
+		testutil.Eventually(t, eventWait, "nothing but the three parts", func() bool { return strings.Join(sorted(e.stored()), ",") == strings.Join(want, ",") })
 		if b := e.must(e.adminDo("GET", "/api/queue/"+jobID+"/artifacts/out/part-0", nil), 200).Body; !bytes.Equal(b, tooBig[:1<<20]) {
 			t.Fatal("the cut upload changed part-0")
 		}
@@ -428,7 +428,7 @@ func TestArtifactCutConnection(t *testing.T) {
 			}
 		}
 		// The server has the upload in progress: a temporary file exists.
-		testutil.Eventually(t, 5*time.Second, "upload in progress", func() bool {
+		testutil.Eventually(t, eventWait, "upload in progress", func() bool {
 			for _, n := range e.stored() {
 				if strings.HasPrefix(n, ".tmp/") {
 					return true
@@ -437,9 +437,9 @@ func TestArtifactCutConnection(t *testing.T) {
 			return false
 		})
 		conn.Close()
-		testutil.Eventually(t, 5*time.Second, "nothing left", func() bool { return len(e.stored()) == 0 })
+		testutil.Eventually(t, eventWait, "nothing left", func() bool { return len(e.stored()) == 0 })
 		e.must(e.adminDo("GET", "/api/queue/"+jobID+"/artifacts/out/big.bin", nil), 404)
-		testutil.Eventually(t, 5*time.Second, "the failed upload logged", func() bool {
+		testutil.Eventually(t, eventWait, "the failed upload logged", func() bool {
 			return strings.Contains(e.logs.String(), "artifact upload failed")
 		})
 	})

@@ -134,7 +134,7 @@ func TestFailuresAreAuditedEachInterval(t *testing.T) {
 	for i := range 3 {
 		floodRequest(t, hc, e.url, i)
 	}
-	testutil.Eventually(t, 10*time.Second, "the failures audited by the timer", func() bool {
+	testutil.Eventually(t, eventWait, "the failures audited by the timer", func() bool {
 		_, all := auditCount(t, st)
 		total := 0
 		for _, r := range all[before:] {

@@ -114,7 +114,7 @@ func TestCheckpointCommitAndRetry(t *testing.T) {
 		// reads its files; attempt 1's token no longer works.
 		a.silence()
 		a.cancel()
-		testutil.Eventually(t, 10*time.Second, "attempt lost", func() bool { return e.job(jobID)["status"] == "queued" })
+		testutil.Eventually(t, eventWait, "attempt lost", func() bool { return e.job(jobID)["status"] == "queued" })
 		b := e.quietAgent("second")
 		ev2 := b.take(jobID)
 		second := ev2["upload_token"].(string)

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -117,7 +116,7 @@ func TestGPUTelemetryAndStats(t *testing.T) {
 
 	id := e.submit(map[string]any{"gpu_count": 2})
 	var busy string
-	testutil.Eventually(t, 5*time.Second, "job dispatched", func() bool {
+	testutil.Eventually(t, eventWait, "job dispatched", func() bool {
 		j := e.job(id)
 		busy, _ = j["worker_id"].(string)
 		return j["status"] == "dispatched"

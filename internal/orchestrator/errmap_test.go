@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store/postgres"
@@ -113,7 +112,7 @@ func TestReadyzDoesNotLeakTheDatabaseError(t *testing.T) {
 			t.Fatalf("/readyz shows %q: %s", leak, r.Body)
 		}
 	}
-	testutil.Eventually(t, 5*time.Second, "the log to hold the database error", func() bool {
+	testutil.Eventually(t, eventWait, "the log to hold the database error", func() bool {
 		return strings.Contains(e.logs.String(), port)
 	})
 	e.do("GET", "/readyz", nil, nil)

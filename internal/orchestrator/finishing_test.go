@@ -23,7 +23,7 @@ func TestHeartbeatAbsenceNeedsTwoMisses(t *testing.T) {
 		e.must(a.register(nil), 200)
 		a.connect()
 		jobID := e.submit(map[string]any{"config": map[string]any{}})
-		a.next("job_submit", 5*time.Second)
+		a.next("job_submit", eventWait)
 		e.must(a.report(jobID, "starting", map[string]any{"attempt": 1}), 200)
 
 		beat := func(running ...map[string]any) resp {
@@ -95,7 +95,7 @@ func TestGoneWorkerLooksGone(t *testing.T) {
 		e := setup(t, open(t), func(o *Options) { o.HeartbeatTimeout = time.Minute })
 		busy := e.startAgent("busy", nil, nil)
 		jobID := e.submit(map[string]any{"config": map[string]any{}})
-		if ev := busy.next("job_submit", 5*time.Second); ev["job_id"] != jobID {
+		if ev := busy.next("job_submit", eventWait); ev["job_id"] != jobID {
 			t.Fatalf("job went elsewhere: %v", ev)
 		}
 		// The idle worker connects only once the job is out: placement
@@ -105,7 +105,7 @@ func TestGoneWorkerLooksGone(t *testing.T) {
 			a.silence()
 			a.cancel()
 		}
-		testutil.Eventually(t, 5*time.Second, "both shown disconnected", func() bool {
+		testutil.Eventually(t, eventWait, "both shown disconnected", func() bool {
 			return e.worker(busy.id)["status"] == "disconnected" && e.worker(idle.id)["status"] == "disconnected"
 		})
 		if w := e.worker(idle.id); w["connected"] != false {
@@ -211,7 +211,7 @@ func TestShuttingDownJudgesNoDeadline(t *testing.T) {
 	e := setup(t, backends["sqlite"](t))
 	a := e.startAgent("w", nil, nil)
 	job := e.submit(map[string]any{})
-	a.next("job_submit", 5*time.Second)
+	a.next("job_submit", eventWait)
 	a.silence()
 	e.srv.BeginShutdown()
 	opt := e.srv.options()

@@ -17,7 +17,7 @@ func TestFleetGPUHistory(t *testing.T) {
 	a.take()
 	e.submit(gpuJobBody(2, 10)) // waits: one GPU free
 	e.submit(map[string]any{})  // a whole worker: four GPUs asked
-	testutil.Eventually(t, 10*time.Second, "the fleet's counts", func() bool {
+	testutil.Eventually(t, eventWait, "the fleet's counts", func() bool {
 		f := e.must(e.adminDo("GET", "/api/admin/fleet/gpu-history", nil), 200).JSON
 		last := func(k string) float64 {
 			l := f[k].([]any)

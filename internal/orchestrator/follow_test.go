@@ -72,7 +72,7 @@ func (e *env) startedJob() (*agent, string) {
 	e.t.Helper()
 	a := e.startAgent("w", nil, nil)
 	id := e.submit(map[string]any{})
-	a.next("job_submit", 5*time.Second)
+	a.next("job_submit", eventWait)
 	e.must(a.report(id, "starting", map[string]any{"attempt": 1}), 200)
 	return a, id
 }
@@ -95,7 +95,7 @@ func TestFollowedJobCannotForgeEvents(t *testing.T) {
 	forged := "epoch 1\revent: end\rdata: {\"job_id\":\"" + id + "\",\"status\":\"completed\"}\r\rid: 99\r"
 	a.postLog(id, 0, forged)
 	a.postLog(id, len(forged), "\nepoch 2\n")
-	testutil.Eventually(t, 5*time.Second, "the forged text to arrive as log lines", func() bool {
+	testutil.Eventually(t, eventWait, "the forged text to arrive as log lines", func() bool {
 		return strings.Contains(f.buf.String(), "epoch 2")
 	})
 	var lines []string
@@ -161,7 +161,7 @@ func TestFollowersPerCredentialAreCapped(t *testing.T) {
 		t.Fatalf("another credential: %d; want 200", status)
 	}
 	f1.close()
-	testutil.Eventually(t, 5*time.Second, "the closed stream's place to be free", func() bool {
+	testutil.Eventually(t, eventWait, "the closed stream's place to be free", func() bool {
 		f, status := e.follow(e.admin, id)
 		if f != nil {
 			f.close()
@@ -185,7 +185,7 @@ func TestFollowerThatDoesNotReadIsDropped(t *testing.T) {
 	}
 	defer conn.Close()
 	fmt.Fprintf(conn, "GET /api/queue/%s/logs?follow=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", id, e.admin)
-	testutil.Eventually(t, 5*time.Second, "the follow to start", func() bool { return e.srv.api.Following() == 1 })
+	testutil.Eventually(t, eventWait, "the follow to start", func() bool { return e.srv.api.Following() == 1 })
 	line := strings.Repeat("z", 1023) + "\n"
 	chunk := strings.Repeat(line, 512) // 512 KiB
 	offset := 0
@@ -193,7 +193,7 @@ func TestFollowerThatDoesNotReadIsDropped(t *testing.T) {
 		a.postLog(id, offset, chunk)
 		offset += len(chunk)
 	}
-	testutil.Eventually(t, 10*time.Second, "the stalled follower to be dropped", func() bool { return e.srv.api.Following() == 0 })
+	testutil.Eventually(t, eventWait, "the stalled follower to be dropped", func() bool { return e.srv.api.Following() == 0 })
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.Copy(io.Discard, bufio.NewReader(conn)); err != nil && !strings.Contains(err.Error(), "reset") {
 		t.Fatalf("the dropped stream did not end: %v", err)
@@ -244,7 +244,7 @@ func TestFollowersGetAppendsWithoutReads(t *testing.T) {
 		a.postLog(id, offset, l)
 		offset += len(l)
 	}
-	testutil.Eventually(t, 5*time.Second, "every line everywhere", func() bool {
+	testutil.Eventually(t, eventWait, "every line everywhere", func() bool {
 		for _, f := range fs {
 			if !strings.Contains(f.buf.String(), "line 49") {
 				return false
@@ -269,9 +269,9 @@ func startFollowers(t *testing.T, e *env, n int) (*agent, string, []*follower) {
 		f, _ := e.follow(e.admin, id)
 		fs = append(fs, f)
 	}
-	testutil.Eventually(t, 5*time.Second, "every follow to start", func() bool { return e.srv.api.Following() == n })
+	testutil.Eventually(t, eventWait, "every follow to start", func() bool { return e.srv.api.Following() == n })
 	a.postLog(id, 0, "first\n") // a new attempt: each follower catches up once
-	testutil.Eventually(t, 5*time.Second, "the first line everywhere", func() bool {
+	testutil.Eventually(t, eventWait, "the first line everywhere", func() bool {
 		for _, f := range fs {
 			if !strings.Contains(f.buf.String(), "first") {
 				return false

@@ -37,20 +37,26 @@ func forEachStore(t *testing.T, fn func(t *testing.T, open func(t testing.TB) st
 	storetest.ForEach(t, func(t *testing.T, open storetest.Opener) { fn(t, open) })
 }
 
+// eventWait bounds every wait for an event or a state the test expects to
+// come. It is long because a wait that is met ends at once, while one that
+// runs out on a loaded machine (the race detector, PostgreSQL and another
+// suite sharing two cores) fails a correct test.
+const eventWait = 30 * time.Second
+
 // testOptions are production options with every timer scaled down.
 func testOptions(t testing.TB) Options {
 	o := OptionsFrom(config.DefaultOrchestrator())
 	o.InstanceID = "test-" + t.Name()
 	o.ConfigsDir = t.TempDir()
 	o.HeartbeatInterval = 100 * time.Millisecond
-	o.HeartbeatTimeout = 1500 * time.Millisecond // 15 beats: a loaded CI machine can miss several
+	o.HeartbeatTimeout = 3 * time.Second // 30 beats: a loaded machine can stall the agents' loops for a second or two
 	o.HealthCheckInterval = 100 * time.Millisecond
 	o.StartupGrace = 0
 	o.AckTimeout = 5 * time.Second
 	o.PingInterval = 200 * time.Millisecond
 	o.SchedulerInterval = 100 * time.Millisecond
 	o.CancelGrace = 200 * time.Millisecond
-	o.CancelReportTimeout = 300 * time.Millisecond
+	o.CancelReportTimeout = 3 * time.Second // a loaded machine can take a second to send an agent's cancelled report
 	o.EphemeralCleanupAfter = time.Hour
 	o.RecheckInterval = 200 * time.Millisecond
 	o.FailureAuditInterval = 200 * time.Millisecond
@@ -182,20 +188,31 @@ type agent struct {
 	closed   chan struct{}
 	cancel   context.CancelFunc
 
-	mu      sync.Mutex
-	current string // job held, as the agent would report it in heartbeats
-	silent  bool
+	mu       sync.Mutex
+	current  string        // job held, as the agent would report it in heartbeats
+	silent   bool          // set once: no heartbeat is sent after it
+	quiet    chan struct{} // closed by silence: wakes the keep-alive loop
+	loopDone chan struct{} // closed when the keep-alive loop has returned
 }
 
-// silence stops the agent's heartbeats, as if its host vanished.
+// silence stops the agent's heartbeats, as if its host vanished, and returns
+// once none is in flight any more: a heartbeat that left just before would
+// otherwise arrive after the test has seen the worker go quiet.
 func (a *agent) silence() {
 	a.mu.Lock()
-	a.silent = true
+	if !a.silent {
+		a.silent = true
+		close(a.quiet)
+	}
+	done := a.loopDone
 	a.mu.Unlock()
+	if done != nil {
+		<-done
+	}
 }
 
 func (e *env) newAgent(id, token string, protocol int) *agent {
-	return &agent{e: e, id: id, token: token, protocol: protocol}
+	return &agent{e: e, id: id, token: token, protocol: protocol, quiet: make(chan struct{})}
 }
 
 func (a *agent) hdr() map[string]string { return map[string]string{"X-Worker-Token": a.token} }
@@ -250,7 +267,7 @@ func (a *agent) connect() {
 		}
 	}()
 	a.e.t.Cleanup(cancel)
-	testutil.Eventually(a.e.t, 5*time.Second, "stream registered", func() bool { return a.e.srv.hub.Connected(a.id) })
+	testutil.Eventually(a.e.t, eventWait, "stream registered", func() bool { return a.e.srv.hub.Connected(a.id) })
 }
 
 func (a *agent) next(typ string, timeout time.Duration) map[string]any {
@@ -327,7 +344,12 @@ func (a *agent) keepAlive(status func() (string, any)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.e.t.Cleanup(cancel)
 	url, token := a.e.url, a.token // fixed for this loop: a restart test swaps a.e
+	done := make(chan struct{})
+	a.mu.Lock()
+	a.loopDone = done
+	a.mu.Unlock()
 	go func() {
+		defer close(done)
 		for {
 			a.mu.Lock()
 			silent := a.silent
@@ -349,6 +371,8 @@ func (a *agent) keepAlive(status func() (string, any)) {
 			}
 			select {
 			case <-ctx.Done():
+				return
+			case <-a.quiet:
 				return
 			case <-time.After(100 * time.Millisecond):
 			}

@@ -27,7 +27,7 @@ func (e *env) finishJobs(a *agent, n int) []string {
 	var ids []string
 	for range n {
 		id := e.submit(map[string]any{})
-		ev := a.next("job_submit", 10*time.Second)
+		ev := a.next("job_submit", eventWait)
 		if ev["job_id"] != id {
 			e.t.Fatalf("got job %v, want %s", ev["job_id"], id)
 		}
@@ -331,7 +331,7 @@ func TestDiskFull(t *testing.T) {
 		t.Fatalf("%d disk-full log lines, want 1:\n%s", n, e.logs.String())
 	}
 	fd.full.Store(false)
-	testutil.Eventually(t, 5*time.Second, "ready again", func() bool { return e.do("GET", "/readyz", nil, nil).Status == 200 })
+	testutil.Eventually(t, eventWait, "ready again", func() bool { return e.do("GET", "/readyz", nil, nil).Status == 200 })
 	e.submit(map[string]any{"target": "local"})
 	if !strings.Contains(e.logs.String(), "disk has space again") {
 		t.Fatal("no recovery log line")
@@ -353,7 +353,7 @@ func TestArtifactDiskFullIs507(t *testing.T) {
 		t.Fatalf("readyz with the artifacts' disk full: %d %s", r.Status, r.Body)
 	}
 	// The disk has room: the watcher's probe write succeeds and it recovers.
-	testutil.Eventually(t, 5*time.Second, "space again", func() bool { _, degraded := e.srv.disk.Problem(); return degraded == "" })
+	testutil.Eventually(t, eventWait, "space again", func() bool { _, degraded := e.srv.disk.Problem(); return degraded == "" })
 	if left := e.stored(); len(left) != 0 {
 		t.Fatalf("the probe left %v", left)
 	}

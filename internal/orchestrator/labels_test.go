@@ -119,14 +119,26 @@ func TestHeartbeatsAnsweredDuringSlowPasses(t *testing.T) {
 	// The test runs the passes itself, only while it measures: passes run
 	// back to back all along would starve the agents' keep-alive loops for
 	// the whole test on a loaded machine.
-	e := setup(t, backends["sqlite"](t), patientHeartbeats, func(o *Options) { o.SchedulerInterval = time.Hour })
+	// The agents send no heartbeats of their own, and their absence is
+	// never held against them: sixty keep-alive loops would load the very
+	// store the test times, and on a loaded machine a first pass can take
+	// longer than any scaled-down heartbeat timeout.
+	e := setup(t, backends["sqlite"](t), func(o *Options) {
+		o.SchedulerInterval = time.Hour
+		o.HeartbeatTimeout = time.Hour
+	})
 	job, worker := matchWorstCase()
 	for range 150 {
 		e.submit(map[string]any{"worker_labels": job.WorkerLabels})
 	}
 	var agents []*agent
 	for i := range 60 {
-		agents = append(agents, e.startAgent(fmt.Sprintf("slow-%02d", i), worker.Labels, nil))
+		name := fmt.Sprintf("slow-%02d", i)
+		id, token := e.createWorker(name, "persistent", worker.Labels)
+		a := e.newAgent(id, token, 2)
+		e.must(a.register(map[string]any{"name": name}), 200)
+		a.connect()
+		agents = append(agents, a)
 	}
 	type span struct{ from, to time.Time }
 	pass := func() span {

@@ -134,7 +134,7 @@ func cutListeners(t *testing.T, url string) (undo func()) {
 	// Each instance subscribes when its server starts, and its listener
 	// connects and sends LISTEN in the background: wait for both.
 	const listening = `FROM pg_stat_activity WHERE datname = $1 AND query ILIKE 'listen %' AND pid <> pg_backend_pid()`
-	testutil.Eventually(t, 10*time.Second, "both instances listening", func() bool {
+	testutil.Eventually(t, eventWait, "both instances listening", func() bool {
 		var n int
 		if err := db.QueryRow(`SELECT count(*) `+listening, name).Scan(&n); err != nil {
 			t.Fatal(err)
@@ -186,7 +186,7 @@ func TestRotatedTokenGetsNoDispatchOnAReplicaThatMissedTheNotification(t *testin
 	// Queued with every attempt ended: a claim made while the closed stream
 	// was being detached may show in the job read just after it went back
 	// to the queue, not yet withdrawn.
-	testutil.Eventually(t, 10*time.Second, "the attempts withdrawn", func() bool {
+	testutil.Eventually(t, eventWait, "the attempts withdrawn", func() bool {
 		j = alpha.job(jobID)
 		if j["status"] != "queued" {
 			return false
@@ -229,7 +229,7 @@ func TestRotatedTokenLosesItsStreamOnAReplicaThatMissedTheNotification(t *testin
 		t.Fatal("the stream of the rotated token is still open")
 	}
 	undo()
-	testutil.Eventually(t, 5*time.Second, "the worker shown disconnected", func() bool {
+	testutil.Eventually(t, eventWait, "the worker shown disconnected", func() bool {
 		return alpha.worker(a.id)["connected"] == false
 	})
 }

@@ -34,7 +34,7 @@ func TestLockedLabelsPinPlacement(t *testing.T) {
 		thief.noEvent("job_submit", 600*time.Millisecond)
 
 		secure := e.startAgent("secure", map[string]string{"tier": "secure"}, nil)
-		if ev := secure.next("job_submit", 5*time.Second); ev["job_id"] != job {
+		if ev := secure.next("job_submit", eventWait); ev["job_id"] != job {
 			t.Fatalf("the secure worker got %v", ev)
 		}
 
@@ -142,7 +142,7 @@ func TestLockedWorkerInventory(t *testing.T) {
 	e.must(e.adminDo("PATCH", "/api/admin/workers/"+a.id, map[string]any{"labels_locked": false}), 200)
 	e.must(a.register(map[string]any{"gpu_info": gpus(8, 80)}), 200)
 	a.connect()
-	if ev := a.next("job_submit", 5*time.Second); ev["job_id"] != big {
+	if ev := a.next("job_submit", eventWait); ev["job_id"] != big {
 		t.Fatalf("after unlocking, the worker got %v", ev)
 	}
 }
@@ -205,7 +205,7 @@ func TestAdminWorkersScopeReachesJobSecrets(t *testing.T) {
 	e.must(a.register(map[string]any{"name": "made"}), 200)
 	a.connect()
 	a.keepAlive(a.held)
-	if ev := a.next("job_submit", 5*time.Second); ev["job_id"] != job || ev["hf_token"] != "hf_job_secret" {
+	if ev := a.next("job_submit", eventWait); ev["job_id"] != job || ev["hf_token"] != "hf_job_secret" {
 		t.Fatalf("the admin.workers token's worker got %v", ev)
 	}
 }

@@ -29,7 +29,7 @@ func TestSubmitBeforeAnyWorkerStartsOnConnect(t *testing.T) {
 			t.Fatalf("submit: %s", r.Body)
 		}
 		a := e.startAgent("late", nil, nil)
-		ev := a.next("job_submit", 5*time.Second)
+		ev := a.next("job_submit", eventWait)
 		if ev["job_id"] != jobID || ev["config"].(map[string]any)["--lr"] != float64(1) || ev["attempt"] != float64(1) {
 			t.Fatalf("job_submit: %v", ev)
 		}
@@ -86,7 +86,7 @@ func TestPriorityThenFIFO(t *testing.T) {
 		second := e.submit(map[string]any{"priority": 30})
 		a := e.startAgent("w", nil, nil)
 		for _, want := range []string{first, second, low} {
-			ev := a.next("job_submit", 5*time.Second)
+			ev := a.next("job_submit", eventWait)
 			if ev["job_id"] != want {
 				t.Fatalf("got %v, want %s", ev["job_id"], want)
 			}
@@ -103,7 +103,7 @@ func TestLabelGlobAndGPUMatching(t *testing.T) {
 		small := e.startAgent("small", map[string]string{"gpu_type": "v100"}, map[string]any{"count": 1, "vram_gb": 16})
 		big := e.startAgent("big", map[string]string{"gpu_type": "a100-80g"}, map[string]any{"gpu_count": 8, "gpu_vram_gb": 80})
 		glob := e.submit(map[string]any{"worker_labels": map[string]string{"gpu_type": "a100*"}})
-		if ev := big.next("job_submit", 5*time.Second); ev["job_id"] != glob {
+		if ev := big.next("job_submit", eventWait); ev["job_id"] != glob {
 			t.Fatalf("glob job went elsewhere: %v", ev)
 		}
 		small.noEvent("job_submit", 300*time.Millisecond)
@@ -112,7 +112,7 @@ func TestLabelGlobAndGPUMatching(t *testing.T) {
 		small.noEvent("job_submit", 500*time.Millisecond)
 		e.must(big.report(glob, "starting", nil), 200)
 		e.must(big.report(glob, "completed", nil), 200)
-		if ev := big.next("job_submit", 5*time.Second); ev["job_id"] != count {
+		if ev := big.next("job_submit", eventWait); ev["job_id"] != count {
 			t.Fatalf("gpu_count job: %v", ev)
 		}
 		if got := e.job(vram)["status"]; got != "queued" {
@@ -127,18 +127,18 @@ func TestAckTimeoutWithdrawsWithoutSpendingRetry(t *testing.T) {
 		e := setup(t, open(t), func(o *Options) { o.AckTimeout = 300 * time.Millisecond })
 		mute := e.startAgent("mute", nil, nil)
 		jobID := e.submit(map[string]any{})
-		mute.next("job_submit", 5*time.Second) // never acknowledged
+		mute.next("job_submit", eventWait) // never acknowledged
 		select {
 		case <-mute.closed: // its stream is closed so it re-registers
 		case <-time.After(5 * time.Second):
 			t.Fatal("stream of a worker that did not ack stayed open")
 		}
-		testutil.Eventually(t, 5*time.Second, "withdrawn", func() bool {
+		testutil.Eventually(t, eventWait, "withdrawn", func() bool {
 			j := e.job(jobID)
 			return j["status"] == "queued" || j["attempt"] == float64(2)
 		})
 		good := e.startAgent("good", nil, nil)
-		ev := good.next("job_submit", 5*time.Second)
+		ev := good.next("job_submit", eventWait)
 		if ev["job_id"] != jobID || ev["attempt"] != float64(2) {
 			t.Fatalf("redispatch: %v", ev)
 		}
@@ -163,11 +163,11 @@ func TestWorkerLostRequeuesAndStaleReportIsFenced(t *testing.T) {
 		e := setup(t, open(t))
 		lost := e.startAgent("lost", nil, nil)
 		jobID := e.submit(map[string]any{})
-		lost.next("job_submit", 5*time.Second)
+		lost.next("job_submit", eventWait)
 		e.must(lost.report(jobID, "starting", map[string]any{"attempt": 1}), 200)
 		lost.silence()
 		// No heartbeats from "lost": after the timeout it goes offline.
-		testutil.Eventually(t, 5*time.Second, "worker offline, job requeued", func() bool {
+		testutil.Eventually(t, eventWait, "worker offline, job requeued", func() bool {
 			return e.worker(lost.id)["status"] == "offline" && e.job(jobID)["status"] != "running"
 		})
 		j := e.job(jobID)
@@ -178,7 +178,7 @@ func TestWorkerLostRequeuesAndStaleReportIsFenced(t *testing.T) {
 			t.Fatalf("retry accounting/reason: %v", j)
 		}
 		second := e.startAgent("second", nil, nil)
-		ev := second.next("job_submit", 5*time.Second)
+		ev := second.next("job_submit", eventWait)
 		if ev["attempt"] != float64(2) {
 			t.Fatalf("attempt: %v", ev)
 		}
@@ -212,16 +212,16 @@ func TestRetriesExhaustedFails(t *testing.T) {
 		jobID := e.submit(map[string]any{"max_retries": 1})
 		for i := 1; i <= 2; i++ {
 			a := e.startAgent("w"+strconv.Itoa(i), nil, nil)
-			a.next("job_submit", 5*time.Second)
+			a.next("job_submit", eventWait)
 			e.must(a.report(jobID, "starting", nil), 200)
 			a.silence()
 			a.cancel()
-			testutil.Eventually(t, 5*time.Second, "attempt lost", func() bool {
+			testutil.Eventually(t, eventWait, "attempt lost", func() bool {
 				j := e.job(jobID)
 				return e.worker(a.id)["status"] == "offline" && (j["status"] == "queued" || j["status"] == "failed" || j["attempt"] != float64(i))
 			})
 		}
-		testutil.Eventually(t, 5*time.Second, "job failed", func() bool { return e.job(jobID)["status"] == "failed" })
+		testutil.Eventually(t, eventWait, "job failed", func() bool { return e.job(jobID)["status"] == "failed" })
 		j := e.job(jobID)
 		if j["status"] != "failed" || !strings.Contains(j["error_message"].(string), "no retries remain") {
 			t.Fatalf("want failed with reason: %v", j)
@@ -241,12 +241,12 @@ func TestCancelQueuedAndRunning(t *testing.T) {
 
 		a := e.startAgent("w", nil, nil)
 		running := e.submit(map[string]any{})
-		a.next("job_submit", 5*time.Second)
+		a.next("job_submit", eventWait)
 		e.must(a.report(running, "starting", nil), 200)
 		if r := e.must(e.adminDo("POST", "/api/queue/"+running+"/cancel", nil), 200); r.JSON["status"] != "canceling" {
 			t.Fatalf("cancel running: %s", r.Body)
 		}
-		if ev := a.next("job_cancel", 5*time.Second); ev["job_id"] != running {
+		if ev := a.next("job_cancel", eventWait); ev["job_id"] != running {
 			t.Fatalf("job_cancel: %v", ev)
 		}
 		e.must(a.report(running, "cancelled", nil), 200)
@@ -255,10 +255,10 @@ func TestCancelQueuedAndRunning(t *testing.T) {
 		}
 		// A worker that never confirms: cancelled after grace + report timeout, attempt fenced.
 		silent := e.submit(map[string]any{})
-		a.next("job_submit", 5*time.Second)
+		a.next("job_submit", eventWait)
 		e.must(a.report(silent, "starting", nil), 200)
 		e.must(e.adminDo("POST", "/api/queue/"+silent+"/cancel", nil), 200)
-		testutil.Eventually(t, 5*time.Second, "forced cancel", func() bool { return e.job(silent)["status"] == "cancelled" })
+		testutil.Eventually(t, eventWait, "forced cancel", func() bool { return e.job(silent)["status"] == "cancelled" })
 		if r := a.report(silent, "completed", nil); r.Status != 409 {
 			t.Fatalf("report after forced cancel: %d", r.Status)
 		}
@@ -278,10 +278,10 @@ func TestDrainEphemeralAndPersistent(t *testing.T) {
 		j1 := e.submit(map[string]any{})
 		j2 := e.submit(map[string]any{})
 		for _, a := range []*agent{eph, pers} {
-			ev := a.next("job_submit", 5*time.Second)
+			ev := a.next("job_submit", eventWait)
 			e.must(a.report(ev["job_id"].(string), "starting", nil), 200)
 			e.must(e.adminDo("POST", "/api/admin/workers/"+a.id+"/drain", nil), 200)
-			a.next("drain", 5*time.Second)
+			a.next("drain", eventWait)
 		}
 		j3 := e.submit(map[string]any{})
 		for _, a := range []*agent{eph, pers} {
@@ -298,7 +298,7 @@ func TestDrainEphemeralAndPersistent(t *testing.T) {
 			}
 			e.must(a.report(j, "completed", nil), 200)
 		}
-		if ev := eph.next("shutdown", 5*time.Second); ev["reason"] == nil {
+		if ev := eph.next("shutdown", eventWait); ev["reason"] == nil {
 			t.Fatalf("shutdown must carry a top-level reason: %v", ev)
 		}
 		pers.noEvent("shutdown", 300*time.Millisecond)
@@ -309,7 +309,7 @@ func TestDrainEphemeralAndPersistent(t *testing.T) {
 			t.Fatalf("draining workers took a job: %v", got)
 		}
 		e.must(e.adminDo("POST", "/api/admin/workers/"+pers.id+"/resume", nil), 200)
-		if ev := pers.next("job_submit", 5*time.Second); ev["job_id"] != j3 {
+		if ev := pers.next("job_submit", eventWait); ev["job_id"] != j3 {
 			t.Fatalf("after resume: %v", ev)
 		}
 	})
@@ -321,7 +321,7 @@ func TestLogsAppendReadFollow(t *testing.T) {
 		e := setup(t, open(t), func(o *Options) { o.LogLimitBytes = 64 })
 		a := e.startAgent("w", nil, nil)
 		jobID := e.submit(map[string]any{})
-		a.next("job_submit", 5*time.Second)
+		a.next("job_submit", eventWait)
 		e.must(a.report(jobID, "starting", nil), 200)
 		post := func(offset int, data string, attempt int) resp {
 			h := a.hdr()
@@ -375,7 +375,7 @@ func TestRestartWithRunningJobResumes(t *testing.T) {
 		e1 := startEnv(t, st, opt)
 		a := e1.startAgent("w", nil, nil)
 		jobID := e1.submit(map[string]any{})
-		a.next("job_submit", 5*time.Second)
+		a.next("job_submit", eventWait)
 		e1.must(a.report(jobID, "starting", map[string]any{"attempt": 1}), 200)
 		// The orchestrator goes away (its streams close) and a new one starts on the same store.
 		e1.orch.Stop()
@@ -405,11 +405,11 @@ func TestWorkerStoppedOnPurposeSpendsNoRetry(t *testing.T) {
 		e := setup(t, open(t))
 		a := e.startAgent("a", nil, nil)
 		stopped := e.submit(map[string]any{"max_retries": 0})
-		a.next("job_submit", 5*time.Second)
+		a.next("job_submit", eventWait)
 		e.must(a.report(stopped, "running", nil), 200)
 		e.must(a.report(stopped, "cancelled", map[string]any{"error": "worker shutting down: the worker was stopped", "shutdown": true}), 200)
 		// Requeued, the job goes straight back to the idle worker.
-		a.next("job_submit", 5*time.Second)
+		a.next("job_submit", eventWait)
 		j := e.job(stopped)
 		if j["attempt"] != float64(2) || j["retries_used"] != float64(0) {
 			t.Fatalf("after a stop on purpose: %v", j)

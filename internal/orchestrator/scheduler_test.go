@@ -67,7 +67,7 @@ func (e *env) startSlotAgent(name string, gpus int) *slotAgent {
 // and the GPU indexes it was given.
 func (a *slotAgent) take() (string, []int) {
 	a.e.t.Helper()
-	ev := a.next("job_submit", 5*time.Second)
+	ev := a.next("job_submit", eventWait)
 	job := ev["job_id"].(string)
 	a.mu.Lock()
 	a.running[job] = int(ev["attempt"].(float64))
@@ -158,7 +158,7 @@ func TestDrainWorkerRunningSeveralJobs(t *testing.T) {
 		second := e.submit(gpuJobBody(1, 10))
 		w.take()
 		e.must(e.adminDo("POST", "/api/admin/workers/"+w.id+"/drain", nil), 200)
-		w.next("drain", 2*time.Second)
+		w.next("drain", eventWait)
 		third := e.submit(gpuJobBody(1, 10))
 		w.noEvent("job_submit", 500*time.Millisecond)
 		if st := e.worker(w.id); st["status"] != "draining" || st["running_jobs"] != float64(2) || st["gpus_free"] != float64(2) {
@@ -210,7 +210,7 @@ func TestSchedulerReservationAgainstStarvation(t *testing.T) {
 			smalls = append(smalls, e.submit(gpuJobBody(1, 1)))
 		}
 		w.noEvent("job_submit", 400*time.Millisecond)
-		testutil.Eventually(t, 5*time.Second, "the waiting reasons", func() bool {
+		testutil.Eventually(t, eventWait, "the waiting reasons", func() bool {
 			small := e.job(smalls[0])
 			detail, _ := small["waiting_detail"].(string)
 			return e.job(big)["waiting_reason"] == "gpus_busy" && small["waiting_reason"] == "reserved_for" && strings.Contains(detail, big)
@@ -254,9 +254,9 @@ func TestPartialWorkerThatVanishesGoesOffline(t *testing.T) {
 	if got, _ := w.take(); got != job {
 		t.Fatalf("got %s, want %s", got, job)
 	}
-	testutil.Eventually(t, 5*time.Second, "the worker partly busy", func() bool { return e.worker(w.id)["status"] == "partial" })
+	testutil.Eventually(t, eventWait, "the worker partly busy", func() bool { return e.worker(w.id)["status"] == "partial" })
 	w.silence()
-	testutil.Eventually(t, 10*time.Second, "the silent worker offline and its job requeued", func() bool {
+	testutil.Eventually(t, eventWait, "the silent worker offline and its job requeued", func() bool {
 		j := e.job(job)
 		return e.worker(w.id)["status"] == "offline" && j["status"] == "queued" && j["retries_used"] == float64(1)
 	})
@@ -273,7 +273,7 @@ func TestSchedulerLooksPastTheFirstPage(t *testing.T) {
 		}
 		want := e.submit(map[string]any{"priority": 1})
 		w := e.startAgent("here", map[string]string{"pool": "here"}, nil)
-		if ev := w.next("job_submit", 5*time.Second); ev["job_id"] != want {
+		if ev := w.next("job_submit", eventWait); ev["job_id"] != want {
 			t.Fatalf("the worker got %v, want %s", ev["job_id"], want)
 		}
 	})
@@ -295,7 +295,7 @@ func TestSchedulerReservationBehindTheFirstPage(t *testing.T) {
 		}
 		big := e.submit(gpuJobBody(4, 40))
 		small := e.submit(gpuJobBody(1, 1))
-		testutil.Eventually(t, 5*time.Second, "the small job held back for the big one", func() bool {
+		testutil.Eventually(t, eventWait, "the small job held back for the big one", func() bool {
 			return e.job(small)["waiting_reason"] == "reserved_for"
 		})
 		for range 20 { // ahead of the big job in the queue, and for no worker
@@ -343,7 +343,7 @@ func TestSubmitWithoutGPUCountReachesTheGPUs(t *testing.T) {
 		}
 		cpuJob := cpu.JSON["job_id"].(string)
 		a.noEvent("job_submit", 300*time.Millisecond)
-		testutil.Eventually(t, 5*time.Second, "the CPU job's waiting reason", func() bool {
+		testutil.Eventually(t, eventWait, "the CPU job's waiting reason", func() bool {
 			return e.job(cpuJob)["waiting_reason"] == "workers_busy"
 		})
 		a.finish(whole)
@@ -362,7 +362,7 @@ func TestSubmitWithoutGPUCountReachesTheGPUs(t *testing.T) {
 
 		// A whole-worker job waits while the worker runs others, and says so.
 		next := e.submit(map[string]any{})
-		testutil.Eventually(t, 5*time.Second, "the whole-worker job's waiting reason", func() bool {
+		testutil.Eventually(t, eventWait, "the whole-worker job's waiting reason", func() bool {
 			v := e.job(next)
 			return v["waiting_reason"] == "gpus_busy" && strings.Contains(v["waiting_detail"].(string), "whole worker")
 		})

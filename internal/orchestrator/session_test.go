@@ -66,7 +66,7 @@ func TestSecondInstallationRefused(t *testing.T) {
 
 		// The holder falls silent: once the worker is offline, the other
 		// installation takes over, and the old one is the one refused now.
-		testutil.Eventually(t, 5*time.Second, "the silent holder offline", func() bool { return e.worker(id)["status"] == "offline" })
+		testutil.Eventually(t, eventWait, "the silent holder offline", func() bool { return e.worker(id)["status"] == "offline" })
 		e.must(reg(second), 200)
 		e.must(beat(first), 409)
 		regs := audits("worker.register")

@@ -68,13 +68,13 @@ func TestPreemptionForATeamUnderItsShare(t *testing.T) {
 		lateJob := e.must(e.submitAs(late, nil), 201).JSON["job_id"].(string)
 
 		// b's job started last: it is the victim.
-		ev := b.next("job_cancel", 5*time.Second)
+		ev := b.next("job_cancel", eventWait)
 		if ev["job_id"] != floods[1] {
 			t.Fatalf("job_cancel for %v, want the most recently started %s", ev["job_id"], floods[1])
 		}
 		a.noEvent("job_cancel", 300*time.Millisecond)
 		e.must(b.report(floods[1], "cancelled", nil), 200)
-		if ev := b.next("job_submit", 5*time.Second); ev["job_id"] != lateJob {
+		if ev := b.next("job_submit", eventWait); ev["job_id"] != lateJob {
 			t.Fatalf("the freed worker got %v, want the late team's %s", ev["job_id"], lateJob)
 		}
 		j := e.job(floods[1])
@@ -135,7 +135,7 @@ func TestTeamLimits(t *testing.T) {
 	}
 	// With one GPU held, the next flood job waits with its team's reason.
 	a := e.startAgent("a", nil, oneGPU)
-	ev := a.next("job_submit", 5*time.Second)
+	ev := a.next("job_submit", eventWait)
 	e.must(a.report(ev["job_id"].(string), "running", nil), 200)
 	jobs := e.must(e.adminDo("GET", "/api/queue?status=queued&waiting=1", nil), 200).JSON["entries"].([]any)
 	if len(jobs) != 1 || jobs[0].(map[string]any)["waiting_reason"] != "team_gpu_limit" {
@@ -152,7 +152,7 @@ func (e *env) runOnEach(token string, agents ...*agent) []string {
 	}
 	var ids []string
 	for _, w := range agents {
-		id := w.next("job_submit", 5*time.Second)["job_id"].(string)
+		id := w.next("job_submit", eventWait)["job_id"].(string)
 		e.must(w.report(id, "running", nil), 200)
 		ids = append(ids, id)
 	}
@@ -168,10 +168,10 @@ func TestPreemptedJobsWorkerDiesDuringGrace(t *testing.T) {
 	b := e.startAgent("b", nil, oneGPU)
 	id := e.runOnEach(flood, a, b)[1]
 	e.must(e.submitAs(late, nil), 201)
-	b.next("job_cancel", 5*time.Second)
+	b.next("job_cancel", eventWait)
 	b.silence()
 	b.cancel()
-	testutil.Eventually(t, 10*time.Second, "requeued", func() bool { return e.job(id)["status"] == "queued" })
+	testutil.Eventually(t, eventWait, "requeued", func() bool { return e.job(id)["status"] == "queued" })
 	j := e.job(id)
 	attempts := j["attempts"].([]any)
 	if len(attempts) != 1 || attempts[0].(map[string]any)["outcome"] != "preempted" || j["retries_used"] != float64(0) {
@@ -189,7 +189,7 @@ func TestCancelDuringPreemption(t *testing.T) {
 	b := e.startAgent("b", nil, oneGPU)
 	id := e.runOnEach(flood, a, b)[1]
 	e.must(e.submitAs(late, nil), 201)
-	b.next("job_cancel", 5*time.Second)
+	b.next("job_cancel", eventWait)
 	if r := e.must(e.adminDo("POST", "/api/queue/"+id+"/cancel", nil), 200); r.JSON["status"] != "canceling" {
 		t.Fatalf("cancel during preemption: %s", r.Body)
 	}
@@ -213,7 +213,7 @@ func TestPreemptionOff(t *testing.T) {
 	b.noEvent("job_cancel", time.Second)
 	// The first GPU freed goes to the late team, ahead of flood's older job.
 	e.must(a.report(first, "completed", nil), 200)
-	if ev := a.next("job_submit", 5*time.Second); ev["job_id"] != lateJob {
+	if ev := a.next("job_submit", eventWait); ev["job_id"] != lateJob {
 		t.Fatalf("freed worker got %v, want the late team's %s", ev["job_id"], lateJob)
 	}
 }
@@ -226,7 +226,7 @@ func TestTeamQueueIndexOnlyWithTeams(t *testing.T) {
 	one := setup(t, backends["sqlite"](t))
 	a := one.startAgent("a", nil, oneGPU)
 	one.submit(map[string]any{})
-	a.next("job_submit", 5*time.Second)
+	a.next("job_submit", eventWait)
 	if strings.Contains(one.logs.String(), made) {
 		t.Fatal("one team made the team queue index")
 	}
@@ -239,7 +239,7 @@ func TestTeamQueueIndexOnlyWithTeams(t *testing.T) {
 	two := setup(t, backends["sqlite"](t), withTeams())
 	b := two.startAgent("b", nil, oneGPU)
 	two.must(two.submitAs(two.teamToken("late"), nil), 201)
-	b.next("job_submit", 5*time.Second)
+	b.next("job_submit", eventWait)
 	if !strings.Contains(two.logs.String(), made) {
 		t.Fatal("several teams and no team queue index")
 	}
@@ -262,12 +262,12 @@ func TestTheDefaultTeamRunsOnIdleGPUsOnly(t *testing.T) {
 	// jobs take both workers.
 	defaults := e.runOnEach(e.admin, a, b)
 	late := e.must(e.submitAs(e.teamToken("late"), nil), 201).JSON["job_id"].(string)
-	ev := b.next("job_cancel", 5*time.Second)
+	ev := b.next("job_cancel", eventWait)
 	if ev["job_id"] != defaults[1] {
 		t.Fatalf("job_cancel for %v, want the default team's most recent job %s", ev["job_id"], defaults[1])
 	}
 	e.must(b.report(defaults[1], "cancelled", nil), 200)
-	if ev := b.next("job_submit", 5*time.Second); ev["job_id"] != late {
+	if ev := b.next("job_submit", eventWait); ev["job_id"] != late {
 		t.Fatalf("the freed worker got %v, want the late team's %s", ev["job_id"], late)
 	}
 	u := e.must(e.adminDo("GET", "/api/admin/usage", nil), 200).JSON

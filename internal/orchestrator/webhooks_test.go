@@ -158,11 +158,11 @@ func TestWebhookJobLife(t *testing.T) {
 		e.subscribe(h, "*")
 		a := e.startAgent("box", nil, nil)
 		done := e.submit(map[string]any{})
-		a.next("job_submit", 5*time.Second)
+		a.next("job_submit", eventWait)
 		e.must(a.report(done, "starting", map[string]any{"attempt": 1}), 200)
 		e.must(a.report(done, "completed", map[string]any{"attempt": 1}), 200)
 		life := []string{spec.JobQueued, spec.JobStarted, spec.JobCompleted}
-		testutil.Eventually(t, 10*time.Second, "the job's events", func() bool { return len(h.types(done)) >= len(life) })
+		testutil.Eventually(t, eventWait, "the job's events", func() bool { return len(h.types(done)) >= len(life) })
 		if got := h.types(done); !slices.Equal(got, life) {
 			t.Fatalf("events %v, want %v", got, life)
 		}
@@ -175,10 +175,10 @@ func TestWebhookJobLife(t *testing.T) {
 		}
 
 		lost := e.submit(map[string]any{})
-		a.next("job_submit", 5*time.Second)
+		a.next("job_submit", eventWait)
 		e.must(a.report(lost, "starting", map[string]any{"attempt": 1}), 200)
 		a.silence()
-		testutil.Eventually(t, 10*time.Second, "the worker's and the lost job's events", func() bool {
+		testutil.Eventually(t, eventWait, "the worker's and the lost job's events", func() bool {
 			return slices.Contains(h.types(""), spec.WorkerOffline) && slices.Contains(h.types(lost), spec.JobRequeued)
 		})
 		for _, p := range h.events() {
@@ -213,7 +213,7 @@ func TestWebhookGPUFence(t *testing.T) {
 	for range 2 {
 		e.must(a.heartbeat("idle", nil, map[string]any{"gpu_conditions": cond}), 200)
 	}
-	testutil.Eventually(t, 10*time.Second, "gpu.unhealthy", func() bool { return len(h.types("")) >= 1 })
+	testutil.Eventually(t, eventWait, "gpu.unhealthy", func() bool { return len(h.types("")) >= 1 })
 	d := e.must(e.adminDo("GET", "/api/admin/webhooks/hook/deliveries", nil), 200)
 	if d.JSON["count"] != float64(1) {
 		t.Fatalf("deliveries %s", d.Body)
@@ -231,7 +231,7 @@ func TestWebhookLinksUsePublicURL(t *testing.T) {
 	h := newHookReceiver(t)
 	e.subscribe(h, "job.queued")
 	id := e.submit(map[string]any{})
-	testutil.Eventually(t, 10*time.Second, "job.queued", func() bool { return len(h.types(id)) == 1 })
+	testutil.Eventually(t, eventWait, "job.queued", func() bool { return len(h.types(id)) == 1 })
 	if l := h.events()[0].Job.Links; l.Dashboard != "https://orch.example/ui/jobs/"+id || l.Logs != "https://orch.example/api/queue/"+id+"/logs" {
 		t.Fatalf("links %+v", l)
 	}

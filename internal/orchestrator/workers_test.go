@@ -39,7 +39,7 @@ func TestUpstreamAgentReplay(t *testing.T) {
 		e.must(a.heartbeat("idle", nil, nil), 200)
 
 		jobID := e.submit(map[string]any{"config": map[string]any{"--model_type": "lora"}, "target": "worker"})
-		ev := a.next("job_submit", 5*time.Second)
+		ev := a.next("job_submit", eventWait)
 		if ev["job_id"] != jobID {
 			t.Fatalf("job_submit for %v, want %s", ev["job_id"], jobID)
 		}
@@ -131,7 +131,7 @@ func TestHeartbeatNeverUndoesDrainOrStoresUnknownStatus(t *testing.T) {
 			t.Fatalf("unknown heartbeat status stored: %v", got)
 		}
 		e.must(e.adminDo("POST", "/api/admin/workers/"+a.id+"/drain", nil), 200)
-		a.next("drain", 2*time.Second)
+		a.next("drain", eventWait)
 		r := e.must(a.heartbeat("idle", nil, nil), 200)
 		if r.JSON["drain"] != true {
 			t.Fatalf("heartbeat reply must repeat the drain: %s", r.Body)
@@ -159,7 +159,7 @@ func TestResumeCoversTrainingAndAbandonsOthers(t *testing.T) {
 		a := e.startAgent("w1", nil, nil)
 		a.protocol = 1
 		jobID := e.submit(map[string]any{})
-		a.next("job_submit", 5*time.Second)
+		a.next("job_submit", eventWait)
 		e.must(a.report(jobID, "starting", nil), 200)
 		e.must(a.report(jobID, "training", nil), 200)
 		// The stream drops and the agent re-registers, still training.
@@ -203,7 +203,7 @@ func TestReplacedStreamCleanupKeepsSuccessor(t *testing.T) {
 			t.Fatal("old stream's cleanup unregistered the new one")
 		}
 		jobID := e.submit(map[string]any{})
-		if ev := a.next("job_submit", 5*time.Second); ev["job_id"] != jobID {
+		if ev := a.next("job_submit", eventWait); ev["job_id"] != jobID {
 			t.Fatal("new stream got no job")
 		}
 	})
@@ -317,7 +317,7 @@ func TestDeleteWorkerOutOfTouch(t *testing.T) {
 		}
 		a.silence()
 		a.cancel()
-		testutil.Eventually(t, 10*time.Second, "the drained worker deletable once out of touch", func() bool {
+		testutil.Eventually(t, eventWait, "the drained worker deletable once out of touch", func() bool {
 			return e.adminDo("DELETE", path, nil).Status == 200
 		})
 	})
@@ -407,12 +407,12 @@ func TestAuditChainAndNoTokenInLogs(t *testing.T) {
 		e := setup(t, open(t))
 		a := e.startAgent("w1", nil, nil)
 		jobID := e.submit(map[string]any{"hf_token": "hf_secretvalue123"})
-		ev := a.next("job_submit", 5*time.Second)
+		ev := a.next("job_submit", eventWait)
 		e.must(a.report(jobID, "starting", nil), 200)
 		e.must(a.report(jobID, "completed", nil), 200)
 		rot := e.must(e.adminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
 		e.do("POST", "/api/workers/register", map[string]string{"X-Worker-Token": "wt_badbadbad"}, map[string]any{"name": "x"})
-		testutil.Eventually(t, 5*time.Second, "the failure audited", func() bool {
+		testutil.Eventually(t, eventWait, "the failure audited", func() bool {
 			return strings.Contains(string(e.must(e.adminDo("GET", "/api/admin/audit?limit=1000", nil), 200).Body), `"auth.failure"`)
 		})
 
@@ -497,7 +497,7 @@ func TestWorkerOwnDrainStopsDispatch(t *testing.T) {
 		}
 		a.silence() // the agent's own heartbeats would bring it back
 		e.must(e.do("POST", "/api/workers/disconnect", a.hdr(), map[string]any{"worker_id": a.id}), 200)
-		testutil.Eventually(t, 3*time.Second, "the drained worker offline once it left", func() bool { return e.worker(a.id)["status"] == "offline" })
+		testutil.Eventually(t, eventWait, "the drained worker offline once it left", func() bool { return e.worker(a.id)["status"] == "offline" })
 	})
 }
 

@@ -44,7 +44,7 @@ func TestWorkerTypeMismatchIsLoggedOnBothSides(t *testing.T) {
 	o := StartOrchestrator(t, "")
 	id, token := o.CreateWorker("mismatch", true, nil)
 	w := o.StartWorkerFor(id, token, WorkerSpec{Name: "mismatch", Persistent: false})
-	Eventually(t, 10*time.Second, "both sides log the mismatch", func() bool {
+	Eventually(t, 30*time.Second, "both sides log the mismatch", func() bool {
 		return strings.Contains(w.P.Output(), "keeping the one this worker's configuration sets") &&
 			strings.Contains(o.P.Output(), "sets another type than an admin gave it")
 	})
@@ -66,7 +66,7 @@ func TestWorkersOwnCancelGraceWins(t *testing.T) {
 	if code, _ := o.Do("POST", "/api/queue/"+id+"/cancel", nil); code != 200 {
 		t.Fatalf("cancel: %d", code)
 	}
-	Eventually(t, 10*time.Second, "the tree gone", func() bool { return len(JobProcs(id)) == 0 })
+	Eventually(t, 30*time.Second, "the tree gone", func() bool { return len(JobProcs(id)) == 0 })
 	took := time.Since(began)
 	o.WaitJob(id, "cancelled", 10*time.Second)
 	if took > 900*time.Millisecond {
@@ -121,7 +121,7 @@ func TestWorkerReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.P.Signal(syscall.SIGHUP)
-	Eventually(t, 10*time.Second, "the reload logged", func() bool { return strings.Contains(w.P.Output(), "configuration reloaded") })
+	Eventually(t, 30*time.Second, "the reload logged", func() bool { return strings.Contains(w.P.Output(), "configuration reloaded") })
 	if !strings.Contains(w.P.Output(), `"key":"worker.name"`) {
 		t.Errorf("the renamed worker was not reported as needing a restart")
 	}
@@ -135,7 +135,7 @@ func TestWorkerReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.P.Signal(syscall.SIGHUP)
-	Eventually(t, 10*time.Second, "the failed reload logged", func() bool {
+	Eventually(t, 30*time.Second, "the failed reload logged", func() bool {
 		return strings.Contains(w.P.Output(), "reload failed; keeping the previous configuration")
 	})
 	third := o.Submit(slowJob(0.1), nil)

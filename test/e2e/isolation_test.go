@@ -47,7 +47,7 @@ func needCgroups(t *testing.T, o *Orch, w *Wrk) {
 func readPid(t *testing.T, file string) int {
 	t.Helper()
 	var pid int
-	Eventually(t, 10*time.Second, file, func() bool {
+	Eventually(t, 30*time.Second, file, func() bool {
 		b, _ := os.ReadFile(file)
 		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 		return pid > 0
@@ -62,7 +62,7 @@ func jobCgroup(t *testing.T, w *Wrk, jobID string) string {
 	t.Helper()
 	re := regexp.MustCompile(`"training started","job_id":"` + jobID + `".*?"cgroup":"([^"]*)"`)
 	var m []string
-	Eventually(t, 10*time.Second, "workerd to log the start of "+jobID, func() bool {
+	Eventually(t, 30*time.Second, "workerd to log the start of "+jobID, func() bool {
 		m = re.FindStringSubmatch(w.P.Output())
 		return m != nil
 	})
@@ -242,7 +242,7 @@ func TestKill9WorkerdEndsItsJob(t *testing.T) {
 			w.P.Kill9()
 			killed := time.Now()
 			// Until the orchestrator gives the job up (heartbeat timeout,
-			// 1.5 s here), sample the job's status, then its processes: a
+			// 3 s here), sample the job's status, then its processes: a
 			// job already requeued while one of them still runs could run
 			// twice once it is dispatched again.
 			var took time.Duration
@@ -271,7 +271,7 @@ func TestKill9WorkerdEndsItsJob(t *testing.T) {
 				t.Errorf("processes of the job outlived workerd: %v", procs)
 			}
 			if cg != "" {
-				Eventually(t, 5*time.Second, "the job's cgroup to go", func() bool {
+				Eventually(t, 30*time.Second, "the job's cgroup to go", func() bool {
 					_, err := os.Stat(cg)
 					return os.IsNotExist(err)
 				})

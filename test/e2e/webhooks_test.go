@@ -36,7 +36,7 @@ func TestWebhookJobLife(t *testing.T) {
 		done.StartedAt == "" || done.EndedAt == "" || done.Outcome != "completed" || done.Links.Artifacts != "/api/queue/"+id+"/artifacts" {
 		t.Fatalf("completed: %+v", done)
 	}
-	Eventually(t, 10*time.Second, "deliveries counted", func() bool { return o.Metric("simpletuner_webhook_deliveries_total") >= 3 })
+	Eventually(t, 30*time.Second, "deliveries counted", func() bool { return o.Metric("simpletuner_webhook_deliveries_total") >= 3 })
 }
 
 // The orchestrator is killed (SIGKILL) with an event committed and its

@@ -36,7 +36,7 @@ func TestSelfFenceFollowsTheOrchestratorsTimeout(t *testing.T) {
 
 		jobID := o.submit(map[string]any{"steps": 200, "step_seconds": 0.05})
 		pid := 0
-		testutil.Eventually(t, 10*time.Second, "the trainer running", func() bool {
+		testutil.Eventually(t, 30*time.Second, "the trainer running", func() bool {
 			b, err := os.ReadFile(filepath.Join(w.stateDir, "jobs", jobID, "pids.txt"))
 			if err != nil {
 				return false
@@ -48,7 +48,7 @@ func TestSelfFenceFollowsTheOrchestratorsTimeout(t *testing.T) {
 		gate.set("cut")
 		cut := time.Now()
 		var dead, lost time.Duration
-		testutil.Eventually(t, 10*time.Second, "the trainer stopped and the job requeued", func() bool {
+		testutil.Eventually(t, 30*time.Second, "the trainer stopped and the job requeued", func() bool {
 			if dead == 0 && !testutil.Running(pid) { // a zombie trains no more
 				dead = time.Since(cut)
 			}

@@ -11,7 +11,7 @@ import (
 // connectedVia waits until the worker holds a stream to o.
 func (o *orch) connected(id string) {
 	o.t.Helper()
-	testutil.Eventually(o.t, 10*time.Second, "worker "+id+" connected", func() bool {
+	testutil.Eventually(o.t, 30*time.Second, "worker "+id+" connected", func() bool {
 		_, w := o.API("GET", "/api/admin/workers/"+id, nil)
 		return w["connected"] == true
 	})
@@ -21,7 +21,7 @@ func (o *orch) connected(id string) {
 func (o *orch) passHeartbeats(n int64) {
 	o.t.Helper()
 	from := o.heartbeats()
-	testutil.Eventually(o.t, 10*time.Second, "heartbeats", func() bool { return o.heartbeats() >= from+n })
+	testutil.Eventually(o.t, 30*time.Second, "heartbeats", func() bool { return o.heartbeats() >= from+n })
 }
 
 func attempts(j map[string]any) []map[string]any {
@@ -36,7 +36,7 @@ func attempts(j map[string]any) []map[string]any {
 // wantRanOnce checks that the job completed in its first and only attempt.
 func wantRanOnce(t *testing.T, o *orch, jobID string) {
 	t.Helper()
-	testutil.Eventually(t, 10*time.Second, "job "+jobID+" completed", func() bool { return o.job(jobID)["status"] == "completed" })
+	testutil.Eventually(t, 30*time.Second, "job "+jobID+" completed", func() bool { return o.job(jobID)["status"] == "completed" })
 	j := o.job(jobID)
 	at := attempts(j)
 	if len(at) != 1 || at[0]["outcome"] != "completed" || j["retries_used"] != float64(0) {
@@ -58,7 +58,7 @@ func TestFinishedJobKeptWhileItsReportIsDelayed(t *testing.T) {
 
 		gate.set("hold")
 		jobID := o.submit(map[string]any{"steps": 2, "step_seconds": 0.05})
-		testutil.Eventually(t, 10*time.Second, "the completed report held at the gate", func() bool { return gate.stopped() >= 1 })
+		testutil.Eventually(t, 30*time.Second, "the completed report held at the gate", func() bool { return gate.stopped() >= 1 })
 		o.passHeartbeats(5)
 		if j := o.job(jobID); j["status"] != "running" || len(attempts(j)) != 1 {
 			t.Fatalf("while the report was held the job became %v with attempts %v; want running, attempt 1", j["status"], attempts(j))
@@ -82,7 +82,7 @@ func TestFinishedJobKeptAcrossRestartBeforeItsReport(t *testing.T) {
 
 		gate.set("fail")
 		jobID := o.submit(map[string]any{"steps": 2, "step_seconds": 0.05})
-		testutil.Eventually(t, 10*time.Second, "the completed report refused at the gate", func() bool { return gate.stopped() >= 1 })
+		testutil.Eventually(t, 30*time.Second, "the completed report refused at the gate", func() bool { return gate.stopped() >= 1 })
 
 		o.Stop()
 		o2 := startOrch(t, st, fastOptions(t), o.Admin)

@@ -65,14 +65,14 @@ func TestGPUFaultFencesOneGPU(t *testing.T) {
 		o.connected(id)
 
 		job := o.submit(map[string]any{"steps": 400, "step_seconds": 0.05})
-		testutil.Eventually(t, 10*time.Second, "the job running on both GPUs", func() bool {
+		testutil.Eventually(t, 30*time.Second, "the job running on both GPUs", func() bool {
 			j := o.job(job)
 			at := attempts(j)
 			return j["status"] == "running" && len(at) == 1 && slices.Equal(gpusOf(at[0]), []int{0, 1})
 		})
 
 		m.XID(1, 79)
-		testutil.Eventually(t, 10*time.Second, "the job requeued and running again on GPU 0", func() bool {
+		testutil.Eventually(t, 30*time.Second, "the job requeued and running again on GPU 0", func() bool {
 			j := o.job(job)
 			at := attempts(j)
 			return len(at) == 2 && at[0]["outcome"] == "gpu_fault" && j["status"] == "running" && slices.Equal(gpusOf(at[1]), []int{0})
@@ -91,7 +91,7 @@ func TestGPUFaultFencesOneGPU(t *testing.T) {
 
 		// The job's own error: recorded with the attempt, GPU 0 stays usable.
 		m.XID(0, 13)
-		testutil.Eventually(t, 5*time.Second, "the job's log naming XID 13", func() bool {
+		testutil.Eventually(t, 30*time.Second, "the job's log naming XID 13", func() bool {
 			_, logs := o.jobLog(job)
 			return strings.Contains(logs, "XID 13 (graphics engine exception) on GPU 0")
 		})
@@ -99,14 +99,14 @@ func TestGPUFaultFencesOneGPU(t *testing.T) {
 			t.Fatalf("an application XID marked GPU 0 %q", st)
 		}
 		o.API("POST", "/api/queue/"+job+"/cancel", nil)
-		testutil.Eventually(t, 10*time.Second, "the job cancelled", func() bool { return o.job(job)["status"] == "cancelled" })
+		testutil.Eventually(t, 30*time.Second, "the job cancelled", func() bool { return o.job(job)["status"] == "cancelled" })
 		if ev := attempts(o.job(job))[1]["gpu_events"]; ev == nil || !strings.Contains(ev.([]any)[0].(string), "XID 13") {
 			t.Fatalf("attempt 2's gpu_events: %v", ev)
 		}
 
 		// A two-GPU job waits while GPU 1 is fenced; an admin clears it.
 		two := o.submit(map[string]any{"steps": 1, "step_seconds": 0.01, "--num_processes": 2})
-		testutil.Eventually(t, 5*time.Second, "the two-GPU job waiting for GPUs", func() bool {
+		testutil.Eventually(t, 30*time.Second, "the two-GPU job waiting for GPUs", func() bool {
 			return o.job(two)["waiting_reason"] == "gpus_busy"
 		})
 		if code, r := o.API("POST", "/api/admin/workers/"+id+"/gpus/0/clear", nil); code != 409 {
@@ -115,7 +115,7 @@ func TestGPUFaultFencesOneGPU(t *testing.T) {
 		if code, r := o.API("POST", "/api/admin/workers/"+id+"/gpus/1/clear", nil); code != 200 || r["status"] != "clearing" {
 			t.Fatalf("clearing GPU 1: %d %v", code, r)
 		}
-		testutil.Eventually(t, 10*time.Second, "the two-GPU job completed once GPU 1 is back", func() bool {
+		testutil.Eventually(t, 30*time.Second, "the two-GPU job completed once GPU 1 is back", func() bool {
 			return o.job(two)["status"] == "completed"
 		})
 		if st, clearing := condition(o, id, 1); st != "" || clearing {
@@ -138,14 +138,14 @@ func TestGPUHealthCheckFences(t *testing.T) {
 		o.connected(id)
 		m.AddECC(0, 2)
 		m.Lose(2)
-		testutil.Eventually(t, 10*time.Second, "GPUs 0 and 2 fenced", func() bool {
+		testutil.Eventually(t, 30*time.Second, "GPUs 0 and 2 fenced", func() bool {
 			a, _ := condition(o, id, 0)
 			b, _ := condition(o, id, 2)
 			return a == "unhealthy" && b == "unhealthy"
 		})
 		// A job without a GPU count takes the whole worker: the one GPU left.
 		job := o.submit(map[string]any{"steps": 1, "step_seconds": 0.01})
-		testutil.Eventually(t, 10*time.Second, "the job completed", func() bool { return o.job(job)["status"] == "completed" })
+		testutil.Eventually(t, 30*time.Second, "the job completed", func() bool { return o.job(job)["status"] == "completed" })
 		if g := gpusOf(attempts(o.job(job))[0]); !slices.Equal(g, []int{1}) {
 			t.Fatalf("the whole-worker job held %v, want [1]", g)
 		}
@@ -167,7 +167,7 @@ func TestGPUHygieneHoldsADirtyGPU(t *testing.T) {
 		// A process outside the job's walls (here: the test itself) sits on
 		// the GPU beside the trainer.
 		m.SetProcesses(0, map[int]uint64{pid: 3 << 30, os.Getpid(): 1002 << 20})
-		testutil.Eventually(t, 10*time.Second, "the first job completed", func() bool { return o.job(first)["status"] == "completed" })
+		testutil.Eventually(t, 30*time.Second, "the first job completed", func() bool { return o.job(first)["status"] == "completed" })
 		m.SetProcesses(0, map[int]uint64{os.Getpid(): 1002 << 20})
 		st, _ := condition(o, id, 0)
 		if st != "held" {
@@ -183,12 +183,12 @@ func TestGPUHygieneHoldsADirtyGPU(t *testing.T) {
 		}
 
 		second := o.submit(map[string]any{"steps": 1, "step_seconds": 0.01})
-		testutil.Eventually(t, 5*time.Second, "the second job waiting", func() bool { return o.job(second)["waiting_reason"] == "gpus_busy" })
+		testutil.Eventually(t, 30*time.Second, "the second job waiting", func() bool { return o.job(second)["waiting_reason"] == "gpus_busy" })
 		if o.job(second)["status"] != "queued" {
 			t.Fatalf("a job was given the dirty GPU")
 		}
 		m.SetProcesses(0, nil)
-		testutil.Eventually(t, 10*time.Second, "the second job completed once the GPU is clean", func() bool {
+		testutil.Eventually(t, 30*time.Second, "the second job completed once the GPU is clean", func() bool {
 			return o.job(second)["status"] == "completed"
 		})
 		if st, _ := condition(o, id, 0); st != "" {
@@ -209,7 +209,7 @@ func TestGPUAccounting(t *testing.T) {
 		startWorker(t, o.URL, token, withMockGPUs(m))
 		o.connected(id)
 		job := o.submit(map[string]any{"steps": 10, "step_seconds": 0.05})
-		testutil.Eventually(t, 10*time.Second, "the job completed", func() bool { return o.job(job)["status"] == "completed" })
+		testutil.Eventually(t, 30*time.Second, "the job completed", func() bool { return o.job(job)["status"] == "completed" })
 		a := attempts(o.job(job))[0]
 		secs, _ := a["gpu_seconds"].(float64)
 		util, _ := a["gpu_utilization_pct"].(float64)
@@ -220,7 +220,7 @@ func TestGPUAccounting(t *testing.T) {
 		// The sum is counted once the report was applied, just after the
 		// job shows completed.
 		sum := `simpletuner_worker_gpu_seconds_total{worker="` + id + `",name="w"}`
-		testutil.Eventually(t, 5*time.Second, "the worker's GPU-seconds in /metrics", func() bool { return strings.Contains(o.metrics(), sum) })
+		testutil.Eventually(t, 30*time.Second, "the worker's GPU-seconds in /metrics", func() bool { return strings.Contains(o.metrics(), sum) })
 		metrics := o.metrics()
 		for _, want := range []string{
 			`simpletuner_gpu_utilization_percent{worker="` + id + `",name="w",index="0",uuid="` + m.UUID(0) + `"} 80`,
@@ -238,7 +238,7 @@ func TestGPUAccounting(t *testing.T) {
 func trainerPID(t *testing.T, w *runningWorker, jobID string) int {
 	t.Helper()
 	pid := 0
-	testutil.Eventually(t, 10*time.Second, "the trainer's pid", func() bool {
+	testutil.Eventually(t, 30*time.Second, "the trainer's pid", func() bool {
 		b, err := os.ReadFile(filepath.Join(w.stateDir, "jobs", jobID, "pids.txt"))
 		if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
 			pid, _ = strconv.Atoi(f[0])

@@ -44,7 +44,7 @@ func TestWebhooksInABrowser(t *testing.T) {
 		t.Fatal("cancel")
 	}
 	rc.WaitAccepted(2, 30*time.Second)
-	Eventually(t, 10*time.Second, "both delivered in the log", func() bool {
+	Eventually(t, 30*time.Second, "both delivered in the log", func() bool {
 		b.open("/ui/webhooks/browser-hook")
 		return b.eval(`String(document.querySelectorAll('.deliveries .d-delivered').length)`) == "2"
 	})

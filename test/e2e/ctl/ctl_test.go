@@ -321,7 +321,7 @@ func TestOverUnixSocket(t *testing.T) {
 
 	// --watch redraws until interrupted; Ctrl-C ends it with status 0.
 	watch := c.start("jobs", "-w", "--interval", "200ms")
-	Eventually(t, 10*time.Second, "two frames of jobs -w", func() bool {
+	Eventually(t, 30*time.Second, "two frames of jobs -w", func() bool {
 		out, _ := watch.output()
 		return strings.Count(out, "ID ") >= 2
 	})
@@ -332,12 +332,12 @@ func TestOverUnixSocket(t *testing.T) {
 
 	// audit --follow prints records as they are written (JSON lines with -o json).
 	follow := c.start("audit", "--follow", "--interval", "200ms", "--limit", "1", "-o", "json")
-	Eventually(t, 10*time.Second, "the newest audit record", func() bool {
+	Eventually(t, 30*time.Second, "the newest audit record", func() bool {
 		out, _ := follow.output()
 		return strings.Count(out, "\n") >= 1
 	})
 	c.ok("worker", "labels", "local-a", "followed=yes")
-	Eventually(t, 10*time.Second, "the new record followed", func() bool {
+	Eventually(t, 30*time.Second, "the new record followed", func() bool {
 		out, _ := follow.output()
 		return strings.Contains(out, `"action":"worker.update"`) && strings.Contains(out, "followed")
 	})

@@ -43,7 +43,7 @@ func TestWebhooksCommands(t *testing.T) {
 		t.Fatal("cancel")
 	}
 	rc.WaitAccepted(2, 30*time.Second)
-	Eventually(t, 10*time.Second, "both recorded delivered", func() bool {
+	Eventually(t, 30*time.Second, "both recorded delivered", func() bool {
 		return strings.Count(c.ok("webhooks", "deliveries", "ci", "--state", "delivered").Stdout, "delivered") == 2
 	})
 

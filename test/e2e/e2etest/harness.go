@@ -35,7 +35,22 @@ func Main(m *testing.M) { main(m, "") }
 
 // MainWithFaultHooks is Main for the fault suite: the daemons are built with
 // the test hooks it drives (build tag faulthooks), which release builds lack.
-func MainWithFaultHooks(m *testing.M) { main(m, "faulthooks") }
+func MainWithFaultHooks(m *testing.M) {
+	defaultTimers = faultTimers
+	main(m, "faulthooks")
+}
+
+// The heartbeat timeout and self-fence limit a test gets unless it names its
+// own. The suites whose tests run in parallel take the longer pair, so that a
+// loaded machine (the race detector, another suite on the same cores) does
+// not lose a live worker; the fault scenarios, which run one at a time, time
+// their partitions and jobs against the shorter one.
+type timers struct{ heartbeatTimeout, selfFenceAfter string }
+
+var (
+	defaultTimers = timers{heartbeatTimeout: "3s", selfFenceAfter: "2s"}
+	faultTimers   = timers{heartbeatTimeout: "1500ms", selfFenceAfter: "1s"}
+)
 
 func main(m *testing.M, tags string) {
 	dir, err := os.MkdirTemp("", "simpletuner-e2e-bin")
@@ -155,7 +170,7 @@ func (p *Proc) Kill9() {
 }
 
 // OrchOptions scales an orchestrator. Zero values take the e2e defaults
-// (heartbeat timeout 1.5 s, ack timeout 3 s, …).
+// (heartbeat timeout from defaultTimers, ack timeout 3 s, …).
 type OrchOptions struct {
 	DBURL             string // "" → SQLite in the state dir
 	DBTimeout         string // [database] timeout; "" → built-in default
@@ -275,7 +290,7 @@ level = %q
 [metrics]
 listen = %q
 %s`, port, dir, extraServer, tlsSection, o.DBURL, extraDB, stateDir, dir,
-		or(o.HeartbeatInterval, "200ms"), or(o.HeartbeatTimeout, "1500ms"), or(o.HealthCheck, "200ms"),
+		or(o.HeartbeatInterval, "200ms"), or(o.HeartbeatTimeout, defaultTimers.heartbeatTimeout), or(o.HealthCheck, "200ms"),
 		or(o.StartupGrace, "3s"), or(o.AckTimeout, "3s"), or(o.PingInterval, "500ms"),
 		maxRetries, or(o.SchedulerInterval, "200ms"), extraJobs, or(o.LogLevel, "debug"), metrics, o.ExtraTOML)
 }
@@ -496,7 +511,7 @@ type WorkerSpec struct {
 	Labels         map[string]string
 	URL            string   // "" → the orchestrator's
 	Command        []string // nil → demo-trainer
-	SelfFenceAfter string   // "" → 1s
+	SelfFenceAfter string   // "" → defaultTimers.selfFenceAfter
 	LogLimitBytes  int64    // 0 → built-in default
 	NoWait         bool     // do not wait for the worker to be idle
 	// NoPersistentKey leaves worker.persistent out of the file: the worker
@@ -594,7 +609,7 @@ command = %s
 cancel_grace = %q
 %s%s[log]
 level = "debug"
-`, url+s.URLPath, w.Dir, s.OrchestratorTOML, s.Name, persistent, stateDir, or(s.SelfFenceAfter, "1s"), cmdJSON, or(s.CancelGrace, "1s"), extraJob, gpuTOML)), 0o600)
+`, url+s.URLPath, w.Dir, s.OrchestratorTOML, s.Name, persistent, stateDir, or(s.SelfFenceAfter, defaultTimers.selfFenceAfter), cmdJSON, or(s.CancelGrace, "1s"), extraJob, gpuTOML)), 0o600)
 	w.Restart()
 	return w
 }
