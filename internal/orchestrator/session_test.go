@@ -3,7 +3,6 @@ package orchestrator
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
