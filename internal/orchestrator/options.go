@@ -8,10 +8,12 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/authn"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/fairshare"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/retention"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/rpc"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/scheduler"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/transitions"
 	"github.com/simpletuner/simpletuner-orchestration/internal/version"
 	"github.com/simpletuner/simpletuner-orchestration/internal/webhook"
 )
@@ -157,6 +159,16 @@ func (o Options) protocolOptions() rpc.Options {
 		HeartbeatTimeout: o.HeartbeatTimeout, PingInterval: o.PingInterval, StreamWriteTimeout: o.StreamWriteTimeout,
 		HealthCheckInterval: o.HealthCheckInterval, StartupGrace: o.StartupGrace, EphemeralCleanupAfter: o.EphemeralCleanupAfter,
 		LogLimitBytes: o.LogLimitBytes, RecheckInterval: o.RecheckInterval, ArtifactUploadGrace: o.ArtifactUploadGrace}
+}
+
+// moveOptions are the job moves' settings among the Server's.
+func (o Options) moveOptions() transitions.Options {
+	return transitions.Options{CancelGrace: o.CancelGrace, CancelReportTimeout: o.CancelReportTimeout}
+}
+
+// authnOptions are authentication's settings among the Server's.
+func (o Options) authnOptions() authn.Options {
+	return authn.Options{AdminGroup: o.AdminGroup, FailureAuditInterval: o.FailureAuditInterval, FailureAuditMaxPeers: o.FailureAuditMaxPeers}
 }
 
 // schedulerOptions are the scheduler's settings among the Server's.

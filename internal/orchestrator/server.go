@@ -1,9 +1,11 @@
-// Package orchestrator is simpletuner-orchestratord's engine: the worker
-// protocol and the jobs' own uploads, the SSE hub that delivers events to
-// workers, the scheduler that claims jobs for idle workers, the job
-// transitions and the health loop. It serves the admin and queue API of
-// package adminapi beside its own endpoints. State lives behind
-// store.Store; this package never speaks SQL.
+// Package orchestrator assembles simpletuner-orchestratord's engine from
+// its parts and serves them: the job moves (package transitions), the
+// worker protocol and the jobs' uploads (package rpc), the scheduling pass
+// (package scheduler), authentication (package authn) and the admin and
+// queue API (package adminapi), over one store. It keeps only what ties
+// them together: the options and their reload, the background loops, the
+// health probes, /metrics and the shutdown. State lives behind
+// store.Store; no part speaks SQL.
 package orchestrator
 
 import (
@@ -97,7 +99,8 @@ func (s *Server) SetAdminSocketPath(p string) {
 	s.api.SetOptions(s.options().apiOptions(p))
 }
 
-// New builds a Server on an open store.
+// New builds a Server on an open store: the parts, each in its own
+// package, wired to one another here.
 func New(st store.Store, opt Options, log *slog.Logger) *Server {
 	s := &Server{
 		freezeFile: freezeFileFromEnv(),
@@ -110,41 +113,41 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 		heard:      liveness.NewMemory(log),
 		gpuHistory: gpuhistory.New(),
 		disk:       diskfull.New(log),
+		hub:        hub.New(log),
 	}
 	s.errs = &web.Errors{Log: log, Disk: s.disk}
-	s.authn = &authn.Authenticator{Store: st, Log: log, Metrics: s.metrics,
-		Limiter: auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now),
-		Options: func() authn.Options {
-			o := s.options()
-			return authn.Options{AdminGroup: o.AdminGroup, FailureAuditInterval: o.FailureAuditInterval, FailureAuditMaxPeers: o.FailureAuditMaxPeers}
-		}}
 	opt = opt.withDefaults()
 	s.opt.Store(&opt)
+	s.authn = &authn.Authenticator{Store: st, Log: log, Metrics: s.metrics, Options: func() authn.Options { return s.options().authnOptions() },
+		Limiter: auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now)}
 	s.webhooks = webhook.New(st, opt.webhookOptions(), log)
-	s.hub = hub.New(log)
-	s.notify = &transitions.Notifier{Hub: s.hub, Bus: st, Log: log, Wake: s.Wake, Resync: func(ctx context.Context) { s.proto.CheckStreamTokens(ctx) },
-		InstanceID: func() string { return s.options().InstanceID }}
-	s.moves = &transitions.Mover{Store: st, Notify: s.notify, Log: log, Metrics: s.metrics, LogFeed: s.logFeed,
-		DiskFull: s.logDiskFullOnce, NoteStore: s.noteStore,
-		Options: func() transitions.Options {
-			o := s.options()
-			return transitions.Options{CancelGrace: o.CancelGrace, CancelReportTimeout: o.CancelReportTimeout}
-		}}
 	s.retention = &retention.Keeper{Store: st, Artifacts: s.artifacts.Load, Log: log,
 		Options: func() retention.Options { return s.options().Retention }, StartupGrace: func() time.Duration { return s.options().StartupGrace },
 		Quiet: s.logDiskFullOnce}
+	s.wireEngine(st, opt, log)
+	s.api = adminapi.New(adminapi.Deps{Auth: s.authn, Errors: s.errs, Scheduler: s.sched, Events: s.notify, Jobs: s.moves,
+		Workers: s.proto, Uploads: s.proto, Stopping: s.stopped, Store: st, Log: log, Heard: s.heard, GPUHistory: s.gpuHistory,
+		Webhooks: s.webhooks, LogFeed: s.logFeed}, opt.apiOptions(""))
+	return s
+}
+
+// wireEngine builds the engine's three roles: the job moves (and the
+// notifications that follow them), which call nothing else; the worker
+// protocol and the scheduler, which both call the moves.
+func (s *Server) wireEngine(st store.Store, opt Options, log *slog.Logger) {
+	s.notify = &transitions.Notifier{Hub: s.hub, Bus: st, Log: log, Wake: s.Wake,
+		Resync:     func(ctx context.Context) { s.proto.CheckStreamTokens(ctx) },
+		InstanceID: func() string { return s.options().InstanceID }}
+	s.moves = &transitions.Mover{Store: st, Notify: s.notify, Log: log, Metrics: s.metrics, LogFeed: s.logFeed,
+		DiskFull: s.logDiskFullOnce, NoteStore: s.noteStore, Options: func() transitions.Options { return s.options().moveOptions() }}
 	s.proto = &rpc.Protocol{Store: st, Hub: s.hub, Moves: s.moves, Notify: s.notify, Authn: s.authn, Errors: s.errs, Log: log,
 		Metrics: s.metrics, Heard: s.heard, GPUHistory: s.gpuHistory, Disk: s.disk, LogFeed: s.logFeed, Artifacts: s.artifacts.Load,
 		Wake: s.Wake, Stopping: s.stopping.Load, Started: s.started, NoteStore: s.noteStore,
 		Options: func() rpc.Options { return s.options().protocolOptions() }}
 	s.sched = &scheduler.Scheduler{Store: st, Streams: s.hub, Moves: s.moves, Log: log, Metrics: s.metrics,
-		CheckpointsEndpoint: func(j store.Job) string { return s.proto.CheckpointsEndpoint(j) }, Stopping: s.stopping.Load, Freeze: s.freezeWhileFileExists,
+		CheckpointsEndpoint: s.proto.CheckpointsEndpoint, Stopping: s.stopping.Load, Freeze: s.freezeWhileFileExists,
 		NoteStore: s.noteStore, DiskFull: s.logDiskFullOnce}
 	s.sched.Init(opt.schedulerOptions())
-	s.api = adminapi.New(adminapi.Deps{Auth: s.authn, Errors: s.errs, Scheduler: s.sched, Events: s.notify, Jobs: s.moves,
-		Workers: s.proto, Uploads: s.proto, Stopping: s.stopped, Store: st, Log: log, Heard: s.heard, GPUHistory: s.gpuHistory,
-		Webhooks: s.webhooks, LogFeed: s.logFeed}, opt.apiOptions(""))
-	return s
 }
 
 // API is the admin and queue API, for callers in process (the dashboard).
