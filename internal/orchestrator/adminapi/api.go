@@ -118,7 +118,7 @@ type Deps struct {
 	// Stopping is closed when the orchestrator begins to shut down.
 	Stopping <-chan struct{}
 
-	Store      store.Store
+	Store      Store
 	Log        *slog.Logger
 	Heard      *liveness.Memory
 	GPUHistory *gpuhistory.History
@@ -161,7 +161,7 @@ type API struct {
 	workers    WorkerControl
 	uploads    Uploads
 	stopped    <-chan struct{}
-	store      store.Store
+	store      Store
 	log        *slog.Logger
 	heard      *liveness.Memory
 	gpuHistory *gpuhistory.History
