@@ -268,9 +268,9 @@ func (c *Worker) validate(l *loader) {
 	l.validateLog(c.Log)
 }
 
-// clientCertificate checks the worker's client certificate settings: both
-// files or neither, readable, a matching pair, and an https:// URL to present
-// them to.
+// validateGPU checks the [gpu] table: a known backend and vendor, and
+// [[gpu.devices]] entries (each named, with memory, a unique printable UUID
+// and an absolute device node) with the static backend only, which needs one.
 func (l *loader) validateGPU(g GPUConfig) {
 	if !slices.Contains([]string{"nvml", "static", "none"}, g.Backend) {
 		l.errf("gpu.backend", "%q is not one of nvml, static, none", g.Backend)
@@ -312,6 +312,9 @@ func (l *loader) validateGPU(g GPUConfig) {
 	}
 }
 
+// clientCertificate checks the worker's client certificate settings: both
+// files or neither, readable, a matching pair, and an https:// URL to present
+// them to.
 func (l *loader) clientCertificate(o ConnectionConfig) {
 	if o.CertFile == "" && o.KeyFile == "" {
 		return

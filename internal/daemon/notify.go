@@ -8,7 +8,9 @@ import (
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 )
 
-// lines are not resent every poll.
+// notifier tells systemd the daemon's state (sd_notify). It remembers the
+// last STATUS= line, so that an unchanged status is not resent every poll,
+// and warns once when the notify socket fails.
 type notifier struct {
 	log        *slog.Logger
 	mu         sync.Mutex

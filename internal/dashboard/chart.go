@@ -74,7 +74,7 @@ func newChart(title, unit string, top float64, lines ...line) chart {
 	return chart{Title: title, SVG: template.HTML(b.String()), Lines: lines, Max: top, Unit: unit}
 }
 
-// empty reports whether no series has a point.
+// Empty reports whether no series has a point.
 func (c chart) Empty() bool {
 	for _, l := range c.Lines {
 		for _, p := range l.Points {

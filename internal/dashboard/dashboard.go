@@ -56,12 +56,12 @@ type SessionStore interface {
 
 // Options configure a Dashboard.
 type Options struct {
-	// API is the orchestrator's API, called in process as the session's
-	// caller (an *orchestrator.Server).
+	// API is the orchestrator's admin and queue API (orchestrator.Server.API(),
+	// an *adminapi.API), called in process as the session's caller; a sign-in
+	// checks its token there (AdminByToken) as any client's.
 	API API
-	// HTTP is the orchestrator's HTTP API (orchestrator.Server.Handler()):
-	// a sign-in checks its token there as any client's, and job logs are
-	// relayed from there.
+	// HTTP is the orchestrator's HTTP API (orchestrator.Server.Handler()): a
+	// job's live log is relayed from there.
 	HTTP http.Handler
 	// Sessions keeps the sign-in sessions.
 	Sessions SessionStore

@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"html/template"
 	"time"
@@ -58,15 +57,6 @@ type gpuDevice struct {
 
 // Devices pairs the GPUs the worker registered with its latest telemetry.
 func (w workerView) Devices() []gpuDevice {
-	var info struct {
-		Devices []struct {
-			Index     int     `json:"index"`
-			UUID      string  `json:"uuid"`
-			Name      string  `json:"name"`
-			MemoryMiB float64 `json:"memory_mib"`
-		} `json:"devices"`
-	}
-	_ = json.Unmarshal(w.GPUInfo, &info)
 	live := map[string]protocol.GPUTelemetry{}
 	var liveList []protocol.GPUTelemetry
 	if w.GPUTelemetry != nil {
@@ -76,8 +66,8 @@ func (w workerView) Devices() []gpuDevice {
 		}
 	}
 	var out []gpuDevice
-	for _, d := range info.Devices {
-		g := gpuDevice{Index: d.Index, Name: d.Name, MemoryMiB: d.MemoryMiB}
+	for _, d := range protocol.ReportedDevices(w.GPUInfo) {
+		g := gpuDevice{Index: d.Index, Name: d.Name, MemoryMiB: float64(d.MemoryMiB)}
 		if l, ok := live[d.UUID]; ok {
 			g.Live, g.Utilization, g.MemUsedMiB, g.Temperature = true, l.UtilizationPct, float64(l.MemoryUsedMiB), l.TemperatureC
 			g.PowerW, g.Health = l.PowerW, l.Health

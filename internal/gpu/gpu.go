@@ -12,12 +12,10 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
-// Device is one GPU as found at startup.
+// Device is one GPU as found at startup: the record the worker reports of
+// it (gpu_info's devices) and what only the worker needs besides.
 type Device struct {
-	Index     int    `json:"index"`
-	UUID      string `json:"uuid"`
-	Name      string `json:"name"`
-	MemoryMiB uint64 `json:"memory_mib"`
+	protocol.GPUDevice
 	// DeviceNode is the device file jobs open to use the GPU (/dev/nvidia3);
 	// "" when unknown. A job's cgroup lets it open only its own GPUs' files.
 	DeviceNode string `json:"device_node,omitempty"`
@@ -71,9 +69,7 @@ func (inv Inventory) GPUInfo() protocol.GPUInfo {
 		info.Accelerator = "rocm"
 	}
 	for _, d := range inv.Devices {
-		info.Devices = append(info.Devices, protocol.GPUDevice{
-			Index: d.Index, UUID: d.UUID, Name: d.Name, MemoryMiB: d.MemoryMiB,
-		})
+		info.Devices = append(info.Devices, d.GPUDevice)
 	}
 	return info
 }

@@ -3,13 +3,15 @@ package gpu
 import (
 	"maps"
 	"testing"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
 
 func TestGPUInfoRounding(t *testing.T) {
 	t.Parallel()
 	inv := Inventory{Count: 2, Driver: "550", Devices: []Device{
-		{Index: 0, Name: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559},
-		{Index: 1, Name: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559},
+		{GPUDevice: protocol.GPUDevice{Index: 0, Name: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559}},
+		{GPUDevice: protocol.GPUDevice{Index: 1, Name: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559}},
 	}}
 	info := inv.GPUInfo()
 	if info.VRAMGB == nil || *info.VRAMGB != 79.6 {
@@ -24,7 +26,7 @@ func TestGPUInfoRounding(t *testing.T) {
 // is known), by index for AMD; a job given no GPU sees an empty list.
 func TestJobEnv(t *testing.T) {
 	t.Parallel()
-	nv := Inventory{Devices: []Device{{Index: 0, UUID: "GPU-a"}, {Index: 1}, {Index: 2, UUID: "GPU-c"}}}
+	nv := Inventory{Devices: []Device{{GPUDevice: protocol.GPUDevice{Index: 0, UUID: "GPU-a"}}, {GPUDevice: protocol.GPUDevice{Index: 1}}, {GPUDevice: protocol.GPUDevice{Index: 2, UUID: "GPU-c"}}}}
 	for _, tt := range []struct {
 		inv  Inventory
 		devs []Device
@@ -32,7 +34,7 @@ func TestJobEnv(t *testing.T) {
 	}{
 		{nv, nv.Devices[1:], map[string]string{"CUDA_VISIBLE_DEVICES": "1,GPU-c", "NVIDIA_VISIBLE_DEVICES": "1,GPU-c"}},
 		{nv, nil, map[string]string{"CUDA_VISIBLE_DEVICES": "", "NVIDIA_VISIBLE_DEVICES": ""}},
-		{Inventory{Vendor: VendorAMD}, []Device{{Index: 3, UUID: "x"}, {Index: 5}}, map[string]string{"ROCR_VISIBLE_DEVICES": "3,5", "HIP_VISIBLE_DEVICES": "3,5"}},
+		{Inventory{Vendor: VendorAMD}, []Device{{GPUDevice: protocol.GPUDevice{Index: 3, UUID: "x"}}, {GPUDevice: protocol.GPUDevice{Index: 5}}}, map[string]string{"ROCR_VISIBLE_DEVICES": "3,5", "HIP_VISIBLE_DEVICES": "3,5"}},
 	} {
 		if got := tt.inv.JobEnv(tt.devs); !maps.Equal(got, tt.want) {
 			t.Errorf("JobEnv(%v) = %v, want %v", tt.devs, got, tt.want)
@@ -42,7 +44,7 @@ func TestJobEnv(t *testing.T) {
 
 func TestStatic(t *testing.T) {
 	t.Parallel()
-	inv, err := NewStatic(VendorAMD, []Device{{Name: "MI300X", MemoryMiB: 192 << 10}, {Name: "MI300X", MemoryMiB: 192 << 10, DeviceNode: "/dev/dri/renderD129"}}).Inventory()
+	inv, err := NewStatic(VendorAMD, []Device{{GPUDevice: protocol.GPUDevice{Name: "MI300X", MemoryMiB: 192 << 10}}, {GPUDevice: protocol.GPUDevice{Name: "MI300X", MemoryMiB: 192 << 10}, DeviceNode: "/dev/dri/renderD129"}}).Inventory()
 	if err != nil || inv.Count != 2 || inv.Devices[1].Index != 1 || inv.Devices[1].DeviceNode != "/dev/dri/renderD129" {
 		t.Fatalf("%+v %v", inv, err)
 	}

@@ -93,7 +93,7 @@ func (s *nvmlSource) inventory() (Inventory, error) {
 		if err := nvmlErr(ret); err != nil {
 			return Inventory{}, fmt.Errorf("gpu: device %d: %w", i, err)
 		}
-		d := Device{Index: i}
+		d := Device{GPUDevice: protocol.GPUDevice{Index: i}}
 		if v, ret := dev.GetUUID(); ret == nvml.SUCCESS {
 			d.UUID = v
 		}

@@ -19,13 +19,13 @@ type Load struct {
 	Slots    int // how many it may run at once; 1 for a worker that gives a job all its GPUs
 	GPUs     int // its GPUs
 	GPUsUsed int // its GPUs held by attempts
-	// Whole: an attempt that took the whole worker runs there, alone.
-	Whole bool
+	// WholeWorker: an attempt that took the whole worker runs there, alone.
+	WholeWorker bool
 }
 
 // Full reports whether the worker has no room for another attempt.
 func (l Load) Full() bool {
-	return l.Whole || l.Running >= max(l.Slots, 1) || (l.GPUs > 0 && l.GPUsUsed >= l.GPUs)
+	return l.WholeWorker || l.Running >= max(l.Slots, 1) || (l.GPUs > 0 && l.GPUsUsed >= l.GPUs)
 }
 
 // FreeGPUs is how many of its GPUs no attempt holds.

@@ -380,7 +380,7 @@ func (a *agent) keepAlive(status func() (string, any)) {
 	}()
 }
 
-// start registers, connects and returns a ready idle agent.
+// startAgent registers, connects and returns a ready idle agent.
 func (e *env) startAgent(name string, labels map[string]string, gpuInfo map[string]any) *agent {
 	e.t.Helper()
 	id, token := e.createWorker(name, "persistent", labels)

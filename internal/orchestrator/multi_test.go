@@ -168,8 +168,14 @@ func TestRotatedTokenGetsNoDispatchOnAReplicaThatMissedTheNotification(t *testin
 	alpha, beta, url := twoReplicas(t, func(name string, o *Options) {
 		o.RecheckInterval = time.Hour // only the check at dispatch can help
 		o.SchedulerInterval = 100 * time.Millisecond
+		o.HeartbeatTimeout = time.Hour
 	})
-	a := beta.startAgent("w", nil, nil)
+	// The agent sends no heartbeats: a refused one would close its stream
+	// too, before the dispatch check this test is about.
+	id, token := beta.createWorker("w", "persistent", nil)
+	a := beta.newAgent(id, token, 2)
+	beta.must(a.register(map[string]any{"name": "w"}), 200)
+	a.connect()
 	undo := cutListeners(t, url)
 	defer undo()
 	alpha.must(alpha.adminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
@@ -188,10 +194,11 @@ func TestRotatedTokenGetsNoDispatchOnAReplicaThatMissedTheNotification(t *testin
 	// to the queue, not yet withdrawn.
 	testutil.Eventually(t, eventWait, "the attempts withdrawn", func() bool {
 		j = alpha.job(jobID)
-		if j["status"] != "queued" {
+		atts, _ := j["attempts"].([]any)
+		if j["status"] != "queued" || len(atts) == 0 {
 			return false
 		}
-		for _, a := range j["attempts"].([]any) {
+		for _, a := range atts {
 			if a.(map[string]any)["ended_at"] == nil {
 				return false
 			}

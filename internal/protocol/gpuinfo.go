@@ -48,11 +48,8 @@ func ParseGPUInfo(raw json.RawMessage) GPUSummary {
 		VRAMGB:      num("vram_gb", "gpu_vram_gb"),
 		Accelerator: str("accelerator", "accelerator_type"),
 	}
-	var withDevices struct {
-		Devices []GPUDevice `json:"devices"`
-	}
-	if json.Unmarshal(raw, &withDevices) == nil && len(withDevices.Devices) > 0 {
-		g.Devices = withDevices.Devices
+	if devs := ReportedDevices(raw); len(devs) > 0 {
+		g.Devices = devs
 		g.Count = len(g.Devices)
 		return g
 	}
@@ -62,8 +59,38 @@ func ParseGPUInfo(raw json.RawMessage) GPUSummary {
 	return g
 }
 
+// ReportedDevices are the GPUs gpu_info lists one by one (simpletuner-workerd
+// lists them; SimpleTuner's own agent reports a count only): none when it
+// lists none or is unreadable. ParseGPUInfo adds devices for a bare count.
+func ReportedDevices(raw json.RawMessage) []GPUDevice {
+	var withDevices struct {
+		Devices []GPUDevice `json:"devices"`
+	}
+	if len(raw) == 0 || json.Unmarshal(raw, &withDevices) != nil {
+		return nil
+	}
+	return withDevices.Devices
+}
+
 // VRAMGB is the device's memory in GiB.
 func (d GPUDevice) VRAMGB() float64 { return float64(d.MemoryMiB) / 1024 }
+
+// AssignedGPUs names the GPUs of indices for job_submit's gpus: index and,
+// where the worker reported one, UUID. An empty list (a job that takes no
+// GPU) stays a list.
+func (g GPUSummary) AssignedGPUs(indices []int) *[]AssignedGPU {
+	out := make([]AssignedGPU, 0, len(indices))
+	for _, i := range indices {
+		a := AssignedGPU{Index: i}
+		for _, d := range g.Devices {
+			if d.Index == i {
+				a.UUID = d.UUID
+			}
+		}
+		out = append(out, a)
+	}
+	return &out
+}
 
 // GPUAllocation says in words what GPUs a job gets: "whole worker", "no GPU
 // (CPU only)", "1 GPU", "4 GPUs".

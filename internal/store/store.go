@@ -121,52 +121,17 @@ type Worker struct {
 	// it: only CreateWorker and SetWorkerTokenHash write it.
 	TokenHash string
 	// Running is how many attempts are out on the worker and GPUsUsed how
-	// many of its GPUs they hold; HeldWhole is set while an attempt that
+	// many of its GPUs they hold; WholeWorkerHeld is set while an attempt that
 	// took the whole worker runs. The store keeps them in the transactions
 	// that open and end attempts; UpdateWorker ignores changes to them.
 	Running, GPUsUsed int
-	HeldWhole         bool
+	WholeWorkerHeld   bool
 	// GPUConditions are the GPUs the worker keeps out of use, as it last
 	// reported them; placement gives them to no job.
 	GPUConditions []protocol.GPUCondition
 	// GPUClears are the indices of unhealthy GPUs an admin cleared that the
 	// worker still reports: it is told until it no longer does.
 	GPUClears []int
-}
-
-// Slots is how many attempts the worker may run at once: its max_jobs when
-// it runs several jobs on GPUs the orchestrator assigns, else 1 (a job then
-// gets the whole worker).
-func (w Worker) Slots() int {
-	if w.Protocol >= 2 && w.Capabilities.MaxJobs > 0 {
-		return w.Capabilities.MaxJobs
-	}
-	return 1
-}
-
-// SharesGPUs reports whether the worker runs several jobs, each on GPUs of
-// its own.
-func (w Worker) SharesGPUs() bool { return w.Protocol >= 2 && w.Capabilities.MaxJobs > 0 }
-
-// Load is the worker's load for the lifecycle's status rule.
-func (w Worker) Load() lifecycle.Load {
-	return lifecycle.Load{Running: w.Running, Slots: w.Slots(), GPUs: w.GPUInfo.Count,
-		GPUsUsed: w.GPUsUsed, Whole: w.HeldWhole}
-}
-
-// FreeUsableGPUs is how many of the worker's GPUs no attempt holds and the
-// worker does not keep out of use (a GPU both held by an attempt and kept
-// out of use, briefly, counts once each way: the figure errs low).
-func (w Worker) FreeUsableGPUs() int { return max(w.Load().FreeGPUs()-len(w.GPUConditions), 0) }
-
-// UnavailableGPUs are the indices of the worker's GPUs it keeps out of use
-// (held or unhealthy).
-func (w Worker) UnavailableGPUs() map[int]bool {
-	out := make(map[int]bool, len(w.GPUConditions))
-	for _, c := range w.GPUConditions {
-		out[c.Index] = true
-	}
-	return out
 }
 
 // QueuedJob is what placement reads of a queued job: where it may run and
@@ -322,10 +287,10 @@ type ClaimRequest struct {
 	// fails with ErrConflict if another attempt holds one of them, or the
 	// worker keeps one of them out of use.
 	GPUs []int
-	// Whole gives the attempt the whole worker: the claim fails with
+	// WholeWorker gives the attempt the whole worker: the claim fails with
 	// ErrConflict unless nothing runs there, and nothing else is claimed
 	// there until the attempt ends.
-	Whole bool
+	WholeWorker bool
 	// UploadTokenHash is stored on the new attempt.
 	UploadTokenHash string
 	AckDeadline     time.Time
@@ -401,10 +366,10 @@ type ActiveAttempt struct {
 	JobID, Team, WorkerID string
 	Status                protocol.JobStatus
 	Priority              int
-	// GPUs is how many GPUs the attempt holds; Whole, whether it took its
-	// worker whole.
-	GPUs  int
-	Whole bool
+	// GPUs is how many GPUs the attempt holds; WholeWorker, whether it
+	// took the whole worker.
+	GPUs        int
+	WholeWorker bool
 	// StartedAt is when the worker acknowledged it (nil: not yet).
 	StartedAt *time.Time
 	// Preempting is true while it is being preempted.
@@ -412,13 +377,16 @@ type ActiveAttempt struct {
 }
 
 // TeamDay is a team's GPU-seconds of ended attempts on one UTC day
-// (YYYY-MM-DD), and when on average they were used.
+// (DayFormat), and when on average they were used.
 type TeamDay struct {
 	Team       string
 	Day        string
 	GPUSeconds float64
 	UsedAt     time.Time
 }
+
+// DayFormat is how a TeamDay (and the team_usage table) names a day.
+const DayFormat = "2006-01-02"
 
 // ErrQueueFull: a team already has its max_queued jobs queued.
 var ErrQueueFull = errors.New("the team's queue is full")
@@ -479,6 +447,16 @@ type Notification struct {
 }
 
 // Store is implemented by every backend. All methods are safe for concurrent use.
+//
+// A function handed to the store runs inside its transaction: UpdateWorker's
+// fn and the methods of the Outbox (SetOutbox). An implementation may run such
+// a function more than once for one call (the SQLite backend runs a write
+// again on its own when the batch it was group-committed with failed); only
+// the run whose transaction commits takes effect, and the caller gets that
+// run's outcome. So these functions only compute: they change what they are
+// handed and return what they decide, and touch nothing else (no I/O, no
+// sends, no counters). No implementation may count on one running once, nor
+// any caller on one running once.
 type Store interface {
 	// Ping reports whether the database answers.
 	Ping(ctx context.Context) error
@@ -501,7 +479,8 @@ type Store interface {
 	ListWorkers(ctx context.Context, f WorkerFilter) (workers []Worker, total int, err error)
 	// UpdateWorker reads the worker, lets fn change it, and writes it back in one
 	// transaction. fn may return an audit record to append in the same transaction;
-	// an error from fn aborts without changes.
+	// an error from fn aborts without changes. fn may run more than once (see
+	// Store): it changes only the worker it is handed.
 	UpdateWorker(ctx context.Context, id string, fn func(*Worker) (*audit.Record, error)) (Worker, error)
 	// SummarizeWorkers counts all workers grouped by status, GPU info and
 	// whether they hold a job, in one aggregate read.

@@ -69,8 +69,8 @@ type OutboxEvent struct {
 // Outbox turns the changes the store applies into webhook events. The store
 // calls it inside the change's transaction, with the rows as written, and
 // writes what it returns there: an event is stored if and only if its
-// change is. A transaction may run twice (see sqlstore's group commit), so
-// the methods only compute: no side effects, no I/O.
+// change is. A transaction may run more than once (see Store), so the
+// methods only compute: no side effects, no I/O.
 type Outbox interface {
 	// JobInserted: a job was submitted.
 	JobInserted(j Job) []OutboxEvent

@@ -136,8 +136,8 @@ func event(p Payload, key, team string, at time.Time) store.OutboxEvent {
 func JobKey(id string) string    { return "job:" + id }
 func WorkerKey(id string) string { return "worker:" + id }
 
-// CheckpointSaved is the event of a checkpoint a job saved, for
-// Service.Emit: it joins the job's events, in order.
+// CheckpointSaved is the event of a checkpoint a job kept (the Emitter's
+// CheckpointKept): it joins the job's events, in order.
 func CheckpointSaved(j store.Job, c CheckpointInfo, base string, at time.Time) store.OutboxEvent {
 	return event(Payload{Type: spec.CheckpointSaved, Job: jobInfo(j, base), Checkpoint: &c}, JobKey(j.ID), teamOf(j), at)
 }

@@ -212,7 +212,7 @@ func (f *fakeOrch) summary() string {
 	return b.String()
 }
 
-// reportsFor returns the reports for one job (lock held by waitFor's cond, or not).
+// reportsLocked returns the reports for one job (lock held by waitFor's cond, or not).
 func (f *fakeOrch) reportsLocked(jobID string) []fakeReport {
 	var out []fakeReport
 	for _, r := range f.reports {

@@ -14,7 +14,7 @@ import (
 // by the orchestrator, which refuses control characters and long texts.
 func TestGPUConditionsStayWithinTheProtocolLimits(t *testing.T) {
 	t.Parallel()
-	src := gpu.NewStatic("nvidia", []gpu.Device{{UUID: "GPU-0", Name: "A100"}, {UUID: "GPU-1", Name: "A100"}})
+	src := gpu.NewStatic("nvidia", []gpu.Device{{GPUDevice: protocol.GPUDevice{UUID: "GPU-0", Name: "A100"}}, {GPUDevice: protocol.GPUDevice{UUID: "GPU-1", Name: "A100"}}})
 	g := newGPUWatch(src, t.TempDir(), slog.New(slog.DiscardHandler))
 	inv, _ := src.Inventory()
 	if err := g.start(inv); err != nil {

@@ -43,8 +43,8 @@ type fakeGPUs struct{ gpu.Unwatched }
 
 func (fakeGPUs) Inventory() (gpu.Inventory, error) {
 	return gpu.Inventory{Count: 2, Driver: "550.54.15", Devices: []gpu.Device{
-		{Index: 0, UUID: "GPU-aaaa", Name: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559},
-		{Index: 1, UUID: "GPU-bbbb", Name: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559},
+		{GPUDevice: protocol.GPUDevice{Index: 0, UUID: "GPU-aaaa", Name: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559}},
+		{GPUDevice: protocol.GPUDevice{Index: 1, UUID: "GPU-bbbb", Name: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559}},
 	}}, nil
 }
 

@@ -50,7 +50,7 @@ func (w *Worker) attemptOf(jobID string) *runner {
 // isCurrent reports whether a is still the running attempt of its job.
 func (w *Worker) isCurrent(a *runner) bool { return w.attemptOf(a.jobID) == a }
 
-// gpusFor checks a dispatch against what runs here and resolves the GPUs it
+// gpusForLocked checks a dispatch against what runs here and resolves the GPUs it
 // assigns; whole is true for a dispatch that takes the whole worker. A
 // non-empty reason refuses it: the orchestrator's acknowledgement deadline
 // then gives the job back to the queue. w.mu is held.

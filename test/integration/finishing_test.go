@@ -8,7 +8,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
-// connectedVia waits until the worker holds a stream to o.
+// connected waits until the worker holds a stream to o.
 func (o *orch) connected(id string) {
 	o.t.Helper()
 	testutil.Eventually(o.t, 30*time.Second, "worker "+id+" connected", func() bool {

@@ -262,7 +262,7 @@ func (o *orch) metrics() string {
 	return string(b)
 }
 
-// logs reads a job's log.
+// jobLog reads a job's log: the status code and the body.
 func (o *orch) jobLog(jobID string) (int, string) {
 	o.t.Helper()
 	req, _ := http.NewRequest("GET", o.URL+"/api/queue/"+jobID+"/logs", nil)

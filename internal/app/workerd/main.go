@@ -19,6 +19,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/daemon"
 	"github.com/simpletuner/simpletuner-orchestration/internal/gpu"
 	"github.com/simpletuner/simpletuner-orchestration/internal/isolation"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/version"
 	"github.com/simpletuner/simpletuner-orchestration/internal/worker"
 )
@@ -159,7 +160,7 @@ func gpuSource(g config.GPUConfig, log *slog.Logger) gpu.Source {
 	case "static":
 		devs := make([]gpu.Device, len(g.Devices))
 		for i, d := range g.Devices {
-			devs[i] = gpu.Device{UUID: d.UUID, Name: d.Name, MemoryMiB: uint64(d.MemoryGB * 1024), DeviceNode: d.DeviceNode}
+			devs[i] = gpu.Device{GPUDevice: protocol.GPUDevice{UUID: d.UUID, Name: d.Name, MemoryMiB: uint64(d.MemoryGB * 1024)}, DeviceNode: d.DeviceNode}
 		}
 		return gpu.NewStatic(g.Vendor, devs)
 	}

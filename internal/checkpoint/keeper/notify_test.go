@@ -15,7 +15,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
-// kept returns a Note for j that reports each checkpoint kept on the
+// keptNotes sets a Note on j that reports each checkpoint kept on the
 // returned channel.
 func keptNotes(j *Job, notes *testutil.Buffer) <-chan string {
 	ch := make(chan string, 16)

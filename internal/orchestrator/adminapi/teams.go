@@ -15,7 +15,6 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/fairshare"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
-	"github.com/simpletuner/simpletuner-orchestration/internal/store/sqlstore"
 )
 
 // teamName is how a team is shown: "" (a token or job from before teams)
@@ -167,7 +166,7 @@ func (a *API) Usage(ctx context.Context, q api.UsageQuery) (api.Usage, error) {
 	if from.Before(since) {
 		since = from
 	}
-	days, err := a.store.TeamUsage(ctx, since.Format(sqlstore.DayFormat))
+	days, err := a.store.TeamUsage(ctx, since.Format(store.DayFormat))
 	if err != nil {
 		return api.Usage{}, err
 	}
@@ -180,8 +179,8 @@ func (a *API) Usage(ctx context.Context, q api.UsageQuery) (api.Usage, error) {
 		return api.Usage{}, err
 	}
 	st := fairshare.NewStanding(p, days, active, fleet, now)
-	out := api.Usage{HalfLifeSeconds: p.HalfLife.Seconds(), FleetGPUs: fleet, From: from.Format(sqlstore.DayFormat),
-		To: to.Format(sqlstore.DayFormat), Preemption: p.Preemption}
+	out := api.Usage{HalfLifeSeconds: p.HalfLife.Seconds(), FleetGPUs: fleet, From: from.Format(store.DayFormat),
+		To: to.Format(store.DayFormat), Preemption: p.Preemption}
 	perDay := usageByDay(days, active, from, to, now)
 	for _, t := range st.Teams() {
 		queued, err := a.store.CountQueuedOfTeam(ctx, t.Name)
@@ -193,8 +192,8 @@ func (a *API) Usage(ctx context.Context, q api.UsageQuery) (api.Usage, error) {
 			RunningGPUs: t.RunningGPUs, QueuedJobs: queued, DecayedGPUHours: t.DecayedGPUSeconds / 3600,
 			UsageFraction: t.UsageFraction, FairShare: t.Factor, Days: []api.UsageDay{}}
 		for d := from; !d.After(to); d = d.AddDate(0, 0, 1) {
-			h := perDay[t.Name][d.Format(sqlstore.DayFormat)] / 3600
-			tu.Days = append(tu.Days, api.UsageDay{Day: d.Format(sqlstore.DayFormat), GPUHours: h})
+			h := perDay[t.Name][d.Format(store.DayFormat)] / 3600
+			tu.Days = append(tu.Days, api.UsageDay{Day: d.Format(store.DayFormat), GPUHours: h})
 			tu.GPUHours += h
 		}
 		out.Teams = append(out.Teams, tu)
@@ -209,7 +208,7 @@ func usageDays(q api.UsageQuery, now time.Time) (from, to time.Time, err error) 
 		if v == "" {
 			return def, nil
 		}
-		d, err := time.Parse(sqlstore.DayFormat, v)
+		d, err := time.Parse(store.DayFormat, v)
 		if err != nil {
 			return d, web.Invalid("query parameter %q must be a day as YYYY-MM-DD; got %q", name, v)
 		}
@@ -224,9 +223,9 @@ func usageDays(q api.UsageQuery, now time.Time) (from, to time.Time, err error) 
 	}
 	switch {
 	case from.After(to):
-		err = web.Invalid("query parameter \"from\" (%s) is after \"to\" (%s)", q.From, to.Format(sqlstore.DayFormat))
+		err = web.Invalid("query parameter \"from\" (%s) is after \"to\" (%s)", q.From, to.Format(store.DayFormat))
 	case to.Sub(from) > maxUsageDays*24*time.Hour:
-		err = web.Invalid("at most %d days at once; got %s to %s", maxUsageDays, from.Format(sqlstore.DayFormat), to.Format(sqlstore.DayFormat))
+		err = web.Invalid("at most %d days at once; got %s to %s", maxUsageDays, from.Format(store.DayFormat), to.Format(store.DayFormat))
 	}
 	return
 }
@@ -236,7 +235,7 @@ func usageDays(q api.UsageQuery, now time.Time) (from, to time.Time, err error) 
 func usageByDay(days []store.TeamDay, active []store.ActiveAttempt, from, to, now time.Time) map[string]map[string]float64 {
 	out := map[string]map[string]float64{}
 	add := func(team, day string, secs float64) {
-		if d, err := time.Parse(sqlstore.DayFormat, day); err != nil || d.Before(from) || d.After(to) {
+		if d, err := time.Parse(store.DayFormat, day); err != nil || d.Before(from) || d.After(to) {
 			return
 		}
 		if out[team] == nil {
@@ -257,7 +256,7 @@ func usageByDay(days []store.TeamDay, active []store.ActiveAttempt, from, to, no
 			if now.Before(end) {
 				end = now
 			}
-			add(at.Team, d.Format(sqlstore.DayFormat), float64(at.GPUs)*end.Sub(d).Seconds())
+			add(at.Team, d.Format(store.DayFormat), float64(at.GPUs)*end.Sub(d).Seconds())
 			d = next
 		}
 	}

@@ -40,6 +40,7 @@ func (a *API) workerView(w store.Worker) api.Worker {
 	// Connected means a stream is open on some instance; StreamInstance is kept
 	// in the store so that every replica answers alike.
 	status, connected := a.workers.Shown(w)
+	capa := w.Capacity()
 	v := api.Worker{
 		WorkerID: w.ID, ID: w.ID, Name: w.Name, WorkerType: string(w.Type), Status: string(status),
 		GPUInfo: gpuInfo, Provider: strPtr(w.Provider), Labels: labels, LabelsLocked: w.LabelsLocked, CurrentJobID: strPtr(w.CurrentJobID),
@@ -49,7 +50,7 @@ func (a *API) workerView(w store.Worker) api.Worker {
 		Local: w.Local, Protocol: w.Protocol, AgentVersion: w.AgentVersion, Capabilities: w.Capabilities,
 		GPUTelemetry:     a.heard.Telemetry(w.ID),
 		ClockSkewSeconds: a.heard.ClockSkewSeconds(w.ID),
-		RunningJobs:      w.Running, MaxJobs: w.Slots(), GPUsFree: w.FreeUsableGPUs(),
+		RunningJobs:      w.Running, MaxJobs: capa.Slots(), GPUsFree: capa.FreeUsableGPUs(),
 		GPUConditions: []api.GPUCondition{},
 	}
 	for _, c := range w.GPUConditions {

@@ -71,12 +71,13 @@ func (a *API) explainWait(ctx context.Context, j store.Job, facts []workerFacts)
 			continue
 		}
 		online++
-		load := w.Load()
+		capa := w.Capacity()
+		load := capa.Load()
 		// A GPU-sharing worker that is full because its GPUs are taken is
 		// short of GPUs, not of slots: the job waits for GPUs. A job that
 		// takes the whole worker waits for one running nothing.
-		if w.SharesGPUs() && status != protocol.WorkerDraining &&
-			(w.FreeUsableGPUs() < j.GPUCount || (j.WholeWorker && (load.Running > 0 || (gpus > 0 && w.FreeUsableGPUs() == 0)))) {
+		if capa.SharesGPUs() && status != protocol.WorkerDraining &&
+			(capa.FreeUsableGPUs() < j.GPUCount || (j.WholeWorker && (load.Running > 0 || (gpus > 0 && capa.FreeUsableGPUs() == 0)))) {
 			room++
 			continue
 		}

@@ -39,7 +39,7 @@ func Matches(j store.QueuedJob, w store.Worker) bool {
 	if j.GPUCount > 0 && len(eligibleGPUs(g, j)) < j.GPUCount {
 		return false
 	}
-	if j.MinVRAMGB > 0 && !w.SharesGPUs() && g.VRAMGB < j.MinVRAMGB {
+	if j.MinVRAMGB > 0 && !w.Capacity().SharesGPUs() && g.VRAMGB < j.MinVRAMGB {
 		return false
 	}
 	// A job that takes the whole worker needs every GPU of it large enough.
@@ -85,8 +85,9 @@ type Candidate struct {
 
 // NewCandidate makes w a candidate; leased are the GPUs its attempts hold.
 func NewCandidate(w store.Worker, leased []store.GPULease) *Candidate {
-	c := &Candidate{W: w, free: map[int]bool{}, load: w.Load()}
-	unavailable := w.UnavailableGPUs()
+	capa := w.Capacity()
+	c := &Candidate{W: w, free: map[int]bool{}, load: capa.Load()}
+	unavailable := capa.UnavailableGPUs()
 	for _, d := range w.GPUInfo.Devices {
 		if !unavailable[d.Index] {
 			c.free[d.Index] = true
@@ -110,7 +111,7 @@ func (c *Candidate) Fit(j store.QueuedJob) (gpus []int, ok bool) {
 		return nil, false
 	}
 	devices := c.W.GPUInfo.Devices
-	if !c.W.SharesGPUs() {
+	if !c.W.Capacity().SharesGPUs() {
 		for _, d := range devices {
 			gpus = append(gpus, d.Index)
 		}
@@ -145,7 +146,7 @@ func (c *Candidate) Took(j store.QueuedJob, gpus []int) {
 	}
 	c.load.Running++
 	c.load.GPUsUsed += len(gpus)
-	c.load.Whole = j.WholeWorker
+	c.load.WholeWorker = j.WholeWorker
 	if c.load.Full() {
 		c.W.Status = protocol.WorkerBusy
 	} else {
@@ -211,20 +212,4 @@ func ReserveFor(j store.QueuedJob, p *Pool) Reservation {
 		return Reservation{}
 	}
 	return Reservation{JobID: j.ID, WorkerID: best.W.ID}
-}
-
-// AssignedGPUs names the GPUs for job_submit: index and, where the worker
-// reported one, UUID. An empty list (a job that takes no GPU) stays a list.
-func AssignedGPUs(g protocol.GPUSummary, indices []int) *[]protocol.AssignedGPU {
-	out := make([]protocol.AssignedGPU, 0, len(indices))
-	for _, i := range indices {
-		a := protocol.AssignedGPU{Index: i}
-		for _, d := range g.Devices {
-			if d.Index == i {
-				a.UUID = d.UUID
-			}
-		}
-		out = append(out, a)
-	}
-	return &out
 }

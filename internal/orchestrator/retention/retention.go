@@ -60,7 +60,7 @@ type metrics struct {
 	lastPassNanos                    atomic.Int64
 }
 
-// runRetention runs a retention pass every interval, the first once the
+// Run runs a retention pass every interval, the first once the
 // start-up grace is over (a restarted fleet reconnects first). Each pass
 // deletes in batches, one short transaction each (sized to hold the writer
 // about batchTarget, at most batch_size rows), and pauses between batches as

@@ -155,7 +155,7 @@ func (s *Protocol) WriteGPUMetrics(w io.Writer, workers []store.Worker) {
 	}
 	for _, wk := range workers {
 		who := fmt.Sprintf("worker=%q,name=%q", wk.ID, wk.Name)
-		out := wk.UnavailableGPUs()
+		out := wk.Capacity().UnavailableGPUs()
 		if t := s.Heard.Telemetry(wk.ID); t != nil {
 			for _, g := range t.GPUs {
 				l := fmt.Sprintf("%s,index=\"%d\",uuid=%q", who, g.Index, g.UUID)

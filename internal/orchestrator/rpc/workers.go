@@ -87,7 +87,7 @@ func (s *Protocol) register(ctx context.Context, wk store.Worker, reg registrati
 		if len(resume) > 0 {
 			cur.CurrentJobID = resume[0].JobID
 		}
-		cur.Status = lifecycle.Alive(cur.Status, cur.Load())
+		cur.Status = lifecycle.Alive(cur.Status, cur.Capacity().Load())
 		details := map[string]any{"name": cur.Name, "protocol": cur.Protocol, "resume": resume, "abandon": abandon}
 		for k, v := range changes {
 			details[k] = v
@@ -288,7 +288,7 @@ func (s *Protocol) streamOpened(ctx context.Context, workerID string) error {
 	instance := s.Options().InstanceID
 	_, err := s.Store.UpdateWorker(ctx, workerID, func(cur *store.Worker) (*audit.Record, error) {
 		cur.ConnectedAt, cur.StreamInstance = &now, instance
-		cur.Status = lifecycle.Alive(cur.Status, cur.Load())
+		cur.Status = lifecycle.Alive(cur.Status, cur.Capacity().Load())
 		return nil, nil
 	})
 	return err
@@ -324,7 +324,7 @@ func (s *Protocol) heartbeat(ctx context.Context, wk store.Worker, req protocol.
 	var drainedByWorker bool
 	updated, err := s.Store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
 		cur.LastHeartbeat = &now
-		cur.Status = lifecycle.Alive(cur.Status, cur.Load())
+		cur.Status = lifecycle.Alive(cur.Status, cur.Capacity().Load())
 		// A worker draining on its own (a stop signal) says so: no job is
 		// dispatched to it any more. Only an admin's resume undoes a drain.
 		if drainedByWorker = req.Status == string(protocol.WorkerDraining) && cur.Status != protocol.WorkerDraining; drainedByWorker {
@@ -455,7 +455,7 @@ func (s *Protocol) Resume(ctx context.Context, id, actor, ip string) (store.Work
 		if cur.Status != protocol.WorkerDraining {
 			return nil, web.Conflict("worker %s is %s, not draining", id, cur.Status)
 		}
-		cur.Status = lifecycle.Resumed(cur.Load(), cur.LastHeartbeat != nil)
+		cur.Status = lifecycle.Resumed(cur.Capacity().Load(), cur.LastHeartbeat != nil)
 		rec := audit.New(actor, ip, "worker.resume", "worker", id, audit.Success, map[string]string{"name": cur.Name})
 		return &rec, nil
 	})

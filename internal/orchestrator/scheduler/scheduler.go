@@ -263,7 +263,7 @@ func (p *pass) noteWaiting(j store.QueuedJob) bool {
 
 func (p *pass) place(j store.QueuedJob, best *placement.Candidate, gpus []int) {
 	best.Took(j, gpus)
-	p.placed = append(p.placed, choice{w: best.W, jobID: j.ID, gpus: gpus, whole: j.WholeWorker})
+	p.placed = append(p.placed, choice{w: best.W, jobID: j.ID, gpus: gpus, wholeWorker: j.WholeWorker})
 	if p.res.JobID == j.ID {
 		p.res = placement.Reservation{}
 	}
@@ -280,12 +280,12 @@ func (p *pass) lend() {
 }
 
 // choice is a job the pass gives to a worker, with the GPUs it gets
-// there, and whether it takes the worker whole.
+// there, and whether it takes the whole worker.
 type choice struct {
-	w     store.Worker
-	jobID string
-	gpus  []int
-	whole bool
+	w           store.Worker
+	jobID       string
+	gpus        []int
+	wholeWorker bool
 }
 
 // claimAndSend claims the placements in one transaction and sends each
@@ -305,7 +305,7 @@ func (s *Scheduler) claimAndSend(ctx context.Context, placed []choice) {
 			WorkerID:        p.w.ID,
 			JobID:           p.jobID,
 			GPUs:            p.gpus,
-			Whole:           p.whole,
+			WholeWorker:     p.wholeWorker,
 			UploadTokenHash: auth.Hash(uploadTokens[i]),
 			AckDeadline:     now.Add(opt.AckTimeout),
 			Now:             now,
@@ -337,8 +337,8 @@ func (s *Scheduler) send(ctx context.Context, p choice, j store.Job, a store.Att
 		CancelGraceSeconds: s.options().CancelGrace.Seconds(), LogEndpoint: "/api/workers/job/" + j.ID + "/logs",
 		CheckpointsEndpoint: s.CheckpointsEndpoint(j),
 	}
-	if p.w.SharesGPUs() {
-		ev.GPUs, ev.WholeWorker = placement.AssignedGPUs(p.w.GPUInfo.GPUSummary, p.gpus), p.whole
+	if p.w.Capacity().SharesGPUs() {
+		ev.GPUs, ev.WholeWorker = p.w.GPUInfo.AssignedGPUs(p.gpus), p.wholeWorker
 	}
 	if !s.Streams.Send(p.w.ID, protocol.EventJobSubmit, ev) {
 		s.Log.Warn("worker stream vanished during dispatch; withdrawing", "job_id", j.ID, "worker_id", p.w.ID)

@@ -15,7 +15,6 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/placement"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
-	"github.com/simpletuner/simpletuner-orchestration/internal/store/sqlstore"
 )
 
 // This file is the teams' step of a pass: their standing (package
@@ -172,7 +171,7 @@ func (s *Scheduler) pastUsage(ctx context.Context, p fairshare.Policy, now time.
 	if now.Sub(c.readAt) < usageRefresh {
 		return c.days
 	}
-	from := now.Add(-min(10*p.HalfLife, 400*24*time.Hour)).Format(sqlstore.DayFormat)
+	from := now.Add(-min(10*p.HalfLife, 400*24*time.Hour)).Format(store.DayFormat)
 	if days, err := s.Store.TeamUsage(ctx, from); err == nil {
 		c.readAt, c.days = now, days
 	}
@@ -236,8 +235,9 @@ func (s *Scheduler) preemptFor(ctx context.Context, teams *teamsNow, waiting []s
 				(heldForAhead && res.WorkerID == w.ID) {
 				continue
 			}
+			capa := w.Capacity()
 			hosts = append(hosts, fairshare.Host{WorkerID: w.ID, GPUs: max(w.GPUInfo.Count-len(w.GPUConditions), 0),
-				FreeGPUs: w.FreeUsableGPUs(), SharesGPUs: w.SharesGPUs(), Running: byWorker[w.ID]})
+				FreeGPUs: capa.FreeUsableGPUs(), SharesGPUs: capa.SharesGPUs(), Running: byWorker[w.ID]})
 		}
 		c, ok := teams.st.Victims(j, hosts)
 		if !ok {

@@ -1,7 +1,9 @@
 // Package postgres is the production store backend (PostgreSQL through lib/pq).
 // Several orchestrator instances may share one database: claims use
 // FOR UPDATE SKIP LOCKED, the audit chain head is a locked row, and
-// notifications travel through LISTEN/NOTIFY.
+// notifications travel through LISTEN/NOTIFY. Each write is a transaction of
+// its own and a transaction function runs once per call today; callers still
+// write them to run more than once, as store.Store requires.
 package postgres
 
 import (

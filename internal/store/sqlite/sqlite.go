@@ -1,5 +1,8 @@
 // Package sqlite is the embedded store backend (modernc.org/sqlite, pure Go):
 // one file, one writer at a time, notifications within the process only.
+// Writes queued behind each other are committed together; one whose batch
+// failed runs again alone, so a transaction function (UpdateWorker's fn, the
+// Outbox) may run twice, as store.Store allows.
 package sqlite
 
 import (

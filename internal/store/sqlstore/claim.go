@@ -91,7 +91,7 @@ func (s *Store) claimInTx(ctx context.Context, c conn, reqs []store.ClaimRequest
 		if !slices.Contains(claimed, w.ID) {
 			claimed = append(claimed, w.ID)
 		}
-		w.Running, w.GPUsUsed, w.CurrentJobID, w.HeldWhole = w.Running+1, w.GPUsUsed+len(req.GPUs), j.ID, req.Whole
+		w.Running, w.GPUsUsed, w.CurrentJobID, w.WholeWorkerHeld = w.Running+1, w.GPUsUsed+len(req.GPUs), j.ID, req.WholeWorker
 		// The job as written, without reading it back.
 		job := j
 		job.Status, job.WorkerID, job.AckDeadline, job.UpdatedAt = protocol.JobDispatched, w.ID, normTimePtr(&req.AckDeadline), at
@@ -116,7 +116,7 @@ func (s *Store) claimInTx(ctx context.Context, c conn, reqs []store.ClaimRequest
 	for _, id := range claimed {
 		w := workers[id]
 		if _, err := c.exec(ctx, `UPDATE workers SET status = ?, current_job_id = ?, running = ?, gpus_used = ?, held_whole = ? WHERE id = ?`,
-			lifecycle.Settle(w.Status, w.Load()), w.CurrentJobID, w.Running, w.GPUsUsed, w.HeldWhole, w.ID); err != nil {
+			lifecycle.Settle(w.Status, w.Capacity().Load()), w.CurrentJobID, w.Running, w.GPUsUsed, w.WholeWorkerHeld, w.ID); err != nil {
 			return nil, false, err
 		}
 	}
@@ -154,10 +154,10 @@ func (s *Store) lockWorkers(ctx context.Context, c conn, reqs []store.ClaimReque
 // the claim may go ahead, writing nothing. A refusal is ErrConflict, ErrNoJob
 // or ErrIllegalMove.
 func (s *Store) checkClaim(ctx context.Context, c conn, w *store.Worker, req store.ClaimRequest) (store.Job, error) {
-	if !lifecycle.CanClaim(w.Status, w.Load()) {
+	if !lifecycle.CanClaim(w.Status, w.Capacity().Load()) {
 		return store.Job{}, fmt.Errorf("worker %s is %s running %d attempt(s): %w", w.ID, w.Status, w.Running, store.ErrConflict)
 	}
-	if req.Whole && w.Running > 0 {
+	if req.WholeWorker && w.Running > 0 {
 		return store.Job{}, fmt.Errorf("worker %s runs %d attempt(s) and the job takes it whole: %w", w.ID, w.Running, store.ErrConflict)
 	}
 	j, err := s.lockQueued(ctx, c, req.JobID)
@@ -202,7 +202,7 @@ func (s *Store) writeClaim(ctx context.Context, c conn, w *store.Worker, j store
 // this reads stays true until the claim's transaction ends.
 func (s *Store) checkGPUs(ctx context.Context, c conn, w store.Worker, gpus []int) error {
 	count := w.GPUInfo.Count
-	unavailable := w.UnavailableGPUs()
+	unavailable := w.Capacity().UnavailableGPUs()
 	for i, g := range gpus {
 		if g < 0 || g >= count {
 			return fmt.Errorf("worker %s has %d GPUs, not GPU %d: %w", w.ID, count, g, store.ErrConflict)

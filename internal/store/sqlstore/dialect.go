@@ -40,6 +40,8 @@ type Dialect struct {
 	RowCounts string
 	// GroupCommit: the engine has one writer, so write transactions that
 	// queue up behind each other are committed together (see groupCommit).
+	// A write whose batch failed then runs again alone: the reason
+	// store.Store lets a transaction function run more than once.
 	GroupCommit bool
 }
 

@@ -46,7 +46,7 @@ func (s *Store) ListActiveAttempts(ctx context.Context) ([]store.ActiveAttempt, 
 	for rows.Next() {
 		var a store.ActiveAttempt
 		var gpus, preemptedBy string
-		if err := rows.Scan(&a.JobID, &a.Team, &a.WorkerID, &a.Status, &a.Priority, &a.Whole, &gpus,
+		if err := rows.Scan(&a.JobID, &a.Team, &a.WorkerID, &a.Status, &a.Priority, &a.WholeWorker, &gpus,
 			nullTimeCol{&a.StartedAt}, &preemptedBy); err != nil {
 			return nil, err
 		}
@@ -96,9 +96,6 @@ func (s *Store) TeamUsage(ctx context.Context, fromDay string) ([]store.TeamDay,
 	}
 	return out, rows.Err()
 }
-
-// DayFormat is how team_usage names a day.
-const DayFormat = "2006-01-02"
 
 // addTeamUsage adds an ending attempt's GPU-seconds to its team's days: what
 // the worker reported, or else its GPUs times the time since it was
@@ -165,15 +162,15 @@ func spreadOverDays(from, to time.Time, total float64) map[string]dayPart {
 			end = to
 		}
 		part := end.Sub(d).Seconds()
-		out[d.Format(DayFormat)] = dayPart{seconds: total * part / span, middle: (unix(d) + unix(end)) / 2}
+		out[d.Format(store.DayFormat)] = dayPart{seconds: total * part / span, middle: (unix(d) + unix(end)) / 2}
 		d = next
 	}
 	if start.After(from) { // the rest of a very long attempt, on its earliest day kept
-		p := out[start.Format(DayFormat)]
+		p := out[start.Format(store.DayFormat)]
 		extra := total * start.Sub(from).Seconds() / span
 		p.middle = (p.middle*p.seconds + unix(start)*extra) / (p.seconds + extra)
 		p.seconds += extra
-		out[start.Format(DayFormat)] = p
+		out[start.Format(store.DayFormat)] = p
 	}
 	return out
 }

@@ -32,7 +32,7 @@ func scanWorker(r scanner, extra ...any) (store.Worker, error) {
 		&w.Protocol, &w.AgentVersion, nullTimeCol{&w.LastHeartbeat}, nullTimeCol{&w.ConnectedAt},
 		&w.StreamInstance, timeCol{&w.CreatedAt}, &w.CreatedBy, jsonCol{&w.Capabilities}, &w.LabelsLocked, &w.Session,
 		jsonCol{&w.GPUConditions}, jsonCol{&w.GPUClears}, &w.TokenHash,
-		&w.Running, &w.GPUsUsed, &w.HeldWhole}, extra...)
+		&w.Running, &w.GPUsUsed, &w.WholeWorkerHeld}, extra...)
 	err := r.Scan(dest...)
 	if len(w.GPUConditions) == 0 {
 		w.GPUConditions = nil // as stored: no conditions, however written
@@ -103,7 +103,7 @@ func (s *Store) workerLoad(ctx context.Context, c conn, id string) (store.Worker
 	var w store.Worker
 	err := c.queryRow(ctx, `SELECT id, status, gpu_info, protocol, capabilities, current_job_id, running, gpus_used,
 		held_whole, gpu_conditions FROM workers WHERE id = ?`+s.d.ForUpdate, id).Scan(&w.ID, &w.Status, gpuInfoCol{&w.GPUInfo},
-		&w.Protocol, jsonCol{&w.Capabilities}, &w.CurrentJobID, &w.Running, &w.GPUsUsed, &w.HeldWhole, jsonCol{&w.GPUConditions})
+		&w.Protocol, jsonCol{&w.Capabilities}, &w.CurrentJobID, &w.Running, &w.GPUsUsed, &w.WholeWorkerHeld, jsonCol{&w.GPUConditions})
 	return w, noRows(err, "worker", id)
 }
 
@@ -322,7 +322,7 @@ func (s *Store) freeWorker(ctx context.Context, c conn, workerID, jobID string, 
 	}
 	// An attempt holding the worker whole runs alone: whichever ends, none
 	// holds it whole any more.
-	w.Running, w.GPUsUsed, w.HeldWhole = max(w.Running-1, 0), max(w.GPUsUsed-int(freed), 0), false
+	w.Running, w.GPUsUsed, w.WholeWorkerHeld = max(w.Running-1, 0), max(w.GPUsUsed-int(freed), 0), false
 	current := w.CurrentJobID
 	if current == jobID {
 		current = ""
@@ -335,7 +335,7 @@ func (s *Store) freeWorker(ctx context.Context, c conn, workerID, jobID string, 
 		}
 	}
 	_, err = c.exec(ctx, `UPDATE workers SET current_job_id = ?, status = ?, running = ?, gpus_used = ?, held_whole = ? WHERE id = ?`,
-		current, lifecycle.Settle(w.Status, w.Load()), w.Running, w.GPUsUsed, w.HeldWhole, workerID)
+		current, lifecycle.Settle(w.Status, w.Capacity().Load()), w.Running, w.GPUsUsed, w.WholeWorkerHeld, workerID)
 	return freed, err
 }
 

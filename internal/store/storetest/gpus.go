@@ -190,15 +190,15 @@ func testGPUWholeWorkerAlone(t *testing.T, s store.Store) {
 	_, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, JobID: busy.ID, GPUs: []int{0}, Now: t0, AckDeadline: t0})
 	noErr(t, err, "a one-GPU claim")
 	whole := newJob(t, s)
-	_, _, err = s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, JobID: whole.ID, GPUs: []int{1, 2, 3}, Whole: true, Now: t0, AckDeadline: t0})
+	_, _, err = s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w.ID, JobID: whole.ID, GPUs: []int{1, 2, 3}, WholeWorker: true, Now: t0, AckDeadline: t0})
 	wantErr(t, err, store.ErrConflict, "a whole-worker claim beside a running attempt")
 	equal(t, getJob(t, s, whole.ID).Status, protocol.JobQueued, "the refused job")
 
 	w2 := newWorker(t, s, sharing(2))
-	j, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w2.ID, JobID: whole.ID, GPUs: []int{0, 1}, Whole: true, Now: t0, AckDeadline: t0})
+	j, _, err := s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w2.ID, JobID: whole.ID, GPUs: []int{0, 1}, WholeWorker: true, Now: t0, AckDeadline: t0})
 	noErr(t, err, "a whole-worker claim on an idle worker")
-	if gw := getWorker(t, s, w2.ID); !gw.HeldWhole || gw.Status != protocol.WorkerBusy || gw.Running != 1 {
-		t.Fatalf("worker held whole: held %v status %s running %d", gw.HeldWhole, gw.Status, gw.Running)
+	if gw := getWorker(t, s, w2.ID); !gw.WholeWorkerHeld || gw.Status != protocol.WorkerBusy || gw.Running != 1 {
+		t.Fatalf("worker held whole: held %v status %s running %d", gw.WholeWorkerHeld, gw.Status, gw.Running)
 	}
 	cpuOnly := newJob(t, s)
 	_, _, err = s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w2.ID, JobID: cpuOnly.ID, Now: t0, AckDeadline: t0})
@@ -206,8 +206,8 @@ func testGPUWholeWorkerAlone(t *testing.T, s store.Store) {
 
 	transition(t, s, j, store.JobTransition{Step: lifecycle.Step{To: protocol.JobQueued, By: lifecycle.Loss,
 		EndAttempt: protocol.OutcomeWithdrawn}})
-	if gw := getWorker(t, s, w2.ID); gw.HeldWhole || gw.Status != protocol.WorkerIdle || gw.Running != 0 {
-		t.Fatalf("worker after the whole-worker attempt ended: held %v status %s running %d", gw.HeldWhole, gw.Status, gw.Running)
+	if gw := getWorker(t, s, w2.ID); gw.WholeWorkerHeld || gw.Status != protocol.WorkerIdle || gw.Running != 0 {
+		t.Fatalf("worker after the whole-worker attempt ended: held %v status %s running %d", gw.WholeWorkerHeld, gw.Status, gw.Running)
 	}
 	_, _, err = s.ClaimJob(t.Context(), store.ClaimRequest{WorkerID: w2.ID, JobID: cpuOnly.ID, Now: t0, AckDeadline: t0})
 	noErr(t, err, "a job without GPUs once the worker is free")
@@ -224,8 +224,8 @@ func testGPUKeptOutOfUse(t *testing.T, s store.Store) {
 	equal(t, leaseIndices(t, s, w.ID), []int{}, "leases after the refused claim")
 	_, err = claimGPUs(t, s, w, 0)
 	noErr(t, err, "a claim of the healthy GPU")
-	if gw := getWorker(t, s, w.ID); gw.FreeUsableGPUs() != 0 {
-		t.Fatalf("free usable GPUs with one leased and one unhealthy: %d", gw.FreeUsableGPUs())
+	if gw := getWorker(t, s, w.ID); gw.Capacity().FreeUsableGPUs() != 0 {
+		t.Fatalf("free usable GPUs with one leased and one unhealthy: %d", gw.Capacity().FreeUsableGPUs())
 	}
 }
 

@@ -62,7 +62,7 @@ func testWorkerRoundTrip(t *testing.T, s store.Store) {
 	g := getWorker(t, s, minimal.ID)
 	if len(g.Labels) != 0 || len(g.AdminLabels) != 0 || string(g.GPUInfo.Raw) != "{}" ||
 		g.LastHeartbeat != nil || g.ConnectedAt != nil || g.CurrentJobID != "" || g.Persistent || g.LabelsLocked ||
-		g.GPUConditions != nil || g.GPUClears != nil || g.HeldWhole {
+		g.GPUConditions != nil || g.GPUClears != nil || g.WholeWorkerHeld {
 		t.Fatalf("minimal worker came back as %+v", g)
 	}
 	if g.Labels == nil || g.AdminLabels == nil {

@@ -28,7 +28,7 @@ type Proxy struct {
 	healed chan struct{} // closed when the cut ends (or the proxy closes)
 	conns  []net.Conn
 	links  []*link
-	// Streams counts the worker event streams opened through the proxy.
+	// streams counts the worker event streams opened through the proxy.
 	streams int
 }
 

@@ -55,7 +55,7 @@ func takeBaseline(o *e2etest.Orch) baseline {
 		goroutines: runtime.NumGoroutine(), sse: o.Metric("simpletuner_sse_connections")}
 }
 
-// backToBaseline waits up to 15 s for the orchestrator's descriptors, sockets,
+// check waits up to 15 s for the orchestrator's descriptors, sockets,
 // established connections and SSE streams, and this process's goroutines, to
 // come back to the baseline (descriptors on the SQLite files are the
 // database pool's and are only reported; threads: the Go runtime keeps idle threads, so
