@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,8 +89,9 @@ type Server struct {
 	// and on other replicas; moves carries out every job move.
 	notify *transitions.Notifier
 	moves  *transitions.Mover
-	// proto serves the worker protocol and the jobs' uploads.
-	proto *rpc.Protocol
+	// proto serves the worker protocol, uploads the jobs' own uploads.
+	proto   *rpc.Protocol
+	uploads *rpc.Uploads
 }
 
 // SetAdminSocketPath tells the server where its admin socket lives; call it
@@ -126,7 +128,7 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 		Quiet: s.logDiskFullOnce}
 	s.wireEngine(st, opt, log)
 	s.api = adminapi.New(adminapi.Deps{Auth: s.authn, Errors: s.errs, Scheduler: s.sched, Events: s.notify, Jobs: s.moves,
-		Workers: s.proto, Uploads: s.proto, Stopping: s.stopped, Store: st, Log: log, Heard: s.heard, GPUHistory: s.gpuHistory,
+		Workers: s.proto, Uploads: s.uploads, Stopping: s.stopped, Store: st, Log: log, Heard: s.heard, GPUHistory: s.gpuHistory,
 		Webhooks: s.webhooks, LogFeed: s.logFeed}, opt.apiOptions(""))
 	return s
 }
@@ -141,11 +143,13 @@ func (s *Server) wireEngine(st store.Store, opt Options, log *slog.Logger) {
 	s.moves = &transitions.Mover{Store: st, Notify: s.notify, Log: log, Metrics: s.metrics, LogFeed: s.logFeed,
 		DiskFull: s.logDiskFullOnce, NoteStore: s.noteStore, Options: func() transitions.Options { return s.options().moveOptions() }}
 	s.proto = &rpc.Protocol{Store: st, Hub: s.hub, Moves: s.moves, Notify: s.notify, Authn: s.authn, Errors: s.errs, Log: log,
-		Metrics: s.metrics, Heard: s.heard, GPUHistory: s.gpuHistory, Disk: s.disk, LogFeed: s.logFeed, Artifacts: s.artifacts.Load,
+		Metrics: s.metrics, Heard: s.heard, GPUHistory: s.gpuHistory, Disk: s.disk, LogFeed: s.logFeed,
 		Wake: s.Wake, Stopping: s.stopping.Load, Started: s.started, NoteStore: s.noteStore,
 		Options: func() rpc.Options { return s.options().protocolOptions() }}
+	s.uploads = &rpc.Uploads{Store: st, Authn: s.authn, Errors: s.errs, Log: log, Metrics: s.metrics, Artifacts: s.artifacts.Load,
+		Options: func() rpc.Options { return s.options().protocolOptions() }}
 	s.sched = &scheduler.Scheduler{Store: st, Streams: s.hub, Moves: s.moves, Log: log, Metrics: s.metrics,
-		CheckpointsEndpoint: s.proto.CheckpointsEndpoint, Stopping: s.stopping.Load, Freeze: s.freezeWhileFileExists,
+		CheckpointsEndpoint: s.uploads.CheckpointsEndpoint, Stopping: s.stopping.Load, Freeze: s.freezeWhileFileExists,
 		NoteStore: s.noteStore, DiskFull: s.logDiskFullOnce}
 	s.sched.Init(opt.schedulerOptions())
 }
@@ -193,7 +197,7 @@ func (s *Server) Routes() []web.Route {
 	return append([]web.Route{
 		web.NewRoute("GET", "/healthz", "", s.healthz),
 		web.NewRoute("GET", "/readyz", "", s.readyz),
-	}, append(s.proto.Routes(), s.api.Routes()...)...)
+	}, slices.Concat(s.proto.Routes(), s.uploads.Routes(), s.api.Routes())...)
 }
 
 // Handler is the HTTP API served on every listener.

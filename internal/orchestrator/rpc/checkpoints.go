@@ -30,14 +30,14 @@ const checkpointsBucket = "checkpoints"
 
 // CheckpointsEndpoint is what job_submit names for a job whose checkpoints
 // the orchestrator keeps, "" for one it keeps none of.
-func (s *Protocol) CheckpointsEndpoint(j store.Job) string {
+func (s *Uploads) CheckpointsEndpoint(j store.Job) string {
 	if j.NoCheckpoints || s.Artifacts() == nil {
 		return ""
 	}
 	return "/api/cloud/checkpoints"
 }
 
-func (s *Protocol) checkpointsKept(u uploader) error {
+func (s *Uploads) checkpointsKept(u uploader) error {
 	if u.job.NoCheckpoints {
 		return web.Conflict("job %s was submitted with checkpoints off; none of its checkpoints are kept", u.job.ID)
 	}
@@ -56,7 +56,7 @@ func checkpointFileRef(job string, attempt int, name, path string) artifacts.Ref
 
 // listCheckpoints lists the job's complete checkpoints, newest first, with
 // the artifact limits and what the job stores now.
-func (s *Protocol) listCheckpoints(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u uploader, a *artifacts.Store) error {
+func (s *Uploads) listCheckpoints(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u uploader, a *artifacts.Store) error {
 	if err := s.checkpointsKept(u); err != nil {
 		return err
 	}
@@ -82,7 +82,7 @@ func (s *Protocol) listCheckpoints(w http.ResponseWriter, r *http.Request, _ htt
 // lists must be stored in the attempt's artifacts with that size and
 // SHA-256. Then the checkpoint is recorded, and those of the job past the
 // newest keep are forgotten and their files deleted.
-func (s *Protocol) commitCheckpoint(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u uploader, a *artifacts.Store) error {
+func (s *Uploads) commitCheckpoint(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u uploader, a *artifacts.Store) error {
 	if err := s.checkpointsKept(u); err != nil {
 		return err
 	}
@@ -144,7 +144,7 @@ func (s *Protocol) commitCheckpoint(w http.ResponseWriter, r *http.Request, _ ht
 // checkpoints they never committed (a worker lost in the middle of an
 // upload): their tokens are stale, so those can never become complete, and
 // they would count against the job's quota for ever.
-func (s *Protocol) sweepAbandoned(ctx context.Context, a *artifacts.Store, u uploader, committed []store.Checkpoint) {
+func (s *Uploads) sweepAbandoned(ctx context.Context, a *artifacts.Store, u uploader, committed []store.Checkpoint) {
 	dirs, err := a.Dirs(ctx, u.job.ID, checkpointsBucket)
 	if err != nil {
 		s.Log.Warn("cannot list the job's checkpoint uploads", "job_id", u.job.ID, "err", err)
@@ -166,7 +166,7 @@ func (s *Protocol) sweepAbandoned(ctx context.Context, a *artifacts.Store, u upl
 
 // abortCheckpoint deletes what the attempt uploaded of a checkpoint it did
 // not commit (the trainer pruned it meanwhile, the job's quota was reached).
-func (s *Protocol) abortCheckpoint(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
+func (s *Uploads) abortCheckpoint(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
 	name := ps.ByName("name")
 	if _, ok := checkpoint.Parse(name); !ok {
 		return web.Invalid("%q is not a checkpoint name", name)
@@ -187,7 +187,7 @@ func (s *Protocol) abortCheckpoint(w http.ResponseWriter, r *http.Request, ps ht
 
 // checkpointFile serves one file of a complete checkpoint of the job, from
 // whichever of its attempts committed it: a retry restores from it.
-func (s *Protocol) checkpointFile(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
+func (s *Uploads) checkpointFile(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
 	if err := s.checkpointsKept(u); err != nil {
 		return err
 	}
@@ -218,7 +218,7 @@ func (s *Protocol) checkpointFile(w http.ResponseWriter, r *http.Request, ps htt
 
 // LatestCheckpoint is the newest complete checkpoint of a job, for its view;
 // nil when it has none.
-func (s *Protocol) LatestCheckpoint(ctx context.Context, j store.Job) (*protocol.Checkpoint, int, error) {
+func (s *Uploads) LatestCheckpoint(ctx context.Context, j store.Job) (*protocol.Checkpoint, int, error) {
 	cs, err := s.Store.ListCheckpoints(ctx, j.ID)
 	if err != nil || len(cs) == 0 {
 		return nil, 0, err

@@ -1,8 +1,8 @@
 // Package rpc is the worker protocol's server side: a worker's
 // registration and reconciliation, its event stream, heartbeats, reports
 // and log output, its GPUs' conditions, its session, the health pass that
-// marks silent workers offline, and a job's own uploads and checkpoints
-// under its attempt's upload token. Job moves it asks of package
+// marks silent workers offline (Protocol); and a job's own uploads and
+// checkpoints under its attempt's upload token (Uploads). Job moves it asks of package
 // transitions; what the admin may do to a worker (drain, resume, delete)
 // is here too, for package adminapi to call.
 package rpc
@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/authn"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/diskfull"
@@ -37,9 +36,6 @@ type Store interface {
 	ListQueued(ctx context.Context, after *store.QueuedJob, limit int) ([]store.QueuedJob, error)
 	AppendLog(ctx context.Context, jobID string, attempt int, offset int64, data []byte, limit int64) (size int64, truncated bool, err error)
 	AppendAudit(ctx context.Context, rec audit.Record) error
-	GetAttemptByUploadTokenHash(ctx context.Context, hash string) (store.Attempt, error)
-	PutCheckpoint(ctx context.Context, c store.Checkpoint, keep int) (forgotten []store.Checkpoint, err error)
-	ListCheckpoints(ctx context.Context, jobID string) ([]store.Checkpoint, error)
 }
 
 // Options are the protocol's settings.
@@ -74,8 +70,6 @@ type Protocol struct {
 	GPUHistory *gpuhistory.History
 	Disk       *diskfull.State
 	LogFeed    *logfeed.Feed
-	// Artifacts is where jobs' uploads go; nil while none is set.
-	Artifacts func() *artifacts.Store
 	// Wake asks this instance's scheduler for a pass.
 	Wake    func()
 	Options func() Options
@@ -97,7 +91,7 @@ type Protocol struct {
 // LargestWorker is the most GPUs any worker has.
 func (s *Protocol) LargestWorker() int { return int(s.largestWorker.Load()) }
 
-// Routes lists the worker protocol's endpoints and the jobs' own.
+// Routes lists the worker protocol's endpoints.
 func (s *Protocol) Routes() []web.Route {
 	return []web.Route{
 		// Worker protocol.
@@ -108,19 +102,5 @@ func (s *Protocol) Routes() []web.Route {
 		web.NewRoute("POST", "/api/workers/job/:job_id/logs", "", s.worker(s.handleJobLogs)),
 		web.NewRoute("POST", "/api/workers/disconnect", "", s.worker(s.handleDisconnect)),
 		web.NewRoute("GET", "/api/workers/queue", "", s.worker(s.handleQueueCheck)),
-
-		// A job's own S3-style uploads, authenticated by its attempt's upload
-		// token. Keys hold slashes, hence the catch-all.
-		web.NewRoute("GET", "/api/cloud/storage", "", s.upload(s.listBuckets)),
-		web.NewRoute("GET", "/api/cloud/storage/:bucket", "", s.upload(s.listObjects)),
-		web.NewRoute("PUT", "/api/cloud/storage/:bucket/*key", "PUT /api/cloud/storage/{bucket}/{key}", s.upload(s.putObject)),
-		web.NewRoute("GET", "/api/cloud/storage/:bucket/*key", "GET /api/cloud/storage/{bucket}/{key}", s.upload(s.getObject)),
-		web.NewRoute("HEAD", "/api/cloud/storage/:bucket/*key", "HEAD /api/cloud/storage/{bucket}/{key}", s.upload(s.getObject)),
-		// The job's checkpoints (p2): complete ones listed and read by any
-		// attempt of the job, committed and aborted by the one that uploaded.
-		web.NewRoute("GET", "/api/cloud/checkpoints", "", s.upload(s.listCheckpoints)),
-		web.NewRoute("POST", "/api/cloud/checkpoints", "", s.upload(s.commitCheckpoint)),
-		web.NewRoute("DELETE", "/api/cloud/checkpoints/:name", "", s.upload(s.abortCheckpoint)),
-		web.NewRoute("GET", "/api/cloud/checkpoints/:attempt/:name/*path", "GET /api/cloud/checkpoints/{attempt}/{name}/{path}", s.upload(s.checkpointFile)),
 	}
 }

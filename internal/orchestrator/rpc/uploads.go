@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"sort"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/authn"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/diskfull"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/metrics"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -24,8 +26,54 @@ import (
 // with its attempt's upload token; admins (queue.view) list and download
 // them under /api/queue/{id}/artifacts (package adminapi).
 
+// Uploads serves a job's own uploads and checkpoints, authenticated by
+// its attempt's upload token and fenced on the attempt as reports are.
+type Uploads struct {
+	Store   UploadStore
+	Authn   *authn.Authenticator
+	Errors  *web.Errors
+	Log     *slog.Logger
+	Metrics *metrics.Metrics
+	// Artifacts is where the uploads go; nil while none is set.
+	Artifacts func() *artifacts.Store
+	Options   func() Options
+}
+
+// UploadStore is what the uploads read and write of the store.
+type UploadStore interface {
+	GetJob(ctx context.Context, id string) (store.Job, error)
+	GetAttemptByUploadTokenHash(ctx context.Context, hash string) (store.Attempt, error)
+	PutCheckpoint(ctx context.Context, c store.Checkpoint, keep int) (forgotten []store.Checkpoint, err error)
+	ListCheckpoints(ctx context.Context, jobID string) ([]store.Checkpoint, error)
+}
+
+// Routes lists a job's own endpoints.
+func (s *Uploads) Routes() []web.Route {
+	return []web.Route{
+		// S3-style uploads. Keys hold slashes, hence the catch-all.
+		web.NewRoute("GET", "/api/cloud/storage", "", s.upload(s.listBuckets)),
+		web.NewRoute("GET", "/api/cloud/storage/:bucket", "", s.upload(s.listObjects)),
+		web.NewRoute("PUT", "/api/cloud/storage/:bucket/*key", "PUT /api/cloud/storage/{bucket}/{key}", s.upload(s.putObject)),
+		web.NewRoute("GET", "/api/cloud/storage/:bucket/*key", "GET /api/cloud/storage/{bucket}/{key}", s.upload(s.getObject)),
+		web.NewRoute("HEAD", "/api/cloud/storage/:bucket/*key", "HEAD /api/cloud/storage/{bucket}/{key}", s.upload(s.getObject)),
+		// The job's checkpoints (p2): complete ones listed and read by any
+		// attempt of the job, committed and aborted by the one that uploaded.
+		web.NewRoute("GET", "/api/cloud/checkpoints", "", s.upload(s.listCheckpoints)),
+		web.NewRoute("POST", "/api/cloud/checkpoints", "", s.upload(s.commitCheckpoint)),
+		web.NewRoute("DELETE", "/api/cloud/checkpoints/:name", "", s.upload(s.abortCheckpoint)),
+		web.NewRoute("GET", "/api/cloud/checkpoints/:attempt/:name/*path", "GET /api/cloud/checkpoints/{attempt}/{name}/{path}", s.upload(s.checkpointFile)),
+	}
+}
+
+// decodeJSON reads a JSON object body into v (web.ReadJSON, within the
+// configured body limit).
+func (s *Uploads) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	_, err := web.ReadJSON(w, r, s.Options().MaxBodyBytes, v)
+	return err
+}
+
 // ArtifactStore is where jobs' uploads go; an error (503) while none is set.
-func (s *Protocol) ArtifactStore() (*artifacts.Store, error) {
+func (s *Uploads) ArtifactStore() (*artifacts.Store, error) {
 	a := s.Artifacts()
 	if a == nil {
 		return nil, web.Errorf(http.StatusServiceUnavailable, protocol.CodeUnavailable, "artifact storage is not configured on this orchestrator")
@@ -48,7 +96,7 @@ const uploadPrefix = "stu_"
 
 // upload authenticates a job's upload token and checks that its attempt may
 // still upload.
-func (s *Protocol) upload(h uploadHandler) httprouter.Handle {
+func (s *Uploads) upload(h uploadHandler) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 		a, err := s.ArtifactStore()
 		if err != nil {
@@ -125,7 +173,7 @@ func uploadTokenShape(token string) bool {
 // upload_grace after it ends (time to publish final weights after the
 // completion report); after that it is refused as expired (401). A replaced
 // attempt is stale at once (409), grace or not.
-func (s *Protocol) mayUpload(j store.Job, a store.Attempt, now time.Time) error {
+func (s *Uploads) mayUpload(j store.Job, a store.Attempt, now time.Time) error {
 	if j.Attempt != a.Number {
 		s.Metrics.StaleRejections.Add(1)
 		s.Log.Info("stale upload refused", "job_id", j.ID, "attempt", a.Number, "current_attempt", j.Attempt)
@@ -144,7 +192,7 @@ func (s *Protocol) mayUpload(j store.Job, a store.Attempt, now time.Time) error 
 // stillCurrent is checked once an upload's body has arrived, before the
 // object appears: the attempt may have been replaced while it streamed. The
 // grace is not checked again; an upload that began in time may finish.
-func (s *Protocol) stillCurrent(ctx context.Context, u uploader) func() error {
+func (s *Uploads) stillCurrent(ctx context.Context, u uploader) func() error {
 	return func() error {
 		j, err := s.Store.GetJob(ctx, u.job.ID)
 		if err != nil {
@@ -158,14 +206,14 @@ func (s *Protocol) stillCurrent(ctx context.Context, u uploader) func() error {
 }
 
 // ArtifactError maps the store's errors onto HTTP answers.
-func (s *Protocol) ArtifactError(err error) error {
+func (s *Uploads) ArtifactError(err error) error {
 	if tl := (*artifacts.TooLargeError)(nil); errors.As(err, &tl) {
 		s.Metrics.ArtifactTooLarge()
 	}
 	return web.ArtifactError(s.Log, err)
 }
 
-func (s *Protocol) putObject(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
+func (s *Uploads) putObject(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
 	ref := artifacts.Ref{JobID: u.job.ID, Attempt: u.attempt.Number, Bucket: ps.ByName("bucket"),
 		Key: strings.TrimPrefix(ps.ByName("key"), "/")}
 	if err := ref.Validate(); err != nil {
@@ -192,7 +240,7 @@ func (s *Protocol) putObject(w http.ResponseWriter, r *http.Request, ps httprout
 
 // getObject serves one of the attempt's own objects (a client checking what
 // it uploaded); a trailing "/" lists the bucket instead.
-func (s *Protocol) getObject(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
+func (s *Uploads) getObject(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
 	key := strings.TrimPrefix(ps.ByName("key"), "/")
 	if key == "" {
 		return s.listObjects(w, r, ps, u, a)
@@ -208,7 +256,7 @@ func (s *Protocol) getObject(w http.ResponseWriter, r *http.Request, ps httprout
 }
 
 // listBuckets lists the attempt's buckets with their sizes, newest first.
-func (s *Protocol) listBuckets(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u uploader, a *artifacts.Store) error {
+func (s *Uploads) listBuckets(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u uploader, a *artifacts.Store) error {
 	objs, err := a.List(r.Context(), u.job.ID, u.attempt.Number)
 	if err != nil {
 		return s.ArtifactError(err)
@@ -248,7 +296,7 @@ func (s *Protocol) listBuckets(w http.ResponseWriter, r *http.Request, _ httprou
 }
 
 // listObjects lists one bucket of the attempt.
-func (s *Protocol) listObjects(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
+func (s *Uploads) listObjects(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
 	name := ps.ByName("bucket")
 	if err := artifacts.ValidateBucket(name); err != nil {
 		return s.ArtifactError(err)
