@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/julienschmidt/httprouter"
+
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
