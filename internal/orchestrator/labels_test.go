@@ -111,7 +111,7 @@ func BenchmarkMatchWorstCaseAtLimits(b *testing.B) {
 }
 
 // Matching runs outside every write transaction and a pass takes at most
-// passJobs jobs: with 150 queued jobs whose patterns are the slowest the
+// the scheduler's passJobs jobs: with 150 queued jobs whose patterns are the slowest the
 // limits allow and 60 idle workers they never match, heartbeats are still
 // answered at once while the scheduler passes over them again and again.
 func TestHeartbeatsAnsweredDuringSlowPasses(t *testing.T) {
