@@ -49,7 +49,10 @@ func testOptions(t testing.TB) Options {
 	o.InstanceID = "test-" + t.Name()
 	o.ConfigsDir = t.TempDir()
 	o.HeartbeatInterval = 100 * time.Millisecond
-	o.HeartbeatTimeout = 3 * time.Second // 30 beats: a loaded machine can stall the agents' loops for a second or two
+	// 100 beats: on a loaded machine (the race detector, another suite on
+	// the same two cores) an agent's heartbeat can wait seconds for the
+	// store, and a worker declared lost has its stream closed for good.
+	o.HeartbeatTimeout = 10 * time.Second
 	o.HealthCheckInterval = 100 * time.Millisecond
 	o.StartupGrace = 0
 	o.AckTimeout = 5 * time.Second
@@ -273,19 +276,37 @@ func (a *agent) connect() {
 func (a *agent) next(typ string, timeout time.Duration) map[string]any {
 	a.e.t.Helper()
 	deadline := time.After(timeout)
+	take := func(ev map[string]any) bool {
+		if ev["type"] != typ {
+			return false
+		}
+		if typ == "job_submit" {
+			a.mu.Lock()
+			a.current = ev["job_id"].(string)
+			a.mu.Unlock()
+		}
+		return true
+	}
 	for {
 		select {
 		case ev := <-a.events:
-			if ev["type"] == typ {
-				if typ == "job_submit" {
-					a.mu.Lock()
-					a.current = ev["job_id"].(string)
-					a.mu.Unlock()
-				}
+			if take(ev) {
 				return ev
 			}
+		case <-a.closed:
+			// The reader has returned: what it read is all there is.
+			for {
+				select {
+				case ev := <-a.events:
+					if take(ev) {
+						return ev
+					}
+				default:
+					a.e.t.Fatalf("worker %s: its stream closed before a %s event (worker: %v)", a.id, typ, a.e.worker(a.id))
+				}
+			}
 		case <-deadline:
-			a.e.t.Fatalf("worker %s: no %s event within %s", a.id, typ, timeout)
+			a.e.t.Fatalf("worker %s: no %s event within %s (worker: %v)", a.id, typ, timeout, a.e.worker(a.id))
 		}
 	}
 }
