@@ -75,7 +75,7 @@ func TestAnonymousFloodDoesNotFloodTheAudit(t *testing.T) {
 		}
 		wg.Wait()
 		sent += clients * 2 * perGoroutine
-		e.srv.flushFailureAudit(t.Context())
+		e.srv.authn.FlushFailures(t.Context())
 	}
 	_, all := auditCount(t, st)
 	recs := all[before:]
@@ -159,7 +159,7 @@ func TestFailureRecordDetails(t *testing.T) {
 		e.do("POST", "/api/workers/register", map[string]string{"X-Worker-Token": tok}, map[string]any{"name": "x"})
 	}
 	e.do("POST", "/api/workers/job/j_abc/status", map[string]string{"X-Worker-Token": "nope"}, map[string]any{})
-	e.srv.flushFailureAudit(t.Context())
+	e.srv.authn.FlushFailures(t.Context())
 	_, all := auditCount(t, st)
 	if len(all) != before+1 {
 		t.Fatalf("%d auth.failure records, want 1", len(all)-before)

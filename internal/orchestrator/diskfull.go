@@ -4,12 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net/http"
 
-	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/diskfull"
-	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
-	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
@@ -20,19 +16,6 @@ import (
 // local file) and of the artifacts (when local), for the watcher's free-space
 // check and for messages.
 func (s *Server) SetDiskPaths(database, artifacts string) { s.disk.SetPaths(database, artifacts) }
-
-// diskFullError enters the full state for disk and returns the 507 answer.
-// The answer names the disk by its role, not its path: paths stay in the log,
-// which has the path the one time the state is entered.
-func (s *Server) diskFullError(disk diskfull.Disk, err error) *api.Error {
-	s.disk.Note(disk, err)
-	if disk == diskfull.Artifacts {
-		return web.Errorf(http.StatusInsufficientStorage, protocol.CodeInsufficientStorage,
-			"no space left on the disk that keeps artifacts; the upload was not stored. Uploads work again once space is freed")
-	}
-	return web.Errorf(http.StatusInsufficientStorage, protocol.CodeInsufficientStorage,
-		"no space left on the database's disk; nothing was changed. Writes are refused until space is freed; reads still work")
-}
 
 // runDiskWatch leaves the full state of each disk once it has room again.
 func (s *Server) runDiskWatch(ctx context.Context) { s.disk.Watch(ctx, s.probeWrite) }

@@ -40,6 +40,6 @@ func (s *Server) sampleFleet(ctx context.Context) {
 			online += g.Count * g.GPUInfo.Count
 		}
 	}
-	asked := gpus + whole*int(s.largestWorker.Load())
+	asked := gpus + whole*s.proto.LargestWorker()
 	s.gpuHistory.NoteFleet(time.Now(), inUse, asked, online)
 }

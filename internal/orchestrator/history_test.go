@@ -342,9 +342,9 @@ func TestDiskFull(t *testing.T) {
 func TestArtifactDiskFullIs507(t *testing.T) {
 	t.Parallel()
 	e := setup(t, backends["sqlite"](t))
-	err := e.srv.artifactError(&os.PathError{Op: "write", Path: "/srv/artifacts/.tmp/1", Err: syscall.ENOSPC})
+	err := e.srv.uploads.ArtifactError(&os.PathError{Op: "write", Path: "/srv/artifacts/.tmp/1", Err: syscall.ENOSPC})
 	rec := &captureWriter{h: http.Header{}}
-	e.srv.writeError(rec, &http.Request{URL: &url.URL{Path: "/api/cloud/storage/out/x"}}, err)
+	e.srv.errs.Write(rec, &http.Request{URL: &url.URL{Path: "/api/cloud/storage/out/x"}}, err)
 	if rec.status != 507 || !strings.Contains(rec.body.String(), "no space left on the disk that keeps artifacts") {
 		t.Fatalf("artifact disk full: %d %s", rec.status, rec.body.String())
 	}
@@ -374,9 +374,9 @@ func (c *captureWriter) Write(b []byte) (int, error) { return c.body.Write(b) }
 func TestArtifactStoreUnreachableIs503(t *testing.T) {
 	t.Parallel()
 	e := setup(t, backends["sqlite"](t))
-	err := e.srv.artifactError(fmt.Errorf("%w: %w", artifacts.ErrUnavailable, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}))
+	err := e.srv.uploads.ArtifactError(fmt.Errorf("%w: %w", artifacts.ErrUnavailable, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}))
 	rec := &captureWriter{h: http.Header{}}
-	e.srv.writeError(rec, &http.Request{URL: &url.URL{Path: "/api/queue/j_x/artifacts"}}, err)
+	e.srv.errs.Write(rec, &http.Request{URL: &url.URL{Path: "/api/queue/j_x/artifacts"}}, err)
 	if rec.status != 503 || !strings.Contains(rec.body.String(), "the artifact store is unreachable") || strings.Contains(rec.body.String(), "database") {
 		t.Fatalf("artifact store down: %d %s", rec.status, rec.body.String())
 	}

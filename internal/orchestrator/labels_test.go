@@ -111,9 +111,10 @@ func BenchmarkMatchWorstCaseAtLimits(b *testing.B) {
 }
 
 // Matching runs outside every write transaction and a pass takes at most
-// passJobs jobs: with 150 queued jobs whose patterns are the slowest the
-// limits allow and 60 idle workers they never match, heartbeats are still
-// answered at once while the scheduler passes over them again and again.
+// the scheduler's passJobs jobs: with 150 queued jobs whose patterns are
+// the slowest the limits allow and 60 idle workers they never match,
+// heartbeats are still answered at once while the scheduler passes over
+// them again and again.
 func TestHeartbeatsAnsweredDuringSlowPasses(t *testing.T) {
 	t.Parallel()
 	// The test runs the passes itself, only while it measures: passes run
@@ -143,7 +144,7 @@ func TestHeartbeatsAnsweredDuringSlowPasses(t *testing.T) {
 	type span struct{ from, to time.Time }
 	pass := func() span {
 		from := time.Now()
-		e.srv.schedulePass(context.Background())
+		e.srv.sched.Pass(context.Background())
 		return span{from, time.Now()}
 	}
 	first := pass() // after the passes the agents' streams woke

@@ -3,7 +3,6 @@ package orchestrator
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -81,26 +80,4 @@ func TestSecondInstallationRefused(t *testing.T) {
 		e.must(e.do("POST", "/api/workers/heartbeat", map[string]string{"X-Worker-Token": token},
 			map[string]any{"worker_id": id, "status": "idle"}), 200)
 	})
-}
-
-// One record a minute per worker, carrying the count of the refusals it
-// stands for.
-func TestRefusalLogCounts(t *testing.T) {
-	t.Parallel()
-	var l refusalLog
-	t0 := time.Now()
-	if due, n := l.due("w1", t0); !due || n != 1 {
-		t.Fatalf("first refusal: %v %d", due, n)
-	}
-	for i := range 5 {
-		if due, _ := l.due("w1", t0.Add(time.Duration(i+1)*time.Second)); due {
-			t.Fatalf("refusal %d within the minute logged", i+2)
-		}
-	}
-	if due, n := l.due("w2", t0.Add(time.Second)); !due || n != 1 {
-		t.Fatalf("another worker: %v %d", due, n)
-	}
-	if due, n := l.due("w1", t0.Add(sessionRefusalEvery+time.Second)); !due || n != 6 {
-		t.Fatalf("after the minute: %v %d, want the 5 held back and this one", due, n)
-	}
 }

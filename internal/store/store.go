@@ -616,7 +616,9 @@ type Store interface {
 
 // FleetGPUs counts the GPUs of st's workers that are not offline, from
 // the workers' summary (one aggregate read).
-func FleetGPUs(ctx context.Context, st Store) (int, error) {
+func FleetGPUs(ctx context.Context, st interface {
+	SummarizeWorkers(ctx context.Context) ([]WorkerGroup, error)
+}) (int, error) {
 	groups, err := st.SummarizeWorkers(ctx)
 	if err != nil {
 		return 0, err
@@ -631,7 +633,9 @@ func FleetGPUs(ctx context.Context, st Store) (int, error) {
 }
 
 // EachWorker visits every worker of st, a page at a time.
-func EachWorker(ctx context.Context, st Store, fn func(Worker)) error {
+func EachWorker(ctx context.Context, st interface {
+	ListWorkers(ctx context.Context, f WorkerFilter) ([]Worker, int, error)
+}, fn func(Worker)) error {
 	const page = 1000
 	for off := 0; ; off += page {
 		ws, _, err := st.ListWorkers(ctx, WorkerFilter{Limit: page, Offset: off})

@@ -4,7 +4,8 @@
 // serve them over HTTP. The dashboard calls the same methods in process.
 //
 // What only the running orchestrator can do (authenticate a credential,
-// drain a worker, cancel a job, wake the scheduler) it asks of its Engine;
+// drain a worker, cancel a job, wake the scheduler) each handler group asks
+// of the part that does it, through a role-sized interface (Deps);
 // everything else it reads from the store.
 package adminapi
 
@@ -29,65 +30,95 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/webhook"
 )
 
-// Engine is what the API asks of the running orchestrator.
-type Engine interface {
+// What only the running orchestrator can do, each handler group asks of
+// the part that does it, through an interface no larger than its need.
+
+// Authenticator says who a request's caller is (package authn): every call
+// authenticates, the log follower checks again, the dashboard signs in.
+type Authenticator interface {
 	// Authenticate returns the admin caller of r (its token, or the admin
-	// socket's peer), counting and auditing failures.
+	// socket's peer), counting and auditing failures; with no credential
+	// it sets the WWW-Authenticate header of w for the 401.
 	Authenticate(w http.ResponseWriter, r *http.Request) (auth.Principal, error)
 	// AdminByToken authenticates an admin token a request carries outside
 	// its headers (the dashboard's sign-in form), as Authenticate would.
 	AdminByToken(r *http.Request, token, route string) (auth.Principal, error)
-	// PeerIP is where r came from, for the audit log ("local" on the admin
-	// socket).
-	PeerIP(r *http.Request) string
-	// ViaAdminSocket reports whether r came over the admin unix socket.
-	ViaAdminSocket(r *http.Request) bool
 	// StillAllowed checks again, for a long-lived reply, that r's
 	// credential still grants scope.
 	StillAllowed(ctx context.Context, r *http.Request, p auth.Principal, scope string) (bool, error)
-	// WriteError answers err as the protocol's error reply; APIError is
-	// that reply for a caller in process.
-	WriteError(w http.ResponseWriter, r *http.Request, err error)
-	APIError(err error, what string) *api.Error
+}
 
-	// Wake asks this instance's scheduler for a pass; WakeSchedulers asks
-	// every replica's.
+// ErrorWriter answers a failed call as the protocol's error reply
+// (web.Errors); APIError is that reply for a caller in process.
+type ErrorWriter interface {
+	Write(w http.ResponseWriter, r *http.Request, err error)
+	APIError(err error, what string) *api.Error
+}
+
+// Scheduler is what the worker calls and the waiting reasons ask of this
+// instance's scheduler (package scheduler).
+type Scheduler interface {
+	// Wake asks for a pass.
 	Wake()
+	// Reservation is the worker held for a job that found no room.
+	Reservation() placement.Reservation
+}
+
+// Events reach workers' streams and other replicas' schedulers, wherever
+// they are served (transitions.Notifier).
+type Events interface {
+	// WakeSchedulers asks every replica's scheduler for a pass.
 	WakeSchedulers()
+	SendToWorker(workerID, typ string, v any)
+	CloseWorkerStream(workerID, reason string)
+}
+
+// JobControl is the job move the queue calls ask for (transitions.Mover).
+type JobControl interface {
 	// RequestCancel cancels a job, or asks its worker to stop it.
 	RequestCancel(ctx context.Context, jobID, actor, ip string) (store.Job, error)
+}
+
+// WorkerControl is what the worker calls ask of the worker protocol
+// (package rpc).
+type WorkerControl interface {
 	// Drain and Resume stop and restart handing jobs to a worker; Evict
-	// ends a worker's stream and its running attempt; Deletable says why a
-	// worker may not be deleted yet.
+	// ends a worker's stream and its running attempts; Deletable says why
+	// a worker may not be deleted yet.
 	Drain(ctx context.Context, id, actor, ip string) (store.Worker, error)
 	Resume(ctx context.Context, id, actor, ip string) (store.Worker, error)
 	Evict(ctx context.Context, wk store.Worker, actor, ip string) error
 	Deletable(ctx context.Context, wk store.Worker) error
-	// SendToWorker sends an event to a worker, wherever its stream is open.
-	SendToWorker(workerID, typ string, v any)
-	// CloseWorkerStream ends a worker's event stream, wherever it is served.
-	CloseWorkerStream(workerID, reason string)
 	// Shown is a worker's status as the API shows it, and whether its
 	// stream is open.
 	Shown(wk store.Worker) (status protocol.WorkerStatus, connected bool)
-	// Reservation is the worker the scheduler holds for a job that found
-	// no room.
-	Reservation() placement.Reservation
 	// LargestWorker is the most GPUs any worker has.
 	LargestWorker() int
-	// LatestCheckpoint is a job's newest complete checkpoint and the
-	// attempt that made it.
+}
+
+// Uploads are what jobs stored (package rpc): the artifact calls and a
+// job's view ask for them.
+type Uploads interface {
+	// ArtifactStore is the store of job uploads; an error when none is set.
+	ArtifactStore() (*artifacts.Store, error)
+	// LatestCheckpoint is a job's newest complete checkpoint and how many
+	// it keeps.
 	LatestCheckpoint(ctx context.Context, j store.Job) (*protocol.Checkpoint, int, error)
-	// Artifacts is the store of job uploads; an error when none is set.
-	Artifacts() (*artifacts.Store, error)
-	// Stopping is closed when the orchestrator begins to shut down.
-	Stopping() <-chan struct{}
 }
 
 // Deps are the parts of the orchestrator the API reads.
 type Deps struct {
-	Engine     Engine
-	Store      store.Store
+	Auth      Authenticator
+	Errors    ErrorWriter
+	Scheduler Scheduler
+	Events    Events
+	Jobs      JobControl
+	Workers   WorkerControl
+	Uploads   Uploads
+	// Stopping is closed when the orchestrator begins to shut down.
+	Stopping <-chan struct{}
+
+	Store      Store
 	Log        *slog.Logger
 	Heard      *liveness.Memory
 	GPUHistory *gpuhistory.History
@@ -122,8 +153,15 @@ type Options struct {
 
 // API is the admin and queue API.
 type API struct {
-	engine     Engine
-	store      store.Store
+	auth       Authenticator
+	errors     ErrorWriter
+	scheduler  Scheduler
+	events     Events
+	jobs       JobControl
+	workers    WorkerControl
+	uploads    Uploads
+	stopped    <-chan struct{}
+	store      Store
 	log        *slog.Logger
 	heard      *liveness.Memory
 	gpuHistory *gpuhistory.History
@@ -139,7 +177,8 @@ type API struct {
 // New is the API over deps, with opt as the orchestrator fills it: its
 // defaults applied (a zero write timeout or follower cap is not one).
 func New(deps Deps, opt Options) *API {
-	a := &API{engine: deps.Engine, store: deps.Store, log: deps.Log, heard: deps.Heard,
+	a := &API{auth: deps.Auth, errors: deps.Errors, scheduler: deps.Scheduler, events: deps.Events, jobs: deps.Jobs,
+		workers: deps.Workers, uploads: deps.Uploads, stopped: deps.Stopping, store: deps.Store, log: deps.Log, heard: deps.Heard,
 		gpuHistory: deps.GPUHistory, webhooks: deps.Webhooks, logFeed: deps.LogFeed}
 	a.opt.Store(&opt)
 	return a
@@ -153,7 +192,7 @@ func (a *API) options() Options { return *a.opt.Load() }
 // stopping reports whether the orchestrator is shutting down.
 func (a *API) stopping() bool {
 	select {
-	case <-a.engine.Stopping():
+	case <-a.stopped:
 		return true
 	default:
 		return false
@@ -170,9 +209,9 @@ func (a *API) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 // headers (the dashboard's sign-in form): failures count and are audited
 // under route like those of the API's.
 func (a *API) AdminByToken(r *http.Request, token, route string) (auth.Principal, error) {
-	return a.engine.AdminByToken(r, token, route)
+	return a.auth.AdminByToken(r, token, route)
 }
 
 // APIError is what a call that failed with err answers (see
-// Engine.APIError); what names the call in the log.
-func (a *API) APIError(err error, what string) *api.Error { return a.engine.APIError(err, what) }
+// ErrorWriter.APIError); what names the call in the log.
+func (a *API) APIError(err error, what string) *api.Error { return a.errors.APIError(err, what) }

@@ -27,7 +27,7 @@ func (a *API) Artifacts(ctx context.Context, q api.ArtifactsQuery) (api.JobArtif
 	if _, err := authorize(ctx, auth.ScopeQueueView); err != nil {
 		return api.JobArtifacts{}, err
 	}
-	arts, err := a.engine.Artifacts()
+	arts, err := a.uploads.ArtifactStore()
 	if err != nil {
 		return api.JobArtifacts{}, err
 	}
@@ -63,7 +63,7 @@ func attemptParam(r *http.Request) (int, error) {
 // downloadArtifact serves one artifact with Range support (curl -C -
 // resumes). Without ?attempt=N it is the newest attempt's copy.
 func (a *API) downloadArtifact(w http.ResponseWriter, r *http.Request, ps httprouter.Params, _ auth.Principal) error {
-	arts, err := a.engine.Artifacts()
+	arts, err := a.uploads.ArtifactStore()
 	if err != nil {
 		return err
 	}

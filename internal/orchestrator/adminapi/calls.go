@@ -8,6 +8,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/authn"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 )
@@ -39,7 +40,7 @@ func WithCaller(ctx context.Context, c Caller) context.Context {
 
 // CallerOf is the Caller of a request r made by p.
 func (a *API) CallerOf(r *http.Request, p auth.Principal) Caller {
-	return Caller{Principal: p, IP: a.engine.PeerIP(r), BaseURL: a.baseURL(r)}
+	return Caller{Principal: p, IP: authn.PeerIP(r), BaseURL: a.baseURL(r)}
 }
 
 // authorize returns the caller of ctx when it has scope (scopeAnyCaller:
@@ -109,17 +110,17 @@ const scopeAnyCaller = ""
 // checks scope.
 func (a *API) admin(scope string, h adminHandler) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-		p, err := a.engine.Authenticate(w, r)
+		p, err := a.auth.Authenticate(w, r)
 		if err != nil {
-			a.engine.WriteError(w, r, err)
+			a.errors.Write(w, r, err)
 			return
 		}
 		if scope != scopeAnyCaller && !p.Has(scope) {
-			a.engine.WriteError(w, r, web.Errorf(http.StatusForbidden, protocol.CodeForbidden, "this credential lacks the scope %q", scope))
+			a.errors.Write(w, r, web.Errorf(http.StatusForbidden, protocol.CodeForbidden, "this credential lacks the scope %q", scope))
 			return
 		}
 		if err := h(w, r, ps, p); err != nil {
-			a.engine.WriteError(w, r, err)
+			a.errors.Write(w, r, err)
 		}
 	}
 }

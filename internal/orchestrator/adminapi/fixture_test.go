@@ -21,11 +21,13 @@ import (
 // no orchestrator: enough for what the API computes from the store alone.
 func newTestAPI(t *testing.T) (*API, store.Store) {
 	st := storetest.Open(t, "sqlite")
-	return New(Deps{Engine: idleEngine{}, Store: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, Options{}), st
+	e := idleEngine{}
+	return New(Deps{Auth: e, Errors: e, Scheduler: e, Events: e, Jobs: e, Workers: e, Uploads: e,
+		Store: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, Options{}), st
 }
 
-// idleEngine is an Engine with no scheduler, streams or credentials: it
-// refuses whatever needs them.
+// idleEngine plays every role the API asks of the orchestrator with no
+// scheduler, streams or credentials: it refuses whatever needs them.
 type idleEngine struct{}
 
 var errNoEngine = web.Errorf(http.StatusServiceUnavailable, protocol.CodeUnavailable, "no engine in this test")
@@ -36,12 +38,10 @@ func (idleEngine) Authenticate(http.ResponseWriter, *http.Request) (auth.Princip
 func (idleEngine) AdminByToken(*http.Request, string, string) (auth.Principal, error) {
 	return auth.Principal{}, errNoEngine
 }
-func (idleEngine) PeerIP(*http.Request) string       { return "test" }
-func (idleEngine) ViaAdminSocket(*http.Request) bool { return false }
 func (idleEngine) StillAllowed(context.Context, *http.Request, auth.Principal, string) (bool, error) {
 	return false, nil
 }
-func (idleEngine) WriteError(w http.ResponseWriter, _ *http.Request, err error) {
+func (idleEngine) Write(w http.ResponseWriter, _ *http.Request, err error) {
 	ae := api.ErrorOf(err)
 	if ae == nil {
 		ae = web.Errorf(http.StatusInternalServerError, protocol.CodeInternal, "%v", err)
@@ -70,5 +70,4 @@ func (idleEngine) LargestWorker() int                                        { r
 func (idleEngine) LatestCheckpoint(context.Context, store.Job) (*protocol.Checkpoint, int, error) {
 	return nil, 0, nil
 }
-func (idleEngine) Artifacts() (*artifacts.Store, error) { return nil, errNoEngine }
-func (idleEngine) Stopping() <-chan struct{}            { return nil }
+func (idleEngine) ArtifactStore() (*artifacts.Store, error) { return nil, errNoEngine }

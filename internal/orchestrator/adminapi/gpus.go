@@ -57,7 +57,7 @@ func (a *API) ClearGPU(ctx context.Context, ref api.WorkerRef) (api.WorkerAction
 		return api.WorkerAction{}, err
 	}
 	a.log.Info("GPU fence cleared by an admin", "worker_id", wk.ID, "gpu", index, "uuid", cond.UUID, "was", cond.Reason, "by", c.Actor())
-	a.engine.SendToWorker(wk.ID, protocol.EventGPUClear, protocol.GPUClearEvent{Type: protocol.EventGPUClear, GPUs: []int{index}})
+	a.events.SendToWorker(wk.ID, protocol.EventGPUClear, protocol.GPUClearEvent{Type: protocol.EventGPUClear, GPUs: []int{index}})
 	return api.WorkerAction{Success: true, WorkerID: wk.ID, GPU: &index, Status: "clearing"}, nil
 }
 

@@ -228,7 +228,7 @@ func (a *API) followLog(w http.ResponseWriter, r *http.Request, j store.Job, p a
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-a.engine.Stopping():
+		case <-a.stopped:
 			return nil
 		case <-sub.Wake():
 			pieces, catchUp, moved := sub.Take()
@@ -245,7 +245,7 @@ func (a *API) followLog(w http.ResponseWriter, r *http.Request, j store.Job, p a
 		case <-fallback.C:
 			look = true
 		case <-recheck.C:
-			ok, err := a.engine.StillAllowed(ctx, r, p, auth.ScopeQueueView)
+			ok, err := a.auth.StillAllowed(ctx, r, p, auth.ScopeQueueView)
 			if err != nil {
 				// The store cannot say; it cannot serve the log either.
 				a.log.Debug("log follow: could not re-check the credential", "job_id", j.ID, "err", err)

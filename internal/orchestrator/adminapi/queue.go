@@ -137,7 +137,7 @@ func (a *API) Submit(ctx context.Context, req api.Submit) (api.Submitted, error)
 	j = inserted
 	a.log.Info("job submitted", "job_id", j.ID, "config_name", j.ConfigName, "target", j.Target,
 		"gpus", protocol.GPUAllocation(j.GPUCount, j.WholeWorker), "team", j.Team, "by", c.Actor())
-	a.engine.WakeSchedulers()
+	a.events.WakeSchedulers()
 	pos, err := a.store.QueuePosition(ctx, j.Priority, j.Seq)
 	if err != nil {
 		return api.Submitted{}, err
@@ -145,7 +145,7 @@ func (a *API) Submit(ctx context.Context, req api.Submit) (api.Submitted, error)
 	reply := api.Submitted{Success: true, JobID: j.ID, Status: string(j.Status), QueuePosition: pos,
 		GPUCount: gpuCountView(j), WholeWorker: j.WholeWorker, GPUAllocation: protocol.GPUAllocation(j.GPUCount, j.WholeWorker)}
 	// Accepted all the same: a larger worker may be added later.
-	if largest := a.engine.LargestWorker(); j.GPUCount > largest {
+	if largest := a.workers.LargestWorker(); j.GPUCount > largest {
 		reply.Warning = fmt.Sprintf("no worker can run this job yet: it asks for %d GPUs; the largest worker has %d", j.GPUCount, largest)
 	}
 	return reply, nil
@@ -263,7 +263,7 @@ func (a *API) Job(ctx context.Context, ref api.JobRef) (api.Job, error) {
 			return api.Job{}, err
 		}
 	}
-	if v.Checkpoint, v.CheckpointsKept, err = a.engine.LatestCheckpoint(ctx, j); err != nil {
+	if v.Checkpoint, v.CheckpointsKept, err = a.uploads.LatestCheckpoint(ctx, j); err != nil {
 		return api.Job{}, err
 	}
 	return v, nil
@@ -276,7 +276,7 @@ func (a *API) CancelJob(ctx context.Context, ref api.JobRef) (api.JobAction, err
 	if err != nil {
 		return api.JobAction{}, err
 	}
-	nj, err := a.engine.RequestCancel(ctx, ref.ID, c.Actor(), c.IP)
+	nj, err := a.jobs.RequestCancel(ctx, ref.ID, c.Actor(), c.IP)
 	if errors.Is(err, store.ErrNotFound) {
 		return api.JobAction{}, web.NotFound("Job not found: %s", ref.ID)
 	}

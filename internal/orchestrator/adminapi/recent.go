@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
-	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
 // The stats' "finished in the last 24 hours" counts. Counting the window
@@ -68,7 +67,7 @@ func (a *API) recentEndCounts(ctx context.Context) (map[protocol.JobStatus]int, 
 
 // fullCount returns the full count, redoing it first when it is too old
 // for a window that ends at now (one request redoes it; others wait).
-func (r *recentEnds) fullCount(ctx context.Context, st store.Store, now time.Time) (recentEnds, error) {
+func (r *recentEnds) fullCount(ctx context.Context, st JobStore, now time.Time) (recentEnds, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	since := now.Add(-recentWindow)

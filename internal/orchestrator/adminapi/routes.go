@@ -22,7 +22,7 @@ func (a *API) Routes() []web.Route {
 	ok, workers, hooks := http.StatusOK, auth.ScopeAdminWorkers, auth.ScopeAdminWebhooks
 	postQueue := func(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
 		if ps.ByName("job_id") != "submit" {
-			a.engine.WriteError(w, req, web.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "POST is not allowed on %s", req.URL.Path))
+			a.errors.Write(w, req, web.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "POST is not allowed on %s", req.URL.Path))
 			return
 		}
 		submit(w, req, ps)

@@ -39,7 +39,7 @@ func (a *API) workerView(w store.Worker) api.Worker {
 	}
 	// Connected means a stream is open on some instance; StreamInstance is kept
 	// in the store so that every replica answers alike.
-	status, connected := a.engine.Shown(w)
+	status, connected := a.workers.Shown(w)
 	capa := w.Capacity()
 	v := api.Worker{
 		WorkerID: w.ID, ID: w.ID, Name: w.Name, WorkerType: string(w.Type), Status: string(status),

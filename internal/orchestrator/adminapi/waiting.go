@@ -35,7 +35,7 @@ type workerFacts struct {
 func (a *API) workerFacts(ctx context.Context) ([]workerFacts, error) {
 	var out []workerFacts
 	err := store.EachWorker(ctx, a.store, func(w store.Worker) {
-		status, connected := a.engine.Shown(w)
+		status, connected := a.workers.Shown(w)
 		out = append(out, workerFacts{w: w, status: status, connected: connected})
 	})
 	return out, err
@@ -55,7 +55,7 @@ func (a *API) waiting(ctx context.Context, j store.Job) (reason, detail string, 
 func (a *API) explainWait(ctx context.Context, j store.Job, facts []workerFacts) (reason, detail string, err error) {
 	var large, matching, online, room, fits, fitsReserved int
 	maxGPUs := 0
-	res := a.engine.Reservation()
+	res := a.scheduler.Reservation()
 	for _, f := range facts {
 		w, status := f.w, f.status
 		gpus := f.w.GPUInfo.Count

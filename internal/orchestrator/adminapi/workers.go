@@ -16,6 +16,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/authn"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/labels"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
@@ -141,7 +142,7 @@ func (a *API) workerJobs(ctx context.Context, wk store.Worker) ([]api.WorkerJob,
 // when it is a plain host[:port]; otherwise the address the connection
 // arrived on stands in.
 func (a *API) baseURL(r *http.Request) string {
-	if a.engine.ViaAdminSocket(r) {
+	if authn.ViaAdminSocket(r) {
 		return "unix://" + a.options().AdminSocketPath
 	}
 	if pub := a.options().PublicURL; pub != "" {
@@ -382,7 +383,7 @@ func (a *API) PatchWorker(ctx context.Context, id string, req api.PatchWorker) (
 	if err != nil {
 		return api.Worker{}, err
 	}
-	a.engine.Wake()
+	a.scheduler.Wake()
 	return a.workerView(wk), nil
 }
 
@@ -399,10 +400,10 @@ func (a *API) DeleteWorker(ctx context.Context, ref api.WorkerRef) (api.WorkerAc
 		return api.WorkerAction{}, err
 	}
 	if !ref.Force {
-		if err := a.engine.Deletable(ctx, wk); err != nil {
+		if err := a.workers.Deletable(ctx, wk); err != nil {
 			return api.WorkerAction{}, err
 		}
-	} else if err := a.engine.Evict(ctx, wk, c.Actor(), c.IP); err != nil {
+	} else if err := a.workers.Evict(ctx, wk, c.Actor(), c.IP); err != nil {
 		return api.WorkerAction{}, err
 	}
 	rec := audit.New(c.Actor(), c.IP, "worker.delete", "worker", wk.ID, audit.Success,
@@ -422,7 +423,7 @@ func (a *API) DrainWorker(ctx context.Context, ref api.WorkerRef) (api.WorkerAct
 	if err != nil {
 		return api.WorkerAction{}, err
 	}
-	wk, err := a.engine.Drain(ctx, ref.ID, c.Actor(), c.IP)
+	wk, err := a.workers.Drain(ctx, ref.ID, c.Actor(), c.IP)
 	if err != nil {
 		return api.WorkerAction{}, err
 	}
@@ -435,11 +436,11 @@ func (a *API) ResumeWorker(ctx context.Context, ref api.WorkerRef) (api.WorkerAc
 	if err != nil {
 		return api.WorkerAction{}, err
 	}
-	wk, err := a.engine.Resume(ctx, ref.ID, c.Actor(), c.IP)
+	wk, err := a.workers.Resume(ctx, ref.ID, c.Actor(), c.IP)
 	if err != nil {
 		return api.WorkerAction{}, err
 	}
-	status, _ := a.engine.Shown(wk) // as the worker list shows it
+	status, _ := a.workers.Shown(wk) // as the worker list shows it
 	return api.WorkerAction{Success: true, WorkerID: ref.ID, Status: string(status)}, nil
 }
 
@@ -457,7 +458,7 @@ func (a *API) RotateWorkerToken(ctx context.Context, ref api.WorkerRef) (api.Wor
 		return api.WorkerToken{}, err
 	}
 	// The old token is dead: so is the stream it opened.
-	a.engine.CloseWorkerStream(wk.ID, "token rotated")
+	a.events.CloseWorkerStream(wk.ID, "token rotated")
 	a.log.Info("worker token rotated", "worker_id", wk.ID, "by", c.Actor())
 	return api.WorkerToken{WorkerID: wk.ID, Token: token, ConnectionCommand: connectionCommand(c.BaseURL)}, nil
 }

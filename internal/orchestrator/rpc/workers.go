@@ -1,4 +1,4 @@
-package orchestrator
+package rpc
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/diskfull"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/labels"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/transitions"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -21,8 +22,6 @@ import (
 // This file holds what the orchestrator decides about workers: what a
 // registration resumes and abandons, what a heartbeat implies, when a worker
 // is offline. Worker statuses follow the lifecycle's rule.
-
-func workerActor(wk store.Worker) string { return "worker:" + wk.ID }
 
 // registration is what a worker reported when it (re)registered.
 type registration struct {
@@ -34,9 +33,9 @@ type registration struct {
 
 // register records what the worker reports and reconciles the attempts it
 // says it runs with what the store says it should run.
-func (s *Server) register(ctx context.Context, wk store.Worker, reg registration) (protocol.RegisterResponse, error) {
+func (s *Protocol) register(ctx context.Context, wk store.Worker, reg registration) (protocol.RegisterResponse, error) {
 	req := reg.req
-	timeout := s.options().HeartbeatTimeout
+	timeout := s.Options().HeartbeatTimeout
 	// Another live installation with this token: refuse before touching its
 	// stream or its attempts.
 	if sessionHeld(wk, reg.session, time.Now(), timeout) {
@@ -44,7 +43,7 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 	}
 	// A new registration means any old stream is dead: close it first so the
 	// scheduler cannot hand it a job while we reconcile.
-	s.closeWorkerStream(wk.ID, "worker registered again")
+	s.Notify.CloseWorkerStream(wk.ID, "worker registered again")
 
 	reported := req.Running
 	if len(reported) == 0 && req.CurrentJobID != nil && *req.CurrentJobID != "" {
@@ -58,7 +57,7 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 	now := time.Now().UTC()
 	var tookOverFrom string
 	inventoryIgnored := false
-	updated, err := s.store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
+	updated, err := s.Store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
 		if sessionHeld(*cur, reg.session, now, timeout) {
 			return nil, errSessionHeld{*cur} // another installation registered meanwhile
 		}
@@ -99,7 +98,7 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 		if tookOverFrom != "" {
 			details["session_taken_over_from"] = shortSession(tookOverFrom)
 		}
-		rec := audit.New(workerActor(wk), reg.ip, "worker.register", "worker", wk.ID, audit.Success, details)
+		rec := audit.New(transitions.WorkerActor(wk), reg.ip, "worker.register", "worker", wk.ID, audit.Success, details)
 		return &rec, nil
 	})
 	if held, ok := errors.AsType[errSessionHeld](err); ok {
@@ -112,14 +111,14 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 		return protocol.RegisterResponse{}, err
 	}
 	if inventoryIgnored {
-		s.log.Warn("a worker whose labels an admin locked reports a larger GPU inventory than it had; placement keeps the "+
+		s.Log.Warn("a worker whose labels an admin locked reports a larger GPU inventory than it had; placement keeps the "+
 			"one it had (unlock and lock its labels again to take the new one)", "worker_id", wk.ID, "name", updated.Name, "ip", reg.ip)
 	}
 	if tookOverFrom != "" {
-		s.log.Warn("another workerd installation took over this worker: the previous one had gone offline",
+		s.Log.Warn("another workerd installation took over this worker: the previous one had gone offline",
 			"worker_id", wk.ID, "name", updated.Name, "session", shortSession(reg.session), "previous_session", shortSession(tookOverFrom), "ip", reg.ip)
 	}
-	s.log.Info("worker registered", "worker_id", wk.ID, "name", updated.Name, "protocol", updated.Protocol,
+	s.Log.Info("worker registered", "worker_id", wk.ID, "name", updated.Name, "protocol", updated.Protocol,
 		"resumed", len(resume), "abandoned", len(abandon))
 	for gpus := int64(updated.GPUInfo.Count); ; {
 		cur := s.largestWorker.Load()
@@ -132,14 +131,14 @@ func (s *Server) register(ctx context.Context, wk store.Worker, reg registration
 	// 1) always keeps its own.
 	ownType := req.Protocol < 2 || (req.Capabilities != nil && req.Capabilities.OwnType)
 	if reportedType := typeOf(req.Persistent); ownType && reportedType != updated.Type {
-		s.log.Warn("the worker's configuration sets another type than an admin gave it",
+		s.Log.Warn("the worker's configuration sets another type than an admin gave it",
 			"worker_id", wk.ID, "name", updated.Name, "worker_type", updated.Type, "reported", reportedType)
 	}
 
-	opt := s.options()
+	opt := s.Options()
 	resp := protocol.RegisterResponse{WorkerID: wk.ID, SSEURL: "/api/workers/stream?worker_id=" + wk.ID}
 	if len(resume) > 0 {
-		if j, err := s.store.GetJob(ctx, resume[0].JobID); err == nil {
+		if j, err := s.Store.GetJob(ctx, resume[0].JobID); err == nil {
 			resp.ResumeJob = &protocol.ResumeJob{JobID: j.ID, ConfigName: j.ConfigName, Status: string(j.Status), Attempt: j.Attempt}
 		}
 	}
@@ -162,16 +161,6 @@ func typeOf(persistent bool) protocol.WorkerType {
 		return protocol.Persistent
 	}
 	return protocol.Ephemeral
-}
-
-// cancelGrace is the SIGTERM → SIGKILL grace a worker gives a cancelled job:
-// its own when its admin set one, else the orchestrator's.
-func (s *Server) cancelGrace(ctx context.Context, workerID string) time.Duration {
-	grace := s.options().CancelGrace
-	if wk, err := s.store.GetWorker(ctx, workerID); err == nil && wk.Capabilities.CancelGraceSeconds > 0 {
-		grace = time.Duration(wk.Capabilities.CancelGraceSeconds * float64(time.Second))
-	}
-	return grace
 }
 
 // placementInventory is the GPU inventory jobs are placed against after a
@@ -259,14 +248,14 @@ func canonicalJSON(raw json.RawMessage) string {
 // worker, not ended) or is abandoned; attempts the store has out on this
 // worker that it no longer reports are lost. A worker that runs one job at a
 // time (several false) resumes one at most.
-func (s *Server) reconcile(ctx context.Context, wk store.Worker, reported []protocol.RunningAttempt, several bool) (resume, abandon []protocol.RunningAttempt, err error) {
+func (s *Protocol) reconcile(ctx context.Context, wk store.Worker, reported []protocol.RunningAttempt, several bool) (resume, abandon []protocol.RunningAttempt, err error) {
 	seen := map[string]bool{}
 	for _, ra := range reported {
 		if ra.JobID == "" || seen[ra.JobID] {
 			continue
 		}
 		seen[ra.JobID] = true
-		j, err := s.store.GetJob(ctx, ra.JobID)
+		j, err := s.Store.GetJob(ctx, ra.JobID)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return nil, nil, err
 		}
@@ -277,7 +266,7 @@ func (s *Server) reconcile(ctx context.Context, wk store.Worker, reported []prot
 		}
 		abandon = append(abandon, ra)
 	}
-	active, err := s.activeOn(ctx, wk.ID)
+	active, err := s.Moves.ActiveOn(ctx, wk.ID)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -285,7 +274,7 @@ func (s *Server) reconcile(ctx context.Context, wk store.Worker, reported []prot
 		if slices.ContainsFunc(resume, func(r protocol.RunningAttempt) bool { return r.JobID == j.ID }) {
 			continue
 		}
-		if err := s.loseAttempt(ctx, j.ID, wk.ID, fmt.Sprintf("worker %s re-registered without it", wk.ID)); err != nil {
+		if err := s.Moves.LoseAttempt(ctx, j.ID, wk.ID, fmt.Sprintf("worker %s re-registered without it", wk.ID)); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -294,10 +283,10 @@ func (s *Server) reconcile(ctx context.Context, wk store.Worker, reported []prot
 
 // streamOpened records that this instance holds the worker's stream; a worker
 // that was offline is back.
-func (s *Server) streamOpened(ctx context.Context, workerID string) error {
+func (s *Protocol) streamOpened(ctx context.Context, workerID string) error {
 	now := time.Now().UTC()
-	instance := s.options().InstanceID
-	_, err := s.store.UpdateWorker(ctx, workerID, func(cur *store.Worker) (*audit.Record, error) {
+	instance := s.Options().InstanceID
+	_, err := s.Store.UpdateWorker(ctx, workerID, func(cur *store.Worker) (*audit.Record, error) {
 		cur.ConnectedAt, cur.StreamInstance = &now, instance
 		cur.Status = lifecycle.Alive(cur.Status, cur.Capacity().Load())
 		return nil, nil
@@ -307,11 +296,11 @@ func (s *Server) streamOpened(ctx context.Context, workerID string) error {
 
 // streamClosed clears the marker of the stream this instance held. Only the
 // current stream does this: a replaced one must not.
-func (s *Server) streamClosed(workerID string) {
-	instance := s.options().InstanceID
+func (s *Protocol) streamClosed(workerID string) {
+	instance := s.Options().InstanceID
 	bg, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, _ = s.store.UpdateWorker(bg, workerID, func(cur *store.Worker) (*audit.Record, error) {
+	_, _ = s.Store.UpdateWorker(bg, workerID, func(cur *store.Worker) (*audit.Record, error) {
 		if cur.StreamInstance == instance {
 			cur.StreamInstance = ""
 		}
@@ -322,25 +311,25 @@ func (s *Server) streamClosed(workerID string) {
 // heartbeat records liveness and returns the reply: what the worker should
 // stop and whether it is draining. The reported status is only a hint: the
 // worker's status is derived from the store, so a heartbeat never undoes a
-// drain.
-func (s *Server) heartbeat(ctx context.Context, wk store.Worker, req protocol.HeartbeatRequest) (protocol.HeartbeatResponse, error) {
-	s.metrics.Heartbeats.Add(1)
+// Drain.
+func (s *Protocol) heartbeat(ctx context.Context, wk store.Worker, req protocol.HeartbeatRequest) (protocol.HeartbeatResponse, error) {
+	s.Metrics.Heartbeats.Add(1)
 	now := time.Now().UTC()
-	s.heard.SetTelemetry(wk.ID, req.GPUs, now)
-	s.gpuHistory.NoteTelemetry(wk.ID, req.GPUs, inventoryIndexes(wk), now)
+	s.Heard.SetTelemetry(wk.ID, req.GPUs, now)
+	s.GPUHistory.NoteTelemetry(wk.ID, req.GPUs, inventoryIndexes(wk), now)
 	wk, err := s.noteGPUConditions(ctx, wk, req.GPUConditions, "")
 	if err != nil {
 		return protocol.HeartbeatResponse{}, err
 	}
 	var drainedByWorker bool
-	updated, err := s.store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
+	updated, err := s.Store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
 		cur.LastHeartbeat = &now
 		cur.Status = lifecycle.Alive(cur.Status, cur.Capacity().Load())
 		// A worker draining on its own (a stop signal) says so: no job is
 		// dispatched to it any more. Only an admin's resume undoes a drain.
 		if drainedByWorker = req.Status == string(protocol.WorkerDraining) && cur.Status != protocol.WorkerDraining; drainedByWorker {
 			cur.Status = protocol.WorkerDraining
-			rec := audit.New(workerActor(wk), "", "worker.drain", "worker", wk.ID, audit.Success,
+			rec := audit.New(transitions.WorkerActor(wk), "", "worker.drain", "worker", wk.ID, audit.Success,
 				map[string]string{"name": cur.Name, "by": "the worker itself (a stop signal)"})
 			return &rec, nil
 		}
@@ -348,17 +337,17 @@ func (s *Server) heartbeat(ctx context.Context, wk store.Worker, req protocol.He
 	})
 	switch {
 	case err == nil:
-		s.heard.BeatStored(wk.ID)
+		s.Heard.BeatStored(wk.ID)
 	case errors.Is(err, store.ErrDiskFull):
 		// The worker is alive all the same: keep that in memory.
-		s.disk.Note(diskfull.Database, err)
-		s.heard.KeepBeat(wk.ID, now)
+		s.Disk.Note(diskfull.Database, err)
+		s.Heard.KeepBeat(wk.ID, now)
 		updated, updated.LastHeartbeat = wk, &now
 	default:
 		return protocol.HeartbeatResponse{}, err
 	}
 	if drainedByWorker {
-		s.log.Info("the worker drains on its own: no new job goes to it", "worker_id", wk.ID, "name", updated.Name)
+		s.Log.Info("the worker drains on its own: no new job goes to it", "worker_id", wk.ID, "name", updated.Name)
 	}
 	resp := protocol.HeartbeatResponse{Success: true, Drain: updated.Status == protocol.WorkerDraining, ClearGPUs: updated.GPUClears}
 	resp.Cancel, err = s.heartbeatVerdict(ctx, updated, req)
@@ -372,7 +361,7 @@ func (s *Server) heartbeat(ctx context.Context, wk store.Worker, req protocol.He
 // the job's acknowledgement, and the next one, composed later, lists it.
 // Attempts the worker lists as finishing are present: their report is on the
 // way.
-func (s *Server) heartbeatVerdict(ctx context.Context, wk store.Worker, req protocol.HeartbeatRequest) ([]string, error) {
+func (s *Protocol) heartbeatVerdict(ctx context.Context, wk store.Worker, req protocol.HeartbeatRequest) ([]string, error) {
 	listed := map[string]protocol.RunningAttempt{}
 	for _, ra := range req.Running {
 		listed[ra.JobID] = ra
@@ -387,7 +376,7 @@ func (s *Server) heartbeatVerdict(ctx context.Context, wk store.Worker, req prot
 		if ra.Finishing() {
 			continue // its process is gone; only the report is outstanding
 		}
-		j, err := s.store.GetJob(ctx, jobID)
+		j, err := s.Store.GetJob(ctx, jobID)
 		if errors.Is(err, store.ErrNotFound) {
 			cancel = append(cancel, jobID)
 			continue
@@ -399,7 +388,7 @@ func (s *Server) heartbeatVerdict(ctx context.Context, wk store.Worker, req prot
 			cancel = append(cancel, jobID)
 		}
 	}
-	active, err := s.activeOn(ctx, wk.ID)
+	active, err := s.Moves.ActiveOn(ctx, wk.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -415,8 +404,8 @@ func (s *Server) heartbeatVerdict(ctx context.Context, wk store.Worker, req prot
 			absent = append(absent, j)
 		}
 	}
-	for _, j := range s.heard.LostAttempts(wk.ID, absent) {
-		if err := s.loseAttempt(ctx, j.ID, wk.ID, "the worker's last two heartbeats no longer list it"); err != nil {
+	for _, j := range s.Heard.LostAttempts(wk.ID, absent) {
+		if err := s.Moves.LoseAttempt(ctx, j.ID, wk.ID, "the worker's last two heartbeats no longer list it"); err != nil {
 			return nil, err
 		}
 	}
@@ -425,9 +414,9 @@ func (s *Server) heartbeatVerdict(ctx context.Context, wk store.Worker, req prot
 
 // markOffline closes the worker's stream, sets it offline and ends the
 // attempts it held.
-func (s *Server) markOffline(ctx context.Context, workerID, actor, ip, why string) error {
-	s.closeWorkerStream(workerID, why)
-	wk, err := s.store.UpdateWorker(ctx, workerID, func(cur *store.Worker) (*audit.Record, error) {
+func (s *Protocol) markOffline(ctx context.Context, workerID, actor, ip, why string) error {
+	s.Notify.CloseWorkerStream(workerID, why)
+	wk, err := s.Store.UpdateWorker(ctx, workerID, func(cur *store.Worker) (*audit.Record, error) {
 		if cur.Status == protocol.WorkerOffline {
 			return nil, nil
 		}
@@ -439,27 +428,14 @@ func (s *Server) markOffline(ctx context.Context, workerID, actor, ip, why strin
 	if err != nil {
 		return err
 	}
-	s.heard.Offline(workerID)
-	s.log.Info("worker offline", "worker_id", workerID, "reason", why)
-	return s.loseAll(ctx, wk.ID, fmt.Sprintf("worker %s (%s) went offline: %s", wk.ID, wk.Name, why))
+	s.Heard.Offline(workerID)
+	s.Log.Info("worker offline", "worker_id", workerID, "reason", why)
+	return s.Moves.LoseAll(ctx, wk.ID, fmt.Sprintf("worker %s (%s) went offline: %s", wk.ID, wk.Name, why))
 }
 
-// afterWorkerFreed runs when a worker's job ended: a draining ephemeral worker
-// is told to shut down; anyone else may get the next job.
-func (s *Server) afterWorkerFreed(ctx context.Context, workerID string) {
-	wk, err := s.store.GetWorkerState(ctx, workerID)
-	if err != nil {
-		return
-	}
-	if wk.Status == protocol.WorkerDraining && wk.Type == protocol.Ephemeral && wk.CurrentJobID == "" {
-		s.sendToWorker(workerID, protocol.EventShutdown, protocol.NewShutdownEvent("drained"))
-	}
-	s.Wake()
-}
-
-// drain stops a worker from taking new jobs; resume undoes it.
-func (s *Server) drain(ctx context.Context, id, actor, ip string) (store.Worker, error) {
-	wk, err := s.store.UpdateWorker(ctx, id, func(cur *store.Worker) (*audit.Record, error) {
+// Drain stops a worker from taking new jobs; resume undoes it.
+func (s *Protocol) Drain(ctx context.Context, id, actor, ip string) (store.Worker, error) {
+	wk, err := s.Store.UpdateWorker(ctx, id, func(cur *store.Worker) (*audit.Record, error) {
 		cur.Status = protocol.WorkerDraining
 		rec := audit.New(actor, ip, "worker.drain", "worker", id, audit.Success, map[string]string{"name": cur.Name})
 		return &rec, nil
@@ -467,15 +443,15 @@ func (s *Server) drain(ctx context.Context, id, actor, ip string) (store.Worker,
 	if err != nil {
 		return wk, err
 	}
-	s.sendToWorker(id, protocol.EventDrain, protocol.DrainEvent{Type: protocol.EventDrain, Reason: "drained by " + actor})
+	s.Notify.SendToWorker(id, protocol.EventDrain, protocol.DrainEvent{Type: protocol.EventDrain, Reason: "drained by " + actor})
 	if wk.Type == protocol.Ephemeral && wk.CurrentJobID == "" {
-		s.sendToWorker(id, protocol.EventShutdown, protocol.NewShutdownEvent("drained"))
+		s.Notify.SendToWorker(id, protocol.EventShutdown, protocol.NewShutdownEvent("drained"))
 	}
 	return wk, nil
 }
 
-func (s *Server) resume(ctx context.Context, id, actor, ip string) (store.Worker, error) {
-	wk, err := s.store.UpdateWorker(ctx, id, func(cur *store.Worker) (*audit.Record, error) {
+func (s *Protocol) Resume(ctx context.Context, id, actor, ip string) (store.Worker, error) {
+	wk, err := s.Store.UpdateWorker(ctx, id, func(cur *store.Worker) (*audit.Record, error) {
 		if cur.Status != protocol.WorkerDraining {
 			return nil, web.Conflict("worker %s is %s, not draining", id, cur.Status)
 		}
@@ -489,31 +465,31 @@ func (s *Server) resume(ctx context.Context, id, actor, ip string) (store.Worker
 	return wk, err
 }
 
-// evictWorker deletes a worker at an admin's request: its stream is told to
+// Evict deletes a worker at an admin's request: its stream is told to
 // shut down and closed, its attempts end (requeued without spending a retry).
-func (s *Server) evictWorker(ctx context.Context, wk store.Worker, actor, ip string) error {
-	s.sendToWorker(wk.ID, protocol.EventShutdown, protocol.NewShutdownEvent("worker_deleted"))
-	s.closeWorkerStream(wk.ID, "worker deleted")
-	active, err := s.activeOn(ctx, wk.ID)
+func (s *Protocol) Evict(ctx context.Context, wk store.Worker, actor, ip string) error {
+	s.Notify.SendToWorker(wk.ID, protocol.EventShutdown, protocol.NewShutdownEvent("worker_deleted"))
+	s.Notify.CloseWorkerStream(wk.ID, "worker deleted")
+	active, err := s.Moves.ActiveOn(ctx, wk.ID)
 	if err != nil {
 		return err
 	}
 	for _, j := range active {
-		if err := s.evictAttempt(ctx, j.ID, wk.ID, "worker "+wk.ID+" was deleted by an admin", actor, ip); err != nil {
+		if err := s.Moves.EvictAttempt(ctx, j.ID, wk.ID, "worker "+wk.ID+" was deleted by an admin", actor, ip); err != nil {
 			return err
 		}
 	}
-	s.heard.ForgetAttempts(wk.ID)
+	s.Heard.ForgetAttempts(wk.ID)
 	return nil
 }
 
-// shown is the status and connection a worker is shown with: a worker that
+// Shown is the status and connection a worker is shown with: a worker that
 // holds no stream on any instance and missed its last heartbeat looks
 // disconnected at once, though the store keeps it idle, partial, busy or draining
 // (and its attempts) until the heartbeat timeout.
-func (s *Server) shown(w store.Worker) (status protocol.WorkerStatus, connected bool) {
-	opt := s.options()
-	connected = s.hub.Connected(w.ID) || (w.StreamInstance != "" && w.StreamInstance != opt.InstanceID)
+func (s *Protocol) Shown(w store.Worker) (status protocol.WorkerStatus, connected bool) {
+	opt := s.Options()
+	connected = s.Hub.Connected(w.ID) || (w.StreamInstance != "" && w.StreamInstance != opt.InstanceID)
 	status = w.Status
 	// A draining worker stays "draining" (an admin's intent that resume
 	// undoes); connected says whether it is there.
@@ -525,22 +501,22 @@ func (s *Server) shown(w store.Worker) (status protocol.WorkerStatus, connected 
 
 // heartbeatMissed reports whether a worker's last heartbeat is overdue, or
 // it never sent one.
-func (s *Server) heartbeatMissed(w store.Worker) bool {
-	opt := s.options()
+func (s *Protocol) heartbeatMissed(w store.Worker) bool {
+	opt := s.Options()
 	return w.LastHeartbeat == nil || time.Since(*w.LastHeartbeat) > opt.HeartbeatInterval+opt.HeartbeatInterval/2
 }
 
-// deletable says why a worker may not be deleted without force, or nil. A
+// Deletable says why a worker may not be deleted without force, or nil. A
 // worker out of touch (no stream, and its heartbeat overdue or never sent;
 // or offline) with no attempt out may go, whatever an admin set: one that
 // never connected, drained or not, runs nothing.
-func (s *Server) deletable(ctx context.Context, w store.Worker) error {
-	status, connected := s.shown(w)
+func (s *Protocol) Deletable(ctx context.Context, w store.Worker) error {
+	status, connected := s.Shown(w)
 	if status != protocol.WorkerOffline && (connected || !s.heartbeatMissed(w)) {
 		return web.Conflict("worker %s is %s and in touch (its stream is open or its heartbeats arrive); only a worker with no live connection "+
 			"can be deleted without force, which requeues its jobs", w.ID, status)
 	}
-	active, err := s.activeOn(ctx, w.ID)
+	active, err := s.Moves.ActiveOn(ctx, w.ID)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package orchestrator
+package rpc
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/transitions"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -27,7 +28,7 @@ import (
 // in the worker's registered inventory is not kept: no job is placed on
 // such a GPU anyway, and what a worker token could make the store keep
 // stays bounded by its inventory.
-func (s *Server) noteGPUConditions(ctx context.Context, wk store.Worker, reported *[]protocol.GPUCondition, ip string) (store.Worker, error) {
+func (s *Protocol) noteGPUConditions(ctx context.Context, wk store.Worker, reported *[]protocol.GPUCondition, ip string) (store.Worker, error) {
 	if reported == nil {
 		return wk, nil
 	}
@@ -42,7 +43,7 @@ func (s *Server) noteGPUConditions(ctx context.Context, wk store.Worker, reporte
 		return wk, nil
 	}
 	var changes map[string]any
-	updated, err := s.store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
+	updated, err := s.Store.UpdateWorker(ctx, wk.ID, func(cur *store.Worker) (*audit.Record, error) {
 		changes = conditionChanges(cur.GPUConditions, conds)
 		cur.GPUConditions = conds
 		// A clear is done once the worker no longer reports the fence.
@@ -51,14 +52,14 @@ func (s *Server) noteGPUConditions(ctx context.Context, wk store.Worker, reporte
 			return nil, nil
 		}
 		changes["name"] = cur.Name
-		rec := audit.New(workerActor(wk), ip, "worker.gpus", "worker", wk.ID, audit.Success, changes)
+		rec := audit.New(transitions.WorkerActor(wk), ip, "worker.gpus", "worker", wk.ID, audit.Success, changes)
 		return &rec, nil
 	})
 	if err != nil {
 		return wk, err
 	}
 	if len(changes) > 0 {
-		s.log.Warn("the worker's GPU conditions changed", "worker_id", wk.ID, "name", updated.Name, "changes", changes)
+		s.Log.Warn("the worker's GPU conditions changed", "worker_id", wk.ID, "name", updated.Name, "changes", changes)
 		s.Wake() // a released GPU may take a job now
 	}
 	return updated, nil
@@ -130,11 +131,11 @@ func fenced(conds []protocol.GPUCondition, i int) bool {
 	return slices.ContainsFunc(conds, func(c protocol.GPUCondition) bool { return c.Index == i && c.State == protocol.GPUUnhealthy })
 }
 
-// writeGPUMetrics writes each worker's GPUs: the live numbers its heartbeats
+// WriteGPUMetrics writes each worker's GPUs: the live numbers its heartbeats
 // to this instance carried, labelled by worker and GPU; the GPUs it keeps
 // out of use (from the store: every instance says the same); and the
 // GPU-seconds of the attempts that ended here.
-func (s *Server) writeGPUMetrics(w io.Writer, workers []store.Worker) {
+func (s *Protocol) WriteGPUMetrics(w io.Writer, workers []store.Worker) {
 	type series struct {
 		name, help, typ string
 		lines           []string
@@ -155,7 +156,7 @@ func (s *Server) writeGPUMetrics(w io.Writer, workers []store.Worker) {
 	for _, wk := range workers {
 		who := fmt.Sprintf("worker=%q,name=%q", wk.ID, wk.Name)
 		out := wk.Capacity().UnavailableGPUs()
-		if t := s.heard.Telemetry(wk.ID); t != nil {
+		if t := s.Heard.Telemetry(wk.ID); t != nil {
 			for _, g := range t.GPUs {
 				l := fmt.Sprintf("%s,index=\"%d\",uuid=%q", who, g.Index, g.UUID)
 				add(0, l, g.UtilizationPct)
@@ -177,7 +178,7 @@ func (s *Server) writeGPUMetrics(w io.Writer, workers []store.Worker) {
 		for _, c := range wk.GPUConditions {
 			add(6, fmt.Sprintf("%s,index=\"%d\",uuid=%q,state=%q", who, c.Index, c.UUID, c.State), 1)
 		}
-		if v, ok := s.metrics.gpuSeconds.get(wk.ID); ok {
+		if v, ok := s.Metrics.GPUSeconds(wk.ID); ok {
 			add(7, who, v)
 		}
 	}
@@ -186,19 +187,5 @@ func (s *Server) writeGPUMetrics(w io.Writer, workers []store.Worker) {
 		for _, l := range m.lines {
 			fmt.Fprintln(w, l)
 		}
-	}
-}
-
-// countGPUSeconds adds an ended attempt's GPU-seconds to its worker's sum:
-// as the worker measured them, or, from a worker that does not (SimpleTuner's
-// agent, which runs a job with all its GPUs), its GPUs times the time the
-// attempt ran.
-func (s *Server) countGPUSeconds(wk store.Worker, j store.Job, u *protocol.Usage) {
-	if u != nil {
-		s.metrics.gpuSeconds.add(wk.ID, u.GPUSeconds)
-		return
-	}
-	if j.StartedAt != nil && j.EndedAt != nil {
-		s.metrics.gpuSeconds.add(wk.ID, float64(wk.GPUInfo.Count)*j.EndedAt.Sub(*j.StartedAt).Seconds())
 	}
 }

@@ -1,12 +1,12 @@
-package orchestrator
+package rpc
 
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
@@ -14,7 +14,9 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/authn"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/diskfull"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/metrics"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -24,29 +26,55 @@ import (
 // with its attempt's upload token; admins (queue.view) list and download
 // them under /api/queue/{id}/artifacts (package adminapi).
 
-// artifactMetrics count uploads for /metrics.
-type artifactMetrics struct {
-	uploads  atomic.Int64
-	bytes    atomic.Int64
-	refusals atomic.Int64
+// Uploads serves a job's own uploads and checkpoints, authenticated by
+// its attempt's upload token and fenced on the attempt as reports are.
+type Uploads struct {
+	Store   UploadStore
+	Authn   *authn.Authenticator
+	Errors  *web.Errors
+	Log     *slog.Logger
+	Metrics *metrics.Metrics
+	// Artifacts is where the uploads go; nil while none is set.
+	Artifacts func() *artifacts.Store
+	Options   func() Options
 }
 
-// SetArtifacts gives the server its artifact storage; without it the
-// artifact endpoints answer 503.
-func (s *Server) SetArtifacts(a *artifacts.Store) {
-	s.artifacts.Store(a)
-	s.applyArtifactLimits(s.options())
+// UploadStore is what the uploads read and write of the store.
+type UploadStore interface {
+	GetJob(ctx context.Context, id string) (store.Job, error)
+	GetAttemptByUploadTokenHash(ctx context.Context, hash string) (store.Attempt, error)
+	PutCheckpoint(ctx context.Context, c store.Checkpoint, keep int) (forgotten []store.Checkpoint, err error)
+	ListCheckpoints(ctx context.Context, jobID string) ([]store.Checkpoint, error)
 }
 
-func (s *Server) applyArtifactLimits(o Options) {
-	if a := s.artifacts.Load(); a != nil {
-		a.SetLimits(artifacts.Limits{MaxObjectBytes: o.ArtifactMaxObjectBytes, MaxJobBytes: o.ArtifactMaxJobBytes,
-			MaxJobObjects: o.ArtifactMaxJobObjects, ReservePercent: o.ArtifactReservePercent})
+// Routes lists a job's own endpoints.
+func (s *Uploads) Routes() []web.Route {
+	return []web.Route{
+		// S3-style uploads. Keys hold slashes, hence the catch-all.
+		web.NewRoute("GET", "/api/cloud/storage", "", s.upload(s.listBuckets)),
+		web.NewRoute("GET", "/api/cloud/storage/:bucket", "", s.upload(s.listObjects)),
+		web.NewRoute("PUT", "/api/cloud/storage/:bucket/*key", "PUT /api/cloud/storage/{bucket}/{key}", s.upload(s.putObject)),
+		web.NewRoute("GET", "/api/cloud/storage/:bucket/*key", "GET /api/cloud/storage/{bucket}/{key}", s.upload(s.getObject)),
+		web.NewRoute("HEAD", "/api/cloud/storage/:bucket/*key", "HEAD /api/cloud/storage/{bucket}/{key}", s.upload(s.getObject)),
+		// The job's checkpoints (p2): complete ones listed and read by any
+		// attempt of the job, committed and aborted by the one that uploaded.
+		web.NewRoute("GET", "/api/cloud/checkpoints", "", s.upload(s.listCheckpoints)),
+		web.NewRoute("POST", "/api/cloud/checkpoints", "", s.upload(s.commitCheckpoint)),
+		web.NewRoute("DELETE", "/api/cloud/checkpoints/:name", "", s.upload(s.abortCheckpoint)),
+		web.NewRoute("GET", "/api/cloud/checkpoints/:attempt/:name/*path", "GET /api/cloud/checkpoints/{attempt}/{name}/{path}", s.upload(s.checkpointFile)),
 	}
 }
 
-func (s *Server) artifactStore() (*artifacts.Store, error) {
-	a := s.artifacts.Load()
+// decodeJSON reads a JSON object body into v (web.ReadJSON, within the
+// configured body limit).
+func (s *Uploads) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	_, err := web.ReadJSON(w, r, s.Options().MaxBodyBytes, v)
+	return err
+}
+
+// ArtifactStore is where jobs' uploads go; an error (503) while none is set.
+func (s *Uploads) ArtifactStore() (*artifacts.Store, error) {
+	a := s.Artifacts()
 	if a == nil {
 		return nil, web.Errorf(http.StatusServiceUnavailable, protocol.CodeUnavailable, "artifact storage is not configured on this orchestrator")
 	}
@@ -68,11 +96,11 @@ const uploadPrefix = "stu_"
 
 // upload authenticates a job's upload token and checks that its attempt may
 // still upload.
-func (s *Server) upload(h uploadHandler) httprouter.Handle {
+func (s *Uploads) upload(h uploadHandler) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-		a, err := s.artifactStore()
+		a, err := s.ArtifactStore()
 		if err != nil {
-			s.writeError(w, r, err)
+			s.Errors.Write(w, r, err)
 			return
 		}
 		var token string
@@ -86,20 +114,20 @@ func (s *Server) upload(h uploadHandler) httprouter.Handle {
 			if r.Header.Get("Authorization") != "" || r.Header.Get("X-API-Key") != "" {
 				detail += "; admins list and download a job's artifacts under /api/queue/{job_id}/artifacts"
 			}
-			s.writeError(w, r, web.Errorf(http.StatusUnauthorized, protocol.CodeUnauthorized, "%s", detail))
+			s.Errors.Write(w, r, web.Errorf(http.StatusUnauthorized, protocol.CodeUnauthorized, "%s", detail))
 			return
 		}
 		// As for other credentials: a blocked peer's garbage costs no lookup,
 		// a token of the right shape always gets one.
-		c := presenterOf(r)
-		if err := s.limited(c, token, uploadTokenShape(token)); err != nil {
-			s.writeError(w, r, err)
+		c := authn.PresenterOf(r)
+		if err := s.Authn.Limited(c, token, uploadTokenShape(token)); err != nil {
+			s.Errors.Write(w, r, err)
 			return
 		}
 		hash := auth.Hash(token)
-		att, err := s.store.GetAttemptByUploadTokenHash(r.Context(), hash)
+		att, err := s.Store.GetAttemptByUploadTokenHash(r.Context(), hash)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			s.writeError(w, r, err)
+			s.Errors.Write(w, r, err)
 			return
 		}
 		if err != nil || !auth.Equal(att.UploadTokenHash, hash) {
@@ -107,20 +135,20 @@ func (s *Server) upload(h uploadHandler) httprouter.Handle {
 			if !uploadTokenShape(token) {
 				why = "an upload token starts with " + uploadPrefix + " (it is in $SIMPLETUNER_UPLOAD_TOKEN)"
 			}
-			s.writeError(w, r, s.refused(c, token, protocol.CodeInvalidToken, "Invalid upload token: "+why))
+			s.Errors.Write(w, r, s.Authn.Refused(c, token, protocol.CodeInvalidToken, "Invalid upload token: "+why))
 			return
 		}
-		j, err := s.store.GetJob(r.Context(), att.JobID)
+		j, err := s.Store.GetJob(r.Context(), att.JobID)
 		if err != nil {
-			s.writeError(w, r, err)
+			s.Errors.Write(w, r, err)
 			return
 		}
 		if err := s.mayUpload(j, att, time.Now()); err != nil {
-			s.writeError(w, r, err)
+			s.Errors.Write(w, r, err)
 			return
 		}
 		if err := h(w, r, ps, uploader{job: j, attempt: att}, a); err != nil {
-			s.writeError(w, r, err)
+			s.Errors.Write(w, r, err)
 		}
 	}
 }
@@ -145,14 +173,14 @@ func uploadTokenShape(token string) bool {
 // upload_grace after it ends (time to publish final weights after the
 // completion report); after that it is refused as expired (401). A replaced
 // attempt is stale at once (409), grace or not.
-func (s *Server) mayUpload(j store.Job, a store.Attempt, now time.Time) error {
+func (s *Uploads) mayUpload(j store.Job, a store.Attempt, now time.Time) error {
 	if j.Attempt != a.Number {
-		s.metrics.StaleRejections.Add(1)
-		s.log.Info("stale upload refused", "job_id", j.ID, "attempt", a.Number, "current_attempt", j.Attempt)
+		s.Metrics.StaleRejections.Add(1)
+		s.Log.Info("stale upload refused", "job_id", j.ID, "attempt", a.Number, "current_attempt", j.Attempt)
 		return web.Errorf(http.StatusConflict, protocol.CodeStaleAttempt,
 			"attempt %d of job %s has been replaced by attempt %d; its upload token no longer works", a.Number, j.ID, j.Attempt)
 	}
-	grace := s.options().ArtifactUploadGrace
+	grace := s.Options().ArtifactUploadGrace
 	if a.EndedAt != nil && now.Sub(*a.EndedAt) > grace {
 		return web.Errorf(http.StatusUnauthorized, protocol.CodeInvalidToken,
 			"the upload token of attempt %d of job %s has expired: the attempt ended at %s and uploads are accepted for %s after that (artifacts.upload_grace)",
@@ -164,9 +192,9 @@ func (s *Server) mayUpload(j store.Job, a store.Attempt, now time.Time) error {
 // stillCurrent is checked once an upload's body has arrived, before the
 // object appears: the attempt may have been replaced while it streamed. The
 // grace is not checked again; an upload that began in time may finish.
-func (s *Server) stillCurrent(ctx context.Context, u uploader) func() error {
+func (s *Uploads) stillCurrent(ctx context.Context, u uploader) func() error {
 	return func() error {
-		j, err := s.store.GetJob(ctx, u.job.ID)
+		j, err := s.Store.GetJob(ctx, u.job.ID)
 		if err != nil {
 			return err
 		}
@@ -177,19 +205,19 @@ func (s *Server) stillCurrent(ctx context.Context, u uploader) func() error {
 	}
 }
 
-// artifactError maps the store's errors onto HTTP answers.
-func (s *Server) artifactError(err error) error {
+// ArtifactError maps the store's errors onto HTTP answers.
+func (s *Uploads) ArtifactError(err error) error {
 	if tl := (*artifacts.TooLargeError)(nil); errors.As(err, &tl) {
-		s.metrics.artifacts.refusals.Add(1)
+		s.Metrics.ArtifactTooLarge()
 	}
-	return web.ArtifactError(s.log, err)
+	return web.ArtifactError(s.Log, err)
 }
 
-func (s *Server) putObject(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
+func (s *Uploads) putObject(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
 	ref := artifacts.Ref{JobID: u.job.ID, Attempt: u.attempt.Number, Bucket: ps.ByName("bucket"),
 		Key: strings.TrimPrefix(ps.ByName("key"), "/")}
 	if err := ref.Validate(); err != nil {
-		return s.artifactError(err)
+		return s.ArtifactError(err)
 	}
 	obj, err := a.Put(r.Context(), ref, r.Body, r.ContentLength, s.stillCurrent(r.Context(), u))
 	if err != nil {
@@ -198,13 +226,12 @@ func (s *Server) putObject(w http.ResponseWriter, r *http.Request, ps httprouter
 			return ae // the attempt was replaced meanwhile
 		}
 		if !diskfull.IsNoSpace(err) { // a full disk is logged once, not per upload
-			s.log.Info("artifact upload failed", "job_id", ref.JobID, "attempt", ref.Attempt, "path", ref.Path(), "err", err)
+			s.Log.Info("artifact upload failed", "job_id", ref.JobID, "attempt", ref.Attempt, "path", ref.Path(), "err", err)
 		}
-		return s.artifactError(err)
+		return s.ArtifactError(err)
 	}
-	s.metrics.artifacts.uploads.Add(1)
-	s.metrics.artifacts.bytes.Add(obj.Size)
-	s.log.Info("artifact stored", "job_id", ref.JobID, "attempt", ref.Attempt, "path", ref.Path(), "bytes", obj.Size, "sha256", obj.SHA256)
+	s.Metrics.ArtifactStored(obj.Size)
+	s.Log.Info("artifact stored", "job_id", ref.JobID, "attempt", ref.Attempt, "path", ref.Path(), "bytes", obj.Size, "sha256", obj.SHA256)
 	w.Header().Set("ETag", obj.ETag())
 	web.WriteJSON(w, http.StatusOK, map[string]any{"ETag": obj.ETag(), "Key": ref.Key, "Bucket": ref.Bucket,
 		"Size": obj.Size, "SHA256": obj.SHA256})
@@ -213,7 +240,7 @@ func (s *Server) putObject(w http.ResponseWriter, r *http.Request, ps httprouter
 
 // getObject serves one of the attempt's own objects (a client checking what
 // it uploaded); a trailing "/" lists the bucket instead.
-func (s *Server) getObject(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
+func (s *Uploads) getObject(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
 	key := strings.TrimPrefix(ps.ByName("key"), "/")
 	if key == "" {
 		return s.listObjects(w, r, ps, u, a)
@@ -221,7 +248,7 @@ func (s *Server) getObject(w http.ResponseWriter, r *http.Request, ps httprouter
 	ref := artifacts.Ref{JobID: u.job.ID, Attempt: u.attempt.Number, Bucket: ps.ByName("bucket"), Key: key}
 	rd, obj, err := a.Open(r.Context(), ref)
 	if err != nil {
-		return s.artifactError(err)
+		return s.ArtifactError(err)
 	}
 	defer rd.Close()
 	web.ServeArtifact(w, r, rd, obj)
@@ -229,10 +256,10 @@ func (s *Server) getObject(w http.ResponseWriter, r *http.Request, ps httprouter
 }
 
 // listBuckets lists the attempt's buckets with their sizes, newest first.
-func (s *Server) listBuckets(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u uploader, a *artifacts.Store) error {
+func (s *Uploads) listBuckets(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u uploader, a *artifacts.Store) error {
 	objs, err := a.List(r.Context(), u.job.ID, u.attempt.Number)
 	if err != nil {
-		return s.artifactError(err)
+		return s.ArtifactError(err)
 	}
 	type bucket struct {
 		Name         string  `json:"Name"`
@@ -269,14 +296,14 @@ func (s *Server) listBuckets(w http.ResponseWriter, r *http.Request, _ httproute
 }
 
 // listObjects lists one bucket of the attempt.
-func (s *Server) listObjects(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
+func (s *Uploads) listObjects(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
 	name := ps.ByName("bucket")
 	if err := artifacts.ValidateBucket(name); err != nil {
-		return s.artifactError(err)
+		return s.ArtifactError(err)
 	}
 	objs, err := a.List(r.Context(), u.job.ID, u.attempt.Number)
 	if err != nil {
-		return s.artifactError(err)
+		return s.ArtifactError(err)
 	}
 	type content struct {
 		Key          string  `json:"Key"`
@@ -295,9 +322,3 @@ func (s *Server) listObjects(w http.ResponseWriter, r *http.Request, ps httprout
 }
 
 func epochSeconds(t time.Time) float64 { return float64(t.UnixMicro()) / 1e6 }
-
-func (m *Metrics) writeArtifacts(counter func(name, help string, v int64)) {
-	counter("simpletuner_artifact_uploads_total", "Artifact objects stored.", m.artifacts.uploads.Load())
-	counter("simpletuner_artifact_upload_bytes_total", "Bytes of artifact objects stored.", m.artifacts.bytes.Load())
-	counter("simpletuner_artifact_uploads_too_large_total", "Artifact uploads refused for passing max_object_bytes or max_job_bytes.", m.artifacts.refusals.Load())
-}

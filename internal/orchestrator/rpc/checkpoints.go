@@ -1,4 +1,4 @@
-package orchestrator
+package rpc
 
 import (
 	"context"
@@ -28,16 +28,16 @@ import (
 // checkpointsBucket is the bucket checkpoint files are uploaded to.
 const checkpointsBucket = "checkpoints"
 
-// checkpointsEndpoint is what job_submit names for a job whose checkpoints
+// CheckpointsEndpoint is what job_submit names for a job whose checkpoints
 // the orchestrator keeps, "" for one it keeps none of.
-func (s *Server) checkpointsEndpoint(j store.Job) string {
-	if j.NoCheckpoints || s.artifacts.Load() == nil {
+func (s *Uploads) CheckpointsEndpoint(j store.Job) string {
+	if j.NoCheckpoints || s.Artifacts() == nil {
 		return ""
 	}
 	return "/api/cloud/checkpoints"
 }
 
-func (s *Server) checkpointsKept(u uploader) error {
+func (s *Uploads) checkpointsKept(u uploader) error {
 	if u.job.NoCheckpoints {
 		return web.Conflict("job %s was submitted with checkpoints off; none of its checkpoints are kept", u.job.ID)
 	}
@@ -56,17 +56,17 @@ func checkpointFileRef(job string, attempt int, name, path string) artifacts.Ref
 
 // listCheckpoints lists the job's complete checkpoints, newest first, with
 // the artifact limits and what the job stores now.
-func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u uploader, a *artifacts.Store) error {
+func (s *Uploads) listCheckpoints(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u uploader, a *artifacts.Store) error {
 	if err := s.checkpointsKept(u); err != nil {
 		return err
 	}
-	cs, err := s.store.ListCheckpoints(r.Context(), u.job.ID)
+	cs, err := s.Store.ListCheckpoints(r.Context(), u.job.ID)
 	if err != nil {
 		return err
 	}
 	charged, objects, err := a.JobUsage(r.Context(), u.job.ID)
 	if err != nil {
-		return s.artifactError(err)
+		return s.ArtifactError(err)
 	}
 	lim := a.Limits()
 	out := protocol.CheckpointList{Checkpoints: []protocol.Checkpoint{}, MaxObjectBytes: lim.MaxObjectBytes,
@@ -82,7 +82,7 @@ func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request, _ httpr
 // lists must be stored in the attempt's artifacts with that size and
 // SHA-256. Then the checkpoint is recorded, and those of the job past the
 // newest keep are forgotten and their files deleted.
-func (s *Server) commitCheckpoint(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u uploader, a *artifacts.Store) error {
+func (s *Uploads) commitCheckpoint(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u uploader, a *artifacts.Store) error {
 	if err := s.checkpointsKept(u); err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func (s *Server) commitCheckpoint(w http.ResponseWriter, r *http.Request, _ http
 		case errors.Is(err, artifacts.ErrNotFound):
 			return web.Invalid("checkpoint %s: file %q is not stored (upload it to %s/%s first)", c.Name, f.Path, "/api/cloud/storage", ref.Path())
 		case err != nil:
-			return s.artifactError(err)
+			return s.ArtifactError(err)
 		case obj.Size != f.Size || obj.SHA256 != f.SHA256:
 			return web.Invalid("checkpoint %s: file %q is stored with %d bytes and SHA-256 %q, not %d bytes and %s",
 				c.Name, f.Path, obj.Size, obj.SHA256, f.Size, f.SHA256)
@@ -111,22 +111,22 @@ func (s *Server) commitCheckpoint(w http.ResponseWriter, r *http.Request, _ http
 	}
 	cp := store.Checkpoint{JobID: u.job.ID, Attempt: u.attempt.Number, Name: c.Name, Step: c.Step,
 		Bytes: checkpoint.Bytes(c.Files), Files: c.Files, CreatedAt: time.Now()}
-	forgotten, err := s.store.PutCheckpoint(r.Context(), cp, c.Keep)
+	forgotten, err := s.Store.PutCheckpoint(r.Context(), cp, c.Keep)
 	if err != nil {
 		return err
 	}
-	s.log.Info("checkpoint complete", "job_id", cp.JobID, "attempt", cp.Attempt, "name", cp.Name, "step", cp.Step,
+	s.Log.Info("checkpoint complete", "job_id", cp.JobID, "attempt", cp.Attempt, "name", cp.Name, "step", cp.Step,
 		"bytes", cp.Bytes, "files", len(cp.Files))
 	for _, old := range forgotten {
 		ref := artifacts.Ref{JobID: old.JobID, Attempt: old.Attempt, Bucket: checkpointsBucket, Key: old.Name}
 		if err := a.DeleteTree(r.Context(), ref); err != nil {
-			s.log.Warn("a checkpoint past keep_checkpoints was forgotten but its files stay", "job_id", old.JobID,
+			s.Log.Warn("a checkpoint past keep_checkpoints was forgotten but its files stay", "job_id", old.JobID,
 				"attempt", old.Attempt, "name", old.Name, "err", err)
 			continue
 		}
-		s.log.Info("checkpoint deleted: past keep_checkpoints", "job_id", old.JobID, "attempt", old.Attempt, "name", old.Name, "keep", c.Keep)
+		s.Log.Info("checkpoint deleted: past keep_checkpoints", "job_id", old.JobID, "attempt", old.Attempt, "name", old.Name, "keep", c.Keep)
 	}
-	cs, err := s.store.ListCheckpoints(r.Context(), u.job.ID)
+	cs, err := s.Store.ListCheckpoints(r.Context(), u.job.ID)
 	if err != nil {
 		return err
 	}
@@ -144,10 +144,10 @@ func (s *Server) commitCheckpoint(w http.ResponseWriter, r *http.Request, _ http
 // checkpoints they never committed (a worker lost in the middle of an
 // upload): their tokens are stale, so those can never become complete, and
 // they would count against the job's quota for ever.
-func (s *Server) sweepAbandoned(ctx context.Context, a *artifacts.Store, u uploader, committed []store.Checkpoint) {
+func (s *Uploads) sweepAbandoned(ctx context.Context, a *artifacts.Store, u uploader, committed []store.Checkpoint) {
 	dirs, err := a.Dirs(ctx, u.job.ID, checkpointsBucket)
 	if err != nil {
-		s.log.Warn("cannot list the job's checkpoint uploads", "job_id", u.job.ID, "err", err)
+		s.Log.Warn("cannot list the job's checkpoint uploads", "job_id", u.job.ID, "err", err)
 		return
 	}
 	for _, d := range dirs {
@@ -157,21 +157,21 @@ func (s *Server) sweepAbandoned(ctx context.Context, a *artifacts.Store, u uploa
 		}
 		ref := artifacts.Ref{JobID: u.job.ID, Attempt: d.Attempt, Bucket: checkpointsBucket, Key: d.Name}
 		if err := a.DeleteTree(ctx, ref); err != nil {
-			s.log.Warn("cannot delete an abandoned checkpoint upload", "job_id", u.job.ID, "attempt", d.Attempt, "name", d.Name, "err", err)
+			s.Log.Warn("cannot delete an abandoned checkpoint upload", "job_id", u.job.ID, "attempt", d.Attempt, "name", d.Name, "err", err)
 			continue
 		}
-		s.log.Info("abandoned checkpoint upload deleted", "job_id", u.job.ID, "attempt", d.Attempt, "name", d.Name)
+		s.Log.Info("abandoned checkpoint upload deleted", "job_id", u.job.ID, "attempt", d.Attempt, "name", d.Name)
 	}
 }
 
 // abortCheckpoint deletes what the attempt uploaded of a checkpoint it did
 // not commit (the trainer pruned it meanwhile, the job's quota was reached).
-func (s *Server) abortCheckpoint(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
+func (s *Uploads) abortCheckpoint(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
 	name := ps.ByName("name")
 	if _, ok := checkpoint.Parse(name); !ok {
 		return web.Invalid("%q is not a checkpoint name", name)
 	}
-	cs, err := s.store.ListCheckpoints(r.Context(), u.job.ID)
+	cs, err := s.Store.ListCheckpoints(r.Context(), u.job.ID)
 	if err != nil {
 		return err
 	}
@@ -179,7 +179,7 @@ func (s *Server) abortCheckpoint(w http.ResponseWriter, r *http.Request, ps http
 		return web.Conflict("checkpoint %s of attempt %d is complete; only keep_checkpoints removes it", name, u.attempt.Number)
 	}
 	if err := a.DeleteTree(r.Context(), artifacts.Ref{JobID: u.job.ID, Attempt: u.attempt.Number, Bucket: checkpointsBucket, Key: name}); err != nil {
-		return s.artifactError(err)
+		return s.ArtifactError(err)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
@@ -187,7 +187,7 @@ func (s *Server) abortCheckpoint(w http.ResponseWriter, r *http.Request, ps http
 
 // checkpointFile serves one file of a complete checkpoint of the job, from
 // whichever of its attempts committed it: a retry restores from it.
-func (s *Server) checkpointFile(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
+func (s *Uploads) checkpointFile(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u uploader, a *artifacts.Store) error {
 	if err := s.checkpointsKept(u); err != nil {
 		return err
 	}
@@ -196,7 +196,7 @@ func (s *Server) checkpointFile(w http.ResponseWriter, r *http.Request, ps httpr
 		return web.NotFound("attempt %q of job %s has no checkpoint", ps.ByName("attempt"), u.job.ID)
 	}
 	name, path := ps.ByName("name"), strings.TrimPrefix(ps.ByName("path"), "/")
-	cs, err := s.store.ListCheckpoints(r.Context(), u.job.ID)
+	cs, err := s.Store.ListCheckpoints(r.Context(), u.job.ID)
 	if err != nil {
 		return err
 	}
@@ -209,17 +209,17 @@ func (s *Server) checkpointFile(w http.ResponseWriter, r *http.Request, ps httpr
 	}
 	rd, obj, err := a.Open(r.Context(), checkpointFileRef(u.job.ID, n, name, path))
 	if err != nil {
-		return s.artifactError(err)
+		return s.ArtifactError(err)
 	}
 	defer rd.Close()
 	web.ServeArtifact(w, r, rd, obj)
 	return nil
 }
 
-// latestCheckpoint is the newest complete checkpoint of a job, for its view;
+// LatestCheckpoint is the newest complete checkpoint of a job, for its view;
 // nil when it has none.
-func (s *Server) latestCheckpoint(ctx context.Context, j store.Job) (*protocol.Checkpoint, int, error) {
-	cs, err := s.store.ListCheckpoints(ctx, j.ID)
+func (s *Uploads) LatestCheckpoint(ctx context.Context, j store.Job) (*protocol.Checkpoint, int, error) {
+	cs, err := s.Store.ListCheckpoints(ctx, j.ID)
 	if err != nil || len(cs) == 0 {
 		return nil, 0, err
 	}

@@ -1,4 +1,4 @@
-package orchestrator
+package rpc
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/authn"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/transitions"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -56,32 +58,32 @@ func sessionHeld(wk store.Worker, sess string, now time.Time, timeout time.Durat
 // checkSession refuses every request but a registration from an installation
 // that does not hold the worker's session: it must register (and so take the
 // session over) first, which it may only once the holder is offline.
-func (s *Server) checkSession(r *http.Request, wk store.Worker) error {
+func (s *Protocol) checkSession(r *http.Request, wk store.Worker) error {
 	sess := sessionOf(r)
 	if sess == "" || wk.Session == "" || sess == wk.Session {
 		return nil
 	}
-	return s.refuseSession(r.Context(), wk, sess, peerIP(r), r.URL.Path)
+	return s.refuseSession(r.Context(), wk, sess, authn.PeerIP(r), r.URL.Path)
 }
 
 // refuseSession logs and audits (at most once a minute per worker, with the
 // refusals since the last record) and returns the 409 the refused workerd
 // shows its admin.
-func (s *Server) refuseSession(ctx context.Context, wk store.Worker, sess, ip, path string) error {
+func (s *Protocol) refuseSession(ctx context.Context, wk store.Worker, sess, ip, path string) error {
 	if due, count := s.sessionRefusals.due(wk.ID, time.Now()); due {
 		heard := "never"
 		if wk.LastHeartbeat != nil {
 			heard = time.Since(*wk.LastHeartbeat).Round(time.Millisecond).String() + " ago"
 		}
-		s.log.Warn("refused a second workerd using the token of a worker another workerd is connected as",
+		s.Log.Warn("refused a second workerd using the token of a worker another workerd is connected as",
 			"worker_id", wk.ID, "name", wk.Name, "refused_session", shortSession(sess), "refused_ip", ip,
 			"active_session", shortSession(wk.Session), "active_last_heard", heard, "path", path, "refusals", count)
-		rec := audit.New(workerActor(wk), ip, "worker.session_refused", "worker", wk.ID, audit.Failure, map[string]any{
+		rec := audit.New(transitions.WorkerActor(wk), ip, "worker.session_refused", "worker", wk.ID, audit.Failure, map[string]any{
 			"refused_session": shortSession(sess), "active_session": shortSession(wk.Session), "path": path,
 			"refusals": count,
 		})
-		if err := s.store.AppendAudit(ctx, rec); err != nil {
-			s.log.Warn("audit write failed", "action", rec.Action, "err", err)
+		if err := s.Store.AppendAudit(ctx, rec); err != nil {
+			s.Log.Warn("audit write failed", "action", rec.Action, "err", err)
 		}
 	}
 	return web.Errorf(http.StatusConflict, protocol.CodeSessionActive,

@@ -1,4 +1,4 @@
-package orchestrator
+package rpc
 
 import (
 	"context"
@@ -13,9 +13,11 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/authn"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/hub"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/labels"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/logfeed"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/transitions"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -35,7 +37,7 @@ func sameWorker(named string, wk store.Worker) error {
 	return nil
 }
 
-func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request, _ httprouter.Params, wk store.Worker) error {
+func (s *Protocol) handleRegister(w http.ResponseWriter, r *http.Request, _ httprouter.Params, wk store.Worker) error {
 	var req protocol.RegisterRequest
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		return err
@@ -68,8 +70,8 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request, _ httpro
 	} else {
 		req.GPUInfo = json.RawMessage(`{}`)
 	}
-	_, local := peerOf(r)
-	resp, err := s.register(r.Context(), wk, registration{req: req, local: local, ip: peerIP(r), session: sessionOf(r)})
+	local := authn.ViaAdminSocket(r)
+	resp, err := s.register(r.Context(), wk, registration{req: req, local: local, ip: authn.PeerIP(r), session: sessionOf(r)})
 	if err != nil {
 		return err
 	}
@@ -78,7 +80,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request, _ httpro
 }
 
 // handleStream holds the worker's SSE connection open and writes its events.
-func (s *Server) handleStream(w http.ResponseWriter, r *http.Request, _ httprouter.Params, wk store.Worker) error {
+func (s *Protocol) handleStream(w http.ResponseWriter, r *http.Request, _ httprouter.Params, wk store.Worker) error {
 	id := r.URL.Query().Get("worker_id")
 	if id == "" {
 		return web.Invalid("query parameter \"worker_id\" is required")
@@ -94,12 +96,12 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request, _ httprout
 	if err := s.streamOpened(ctx, wk.ID); err != nil {
 		return err
 	}
-	st := s.hub.Attach(wk.ID, wk.TokenHash)
+	st := s.Hub.Attach(wk.ID, wk.TokenHash)
 	defer func() {
-		if s.hub.Detach(st) {
+		if s.Hub.Detach(st) {
 			s.streamClosed(wk.ID)
 		}
-		s.log.Debug("worker stream closed", "worker_id", wk.ID, "reason", st.Reason())
+		s.Log.Debug("worker stream closed", "worker_id", wk.ID, "reason", st.Reason())
 	}()
 
 	h := w.Header()
@@ -111,11 +113,11 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request, _ httprout
 	if err := rc.Flush(); err != nil {
 		return nil
 	}
-	s.log.Info("worker stream opened", "worker_id", wk.ID)
+	s.Log.Info("worker stream opened", "worker_id", wk.ID)
 	s.Wake()
 
 	write := func(frame []byte) bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(s.options().StreamWriteTimeout))
+		_ = rc.SetWriteDeadline(time.Now().Add(s.Options().StreamWriteTimeout))
 		if _, err := w.Write(frame); err != nil {
 			return false
 		}
@@ -129,7 +131,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request, _ httprout
 		}
 		return write(out.Frame)
 	}
-	ping := s.options().PingInterval
+	ping := s.Options().PingInterval
 	timer := time.NewTimer(ping)
 	defer timer.Stop()
 	pingFrame := []byte("event: ping\ndata: {\"type\":\"ping\"}\n\n")
@@ -169,8 +171,8 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request, _ httprout
 // worker's: a rotation whose notification this instance missed must not
 // leave the old token's stream receiving jobs. When it is not, or the store
 // cannot say, the attempt is withdrawn and the stream closed.
-func (s *Server) dispatchAllowed(ctx context.Context, st *hub.Stream, jobID string) bool {
-	cur, err := s.store.GetWorkerState(ctx, st.WorkerID)
+func (s *Protocol) dispatchAllowed(ctx context.Context, st *hub.Stream, jobID string) bool {
+	cur, err := s.Store.GetWorkerState(ctx, st.WorkerID)
 	if err == nil && auth.Equal(cur.TokenHash, st.TokenHash) {
 		return true
 	}
@@ -178,50 +180,50 @@ func (s *Server) dispatchAllowed(ctx context.Context, st *hub.Stream, jobID stri
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		why = "the worker's token could not be checked before dispatch"
 	}
-	s.log.Warn("job not sent: "+why+"; closing the stream", "job_id", jobID, "worker_id", st.WorkerID, "err", err)
+	s.Log.Warn("job not sent: "+why+"; closing the stream", "job_id", jobID, "worker_id", st.WorkerID, "err", err)
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := s.loseAttempt(bg, jobID, st.WorkerID, why); err != nil {
-		s.log.Warn("could not withdraw the attempt; the acknowledgement timeout will", "job_id", jobID, "err", err)
+	if err := s.Moves.LoseAttempt(bg, jobID, st.WorkerID, why); err != nil {
+		s.Log.Warn("could not withdraw the attempt; the acknowledgement timeout will", "job_id", jobID, "err", err)
 	}
 	st.Close("token no longer valid") // its handler detaches it and clears the store's marker
 	return false
 }
 
-// checkStreamTokens closes the streams here whose worker is gone or whose
+// CheckStreamTokens closes the streams here whose worker is gone or whose
 // token changed since they opened: the notification of a rotation may never
 // have reached this instance.
-func (s *Server) checkStreamTokens(ctx context.Context) {
-	streams := s.hub.Streams()
+func (s *Protocol) CheckStreamTokens(ctx context.Context) {
+	streams := s.Hub.Streams()
 	if len(streams) == 0 {
 		return
 	}
 	current := make(map[string]string, len(streams))
-	if err := store.EachWorker(ctx, s.store, func(w store.Worker) { current[w.ID] = w.TokenHash }); err != nil {
-		s.log.Debug("stream token check: cannot list workers", "err", err)
+	if err := store.EachWorker(ctx, s.Store, func(w store.Worker) { current[w.ID] = w.TokenHash }); err != nil {
+		s.Log.Debug("stream token check: cannot list workers", "err", err)
 		return
 	}
 	for _, st := range streams {
 		if hash, ok := current[st.WorkerID]; !ok || !auth.Equal(hash, st.TokenHash) {
-			s.log.Info("closing a worker stream: its token was rotated or the worker deleted", "worker_id", st.WorkerID)
+			s.Log.Info("closing a worker stream: its token was rotated or the worker deleted", "worker_id", st.WorkerID)
 			st.Close("token no longer valid") // its handler detaches it and clears the store's marker
 		}
 	}
 }
 
-// runStreamCheck runs checkStreamTokens every RecheckInterval.
-func (s *Server) runStreamCheck(ctx context.Context) {
+// RunStreamCheck runs checkStreamTokens every RecheckInterval.
+func (s *Protocol) RunStreamCheck(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(s.options().RecheckInterval):
-			s.checkStreamTokens(ctx)
+		case <-time.After(s.Options().RecheckInterval):
+			s.CheckStreamTokens(ctx)
 		}
 	}
 }
 
-func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, _ httprouter.Params, wk store.Worker) error {
+func (s *Protocol) handleHeartbeat(w http.ResponseWriter, r *http.Request, _ httprouter.Params, wk store.Worker) error {
 	received := time.Now()
 	var req protocol.HeartbeatRequest
 	if err := s.decodeJSON(w, r, &req); err != nil {
@@ -246,7 +248,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, _ httpr
 		if err != nil {
 			return web.Invalid("field \"sent_at\" must be an RFC 3339 time, got %q", req.SentAt)
 		}
-		s.heard.NoteClock(wk.ID, sent, received)
+		s.Heard.NoteClock(wk.ID, sent, received)
 	}
 	resp, err := s.heartbeat(r.Context(), wk, req)
 	if err != nil {
@@ -257,7 +259,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, _ httpr
 }
 
 // handleJobStatus applies a worker's report to the job, fenced on the attempt.
-func (s *Server) handleJobStatus(w http.ResponseWriter, r *http.Request, ps httprouter.Params, wk store.Worker) error {
+func (s *Protocol) handleJobStatus(w http.ResponseWriter, r *http.Request, ps httprouter.Params, wk store.Worker) error {
 	var req protocol.StatusReport
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		return err
@@ -278,12 +280,12 @@ func (s *Server) handleJobStatus(w http.ResponseWriter, r *http.Request, ps http
 		attempt = *req.Attempt
 	}
 	// A GPU the job left dirty is held back before the report frees it.
-	wk, err := s.noteGPUConditions(r.Context(), wk, req.GPUConditions, peerIP(r))
+	wk, err := s.noteGPUConditions(r.Context(), wk, req.GPUConditions, authn.PeerIP(r))
 	if err != nil {
 		return err
 	}
 	jobID := ps.ByName("job_id")
-	j, _, err := s.applyReport(r.Context(), wk, jobID, attempt, req, peerIP(r))
+	j, _, err := s.Moves.ApplyReport(r.Context(), wk, jobID, attempt, req, authn.PeerIP(r))
 	if errors.Is(err, store.ErrNotFound) {
 		return web.NotFound("Job not found: %s", jobID)
 	}
@@ -295,7 +297,7 @@ func (s *Server) handleJobStatus(w http.ResponseWriter, r *http.Request, ps http
 }
 
 // handleJobLogs appends a chunk of the attempt's output, idempotently by offset.
-func (s *Server) handleJobLogs(w http.ResponseWriter, r *http.Request, ps httprouter.Params, wk store.Worker) error {
+func (s *Protocol) handleJobLogs(w http.ResponseWriter, r *http.Request, ps httprouter.Params, wk store.Worker) error {
 	attempt, err := strconv.Atoi(r.Header.Get("X-Attempt"))
 	if err != nil || attempt < 1 {
 		return web.Invalid("header \"X-Attempt\" must be a positive integer")
@@ -304,7 +306,7 @@ func (s *Server) handleJobLogs(w http.ResponseWriter, r *http.Request, ps httpro
 	if err != nil || offset < 0 {
 		return web.Invalid("header \"X-Log-Offset\" must be a non-negative integer")
 	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.options().MaxBodyBytes))
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.Options().MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -314,7 +316,7 @@ func (s *Server) handleJobLogs(w http.ResponseWriter, r *http.Request, ps httpro
 	}
 	ctx := r.Context()
 	jobID := ps.ByName("job_id")
-	j, err := s.store.GetJob(ctx, jobID)
+	j, err := s.Store.GetJob(ctx, jobID)
 	if errors.Is(err, store.ErrNotFound) {
 		return web.NotFound("Job not found: %s", jobID)
 	}
@@ -324,9 +326,9 @@ func (s *Server) handleJobLogs(w http.ResponseWriter, r *http.Request, ps httpro
 	// Logs may trail the terminal report, so a finished attempt still accepts
 	// them, but only from its own worker and only for the latest attempt.
 	if j.WorkerID != wk.ID || attempt != j.Attempt {
-		return s.stale(wk, j, attempt, "logs")
+		return s.Moves.Stale(wk, j, attempt, "logs")
 	}
-	size, truncated, err := s.store.AppendLog(ctx, jobID, attempt, offset, data, s.options().LogLimitBytes)
+	size, truncated, err := s.Store.AppendLog(ctx, jobID, attempt, offset, data, s.Options().LogLimitBytes)
 	w.Header().Set("X-Log-Size", strconv.FormatInt(size, 10))
 	if errors.Is(err, store.ErrConflict) {
 		return web.Conflict("log offset %d is beyond the %d bytes stored for attempt %d; resend from %d", offset, size, attempt, size)
@@ -336,16 +338,16 @@ func (s *Server) handleJobLogs(w http.ResponseWriter, r *http.Request, ps httpro
 	}
 	switch end := offset + int64(len(data)); {
 	case truncated:
-		s.logFeed.Changed(jobID)
+		s.LogFeed.Changed(jobID)
 	case end == size && len(data) > 0:
-		s.logFeed.Stored(jobID, logfeed.Piece{Attempt: attempt, Offset: offset, Data: data})
+		s.LogFeed.Stored(jobID, logfeed.Piece{Attempt: attempt, Offset: offset, Data: data})
 	}
 	web.WriteJSON(w, http.StatusOK, map[string]any{"success": true, "size": size, "truncated": truncated})
 	return nil
 }
 
 // handleDisconnect marks the worker offline at once; a job it still held is lost.
-func (s *Server) handleDisconnect(w http.ResponseWriter, r *http.Request, _ httprouter.Params, wk store.Worker) error {
+func (s *Protocol) handleDisconnect(w http.ResponseWriter, r *http.Request, _ httprouter.Params, wk store.Worker) error {
 	var req protocol.DisconnectRequest
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		return err
@@ -353,7 +355,7 @@ func (s *Server) handleDisconnect(w http.ResponseWriter, r *http.Request, _ http
 	if err := sameWorker(req.WorkerID, wk); err != nil {
 		return err
 	}
-	if err := s.markOffline(r.Context(), wk.ID, workerActor(wk), peerIP(r), "the worker disconnected"); err != nil {
+	if err := s.markOffline(r.Context(), wk.ID, transitions.WorkerActor(wk), authn.PeerIP(r), "the worker disconnected"); err != nil {
 		return err
 	}
 	web.WriteJSON(w, http.StatusOK, map[string]bool{"success": true})
@@ -361,7 +363,7 @@ func (s *Server) handleDisconnect(w http.ResponseWriter, r *http.Request, _ http
 }
 
 // handleQueueCheck tells an ephemeral worker whether a queued job could run on it.
-func (s *Server) handleQueueCheck(w http.ResponseWriter, r *http.Request, _ httprouter.Params, wk store.Worker) error {
+func (s *Protocol) handleQueueCheck(w http.ResponseWriter, r *http.Request, _ httprouter.Params, wk store.Worker) error {
 	if err := sameWorker(r.URL.Query().Get("worker_id"), wk); err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package orchestrator
+package scheduler
 
 import (
 	"context"
@@ -17,8 +17,8 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
-// This file gives the scheduler the teams' standing (package fairshare) and
-// carries out its preemptions.
+// This file is the teams' step of a pass: their standing (package
+// fairshare) as the queue's order, and the preemptions it chooses.
 
 // preemptWeighed is how many jobs that found no room one pass weighs for
 // preemption.
@@ -30,11 +30,41 @@ const usageRefresh = 10 * time.Second
 
 // teamsNow is what a pass knows of the teams.
 type teamsNow struct {
+	s      *Scheduler
 	st     *fairshare.Standing
 	active []store.ActiveAttempt
-	// preempt: this pass may preempt (on, due, and no earlier preemption
+	// mayPreempt: this pass may preempt (on, due, and no earlier preemption
 	// still under way).
-	preempt bool
+	mayPreempt bool
+}
+
+// The teams' standing as the order of a pass: each team's queue merged by
+// priority, fair-share factor and submission order; max_gpus holds jobs
+// back; running jobs of teams over their share yield to waiting ones.
+
+// queue reads each team's queue, merged by priority, fair-share factor
+// and submission order.
+func (t *teamsNow) queue(ctx context.Context) queue {
+	m := &mergedQueue{st: t.st}
+	for _, tm := range t.st.Teams() {
+		m.readers = append(m.readers, &queueReader{st: t.s.Store, noteStore: t.s.NoteStore, ctx: ctx, team: tm.Name, byTeam: true})
+	}
+	m.heads = make([]*store.QueuedJob, len(m.readers))
+	// Which teams wait decides each team's part of the fleet, and so the
+	// order: every team's head is read before the first job is chosen.
+	m.readHeads()
+	t.st.Waiting(m.waitingTeams())
+	return m
+}
+
+func (t *teamsNow) overLimit(j store.QueuedJob, n int) bool { return t.st.OverLimit(j, n) }
+func (t *teamsNow) borrows(j store.QueuedJob) bool          { return t.st.Team(j.Team).Borrow }
+func (t *teamsNow) took(j store.QueuedJob, n int)           { t.st.Took(j.Team, n) }
+func (t *teamsNow) reordersReservation() bool               { return true }
+func (t *teamsNow) weighsVictims() bool                     { return t.mayPreempt }
+
+func (t *teamsNow) preempt(ctx context.Context, s *Scheduler, waiting []store.QueuedJob) {
+	s.preemptFor(ctx, t, waiting)
 }
 
 // teamCache holds what passes reuse: the policy with the teams that have
@@ -59,13 +89,13 @@ type teamCache struct {
 // teamPolicy is the configured teams plus those that still have jobs
 // though the configuration no longer names them (so that their jobs are
 // read and run), refreshed when the configuration changes.
-func (s *Server) teamPolicy(ctx context.Context) fairshare.Policy {
+func (s *Scheduler) teamPolicy(ctx context.Context) fairshare.Policy {
 	opt := s.opt.Load()
 	c := &s.teams
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.forOptions != opt {
-		names, err := s.store.TeamsWithJobs(ctx)
+		names, err := s.Store.TeamsWithJobs(ctx)
 		if err != nil {
 			return opt.Teams
 		}
@@ -81,25 +111,25 @@ func (s *Server) teamPolicy(ctx context.Context) fairshare.Policy {
 // they are read; the caller holds s.teams.mu. Without it the queries still
 // answer, reading the whole queue, so a failure is logged and tried again
 // at the next change of configuration.
-func (s *Server) ensureTeamQueueIndex(ctx context.Context) {
+func (s *Scheduler) ensureTeamQueueIndex(ctx context.Context) {
 	start := time.Now()
-	if err := s.store.EnsureTeamQueueIndex(ctx); err != nil {
-		s.log.Warn("could not make the index of the teams' queues; they are read without it", "err", err)
+	if err := s.Store.EnsureTeamQueueIndex(ctx); err != nil {
+		s.Log.Warn("could not make the index of the teams' queues; they are read without it", "err", err)
 		return
 	}
 	s.teams.indexed = true
-	s.log.Info("the index of the teams' queues is in place", "took", time.Since(start).Round(time.Millisecond))
+	s.Log.Info("the index of the teams' queues is in place", "took", time.Since(start).Round(time.Millisecond))
 }
 
 // teamsNow takes the teams' standing for a pass; nil when teams change
 // nothing (one team, no GPU limit).
-func (s *Server) teamsNow(ctx context.Context) *teamsNow {
+func (s *Scheduler) teamsNow(ctx context.Context) *teamsNow {
 	p := s.teamPolicy(ctx)
 	if !p.Active() {
 		return nil
 	}
 	now := time.Now().UTC()
-	active, err := s.store.ListActiveAttempts(ctx)
+	active, err := s.Store.ListActiveAttempts(ctx)
 	if err != nil {
 		return nil
 	}
@@ -109,7 +139,7 @@ func (s *Server) teamsNow(ctx context.Context) *teamsNow {
 	if err != nil {
 		preempt = false
 	}
-	return &teamsNow{st: fairshare.NewStanding(p, s.pastUsage(ctx, p, now), active, fleet, now), active: active, preempt: preempt}
+	return &teamsNow{s: s, st: fairshare.NewStanding(p, s.pastUsage(ctx, p, now), active, fleet, now), active: active, mayPreempt: preempt}
 }
 
 // fleetRefresh is how long the fleet's GPU count is reused between passes.
@@ -117,14 +147,14 @@ const fleetRefresh = time.Second
 
 // cachedFleetGPUs is store.FleetGPUs read at most every fleetRefresh (and again
 // while it is 0: the workers may just be registering).
-func (s *Server) cachedFleetGPUs(ctx context.Context, now time.Time) (int, error) {
+func (s *Scheduler) cachedFleetGPUs(ctx context.Context, now time.Time) (int, error) {
 	c := &s.teams
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.fleet > 0 && now.Sub(c.fleetAt) < fleetRefresh {
 		return c.fleet, nil
 	}
-	n, err := store.FleetGPUs(ctx, s.store)
+	n, err := store.FleetGPUs(ctx, s.Store)
 	if err != nil {
 		return 0, err
 	}
@@ -134,7 +164,7 @@ func (s *Server) cachedFleetGPUs(ctx context.Context, now time.Time) (int, error
 
 // pastUsage returns the teams' usage by day over the days that still weigh
 // (ten half-lives, at most 400 days), read at most every usageRefresh.
-func (s *Server) pastUsage(ctx context.Context, p fairshare.Policy, now time.Time) []store.TeamDay {
+func (s *Scheduler) pastUsage(ctx context.Context, p fairshare.Policy, now time.Time) []store.TeamDay {
 	c := &s.teams
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -142,7 +172,7 @@ func (s *Server) pastUsage(ctx context.Context, p fairshare.Policy, now time.Tim
 		return c.days
 	}
 	from := now.Add(-min(10*p.HalfLife, 400*24*time.Hour)).Format(store.DayFormat)
-	if days, err := s.store.TeamUsage(ctx, from); err == nil {
+	if days, err := s.Store.TeamUsage(ctx, from); err == nil {
 		c.readAt, c.days = now, days
 	}
 	return c.days
@@ -153,11 +183,11 @@ func (s *Server) pastUsage(ctx context.Context, p fairshare.Policy, now time.Tim
 // does not read the running jobs' workers on every pass. A pass turned
 // away wakes the scheduler when the second is up: nothing else may come to
 // wake it until the next tick.
-func (s *Server) preemptionDue(now time.Time) bool {
+func (s *Scheduler) preemptionDue(now time.Time) bool {
 	c := &s.teams
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	every := min(s.options().SchedulerInterval, time.Second)
+	every := min(s.options().Interval, time.Second)
 	if wait := every - now.Sub(c.lastPreempt); wait > 0 {
 		if !c.wakeArmed {
 			c.wakeArmed = true
@@ -179,7 +209,7 @@ func (s *Server) preemptionDue(now time.Time) bool {
 // one worker (package fairshare), each worker for one waiting job. The
 // worker held for a job ahead in the queue is left to it; the first worker
 // freed for a job is held for that job, so that what is freed goes to it.
-func (s *Server) preemptFor(ctx context.Context, teams *teamsNow, waiting []store.QueuedJob) {
+func (s *Scheduler) preemptFor(ctx context.Context, teams *teamsNow, waiting []store.QueuedJob) {
 	byWorker := map[string][]store.ActiveAttempt{}
 	for _, a := range teams.active {
 		byWorker[a.WorkerID] = append(byWorker[a.WorkerID], a)
@@ -189,12 +219,12 @@ func (s *Server) preemptFor(ctx context.Context, teams *teamsNow, waiting []stor
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	workers, err := s.store.GetWorkers(ctx, ids)
+	workers, err := s.Store.GetWorkers(ctx, ids)
 	if err != nil || len(workers) == 0 {
 		return
 	}
 	slices.SortFunc(workers, func(a, b store.Worker) int { return strings.Compare(a.ID, b.ID) })
-	res := s.reservation()
+	res := s.Reservation()
 	taken, ahead := map[string]bool{}, map[string]bool{}
 	for _, j := range waiting {
 		heldForAhead := res.JobID != "" && res.JobID != j.ID && ahead[res.JobID]
@@ -222,61 +252,24 @@ func (s *Server) preemptFor(ctx context.Context, teams *teamsNow, waiting []stor
 		teams.st.Took(j.Team, fairshare.JobGPUs(j, h.GPUs))
 		for _, v := range c.Victims {
 			teams.st.Leaving(v)
-			s.preempt(ctx, v, j.ID, c.Why)
+			s.Moves.Preempt(ctx, v, j.ID, c.Why)
 		}
 	}
 }
 
-// preempt stops a running attempt for job forJob: the job moves to
-// canceling with the reason, its worker is told to stop it as for a
-// cancel, and when the attempt ends the job is requeued without spending a
-// retry (lifecycle.OnPreempt).
-func (s *Server) preempt(ctx context.Context, v store.ActiveAttempt, forJob, why string) {
-	opt := s.options()
-	by := forJob + " (" + why + ")"
-	nj, changed, err := s.moveJob(ctx, v.JobID, func(cur store.Job) (*store.JobTransition, error) {
-		if cur.WorkerID != v.WorkerID || cur.PreemptedBy != "" {
-			return nil, nil
-		}
-		st, ok := lifecycle.OnPreempt(cur.Facts())
-		if !ok {
-			return nil, nil
-		}
-		t := step(st, cur, "system", "", map[string]any{"preempted_for": forJob, "reason": why})
-		t.ExpectWorker, t.PreemptedBy = cur.WorkerID, &by
-		deadline := time.Now().UTC().Add(s.cancelGrace(ctx, cur.WorkerID) + opt.CancelReportTimeout)
-		t.CancelDeadline = &deadline
-		return t, nil
-	})
-	if err != nil {
-		if !s.logDiskFullOnce(err) {
-			s.log.Warn("preemption failed", "job_id", v.JobID, "for_job", forJob, "err", err)
-		}
-		return
-	}
-	if !changed {
-		return
-	}
-	s.metrics.Preemptions.Add(1)
-	s.log.Info("job preempted", "job_id", nj.ID, "attempt", nj.Attempt, "worker_id", nj.WorkerID, "team", nj.Team,
-		"for_job", forJob, "reason", why)
-	s.sendToWorker(nj.WorkerID, protocol.EventJobCancel, protocol.JobCancelEvent{
-		Type: protocol.EventJobCancel, JobID: nj.ID, Attempt: nj.Attempt, GraceSeconds: opt.CancelGrace.Seconds()})
-}
-
-// writeTeamMetrics writes each team's GPU-seconds (ended attempts), the GPUs
+// WriteTeamMetrics writes each team's GPU-seconds (ended attempts), the GPUs
 // and queue it holds now, and its fair-share factor.
-func (s *Server) writeTeamMetrics(ctx context.Context, w io.Writer) {
+func (s *Scheduler) WriteTeamMetrics(ctx context.Context, w io.Writer) {
 	now := time.Now().UTC()
-	days, err := s.store.TeamUsage(ctx, "")
+	days, err := s.Store.TeamUsage(ctx, "")
 	if err != nil {
 		return
 	}
-	active, err := s.store.ListActiveAttempts(ctx)
+	active, err := s.Store.ListActiveAttempts(ctx)
 	if err != nil {
 		return
 	}
-	fleet, err := store.FleetGPUs(ctx, s.store)
+	fleet, err := store.FleetGPUs(ctx, s.Store)
 	if err != nil {
 		return
 	}
@@ -313,10 +306,10 @@ func (s *Server) writeTeamMetrics(ctx context.Context, w io.Writer) {
 // limit there is no index of the teams' queues, and every queued job is
 // the default team's: the per-status counts say how many, where counting
 // would read the whole queue on every scrape.
-func (s *Server) queuedByTeam(ctx context.Context, p fairshare.Policy, teams []fairshare.TeamState) ([]int, error) {
+func (s *Scheduler) queuedByTeam(ctx context.Context, p fairshare.Policy, teams []fairshare.TeamState) ([]int, error) {
 	out := make([]int, len(teams))
 	if !p.ReadsTeamQueues() {
-		counts, err := s.store.CountJobs(ctx)
+		counts, err := s.Store.CountJobs(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -328,7 +321,7 @@ func (s *Server) queuedByTeam(ctx context.Context, p fairshare.Policy, teams []f
 		return out, nil
 	}
 	for i, t := range teams {
-		n, err := s.store.CountQueuedOfTeam(ctx, t.Name)
+		n, err := s.Store.CountQueuedOfTeam(ctx, t.Name)
 		if err != nil {
 			return nil, err
 		}

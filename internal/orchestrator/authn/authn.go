@@ -1,0 +1,353 @@
+// Package authn says who a request is: a worker by its token, an admin by
+// an admin token or as a permitted user of the admin socket, or a caller the
+// dashboard authenticated in process. Failed authentications are counted per
+// client (a client past the limit is refused with 429) and audited in
+// aggregate (package authfail). The worker protocol, the job uploads and the
+// admin API ask it; it knows none of them.
+package authn
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/authfail"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/metrics"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+)
+
+// Store is what authentication reads of the store, and where it audits.
+type Store interface {
+	GetWorkerByTokenHash(ctx context.Context, hash string) (store.Worker, error)
+	GetAdminTokenByHash(ctx context.Context, hash string) (store.AdminToken, error)
+	AppendAudit(ctx context.Context, rec audit.Record) error
+}
+
+// Options are the settings authentication reads.
+type Options struct {
+	// AdminGroup's members (and root) may use the admin socket.
+	AdminGroup string
+	// FailureAuditInterval is how often the gathered failures are audited,
+	// in at most FailureAuditMaxPeers records.
+	FailureAuditInterval time.Duration
+	FailureAuditMaxPeers int
+}
+
+// Authenticator authenticates requests.
+type Authenticator struct {
+	Store   Store
+	Log     *slog.Logger
+	Limiter *auth.FailureLimiter
+	Metrics *metrics.Metrics
+	Options func() Options
+
+	// failures gathers failed authentications for the audit log.
+	failures authfail.Gatherer
+}
+
+type ctxKey int
+
+const peerKey ctxKey = 1
+
+// localPeer is what the admin unix socket learned about its client.
+type localPeer struct {
+	uid     uint32
+	peer    auth.Peer
+	allowed bool
+}
+
+// ConnContext records the peer credentials of an admin-socket connection;
+// use it as http.Server.ConnContext for that listener.
+func (a *Authenticator) ConnContext(ctx context.Context, c net.Conn) context.Context {
+	p, err := auth.PeerOf(c)
+	if err != nil {
+		a.Log.Warn("admin socket: cannot read peer credentials", "err", err)
+		return context.WithValue(ctx, peerKey, localPeer{uid: ^uint32(0)})
+	}
+	peer := localPeer{uid: p.UID, peer: p}
+	peer.allowed = a.localAllowed(peer)
+	return context.WithValue(ctx, peerKey, peer)
+}
+
+// localAllowed reports whether an admin-socket peer is root or in the admin
+// group, by the groups its process had when it connected.
+func (a *Authenticator) localAllowed(peer localPeer) bool {
+	group := a.Options().AdminGroup
+	ok, how, err := auth.PeerAllowed(peer.peer, group)
+	if err != nil {
+		a.Log.Warn("admin socket: group lookup failed", "uid", peer.uid, "group", group, "err", err)
+	}
+	a.Log.Debug("admin socket peer", "uid", peer.uid, "pid", peer.peer.PID, "allowed", ok, "decided_by", how)
+	return ok
+}
+
+func peerOf(r *http.Request) (localPeer, bool) {
+	p, ok := r.Context().Value(peerKey).(localPeer)
+	return p, ok
+}
+
+// ViaAdminSocket reports whether r came over the admin unix socket.
+func ViaAdminSocket(r *http.Request) bool {
+	_, ok := peerOf(r)
+	return ok
+}
+
+// PeerIP is the client's address without the port ("local" on the unix socket).
+func PeerIP(r *http.Request) string {
+	if ViaAdminSocket(r) {
+		return "local"
+	}
+	return auth.PeerKey(r.RemoteAddr)
+}
+
+// limitKey is what a client's failed authentications are counted under: its
+// address, or the /64 of an IPv6 one ("local" on the unix socket).
+func limitKey(r *http.Request) string {
+	if ViaAdminSocket(r) {
+		return "local"
+	}
+	return auth.LimitKey(r.RemoteAddr)
+}
+
+// Presenter is who presented a credential: the key its failures are counted
+// under, its address for the audit, and the route they are audited under.
+type Presenter struct{ key, ip, route string }
+
+// PresenterOf is the client of r.
+func PresenterOf(r *http.Request) Presenter {
+	return Presenter{key: limitKey(r), ip: PeerIP(r), route: r.Method + " " + routeOf(r)}
+}
+
+// Limited refuses (429) a client that has failed too often. A well-formed
+// credential still gets its lookup, so a valid one is never locked out;
+// garbage from a flooding client costs no database work. Neither writes
+// anything: failures are audited in aggregate (package authfail).
+func (a *Authenticator) Limited(c Presenter, token string, wellFormed bool) error {
+	wait, blocked := a.Limiter.Blocked(c.key)
+	if !blocked || wellFormed {
+		return nil
+	}
+	a.failures.Note(c.key, c.ip, c.route, token, true)
+	return a.tooMany(c, wait)
+}
+
+func (a *Authenticator) tooMany(c Presenter, wait time.Duration) error {
+	a.Metrics.AuthFailures.Add(1)
+	e := web.Errorf(http.StatusTooManyRequests, protocol.CodeRateLimited, "too many failed authentication attempts from %s; retry later", c.ip)
+	e.RetryAfter = wait
+	return e
+}
+
+// Refused counts a refused credential: 401, or 429 once over the limit.
+func (a *Authenticator) Refused(c Presenter, token, code, detail string) error {
+	a.Limiter.Fail(c.key)
+	a.Metrics.AuthFailures.Add(1)
+	wait, blocked := a.Limiter.Blocked(c.key)
+	a.failures.Note(c.key, c.ip, c.route, token, blocked)
+	if blocked {
+		return a.tooMany(c, wait)
+	}
+	return web.Errorf(http.StatusUnauthorized, code, "%s", detail)
+}
+
+// routeOf names the endpoint of a request without the ids in its path, so
+// that failures on many jobs count as one route.
+func routeOf(r *http.Request) string {
+	p := r.URL.Path
+	for _, prefix := range []string{"/api/workers/job/", "/api/queue/", "/api/admin/workers/", "/api/admin/tokens/"} {
+		if rest, ok := strings.CutPrefix(p, prefix); ok && rest != "" && rest != "submit" && rest != "stats" {
+			tail := ""
+			if i := strings.IndexByte(rest, '/'); i >= 0 {
+				tail = rest[i:]
+			}
+			return prefix + ":id" + tail
+		}
+	}
+	return p
+}
+
+// Worker authenticates r's X-Worker-Token: the worker it belongs to, or the
+// refusal (401, 429) to answer.
+func (a *Authenticator) Worker(r *http.Request) (store.Worker, error) {
+	token := strings.TrimSpace(r.Header.Get("X-Worker-Token"))
+	c := PresenterOf(r)
+	if err := a.Limited(c, token, auth.WellFormed(token)); err != nil {
+		return store.Worker{}, err
+	}
+	wk, err := a.workerByToken(r, token)
+	if errors.Is(err, store.ErrNotFound) {
+		err = a.Refused(c, token, protocol.CodeInvalidToken, "Invalid worker token: "+why(token, auth.KindWorker))
+	}
+	return wk, err
+}
+
+func (a *Authenticator) workerByToken(r *http.Request, token string) (store.Worker, error) {
+	if token == "" {
+		return store.Worker{}, store.ErrNotFound
+	}
+	hash := auth.Hash(token)
+	wk, err := a.Store.GetWorkerByTokenHash(r.Context(), hash)
+	if err != nil {
+		return wk, err
+	}
+	// The lookup is by digest; compare again in constant time so a backend
+	// that matched loosely can never let a different token through.
+	if !auth.Equal(wk.TokenHash, hash) {
+		return store.Worker{}, store.ErrNotFound
+	}
+	return wk, nil
+}
+
+// inProcessKey marks a request built inside this process, by the dashboard,
+// for a caller it has already authenticated. The key type is unexported and a
+// context value cannot arrive over the network, so only code linked into the
+// daemon that calls WithPrincipal can set it.
+type inProcessKey struct{}
+
+// WithPrincipal returns ctx carrying p as the authenticated caller of an API
+// request that the dashboard constructs and serves in process. The API then
+// checks p's scopes like those of a token sent in a header. The caller must
+// have verified p (its session and token) itself.
+func WithPrincipal(ctx context.Context, p auth.Principal) context.Context {
+	return context.WithValue(ctx, inProcessKey{}, p)
+}
+
+// Authenticate returns the admin caller of r: the dashboard's in-process
+// caller, the admin socket's peer, or the admin token r presents. With no
+// credential it sets WWW-Authenticate on w for the 401.
+func (a *Authenticator) Authenticate(w http.ResponseWriter, r *http.Request) (auth.Principal, error) {
+	if p, ok := r.Context().Value(inProcessKey{}).(auth.Principal); ok {
+		return p, nil
+	}
+	if peer, ok := peerOf(r); ok {
+		if !peer.allowed {
+			return auth.Principal{}, web.Errorf(http.StatusForbidden, protocol.CodeForbidden,
+				"uid %d is neither root nor a member of the group %q", peer.uid, a.Options().AdminGroup)
+		}
+		return auth.LocalPrincipal(peer.uid, true), nil
+	}
+	token, err := adminToken(r)
+	if err != nil {
+		return auth.Principal{}, err
+	}
+	if token == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="simpletuner"`)
+		return auth.Principal{}, web.Errorf(http.StatusUnauthorized, protocol.CodeUnauthorized,
+			"authentication required: send an admin token as 'Authorization: Bearer sta_…' or 'X-API-Key'")
+	}
+	return a.adminByToken(r.Context(), PresenterOf(r), token)
+}
+
+// AdminByToken authenticates an admin token that r carries elsewhere than
+// in a header (the dashboard's sign-in form) as the API does a header's: its
+// failures count toward r's client's limit and are audited, in aggregate with
+// the client's others, under route.
+func (a *Authenticator) AdminByToken(r *http.Request, token, route string) (auth.Principal, error) {
+	c := PresenterOf(r)
+	c.route = route
+	return a.adminByToken(r.Context(), c, token)
+}
+
+func (a *Authenticator) adminByToken(ctx context.Context, c Presenter, token string) (auth.Principal, error) {
+	if err := a.Limited(c, token, auth.WellFormed(token)); err != nil {
+		return auth.Principal{}, err
+	}
+	hash := auth.Hash(token)
+	t, err := a.Store.GetAdminTokenByHash(ctx, hash)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return auth.Principal{}, err
+	}
+	if err != nil || t.RevokedAt != nil || !auth.Equal(t.Hash, hash) {
+		return auth.Principal{}, a.Refused(c, token, protocol.CodeUnauthorized, "invalid admin token: "+why(token, auth.KindAdmin))
+	}
+	return auth.Principal{Kind: auth.KindAdminToken, ID: t.ID, Name: t.Name, Scopes: t.Scopes, Team: t.Team,
+		MaxPriority: t.MaxPriority}, nil
+}
+
+// adminToken is the admin token a request presents, "" when none.
+func adminToken(r *http.Request) (string, error) {
+	token := strings.TrimSpace(r.Header.Get("X-API-Key"))
+	if h := r.Header.Get("Authorization"); token == "" && h != "" {
+		scheme, rest, _ := strings.Cut(h, " ")
+		if !strings.EqualFold(scheme, "Bearer") {
+			return "", web.Errorf(http.StatusUnauthorized, protocol.CodeUnauthorized, "the Authorization header must use the Bearer scheme")
+		}
+		token = strings.TrimSpace(rest)
+	}
+	return token, nil
+}
+
+// StillAllowed checks again, for a long-lived response, that the credential
+// the request presented still grants scope: the admin token is not revoked,
+// the admin-socket user is still root or in the admin group. An error means
+// the store could not say; the caller decides whether to carry on.
+func (a *Authenticator) StillAllowed(ctx context.Context, r *http.Request, p auth.Principal, scope string) (bool, error) {
+	switch p.Kind {
+	case auth.KindLocal:
+		peer, ok := peerOf(r)
+		if !ok {
+			return false, nil
+		}
+		return a.localAllowed(peer), nil
+	case auth.KindAdminToken:
+		token, err := adminToken(r)
+		if err != nil || token == "" {
+			return false, nil
+		}
+		hash := auth.Hash(token)
+		t, err := a.Store.GetAdminTokenByHash(ctx, hash)
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return true, err
+		}
+		now := auth.Principal{Kind: auth.KindAdminToken, ID: t.ID, Scopes: t.Scopes}
+		return t.RevokedAt == nil && auth.Equal(t.Hash, hash) && t.ID == p.ID && now.Has(scope), nil
+	}
+	return false, nil
+}
+
+// why explains a refused credential from its shape where the shape shows it,
+// without echoing it.
+func why(token, kind string) string {
+	if err := auth.Diagnose(token, kind); err != nil {
+		return err.Error()
+	}
+	return "unknown, rotated or revoked"
+}
+
+// FlushFailures writes the interval's auth.failure records (package
+// authfail gathers them): one per client, at most FailureAuditMaxPeers of
+// them, and one more that sums up the clients past that.
+func (a *Authenticator) FlushFailures(ctx context.Context) {
+	for _, rec := range a.failures.Records(a.Options().FailureAuditMaxPeers) {
+		if err := a.Store.AppendAudit(ctx, rec); err != nil {
+			a.Log.Warn("audit write failed", "action", "auth.failure", "err", err)
+			return
+		}
+	}
+}
+
+// RunFailureAudit flushes every FailureAuditInterval, and once more when ctx ends.
+func (a *Authenticator) RunFailureAudit(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			a.FlushFailures(bg)
+			cancel()
+			return
+		case <-time.After(a.Options().FailureAuditInterval):
+			a.FlushFailures(ctx)
+		}
+	}
+}
