@@ -92,6 +92,20 @@ func routeOf(r *http.Request) string {
 
 // worker authenticates X-Worker-Token and passes the worker on.
 func (s *Server) worker(h workerHandler) httprouter.Handle {
+	return s.authWorker(s.store.GetWorkerByTokenHash, h)
+}
+
+// reportingWorker is worker for the job reports and logs, which come
+// several times per job and use only part of the worker's row (see
+// store.GetReportingWorkerByTokenHash); h gets that part.
+func (s *Server) reportingWorker(h workerHandler) httprouter.Handle {
+	return s.authWorker(s.store.GetReportingWorkerByTokenHash, h)
+}
+
+// workerLookup finds the worker a token hash belongs to.
+type workerLookup func(ctx context.Context, hash string) (store.Worker, error)
+
+func (s *Server) authWorker(lookup workerLookup, h workerHandler) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 		token := strings.TrimSpace(r.Header.Get("X-Worker-Token"))
 		c := presenterOf(r)
@@ -99,7 +113,7 @@ func (s *Server) worker(h workerHandler) httprouter.Handle {
 			s.writeError(w, r, err)
 			return
 		}
-		wk, err := s.workerByToken(r, token)
+		wk, err := workerByToken(r, lookup, token)
 		if errors.Is(err, store.ErrNotFound) {
 			err = s.refused(c, token, protocol.CodeInvalidToken, "Invalid worker token: "+why(token, auth.KindWorker))
 		}
@@ -120,12 +134,12 @@ func (s *Server) worker(h workerHandler) httprouter.Handle {
 	}
 }
 
-func (s *Server) workerByToken(r *http.Request, token string) (store.Worker, error) {
+func workerByToken(r *http.Request, lookup workerLookup, token string) (store.Worker, error) {
 	if token == "" {
 		return store.Worker{}, store.ErrNotFound
 	}
 	hash := auth.Hash(token)
-	wk, err := s.store.GetWorkerByTokenHash(r.Context(), hash)
+	wk, err := lookup(r.Context(), hash)
 	if err != nil {
 		return wk, err
 	}

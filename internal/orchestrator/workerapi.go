@@ -257,6 +257,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, _ httpr
 }
 
 // handleJobStatus applies a worker's report to the job, fenced on the attempt.
+// wk is what store.GetReportingWorkerByTokenHash reads of the worker.
 func (s *Server) handleJobStatus(w http.ResponseWriter, r *http.Request, ps httprouter.Params, wk store.Worker) error {
 	var req protocol.StatusReport
 	if err := s.decodeJSON(w, r, &req); err != nil {
@@ -295,6 +296,7 @@ func (s *Server) handleJobStatus(w http.ResponseWriter, r *http.Request, ps http
 }
 
 // handleJobLogs appends a chunk of the attempt's output, idempotently by offset.
+// wk is what store.GetReportingWorkerByTokenHash reads of the worker.
 func (s *Server) handleJobLogs(w http.ResponseWriter, r *http.Request, ps httprouter.Params, wk store.Worker) error {
 	attempt, err := strconv.Atoi(r.Header.Get("X-Attempt"))
 	if err != nil || attempt < 1 {
