@@ -105,6 +105,8 @@ func (s *Server) reportingWorker(h workerHandler) httprouter.Handle {
 // workerLookup finds the worker a token hash belongs to.
 type workerLookup func(ctx context.Context, hash string) (store.Worker, error)
 
+// authWorker checks X-Worker-Token, finding its worker with lookup, and
+// the request's workerd session, then passes the worker on to h.
 func (s *Server) authWorker(lookup workerLookup, h workerHandler) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 		token := strings.TrimSpace(r.Header.Get("X-Worker-Token"))
