@@ -247,8 +247,8 @@ func (w *Watcher) pass(ctx context.Context, exitedOK bool) {
 func (w *Watcher) outputs(ctx context.Context) {
 	root := w.root
 	if root == nil {
-		// Not an error, and common (a probe, a job that failed before
-		// writing): at info it was a line per such job.
+		// Not an error, and common (a probe, a trainer that keeps its
+		// results elsewhere): at info it was a line per such job.
 		w.log.Debug("the trainer left no output directory; no outputs to upload", "output_dir", w.j.Output)
 		return
 	}
