@@ -472,6 +472,11 @@ type Store interface {
 	// whose status is not among statuses, when statuses are given.
 	GetWorkers(ctx context.Context, ids []string, statuses ...protocol.WorkerStatus) ([]Worker, error)
 	GetWorkerByTokenHash(ctx context.Context, hash string) (Worker, error)
+	// GetReportingWorkerByTokenHash is GetWorkerByTokenHash for a worker's
+	// job reports and logs, sent several times per job: it reads only the
+	// ID, name, type, status, session, token hash, last heartbeat and GPUs
+	// (GPUInfo, GPUConditions, GPUClears); every other field is zero.
+	GetReportingWorkerByTokenHash(ctx context.Context, hash string) (Worker, error)
 	// GetWorkerState reads a worker's type, status, current job and token
 	// hash, for the checks made with every job, which need nothing else of
 	// the row.

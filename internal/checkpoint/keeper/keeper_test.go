@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -369,5 +370,44 @@ func TestRestoreFollowsNoLinkLeftBefore(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(outside); len(ents) != 1 {
 		t.Errorf("made at the other end of the link: %v", ents)
+	}
+}
+
+// The end of an attempt looks at the output directory once: a trainer that
+// wrote none costs one try to open it (besides the first look's, before it
+// started) and no line at info; one that made it only at the end still has
+// its outputs uploaded.
+func TestFinishOpensTheOutputDirectoryOnce(t *testing.T) {
+	t.Parallel()
+	o := startOrch(t)
+	work := t.TempDir()
+	var logged testutil.Buffer
+	k := o.keeper(work)
+	k.opt.Log = slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelInfo}))
+
+	silent := o.submit(`{"output_dir": "out"}`)
+	w := k.Watch(jobFor(t, o.dispatch(silent), work, nil), self, -1)
+	w.Finish(t.Context(), true, true)
+	if w.opens != 2 {
+		t.Errorf("the missing output directory was tried %d times; want 2 (the first look, the last)", w.opens)
+	}
+	if strings.Contains(logged.String(), "no output directory") {
+		t.Errorf("a job without outputs logged at info:\n%s", logged.String())
+	}
+
+	o = startOrch(t) // its one worker is free
+	k = o.keeper(work)
+	late := o.submit(`{"output_dir": "out"}`)
+	j := jobFor(t, o.dispatch(late), work, nil)
+	w = k.Watch(j, self, -1)
+	if err := os.MkdirAll(filepath.Join(j.Dir, "out"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(j.Dir, "out", "final.safetensors"), []byte("final"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.Finish(t.Context(), true, true)
+	if got := o.stored(late); !slices.Contains(got, "1/outputs/final.safetensors") {
+		t.Fatalf("outputs made just before the end: stored %v", got)
 	}
 }

@@ -34,6 +34,7 @@ type Watcher struct {
 	done     map[string]bool    // kept, or not to be tried again
 	over     bool               // the orchestrator ended the attempt's uploads
 	warned   bool               // the output directory's refusal was logged
+	opens    int                // tries to open the output directory, each a walk of its path as the job
 
 	stop    chan struct{}
 	stopped chan struct{}
@@ -136,6 +137,9 @@ func (w *Watcher) Finish(ctx context.Context, final, exitedOK bool) {
 			w.cancel()
 		}
 		if final && ctx.Err() == nil {
+			// The last look opens the output directory if it exists by
+			// now; the trainer has exited, so the outputs are taken from
+			// what that look found instead of a second try.
 			w.pass(ctx, exitedOK)
 			if exitedOK && !w.over {
 				w.outputs(ctx)
@@ -150,6 +154,7 @@ func (w *Watcher) Finish(ctx context.Context, final, exitedOK bool) {
 // open opens the output directory once it exists.
 func (w *Watcher) open() *jobfs.Dir {
 	if w.root == nil {
+		w.opens++
 		root, err := jobfs.Open(w.j.Dir, w.j.Output, w.id)
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) && !w.warned {
@@ -237,11 +242,14 @@ func (w *Watcher) pass(ctx context.Context, exitedOK bool) {
 	}
 }
 
-// outputs uploads the final outputs of a trainer that exited with status 0.
+// outputs uploads the final outputs of a trainer that exited with status 0,
+// from the output directory as the final look (pass) opened it.
 func (w *Watcher) outputs(ctx context.Context) {
-	root := w.open()
+	root := w.root
 	if root == nil {
-		w.log.Info("the trainer left no output directory; no outputs to upload", "output_dir", w.j.Output)
+		// Not an error, and common (a probe, a trainer that keeps its
+		// results elsewhere): at info it was a line per such job.
+		w.log.Debug("the trainer left no output directory; no outputs to upload", "output_dir", w.j.Output)
 		return
 	}
 	start := time.Now()

@@ -27,6 +27,7 @@ import (
 // Store is what authentication reads of the store, and where it audits.
 type Store interface {
 	GetWorkerByTokenHash(ctx context.Context, hash string) (store.Worker, error)
+	GetReportingWorkerByTokenHash(ctx context.Context, hash string) (store.Worker, error)
 	GetAdminTokenByHash(ctx context.Context, hash string) (store.AdminToken, error)
 	AppendAudit(ctx context.Context, rec audit.Record) error
 }
@@ -177,24 +178,38 @@ func routeOf(r *http.Request) string {
 // Worker authenticates r's X-Worker-Token: the worker it belongs to, or the
 // refusal (401, 429) to answer.
 func (a *Authenticator) Worker(r *http.Request) (store.Worker, error) {
+	return a.worker(r, a.Store.GetWorkerByTokenHash)
+}
+
+// ReportingWorker is Worker for the job reports and logs, which come several
+// times per job and use only part of the worker's row (see
+// store.GetReportingWorkerByTokenHash): it returns that part.
+func (a *Authenticator) ReportingWorker(r *http.Request) (store.Worker, error) {
+	return a.worker(r, a.Store.GetReportingWorkerByTokenHash)
+}
+
+// workerLookup finds the worker a token hash belongs to.
+type workerLookup func(ctx context.Context, hash string) (store.Worker, error)
+
+func (a *Authenticator) worker(r *http.Request, lookup workerLookup) (store.Worker, error) {
 	token := strings.TrimSpace(r.Header.Get("X-Worker-Token"))
 	c := PresenterOf(r)
 	if err := a.Limited(c, token, auth.WellFormed(token)); err != nil {
 		return store.Worker{}, err
 	}
-	wk, err := a.workerByToken(r, token)
+	wk, err := workerByToken(r, lookup, token)
 	if errors.Is(err, store.ErrNotFound) {
 		err = a.Refused(c, token, protocol.CodeInvalidToken, "Invalid worker token: "+why(token, auth.KindWorker))
 	}
 	return wk, err
 }
 
-func (a *Authenticator) workerByToken(r *http.Request, token string) (store.Worker, error) {
+func workerByToken(r *http.Request, lookup workerLookup, token string) (store.Worker, error) {
 	if token == "" {
 		return store.Worker{}, store.ErrNotFound
 	}
 	hash := auth.Hash(token)
-	wk, err := a.Store.GetWorkerByTokenHash(r.Context(), hash)
+	wk, err := lookup(r.Context(), hash)
 	if err != nil {
 		return wk, err
 	}

@@ -13,8 +13,18 @@ type workerHandler func(w http.ResponseWriter, r *http.Request, ps httprouter.Pa
 
 // worker authenticates X-Worker-Token and passes the worker on.
 func (s *Protocol) worker(h workerHandler) httprouter.Handle {
+	return s.authWorker(s.Authn.Worker, h)
+}
+
+// reportingWorker is worker for the job reports and logs: h gets the part
+// of the worker's row that store.GetReportingWorkerByTokenHash reads.
+func (s *Protocol) reportingWorker(h workerHandler) httprouter.Handle {
+	return s.authWorker(s.Authn.ReportingWorker, h)
+}
+
+func (s *Protocol) authWorker(authenticate func(*http.Request) (store.Worker, error), h workerHandler) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-		wk, err := s.Authn.Worker(r)
+		wk, err := authenticate(r)
 		if err != nil {
 			s.Errors.Write(w, r, err)
 			return

@@ -98,8 +98,8 @@ func (s *Protocol) Routes() []web.Route {
 		web.NewRoute("POST", "/api/workers/register", "", s.worker(s.handleRegister)),
 		web.NewRoute("GET", "/api/workers/stream", "", s.worker(s.handleStream)),
 		web.NewRoute("POST", "/api/workers/heartbeat", "", s.worker(s.handleHeartbeat)),
-		web.NewRoute("POST", "/api/workers/job/:job_id/status", "", s.worker(s.handleJobStatus)),
-		web.NewRoute("POST", "/api/workers/job/:job_id/logs", "", s.worker(s.handleJobLogs)),
+		web.NewRoute("POST", "/api/workers/job/:job_id/status", "", s.reportingWorker(s.handleJobStatus)),
+		web.NewRoute("POST", "/api/workers/job/:job_id/logs", "", s.reportingWorker(s.handleJobLogs)),
 		web.NewRoute("POST", "/api/workers/disconnect", "", s.worker(s.handleDisconnect)),
 		web.NewRoute("GET", "/api/workers/queue", "", s.worker(s.handleQueueCheck)),
 	}

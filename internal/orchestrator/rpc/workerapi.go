@@ -259,6 +259,7 @@ func (s *Protocol) handleHeartbeat(w http.ResponseWriter, r *http.Request, _ htt
 }
 
 // handleJobStatus applies a worker's report to the job, fenced on the attempt.
+// wk is what store.GetReportingWorkerByTokenHash reads of the worker.
 func (s *Protocol) handleJobStatus(w http.ResponseWriter, r *http.Request, ps httprouter.Params, wk store.Worker) error {
 	var req protocol.StatusReport
 	if err := s.decodeJSON(w, r, &req); err != nil {
@@ -297,6 +298,7 @@ func (s *Protocol) handleJobStatus(w http.ResponseWriter, r *http.Request, ps ht
 }
 
 // handleJobLogs appends a chunk of the attempt's output, idempotently by offset.
+// wk is what store.GetReportingWorkerByTokenHash reads of the worker.
 func (s *Protocol) handleJobLogs(w http.ResponseWriter, r *http.Request, ps httprouter.Params, wk store.Worker) error {
 	attempt, err := strconv.Atoi(r.Header.Get("X-Attempt"))
 	if err != nil || attempt < 1 {

@@ -28,3 +28,12 @@ func BenchmarkJobCycle(b *testing.B) {
 	defer s.Close()
 	storetest.BenchJobCycle(b, s)
 }
+
+func BenchmarkWorkerTokenLookup(b *testing.B) {
+	s, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "orchestrator.db"), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	storetest.BenchWorkerTokenLookup(b, s)
+}

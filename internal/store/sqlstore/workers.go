@@ -171,6 +171,30 @@ func (s *Store) GetWorkerByTokenHash(ctx context.Context, hash string) (store.Wo
 	return w, noRows(err, "worker with token hash", hash[:min(8, len(hash))]+"…")
 }
 
+// reportingWorkerCols are the columns GetReportingWorkerByTokenHash reads:
+// what a report's authentication, session check, GPU conditions and GPU
+// seconds use. Labels, capabilities and times are left unread and undecoded.
+const reportingWorkerCols = `id, name, type, status, session, token_hash, last_heartbeat, gpu_info, gpu_conditions, gpu_clears`
+
+// GetReportingWorkerByTokenHash finds the worker a token belongs to, with
+// only reportingWorkerCols filled in.
+func (s *Store) GetReportingWorkerByTokenHash(ctx context.Context, hash string) (store.Worker, error) {
+	if hash == "" {
+		return store.Worker{}, fmt.Errorf("worker with an empty token hash: %w", store.ErrNotFound)
+	}
+	var w store.Worker
+	err := s.reader().queryRow(ctx, `SELECT `+reportingWorkerCols+` FROM workers WHERE token_hash = ?`, hash).Scan(
+		&w.ID, &w.Name, &w.Type, &w.Status, &w.Session, &w.TokenHash, nullTimeCol{&w.LastHeartbeat},
+		gpuInfoCol{&w.GPUInfo}, jsonCol{&w.GPUConditions}, jsonCol{&w.GPUClears})
+	if len(w.GPUConditions) == 0 {
+		w.GPUConditions = nil // as scanWorker returns them
+	}
+	if len(w.GPUClears) == 0 {
+		w.GPUClears = nil
+	}
+	return w, noRows(err, "worker with token hash", hash[:min(8, len(hash))]+"…")
+}
+
 // ListWorkers returns a page of workers by creation time, with the total count.
 // The total is a count of its own: a window count over the page query would
 // read every worker's whole row for each page.

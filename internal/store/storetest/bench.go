@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -48,5 +49,34 @@ func BenchJobCycle(b *testing.B, s store.Store) {
 		}
 		report(j.ID, lifecycle.Step{To: protocol.JobRunning, By: lifecycle.Report, Ack: true})
 		report(j.ID, lifecycle.Step{To: protocol.JobCompleted, By: lifecycle.Report, EndAttempt: protocol.OutcomeCompleted})
+	}
+}
+
+// BenchWorkerTokenLookup compares the worker requests' token lookups on a
+// worker row as workerd registers it (labels, capabilities, GPUs): the
+// whole row, and the part the job reports read.
+func BenchWorkerTokenLookup(b *testing.B, s store.Store) {
+	ctx := b.Context()
+	w := store.Worker{ID: protocol.NewWorkerID(), Name: "bench", Type: protocol.Persistent, Status: protocol.WorkerBusy,
+		GPUInfo:  store.ReadGPUInfo(json.RawMessage(`{"name":"A100","vram_gb":80,"count":8}`)),
+		Provider: "local", Labels: map[string]string{"zone": "eu", "tier": "gold"}, AdminLabels: map[string]string{"tier": "gold"},
+		Protocol: 2, AgentVersion: "1.2.3", LastHeartbeat: ptr(time.Now()), ConnectedAt: ptr(time.Now()),
+		Capabilities: protocol.Capabilities{CancelGraceSeconds: 5}, CreatedBy: "admin:bench"}
+	hash := randHex()
+	if err := s.CreateWorker(ctx, w, hash, nil); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		lookup func(context.Context, string) (store.Worker, error)
+	}{{"whole", s.GetWorkerByTokenHash}, {"reporting", s.GetReportingWorkerByTokenHash}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.lookup(ctx, hash); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -17,6 +17,7 @@ var workerTests = []test{
 	{"Ping", func(t *testing.T, s store.Store) { noErr(t, s.Ping(t.Context()), "Ping") }},
 	{"WorkerRoundTrip", testWorkerRoundTrip},
 	{"WorkerTokenHashLookup", testWorkerTokenHashLookup},
+	{"ReportingWorkerLookup", testReportingWorkerLookup},
 	{"WorkerDuplicate", testWorkerDuplicate},
 	{"WorkerNotFound", testWorkerNotFound},
 	{"ListWorkersPaging", testListWorkersPaging},
@@ -78,6 +79,36 @@ func testWorkerTokenHashLookup(t *testing.T, s store.Store) {
 	_, err := s.GetWorkerByTokenHash(t.Context(), "nope")
 	wantErr(t, err, store.ErrNotFound, "unknown hash")
 	_, err = s.GetWorkerByTokenHash(t.Context(), "")
+	wantErr(t, err, store.ErrNotFound, "empty hash")
+}
+
+// The reports' lookup gives the same worker as the full one in the fields
+// it reads, and zero in the others.
+func testReportingWorkerLookup(t *testing.T, s store.Store) {
+	w := fullWorker()
+	noErr(t, s.CreateWorker(t.Context(), w, "hash-r", rec("worker.create")), "CreateWorker")
+	full, err := s.GetWorkerByTokenHash(t.Context(), "hash-r")
+	noErr(t, err, "GetWorkerByTokenHash")
+	got, err := s.GetReportingWorkerByTokenHash(t.Context(), "hash-r")
+	noErr(t, err, "GetReportingWorkerByTokenHash")
+	want := store.Worker{ID: full.ID, Name: full.Name, Type: full.Type, Status: full.Status, Session: full.Session,
+		TokenHash: full.TokenHash, LastHeartbeat: full.LastHeartbeat, GPUInfo: full.GPUInfo,
+		GPUConditions: full.GPUConditions, GPUClears: full.GPUClears}
+	equal(t, got, want, "GetReportingWorkerByTokenHash")
+	if got.GPUInfo.Count != 8 || len(got.GPUConditions) != 2 || len(got.GPUClears) != 1 || got.LastHeartbeat == nil {
+		t.Fatalf("the reports' lookup lost a field it reads: %+v", got)
+	}
+
+	minimal := store.Worker{ID: protocol.NewWorkerID(), CreatedAt: t0}
+	noErr(t, s.CreateWorker(t.Context(), minimal, "hash-m", nil), "CreateWorker minimal")
+	g, err := s.GetReportingWorkerByTokenHash(t.Context(), "hash-m")
+	noErr(t, err, "GetReportingWorkerByTokenHash minimal")
+	if g.ID != minimal.ID || g.GPUConditions != nil || g.GPUClears != nil || g.LastHeartbeat != nil || string(g.GPUInfo.Raw) != "{}" {
+		t.Fatalf("minimal worker came back as %+v", g)
+	}
+	_, err = s.GetReportingWorkerByTokenHash(t.Context(), "nope")
+	wantErr(t, err, store.ErrNotFound, "unknown hash")
+	_, err = s.GetReportingWorkerByTokenHash(t.Context(), "")
 	wantErr(t, err, store.ErrNotFound, "empty hash")
 }
 
