@@ -10,11 +10,17 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/store/storetest"
 )
 
+// answerTimeout is [database] timeout's shipped default. Sixty writers
+// queued on one row lock may wait longer than 10 s for their first answer on
+// a loaded machine, and a shorter bound would fail them as if the server had
+// gone silent.
+const answerTimeout = 30 * time.Second
+
 // The store contract, on PostgreSQL, through connections that time out
 // unanswered requests as the orchestrator's do.
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
-		s, err := postgres.OpenWith(t.Context(), pgtest.Start(t), postgres.Options{Timeout: 10 * time.Second}, nil)
+		s, err := postgres.OpenWith(t.Context(), pgtest.Start(t), postgres.Options{Timeout: answerTimeout}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
