@@ -208,7 +208,9 @@ func TestWaitingReasons(t *testing.T) {
 // instance to resume, and its silent worker is not marked offline.
 func TestShuttingDownJudgesNoDeadline(t *testing.T) {
 	t.Parallel()
-	e := setup(t, backends["sqlite"](t))
+	// An acknowledgement deadline short enough to wait out (this test proves
+	// that nothing happens), long enough to reach the shutdown before it.
+	e := setup(t, backends["sqlite"](t), func(o *Options) { o.AckTimeout = 5 * time.Second })
 	a := e.startAgent("w", nil, nil)
 	job := e.submit(map[string]any{})
 	a.next("job_submit", eventWait)

@@ -55,7 +55,10 @@ func testOptions(t testing.TB) Options {
 	o.HeartbeatTimeout = 10 * time.Second
 	o.HealthCheckInterval = 100 * time.Millisecond
 	o.StartupGrace = 0
-	o.AckTimeout = 5 * time.Second
+	// An agent acknowledges a dispatch after reading it off its stream; on
+	// a loaded machine that has taken over 5 s, and an attempt withdrawn for
+	// it answers the late report with 409. Tests of the deadline set theirs.
+	o.AckTimeout = 15 * time.Second
 	o.PingInterval = 200 * time.Millisecond
 	o.SchedulerInterval = 100 * time.Millisecond
 	o.CancelGrace = 200 * time.Millisecond
