@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +88,37 @@ func TestLDAPConfigErrors(t *testing.T) {
 		_, _, err := loadO(t, tc.toml, env())
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q:\n got  %v\n want %q", tc.toml, err, tc.want)
+		}
+	}
+}
+
+// The TOML examples in docs/auth.md load (with their files made up here and
+// the team they name declared).
+func TestAuthDocExamplesLoad(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../docs/auth.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ca, pw := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "pw")
+	for _, f := range []string{ca, pw} {
+		if err := os.WriteFile(f, []byte("x\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	blocks := strings.Split(string(b), "```toml\n")[1:]
+	if len(blocks) < 2 {
+		t.Fatalf("found %d TOML examples", len(blocks))
+	}
+	for i, bl := range blocks {
+		text, _, _ := strings.Cut(bl, "```")
+		for _, key := range []string{"ca_file", "bind_password_file"} {
+			re := regexp.MustCompile("(?m)^" + key + ` = ".*"$`)
+			text = re.ReplaceAllString(text, key+` = "`+map[string]string{"ca_file": ca, "bind_password_file": pw}[key]+`"`)
+		}
+		if _, _, err := loadO(t, "[[teams]]\nname = \"ml\"\nshare = 1\n\n"+text, env()); err != nil {
+			t.Errorf("example %d: %v\n%s", i+1, err, text)
 		}
 	}
 }
