@@ -30,11 +30,11 @@ type daemon struct {
 	logs                *testutil.Buffer
 }
 
-// binaries finds slapd and slapadd (Debian keeps both in /usr/sbin, which is
-// not always on a test's PATH).
-func binaries() (slapd, slapadd string, err error) {
+// binaries finds slapd and slapadd in sbin (Debian keeps both in /usr/sbin,
+// which is not always on a test's PATH) or else on the PATH.
+func binaries(sbin string) (slapd, slapadd string, err error) {
 	find := func(name string) string {
-		if p := filepath.Join("/usr/sbin", name); isExec(p) {
+		if p := filepath.Join(sbin, name); isExec(p) {
 			return p
 		}
 		if p, err := exec.LookPath(name); err == nil {
@@ -57,7 +57,7 @@ func isExec(p string) bool {
 // startDaemon writes cn=config and the suffix entry with slapadd, then starts
 // slapd on free loopback ports, retrying should a port be taken meanwhile.
 func startDaemon(t testing.TB) (*daemon, error) {
-	slapd, slapadd, err := binaries()
+	slapd, slapadd, err := binaries("/usr/sbin")
 	if err != nil {
 		return nil, err
 	}

@@ -65,3 +65,14 @@ func TestOUPerTest(t *testing.T) {
 		t.Fatalf("bob seen under %s", b.BaseDN)
 	}
 }
+
+// Without slapd the error says how to install it.
+func TestMissingBinary(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	if _, _, err := binaries(t.TempDir()); err == nil || err.Error() != MissingBinary {
+		t.Fatalf("err = %v, want %q", err, MissingBinary)
+	}
+	if _, _, err := binaries("/usr/sbin"); err != nil {
+		t.Fatalf("installed slapd not found: %v", err)
+	}
+}
