@@ -293,3 +293,22 @@ func ExampleAuthenticator_Authenticate() {
 	fmt.Println(a.Issuer(), err)
 	// Output: ldap:ldaps://dc.example.com:636 <nil>
 }
+
+// group_base_dn limits the group search: a group outside it is not read.
+func TestGroupBaseDN(t *testing.T) {
+	t.Parallel()
+	d := newDirectory(t)
+	groups := "ou=groups," + d.s.BaseDN
+	d.s.Add(t, groups, map[string][]string{"objectClass": {"organizationalUnit"}, "ou": {"groups"}})
+	inside := "cn=ml," + groups
+	d.s.Add(t, inside, map[string][]string{"objectClass": {"groupOfNames"}, "cn": {"ml"}, "member": {d.alice}})
+	c := d.config()
+	c.GroupBaseDN = groups
+	r, err := newAuth(t, c).Authenticate(context.Background(), "alice", "wonder land")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(r.Groups, []string{inside}) {
+		t.Errorf("groups = %q, want only %q (not %q)", r.Groups, inside, d.group)
+	}
+}
