@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -120,5 +121,23 @@ func TestAuthDocExamplesLoad(t *testing.T) {
 		if _, _, err := loadO(t, "[[teams]]\nname = \"ml\"\nshare = 1\n\n"+text, env()); err != nil {
 			t.Errorf("example %d: %v\n%s", i+1, err, text)
 		}
+	}
+}
+
+// A reload that changes the bind password reports the key, never the value.
+func TestLDAPChangesHidePassword(t *testing.T) {
+	t.Parallel()
+	a, b := DefaultOrchestrator(), DefaultOrchestrator()
+	a.Auth.LDAP.BindPassword, b.Auth.LDAP.BindPassword = "old-secret", "new-secret"
+	b.Auth.Groups = []GroupMapping{{Group: "g", Team: "default", Role: "viewer"}}
+	var keys []string
+	for _, c := range Changes(a, b) {
+		keys = append(keys, c.Key)
+		if strings.Contains(c.Old+c.New, "secret") {
+			t.Errorf("change %s shows the password: %q → %q", c.Key, c.Old, c.New)
+		}
+	}
+	if !slices.Contains(keys, "auth.ldap.bind_password") || !slices.Contains(keys, "auth.groups") {
+		t.Errorf("changes: %q", keys)
 	}
 }
