@@ -93,6 +93,9 @@ func (l *loader) validateLDAP(c *Orchestrator) {
 		return
 	}
 	l.ldapURL(d)
+	if d.BindDN != "" && d.BindPassword == "" {
+		l.errf("auth.ldap.bind_dn", "is set but no bind password was given (auth.ldap.bind_password_file, the credential ldap-bind-password or SIMPLETUNER_LDAP_BIND_PASSWORD)")
+	}
 	if d.BaseDN == "" {
 		l.errf("auth.ldap.base_dn", "must be set with auth.ldap.url (where to search for users)")
 	}

@@ -68,6 +68,7 @@ func TestLDAPConfigErrors(t *testing.T) {
 		{"[auth.ldap]\nurl = \"http://dc\"\nbase_dn = \"dc=x\"\n", "o.toml:2: key auth.ldap.url: \"http://dc\": want ldaps://"},
 		{"[auth.ldap]\nurl = \"ldaps://dc/dc=x\"\nbase_dn = \"dc=x\"\n", "o.toml:2: key auth.ldap.url: \"ldaps://dc/dc=x\": give only scheme, host and port"},
 		{"[auth.ldap]\nurl = \"ldaps://dc\"\n", "key auth.ldap.base_dn: must be set with auth.ldap.url"},
+		{ldapOK, "o.toml:4: key auth.ldap.bind_dn: is set but no bind password was given"},
 		{"[auth.ldap]\nbase_dn = \"not a dn\"\n", "o.toml:2: key auth.ldap.base_dn: \"not a dn\" is not a DN"},
 		{"[auth.ldap]\nuser_filter = \"(uid=alice)\"\n", "o.toml:2: key auth.ldap.user_filter: \"(uid=alice)\" must contain {username}"},
 		{"[auth.ldap]\nuser_filter = \"(uid={username}\"\n", "o.toml:2: key auth.ldap.user_filter: \"(uid={username}\" is not an LDAP filter"},
