@@ -20,6 +20,7 @@ import (
 
 	goldap "github.com/go-ldap/ldap/v3"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/identity"
 )
@@ -37,6 +38,10 @@ var (
 	// ErrUnavailable: the directory could not be reached or failed; the
 	// wrapped error says how (it never holds the password).
 	ErrUnavailable = errors.New("the LDAP directory is unavailable")
+	// ErrThrottled: too many recent failures for this user name; the
+	// directory is not asked until they age out, which slows password
+	// spraying and keeps a directory's own lockout from tripping.
+	ErrThrottled = errors.New("too many failed sign-ins for this user name; try again later")
 )
 
 // Authenticator checks user names and passwords against one directory.
@@ -46,6 +51,8 @@ type Authenticator struct {
 	tls     *tls.Config
 	timeout time.Duration
 	slots   chan struct{}
+	// failures counts ErrInvalid per user name (lower case).
+	failures *auth.FailureLimiter
 }
 
 // New checks the configuration and reads the CA file. Plain ldap:// without
@@ -80,7 +87,8 @@ func New(cfg config.LDAPConfig) (*Authenticator, error) {
 		}
 	}
 	return &Authenticator{cfg: cfg, url: u, tls: tc, timeout: cfg.Timeout.Duration,
-		slots: make(chan struct{}, cfg.MaxConcurrent)}, nil
+		slots:    make(chan struct{}, cfg.MaxConcurrent),
+		failures: auth.NewFailureLimiter(auth.DefaultFailuresPerMinute, nil)}, nil
 }
 
 // Issuer names this directory in a person's identity.
@@ -93,6 +101,10 @@ func (a *Authenticator) Issuer() string { return "ldap:" + a.cfg.URL }
 func (a *Authenticator) Authenticate(ctx context.Context, user, password string) (identity.Result, error) {
 	if !validUsername(user) || password == "" {
 		return identity.Result{}, ErrInvalid
+	}
+	key := "ldap:" + strings.ToLower(user)
+	if wait, blocked := a.failures.Blocked(key); blocked {
+		return identity.Result{}, fmt.Errorf("%w (in %s)", ErrThrottled, wait.Round(time.Second))
 	}
 	select {
 	case a.slots <- struct{}{}:
@@ -111,7 +123,11 @@ func (a *Authenticator) Authenticate(ctx context.Context, user, password string)
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	return a.signIn(ctx, conn, user, password)
+	res, err := a.signIn(ctx, conn, user, password)
+	if errors.Is(err, ErrInvalid) {
+		a.failures.Fail(key)
+	}
+	return res, err
 }
 
 func (a *Authenticator) signIn(ctx context.Context, conn *goldap.Conn, user, password string) (identity.Result, error) {
@@ -135,12 +151,29 @@ func (a *Authenticator) signIn(ctx context.Context, conn *goldap.Conn, user, pas
 	return identity.Result{
 		Provider: "ldap",
 		Issuer:   a.Issuer(),
-		Subject:  entry.DN,
+		Subject:  subject(entry),
 		Username: user,
 		Email:    entry.GetAttributeValue(a.cfg.EmailAttribute),
 		Name:     entry.GetAttributeValue(a.cfg.NameAttribute),
 		Groups:   groups,
 	}, nil
+}
+
+// subject is what stays the same for a person: Active Directory's
+// objectGUID survives renames and moves, a DN does not; directories
+// without it are named by the DN.
+func subject(entry *goldap.Entry) string {
+	if g := entry.GetRawAttributeValue("objectGUID"); len(g) == 16 {
+		return formatGUID(g)
+	}
+	return entry.DN
+}
+
+// formatGUID writes a 16-byte objectGUID the way Windows shows it: the
+// first three fields are stored little-endian.
+func formatGUID(b []byte) string {
+	return fmt.Sprintf("%02x%02x%02x%02x-%02x%02x-%02x%02x-%x-%x",
+		b[3], b[2], b[1], b[0], b[5], b[4], b[7], b[6], b[8:10], b[10:16])
 }
 
 // validUsername refuses what no directory name holds and what would only
@@ -218,7 +251,7 @@ func (a *Authenticator) serviceBind(conn *goldap.Conn) error {
 // is ErrInvalid, the same as a wrong password.
 func (a *Authenticator) findUser(conn *goldap.Conn, user string) (*goldap.Entry, error) {
 	filter := strings.ReplaceAll(a.cfg.UserFilter, "{username}", goldap.EscapeFilter(user))
-	attrs := []string{a.cfg.EmailAttribute, a.cfg.NameAttribute}
+	attrs := []string{a.cfg.EmailAttribute, a.cfg.NameAttribute, "objectGUID"}
 	if a.cfg.GroupAttribute != "" {
 		attrs = append(attrs, a.cfg.GroupAttribute)
 	}

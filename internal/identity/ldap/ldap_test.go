@@ -312,3 +312,34 @@ func TestGroupBaseDN(t *testing.T) {
 		t.Errorf("groups = %q, want only %q (not %q)", r.Groups, inside, d.group)
 	}
 }
+
+// Spraying passwords at one name is slowed: once the name has used up its
+// failures, even the right password is refused without asking the
+// directory, in any letter case, while other names still sign in.
+func TestFailuresThrottleOneName(t *testing.T) {
+	t.Parallel()
+	d := newDirectory(t)
+	a := newAuth(t, d.config())
+	ctx := context.Background()
+	for i := range 10 {
+		if _, err := a.Authenticate(ctx, "alice", fmt.Sprintf("guess-%d", i)); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("guess %d: err = %v", i, err)
+		}
+	}
+	for _, name := range []string{"alice", "ALICE"} {
+		_, err := a.Authenticate(ctx, name, "wonder land")
+		if !errors.Is(err, ErrThrottled) || strings.Contains(err.Error(), "wonder land") {
+			t.Fatalf("%s after 10 failures: err = %v, want ErrThrottled", name, err)
+		}
+	}
+	if _, err := a.Authenticate(ctx, "admin", "bobs-password"); err != nil {
+		t.Fatalf("another name: %v", err)
+	}
+}
+
+func TestFormatGUID(t *testing.T) {
+	b := []byte{0x33, 0x22, 0x11, 0x00, 0x55, 0x44, 0x77, 0x66, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff}
+	if got, want := formatGUID(b), "00112233-4455-6677-8899-aabbccddeeff"; got != want {
+		t.Fatalf("formatGUID = %s, want %s", got, want)
+	}
+}
