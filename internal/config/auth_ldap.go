@@ -2,14 +2,10 @@ package config
 
 import (
 	"net/url"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/go-ldap/ldap/v3"
-
-	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
-	"github.com/simpletuner/simpletuner-orchestration/internal/webhook/spec"
 )
 
 // LDAPConfig is [auth.ldap]: people sign in with a directory user name and
@@ -47,16 +43,6 @@ type LDAPConfig struct {
 // Enabled reports whether LDAP sign-in is configured.
 func (c LDAPConfig) Enabled() bool { return c.URL != "" }
 
-// GroupMapping is one [[auth.groups]] entry: members of Group (a name or a
-// DN, as the identity provider reports it) get Role in Team, and Scopes on
-// top.
-type GroupMapping struct {
-	Group  string   `toml:"group"`
-	Team   string   `toml:"team"`
-	Role   string   `toml:"role"`
-	Scopes []string `toml:"scopes"`
-}
-
 func defaultLDAP() LDAPConfig {
 	return LDAPConfig{
 		UserFilter:     "(uid={username})",
@@ -67,9 +53,6 @@ func defaultLDAP() LDAPConfig {
 		MaxConcurrent:  8,
 	}
 }
-
-// Roles are the roles [[auth.groups]] may grant, lowest first.
-var Roles = []string{"viewer", "member", "lead", "admin"}
 
 func (l *loader) validateLDAP(c *Orchestrator) {
 	d := c.Auth.LDAP
@@ -133,35 +116,5 @@ func (l *loader) ldapFilter(key, filter, placeholder string, required bool) {
 	}
 	if _, err := ldap.CompileFilter(strings.ReplaceAll(filter, placeholder, "x")); err != nil {
 		l.errf(key, "%q is not an LDAP filter: %v", filter, err)
-	}
-}
-
-func (l *loader) validateGroups(c *Orchestrator) {
-	if l.failed["auth.groups"] {
-		return
-	}
-	var teams []string
-	for _, t := range c.Teams {
-		teams = append(teams, t.Name)
-	}
-	for i, g := range c.Auth.Groups {
-		at := func(format string, args ...any) { l.entryErrf("auth.groups", i, format, args...) }
-		if strings.TrimSpace(g.Group) == "" {
-			at("group: must not be empty")
-		}
-		switch {
-		case !slices.Contains(Roles, g.Role):
-			at("role: %q is not one of %s", g.Role, strings.Join(Roles, ", "))
-		case g.Team == "" && g.Role != "admin":
-			at("team: must be set for role %q (only admin may be fleet-wide)", g.Role)
-		}
-		if err := spec.CheckTeam(g.Team, teams); g.Team != "" && err != nil {
-			at("team: %v", err)
-		}
-		for _, s := range g.Scopes {
-			if !auth.ValidScope(s) {
-				at("scopes: unknown scope %q", s)
-			}
-		}
 	}
 }
