@@ -16,7 +16,7 @@ import (
 type Result struct {
 	Provider string // "ldap" or "oidc"
 	Issuer   string // "ldap:<url>" or the OIDC issuer
-	Subject  string // stable within Issuer: the entry DN, the sub claim
+	Subject  string // stable within Issuer: objectGUID or entry DN, the sub claim
 	Username string
 	Email    string
 	Name     string
