@@ -60,24 +60,30 @@ func documents(text, kind, name string) bool {
 		if containsWord(text, name) {
 			return true
 		}
-		section, key, ok := strings.Cut(name, ".")
-		if !ok {
-			return false
-		}
-		i := strings.Index(text, "["+section+"]")
+		// A nested table ([auth.ldap]) has its own section.
+		i := strings.LastIndexByte(name, '.')
 		if i < 0 {
 			return false
 		}
-		rest := text[i+len(section)+2:]
-		if j := strings.Index(rest, ".SH "); j >= 0 {
-			rest = rest[:j]
-		}
-		if j := strings.Index(rest, "\n.SS ["); j >= 0 { // next section
-			rest = rest[:j]
-		}
-		return containsWord(rest, key)
+		return inSection(text, name[:i], name[i+1:]) || inSection(text, strings.SplitN(name, ".", 2)[0], strings.SplitN(name, ".", 2)[1])
 	}
 	return containsWord(text, name)
+}
+
+// inSection looks for key between "[section]" (or "[[section]]") and the next section.
+func inSection(text, section, key string) bool {
+	i := strings.Index(text, "["+section+"]")
+	if i < 0 {
+		return false
+	}
+	rest := text[i+len(section)+2:]
+	if j := strings.Index(rest, ".SH "); j >= 0 {
+		rest = rest[:j]
+	}
+	if j := strings.Index(rest, "\n.SS ["); j >= 0 { // next section
+		rest = rest[:j]
+	}
+	return containsWord(rest, key)
 }
 
 func containsWord(text, w string) bool {

@@ -261,6 +261,10 @@ type AuthConfig struct {
 	// FailureAuditMaxPeers caps those records per interval; the rest are
 	// summed up in one record.
 	FailureAuditMaxPeers int `toml:"failure_audit_max_peers"`
+	// LDAP is [auth.ldap]: sign-in against a directory (off without url).
+	LDAP LDAPConfig `toml:"ldap"`
+	// Groups is [[auth.groups]]: what a directory group grants.
+	Groups []GroupMapping `toml:"groups"`
 }
 
 // LogConfig is [log] in both daemons.
@@ -555,6 +559,8 @@ func DefaultOrchestrator() *Orchestrator {
 			RecheckInterval:      D(10 * time.Second),
 			FailureAuditInterval: D(time.Minute),
 			FailureAuditMaxPeers: 100,
+			LDAP:                 defaultLDAP(),
+			Groups:               []GroupMapping{},
 		},
 		Log:     LogConfig{Level: "info", Format: "auto"},
 		Metrics: MetricsConfig{Listen: "127.0.0.1:9101"},

@@ -606,7 +606,7 @@ func TestSurfaceLists(t *testing.T) {
 	if wk := WorkerKeys(); !slices.Contains(wk, "orchestrator.token_file") || !slices.Contains(wk, "worker.reconnect_max") || !slices.Contains(wk, "gpu.backend") {
 		t.Errorf("WorkerKeys = %q", wk)
 	}
-	if len(OrchestratorEnv()) != 8 || len(WorkerEnv()) != 6 {
+	if len(OrchestratorEnv()) != 9 || len(WorkerEnv()) != 6 {
 		t.Errorf("env lists: %q %q", OrchestratorEnv(), WorkerEnv())
 	}
 	of := OrchestratorFlags()

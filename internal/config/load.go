@@ -39,6 +39,7 @@ var orchestratorEnv = []binding{
 	{"SIMPLETUNER_LOG_LEVEL", "log.level"},
 	{"SIMPLETUNER_TLS_CERT_FILE", "tls.cert_file"},
 	{"SIMPLETUNER_TLS_KEY_FILE", "tls.key_file"},
+	{"SIMPLETUNER_LDAP_BIND_PASSWORD", "auth.ldap.bind_password"},
 }
 
 var workerEnv = []binding{
@@ -222,6 +223,7 @@ func LoadOrchestrator(args []string, getenv func(string) string) (*Orchestrator,
 	}
 	l.secret("database.url", "database.url_file", "", "database-url", getenv, false)
 	l.secret("artifacts.s3_secret_key", "artifacts.s3_secret_key_file", "", "artifacts-s3-secret-key", getenv, false)
+	l.secret("auth.ldap.bind_password", "auth.ldap.bind_password_file", "", "ldap-bind-password", getenv, false)
 	c.validate(l)
 	c.origins = l.origins()
 	return c, opts, asErrors(l.errs)

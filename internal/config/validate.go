@@ -133,6 +133,8 @@ func (c *Orchestrator) validate(l *loader) {
 		l.errf("retention.batch_size", "must be from 1 to 10000, got %d", n)
 	}
 	l.validateWebhooks(c)
+	l.validateLDAP(c)
+	l.validateGroups(c)
 	l.validateTeams(c)
 }
 

@@ -10,9 +10,11 @@ systemd-sysusers ${root:+--root="$root"} simpletuner-orchestratord.conf
 systemd-tmpfiles ${root:+--root="$root"} --create simpletuner-orchestratord.conf
 # The database URL may carry a password: the unit loads it as the credential
 # database-url, from a file that exists (LoadCredential= refuses to start
-# without it), 0600 root; empty means "not set".
-cred="$root/etc/simpletuner/database-url"
-[ -e "$cred" ] || (umask 077 && : >"$cred")
+# without it), 0600 root; empty means "not set". The same goes for the LDAP
+# service account's password, ldap-bind-password.
+for cred in "$root/etc/simpletuner/database-url" "$root/etc/simpletuner/ldap-bind-password"; do
+	[ -e "$cred" ] || (umask 077 && : >"$cred")
+done
 # orchestratord.toml may hold database.url inline too: root may write it, the
 # daemon's group read it, nobody else.
 gid=$(awk -F: '$1 == "simpletuner" { print $3 }' "$root/etc/group")
