@@ -261,6 +261,10 @@ type AuthConfig struct {
 	// FailureAuditMaxPeers caps those records per interval; the rest are
 	// summed up in one record.
 	FailureAuditMaxPeers int `toml:"failure_audit_max_peers"`
+	// Visibility is whose jobs a token reads: "team" (its own team's),
+	// "all" (every team's; writes stay within the team), or "" (team when
+	// any [[teams]] is configured, else all).
+	Visibility string `toml:"visibility"`
 }
 
 // LogConfig is [log] in both daemons.
