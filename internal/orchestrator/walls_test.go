@@ -2,7 +2,10 @@ package orchestrator
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"testing"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
@@ -23,9 +26,24 @@ func (e *env) scopedToken(name, team string, scopes ...string) string {
 	return r.JSON["token"].(string)
 }
 
+// as makes a request with token. A body it cannot read whole within
+// eventWait (a log follow let through the wall streams on) fails the test.
 func (e *env) as(token, method, path string) resp {
 	e.t.Helper()
-	return e.do(method, path, map[string]string{"Authorization": "Bearer " + token}, nil)
+	req, _ := http.NewRequest(method, e.url+path, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := (&http.Client{Timeout: eventWait}).Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	data, err := io.ReadAll(res.Body)
+	if err != nil {
+		e.t.Fatalf("%s %s: HTTP %d, reading the body: %v", method, path, res.StatusCode, err)
+	}
+	r := resp{Status: res.StatusCode, Header: res.Header, Body: data}
+	_ = json.Unmarshal(data, &r.JSON)
+	return r
 }
 
 // unknownJob is an id no job has, of the shape of real ones.
