@@ -261,6 +261,10 @@ type AuthConfig struct {
 	// FailureAuditMaxPeers caps those records per interval; the rest are
 	// summed up in one record.
 	FailureAuditMaxPeers int `toml:"failure_audit_max_peers"`
+	// Visibility is whose jobs a token reads: "team" (its own team's),
+	// "all" (every team's; writes stay within the team), or "" (team when
+	// any [[teams]] is configured, else all).
+	Visibility string `toml:"visibility"`
 	// LDAP is [auth.ldap]: sign-in against a directory (off without url).
 	LDAP LDAPConfig `toml:"ldap"`
 	// Groups is [[auth.groups]]: what a directory group grants.

@@ -307,6 +307,7 @@ func TestErrors(t *testing.T) {
 		{"client ca alone", fmt.Sprintf("[tls]\nclient_ca_file = %q\n", cert), nil, nil, []string{"key tls.client_ca_file: needs tls.cert_file"}},
 		{"empty dir", "[paths]\nstate_dir = \"\"\n", nil, nil, []string{"o.toml:2: key paths.state_dir: must not be empty"}},
 		{"auth", "[auth]\nfailures_per_minute = 0\n", nil, nil, []string{"o.toml:2: key auth.failures_per_minute"}},
+		{"auth visibility", "[auth]\nvisibility = \"teams\"\n", nil, nil, []string{"o.toml:2: key auth.visibility: must be \"team\", \"all\" or \"\""}},
 		{"env duration", "", env("SIMPLETUNER_HEARTBEAT_TIMEOUT", "soon"), nil, []string{"SIMPLETUNER_HEARTBEAT_TIMEOUT: key workers.heartbeat_timeout: invalid duration"}},
 		{"env value", "", env("SIMPLETUNER_LOG_LEVEL", "chatty"), nil, []string{"SIMPLETUNER_LOG_LEVEL: key log.level: \"chatty\""}},
 		{"env listen", "", env("SIMPLETUNER_LISTEN", "a:1,b"), nil, []string{"SIMPLETUNER_LISTEN: key server.listen: \"b\""}},

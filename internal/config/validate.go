@@ -122,6 +122,9 @@ func (c *Orchestrator) validate(l *loader) {
 	l.positive("jobs.log_limit_bytes", c.Jobs.LogLimitBytes)
 	l.positive("auth.failures_per_minute", int64(c.Auth.FailuresPerMinute))
 	l.positive("auth.failure_audit_max_peers", int64(c.Auth.FailureAuditMaxPeers))
+	if v := c.Auth.Visibility; v != "" && v != "team" && v != "all" {
+		l.errf("auth.visibility", "must be \"team\", \"all\" or \"\" (team when [[teams]] are configured, else all); got %q", v)
+	}
 	l.validateLog(c.Log)
 	if a := c.Metrics.Listen; a != "" {
 		if msg := checkHostPort(a); msg != "" {

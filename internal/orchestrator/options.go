@@ -61,6 +61,8 @@ type Options struct {
 	Webhooks webhook.Options
 	// Teams: the teams sharing the fleet, and preemption.
 	Teams fairshare.Policy
+	// Visibility is [auth] visibility: whose jobs a token reads.
+	Visibility string
 
 	// followFallback replaces defaultFollowFallback when set: tests that
 	// count store reads put the fallback look out of their way.
@@ -111,9 +113,10 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 		FailureAuditInterval:   cfg.Auth.FailureAuditInterval.Duration,
 		FailureAuditMaxPeers:   cfg.Auth.FailureAuditMaxPeers,
 
-		Retention: retention.OptionsFrom(cfg.Retention),
-		Webhooks:  webhook.OptionsFrom(cfg),
-		Teams:     fairshare.PolicyFrom(cfg),
+		Retention:  retention.OptionsFrom(cfg.Retention),
+		Webhooks:   webhook.OptionsFrom(cfg),
+		Teams:      fairshare.PolicyFrom(cfg),
+		Visibility: cfg.Auth.Visibility,
 	}
 }
 
@@ -192,6 +195,6 @@ func (o Options) apiOptions(adminSocketPath string) adminapi.Options {
 		MaxBodyBytes: o.MaxBodyBytes, ConfigsDir: o.ConfigsDir, PublicURL: o.PublicURL,
 		AdminSocketPath: adminSocketPath, MaxRetries: o.MaxRetries,
 		MaxLogFollowers: o.MaxLogFollowers, StreamWriteTimeout: o.StreamWriteTimeout, RecheckInterval: o.RecheckInterval,
-		FollowFallback: o.followFallback, Teams: o.Teams,
+		FollowFallback: o.followFallback, Teams: o.Teams, Visibility: o.Visibility,
 	}
 }

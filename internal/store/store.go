@@ -267,8 +267,11 @@ type Checkpoint struct {
 type JobFilter struct {
 	Statuses []protocol.JobStatus
 	WorkerID string // current attempt's worker
-	Limit    int
-	Offset   int
+	// Teams keeps the jobs of these teams ("default" includes jobs with no
+	// team); nil keeps every team's.
+	Teams  []string
+	Limit  int
+	Offset int
 	// Newest reverses the order: latest submission (highest Seq) first.
 	Newest bool
 	// AfterSeq continues a list after the job with this Seq, in the list's

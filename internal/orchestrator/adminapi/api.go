@@ -149,6 +149,9 @@ type Options struct {
 	// Teams are the teams sharing the fleet: a token's team must be one,
 	// and a submit is held to its team's limits.
 	Teams fairshare.Policy
+	// Visibility is whose jobs a token reads: "team", "all" (reads only),
+	// or "" (team when teams are configured, else all).
+	Visibility string
 }
 
 // API is the admin and queue API.

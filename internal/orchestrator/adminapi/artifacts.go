@@ -24,14 +24,15 @@ func artifactsQuery(_ http.ResponseWriter, r *http.Request, ps httprouter.Params
 // Artifacts lists a job's artifacts: every attempt's, newest attempt first,
 // or one attempt's.
 func (a *API) Artifacts(ctx context.Context, q api.ArtifactsQuery) (api.JobArtifacts, error) {
-	if _, err := authorize(ctx, auth.ScopeQueueView); err != nil {
+	c, err := authorize(ctx, auth.ScopeQueueView)
+	if err != nil {
 		return api.JobArtifacts{}, err
 	}
 	arts, err := a.uploads.ArtifactStore()
 	if err != nil {
 		return api.JobArtifacts{}, err
 	}
-	j, err := a.loadJob(ctx, q.JobID)
+	j, err := a.jobFor(ctx, c, q.JobID, auth.ScopeQueueView)
 	if err != nil {
 		return api.JobArtifacts{}, err
 	}
@@ -62,12 +63,12 @@ func attemptParam(r *http.Request) (int, error) {
 
 // downloadArtifact serves one artifact with Range support (curl -C -
 // resumes). Without ?attempt=N it is the newest attempt's copy.
-func (a *API) downloadArtifact(w http.ResponseWriter, r *http.Request, ps httprouter.Params, _ auth.Principal) error {
+func (a *API) downloadArtifact(w http.ResponseWriter, r *http.Request, ps httprouter.Params, caller auth.Principal) error {
 	arts, err := a.uploads.ArtifactStore()
 	if err != nil {
 		return err
 	}
-	j, err := a.loadJob(r.Context(), ps.ByName("job_id"))
+	j, err := a.jobFor(r.Context(), a.CallerOf(r, caller), ps.ByName("job_id"), auth.ScopeQueueView)
 	if err != nil {
 		return err
 	}

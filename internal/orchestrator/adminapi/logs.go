@@ -31,7 +31,7 @@ const defaultFollowFallback = 2 * time.Second
 func (a *API) readLogs(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p auth.Principal) error {
 	follow := r.URL.Query().Get("follow")
 	if follow == "1" || follow == "true" {
-		j, err := a.loadJob(r.Context(), ps.ByName("job_id"))
+		j, err := a.jobFor(r.Context(), a.CallerOf(r, p), ps.ByName("job_id"), auth.ScopeQueueView)
 		if err != nil {
 			return err
 		}
@@ -60,10 +60,11 @@ func (c *countingWriter) Write(b []byte) (int, error) {
 
 // WriteJobLog writes the job's stored log, every attempt's in order, to w.
 func (a *API) WriteJobLog(ctx context.Context, id string, w io.Writer) error {
-	if _, err := authorize(ctx, auth.ScopeQueueView); err != nil {
+	c, err := authorize(ctx, auth.ScopeQueueView)
+	if err != nil {
 		return err
 	}
-	j, err := a.loadJob(ctx, id)
+	j, err := a.jobFor(ctx, c, id, auth.ScopeQueueView)
 	if err != nil {
 		return err
 	}
@@ -204,7 +205,7 @@ func (a *API) followLog(w http.ResponseWriter, r *http.Request, j store.Job, p a
 		if look {
 			// The state before the log: once the job is terminal, the read
 			// that follows has all the worker shipped before its report.
-			cur, err := a.store.GetJob(ctx, j.ID)
+			cur, err := a.jobFor(ctx, a.CallerOf(r, p), j.ID, auth.ScopeQueueView)
 			if err != nil || !ls.catchUp(ctx) {
 				return nil
 			}

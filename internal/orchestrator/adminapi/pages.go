@@ -155,7 +155,8 @@ func parseJobList(in api.JobsQuery) (jobListQuery, error) {
 // Jobs is a page of jobs, newest first unless asked otherwise, the cursor
 // of the next page, and the counts.
 func (a *API) Jobs(ctx context.Context, q api.JobsQuery) (api.JobList, error) {
-	if _, err := authorize(ctx, auth.ScopeQueueView); err != nil {
+	c, err := authorize(ctx, auth.ScopeQueueView)
+	if err != nil {
 		return api.JobList{}, err
 	}
 	lq, err := parseJobList(q)
@@ -163,6 +164,7 @@ func (a *API) Jobs(ctx context.Context, q api.JobsQuery) (api.JobList, error) {
 		return api.JobList{}, err
 	}
 	f := lq.filter
+	f.Teams = a.visibleTeams(c)
 	limit := f.Limit
 	f.Limit++ // one more tells whether a next page exists
 	jobs, total, err := a.store.ListJobs(ctx, f)
@@ -203,6 +205,7 @@ func (a *API) Jobs(ctx context.Context, q api.JobsQuery) (api.JobList, error) {
 				return api.JobList{}, err
 			}
 		}
+		a.redactView(ctx, c, &v)
 		reply.Entries = append(reply.Entries, v)
 	}
 	return reply, nil

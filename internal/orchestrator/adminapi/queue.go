@@ -231,20 +231,13 @@ func normalizeConfig(data []byte) (json.RawMessage, error) {
 	return out, err
 }
 
-func (a *API) loadJob(ctx context.Context, id string) (store.Job, error) {
-	j, err := a.store.GetJob(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return j, web.NotFound("Job not found: %s", id)
-	}
-	return j, err
-}
-
 // Job is one job with its attempts, and why it waits when it is queued.
 func (a *API) Job(ctx context.Context, ref api.JobRef) (api.Job, error) {
-	if _, err := authorize(ctx, auth.ScopeQueueView); err != nil {
+	c, err := authorize(ctx, auth.ScopeQueueView)
+	if err != nil {
 		return api.Job{}, err
 	}
-	j, err := a.loadJob(ctx, ref.ID)
+	j, err := a.jobFor(ctx, c, ref.ID, auth.ScopeQueueView)
 	if err != nil {
 		return api.Job{}, err
 	}
@@ -266,6 +259,7 @@ func (a *API) Job(ctx context.Context, ref api.JobRef) (api.Job, error) {
 	if v.Checkpoint, v.CheckpointsKept, err = a.uploads.LatestCheckpoint(ctx, j); err != nil {
 		return api.Job{}, err
 	}
+	a.redactView(ctx, c, &v)
 	return v, nil
 }
 
@@ -276,9 +270,12 @@ func (a *API) CancelJob(ctx context.Context, ref api.JobRef) (api.JobAction, err
 	if err != nil {
 		return api.JobAction{}, err
 	}
+	if _, err := a.jobFor(ctx, c, ref.ID, auth.ScopeQueueCancel); err != nil {
+		return api.JobAction{}, err
+	}
 	nj, err := a.jobs.RequestCancel(ctx, ref.ID, c.Actor(), c.IP)
 	if errors.Is(err, store.ErrNotFound) {
-		return api.JobAction{}, web.NotFound("Job not found: %s", ref.ID)
+		return api.JobAction{}, jobNotFound(ref.ID)
 	}
 	if err != nil {
 		return api.JobAction{}, err

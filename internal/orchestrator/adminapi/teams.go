@@ -147,7 +147,8 @@ const maxUsageDays = 366
 // Usage answers GET /api/admin/usage: each team's share, limits, what it
 // holds now, its decayed usage and factor, and its GPU-hours per day.
 func (a *API) Usage(ctx context.Context, q api.UsageQuery) (api.Usage, error) {
-	if _, err := authorize(ctx, auth.ScopeQueueView); err != nil {
+	c, err := authorize(ctx, auth.ScopeQueueView)
+	if err != nil {
 		return api.Usage{}, err
 	}
 	now := time.Now().UTC()
@@ -183,6 +184,9 @@ func (a *API) Usage(ctx context.Context, q api.UsageQuery) (api.Usage, error) {
 		To: to.Format(store.DayFormat), Preemption: p.Preemption}
 	perDay := usageByDay(days, active, from, to, now)
 	for _, t := range st.Teams() {
+		if !a.sees(c, t.Name) {
+			continue // another team's standing is not the caller's to read
+		}
 		queued, err := a.store.CountQueuedOfTeam(ctx, t.Name)
 		if err != nil {
 			return api.Usage{}, err

@@ -25,7 +25,13 @@ var everyStatus = []protocol.JobStatus{protocol.JobQueued, protocol.JobDispatche
 // rows it skips.
 func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, int, error) {
 	total := -1
-	if f.WorkerID == "" {
+	if f.WorkerID == "" && f.Teams != nil {
+		n, err := s.countOfTeams(ctx, f)
+		if err != nil {
+			return nil, 0, err
+		}
+		total = n
+	} else if f.WorkerID == "" {
 		n, err := s.countOf(ctx, f.Statuses)
 		if err != nil {
 			return nil, 0, err
@@ -69,6 +75,10 @@ func (s *Store) listQuery(f store.JobFilter) (string, []any) {
 		if f.WorkerID != "" {
 			conds, args = append(conds, "worker_id = ?"), append(args, f.WorkerID)
 		}
+		if f.Teams != nil {
+			cond, targs := teamsCond(f.Teams)
+			conds, args = append(conds, cond), append(args, targs...)
+		}
 		if f.AfterSeq > 0 {
 			conds, args = append(conds, "seq "+cmp+" ?"), append(args, f.AfterSeq)
 		}
@@ -102,6 +112,40 @@ func (s *Store) listQuery(f store.JobFilter) (string, []any) {
 	q := `SELECT ` + jobCols + ` FROM jobs WHERE seq IN (SELECT seq FROM (` + strings.Join(parts, ` UNION ALL `) +
 		`) AS u ORDER BY seq ` + dir + ` LIMIT ? OFFSET ?) ORDER BY seq ` + dir
 	return q, append(args, limit, f.Offset)
+}
+
+// teamsCond keeps the jobs of teams: "team IN (...)", with "" for the
+// default team's jobs from before teams. No team keeps no job.
+func teamsCond(teams []string) (string, []any) {
+	var marks []string
+	var args []any
+	for _, t := range teams {
+		marks, args = append(marks, "?"), append(args, t)
+		if t == "default" {
+			marks, args = append(marks, "?"), append(args, "")
+		}
+	}
+	if len(marks) == 0 {
+		return "1 = 0", nil
+	}
+	return "team IN (" + strings.Join(marks, ", ") + ")", args
+}
+
+// countOfTeams counts the jobs of f's teams in f's statuses. Unlike
+// countOf it reads the rows: the per-status counters are not kept by team.
+func (s *Store) countOfTeams(ctx context.Context, f store.JobFilter) (int, error) {
+	cond, args := teamsCond(f.Teams)
+	q := `SELECT COUNT(*) FROM jobs WHERE ` + cond
+	if sts := dedupe(f.Statuses); len(sts) > 0 {
+		marks := make([]string, len(sts))
+		for i, st := range sts {
+			marks[i], args = "?", append(args, st)
+		}
+		q += ` AND status IN (` + strings.Join(marks, ", ") + `)`
+	}
+	var n int
+	err := s.reader().queryRow(ctx, q, args...).Scan(&n)
+	return n, err
 }
 
 func dedupe(sts []protocol.JobStatus) []protocol.JobStatus {

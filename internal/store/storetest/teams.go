@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -18,6 +19,38 @@ var teamTests = []test{
 	{"PreemptionRequeuesWithoutARetry", testPreemptionRequeues},
 	{"TeamUsageSpreadOverDays", testTeamUsageDays},
 	{"TeamUsagePrefersTheReport", testTeamUsageReported},
+	{"ListJobsOfTeams", testListJobsOfTeams},
+}
+
+// A list kept to some teams holds their jobs only and counts them alone;
+// the default team's include the jobs from before teams (team "").
+func testListJobsOfTeams(t *testing.T, s store.Store) {
+	legacy := newJob(t, s, teamJob("", 0))
+	nlp := newJob(t, s, teamJob("nlp", 0))
+	newJob(t, s, teamJob("vision", 0))
+	cases := []struct {
+		teams []string
+		want  []string
+	}{
+		{[]string{"nlp"}, []string{nlp.ID}},
+		{[]string{"default", "nlp"}, []string{legacy.ID, nlp.ID}},
+		{[]string{}, nil},
+	}
+	for _, c := range cases {
+		for _, sts := range [][]protocol.JobStatus{nil, {protocol.JobQueued, protocol.JobRunning}} {
+			jobs, total, err := s.ListJobs(t.Context(), store.JobFilter{Teams: c.teams, Statuses: sts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, j := range jobs {
+				ids = append(ids, j.ID)
+			}
+			if !slices.Equal(ids, c.want) || total != len(c.want) {
+				t.Errorf("teams %v, statuses %v: %v (total %d), want %v", c.teams, sts, ids, total, c.want)
+			}
+		}
+	}
 }
 
 func teamJob(team string, priority int) func(*store.Job) {
