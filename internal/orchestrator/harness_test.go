@@ -305,13 +305,24 @@ func (a *agent) next(typ string, timeout time.Duration) map[string]any {
 						return ev
 					}
 				default:
-					a.e.t.Fatalf("worker %s: its stream closed before a %s event (worker: %v)", a.id, typ, a.e.worker(a.id))
+					a.e.t.Fatalf("worker %s: its stream closed before a %s event (worker: %v)\n%s", a.id, typ, a.e.worker(a.id), a.e.logTail())
 				}
 			}
 		case <-deadline:
-			a.e.t.Fatalf("worker %s: no %s event within %s (worker: %v)", a.id, typ, timeout, a.e.worker(a.id))
+			a.e.t.Fatalf("worker %s: no %s event within %s (worker: %v)\n%s", a.id, typ, timeout, a.e.worker(a.id), a.e.logTail())
 		}
 	}
+}
+
+// logTail is the end of the orchestrator's log, for a failure that needs
+// to show what the engine decided.
+func (e *env) logTail() string {
+	const keep = 16 << 10
+	l := e.logs.String()
+	if len(l) > keep {
+		l = "…" + l[len(l)-keep:]
+	}
+	return "orchestrator log:\n" + l
 }
 
 func (a *agent) noEvent(typ string, wait time.Duration) {
