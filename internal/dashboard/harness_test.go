@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/orchtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
@@ -82,17 +81,12 @@ func newSite(t testing.TB, st store.Store, mods ...func(*orchestrator.Options)) 
 // newSiteWith is newSite with the dashboard's options adjusted by tweak.
 func newSiteWith(t testing.TB, st store.Store, tweak func(*Options), mods ...func(*orchestrator.Options)) *site {
 	t.Helper()
-	opt := orchestrator.OptionsFrom(config.DefaultOrchestrator())
-	opt.InstanceID = "test-" + t.Name()
-	opt.ConfigsDir = t.TempDir()
-	opt.HeartbeatInterval, opt.HeartbeatTimeout = 100*time.Millisecond, 2*time.Second
-	opt.HealthCheckInterval, opt.SchedulerInterval = 100*time.Millisecond, 100*time.Millisecond
-	opt.StartupGrace, opt.PingInterval = 0, 200*time.Millisecond
-	// Long enough that no cancel ends at its deadline while a test looks at
-	// the canceling job, however slow the machine.
-	opt.CancelGrace, opt.CancelReportTimeout = time.Minute, time.Minute
+	tm := orchtest.Timers
+	// Its workers answer dispatches and cancels by hand as the page checks go
+	// along: no deadline may end while a test looks at the job, however slow.
+	tm.AckTimeout, tm.CancelGrace, tm.CancelReportTimeout = time.Minute, time.Minute, time.Minute
+	opt := orchestrator.OptionsFrom(tm.Config(t))
 	opt.AuthFailuresPerMinute = 5
-	opt.FailureAuditInterval = 100 * time.Millisecond
 	for _, m := range mods {
 		m(&opt)
 	}

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
-	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/orchtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -43,30 +42,9 @@ func forEachStore(t *testing.T, fn func(t *testing.T, open func(t testing.TB) st
 // suite sharing two cores) fails a correct test.
 const eventWait = 30 * time.Second
 
-// testOptions are production options with every timer scaled down.
+// testOptions are production options with the tests' timers (orchtest.Timers).
 func testOptions(t testing.TB) Options {
-	o := OptionsFrom(config.DefaultOrchestrator())
-	o.InstanceID = "test-" + t.Name()
-	o.ConfigsDir = t.TempDir()
-	o.HeartbeatInterval = 100 * time.Millisecond
-	// 100 beats: on a loaded machine (the race detector, another suite on
-	// the same two cores) an agent's heartbeat can wait seconds for the
-	// store, and a worker declared lost has its stream closed for good.
-	o.HeartbeatTimeout = 10 * time.Second
-	o.HealthCheckInterval = 100 * time.Millisecond
-	o.StartupGrace = 0
-	// An agent acknowledges a dispatch after reading it off its stream; on
-	// a loaded machine that has taken over 5 s, and an attempt withdrawn for
-	// it answers the late report with 409. Tests of the deadline set theirs.
-	o.AckTimeout = 15 * time.Second
-	o.PingInterval = 200 * time.Millisecond
-	o.SchedulerInterval = 100 * time.Millisecond
-	o.CancelGrace = 200 * time.Millisecond
-	o.CancelReportTimeout = 3 * time.Second // a loaded machine can take a second to send an agent's cancelled report
-	o.EphemeralCleanupAfter = time.Hour
-	o.RecheckInterval = 200 * time.Millisecond
-	o.FailureAuditInterval = 200 * time.Millisecond
-	return o
+	return OptionsFrom(orchtest.Timers.Config(t))
 }
 
 type env struct {

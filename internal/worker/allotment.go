@@ -36,8 +36,8 @@ type allotment struct {
 // grant is what an attempt was given of the worker: its GPUs, and whether it
 // holds the whole worker (then devices is every GPU free when it came).
 type grant struct {
-	devices []gpu.Device
-	whole   bool
+	devices     []gpu.Device
+	wholeWorker bool
 	// otherNodes are the device files of the GPUs it was not given (its
 	// cgroup keeps it from opening them) and env how it is told its own.
 	otherNodes []string
@@ -136,11 +136,11 @@ func (al *allotment) reserve(a *runner) (cur *runner, refused string) {
 	if cur := al.jobs[a.jobID]; cur != nil {
 		return cur, ""
 	}
-	devs, whole, refused := al.fitLocked(a.ev)
+	devs, wholeWorker, refused := al.fitLocked(a.ev)
 	if refused != "" {
 		return nil, refused
 	}
-	a.grant = al.grantLocked(devs, whole)
+	a.grant = al.grantLocked(devs, wholeWorker)
 	al.jobs[a.jobID] = a
 	return nil, ""
 }
@@ -156,8 +156,8 @@ func (al *allotment) release(a *runner) {
 }
 
 // fitLocked checks a dispatch against what runs here and resolves the GPUs
-// it assigns; whole is true for a dispatch that takes the whole worker.
-func (al *allotment) fitLocked(ev *protocol.JobSubmitEvent) (devs []gpu.Device, whole bool, reason string) {
+// it assigns; wholeWorker is true for a dispatch that takes the whole worker.
+func (al *allotment) fitLocked(ev *protocol.JobSubmitEvent) (devs []gpu.Device, wholeWorker bool, reason string) {
 	if ev.GPUs == nil {
 		if len(al.jobs) > 0 {
 			return nil, true, fmt.Sprintf("it asks for the whole worker and %d job(s) run here", len(al.jobs))
@@ -171,7 +171,7 @@ func (al *allotment) fitLocked(ev *protocol.JobSubmitEvent) (devs []gpu.Device, 
 		return nil, false, fmt.Sprintf("it takes the whole worker and %d job(s) run here", len(al.jobs))
 	}
 	for _, a := range al.jobs {
-		if a.grant.whole {
+		if a.grant.wholeWorker {
 			return nil, false, fmt.Sprintf("job %s runs with the whole worker", a.jobID)
 		}
 	}
@@ -220,14 +220,14 @@ func (al *allotment) holderOfLocked(i int) *runner {
 // the other GPUs, which its cgroup keeps it from opening, and how it is told
 // its own. A whole-worker attempt on a machine without GPUs leaves the
 // inherited variables alone.
-func (al *allotment) grantLocked(devs []gpu.Device, whole bool) grant {
-	g := grant{devices: devs, whole: whole}
+func (al *allotment) grantLocked(devs []gpu.Device, wholeWorker bool) grant {
+	g := grant{devices: devs, wholeWorker: wholeWorker}
 	for _, d := range al.inv.Devices {
 		if d.DeviceNode != "" && !g.has(d.Index) {
 			g.otherNodes = append(g.otherNodes, d.DeviceNode)
 		}
 	}
-	if !whole || len(devs) > 0 {
+	if !wholeWorker || len(devs) > 0 {
 		g.env = al.inv.JobEnv(devs)
 	}
 	return g

@@ -278,7 +278,7 @@ func TestAllotmentReservesAndReleases(t *testing.T) {
 	if cur, refused := al.reserve(a); cur != nil || refused != "" {
 		t.Fatalf("first dispatch refused: %v %q", cur, refused)
 	}
-	if !a.grant.has(1) || a.grant.has(0) || a.grant.whole || !slices.Equal(a.grant.otherNodes, []string{"/dev/nvidia0"}) ||
+	if !a.grant.has(1) || a.grant.has(0) || a.grant.wholeWorker || !slices.Equal(a.grant.otherNodes, []string{"/dev/nvidia0"}) ||
 		a.grant.env["CUDA_VISIBLE_DEVICES"] != "GPU-bbbb" {
 		t.Fatalf("grant %+v", a.grant)
 	}
@@ -314,8 +314,8 @@ func TestAllotmentReservesAndReleases(t *testing.T) {
 	if !al.idle() {
 		t.Fatal("not idle after both released")
 	}
-	whole := attempt("j_w", protocol.JobSubmitEvent{})
-	if _, refused := al.reserve(whole); refused != "" || !whole.grant.whole || len(whole.grant.devices) != 2 || len(whole.grant.otherNodes) != 0 {
-		t.Fatalf("whole worker: %q %+v", refused, whole.grant)
+	wholeWorker := attempt("j_w", protocol.JobSubmitEvent{})
+	if _, refused := al.reserve(wholeWorker); refused != "" || !wholeWorker.grant.wholeWorker || len(wholeWorker.grant.devices) != 2 || len(wholeWorker.grant.otherNodes) != 0 {
+		t.Fatalf("whole worker: %q %+v", refused, wholeWorker.grant)
 	}
 }

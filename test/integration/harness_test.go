@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/orchtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -39,21 +38,14 @@ type orch struct {
 	logs *testutil.Buffer
 }
 
-// fastOptions are production options with every timer scaled down.
+// fastOptions are production options with the tests' timers, but for the
+// heartbeat timeout below.
 func fastOptions(t *testing.T) orchestrator.Options {
-	o := orchestrator.OptionsFrom(config.DefaultOrchestrator())
-	o.InstanceID = "test-" + t.Name()
-	o.ConfigsDir = t.TempDir()
-	o.HeartbeatInterval = 50 * time.Millisecond
-	o.HeartbeatTimeout = 3 * time.Second
-	o.HealthCheckInterval = 100 * time.Millisecond
-	o.StartupGrace = 0
-	o.AckTimeout = 5 * time.Second
-	o.PingInterval = 200 * time.Millisecond
-	o.SchedulerInterval = 100 * time.Millisecond
-	o.CancelGrace = 300 * time.Millisecond
-	o.CancelReportTimeout = 2 * time.Second
-	return o
+	tm := orchtest.Timers
+	// Tests cut a live workerd off and wait for its job to move on; workerd's
+	// self-fence (2 s, startWorker) stays below it.
+	tm.HeartbeatTimeout = 3 * time.Second
+	return orchestrator.OptionsFrom(tm.Config(t))
 }
 
 // startOrch serves a Server over st and makes an admin token unless one is

@@ -14,7 +14,6 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/checkpoint/jobfs"
-	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/orchtest"
@@ -40,9 +39,11 @@ type orch struct {
 func startOrch(t *testing.T, mutate ...func(*orchestrator.Options)) *orch {
 	t.Helper()
 	st := storetest.Open(t, "sqlite")
-	opt := orchestrator.OptionsFrom(config.DefaultOrchestrator())
-	opt.InstanceID = "test"
-	opt.ConfigsDir = t.TempDir()
+	tm := orchtest.Timers
+	// Its worker is a bare store row that never heartbeats, and its jobs are
+	// dispatched by hand: liveness and the scheduler must leave both alone.
+	tm.StartupGrace, tm.HeartbeatTimeout, tm.SchedulerInterval = time.Hour, time.Hour, time.Hour
+	opt := orchestrator.OptionsFrom(tm.Config(t))
 	for _, m := range mutate {
 		m(&opt)
 	}
