@@ -102,6 +102,17 @@ func (s *Standing) Waiting(teams []string) {
 	s.refresh()
 }
 
+// WaitingTeams lists the teams marked waiting, by name.
+func (s *Standing) WaitingTeams() []string {
+	var out []string
+	for _, t := range s.Teams() {
+		if t.Waiting {
+			out = append(out, t.Name)
+		}
+	}
+	return out
+}
+
 // refresh recomputes the fractions and factors.
 func (s *Standing) refresh() {
 	var usage, working float64

@@ -63,8 +63,20 @@ func (t *teamsNow) took(j store.QueuedJob, n int)           { t.st.Took(j.Team, 
 func (t *teamsNow) reordersReservation() bool               { return true }
 func (t *teamsNow) weighsVictims() bool                     { return t.mayPreempt }
 
+// preempt weighs victims against the attempts out on workers now, read
+// again: the pass's standing was read before its queue, and a job
+// acknowledged in between (or placed by this pass) must count as it is, or
+// the victim would be chosen among those that happened to run earlier.
 func (t *teamsNow) preempt(ctx context.Context, s *Scheduler, waiting []store.QueuedJob) {
-	s.preemptFor(ctx, t, waiting)
+	active, err := s.Store.ListActiveAttempts(ctx)
+	if err != nil || slices.ContainsFunc(active, func(a store.ActiveAttempt) bool { return a.Preempting }) {
+		return
+	}
+	now := time.Now().UTC()
+	p := t.st.Policy
+	st := fairshare.NewStanding(p, s.pastUsage(ctx, p, now), active, t.st.FleetGPUs, now)
+	st.Waiting(t.st.WaitingTeams())
+	s.preemptFor(ctx, &teamsNow{s: s, st: st, active: active, mayPreempt: true}, waiting)
 }
 
 // teamCache holds what passes reuse: the policy with the teams that have
@@ -128,11 +140,12 @@ func (s *Scheduler) teamsNow(ctx context.Context) *teamsNow {
 	if !p.Active() {
 		return nil
 	}
-	now := time.Now().UTC()
 	active, err := s.Store.ListActiveAttempts(ctx)
 	if err != nil {
 		return nil
 	}
+	// Taken after the read: every attempt read started no later than now.
+	now := time.Now().UTC()
 	preempt := p.Preemption && !slices.ContainsFunc(active, func(a store.ActiveAttempt) bool { return a.Preempting }) &&
 		s.preemptionDue(now)
 	fleet, err := s.cachedFleetGPUs(ctx, now)
