@@ -7,7 +7,7 @@
 // and #deny.
 //
 // The provider can be made to misbehave: rotate its signing key, sign
-// with a key it does not publish, put another audience or nonce in its ID
+// with a key it does not publish, issue them to another client, put another nonce in its ID
 // tokens, issue them already expired, or answer nothing but 503.
 //
 // Only tests may import this package; the daemons must not link it.
@@ -163,12 +163,13 @@ func (s *Server) SignWithUnpublishedKey(on bool) error {
 	return nil
 }
 
-// SetAudience puts aud in the ID tokens of sign-ins begun from now on
-// (nil: the client id, as it should be).
-func (s *Server) SetAudience(aud ...string) {
+// IssueAs makes the provider issue clientID's tokens, for sign-ins begun
+// from now on, to another client id (audience and azp), as a provider
+// mixing up its clients would; as "" restores the right one.
+func (s *Server) IssueAs(clientID, as string) {
 	s.st.mu.Lock()
 	defer s.st.mu.Unlock()
-	s.st.audience = aud
+	s.st.issueFor, s.st.issueAs = clientID, as
 }
 
 // SetNonce puts nonce in the ID tokens of sign-ins begun from now on

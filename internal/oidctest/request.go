@@ -14,8 +14,8 @@ type authRequest struct {
 	id        string
 	req       oidc.AuthRequest
 	challenge *oidc.CodeChallenge
-	audience  []string // replaces the client id as audience when set
-	nonce     *string  // replaces the requested nonce when set
+	issueAs   string  // the client id tokens name instead of the real one, when set
+	nonce     *string // replaces the requested nonce when set
 	subject   string
 	authTime  time.Time
 	done      bool
@@ -27,7 +27,6 @@ func (r *authRequest) GetAMR() []string { return []string{"pwd"} }
 func (r *authRequest) GetAuthTime() time.Time {
 	return r.authTime
 }
-func (r *authRequest) GetClientID() string                   { return r.req.ClientID }
 func (r *authRequest) GetCodeChallenge() *oidc.CodeChallenge { return r.challenge }
 func (r *authRequest) GetRedirectURI() string                { return r.req.RedirectURI }
 func (r *authRequest) GetResponseType() oidc.ResponseType    { return r.req.ResponseType }
@@ -37,11 +36,13 @@ func (r *authRequest) GetState() string                      { return r.req.Stat
 func (r *authRequest) GetSubject() string                    { return r.subject }
 func (r *authRequest) Done() bool                            { return r.done }
 
-func (r *authRequest) GetAudience() []string {
-	if r.audience != nil {
-		return r.audience
+func (r *authRequest) GetAudience() []string { return []string{r.GetClientID()} }
+
+func (r *authRequest) GetClientID() string {
+	if r.issueAs != "" {
+		return r.issueAs
 	}
-	return []string{r.req.ClientID}
+	return r.req.ClientID
 }
 
 func (r *authRequest) GetNonce() string {
@@ -57,8 +58,19 @@ type client struct {
 	s *storage
 }
 
-func (c *client) GetID() string                    { return c.ID }
-func (c *client) RedirectURIs() []string           { return c.Client.RedirectURIs }
+func (c *client) RedirectURIs() []string { return c.Client.RedirectURIs }
+
+// GetID is the id tokens are issued to: the client's own, unless the test
+// made the provider misissue them (IssueAs).
+func (c *client) GetID() string {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	if c.s.issueFor == c.ID && c.s.issueAs != "" {
+		return c.s.issueAs
+	}
+	return c.ID
+}
+
 func (c *client) PostLogoutRedirectURIs() []string { return nil }
 
 func (c *client) ApplicationType() op.ApplicationType {

@@ -33,7 +33,8 @@ type storage struct {
 	published []*signingKey // the keys the JWKS lists (the current one and those rotated out)
 	forge     *signingKey   // when set, tokens are signed with this key, which is never published
 
-	audience []string      // when set, replaces every ID token's audience
+	issueFor string // this client's tokens are issued as if to issueAs
+	issueAs  string
 	nonce    *string       // when set, replaces every ID token's nonce
 	lifetime time.Duration // ID token lifetime (may be negative: born expired)
 }
@@ -122,7 +123,10 @@ func (s *storage) CreateAuthRequest(_ context.Context, req *oidc.AuthRequest, us
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r.audience, r.nonce = s.audience, s.nonce
+	r.nonce = s.nonce
+	if req.ClientID == s.issueFor {
+		r.issueAs = s.issueAs
+	}
 	s.requests[r.id] = r
 	return r, nil
 }
@@ -228,6 +232,9 @@ func (s *storage) GetClientByClientID(_ context.Context, id string) (op.Client, 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c, ok := s.clients[id]; ok {
+		return c, nil
+	}
+	if c, ok := s.clients[s.issueFor]; ok && id == s.issueAs {
 		return c, nil
 	}
 	return nil, fmt.Errorf("client %q not found", id)
