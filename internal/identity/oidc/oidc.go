@@ -31,6 +31,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/identity"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -333,4 +334,11 @@ func verifyReason(err error) string {
 		return "the ID token's signature does not verify with the provider's published keys"
 	}
 	return msg
+}
+
+// ConfigFrom is the Config that [auth.oidc] describes.
+func ConfigFrom(c *config.Orchestrator) Config {
+	d := c.Auth.OIDC
+	return Config{Issuer: d.Issuer, ClientID: d.ClientID, ClientSecret: d.ClientSecret.Value(), RedirectURL: c.OIDCRedirectURL(),
+		Scopes: d.Scopes, GroupsClaim: d.GroupsClaim}
 }

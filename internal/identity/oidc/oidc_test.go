@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/identity"
 	"github.com/simpletuner/simpletuner-orchestration/internal/identity/oidc"
 	"github.com/simpletuner/simpletuner-orchestration/internal/oidctest"
@@ -20,7 +21,7 @@ import (
 // clock is real time moved on by the test.
 type clock struct{ offset atomic.Int64 }
 
-func (c *clock) now() time.Time           { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *clock) now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
 func (c *clock) advance(d time.Duration) { c.offset.Add(int64(d)) }
 
 type rig struct {
@@ -364,5 +365,32 @@ func TestNewRefusesIncompleteConfig(t *testing.T) {
 	}
 	if _, err := oidc.New(good, r.st); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// [auth.oidc] as loaded becomes a Provider that signs people in, with the
+// groups read from the configured claim and mapped by [[auth.groups]].
+func TestConfigFromOrchestratorConfig(t *testing.T) {
+	r := newRig(t)
+	c := config.DefaultOrchestrator()
+	c.Server.PublicURL = "http://127.0.0.1:1"
+	c.Auth.OIDC.Issuer, c.Auth.OIDC.ClientID, c.Auth.OIDC.ClientSecret = r.op.URL, oidctest.ClientID, oidctest.ClientSecret
+	c.Auth.Groups = []config.GroupMapping{{Group: "ML-Team", Team: "default", Role: "member"}}
+	cfg := oidc.ConfigFrom(c)
+	if cfg.RedirectURL != oidctest.RedirectURI {
+		t.Fatalf("redirect URL %q, want %q", cfg.RedirectURL, oidctest.RedirectURI)
+	}
+	cfg.Now = r.clock.now
+	p, err := oidc.New(cfg, r.st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, _, err := p.Callback(t.Context(), r.signIn(t, p, "/ui/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := identity.Map(res.Groups, c.Auth.Groups)
+	if !reflect.DeepEqual(m, []identity.Membership{{Team: "default", Role: "member"}}) {
+		t.Fatalf("memberships %+v", m)
 	}
 }
