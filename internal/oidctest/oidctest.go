@@ -80,6 +80,7 @@ type Server struct {
 	provider *op.Provider
 	srv      *httptest.Server
 	down     atomic.Bool
+	keysDown atomic.Bool
 }
 
 // Start runs a provider until the test ends.
@@ -131,7 +132,7 @@ func start(o Options) (*Server, error) {
 	mux.HandleFunc("/device", issuer.HandlerFunc(s.device))
 	mux.Handle("/", s.provider)
 	s.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.down.Load() {
+		if s.down.Load() || s.keysDown.Load() && r.URL.Path == "/keys" {
 			http.Error(w, "down for the test", http.StatusServiceUnavailable)
 			return
 		}
@@ -143,6 +144,10 @@ func start(o Options) (*Server, error) {
 
 // SetDown makes every request answer 503 (true) or be served again (false).
 func (s *Server) SetDown(down bool) { s.down.Store(down) }
+
+// SetKeysDown makes the JWKS (/keys) alone answer 503 (true) or be
+// served again (false).
+func (s *Server) SetKeysDown(down bool) { s.keysDown.Store(down) }
 
 // Rotate signs new tokens with a new key; the old one stays published.
 func (s *Server) Rotate() error { return s.st.rotate() }

@@ -285,6 +285,10 @@ func redactURLError(err error) error {
 func (p *Provider) verify(ctx context.Context, op *gooidc.Provider, raw, nonce string) (identity.Result, error) {
 	v := op.Verifier(&gooidc.Config{ClientID: p.cfg.ClientID, Now: func() time.Time { return p.cfg.Now().Add(-p.cfg.ClockSkew) }})
 	idt, err := v.Verify(p.ctx(ctx), raw)
+	if err != nil && strings.Contains(err.Error(), "fetching keys") {
+		// go-oidc says so only in words: the keys could not be read.
+		return identity.Result{}, fmt.Errorf("%w: reading its signing keys: %v", ErrProviderUnavailable, err)
+	}
 	if err != nil {
 		return identity.Result{}, &TokenError{Reason: verifyReason(err), Err: err}
 	}

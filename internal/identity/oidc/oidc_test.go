@@ -296,6 +296,20 @@ func TestProviderDownAtCallback(t *testing.T) {
 	noSecrets(t, err, q)
 }
 
+// Keys that cannot be fetched are the provider being unavailable, not a
+// bad signature.
+func TestProviderKeysDown(t *testing.T) {
+	r := newRig(t)
+	p := r.provider(t)
+	q := r.signIn(t, p, "/ui/")
+	r.op.SetKeysDown(true)
+	_, _, err := p.Callback(t.Context(), q)
+	if !errors.Is(err, oidc.ErrProviderUnavailable) || errors.Is(err, oidc.ErrTokenInvalid) {
+		t.Fatalf("callback with the provider's keys unreadable: %v, want ErrProviderUnavailable", err)
+	}
+	noSecrets(t, err, q)
+}
+
 func TestCodeRefused(t *testing.T) {
 	r := newRig(t)
 	p := r.provider(t)
