@@ -103,7 +103,7 @@ test -d "$root/var/lib/simpletuner-worker"
 # Files that may hold secrets: root's alone, or the orchestrator's group's.
 test "$(stat -c %a "$root/etc/simpletuner/workerd.toml")" = 600
 test "$(stat -c %a "$root/etc/simpletuner/orchestratord.toml")" = 640
-for c in worker-token worker-cert worker-key database-url ldap-bind-password; do
+for c in worker-token worker-cert worker-key database-url ldap-bind-password oidc-client-secret; do
 	test "$(stat -c %a "$root/etc/simpletuner/$c")" = 600
 done
 "$root/usr/bin/simpletuner-orchestratord" --check-config --config "$root/etc/simpletuner/orchestratord.toml" >/dev/null

@@ -204,7 +204,7 @@ func TestUnitContracts(t *testing.T) {
 	if got := strings.Join(w["LoadCredential"], " "); got != "worker-token:/etc/simpletuner/worker-token worker-cert:/etc/simpletuner/worker-cert worker-key:/etc/simpletuner/worker-key" {
 		t.Errorf("worker LoadCredential=%v", got)
 	}
-	if got := strings.Join(o["LoadCredential"], " "); got != "database-url:/etc/simpletuner/database-url ldap-bind-password:/etc/simpletuner/ldap-bind-password" {
+	if got := strings.Join(o["LoadCredential"], " "); got != "database-url:/etc/simpletuner/database-url ldap-bind-password:/etc/simpletuner/ldap-bind-password oidc-client-secret:/etc/simpletuner/oidc-client-secret" {
 		t.Errorf("orchestrator LoadCredential=%v", got)
 	}
 	for _, k := range []string{"PrivateDevices", "MemoryDenyWriteExecute", "ProcSubset"} {
@@ -342,7 +342,7 @@ func TestMaintainerScriptsInRoot(t *testing.T) {
 	}
 	// Secrets loaded as credentials exist (LoadCredential= needs the file),
 	// empty and root's alone.
-	for _, c := range []string{"worker-token", "worker-cert", "worker-key", "database-url", "ldap-bind-password"} {
+	for _, c := range []string{"worker-token", "worker-cert", "worker-key", "database-url", "ldap-bind-password", "oidc-client-secret"} {
 		if fi, err := os.Stat(filepath.Join(root, "etc/simpletuner", c)); err != nil || fi.Mode().Perm() != 0o600 || fi.Size() != 0 {
 			t.Errorf("%s: %v %v", c, fi, err)
 		}
@@ -372,7 +372,8 @@ func TestMaintainerScriptsInRoot(t *testing.T) {
 		run(pkg, "deb-postrm.sh", "purge")
 	}
 	for _, p := range []string{"var/lib/simpletuner", "var/lib/simpletuner-worker", "etc/simpletuner/worker-token",
-		"etc/simpletuner/worker-cert", "etc/simpletuner/worker-key", "etc/simpletuner/database-url", "etc/simpletuner/ldap-bind-password"} {
+		"etc/simpletuner/worker-cert", "etc/simpletuner/worker-key", "etc/simpletuner/database-url", "etc/simpletuner/ldap-bind-password",
+		"etc/simpletuner/oidc-client-secret"} {
 		if _, err := os.Stat(filepath.Join(root, p)); !os.IsNotExist(err) {
 			t.Errorf("purge left %s (%v)", p, err)
 		}

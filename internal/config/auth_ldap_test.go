@@ -115,9 +115,10 @@ func TestAuthDocExamplesLoad(t *testing.T) {
 	}
 	for i, bl := range blocks {
 		text, _, _ := strings.Cut(bl, "```")
-		for _, key := range []string{"ca_file", "bind_password_file"} {
+		files := map[string]string{"ca_file": ca, "bind_password_file": pw, "client_secret_file": pw}
+		for key, file := range files {
 			re := regexp.MustCompile("(?m)^" + key + ` = ".*"$`)
-			text = re.ReplaceAllString(text, key+` = "`+map[string]string{"ca_file": ca, "bind_password_file": pw}[key]+`"`)
+			text = re.ReplaceAllString(text, key+` = "`+file+`"`)
 		}
 		if _, _, err := loadO(t, "[[teams]]\nname = \"ml\"\nshare = 1\n\n"+text, env()); err != nil {
 			t.Errorf("example %d: %v\n%s", i+1, err, text)

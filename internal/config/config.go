@@ -267,6 +267,8 @@ type AuthConfig struct {
 	Visibility string `toml:"visibility"`
 	// LDAP is [auth.ldap]: sign-in against a directory (off without url).
 	LDAP LDAPConfig `toml:"ldap"`
+	// OIDC is [auth.oidc]: sign-in with an OpenID provider (off without issuer).
+	OIDC OIDCConfig `toml:"oidc"`
 	// Groups is [[auth.groups]]: what a directory group grants.
 	Groups []GroupMapping `toml:"groups"`
 }
@@ -564,6 +566,7 @@ func DefaultOrchestrator() *Orchestrator {
 			FailureAuditInterval: D(time.Minute),
 			FailureAuditMaxPeers: 100,
 			LDAP:                 defaultLDAP(),
+			OIDC:                 defaultOIDC(),
 			Groups:               []GroupMapping{},
 		},
 		Log:     LogConfig{Level: "info", Format: "auto"},

@@ -150,7 +150,9 @@ func (l *loader) decodeTOML(path string, data []byte) {
 			// Keys under a bad table or inside a map value (labels, env)
 			// are not reported here; only the first unknown level is.
 			msg := "unknown key"
-			if near := l.nearest(dotted); near != "" {
+			if why, refused := refusedKeys[dotted]; refused {
+				msg = why
+			} else if near := l.nearest(dotted); near != "" {
 				msg += fmt.Sprintf(" (did you mean %s?)", near)
 			}
 			l.errAt(where(k), k.String(), "%s", msg)

@@ -224,6 +224,7 @@ func LoadOrchestrator(args []string, getenv func(string) string) (*Orchestrator,
 	l.secret("database.url", "database.url_file", "", "database-url", getenv, false)
 	l.secret("artifacts.s3_secret_key", "artifacts.s3_secret_key_file", "", "artifacts-s3-secret-key", getenv, false)
 	l.secret("auth.ldap.bind_password", "auth.ldap.bind_password_file", "", "ldap-bind-password", getenv, false)
+	l.oidcSecret(c, getenv)
 	c.validate(l)
 	c.origins = l.origins()
 	return c, opts, asErrors(l.errs)

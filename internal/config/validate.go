@@ -137,6 +137,7 @@ func (c *Orchestrator) validate(l *loader) {
 	}
 	l.validateWebhooks(c)
 	l.validateLDAP(c)
+	l.validateOIDC(c)
 	l.validateGroups(c)
 	l.validateTeams(c)
 }

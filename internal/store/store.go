@@ -620,6 +620,9 @@ type Store interface {
 
 	// Webhook subscriptions and the outbox of their events.
 	Webhooks
+
+	// Sign-ins in progress with an identity provider.
+	AuthFlows
 }
 
 // FleetGPUs counts the GPUs of st's workers that are not offline, from

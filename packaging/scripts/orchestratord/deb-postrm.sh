@@ -7,7 +7,7 @@ units="simpletuner-orchestratord.service simpletuner-orchestratord.socket simple
 case "$1" in
 purge)
 	rm -rf "$root/var/lib/simpletuner" "$root/run/simpletuner"
-	rm -f "$root/etc/simpletuner/database-url" "$root/etc/simpletuner/ldap-bind-password"
+	rm -f "$root/etc/simpletuner/database-url" "$root/etc/simpletuner/ldap-bind-password" "$root/etc/simpletuner/oidc-client-secret"
 	rmdir "$root/etc/simpletuner/configs" "$root/etc/simpletuner" 2>/dev/null || true
 	[ -z "$root" ] && deb-systemd-helper purge $units >/dev/null 2>&1 || true
 	;;

@@ -6,8 +6,9 @@ systemd-tmpfiles --create simpletuner-orchestratord.conf || :
 # The database URL may carry a password: the unit loads it as the credential
 # database-url, from a file that exists (LoadCredential= refuses to start
 # without it), 0600 root; empty means "not set". The same goes for the LDAP
-# service account's password, ldap-bind-password.
-for cred in /etc/simpletuner/database-url /etc/simpletuner/ldap-bind-password; do
+# service account's password, ldap-bind-password, and the OpenID Connect
+# client secret, oidc-client-secret.
+for cred in /etc/simpletuner/database-url /etc/simpletuner/ldap-bind-password /etc/simpletuner/oidc-client-secret; do
 	[ -e "$cred" ] || (umask 077 && : >"$cred")
 done
 # orchestratord.toml may hold database.url inline too: root may write it, the
