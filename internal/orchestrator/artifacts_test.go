@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"bytes"
@@ -23,6 +23,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
@@ -100,7 +101,7 @@ func (e *env) rawPath(method, path, token string, body []byte) resp {
 	return e.send(req)
 }
 
-func (e *env) artifactStore() *artifacts.Store { return e.srv.artifacts.Load() }
+func (e *env) artifactStore() *artifacts.Store { return e.srv.Artifacts() }
 
 // stored lists every name the artifact backend holds, temporary files included.
 func (e *env) stored() []string {
@@ -247,7 +248,7 @@ func TestArtifactTokens(t *testing.T) {
 // the new attempt's token works.
 func TestArtifactStaleAttempt(t *testing.T) {
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
-		e := setup(t, open(t), func(o *Options) { o.ArtifactUploadGrace = time.Hour })
+		e := setup(t, open(t), func(o *orchestrator.Options) { o.ArtifactUploadGrace = time.Hour })
 		jobID, lost, first := e.runningJob("lost")
 		e.must(e.put(first, "out/a", strings.NewReader("one"), 3), 200)
 		lost.silence()
@@ -294,7 +295,7 @@ func TestArtifactUploadGrace(t *testing.T) {
 			grace time.Duration
 			want  int
 		}{{time.Hour, 200}, {time.Millisecond, 401}} {
-			e := setup(t, open(t), func(o *Options) { o.ArtifactUploadGrace = tc.grace })
+			e := setup(t, open(t), func(o *orchestrator.Options) { o.ArtifactUploadGrace = tc.grace })
 			jobID, a, token := e.runningJob("gpu")
 			e.must(a.report(jobID, "completed", nil), 200)
 			if tc.want == 200 {
@@ -374,7 +375,7 @@ func TestArtifactLimits(t *testing.T) {
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
 		// Room for three 1 MiB objects, each with what its files and
 		// directories are charged.
-		e := setup(t, open(t), func(o *Options) {
+		e := setup(t, open(t), func(o *orchestrator.Options) {
 			o.ArtifactMaxObjectBytes, o.ArtifactMaxJobBytes = 1<<20, 3*artifacts.Charge("out/part-0", 1<<20)
 		})
 		jobID, _, token := e.runningJob("gpu")
@@ -404,8 +405,8 @@ func TestArtifactLimits(t *testing.T) {
 		if b := e.must(e.adminDo("GET", "/api/queue/"+jobID+"/artifacts/out/part-0", nil), 200).Body; !bytes.Equal(b, tooBig[:1<<20]) {
 			t.Fatal("the cut upload changed part-0")
 		}
-		if !strings.Contains(e.srv.metricsText(), "simpletuner_artifact_uploads_too_large_total 3") {
-			t.Fatalf("metrics: %s", e.srv.metricsText())
+		if !strings.Contains(metricsText(e.srv), "simpletuner_artifact_uploads_too_large_total 3") {
+			t.Fatalf("metrics: %s", metricsText(e.srv))
 		}
 	})
 }
@@ -513,9 +514,9 @@ func TestArtifactLargeUploadStreams(t *testing.T) {
 
 func sorted(s []string) []string { return slices.Sorted(slices.Values(s)) }
 
-func (s *Server) metricsText() string {
+func metricsText(s *orchestrator.Server) string {
 	var b bytes.Buffer
-	s.writeMetrics(context.Background(), &b)
+	s.WriteMetrics(context.Background(), &b)
 	return b.String()
 }
 
@@ -525,7 +526,7 @@ func (s *Server) metricsText() string {
 // max_job_objects objects (413).
 func TestArtifactQuotaCountsFilesAndDirectories(t *testing.T) {
 	t.Parallel()
-	e := setup(t, backends["sqlite"](t), func(o *Options) { o.ArtifactMaxJobBytes, o.ArtifactMaxJobObjects = 2<<20, 5 })
+	e := setup(t, backends["sqlite"](t), func(o *orchestrator.Options) { o.ArtifactMaxJobBytes, o.ArtifactMaxJobObjects = 2<<20, 5 })
 	_, _, token := e.runningJob("gpu")
 	r := e.put(token, "out/"+strings.Repeat("d/", 199)+"x", strings.NewReader(""), 0)
 	if r.Status != 400 || !strings.Contains(r.JSON["detail"].(string), "has 200 segments; at most 16") {
@@ -539,7 +540,7 @@ func TestArtifactQuotaCountsFilesAndDirectories(t *testing.T) {
 	}
 	e.must(e.put(token, "out/0", strings.NewReader("replaced"), 8), 200)
 	deep := "out/" + strings.Repeat("d/", artifacts.MaxKeyDepth-1) + "x"
-	e.srv.SetOptions(func() Options { o := e.srv.options(); o.ArtifactMaxJobObjects = 1000; return o }())
+	e.srv.SetOptions(func() orchestrator.Options { o := e.srv.Options(); o.ArtifactMaxJobObjects = 1000; return o }())
 	stored := 0
 	for i := range 40 {
 		if r := e.put(token, fmt.Sprintf("%s%d", deep, i), strings.NewReader(""), 0); r.Status == 200 {

@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
@@ -60,7 +61,7 @@ func storedNames(e *env) string {
 // the newest keep are kept and the files of the others deleted.
 func TestCheckpointCommitAndRetry(t *testing.T) {
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
-		e := setup(t, open(t), func(o *Options) { o.ArtifactUploadGrace = time.Hour })
+		e := setup(t, open(t), func(o *orchestrator.Options) { o.ArtifactUploadGrace = time.Hour })
 		a := e.quietAgent("first")
 		jobID := e.submit(map[string]any{})
 		ev := a.take(jobID)

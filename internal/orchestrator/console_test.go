@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"database/sql"
@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
@@ -18,7 +19,7 @@ import (
 func TestWhoamiAndConfigs(t *testing.T) {
 	t.Parallel()
 	e := setup(t, backends["sqlite"](t))
-	dir := e.srv.options().ConfigsDir
+	dir := e.srv.Options().ConfigsDir
 	os.MkdirAll(filepath.Join(dir, "sdxl-lora"), 0o755)
 	os.WriteFile(filepath.Join(dir, "sdxl-lora", "config.json"), []byte(`{}`), 0o644)
 	os.MkdirAll(filepath.Join(dir, "empty-dir"), 0o755)
@@ -177,7 +178,7 @@ func TestWithPrincipalInProcess(t *testing.T) {
 	h := e.srv.Handler()
 	call := func(p auth.Principal, method, path string) int {
 		req := httptest.NewRequest(method, path, nil)
-		req = req.WithContext(WithPrincipal(req.Context(), p))
+		req = req.WithContext(orchestrator.WithPrincipal(req.Context(), p))
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		return rec.Code

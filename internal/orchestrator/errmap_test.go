@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 func TestErrorsAreMappedPrecisely(t *testing.T) {
 	t.Parallel()
 	e := setup(t, backends["sqlite"](t))
-	dir := e.srv.options().ConfigsDir
+	dir := e.srv.Options().ConfigsDir
 	if err := os.WriteFile(filepath.Join(dir, "plainfile"), []byte("{}"), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"strings"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
@@ -17,7 +18,7 @@ import (
 func TestHeartbeatAbsenceNeedsTwoMisses(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
-		e := setup(t, open(t), func(o *Options) { o.HeartbeatTimeout = time.Minute })
+		e := setup(t, open(t), func(o *orchestrator.Options) { o.HeartbeatTimeout = time.Minute })
 		id, token := e.createWorker("w", "persistent", nil)
 		a := e.newAgent(id, token, 2)
 		e.must(a.register(nil), 200)
@@ -61,7 +62,7 @@ func TestHeartbeatAbsenceNeedsTwoMisses(t *testing.T) {
 func TestRefusedTokensSayWhy(t *testing.T) {
 	t.Parallel()
 	st := backends["sqlite"](t)
-	e := setup(t, st, func(o *Options) { o.AuthFailuresPerMinute = 100 })
+	e := setup(t, st, func(o *orchestrator.Options) { o.AuthFailuresPerMinute = 100 })
 	_, token := e.createWorker("w", "persistent", nil)
 	flipped := []byte(token)
 	flipped[8] ^= 1
@@ -92,7 +93,7 @@ func TestRefusedTokensSayWhy(t *testing.T) {
 func TestGoneWorkerLooksGone(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
-		e := setup(t, open(t), func(o *Options) { o.HeartbeatTimeout = time.Minute })
+		e := setup(t, open(t), func(o *orchestrator.Options) { o.HeartbeatTimeout = time.Minute })
 		busy := e.startAgent("busy", nil, nil)
 		jobID := e.submit(map[string]any{"config": map[string]any{}})
 		if ev := busy.next("job_submit", eventWait); ev["job_id"] != jobID {
@@ -147,7 +148,7 @@ func TestPatchLabelsMerges(t *testing.T) {
 // A queued job says why it waits.
 func TestWaitingReasons(t *testing.T) {
 	t.Parallel()
-	e := setup(t, backends["sqlite"](t), func(o *Options) { o.SchedulerInterval = time.Hour })
+	e := setup(t, backends["sqlite"](t), func(o *orchestrator.Options) { o.SchedulerInterval = time.Hour })
 	reason := func(id string) string { r, _ := e.job(id)["waiting_reason"].(string); return r }
 	huge := e.submit(map[string]any{"config": map[string]any{}, "gpu_count": 64})
 	if reason(huge) != adminapi.WaitNoWorkerLargeEnough {
@@ -210,13 +211,13 @@ func TestShuttingDownJudgesNoDeadline(t *testing.T) {
 	t.Parallel()
 	// An acknowledgement deadline short enough to wait out (this test proves
 	// that nothing happens), long enough to reach the shutdown before it.
-	e := setup(t, backends["sqlite"](t), func(o *Options) { o.AckTimeout = 5 * time.Second })
+	e := setup(t, backends["sqlite"](t), func(o *orchestrator.Options) { o.AckTimeout = 5 * time.Second })
 	a := e.startAgent("w", nil, nil)
 	job := e.submit(map[string]any{})
 	a.next("job_submit", eventWait)
 	a.silence()
 	e.srv.BeginShutdown()
-	opt := e.srv.options()
+	opt := e.srv.Options()
 	time.Sleep(opt.AckTimeout + opt.HeartbeatTimeout + 3*opt.SchedulerInterval)
 	if st := e.job(job)["status"]; st != "dispatched" {
 		t.Errorf("an attempt out during shutdown became %v, want dispatched", st)

@@ -1,9 +1,10 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
@@ -11,7 +12,7 @@ import (
 // as the largest worker) and online, once a minute.
 func TestFleetGPUHistory(t *testing.T) {
 	t.Parallel()
-	e := setup(t, backends["sqlite"](t), patientHeartbeats, func(o *Options) { o.fleetHistoryEvery = 20 * time.Millisecond })
+	e := setup(t, backends["sqlite"](t), patientHeartbeats, func(o *orchestrator.Options) { o.SetFleetHistoryEvery(20 * time.Millisecond) })
 	a := e.startSlotAgent("a", 4)
 	e.submit(gpuJobBody(3, 10))
 	a.take()

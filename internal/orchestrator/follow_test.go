@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"bufio"
@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
@@ -124,7 +125,7 @@ func TestFollowedJobCannotForgeEvents(t *testing.T) {
 func TestFollowEndsWhenTheTokenIsRevoked(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
-		e := setup(t, open(t), func(o *Options) { o.RecheckInterval = 100 * time.Millisecond })
+		e := setup(t, open(t), func(o *orchestrator.Options) { o.RecheckInterval = 100 * time.Millisecond })
 		_, id := e.startedJob()
 		r := e.must(e.adminDo("POST", "/api/admin/tokens", map[string]any{"name": "viewer", "scopes": []string{"queue.view"}}), 201)
 		viewer, tokID := r.JSON["token"].(string), r.JSON["id"].(string)
@@ -149,7 +150,7 @@ func TestFollowEndsWhenTheTokenIsRevoked(t *testing.T) {
 // its place.
 func TestFollowersPerCredentialAreCapped(t *testing.T) {
 	t.Parallel()
-	e := setup(t, backends["sqlite"](t), func(o *Options) { o.MaxLogFollowers = 2 })
+	e := setup(t, backends["sqlite"](t), func(o *orchestrator.Options) { o.MaxLogFollowers = 2 })
 	_, id := e.startedJob()
 	f1, _ := e.follow(e.admin, id)
 	e.follow(e.admin, id)
@@ -176,7 +177,7 @@ func TestFollowerThatDoesNotReadIsDropped(t *testing.T) {
 	t.Parallel()
 	// The tests' heartbeat timeout outlasts the uploads below, however busy
 	// they keep a slow machine.
-	e := setup(t, backends["sqlite"](t), func(o *Options) { o.StreamWriteTimeout = 300 * time.Millisecond })
+	e := setup(t, backends["sqlite"](t), func(o *orchestrator.Options) { o.StreamWriteTimeout = 300 * time.Millisecond })
 	a, id := e.startedJob()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
 	if err != nil {
@@ -184,7 +185,7 @@ func TestFollowerThatDoesNotReadIsDropped(t *testing.T) {
 	}
 	defer conn.Close()
 	fmt.Fprintf(conn, "GET /api/queue/%s/logs?follow=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", id, e.admin)
-	testutil.Eventually(t, eventWait, "the follow to start", func() bool { return e.srv.api.Following() == 1 })
+	testutil.Eventually(t, eventWait, "the follow to start", func() bool { return e.srv.API().Following() == 1 })
 	line := strings.Repeat("z", 1023) + "\n"
 	chunk := strings.Repeat(line, 512) // 512 KiB
 	offset := 0
@@ -192,7 +193,7 @@ func TestFollowerThatDoesNotReadIsDropped(t *testing.T) {
 		a.postLog(id, offset, chunk)
 		offset += len(chunk)
 	}
-	testutil.Eventually(t, eventWait, "the stalled follower to be dropped", func() bool { return e.srv.api.Following() == 0 })
+	testutil.Eventually(t, eventWait, "the stalled follower to be dropped", func() bool { return e.srv.API().Following() == 0 })
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.Copy(io.Discard, bufio.NewReader(conn)); err != nil && !strings.Contains(err.Error(), "reset") {
 		t.Fatalf("the dropped stream did not end: %v", err)
@@ -233,7 +234,7 @@ func TestFollowersDoNotPollTheStore(t *testing.T) {
 func TestFollowersGetAppendsWithoutReads(t *testing.T) {
 	t.Parallel()
 	st := &readCounter{Store: backends["sqlite"](t)}
-	e := setup(t, st, func(o *Options) { o.followFallback = time.Hour })
+	e := setup(t, st, func(o *orchestrator.Options) { o.SetFollowFallback(time.Hour) })
 	a, id, fs := startFollowers(t, e, 8)
 
 	before := st.reads.Load()
@@ -268,7 +269,7 @@ func startFollowers(t *testing.T, e *env, n int) (*agent, string, []*follower) {
 		f, _ := e.follow(e.admin, id)
 		fs = append(fs, f)
 	}
-	testutil.Eventually(t, eventWait, "every follow to start", func() bool { return e.srv.api.Following() == n })
+	testutil.Eventually(t, eventWait, "every follow to start", func() bool { return e.srv.API().Following() == n })
 	a.postLog(id, 0, "first\n") // a new attempt: each follower catches up once
 	testutil.Eventually(t, eventWait, "the first line everywhere", func() bool {
 		for _, f := range fs {

@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"fmt"
@@ -44,7 +44,7 @@ func TestGPUTelemetryFloodIsBounded(t *testing.T) {
 		}
 		e.must(a.heartbeat("idle", nil, map[string]any{"gpus": gpus}), 200)
 	}
-	if n := e.srv.gpuHistory.Series(); n != 2 {
+	if n := e.srv.GPUHistory().Series(); n != 2 {
 		t.Fatalf("the history keeps %d GPU series for a worker with 2 GPUs", n)
 	}
 
@@ -82,7 +82,7 @@ func TestGPUTelemetryFloodIsBounded(t *testing.T) {
 	if conds, _ := w["gpu_conditions"].([]any); mustJSON(w["gpu_telemetry"]) != before || len(conds) != 0 {
 		t.Fatalf("refused heartbeats changed the worker's telemetry or conditions (%v)", conds)
 	}
-	if n := e.srv.gpuHistory.Series(); n != 2 {
+	if n := e.srv.GPUHistory().Series(); n != 2 {
 		t.Fatalf("the history keeps %d GPU series after refused heartbeats", n)
 	}
 

@@ -1,4 +1,8 @@
-package orchestrator
+// The orchestrator's tests are an external package: they assemble the
+// server as every other package's tests do, with orchestrator.New over a
+// real store, orchtest.Serve and orchtest.Timers, and reach the few parts
+// they must drive directly through export_test.go.
+package orchestrator_test
 
 import (
 	"bufio"
@@ -15,6 +19,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/orchtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -43,13 +48,13 @@ func forEachStore(t *testing.T, fn func(t *testing.T, open func(t testing.TB) st
 const eventWait = 30 * time.Second
 
 // testOptions are production options with the tests' timers (orchtest.Timers).
-func testOptions(t testing.TB) Options {
-	return OptionsFrom(orchtest.Timers.Config(t))
+func testOptions(t testing.TB) orchestrator.Options {
+	return orchestrator.OptionsFrom(orchtest.Timers.Config(t))
 }
 
 type env struct {
 	t     testing.TB
-	srv   *Server
+	srv   *orchestrator.Server
 	orch  *orchtest.Orch
 	st    store.Store
 	url   string
@@ -58,7 +63,7 @@ type env struct {
 }
 
 // setup starts an orchestrator over a real store on a loopback HTTP server.
-func setup(t testing.TB, st store.Store, mutate ...func(*Options)) *env {
+func setup(t testing.TB, st store.Store, mutate ...func(*orchestrator.Options)) *env {
 	t.Helper()
 	opt := testOptions(t)
 	for _, m := range mutate {
@@ -67,11 +72,11 @@ func setup(t testing.TB, st store.Store, mutate ...func(*Options)) *env {
 	return startEnv(t, st, opt)
 }
 
-func startEnv(t testing.TB, st store.Store, opt Options) *env {
+func startEnv(t testing.TB, st store.Store, opt orchestrator.Options) *env {
 	t.Helper()
 	logs := &testutil.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv := New(st, opt, log)
+	srv := orchestrator.New(st, opt, log)
 	arts, err := artifacts.NewLocal(filepath.Join(t.TempDir(), "artifacts"))
 	if err != nil {
 		t.Fatal(err)
@@ -251,7 +256,7 @@ func (a *agent) connect() {
 		}
 	}()
 	a.e.t.Cleanup(cancel)
-	testutil.Eventually(a.e.t, eventWait, "stream registered", func() bool { return a.e.srv.hub.Connected(a.id) })
+	testutil.Eventually(a.e.t, eventWait, "stream registered", func() bool { return a.e.srv.Hub().Connected(a.id) })
 }
 
 func (a *agent) next(typ string, timeout time.Duration) map[string]any {

@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/retention"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
@@ -178,7 +179,7 @@ func TestAuditPagesAndVerify(t *testing.T) {
 func TestRetentionPass(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
-		e := setup(t, open(t), func(o *Options) { o.StartupGrace = time.Hour }) // passes run by hand
+		e := setup(t, open(t), func(o *orchestrator.Options) { o.StartupGrace = time.Hour }) // passes run by hand
 		jobID, a, token := e.runningJob("a")
 		e.must(e.put(token, "out/model.safetensors", strings.NewReader("weights"), 7), 200)
 		e.must(a.report(jobID, "completed", map[string]any{"attempt": 1}), 200)
@@ -186,18 +187,18 @@ func TestRetentionPass(t *testing.T) {
 			"X-Attempt": "1", "X-Log-Offset": "0"}, "trained\n"), 200)
 		running, b, _ := e.runningJob("b")
 		queued := e.submit(map[string]any{"target": "local"})
-		e.srv.retention.RefreshSizes(context.Background())
+		e.srv.Retention().RefreshSizes(context.Background())
 		before := e.metrics()
 		if before[`simpletuner_db_rows{table="jobs"}`] != 3 || before["simpletuner_log_bytes"] != 8 || before["simpletuner_artifact_bytes"] != 7 {
 			t.Fatalf("sizes before: %v", before)
 		}
 
 		// Keep logs and artifacts a millisecond: only the finished job's go.
-		o := e.srv.options()
+		o := e.srv.Options()
 		o.Retention = retention.Options{Logs: time.Millisecond, Artifacts: time.Millisecond, Interval: time.Hour, BatchSize: 1}
 		e.srv.SetOptions(o)
 		time.Sleep(5 * time.Millisecond) // the cut-off is a millisecond before the pass starts
-		e.srv.retention.Pass(context.Background())
+		e.srv.Retention().Pass(context.Background())
 		if got := e.adminDo("GET", "/api/queue/"+jobID+"/logs", nil); got.Status != 200 || len(got.Body) != 0 {
 			t.Fatalf("log after retention: %d %q", got.Status, got.Body)
 		}
@@ -209,7 +210,7 @@ func TestRetentionPass(t *testing.T) {
 		// Now the jobs too, and the audit records.
 		o.Retention = retention.Options{Jobs: time.Millisecond, Audit: time.Millisecond, Interval: time.Hour, BatchSize: 2}
 		e.srv.SetOptions(o)
-		e.srv.retention.Pass(context.Background())
+		e.srv.Retention().Pass(context.Background())
 		e.must(e.adminDo("GET", "/api/queue/"+jobID, nil), 404)
 		for _, id := range []string{running, queued} {
 			if j := e.job(id); j["status"] == nil {
@@ -222,7 +223,7 @@ func TestRetentionPass(t *testing.T) {
 		}
 		// The running job still works: its worker reports, a new job is dispatched.
 		e.must(b.report(running, "completed", map[string]any{"attempt": e.job(running)["attempt"]}), 200)
-		e.srv.retention.RefreshSizes(context.Background())
+		e.srv.Retention().RefreshSizes(context.Background())
 		after := e.metrics()
 		if after[`simpletuner_retention_deleted_total{kind="jobs"}`] != 1 || after[`simpletuner_retention_deleted_total{kind="logs"}`] != 1 ||
 			after[`simpletuner_retention_deleted_total{kind="artifacts"}`] != 1 || after[`simpletuner_retention_deleted_total{kind="audit"}`] < 5 ||
@@ -239,7 +240,7 @@ func TestRetentionPass(t *testing.T) {
 func (e *env) metrics() map[string]float64 {
 	e.t.Helper()
 	rec := &strings.Builder{}
-	e.srv.writeMetrics(context.Background(), rec)
+	e.srv.WriteMetrics(context.Background(), rec)
 	out := map[string]float64{}
 	for _, line := range strings.Split(rec.String(), "\n") {
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -323,7 +324,7 @@ func TestDiskFull(t *testing.T) {
 		t.Fatalf("disk_full gauge %v", m["simpletuner_disk_full"])
 	}
 	// The worker stays online past its heartbeat timeout: its beats count.
-	time.Sleep(2 * e.srv.options().HeartbeatTimeout)
+	time.Sleep(2 * e.srv.Options().HeartbeatTimeout)
 	if w := e.worker(a.id); w["status"] != "idle" {
 		t.Fatalf("worker while the disk is full: %v", w["status"])
 	}
@@ -342,9 +343,9 @@ func TestDiskFull(t *testing.T) {
 func TestArtifactDiskFullIs507(t *testing.T) {
 	t.Parallel()
 	e := setup(t, backends["sqlite"](t))
-	err := e.srv.uploads.ArtifactError(&os.PathError{Op: "write", Path: "/srv/artifacts/.tmp/1", Err: syscall.ENOSPC})
+	err := e.srv.Uploads().ArtifactError(&os.PathError{Op: "write", Path: "/srv/artifacts/.tmp/1", Err: syscall.ENOSPC})
 	rec := &captureWriter{h: http.Header{}}
-	e.srv.errs.Write(rec, &http.Request{URL: &url.URL{Path: "/api/cloud/storage/out/x"}}, err)
+	e.srv.Errs().Write(rec, &http.Request{URL: &url.URL{Path: "/api/cloud/storage/out/x"}}, err)
 	if rec.status != 507 || !strings.Contains(rec.body.String(), "no space left on the disk that keeps artifacts") {
 		t.Fatalf("artifact disk full: %d %s", rec.status, rec.body.String())
 	}
@@ -353,7 +354,7 @@ func TestArtifactDiskFullIs507(t *testing.T) {
 		t.Fatalf("readyz with the artifacts' disk full: %d %s", r.Status, r.Body)
 	}
 	// The disk has room: the watcher's probe write succeeds and it recovers.
-	testutil.Eventually(t, eventWait, "space again", func() bool { _, degraded := e.srv.disk.Problem(); return degraded == "" })
+	testutil.Eventually(t, eventWait, "space again", func() bool { _, degraded := e.srv.Disk().Problem(); return degraded == "" })
 	if left := e.stored(); len(left) != 0 {
 		t.Fatalf("the probe left %v", left)
 	}
@@ -374,9 +375,9 @@ func (c *captureWriter) Write(b []byte) (int, error) { return c.body.Write(b) }
 func TestArtifactStoreUnreachableIs503(t *testing.T) {
 	t.Parallel()
 	e := setup(t, backends["sqlite"](t))
-	err := e.srv.uploads.ArtifactError(fmt.Errorf("%w: %w", artifacts.ErrUnavailable, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}))
+	err := e.srv.Uploads().ArtifactError(fmt.Errorf("%w: %w", artifacts.ErrUnavailable, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}))
 	rec := &captureWriter{h: http.Header{}}
-	e.srv.errs.Write(rec, &http.Request{URL: &url.URL{Path: "/api/queue/j_x/artifacts"}}, err)
+	e.srv.Errs().Write(rec, &http.Request{URL: &url.URL{Path: "/api/queue/j_x/artifacts"}}, err)
 	if rec.status != 503 || !strings.Contains(rec.body.String(), "the artifact store is unreachable") || strings.Contains(rec.body.String(), "database") {
 		t.Fatalf("artifact store down: %d %s", rec.status, rec.body.String())
 	}

@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/placement"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -28,7 +29,7 @@ func manyLabels(n int) map[string]string {
 // an admin sets them or a worker reports them.
 func TestLabelLimits(t *testing.T) {
 	t.Parallel()
-	e := setup(t, backends["sqlite"](t), func(o *Options) { o.MaxBodyBytes = 4 << 20 })
+	e := setup(t, backends["sqlite"](t), func(o *orchestrator.Options) { o.MaxBodyBytes = 4 << 20 })
 	huge := "*" + strings.Repeat("a", 1<<20) + "b"
 	for _, c := range []struct {
 		labels map[string]string
@@ -124,7 +125,7 @@ func TestHeartbeatsAnsweredDuringSlowPasses(t *testing.T) {
 	// never held against them: sixty keep-alive loops would load the very
 	// store the test times, and on a loaded machine a first pass can take
 	// longer than any scaled-down heartbeat timeout.
-	e := setup(t, backends["sqlite"](t), func(o *Options) {
+	e := setup(t, backends["sqlite"](t), func(o *orchestrator.Options) {
 		o.SchedulerInterval = time.Hour
 		o.HeartbeatTimeout = time.Hour
 	})
@@ -144,7 +145,7 @@ func TestHeartbeatsAnsweredDuringSlowPasses(t *testing.T) {
 	type span struct{ from, to time.Time }
 	pass := func() span {
 		from := time.Now()
-		e.srv.sched.Pass(context.Background())
+		e.srv.Scheduler().Pass(context.Background())
 		return span{from, time.Now()}
 	}
 	first := pass() // after the passes the agents' streams woke

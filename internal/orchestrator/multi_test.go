@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store/postgres"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
@@ -92,7 +93,7 @@ func TestTwoInstancesOnePostgres(t *testing.T) {
 
 // twoReplicas starts alpha and beta on one new PostgreSQL database and
 // returns them with the database URL.
-func twoReplicas(t *testing.T, mutate func(name string, o *Options)) (alpha, beta *env, url string) {
+func twoReplicas(t *testing.T, mutate func(name string, o *orchestrator.Options)) (alpha, beta *env, url string) {
 	t.Helper()
 	url = pgtest.Start(t)
 	var envs []*env
@@ -165,7 +166,7 @@ func cutListeners(t *testing.T, url string) (undo func()) {
 // closes the stream; the old token never sees the job.
 func TestRotatedTokenGetsNoDispatchOnAReplicaThatMissedTheNotification(t *testing.T) {
 	t.Parallel()
-	alpha, beta, url := twoReplicas(t, func(name string, o *Options) {
+	alpha, beta, url := twoReplicas(t, func(name string, o *orchestrator.Options) {
 		o.RecheckInterval = time.Hour // only the check at dispatch can help
 		o.SchedulerInterval = 100 * time.Millisecond
 		o.HeartbeatTimeout = time.Hour
@@ -225,7 +226,7 @@ func TestRotatedTokenGetsNoDispatchOnAReplicaThatMissedTheNotification(t *testin
 // stream it opened.
 func TestRotatedTokenLosesItsStreamOnAReplicaThatMissedTheNotification(t *testing.T) {
 	t.Parallel()
-	alpha, beta, url := twoReplicas(t, func(name string, o *Options) { o.RecheckInterval = 200 * time.Millisecond })
+	alpha, beta, url := twoReplicas(t, func(name string, o *orchestrator.Options) { o.RecheckInterval = 200 * time.Millisecond })
 	a := beta.startAgent("w", nil, nil)
 	undo := cutListeners(t, url)
 	defer undo()

@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"bufio"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
@@ -18,11 +19,11 @@ import (
 func TestSubmitBeforeAnyWorkerStartsOnConnect(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
-		e := setup(t, open(t), func(o *Options) { o.SchedulerInterval = time.Hour }) // only wake-ups dispatch
-		if err := os.MkdirAll(filepath.Join(e.srv.options().ConfigsDir, "my-config"), 0o755); err != nil {
+		e := setup(t, open(t), func(o *orchestrator.Options) { o.SchedulerInterval = time.Hour }) // only wake-ups dispatch
+		if err := os.MkdirAll(filepath.Join(e.srv.Options().ConfigsDir, "my-config"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		os.WriteFile(filepath.Join(e.srv.options().ConfigsDir, "my-config", "config.json"), []byte(`{"_metadata":{},"config":{"--lr":1}}`), 0o644)
+		os.WriteFile(filepath.Join(e.srv.Options().ConfigsDir, "my-config", "config.json"), []byte(`{"_metadata":{},"config":{"--lr":1}}`), 0o644)
 		r := e.must(e.adminDo("POST", "/api/queue/submit", map[string]any{"config_name": "my-config", "target": "worker"}), 201)
 		jobID := r.JSON["job_id"].(string)
 		if r.JSON["status"] != "queued" || !strings.HasPrefix(jobID, "j_") || len(jobID) != 14 {
@@ -39,7 +40,7 @@ func TestSubmitBeforeAnyWorkerStartsOnConnect(t *testing.T) {
 func TestSubmitValidation(t *testing.T) {
 	t.Parallel()
 	e := setup(t, backends["sqlite"](t))
-	os.WriteFile(filepath.Join(e.srv.options().ConfigsDir, "flat.json"), []byte(`{"a":1}`), 0o644)
+	os.WriteFile(filepath.Join(e.srv.Options().ConfigsDir, "flat.json"), []byte(`{"a":1}`), 0o644)
 	e.must(e.adminDo("POST", "/api/queue/submit", map[string]any{"config_name": "flat"}), 201)
 	e.must(e.adminDo("POST", "/api/queue/submit", map[string]any{"config_name": "flat.json"}), 201)
 	for _, c := range []struct {
@@ -124,7 +125,7 @@ func TestLabelGlobAndGPUMatching(t *testing.T) {
 func TestAckTimeoutWithdrawsWithoutSpendingRetry(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
-		e := setup(t, open(t), func(o *Options) { o.AckTimeout = 300 * time.Millisecond })
+		e := setup(t, open(t), func(o *orchestrator.Options) { o.AckTimeout = 300 * time.Millisecond })
 		mute := e.startAgent("mute", nil, nil)
 		jobID := e.submit(map[string]any{})
 		mute.next("job_submit", eventWait) // never acknowledged
@@ -184,14 +185,14 @@ func TestWorkerLostRequeuesAndStaleReportIsFenced(t *testing.T) {
 		}
 		e.must(second.report(jobID, "starting", map[string]any{"attempt": 2}), 200)
 		// The partitioned first worker comes back and reports: refused, nothing changes.
-		before := e.srv.metrics.StaleRejections.Load()
+		before := e.srv.Metrics().StaleRejections.Load()
 		if r := lost.report(jobID, "completed", map[string]any{"attempt": 1}); r.Status != 409 || r.JSON["error"] != "stale_attempt" {
 			t.Fatalf("stale report: %d %s", r.Status, r.Body)
 		}
 		if r := lost.report(jobID, "failed", nil); r.Status != 409 {
 			t.Fatalf("stale protocol-1 report: %d", r.Status)
 		}
-		if e.srv.metrics.StaleRejections.Load() < before+2 || e.job(jobID)["status"] != "running" {
+		if e.srv.Metrics().StaleRejections.Load() < before+2 || e.job(jobID)["status"] != "running" {
 			t.Fatal("stale report changed the job")
 		}
 		hb := e.must(lost.heartbeat("busy", jobID, map[string]any{"running": []map[string]any{{"job_id": jobID, "attempt": 1}}}), 200)
@@ -318,7 +319,7 @@ func TestDrainEphemeralAndPersistent(t *testing.T) {
 func TestLogsAppendReadFollow(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
-		e := setup(t, open(t), func(o *Options) { o.LogLimitBytes = 64 })
+		e := setup(t, open(t), func(o *orchestrator.Options) { o.LogLimitBytes = 64 })
 		a := e.startAgent("w", nil, nil)
 		jobID := e.submit(map[string]any{})
 		a.next("job_submit", eventWait)

@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
@@ -97,7 +98,7 @@ func (a *slotAgent) finish(job string) {
 // patientHeartbeats keeps a worker whose keep-alive loop is starved on a
 // loaded machine from being taken for lost: placement tests expect their
 // workers to stay.
-func patientHeartbeats(o *Options) { o.HeartbeatTimeout = 10 * time.Second }
+func patientHeartbeats(o *orchestrator.Options) { o.HeartbeatTimeout = 10 * time.Second }
 
 func gpuJobBody(gpus, priority int) map[string]any {
 	return map[string]any{"gpu_count": gpus, "priority": priority}

@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/fairshare"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
@@ -16,8 +17,8 @@ import (
 // withTeams configures the teams flood and late with equal shares (the
 // default team with almost none), preemption on from the first second of
 // running, and mod's changes.
-func withTeams(mod ...func(*config.Orchestrator)) func(*Options) {
-	return func(o *Options) {
+func withTeams(mod ...func(*config.Orchestrator)) func(*orchestrator.Options) {
+	return func(o *orchestrator.Options) {
 		cfg := config.DefaultOrchestrator()
 		cfg.Teams = []config.TeamConfig{{Name: "flood", Share: 1}, {Name: "late", Share: 1}, {Name: "default", Share: 0.001}}
 		cfg.Jobs.MinRuntime.Duration = 0
@@ -250,7 +251,7 @@ func TestTeamQueueIndexOnlyWithTeams(t *testing.T) {
 // takes them back.
 func TestTheDefaultTeamRunsOnIdleGPUsOnly(t *testing.T) {
 	t.Parallel()
-	e := setup(t, backends["sqlite"](t), func(o *Options) {
+	e := setup(t, backends["sqlite"](t), func(o *orchestrator.Options) {
 		cfg := config.DefaultOrchestrator()
 		cfg.Teams = []config.TeamConfig{{Name: "flood", Share: 1}, {Name: "late", Share: 1}}
 		cfg.Jobs.MinRuntime.Duration = 0

@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"bytes"
@@ -9,11 +9,12 @@ import (
 	"testing"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
 // withWalledTeams configures the teams alpha and bravo, and mod's changes.
-func withWalledTeams(mod ...func(*config.Orchestrator)) func(*Options) {
+func withWalledTeams(mod ...func(*config.Orchestrator)) func(*orchestrator.Options) {
 	return withTeams(append([]func(*config.Orchestrator){func(c *config.Orchestrator) {
 		c.Teams = []config.TeamConfig{{Name: "alpha", Share: 1}, {Name: "bravo", Share: 1}}
 	}}, mod...)...)
@@ -136,7 +137,7 @@ func TestOnlyALeadCancelsATeammatesJob(t *testing.T) {
 // visibility = "all" opens reads across teams, not cancels.
 func TestVisibilityAllOpensReadsOnly(t *testing.T) {
 	t.Parallel()
-	e := setup(t, backends["sqlite"](t), withWalledTeams(), func(o *Options) { o.Visibility = "all" })
+	e := setup(t, backends["sqlite"](t), withWalledTeams(), func(o *orchestrator.Options) { o.Visibility = "all" })
 	alpha := e.scopedToken("alpha-ci", "alpha", "queue.*")
 	bravo := e.scopedToken("bravo-ci", "bravo", "queue.*")
 	bravoJob := e.must(e.submitAs(bravo, nil), 201).JSON["job_id"].(string)

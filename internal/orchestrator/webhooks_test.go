@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
@@ -69,7 +70,7 @@ func (h *hookReceiver) types(jobID string) []string {
 }
 
 // withWebhooks lets webhooks reach loopback receivers, and retries fast.
-func withWebhooks(o *Options) {
+func withWebhooks(o *orchestrator.Options) {
 	o.Webhooks.Guard = spec.Guard{AllowLocal: true}
 	o.Webhooks.PollInterval = 20 * time.Millisecond
 	o.Webhooks.BackoffMin, o.Webhooks.BackoffMax = 5*time.Millisecond, 50*time.Millisecond
@@ -190,7 +191,7 @@ func TestWebhookJobLife(t *testing.T) {
 			}
 		}
 		var metrics strings.Builder
-		e.srv.writeMetrics(context.Background(), &metrics)
+		e.srv.WriteMetrics(context.Background(), &metrics)
 		if !strings.Contains(metrics.String(), "simpletuner_webhook_deliveries_total ") {
 			t.Fatalf("metrics:\n%s", metrics.String())
 		}
@@ -227,7 +228,7 @@ func TestWebhookGPUFence(t *testing.T) {
 // With server.public_url the events' links are absolute.
 func TestWebhookLinksUsePublicURL(t *testing.T) {
 	t.Parallel()
-	e := setup(t, backends["sqlite"](t), withWebhooks, func(o *Options) { o.PublicURL = "https://orch.example" })
+	e := setup(t, backends["sqlite"](t), withWebhooks, func(o *orchestrator.Options) { o.PublicURL = "https://orch.example" })
 	h := newHookReceiver(t)
 	e.subscribe(h, "job.queued")
 	id := e.submit(map[string]any{})
@@ -243,7 +244,7 @@ func TestWebhookLinksUsePublicURL(t *testing.T) {
 func TestWebhookGPUFlapsAreCoalesced(t *testing.T) {
 	t.Parallel()
 	const window = time.Second
-	e := setup(t, backends["sqlite"](t), withWebhooks, func(o *Options) { o.Webhooks.GPUEventWindow = window })
+	e := setup(t, backends["sqlite"](t), withWebhooks, func(o *orchestrator.Options) { o.Webhooks.GPUEventWindow = window })
 	h := newHookReceiver(t)
 	e.subscribe(h, "gpu.*")
 	a := e.startAgent("box", nil, map[string]any{"name": "A100", "count": 4, "vram_gb": 80})

@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -199,7 +200,7 @@ func TestReplacedStreamCleanupKeepsSuccessor(t *testing.T) {
 			t.Fatal("replaced stream was not closed")
 		}
 		time.Sleep(100 * time.Millisecond) // let the old handler's cleanup run
-		if !e.srv.hub.Connected(a.id) || e.worker(a.id)["connected"] != true {
+		if !e.srv.Hub().Connected(a.id) || e.worker(a.id)["connected"] != true {
 			t.Fatal("old stream's cleanup unregistered the new one")
 		}
 		jobID := e.submit(map[string]any{})
@@ -370,7 +371,7 @@ func TestWorkerNamesAreUnique(t *testing.T) {
 func TestAdminAuthScopesAndRateLimit(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
-		e := setup(t, open(t), func(o *Options) { o.AuthFailuresPerMinute = 3 })
+		e := setup(t, open(t), func(o *orchestrator.Options) { o.AuthFailuresPerMinute = 3 })
 		if r := e.do("GET", "/api/admin/workers", nil, nil); r.Status != 401 || r.JSON["error"] != "unauthorized" {
 			t.Fatalf("no credential: %d %s", r.Status, r.Body)
 		}
@@ -458,7 +459,7 @@ func TestHealthzReadyzMetrics(t *testing.T) {
 		}
 		e.must(e.do("GET", "/readyz", nil, nil), 200)
 		rec := &testutil.Buffer{}
-		e.srv.writeMetrics(context.Background(), rec)
+		e.srv.WriteMetrics(context.Background(), rec)
 		buildInfo := fmt.Sprintf("simpletuner_build_info{version=%q,store=%q} 1\n", version.Version, st.Kind())
 		for _, m := range []string{"simpletuner_queue_depth", "simpletuner_workers{status=\"idle\"}", "simpletuner_dispatch_latency_seconds_bucket",
 			"simpletuner_heartbeats_total", "simpletuner_stale_attempt_rejections_total", "simpletuner_sse_connections", "simpletuner_auth_failures_total",
@@ -530,16 +531,16 @@ func TestQueueCheckSeesOnlyJobsThatFit(t *testing.T) {
 // a job_submit handed over right before a shutdown must not be lost.
 func TestQueuedEventSurvivesClose(t *testing.T) {
 	t.Parallel()
-	e := setup(t, backends["sqlite"](t), func(o *Options) { o.SchedulerInterval = time.Hour })
+	e := setup(t, backends["sqlite"](t), func(o *orchestrator.Options) { o.SchedulerInterval = time.Hour })
 	for i := range 20 {
 		id, token := e.createWorker(fmt.Sprintf("w%d", i), "persistent", nil)
 		a := e.newAgent(id, token, 2)
 		e.must(a.register(nil), 200)
 		a.connect()
-		if !e.srv.hub.Send(id, protocol.EventDrain, protocol.DrainEvent{Type: protocol.EventDrain, Reason: fmt.Sprint(i)}) {
+		if !e.srv.Hub().Send(id, protocol.EventDrain, protocol.DrainEvent{Type: protocol.EventDrain, Reason: fmt.Sprint(i)}) {
 			t.Fatal("send failed")
 		}
-		e.srv.hub.Close(id, "shutting down")
+		e.srv.Hub().Close(id, "shutting down")
 		if ev := a.next(protocol.EventDrain, 5*time.Second); ev["reason"] != fmt.Sprint(i) {
 			t.Fatalf("got %v", ev)
 		}
