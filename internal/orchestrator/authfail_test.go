@@ -69,7 +69,7 @@ func TestAnonymousFloodDoesNotFloodTheAudit(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for i := range perGoroutine {
-						floodRequest(t, hc, e.url, i)
+						floodRequest(t, hc, e.URL, i)
 					}
 				}()
 			}
@@ -133,7 +133,7 @@ func TestFailuresAreAuditedEachInterval(t *testing.T) {
 	before, _ := auditCount(t, st)
 	hc := clientFrom(9)
 	for i := range 3 {
-		floodRequest(t, hc, e.url, i)
+		floodRequest(t, hc, e.URL, i)
 	}
 	testutil.Eventually(t, eventWait, "the failures audited by the timer", func() bool {
 		_, all := auditCount(t, st)
@@ -157,9 +157,9 @@ func TestFailureRecordDetails(t *testing.T) {
 	before, _ := auditCount(t, st)
 	tok := auth.NewWorkerToken()
 	for range 3 {
-		e.do("POST", "/api/workers/register", map[string]string{"X-Worker-Token": tok}, map[string]any{"name": "x"})
+		e.Do("POST", "/api/workers/register", map[string]string{"X-Worker-Token": tok}, map[string]any{"name": "x"})
 	}
-	e.do("POST", "/api/workers/job/j_abc/status", map[string]string{"X-Worker-Token": "nope"}, map[string]any{})
+	e.Do("POST", "/api/workers/job/j_abc/status", map[string]string{"X-Worker-Token": "nope"}, map[string]any{})
 	e.srv.Authn().FlushFailures(t.Context())
 	_, all := auditCount(t, st)
 	if len(all) != before+1 {

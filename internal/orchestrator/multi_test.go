@@ -72,7 +72,7 @@ func TestTwoInstancesOnePostgres(t *testing.T) {
 	}
 	var ids []string
 	for i := range jobs {
-		ids = append(ids, envs[i%2].submit(map[string]any{})) // half submitted on each instance
+		ids = append(ids, envs[i%2].Submit(map[string]any{})) // half submitted on each instance
 	}
 	for range jobs {
 		select {
@@ -83,9 +83,9 @@ func TestTwoInstancesOnePostgres(t *testing.T) {
 	}
 	for _, id := range ids {
 		if runs[id] != 1 {
-			t.Errorf("job %s ran %d times; its attempts: %v", id, runs[id], envs[0].job(id)["attempts"])
+			t.Errorf("job %s ran %d times; its attempts: %v", id, runs[id], envs[0].Job(id)["attempts"])
 		}
-		if s := envs[0].job(id)["status"]; s != "completed" {
+		if s := envs[0].Job(id)["status"]; s != "completed" {
 			t.Errorf("job %s is %v", id, s)
 		}
 	}
@@ -173,14 +173,14 @@ func TestRotatedTokenGetsNoDispatchOnAReplicaThatMissedTheNotification(t *testin
 	})
 	// The agent sends no heartbeats: a refused one would close its stream
 	// too, before the dispatch check this test is about.
-	id, token := beta.createWorker("w", "persistent", nil)
+	id, token := beta.CreateWorker("w", "persistent", nil)
 	a := beta.newAgent(id, token, 2)
-	beta.must(a.register(map[string]any{"name": "w"}), 200)
+	beta.Must(a.register(map[string]any{"name": "w"}), 200)
 	a.connect()
 	undo := cutListeners(t, url)
 	defer undo()
-	alpha.must(alpha.adminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
-	jobID := alpha.submit(map[string]any{"hf_token": "hf_secret_for_the_right_worker"})
+	alpha.Must(alpha.AdminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
+	jobID := alpha.Submit(map[string]any{"hf_token": "hf_secret_for_the_right_worker"})
 	select {
 	case <-a.closed:
 	case ev := <-a.events:
@@ -194,7 +194,7 @@ func TestRotatedTokenGetsNoDispatchOnAReplicaThatMissedTheNotification(t *testin
 	// was being detached may show in the job read just after it went back
 	// to the queue, not yet withdrawn.
 	testutil.Eventually(t, eventWait, "the attempts withdrawn", func() bool {
-		j = alpha.job(jobID)
+		j = alpha.Job(jobID)
 		atts, _ := j["attempts"].([]any)
 		if j["status"] != "queued" || len(atts) == 0 {
 			return false
@@ -230,7 +230,7 @@ func TestRotatedTokenLosesItsStreamOnAReplicaThatMissedTheNotification(t *testin
 	a := beta.startAgent("w", nil, nil)
 	undo := cutListeners(t, url)
 	defer undo()
-	alpha.must(alpha.adminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
+	alpha.Must(alpha.AdminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
 	select {
 	case <-a.closed:
 	case <-time.After(10 * time.Second):
@@ -238,6 +238,6 @@ func TestRotatedTokenLosesItsStreamOnAReplicaThatMissedTheNotification(t *testin
 	}
 	undo()
 	testutil.Eventually(t, eventWait, "the worker shown disconnected", func() bool {
-		return alpha.worker(a.id)["connected"] == false
+		return alpha.Worker(a.id)["connected"] == false
 	})
 }
