@@ -7,7 +7,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -75,20 +74,7 @@ func (e *env) put(token, path string, body io.Reader, size int64) orchtest.Reply
 	if token != "" {
 		req.Header.Set("X-Upload-Token", token)
 	}
-	return e.send(req)
-}
-
-func (e *env) send(req *http.Request) orchtest.Reply {
-	e.t.Helper()
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatalf("%s %s: %v", req.Method, req.URL, err)
-	}
-	defer res.Body.Close()
-	data, _ := io.ReadAll(res.Body)
-	r := orchtest.Reply{Status: res.StatusCode, Header: res.Header, Body: data}
-	_ = json.Unmarshal(data, &r.JSON)
-	return r
+	return e.Send(req)
 }
 
 // rawPath sends a request whose path is written exactly as given, so that
@@ -99,7 +85,7 @@ func (e *env) rawPath(method, path, token string, body []byte) orchtest.Reply {
 	req := &http.Request{Method: method, URL: &url.URL{Scheme: "http", Host: u.Host, Opaque: path},
 		Header: http.Header{"X-Upload-Token": {token}}, Body: io.NopCloser(bytes.NewReader(body)),
 		ContentLength: int64(len(body)), Host: u.Host}
-	return e.send(req)
+	return e.Send(req)
 }
 
 func (e *env) artifactStore() *artifacts.Store { return e.srv.Artifacts() }
@@ -143,7 +129,7 @@ func TestArtifactUploadAndDownload(t *testing.T) {
 		// X-SimpleTuner-Secret works too, and chunked bodies.
 		req, _ := http.NewRequest("PUT", e.URL+"/api/cloud/storage/outputs/final.txt", io.MultiReader(strings.NewReader("fin")))
 		req.Header.Set("X-SimpleTuner-Secret", token)
-		e.Must(e.send(req), 200)
+		e.Must(e.Send(req), 200)
 
 		// The job reads back what it uploaded, in upstream's shapes.
 		up := map[string]string{"X-Upload-Token": token}
@@ -363,7 +349,7 @@ func TestArtifactKeyEscapes(t *testing.T) {
 		for _, p := range []string{"..%2f..%2fx", "out/..%2fx", "out", "out/a%00"} {
 			req, _ := http.NewRequest("GET", e.URL+"/api/queue/"+jobID+"/artifacts/"+p, nil)
 			req.Header.Set("Authorization", "Bearer "+e.Admin)
-			if r := e.send(req); r.Status != 400 {
+			if r := e.Send(req); r.Status != 400 {
 				t.Errorf("admin GET %s: %d %s", p, r.Status, r.Body)
 			}
 		}

@@ -40,9 +40,16 @@ func (o *Orch) Do(method, path string, headers map[string]string, body any) Repl
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
+	return o.Send(req)
+}
+
+// Send sends a request the test built itself (a streamed body, a path
+// written exactly as given) and reads the reply.
+func (o *Orch) Send(req *http.Request) Reply {
+	o.T.Helper()
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		o.T.Fatalf("%s %s: %v", method, path, err)
+		o.T.Fatalf("%s %s: %v", req.Method, req.URL, err)
 	}
 	defer res.Body.Close()
 	data, _ := io.ReadAll(res.Body)
