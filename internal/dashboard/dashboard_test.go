@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -30,21 +29,8 @@ import (
 // api calls the orchestrator's HTTP API with a header credential.
 func (s *site) api(method, path, header, value string, body any) (int, map[string]any) {
 	s.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, s.hs.URL+path, rd)
-	req.Header.Set(header, value)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	var m map[string]any
-	_ = json.NewDecoder(res.Body).Decode(&m)
-	return res.StatusCode, m
+	r := s.orch.Do(method, path, map[string]string{header: value}, body)
+	return r.Status, r.JSON
 }
 
 func (s *site) adminAPI(method, path string, body any) (int, map[string]any) {

@@ -49,6 +49,7 @@ type site struct {
 	t      testing.TB
 	st     store.Store
 	srv    *orchestrator.Server
+	orch   *orchtest.Orch
 	hs     *httptest.Server
 	clock  *clock
 	admin  string // sta_ token with every scope
@@ -103,7 +104,7 @@ func newSiteWith(t testing.TB, st store.Store, tweak func(*Options), mods ...fun
 		t.Fatal(err)
 	}
 	o := orchtest.Serve(t, st, srv, d.Mount(api), "")
-	return &site{t: t, st: st, srv: srv, hs: o.HTTP, clock: c, admin: o.Admin, cfgDir: opt.ConfigsDir}
+	return &site{t: t, st: st, srv: srv, orch: o, hs: o.HTTP, clock: c, admin: o.Admin, cfgDir: opt.ConfigsDir}
 }
 
 // token creates an admin token with scopes and returns it.

@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 )
 
 // The client side of TestAdminSocketUsesTheProcessGroups: run as another
@@ -91,7 +93,7 @@ func TestAdminSocketUsesTheProcessGroups(t *testing.T) {
 
 	for _, setting := range []string{name, g.Gid} { // by name, and as a numeric gid
 		t.Run("admin_group="+setting, func(t *testing.T) {
-			e := setup(t, backends["sqlite"](t), func(o *Options) { o.AdminGroup = setting })
+			e := setup(t, backends["sqlite"](t), func(o *orchestrator.Options) { o.AdminGroup = setting })
 			sock := filepath.Join(dir, "a-"+setting+".sock")
 			ln, err := net.Listen("unix", sock)
 			if err != nil {

@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"bytes"
@@ -7,7 +7,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -23,7 +22,9 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/orchtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
@@ -33,9 +34,9 @@ import (
 // otherwise get the fresh attempt withdrawn on a loaded machine.
 func (e *env) quietAgent(name string) *agent {
 	e.t.Helper()
-	id, token := e.createWorker(name, "persistent", nil)
+	id, token := e.CreateWorker(name, "persistent", nil)
 	a := e.newAgent(id, token, 2)
-	e.must(a.register(map[string]any{"name": name}), 200)
+	e.Must(a.register(map[string]any{"name": name}), 200)
 	a.connect()
 	return a
 }
@@ -47,7 +48,7 @@ func (a *agent) take(jobID string) map[string]any {
 	if ev["job_id"] != jobID {
 		a.e.t.Fatalf("got job %v, want %s", ev["job_id"], jobID)
 	}
-	a.e.must(a.report(jobID, "starting", map[string]any{"attempt": ev["attempt"]}), 200)
+	a.e.Must(a.report(jobID, "starting", map[string]any{"attempt": ev["attempt"]}), 200)
 	a.keepAlive(a.held)
 	return ev
 }
@@ -57,15 +58,15 @@ func (a *agent) take(jobID string) map[string]any {
 func (e *env) runningJob(name string) (string, *agent, string) {
 	e.t.Helper()
 	a := e.quietAgent(name)
-	jobID := e.submit(map[string]any{})
+	jobID := e.Submit(map[string]any{})
 	ev := a.take(jobID)
 	return jobID, a, ev["upload_token"].(string)
 }
 
 // put uploads body with the upload token; size -1 sends it chunked.
-func (e *env) put(token, path string, body io.Reader, size int64) resp {
+func (e *env) put(token, path string, body io.Reader, size int64) orchtest.Reply {
 	e.t.Helper()
-	req, err := http.NewRequest("PUT", e.url+"/api/cloud/storage/"+path, body)
+	req, err := http.NewRequest("PUT", e.URL+"/api/cloud/storage/"+path, body)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -73,34 +74,21 @@ func (e *env) put(token, path string, body io.Reader, size int64) resp {
 	if token != "" {
 		req.Header.Set("X-Upload-Token", token)
 	}
-	return e.send(req)
-}
-
-func (e *env) send(req *http.Request) resp {
-	e.t.Helper()
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatalf("%s %s: %v", req.Method, req.URL, err)
-	}
-	defer res.Body.Close()
-	data, _ := io.ReadAll(res.Body)
-	r := resp{Status: res.StatusCode, Header: res.Header, Body: data}
-	_ = json.Unmarshal(data, &r.JSON)
-	return r
+	return e.Send(req)
 }
 
 // rawPath sends a request whose path is written exactly as given, so that
 // "..", "//" and escapes reach the server unnormalised.
-func (e *env) rawPath(method, path, token string, body []byte) resp {
+func (e *env) rawPath(method, path, token string, body []byte) orchtest.Reply {
 	e.t.Helper()
-	u, _ := url.Parse(e.url)
+	u, _ := url.Parse(e.URL)
 	req := &http.Request{Method: method, URL: &url.URL{Scheme: "http", Host: u.Host, Opaque: path},
 		Header: http.Header{"X-Upload-Token": {token}}, Body: io.NopCloser(bytes.NewReader(body)),
 		ContentLength: int64(len(body)), Host: u.Host}
-	return e.send(req)
+	return e.Send(req)
 }
 
-func (e *env) artifactStore() *artifacts.Store { return e.srv.artifacts.Load() }
+func (e *env) artifactStore() *artifacts.Store { return e.srv.Artifacts() }
 
 // stored lists every name the artifact backend holds, temporary files included.
 func (e *env) stored() []string {
@@ -132,36 +120,36 @@ func TestArtifactUploadAndDownload(t *testing.T) {
 		e := setup(t, open(t))
 		jobID, _, token := e.runningJob("gpu")
 		data := randomBytes(t, 3<<20+17)
-		r := e.must(e.put(token, "outputs/checkpoints/step-100/model.safetensors", bytes.NewReader(data), int64(len(data))), 200)
+		r := e.Must(e.put(token, "outputs/checkpoints/step-100/model.safetensors", bytes.NewReader(data), int64(len(data))), 200)
 		etag := `"` + md5Hex(data) + `"`
 		if r.Header.Get("ETag") != etag || r.JSON["ETag"] != etag || r.JSON["Key"] != "checkpoints/step-100/model.safetensors" ||
 			r.JSON["Bucket"] != "outputs" || r.JSON["SHA256"] != sha256Hex(data) {
 			t.Fatalf("PUT answer: %v %v", r.Header, r.JSON)
 		}
 		// X-SimpleTuner-Secret works too, and chunked bodies.
-		req, _ := http.NewRequest("PUT", e.url+"/api/cloud/storage/outputs/final.txt", io.MultiReader(strings.NewReader("fin")))
+		req, _ := http.NewRequest("PUT", e.URL+"/api/cloud/storage/outputs/final.txt", io.MultiReader(strings.NewReader("fin")))
 		req.Header.Set("X-SimpleTuner-Secret", token)
-		e.must(e.send(req), 200)
+		e.Must(e.Send(req), 200)
 
 		// The job reads back what it uploaded, in upstream's shapes.
 		up := map[string]string{"X-Upload-Token": token}
-		if got := e.must(e.do("GET", "/api/cloud/storage/outputs/checkpoints/step-100/model.safetensors", up, nil), 200); !bytes.Equal(got.Body, data) {
+		if got := e.Must(e.Do("GET", "/api/cloud/storage/outputs/checkpoints/step-100/model.safetensors", up, nil), 200); !bytes.Equal(got.Body, data) {
 			t.Fatal("GET returned other bytes")
 		}
-		buckets := e.must(e.do("GET", "/api/cloud/storage", up, nil), 200).JSON
+		buckets := e.Must(e.Do("GET", "/api/cloud/storage", up, nil), 200).JSON
 		bl := buckets["Buckets"].([]any)
 		if len(bl) != 1 || bl[0].(map[string]any)["Name"] != "outputs" || bl[0].(map[string]any)["FileCount"] != float64(2) ||
 			buckets["total_size"] != float64(len(data)+3) {
 			t.Fatalf("buckets: %v", buckets)
 		}
-		objects := e.must(e.do("GET", "/api/cloud/storage/outputs", up, nil), 200).JSON
+		objects := e.Must(e.Do("GET", "/api/cloud/storage/outputs", up, nil), 200).JSON
 		if c := objects["Contents"].([]any); objects["Name"] != "outputs" || len(c) != 2 || c[0].(map[string]any)["Key"] != "checkpoints/step-100/model.safetensors" {
 			t.Fatalf("objects: %v", objects)
 		}
-		e.must(e.do("GET", "/api/cloud/storage/outputs/missing.bin", up, nil), 404)
+		e.Must(e.Do("GET", "/api/cloud/storage/outputs/missing.bin", up, nil), 404)
 
 		// Admins list and download, whole or by range.
-		list := e.must(e.adminDo("GET", "/api/queue/"+jobID+"/artifacts", nil), 200).JSON
+		list := e.Must(e.AdminDo("GET", "/api/queue/"+jobID+"/artifacts", nil), 200).JSON
 		arts := list["artifacts"].([]any)
 		first := arts[0].(map[string]any)
 		if len(arts) != 2 || list["total_bytes"] != float64(len(data)+3) || first["path"] != "outputs/checkpoints/step-100/model.safetensors" ||
@@ -169,34 +157,34 @@ func TestArtifactUploadAndDownload(t *testing.T) {
 			t.Fatalf("admin list: %v", list)
 		}
 		path := "/api/queue/" + jobID + "/artifacts/outputs/checkpoints/step-100/model.safetensors"
-		whole := e.must(e.adminDo("GET", path, nil), 200)
+		whole := e.Must(e.AdminDo("GET", path, nil), 200)
 		if !bytes.Equal(whole.Body, data) || whole.Header.Get("ETag") != etag || whole.Header.Get("Accept-Ranges") != "bytes" ||
 			whole.Header.Get("X-Artifact-Sha256") != sha256Hex(data) || whole.Header.Get("Content-Type") != "application/octet-stream" {
 			t.Fatalf("download: %d bytes, headers %v", len(whole.Body), whole.Header)
 		}
 		// What curl -C - sends after a broken download: the rest, if unchanged.
-		part := e.must(e.do("GET", path, map[string]string{"Authorization": "Bearer " + e.admin,
+		part := e.Must(e.Do("GET", path, map[string]string{"Authorization": "Bearer " + e.Admin,
 			"Range": "bytes=1000000-", "If-Range": etag}, nil), 206)
 		if !bytes.Equal(part.Body, data[1000000:]) || part.Header.Get("Content-Range") != fmt.Sprintf("bytes 1000000-%d/%d", len(data)-1, len(data)) {
 			t.Fatalf("range: %d bytes, %v", len(part.Body), part.Header)
 		}
-		if head := e.must(e.do("HEAD", path, map[string]string{"Authorization": "Bearer " + e.admin}, nil), 200); head.Header.Get("Content-Length") != fmt.Sprint(len(data)) {
+		if head := e.Must(e.Do("HEAD", path, map[string]string{"Authorization": "Bearer " + e.Admin}, nil), 200); head.Header.Get("Content-Length") != fmt.Sprint(len(data)) {
 			t.Fatalf("HEAD: %v", head.Header)
 		}
-		e.must(e.do("GET", path, map[string]string{"Authorization": "Bearer " + e.admin, "Range": fmt.Sprintf("bytes=%d-", len(data))}, nil), 416)
-		e.must(e.adminDo("GET", "/api/queue/"+jobID+"/artifacts/outputs/nope", nil), 404)
-		e.must(e.adminDo("GET", "/api/queue/"+jobID+"/artifacts/outputs/final.txt?attempt=2", nil), 404)
-		e.must(e.adminDo("GET", "/api/queue/j_nosuchjob/artifacts", nil), 404)
-		e.must(e.adminDo("GET", "/api/queue/"+jobID+"/artifacts?attempt=zero", nil), 422)
+		e.Must(e.Do("GET", path, map[string]string{"Authorization": "Bearer " + e.Admin, "Range": fmt.Sprintf("bytes=%d-", len(data))}, nil), 416)
+		e.Must(e.AdminDo("GET", "/api/queue/"+jobID+"/artifacts/outputs/nope", nil), 404)
+		e.Must(e.AdminDo("GET", "/api/queue/"+jobID+"/artifacts/outputs/final.txt?attempt=2", nil), 404)
+		e.Must(e.AdminDo("GET", "/api/queue/j_nosuchjob/artifacts", nil), 404)
+		e.Must(e.AdminDo("GET", "/api/queue/"+jobID+"/artifacts?attempt=zero", nil), 422)
 
 		// queue.view is the scope that reads them; the fixed queue routes still work.
 		viewer := e.token("viewer", auth.ScopeQueueView)
 		submitter := e.token("submitter", auth.ScopeQueueSubmit)
-		e.must(e.do("GET", path, map[string]string{"X-API-Key": viewer}, nil), 200)
-		e.must(e.do("GET", path, map[string]string{"X-API-Key": submitter}, nil), 403)
-		e.must(e.do("GET", "/api/queue/"+jobID+"/artifacts", nil, nil), 401)
-		e.must(e.adminDo("GET", "/api/queue/stats", nil), 200)
-		e.must(e.adminDo("GET", "/api/queue/"+jobID, nil), 200)
+		e.Must(e.Do("GET", path, map[string]string{"X-API-Key": viewer}, nil), 200)
+		e.Must(e.Do("GET", path, map[string]string{"X-API-Key": submitter}, nil), 403)
+		e.Must(e.Do("GET", "/api/queue/"+jobID+"/artifacts", nil, nil), 401)
+		e.Must(e.AdminDo("GET", "/api/queue/stats", nil), 200)
+		e.Job(jobID)
 	})
 }
 
@@ -222,11 +210,11 @@ func TestArtifactTokens(t *testing.T) {
 			detail string
 		}{
 			{nil, 401, "send the job's upload token"},
-			{map[string]string{"Authorization": "Bearer " + e.admin}, 401, "/api/queue/{job_id}/artifacts"},
+			{map[string]string{"Authorization": "Bearer " + e.Admin}, 401, "/api/queue/{job_id}/artifacts"},
 			{map[string]string{"X-Upload-Token": "stu_" + strings.Repeat("A", 43)}, 401, "belongs to no job attempt"},
-			{map[string]string{"X-Upload-Token": e.admin}, 401, "starts with stu_"},
+			{map[string]string{"X-Upload-Token": e.Admin}, 401, "starts with stu_"},
 		} {
-			r := e.do("PUT", "/api/cloud/storage/out/x", tc.header, "data")
+			r := e.Do("PUT", "/api/cloud/storage/out/x", tc.header, "data")
 			if r.Status != tc.status || !strings.Contains(fmt.Sprint(r.JSON["detail"]), tc.detail) {
 				t.Errorf("%v: %d %s", tc.header, r.Status, r.Body)
 			}
@@ -247,14 +235,14 @@ func TestArtifactTokens(t *testing.T) {
 // the new attempt's token works.
 func TestArtifactStaleAttempt(t *testing.T) {
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
-		e := setup(t, open(t), func(o *Options) { o.ArtifactUploadGrace = time.Hour })
+		e := setup(t, open(t), func(o *orchestrator.Options) { o.ArtifactUploadGrace = time.Hour })
 		jobID, lost, first := e.runningJob("lost")
-		e.must(e.put(first, "out/a", strings.NewReader("one"), 3), 200)
+		e.Must(e.put(first, "out/a", strings.NewReader("one"), 3), 200)
 		lost.silence()
 		lost.cancel()
-		testutil.Eventually(t, eventWait, "attempt lost", func() bool { return e.job(jobID)["status"] == "queued" })
+		testutil.Eventually(t, eventWait, "attempt lost", func() bool { return e.Job(jobID)["status"] == "queued" })
 		// Lost but not yet replaced: its grace still holds.
-		e.must(e.put(first, "out/b", strings.NewReader("two"), 3), 200)
+		e.Must(e.put(first, "out/b", strings.NewReader("two"), 3), 200)
 		second := e.quietAgent("second")
 		ev := second.take(jobID)
 		if ev["attempt"] != float64(2) {
@@ -264,9 +252,9 @@ func TestArtifactStaleAttempt(t *testing.T) {
 		if r.Status != 409 || r.JSON["error"] != "stale_attempt" || !strings.Contains(r.JSON["detail"].(string), "replaced by attempt 2") {
 			t.Fatalf("stale upload: %d %s", r.Status, r.Body)
 		}
-		e.must(e.do("GET", "/api/cloud/storage", map[string]string{"X-Upload-Token": first}, nil), 409)
-		e.must(e.put(ev["upload_token"].(string), "out/c", strings.NewReader("three"), 5), 200)
-		list := e.must(e.adminDo("GET", "/api/queue/"+jobID+"/artifacts", nil), 200).JSON["artifacts"].([]any)
+		e.Must(e.Do("GET", "/api/cloud/storage", map[string]string{"X-Upload-Token": first}, nil), 409)
+		e.Must(e.put(ev["upload_token"].(string), "out/c", strings.NewReader("three"), 5), 200)
+		list := e.Must(e.AdminDo("GET", "/api/queue/"+jobID+"/artifacts", nil), 200).JSON["artifacts"].([]any)
 		var got []string
 		for _, a := range list {
 			m := a.(map[string]any)
@@ -276,11 +264,11 @@ func TestArtifactStaleAttempt(t *testing.T) {
 			t.Fatalf("artifacts: %v", got)
 		}
 		// Without ?attempt the newest copy is served; with it, that attempt's.
-		e.must(e.put(ev["upload_token"].(string), "out/a", strings.NewReader("newer"), 5), 200)
-		if b := e.must(e.adminDo("GET", "/api/queue/"+jobID+"/artifacts/out/a", nil), 200).Body; string(b) != "newer" {
+		e.Must(e.put(ev["upload_token"].(string), "out/a", strings.NewReader("newer"), 5), 200)
+		if b := e.Must(e.AdminDo("GET", "/api/queue/"+jobID+"/artifacts/out/a", nil), 200).Body; string(b) != "newer" {
 			t.Fatalf("newest copy: %q", b)
 		}
-		if b := e.must(e.adminDo("GET", "/api/queue/"+jobID+"/artifacts/out/a?attempt=1", nil), 200).Body; string(b) != "one" {
+		if b := e.Must(e.AdminDo("GET", "/api/queue/"+jobID+"/artifacts/out/a?attempt=1", nil), 200).Body; string(b) != "one" {
 			t.Fatalf("attempt 1's copy: %q", b)
 		}
 	})
@@ -294,14 +282,14 @@ func TestArtifactUploadGrace(t *testing.T) {
 			grace time.Duration
 			want  int
 		}{{time.Hour, 200}, {time.Millisecond, 401}} {
-			e := setup(t, open(t), func(o *Options) { o.ArtifactUploadGrace = tc.grace })
+			e := setup(t, open(t), func(o *orchestrator.Options) { o.ArtifactUploadGrace = tc.grace })
 			jobID, a, token := e.runningJob("gpu")
-			e.must(a.report(jobID, "completed", nil), 200)
+			e.Must(a.report(jobID, "completed", nil), 200)
 			if tc.want == 200 {
-				e.must(e.put(token, "out/final.safetensors", strings.NewReader("w"), 1), 200)
+				e.Must(e.put(token, "out/final.safetensors", strings.NewReader("w"), 1), 200)
 				continue
 			}
-			var r resp
+			var r orchtest.Reply
 			testutil.Eventually(t, eventWait, "token expired", func() bool {
 				r = e.put(token, "out/final.safetensors", strings.NewReader("w"), 1)
 				return r.Status == 401
@@ -343,7 +331,7 @@ func TestArtifactKeyEscapes(t *testing.T) {
 			t.Fatalf("stored: %v", got)
 		}
 		// A link planted in the job's tree is never followed.
-		e.must(e.put(token, "out/seed", strings.NewReader("x"), 1), 200)
+		e.Must(e.put(token, "out/seed", strings.NewReader("x"), 1), 200)
 		outside := t.TempDir()
 		dir := e.artifactStore().Backend().(*artifacts.Local).Dir()
 		if err := os.Symlink(outside, filepath.Join(dir, jobID, "1", "out", "link")); err != nil {
@@ -353,15 +341,15 @@ func TestArtifactKeyEscapes(t *testing.T) {
 		if r.Status != 403 || !strings.Contains(r.JSON["detail"].(string), "symbolic link") {
 			t.Fatalf("through a link: %d %s", r.Status, r.Body)
 		}
-		e.must(e.adminDo("GET", "/api/queue/"+jobID+"/artifacts/out/link/pwned", nil), 403)
+		e.Must(e.AdminDo("GET", "/api/queue/"+jobID+"/artifacts/out/link/pwned", nil), 403)
 		if entries, _ := os.ReadDir(outside); len(entries) != 0 {
 			t.Fatalf("written outside: %v", entries)
 		}
 		// The admin side refuses the same names.
 		for _, p := range []string{"..%2f..%2fx", "out/..%2fx", "out", "out/a%00"} {
-			req, _ := http.NewRequest("GET", e.url+"/api/queue/"+jobID+"/artifacts/"+p, nil)
-			req.Header.Set("Authorization", "Bearer "+e.admin)
-			if r := e.send(req); r.Status != 400 {
+			req, _ := http.NewRequest("GET", e.URL+"/api/queue/"+jobID+"/artifacts/"+p, nil)
+			req.Header.Set("Authorization", "Bearer "+e.Admin)
+			if r := e.Send(req); r.Status != 400 {
 				t.Errorf("admin GET %s: %d %s", p, r.Status, r.Body)
 			}
 		}
@@ -374,7 +362,7 @@ func TestArtifactLimits(t *testing.T) {
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
 		// Room for three 1 MiB objects, each with what its files and
 		// directories are charged.
-		e := setup(t, open(t), func(o *Options) {
+		e := setup(t, open(t), func(o *orchestrator.Options) {
 			o.ArtifactMaxObjectBytes, o.ArtifactMaxJobBytes = 1<<20, 3*artifacts.Charge("out/part-0", 1<<20)
 		})
 		jobID, _, token := e.runningJob("gpu")
@@ -386,13 +374,13 @@ func TestArtifactLimits(t *testing.T) {
 			t.Fatalf("chunked over the limit: %d %s", r.Status, r.Body)
 		}
 		for i := range 3 {
-			e.must(e.put(token, fmt.Sprintf("out/part-%d", i), bytes.NewReader(tooBig[:1<<20]), 1<<20), 200)
+			e.Must(e.put(token, fmt.Sprintf("out/part-%d", i), bytes.NewReader(tooBig[:1<<20]), 1<<20), 200)
 		}
 		if r := e.put(token, "out/one-more", strings.NewReader("x"), 1); r.Status != 413 || !strings.Contains(r.JSON["detail"].(string), "max_job_bytes") {
 			t.Fatalf("over the job limit: %d %s", r.Status, r.Body)
 		}
 		// A body that stops short of its Content-Length.
-		conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+		conn, err := net.Dial("tcp", strings.TrimPrefix(e.URL, "http://"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -401,11 +389,11 @@ func TestArtifactLimits(t *testing.T) {
 		want := []string{jobID + "/1/.meta/out/part-0", jobID + "/1/.meta/out/part-1", jobID + "/1/.meta/out/part-2",
 			jobID + "/1/out/part-0", jobID + "/1/out/part-1", jobID + "/1/out/part-2"}
 		testutil.Eventually(t, eventWait, "nothing but the three parts", func() bool { return strings.Join(sorted(e.stored()), ",") == strings.Join(want, ",") })
-		if b := e.must(e.adminDo("GET", "/api/queue/"+jobID+"/artifacts/out/part-0", nil), 200).Body; !bytes.Equal(b, tooBig[:1<<20]) {
+		if b := e.Must(e.AdminDo("GET", "/api/queue/"+jobID+"/artifacts/out/part-0", nil), 200).Body; !bytes.Equal(b, tooBig[:1<<20]) {
 			t.Fatal("the cut upload changed part-0")
 		}
-		if !strings.Contains(e.srv.metricsText(), "simpletuner_artifact_uploads_too_large_total 3") {
-			t.Fatalf("metrics: %s", e.srv.metricsText())
+		if !strings.Contains(metricsText(e.srv), "simpletuner_artifact_uploads_too_large_total 3") {
+			t.Fatalf("metrics: %s", metricsText(e.srv))
 		}
 	})
 }
@@ -416,7 +404,7 @@ func TestArtifactCutConnection(t *testing.T) {
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
 		e := setup(t, open(t))
 		jobID, _, token := e.runningJob("gpu")
-		conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+		conn, err := net.Dial("tcp", strings.TrimPrefix(e.URL, "http://"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -438,7 +426,7 @@ func TestArtifactCutConnection(t *testing.T) {
 		})
 		conn.Close()
 		testutil.Eventually(t, eventWait, "nothing left", func() bool { return len(e.stored()) == 0 })
-		e.must(e.adminDo("GET", "/api/queue/"+jobID+"/artifacts/out/big.bin", nil), 404)
+		e.Must(e.AdminDo("GET", "/api/queue/"+jobID+"/artifacts/out/big.bin", nil), 404)
 		testutil.Eventually(t, eventWait, "the failed upload logged", func() bool {
 			return strings.Contains(e.logs.String(), "artifact upload failed")
 		})
@@ -499,7 +487,7 @@ func TestArtifactLargeUploadStreams(t *testing.T) {
 	close(done)
 	<-stopped
 	runtime.ReadMemStats(&after)
-	e.must(r, 200)
+	e.Must(r, 200)
 	if r.JSON["SHA256"] != hex.EncodeToString(sha.Sum(nil)) || r.JSON["Size"] != float64(size) {
 		t.Fatalf("stored: %v", r.JSON)
 	}
@@ -513,9 +501,9 @@ func TestArtifactLargeUploadStreams(t *testing.T) {
 
 func sorted(s []string) []string { return slices.Sorted(slices.Values(s)) }
 
-func (s *Server) metricsText() string {
+func metricsText(s *orchestrator.Server) string {
 	var b bytes.Buffer
-	s.writeMetrics(context.Background(), &b)
+	s.WriteMetrics(context.Background(), &b)
 	return b.String()
 }
 
@@ -525,21 +513,21 @@ func (s *Server) metricsText() string {
 // max_job_objects objects (413).
 func TestArtifactQuotaCountsFilesAndDirectories(t *testing.T) {
 	t.Parallel()
-	e := setup(t, backends["sqlite"](t), func(o *Options) { o.ArtifactMaxJobBytes, o.ArtifactMaxJobObjects = 2<<20, 5 })
+	e := setup(t, backends["sqlite"](t), func(o *orchestrator.Options) { o.ArtifactMaxJobBytes, o.ArtifactMaxJobObjects = 2<<20, 5 })
 	_, _, token := e.runningJob("gpu")
 	r := e.put(token, "out/"+strings.Repeat("d/", 199)+"x", strings.NewReader(""), 0)
 	if r.Status != 400 || !strings.Contains(r.JSON["detail"].(string), "has 200 segments; at most 16") {
 		t.Fatalf("a 200-segment key: %d %s", r.Status, r.Body)
 	}
 	for i := range 5 {
-		e.must(e.put(token, fmt.Sprintf("out/%d", i), strings.NewReader(""), 0), 200)
+		e.Must(e.put(token, fmt.Sprintf("out/%d", i), strings.NewReader(""), 0), 200)
 	}
 	if r := e.put(token, "out/5", strings.NewReader(""), 0); r.Status != 413 || !strings.Contains(r.JSON["detail"].(string), "max_job_objects (5)") {
 		t.Fatalf("a sixth object: %d %s", r.Status, r.Body)
 	}
-	e.must(e.put(token, "out/0", strings.NewReader("replaced"), 8), 200)
+	e.Must(e.put(token, "out/0", strings.NewReader("replaced"), 8), 200)
 	deep := "out/" + strings.Repeat("d/", artifacts.MaxKeyDepth-1) + "x"
-	e.srv.SetOptions(func() Options { o := e.srv.options(); o.ArtifactMaxJobObjects = 1000; return o }())
+	e.srv.SetOptions(func() orchestrator.Options { o := e.srv.Options(); o.ArtifactMaxJobObjects = 1000; return o }())
 	stored := 0
 	for i := range 40 {
 		if r := e.put(token, fmt.Sprintf("%s%d", deep, i), strings.NewReader(""), 0); r.Status == 200 {

@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
@@ -53,7 +54,7 @@ func TestAnonymousFloodDoesNotFloodTheAudit(t *testing.T) {
 	t.Parallel()
 	st := backends["sqlite"](t)
 	const clients, maxPeers, rounds, perGoroutine = 5, 3, 3, 10
-	e := setup(t, st, func(o *Options) {
+	e := setup(t, st, func(o *orchestrator.Options) {
 		o.FailureAuditInterval = time.Hour // the test flushes
 		o.FailureAuditMaxPeers = maxPeers
 	})
@@ -68,14 +69,14 @@ func TestAnonymousFloodDoesNotFloodTheAudit(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for i := range perGoroutine {
-						floodRequest(t, hc, e.url, i)
+						floodRequest(t, hc, e.URL, i)
 					}
 				}()
 			}
 		}
 		wg.Wait()
 		sent += clients * 2 * perGoroutine
-		e.srv.authn.FlushFailures(t.Context())
+		e.srv.Authn().FlushFailures(t.Context())
 	}
 	_, all := auditCount(t, st)
 	recs := all[before:]
@@ -128,11 +129,11 @@ func floodRequest(t *testing.T, hc *http.Client, url string, i int) {
 func TestFailuresAreAuditedEachInterval(t *testing.T) {
 	t.Parallel()
 	st := backends["sqlite"](t)
-	e := setup(t, st, func(o *Options) { o.FailureAuditInterval = 100 * time.Millisecond })
+	e := setup(t, st, func(o *orchestrator.Options) { o.FailureAuditInterval = 100 * time.Millisecond })
 	before, _ := auditCount(t, st)
 	hc := clientFrom(9)
 	for i := range 3 {
-		floodRequest(t, hc, e.url, i)
+		floodRequest(t, hc, e.URL, i)
 	}
 	testutil.Eventually(t, eventWait, "the failures audited by the timer", func() bool {
 		_, all := auditCount(t, st)
@@ -152,14 +153,14 @@ func TestFailureRecordDetails(t *testing.T) {
 	st := backends["sqlite"](t)
 	// No timed flush: on a loaded machine the four requests could straddle
 	// one and be split over two records. The test flushes itself.
-	e := setup(t, st, func(o *Options) { o.FailureAuditInterval = time.Hour })
+	e := setup(t, st, func(o *orchestrator.Options) { o.FailureAuditInterval = time.Hour })
 	before, _ := auditCount(t, st)
 	tok := auth.NewWorkerToken()
 	for range 3 {
-		e.do("POST", "/api/workers/register", map[string]string{"X-Worker-Token": tok}, map[string]any{"name": "x"})
+		e.Do("POST", "/api/workers/register", map[string]string{"X-Worker-Token": tok}, map[string]any{"name": "x"})
 	}
-	e.do("POST", "/api/workers/job/j_abc/status", map[string]string{"X-Worker-Token": "nope"}, map[string]any{})
-	e.srv.authn.FlushFailures(t.Context())
+	e.Do("POST", "/api/workers/job/j_abc/status", map[string]string{"X-Worker-Token": "nope"}, map[string]any{})
+	e.srv.Authn().FlushFailures(t.Context())
 	_, all := auditCount(t, st)
 	if len(all) != before+1 {
 		t.Fatalf("%d auth.failure records, want 1", len(all)-before)

@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"bufio"
@@ -13,13 +13,13 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 )
 
 // bodyServer serves h behind BodyDeadline with a short body timeout.
 func bodyServer(t *testing.T, timeout time.Duration, h http.HandlerFunc) string {
 	t.Helper()
-	s := &Server{}
-	s.opt.Store(&Options{BodyTimeout: timeout})
+	s := orchestrator.NewBare(orchestrator.Options{BodyTimeout: timeout})
 	srv := httptest.NewServer(s.BodyDeadline(h))
 	t.Cleanup(srv.Close)
 	return strings.TrimPrefix(srv.URL, "http://")

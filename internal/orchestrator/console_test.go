@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"database/sql"
@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
@@ -18,25 +19,25 @@ import (
 func TestWhoamiAndConfigs(t *testing.T) {
 	t.Parallel()
 	e := setup(t, backends["sqlite"](t))
-	dir := e.srv.options().ConfigsDir
+	dir := e.srv.Options().ConfigsDir
 	os.MkdirAll(filepath.Join(dir, "sdxl-lora"), 0o755)
 	os.WriteFile(filepath.Join(dir, "sdxl-lora", "config.json"), []byte(`{}`), 0o644)
 	os.MkdirAll(filepath.Join(dir, "empty-dir"), 0o755)
 	os.WriteFile(filepath.Join(dir, "flux.json"), []byte(`{}`), 0o644)
 	os.WriteFile(filepath.Join(dir, "notes.txt"), []byte(`x`), 0o644)
 
-	r := e.must(e.adminDo("POST", "/api/admin/tokens", map[string]any{"name": "viewer", "scopes": []string{"queue.view"}}), 201)
+	r := e.Must(e.AdminDo("POST", "/api/admin/tokens", map[string]any{"name": "viewer", "scopes": []string{"queue.view"}}), 201)
 	viewer := map[string]string{"Authorization": "Bearer " + r.JSON["token"].(string)}
-	who := e.must(e.do("GET", "/api/auth/whoami", viewer, nil), 200)
+	who := e.Must(e.Do("GET", "/api/auth/whoami", viewer, nil), 200)
 	if who.JSON["id"] != r.JSON["id"] || who.JSON["name"] != "viewer" || who.JSON["kind"] != "admin_token" ||
 		!strings.Contains(string(who.Body), `"scopes":["queue.view"]`) || strings.Contains(string(who.Body), "sta_") {
 		t.Fatalf("whoami: %s", who.Body)
 	}
-	if r := e.do("GET", "/api/auth/whoami", map[string]string{"Authorization": "Bearer sta_nope"}, nil); r.Status != 401 {
+	if r := e.Do("GET", "/api/auth/whoami", map[string]string{"Authorization": "Bearer sta_nope"}, nil); r.Status != 401 {
 		t.Fatalf("whoami with a bad token: %d", r.Status)
 	}
-	e.must(e.do("GET", "/api/configs", viewer, nil), 403)
-	cfgs := e.must(e.adminDo("GET", "/api/configs", nil), 200)
+	e.Must(e.Do("GET", "/api/configs", viewer, nil), 403)
+	cfgs := e.Must(e.AdminDo("GET", "/api/configs", nil), 200)
 	if got := cfgs.JSON["configs"]; !equalJSON(got, []any{"flux", "sdxl-lora"}) {
 		t.Fatalf("configs: %s", cfgs.Body)
 	}
@@ -57,14 +58,14 @@ func TestAuditFilterAndVerify(t *testing.T) {
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
 		st := open(t)
 		e := setup(t, st)
-		a, _ := e.createWorker("a", "persistent", nil)
-		b, _ := e.createWorker("b", "persistent", nil)
-		e.must(e.adminDo("POST", "/api/admin/workers/"+a+"/drain", nil), 200)
-		e.submit(map[string]any{})
+		a, _ := e.CreateWorker("a", "persistent", nil)
+		b, _ := e.CreateWorker("b", "persistent", nil)
+		e.Must(e.AdminDo("POST", "/api/admin/workers/"+a+"/drain", nil), 200)
+		e.Submit(map[string]any{})
 
 		list := func(q string) []string {
 			t.Helper()
-			r := e.must(e.adminDo("GET", "/api/admin/audit?"+q, nil), 200)
+			r := e.Must(e.AdminDo("GET", "/api/admin/audit?"+q, nil), 200)
 			var out []string
 			for _, rec := range r.JSON["records"].([]any) {
 				m := rec.(map[string]any)
@@ -78,16 +79,16 @@ func TestAuditFilterAndVerify(t *testing.T) {
 		if got := list("action=worker.&target=" + b); !equalJSON(got, []string{"worker.create:" + b}) {
 			t.Fatalf("filtered: %v", got)
 		}
-		e.must(e.adminDo("GET", "/api/admin/audit?order=sideways", nil), 422)
+		e.Must(e.AdminDo("GET", "/api/admin/audit?order=sideways", nil), 422)
 
-		v := e.must(e.adminDo("GET", "/api/admin/audit/verify", nil), 200)
+		v := e.Must(e.AdminDo("GET", "/api/admin/audit/verify", nil), 200)
 		if v.JSON["ok"] != true || v.JSON["checked"] != float64(4) {
 			t.Fatalf("verify intact chain: %s", v.Body)
 		}
 		if _, err := dbOf(st).Exec(`UPDATE audit SET actor = 'admin:mallory' WHERE seq = 3`); err != nil {
 			t.Fatal(err)
 		}
-		v = e.must(e.adminDo("GET", "/api/admin/audit/verify", nil), 200)
+		v = e.Must(e.AdminDo("GET", "/api/admin/audit/verify", nil), 200)
 		if v.JSON["ok"] != false || v.JSON["broken_at"] != float64(3) || !strings.Contains(v.JSON["error"].(string), "record 3") {
 			t.Fatalf("verify tampered chain: %s", v.Body)
 		}
@@ -99,29 +100,29 @@ func TestGPUTelemetryAndStats(t *testing.T) {
 	e := setup(t, backends["sqlite"](t))
 	a := e.startAgent("gpu-box", nil, map[string]any{"name": "NVIDIA A100", "count": 2, "vram_gb": 80})
 	e.startAgent("gpu-box-2", nil, map[string]any{"name": "NVIDIA A100", "count": 4, "vram_gb": 80})
-	if v := e.worker(a.id); v["gpu_telemetry"] != nil {
+	if v := e.Worker(a.id); v["gpu_telemetry"] != nil {
 		t.Fatalf("telemetry before any heartbeat carried it: %v", v["gpu_telemetry"])
 	}
 	gpus := []map[string]any{{"uuid": "GPU-1", "utilization_pct": 97, "memory_used_mib": 70000, "temperature_c": 71}}
-	e.must(a.heartbeat("idle", nil, map[string]any{"gpus": gpus}), 200)
-	tel, _ := e.worker(a.id)["gpu_telemetry"].(map[string]any)
+	e.Must(a.heartbeat("idle", nil, map[string]any{"gpus": gpus}), 200)
+	tel, _ := e.Worker(a.id)["gpu_telemetry"].(map[string]any)
 	if tel == nil || !strings.Contains(mustJSON(tel["gpus"]), `"utilization_pct":97`) || tel["at"] == "" {
 		t.Fatalf("gpu_telemetry: %v", tel)
 	}
 	// A heartbeat without numbers keeps the last ones.
-	e.must(a.heartbeat("idle", nil, nil), 200)
-	if e.worker(a.id)["gpu_telemetry"] == nil {
+	e.Must(a.heartbeat("idle", nil, nil), 200)
+	if e.Worker(a.id)["gpu_telemetry"] == nil {
 		t.Fatal("a heartbeat without gpus dropped the telemetry")
 	}
 
-	id := e.submit(map[string]any{"gpu_count": 2})
+	id := e.Submit(map[string]any{"gpu_count": 2})
 	var busy string
 	testutil.Eventually(t, eventWait, "job dispatched", func() bool {
-		j := e.job(id)
+		j := e.Job(id)
 		busy, _ = j["worker_id"].(string)
 		return j["status"] == "dispatched"
 	})
-	st := e.must(e.adminDo("GET", "/api/queue/stats", nil), 200)
+	st := e.Must(e.AdminDo("GET", "/api/queue/stats", nil), 200)
 	wantInUse := 2.0
 	if busy != a.id {
 		wantInUse = 4
@@ -134,24 +135,24 @@ func TestGPUTelemetryAndStats(t *testing.T) {
 		t.Fatalf("last_24h: %v", recent)
 	}
 	worker := e.agentFor(busy, a)
-	e.must(worker.report(id, "completed", nil), 200)
-	st = e.must(e.adminDo("GET", "/api/queue/stats", nil), 200)
+	e.Must(worker.report(id, "completed", nil), 200)
+	st = e.Must(e.AdminDo("GET", "/api/queue/stats", nil), 200)
 	if recent := st.JSON["last_24h"].(map[string]any); recent["completed"] != 1.0 {
 		t.Fatalf("last_24h after a completion: %v", recent)
 	}
 	// Without history, by_status holds only the live states.
-	live := e.must(e.adminDo("GET", "/api/queue/stats?history=0", nil), 200)
+	live := e.Must(e.AdminDo("GET", "/api/queue/stats?history=0", nil), 200)
 	if bs := live.JSON["by_status"].(map[string]any); bs["completed"] != nil || live.JSON["last_24h"].(map[string]any)["completed"] != 1.0 {
 		t.Fatalf("stats without history: %s", live.Body)
 	}
-	e.must(e.adminDo("GET", "/api/queue/stats?history=maybe", nil), 422)
+	e.Must(e.AdminDo("GET", "/api/queue/stats?history=maybe", nil), 422)
 	// Newest first.
-	id2 := e.submit(map[string]any{"gpu_count": 64})
-	q := e.must(e.adminDo("GET", "/api/queue?order=newest&limit=1", nil), 200)
+	id2 := e.Submit(map[string]any{"gpu_count": 64})
+	q := e.Must(e.Queue("order=newest&limit=1"), 200)
 	if first := q.JSON["entries"].([]any)[0].(map[string]any); first["job_id"] != id2 {
 		t.Fatalf("newest first: %s", q.Body)
 	}
-	e.must(e.adminDo("GET", "/api/queue?order=random", nil), 422)
+	e.Must(e.Queue("order=random"), 422)
 }
 
 // agentFor returns an agent for worker id, reusing a when it is that worker.
@@ -160,7 +161,7 @@ func (e *env) agentFor(id string, a *agent) *agent {
 		return a
 	}
 	e.t.Helper()
-	r := e.must(e.adminDo("POST", "/api/admin/workers/"+id+"/token", nil), 200)
+	r := e.Must(e.AdminDo("POST", "/api/admin/workers/"+id+"/token", nil), 200)
 	return e.newAgent(id, r.JSON["token"].(string), 2)
 }
 
@@ -177,7 +178,7 @@ func TestWithPrincipalInProcess(t *testing.T) {
 	h := e.srv.Handler()
 	call := func(p auth.Principal, method, path string) int {
 		req := httptest.NewRequest(method, path, nil)
-		req = req.WithContext(WithPrincipal(req.Context(), p))
+		req = req.WithContext(orchestrator.WithPrincipal(req.Context(), p))
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		return rec.Code

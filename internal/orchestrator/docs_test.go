@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"os"

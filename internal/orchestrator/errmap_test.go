@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 func TestErrorsAreMappedPrecisely(t *testing.T) {
 	t.Parallel()
 	e := setup(t, backends["sqlite"](t))
-	dir := e.srv.options().ConfigsDir
+	dir := e.srv.Options().ConfigsDir
 	if err := os.WriteFile(filepath.Join(dir, "plainfile"), []byte("{}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestErrorsAreMappedPrecisely(t *testing.T) {
 		{"plainfile", 404, "plainfile"}, // plainfile/config.json: ENOTDIR
 		{"missing", 404, "missing"},
 	} {
-		r := e.adminDo("POST", "/api/queue/submit", map[string]any{"config_name": c.name})
+		r := e.AdminDo("POST", "/api/queue/submit", map[string]any{"config_name": c.name})
 		detail, _ := r.JSON["detail"].(string)
 		if r.Status != c.status || !strings.Contains(detail, c.want) {
 			t.Errorf("config_name %.20q…: got %d %s; want %d naming %q", c.name, r.Status, r.Body, c.status, c.want)
@@ -53,7 +53,7 @@ func TestErrorsAreMappedPrecisely(t *testing.T) {
 	}
 
 	// adir.json is a directory: reading it fails on our side.
-	r := e.adminDo("POST", "/api/queue/submit", map[string]any{"config_name": "adir"})
+	r := e.AdminDo("POST", "/api/queue/submit", map[string]any{"config_name": "adir"})
 	id, _ := r.JSON["request_id"].(string)
 	if r.Status != 500 || r.JSON["error"] != "internal" || !strings.HasPrefix(id, "req_") || r.Header.Get("X-Request-ID") != id {
 		t.Fatalf("unreadable config: got %d %s; want 500 with a request id", r.Status, r.Body)
@@ -73,7 +73,7 @@ func TestErrorsAreMappedPrecisely(t *testing.T) {
 	if err := e.st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	r = e.adminDo("GET", "/api/queue", nil)
+	r = e.Queue("")
 	if r.Status != 503 || r.JSON["error"] != "unavailable" || r.Header.Get("Retry-After") == "" {
 		t.Fatalf("closed database: got %d %s; want 503", r.Status, r.Body)
 	}
@@ -99,11 +99,11 @@ func TestReadyzDoesNotLeakTheDatabaseError(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := setup(t, st)
-	e.must(e.do("GET", "/readyz", nil, nil), 200)
+	e.Must(e.Do("GET", "/readyz", nil, nil), 200)
 	c.Stop()
 	u, _ := url.Parse(c.URL)
 	port := u.Port()
-	r := e.must(e.do("GET", "/readyz", nil, nil), 503)
+	r := e.Must(e.Do("GET", "/readyz", nil, nil), 503)
 	if r.JSON["reason"] != "database unreachable" {
 		t.Fatalf("/readyz reason %q; want just \"database unreachable\"", r.JSON["reason"])
 	}
@@ -115,7 +115,7 @@ func TestReadyzDoesNotLeakTheDatabaseError(t *testing.T) {
 	testutil.Eventually(t, eventWait, "the log to hold the database error", func() bool {
 		return strings.Contains(e.logs.String(), port)
 	})
-	e.do("GET", "/readyz", nil, nil)
+	e.Do("GET", "/readyz", nil, nil)
 	if n := strings.Count(e.logs.String(), "not ready: the database does not answer"); n != 1 {
 		t.Fatalf("logged the lost readiness %d times; want once", n)
 	}
@@ -139,9 +139,9 @@ func TestConnectionCommandIsSafe(t *testing.T) {
 	create := func(host string) (string, string) {
 		t.Helper()
 		created++ // worker names are unique
-		req, _ := http.NewRequest("POST", e.url+"/api/admin/workers", strings.NewReader(fmt.Sprintf(`{"name": "w%d"}`, created)))
+		req, _ := http.NewRequest("POST", e.URL+"/api/admin/workers", strings.NewReader(fmt.Sprintf(`{"name": "w%d"}`, created)))
 		req.Host = host
-		req.Header.Set("Authorization", "Bearer "+e.admin)
+		req.Header.Set("Authorization", "Bearer "+e.Admin)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -174,7 +174,7 @@ func TestConnectionCommandIsSafe(t *testing.T) {
 		if strings.Contains(cmd, token) {
 			t.Fatalf("the command holds the token: %s", cmd)
 		}
-		want := []string{"token=" + token, "arg=worker", "arg=--orchestrator-url", "arg=" + e.url}
+		want := []string{"token=" + token, "arg=worker", "arg=--orchestrator-url", "arg=" + e.URL}
 		if got := run(cmd, token); strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Errorf("Host %q: the agent got %q; want %q (the address the request came in on)", host, got, want)
 		}

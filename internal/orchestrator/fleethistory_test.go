@@ -1,9 +1,10 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
@@ -11,14 +12,14 @@ import (
 // as the largest worker) and online, once a minute.
 func TestFleetGPUHistory(t *testing.T) {
 	t.Parallel()
-	e := setup(t, backends["sqlite"](t), patientHeartbeats, func(o *Options) { o.fleetHistoryEvery = 20 * time.Millisecond })
+	e := setup(t, backends["sqlite"](t), patientHeartbeats, func(o *orchestrator.Options) { o.SetFleetHistoryEvery(20 * time.Millisecond) })
 	a := e.startSlotAgent("a", 4)
-	e.submit(gpuJobBody(3, 10))
+	e.Submit(gpuJobBody(3, 10))
 	a.take()
-	e.submit(gpuJobBody(2, 10)) // waits: one GPU free
-	e.submit(map[string]any{})  // a whole worker: four GPUs asked
+	e.Submit(gpuJobBody(2, 10)) // waits: one GPU free
+	e.Submit(map[string]any{})  // a whole worker: four GPUs asked
 	testutil.Eventually(t, eventWait, "the fleet's counts", func() bool {
-		f := e.must(e.adminDo("GET", "/api/admin/fleet/gpu-history", nil), 200).JSON
+		f := e.Must(e.AdminDo("GET", "/api/admin/fleet/gpu-history", nil), 200).JSON
 		last := func(k string) float64 {
 			l := f[k].([]any)
 			v, _ := l[len(l)-1].(float64)

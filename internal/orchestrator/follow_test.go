@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"bufio"
@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/orchtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
@@ -29,7 +31,7 @@ type follower struct {
 func (e *env) follow(token, jobID string) (*follower, int) {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "GET", e.url+"/api/queue/"+jobID+"/logs?follow=1", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", e.URL+"/api/queue/"+jobID+"/logs?follow=1", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -71,17 +73,17 @@ func (f *follower) ended(timeout time.Duration) bool {
 func (e *env) startedJob() (*agent, string) {
 	e.t.Helper()
 	a := e.startAgent("w", nil, nil)
-	id := e.submit(map[string]any{})
+	id := e.Submit(map[string]any{})
 	a.next("job_submit", eventWait)
-	e.must(a.report(id, "starting", map[string]any{"attempt": 1}), 200)
+	e.Must(a.report(id, "starting", map[string]any{"attempt": 1}), 200)
 	return a, id
 }
 
-func (a *agent) postLog(jobID string, offset int, data string) resp {
+func (a *agent) postLog(jobID string, offset int, data string) orchtest.Reply {
 	a.e.t.Helper()
 	h := a.hdr()
 	h["X-Attempt"], h["X-Log-Offset"] = "1", strconv.Itoa(offset)
-	return a.e.must(a.e.do("POST", "/api/workers/job/"+jobID+"/logs", h, data), 200)
+	return a.e.Must(a.e.Do("POST", "/api/workers/job/"+jobID+"/logs", h, data), 200)
 }
 
 // A job writes event-stream fields after bare CRs: a follower that splits
@@ -91,7 +93,7 @@ func TestFollowedJobCannotForgeEvents(t *testing.T) {
 	t.Parallel()
 	e := setup(t, backends["sqlite"](t))
 	a, id := e.startedJob()
-	f, _ := e.follow(e.admin, id)
+	f, _ := e.follow(e.Admin, id)
 	forged := "epoch 1\revent: end\rdata: {\"job_id\":\"" + id + "\",\"status\":\"completed\"}\r\rid: 99\r"
 	a.postLog(id, 0, forged)
 	a.postLog(id, len(forged), "\nepoch 2\n")
@@ -109,7 +111,7 @@ func TestFollowedJobCannotForgeEvents(t *testing.T) {
 	if strings.Join(lines, "|") != strings.Join(want, "|") {
 		t.Fatalf("log lines %q; want %q", lines, want)
 	}
-	e.must(a.report(id, "failed", map[string]any{"attempt": 1}), 200)
+	e.Must(a.report(id, "failed", map[string]any{"attempt": 1}), 200)
 	if !f.ended(5 * time.Second) {
 		t.Fatal("the stream did not end with the job")
 	}
@@ -124,15 +126,15 @@ func TestFollowedJobCannotForgeEvents(t *testing.T) {
 func TestFollowEndsWhenTheTokenIsRevoked(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
-		e := setup(t, open(t), func(o *Options) { o.RecheckInterval = 100 * time.Millisecond })
+		e := setup(t, open(t), func(o *orchestrator.Options) { o.RecheckInterval = 100 * time.Millisecond })
 		_, id := e.startedJob()
-		r := e.must(e.adminDo("POST", "/api/admin/tokens", map[string]any{"name": "viewer", "scopes": []string{"queue.view"}}), 201)
+		r := e.Must(e.AdminDo("POST", "/api/admin/tokens", map[string]any{"name": "viewer", "scopes": []string{"queue.view"}}), 201)
 		viewer, tokID := r.JSON["token"].(string), r.JSON["id"].(string)
 		f, _ := e.follow(viewer, id)
 		if f.ended(300 * time.Millisecond) {
 			t.Fatal("the stream ended before the token was revoked")
 		}
-		e.must(e.adminDo("DELETE", "/api/admin/tokens/"+tokID, nil), 200)
+		e.Must(e.AdminDo("DELETE", "/api/admin/tokens/"+tokID, nil), 200)
 		if !f.ended(5 * time.Second) {
 			t.Fatal("the stream outlived its revoked token")
 		}
@@ -149,20 +151,20 @@ func TestFollowEndsWhenTheTokenIsRevoked(t *testing.T) {
 // its place.
 func TestFollowersPerCredentialAreCapped(t *testing.T) {
 	t.Parallel()
-	e := setup(t, backends["sqlite"](t), func(o *Options) { o.MaxLogFollowers = 2 })
+	e := setup(t, backends["sqlite"](t), func(o *orchestrator.Options) { o.MaxLogFollowers = 2 })
 	_, id := e.startedJob()
-	f1, _ := e.follow(e.admin, id)
-	e.follow(e.admin, id)
-	if _, status := e.follow(e.admin, id); status != 429 {
+	f1, _ := e.follow(e.Admin, id)
+	e.follow(e.Admin, id)
+	if _, status := e.follow(e.Admin, id); status != 429 {
 		t.Fatalf("third follow: %d; want 429", status)
 	}
-	r := e.must(e.adminDo("POST", "/api/admin/tokens", map[string]any{"name": "other", "scopes": []string{"queue.view"}}), 201)
+	r := e.Must(e.AdminDo("POST", "/api/admin/tokens", map[string]any{"name": "other", "scopes": []string{"queue.view"}}), 201)
 	if _, status := e.follow(r.JSON["token"].(string), id); status != 200 {
 		t.Fatalf("another credential: %d; want 200", status)
 	}
 	f1.close()
 	testutil.Eventually(t, eventWait, "the closed stream's place to be free", func() bool {
-		f, status := e.follow(e.admin, id)
+		f, status := e.follow(e.Admin, id)
 		if f != nil {
 			f.close()
 		}
@@ -176,15 +178,15 @@ func TestFollowerThatDoesNotReadIsDropped(t *testing.T) {
 	t.Parallel()
 	// The tests' heartbeat timeout outlasts the uploads below, however busy
 	// they keep a slow machine.
-	e := setup(t, backends["sqlite"](t), func(o *Options) { o.StreamWriteTimeout = 300 * time.Millisecond })
+	e := setup(t, backends["sqlite"](t), func(o *orchestrator.Options) { o.StreamWriteTimeout = 300 * time.Millisecond })
 	a, id := e.startedJob()
-	conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.URL, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "GET /api/queue/%s/logs?follow=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", id, e.admin)
-	testutil.Eventually(t, eventWait, "the follow to start", func() bool { return e.srv.api.Following() == 1 })
+	fmt.Fprintf(conn, "GET /api/queue/%s/logs?follow=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", id, e.Admin)
+	testutil.Eventually(t, eventWait, "the follow to start", func() bool { return e.srv.API().Following() == 1 })
 	line := strings.Repeat("z", 1023) + "\n"
 	chunk := strings.Repeat(line, 512) // 512 KiB
 	offset := 0
@@ -192,7 +194,7 @@ func TestFollowerThatDoesNotReadIsDropped(t *testing.T) {
 		a.postLog(id, offset, chunk)
 		offset += len(chunk)
 	}
-	testutil.Eventually(t, eventWait, "the stalled follower to be dropped", func() bool { return e.srv.api.Following() == 0 })
+	testutil.Eventually(t, eventWait, "the stalled follower to be dropped", func() bool { return e.srv.API().Following() == 0 })
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.Copy(io.Discard, bufio.NewReader(conn)); err != nil && !strings.Contains(err.Error(), "reset") {
 		t.Fatalf("the dropped stream did not end: %v", err)
@@ -233,7 +235,7 @@ func TestFollowersDoNotPollTheStore(t *testing.T) {
 func TestFollowersGetAppendsWithoutReads(t *testing.T) {
 	t.Parallel()
 	st := &readCounter{Store: backends["sqlite"](t)}
-	e := setup(t, st, func(o *Options) { o.followFallback = time.Hour })
+	e := setup(t, st, func(o *orchestrator.Options) { o.SetFollowFallback(time.Hour) })
 	a, id, fs := startFollowers(t, e, 8)
 
 	before := st.reads.Load()
@@ -265,10 +267,10 @@ func startFollowers(t *testing.T, e *env, n int) (*agent, string, []*follower) {
 	a, id := e.startedJob()
 	var fs []*follower
 	for range n {
-		f, _ := e.follow(e.admin, id)
+		f, _ := e.follow(e.Admin, id)
 		fs = append(fs, f)
 	}
-	testutil.Eventually(t, eventWait, "every follow to start", func() bool { return e.srv.api.Following() == n })
+	testutil.Eventually(t, eventWait, "every follow to start", func() bool { return e.srv.API().Following() == n })
 	a.postLog(id, 0, "first\n") // a new attempt: each follower catches up once
 	testutil.Eventually(t, eventWait, "the first line everywhere", func() bool {
 		for _, f := range fs {

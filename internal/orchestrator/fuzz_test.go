@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"net/http"
@@ -41,9 +41,9 @@ type fuzzState struct {
 // fuzzEnv builds one orchestrator on SQLite for the whole fuzz run.
 func fuzzEnv(f *testing.F) *fuzzState {
 	e := setup(f, backends["sqlite"](f))
-	id, token := e.createWorker("fuzz", "persistent", nil)
+	id, token := e.CreateWorker("fuzz", "persistent", nil)
 	a := e.newAgent(id, token, 2)
-	e.must(a.register(nil), 200)
-	jobID := e.submit(map[string]any{})
+	e.Must(a.register(nil), 200)
+	jobID := e.Submit(map[string]any{})
 	return &fuzzState{handler: e.srv.Handler(), token: token, workerID: id, jobID: jobID}
 }

@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"fmt"
@@ -26,7 +26,7 @@ func TestGPUTelemetryFloodIsBounded(t *testing.T) {
 	t.Parallel()
 	e := setup(t, backends["sqlite"](t))
 	a := e.startAgent("gpu-box", nil, map[string]any{"name": "NVIDIA A100", "count": 2, "vram_gb": 80})
-	e.must(a.heartbeat("idle", nil, map[string]any{"gpus": gpuBeat(0, 2, 40)}), 200)
+	e.Must(a.heartbeat("idle", nil, map[string]any{"gpus": gpuBeat(0, 2, 40)}), 200)
 
 	// The flood: fresh indexes and 12 kB UUIDs in every heartbeat.
 	for beat := range 30 {
@@ -42,14 +42,14 @@ func TestGPUTelemetryFloodIsBounded(t *testing.T) {
 		for _, g := range gpus {
 			g["uuid"] = fmt.Sprintf("GPU-%d-%v", beat, g["index"])
 		}
-		e.must(a.heartbeat("idle", nil, map[string]any{"gpus": gpus}), 200)
+		e.Must(a.heartbeat("idle", nil, map[string]any{"gpus": gpus}), 200)
 	}
-	if n := e.srv.gpuHistory.Series(); n != 2 {
+	if n := e.srv.GPUHistory().Series(); n != 2 {
 		t.Fatalf("the history keeps %d GPU series for a worker with 2 GPUs", n)
 	}
 
 	// Each limit is refused naming the field, and the refusal notes nothing.
-	before := mustJSON(e.worker(a.id)["gpu_telemetry"])
+	before := mustJSON(e.Worker(a.id)["gpu_telemetry"])
 	long := gpuBeat(0, 4, 40)
 	long[3]["uuid"] = strings.Repeat("u", 129)
 	dup := gpuBeat(0, 2, 40)
@@ -78,11 +78,11 @@ func TestGPUTelemetryFloodIsBounded(t *testing.T) {
 			t.Errorf("HTTP %d %s; want 422 with %q", r.Status, r.Body, c.want)
 		}
 	}
-	w := e.worker(a.id)
+	w := e.Worker(a.id)
 	if conds, _ := w["gpu_conditions"].([]any); mustJSON(w["gpu_telemetry"]) != before || len(conds) != 0 {
 		t.Fatalf("refused heartbeats changed the worker's telemetry or conditions (%v)", conds)
 	}
-	if n := e.srv.gpuHistory.Series(); n != 2 {
+	if n := e.srv.GPUHistory().Series(); n != 2 {
 		t.Fatalf("the history keeps %d GPU series after refused heartbeats", n)
 	}
 
@@ -103,8 +103,8 @@ func TestGPUConditionsOfTheInventoryOnly(t *testing.T) {
 		{"index": 1, "uuid": "GPU-1", "state": "unhealthy", "reason": "XID 79 (fell off the bus)", "since": "2030-01-01T00:00:00Z"},
 		{"index": 7, "uuid": "GPU-7", "state": "unhealthy", "reason": "made up", "since": "2030-01-01T00:00:00Z"},
 	}
-	e.must(a.heartbeat("idle", nil, map[string]any{"gpu_conditions": conds}), 200)
-	got, _ := e.worker(a.id)["gpu_conditions"].([]any)
+	e.Must(a.heartbeat("idle", nil, map[string]any{"gpu_conditions": conds}), 200)
+	got, _ := e.Worker(a.id)["gpu_conditions"].([]any)
 	if len(got) != 1 || got[0].(map[string]any)["index"] != 1.0 {
 		t.Fatalf("conditions kept: %v", got)
 	}

@@ -1,11 +1,14 @@
-package orchestrator
+// The orchestrator's tests are an external package: they assemble the
+// server as every other package's tests do, with orchestrator.New over a
+// real store, orchtest.Serve and orchtest.Timers, and reach the few parts
+// they must drive directly through export_test.go.
+package orchestrator_test
 
 import (
 	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"path/filepath"
@@ -15,6 +18,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/orchtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -43,22 +47,22 @@ func forEachStore(t *testing.T, fn func(t *testing.T, open func(t testing.TB) st
 const eventWait = 30 * time.Second
 
 // testOptions are production options with the tests' timers (orchtest.Timers).
-func testOptions(t testing.TB) Options {
-	return OptionsFrom(orchtest.Timers.Config(t))
+func testOptions(t testing.TB) orchestrator.Options {
+	return orchestrator.OptionsFrom(orchtest.Timers.Config(t))
 }
 
+// env is an orchestrator under test. Its API calls (Do, AdminDo, Must,
+// Submit, Job, Cancel, Queue, Worker, CreateWorker) are orchtest's.
 type env struct {
-	t     testing.TB
-	srv   *Server
-	orch  *orchtest.Orch
-	st    store.Store
-	url   string
-	admin string // admin token with every scope
-	logs  *testutil.Buffer
+	*orchtest.Orch
+	t    testing.TB
+	srv  *orchestrator.Server
+	st   store.Store
+	logs *testutil.Buffer
 }
 
 // setup starts an orchestrator over a real store on a loopback HTTP server.
-func setup(t testing.TB, st store.Store, mutate ...func(*Options)) *env {
+func setup(t testing.TB, st store.Store, mutate ...func(*orchestrator.Options)) *env {
 	t.Helper()
 	opt := testOptions(t)
 	for _, m := range mutate {
@@ -67,11 +71,11 @@ func setup(t testing.TB, st store.Store, mutate ...func(*Options)) *env {
 	return startEnv(t, st, opt)
 }
 
-func startEnv(t testing.TB, st store.Store, opt Options) *env {
+func startEnv(t testing.TB, st store.Store, opt orchestrator.Options) *env {
 	t.Helper()
 	logs := &testutil.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv := New(st, opt, log)
+	srv := orchestrator.New(st, opt, log)
 	arts, err := artifacts.NewLocal(filepath.Join(t.TempDir(), "artifacts"))
 	if err != nil {
 		t.Fatal(err)
@@ -79,86 +83,7 @@ func startEnv(t testing.TB, st store.Store, opt Options) *env {
 	t.Cleanup(func() { arts.Close() })
 	srv.SetArtifacts(artifacts.New(arts, artifacts.Limits{}))
 	o := orchtest.Serve(t, st, srv, srv.Handler(), "")
-	return &env{t: t, srv: srv, orch: o, st: st, url: o.URL, admin: o.Admin, logs: logs}
-}
-
-type resp struct {
-	Status int
-	Header http.Header
-	Body   []byte
-	JSON   map[string]any
-}
-
-func (e *env) do(method, path string, headers map[string]string, body any) resp {
-	e.t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	case []byte:
-		rd = bytes.NewReader(b)
-	default:
-		data, _ := json.Marshal(b)
-		rd = bytes.NewReader(data)
-	}
-	req, _ := http.NewRequest(method, e.url+path, rd)
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer res.Body.Close()
-	data, _ := io.ReadAll(res.Body)
-	r := resp{Status: res.StatusCode, Header: res.Header, Body: data}
-	_ = json.Unmarshal(data, &r.JSON)
-	return r
-}
-
-func (e *env) adminDo(method, path string, body any) resp {
-	e.t.Helper()
-	return e.do(method, path, map[string]string{"Authorization": "Bearer " + e.admin}, body)
-}
-
-func (e *env) must(r resp, status int) resp {
-	e.t.Helper()
-	if r.Status != status {
-		e.t.Fatalf("got HTTP %d, want %d: %s", r.Status, status, r.Body)
-	}
-	return r
-}
-
-// createWorker makes a worker through the admin API and returns id and token.
-// It is unlocked: these tests place jobs by what their workers report (the
-// locked default has tests of its own).
-func (e *env) createWorker(name, typ string, labels map[string]string) (string, string) {
-	e.t.Helper()
-	r := e.must(e.adminDo("POST", "/api/admin/workers", map[string]any{"name": name, "worker_type": typ, "labels": labels,
-		"labels_locked": false}), 201)
-	return r.JSON["worker_id"].(string), r.JSON["token"].(string)
-}
-
-func (e *env) submit(body map[string]any) string {
-	e.t.Helper()
-	if _, ok := body["config"]; !ok {
-		if _, ok := body["config_name"]; !ok {
-			body["config"] = map[string]any{"model_type": "lora"}
-		}
-	}
-	r := e.must(e.adminDo("POST", "/api/queue/submit", body), 201)
-	return r.JSON["job_id"].(string)
-}
-
-func (e *env) job(id string) map[string]any {
-	e.t.Helper()
-	return e.must(e.adminDo("GET", "/api/queue/"+id, nil), 200).JSON
-}
-
-func (e *env) worker(id string) map[string]any {
-	e.t.Helper()
-	return e.must(e.adminDo("GET", "/api/admin/workers/"+id, nil), 200).JSON
+	return &env{Orch: o, t: t, srv: srv, st: st, logs: logs}
 }
 
 // agent is a test client that speaks like SimpleTuner's Python agent: it reads
@@ -201,7 +126,7 @@ func (e *env) newAgent(id, token string, protocol int) *agent {
 
 func (a *agent) hdr() map[string]string { return map[string]string{"X-Worker-Token": a.token} }
 
-func (a *agent) register(extra map[string]any) resp {
+func (a *agent) register(extra map[string]any) orchtest.Reply {
 	a.e.t.Helper()
 	body := map[string]any{"name": "gpu-host", "persistent": false, "current_job_id": nil,
 		"gpu_info": map[string]any{"name": "NVIDIA A100-SXM4-80GB", "vram_gb": 85.1, "count": 2, "driver": "550.54", "accelerator": "cuda"}}
@@ -211,14 +136,14 @@ func (a *agent) register(extra map[string]any) resp {
 	for k, v := range extra {
 		body[k] = v
 	}
-	return a.e.do("POST", "/api/workers/register", a.hdr(), body)
+	return a.e.Do("POST", "/api/workers/register", a.hdr(), body)
 }
 
 // connect opens the SSE stream and returns once the server accepted it.
 func (a *agent) connect() {
 	a.e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "GET", a.e.url+"/api/workers/stream?worker_id="+a.id, nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", a.e.URL+"/api/workers/stream?worker_id="+a.id, nil)
 	req.Header.Set("X-Worker-Token", a.token)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -251,7 +176,7 @@ func (a *agent) connect() {
 		}
 	}()
 	a.e.t.Cleanup(cancel)
-	testutil.Eventually(a.e.t, eventWait, "stream registered", func() bool { return a.e.srv.hub.Connected(a.id) })
+	testutil.Eventually(a.e.t, eventWait, "stream registered", func() bool { return a.e.srv.Hub().Connected(a.id) })
 }
 
 func (a *agent) next(typ string, timeout time.Duration) map[string]any {
@@ -283,11 +208,11 @@ func (a *agent) next(typ string, timeout time.Duration) map[string]any {
 						return ev
 					}
 				default:
-					a.e.t.Fatalf("worker %s: its stream closed before a %s event (worker: %v)\n%s", a.id, typ, a.e.worker(a.id), a.e.logTail())
+					a.e.t.Fatalf("worker %s: its stream closed before a %s event (worker: %v)\n%s", a.id, typ, a.e.Worker(a.id), a.e.logTail())
 				}
 			}
 		case <-deadline:
-			a.e.t.Fatalf("worker %s: no %s event within %s (worker: %v)\n%s", a.id, typ, timeout, a.e.worker(a.id), a.e.logTail())
+			a.e.t.Fatalf("worker %s: no %s event within %s (worker: %v)\n%s", a.id, typ, timeout, a.e.Worker(a.id), a.e.logTail())
 		}
 	}
 }
@@ -318,15 +243,15 @@ func (a *agent) noEvent(typ string, wait time.Duration) {
 	}
 }
 
-func (a *agent) heartbeat(status string, job any, extra map[string]any) resp {
+func (a *agent) heartbeat(status string, job any, extra map[string]any) orchtest.Reply {
 	body := map[string]any{"worker_id": a.id, "status": status, "current_job_id": job}
 	for k, v := range extra {
 		body[k] = v
 	}
-	return a.e.do("POST", "/api/workers/heartbeat", a.hdr(), body)
+	return a.e.Do("POST", "/api/workers/heartbeat", a.hdr(), body)
 }
 
-func (a *agent) report(jobID, status string, extra map[string]any) resp {
+func (a *agent) report(jobID, status string, extra map[string]any) orchtest.Reply {
 	if status == "completed" || status == "failed" || status == "cancelled" {
 		a.mu.Lock()
 		if a.current == jobID {
@@ -338,7 +263,7 @@ func (a *agent) report(jobID, status string, extra map[string]any) resp {
 	for k, v := range extra {
 		body[k] = v
 	}
-	return a.e.do("POST", "/api/workers/job/"+jobID+"/status", a.hdr(), body)
+	return a.e.Do("POST", "/api/workers/job/"+jobID+"/status", a.hdr(), body)
 }
 
 // held is the default heartbeat content: busy with the held job, else idle.
@@ -356,7 +281,7 @@ func (a *agent) held() (string, any) {
 func (a *agent) keepAlive(status func() (string, any)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.e.t.Cleanup(cancel)
-	url, token := a.e.url, a.token // fixed for this loop: a restart test swaps a.e
+	url, token := a.e.URL, a.token // fixed for this loop: a restart test swaps a.e
 	done := make(chan struct{})
 	a.mu.Lock()
 	a.loopDone = done
@@ -396,13 +321,13 @@ func (a *agent) keepAlive(status func() (string, any)) {
 // startAgent registers, connects and returns a ready idle agent.
 func (e *env) startAgent(name string, labels map[string]string, gpuInfo map[string]any) *agent {
 	e.t.Helper()
-	id, token := e.createWorker(name, "persistent", labels)
+	id, token := e.CreateWorker(name, "persistent", labels)
 	a := e.newAgent(id, token, 2)
 	extra := map[string]any{"name": name}
 	if gpuInfo != nil {
 		extra["gpu_info"] = gpuInfo
 	}
-	e.must(a.register(extra), 200)
+	e.Must(a.register(extra), 200)
 	a.connect()
 	a.keepAlive(a.held)
 	return a

@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/orchtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/retention"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
@@ -26,19 +28,19 @@ func (e *env) finishJobs(a *agent, n int) []string {
 	e.t.Helper()
 	var ids []string
 	for range n {
-		id := e.submit(map[string]any{})
+		id := e.Submit(map[string]any{})
 		ev := a.next("job_submit", eventWait)
 		if ev["job_id"] != id {
 			e.t.Fatalf("got job %v, want %s", ev["job_id"], id)
 		}
-		e.must(a.report(id, "starting", map[string]any{"attempt": ev["attempt"]}), 200)
-		e.must(a.report(id, "completed", map[string]any{"attempt": ev["attempt"]}), 200)
+		e.Must(a.report(id, "starting", map[string]any{"attempt": ev["attempt"]}), 200)
+		e.Must(a.report(id, "completed", map[string]any{"attempt": ev["attempt"]}), 200)
 		ids = append(ids, id)
 	}
 	return ids
 }
 
-func entryIDs(r resp) []string {
+func entryIDs(r orchtest.Reply) []string {
 	var out []string
 	es, _ := r.JSON["entries"].([]any)
 	for _, e := range es {
@@ -63,10 +65,10 @@ func TestQueuePagesNewestFirst(t *testing.T) {
 		e := setup(t, open(t))
 		a := e.startAgent("a", nil, nil)
 		done := e.finishJobs(a, 5)
-		queued := []string{e.submit(map[string]any{"target": "local"}), e.submit(map[string]any{"target": "local"})}
+		queued := []string{e.Submit(map[string]any{"target": "local"}), e.Submit(map[string]any{"target": "local"})}
 		all := append(append([]string{}, done...), queued...)
 
-		first := e.must(e.adminDo("GET", "/api/queue?limit=3", nil), 200)
+		first := e.Must(e.Queue("limit=3"), 200)
 		if got := entryIDs(first); fmt.Sprint(got) != fmt.Sprint(reversed(all)[:3]) {
 			t.Fatalf("first page %v, want %v", got, reversed(all)[:3])
 		}
@@ -77,7 +79,7 @@ func TestQueuePagesNewestFirst(t *testing.T) {
 		var got []string
 		path := "/api/queue?limit=3"
 		for pages := 0; pages < 5; pages++ {
-			r := e.must(e.adminDo("GET", path, nil), 200)
+			r := e.Must(e.AdminDo("GET", path, nil), 200)
 			got = append(got, entryIDs(r)...)
 			next, _ := r.JSON["next"].(string)
 			if next == "" {
@@ -89,24 +91,24 @@ func TestQueuePagesNewestFirst(t *testing.T) {
 			t.Fatalf("cursor pages %v, want %v", got, reversed(all))
 		}
 		// Oldest first, by cursor and by offset (upstream's clients).
-		r := e.must(e.adminDo("GET", "/api/queue?order=oldest&limit=4", nil), 200)
+		r := e.Must(e.Queue("order=oldest&limit=4"), 200)
 		if fmt.Sprint(entryIDs(r)) != fmt.Sprint(all[:4]) || r.JSON["order"] != "oldest_first" {
 			t.Fatalf("oldest first: %s", r.Body)
 		}
-		r = e.must(e.adminDo("GET", "/api/queue?limit=4&cursor="+url.QueryEscape(r.JSON["next"].(string)), nil), 200)
+		r = e.Must(e.Queue("limit=4&cursor="+url.QueryEscape(r.JSON["next"].(string))), 200)
 		if fmt.Sprint(entryIDs(r)) != fmt.Sprint(all[4:]) || r.JSON["next"] != nil {
 			t.Fatalf("oldest first, page 2: %s", r.Body)
 		}
-		r = e.must(e.adminDo("GET", "/api/queue?order=oldest&limit=2&offset=5", nil), 200)
+		r = e.Must(e.Queue("order=oldest&limit=2&offset=5"), 200)
 		if fmt.Sprint(entryIDs(r)) != fmt.Sprint(all[5:]) {
 			t.Fatalf("offset: %s", r.Body)
 		}
 		// Filters: status (total from the counts), worker (no total).
-		r = e.must(e.adminDo("GET", "/api/queue?status=completed&limit=2", nil), 200)
+		r = e.Must(e.Queue("status=completed&limit=2"), 200)
 		if fmt.Sprint(entryIDs(r)) != fmt.Sprint(reversed(done)[:2]) || r.JSON["total"] != float64(5) {
 			t.Fatalf("completed: %s", r.Body)
 		}
-		r = e.must(e.adminDo("GET", "/api/queue?worker_id="+a.id, nil), 200)
+		r = e.Must(e.Queue("worker_id="+a.id), 200)
 		if fmt.Sprint(entryIDs(r)) != fmt.Sprint(reversed(done)) {
 			t.Fatalf("by worker: %s", r.Body)
 		}
@@ -114,7 +116,7 @@ func TestQueuePagesNewestFirst(t *testing.T) {
 			t.Fatalf("a worker filter has no total: %s", r.Body)
 		}
 		// Bad input names the parameter.
-		cursor := e.must(e.adminDo("GET", "/api/queue?limit=1", nil), 200).JSON["next"].(string)
+		cursor := e.Must(e.Queue("limit=1"), 200).JSON["next"].(string)
 		for path, field := range map[string]string{
 			"/api/queue?cursor=bogus":                         "cursor",
 			"/api/queue?cursor=" + cursor + "&offset=2":       "offset",
@@ -122,7 +124,7 @@ func TestQueuePagesNewestFirst(t *testing.T) {
 			"/api/queue?order=sideways":                       "order",
 			"/api/queue?worker_id=" + strings.Repeat("w", 65): "worker_id",
 		} {
-			r := e.adminDo("GET", path, nil)
+			r := e.AdminDo("GET", path, nil)
 			if r.Status != 422 || !strings.Contains(r.JSON["detail"].(string), field) {
 				t.Errorf("%s: %d %s, want 422 naming %s", path, r.Status, r.Body, field)
 			}
@@ -142,15 +144,15 @@ func TestAuditPagesAndVerify(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		r := e.must(e.adminDo("GET", "/api/admin/audit?limit=5", nil), 200)
+		r := e.Must(e.AdminDo("GET", "/api/admin/audit?limit=5", nil), 200)
 		if r.JSON["count"] != float64(5) || r.JSON["next"] == nil || r.JSON["checkpoint"] != nil {
 			t.Fatalf("first audit page: %s", r.Body)
 		}
-		r = e.must(e.adminDo("GET", "/api/admin/audit?limit=5&cursor="+r.JSON["next"].(string), nil), 200)
+		r = e.Must(e.AdminDo("GET", "/api/admin/audit?limit=5&cursor="+r.JSON["next"].(string), nil), 200)
 		if r.JSON["count"] == float64(0) || r.JSON["next"] != nil {
 			t.Fatalf("second audit page: %s", r.Body)
 		}
-		v := e.must(e.adminDo("GET", "/api/admin/audit/verify", nil), 200)
+		v := e.Must(e.AdminDo("GET", "/api/admin/audit/verify", nil), 200)
 		if v.JSON["ok"] != true || v.JSON["first_seq"] != float64(1) {
 			t.Fatalf("verify: %s", v.Body)
 		}
@@ -160,12 +162,12 @@ func TestAuditPagesAndVerify(t *testing.T) {
 		if n, _, err := st.PruneAudit(context.Background(), cut, 100); err != nil || n < 4 {
 			t.Fatalf("PruneAudit: %d %v", n, err)
 		}
-		r = e.must(e.adminDo("GET", "/api/admin/audit", nil), 200)
+		r = e.Must(e.AdminDo("GET", "/api/admin/audit", nil), 200)
 		cp, _ := r.JSON["checkpoint"].(map[string]any)
 		if cp == nil || cp["seq"] == nil || cp["hash"] == "" {
 			t.Fatalf("audit page after retention: %s", r.Body)
 		}
-		v = e.must(e.adminDo("GET", "/api/admin/audit/verify", nil), 200)
+		v = e.Must(e.AdminDo("GET", "/api/admin/audit/verify", nil), 200)
 		vcp, _ := v.JSON["checkpoint"].(map[string]any)
 		if v.JSON["ok"] != true || vcp["seq"] != cp["seq"] || v.JSON["first_seq"] != cp["seq"].(float64)+1 {
 			t.Fatalf("verify after retention: %s", v.Body)
@@ -178,51 +180,51 @@ func TestAuditPagesAndVerify(t *testing.T) {
 func TestRetentionPass(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
-		e := setup(t, open(t), func(o *Options) { o.StartupGrace = time.Hour }) // passes run by hand
+		e := setup(t, open(t), func(o *orchestrator.Options) { o.StartupGrace = time.Hour }) // passes run by hand
 		jobID, a, token := e.runningJob("a")
-		e.must(e.put(token, "out/model.safetensors", strings.NewReader("weights"), 7), 200)
-		e.must(a.report(jobID, "completed", map[string]any{"attempt": 1}), 200)
-		e.must(e.do("POST", "/api/workers/job/"+jobID+"/logs", map[string]string{"X-Worker-Token": a.token,
+		e.Must(e.put(token, "out/model.safetensors", strings.NewReader("weights"), 7), 200)
+		e.Must(a.report(jobID, "completed", map[string]any{"attempt": 1}), 200)
+		e.Must(e.Do("POST", "/api/workers/job/"+jobID+"/logs", map[string]string{"X-Worker-Token": a.token,
 			"X-Attempt": "1", "X-Log-Offset": "0"}, "trained\n"), 200)
 		running, b, _ := e.runningJob("b")
-		queued := e.submit(map[string]any{"target": "local"})
-		e.srv.retention.RefreshSizes(context.Background())
+		queued := e.Submit(map[string]any{"target": "local"})
+		e.srv.Retention().RefreshSizes(context.Background())
 		before := e.metrics()
 		if before[`simpletuner_db_rows{table="jobs"}`] != 3 || before["simpletuner_log_bytes"] != 8 || before["simpletuner_artifact_bytes"] != 7 {
 			t.Fatalf("sizes before: %v", before)
 		}
 
 		// Keep logs and artifacts a millisecond: only the finished job's go.
-		o := e.srv.options()
+		o := e.srv.Options()
 		o.Retention = retention.Options{Logs: time.Millisecond, Artifacts: time.Millisecond, Interval: time.Hour, BatchSize: 1}
 		e.srv.SetOptions(o)
 		time.Sleep(5 * time.Millisecond) // the cut-off is a millisecond before the pass starts
-		e.srv.retention.Pass(context.Background())
-		if got := e.adminDo("GET", "/api/queue/"+jobID+"/logs", nil); got.Status != 200 || len(got.Body) != 0 {
+		e.srv.Retention().Pass(context.Background())
+		if got := e.AdminDo("GET", "/api/queue/"+jobID+"/logs", nil); got.Status != 200 || len(got.Body) != 0 {
 			t.Fatalf("log after retention: %d %q", got.Status, got.Body)
 		}
-		if r := e.adminDo("GET", "/api/queue/"+jobID+"/artifacts/out/model.safetensors", nil); r.Status != 404 {
+		if r := e.AdminDo("GET", "/api/queue/"+jobID+"/artifacts/out/model.safetensors", nil); r.Status != 404 {
 			t.Fatalf("artifact after retention: %d", r.Status)
 		}
-		e.job(jobID) // the job itself stays
+		e.Job(jobID) // the job itself stays
 
 		// Now the jobs too, and the audit records.
 		o.Retention = retention.Options{Jobs: time.Millisecond, Audit: time.Millisecond, Interval: time.Hour, BatchSize: 2}
 		e.srv.SetOptions(o)
-		e.srv.retention.Pass(context.Background())
-		e.must(e.adminDo("GET", "/api/queue/"+jobID, nil), 404)
+		e.srv.Retention().Pass(context.Background())
+		e.Must(e.AdminDo("GET", "/api/queue/"+jobID, nil), 404)
 		for _, id := range []string{running, queued} {
-			if j := e.job(id); j["status"] == nil {
+			if j := e.Job(id); j["status"] == nil {
 				t.Fatalf("job %s touched: %v", id, j)
 			}
 		}
-		v := e.must(e.adminDo("GET", "/api/admin/audit/verify", nil), 200)
+		v := e.Must(e.AdminDo("GET", "/api/admin/audit/verify", nil), 200)
 		if v.JSON["ok"] != true {
 			t.Fatalf("verify after retention: %s", v.Body)
 		}
 		// The running job still works: its worker reports, a new job is dispatched.
-		e.must(b.report(running, "completed", map[string]any{"attempt": e.job(running)["attempt"]}), 200)
-		e.srv.retention.RefreshSizes(context.Background())
+		e.Must(b.report(running, "completed", map[string]any{"attempt": e.Job(running)["attempt"]}), 200)
+		e.srv.Retention().RefreshSizes(context.Background())
 		after := e.metrics()
 		if after[`simpletuner_retention_deleted_total{kind="jobs"}`] != 1 || after[`simpletuner_retention_deleted_total{kind="logs"}`] != 1 ||
 			after[`simpletuner_retention_deleted_total{kind="artifacts"}`] != 1 || after[`simpletuner_retention_deleted_total{kind="audit"}`] < 5 ||
@@ -239,7 +241,7 @@ func TestRetentionPass(t *testing.T) {
 func (e *env) metrics() map[string]float64 {
 	e.t.Helper()
 	rec := &strings.Builder{}
-	e.srv.writeMetrics(context.Background(), rec)
+	e.srv.WriteMetrics(context.Background(), rec)
 	out := map[string]float64{}
 	for _, line := range strings.Split(rec.String(), "\n") {
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -303,19 +305,19 @@ func TestDiskFull(t *testing.T) {
 	fd := &fullDisk{Store: backends["sqlite"](t)}
 	e := setup(t, fd)
 	a := e.startAgent("a", nil, nil)
-	id := e.submit(map[string]any{"target": "local"})
+	id := e.Submit(map[string]any{"target": "local"})
 	fd.full.Store(true)
 	for range 3 {
-		r := e.adminDo("POST", "/api/queue/submit", map[string]any{"config": map[string]any{"a": 1}})
+		r := e.AdminDo("POST", "/api/queue/submit", map[string]any{"config": map[string]any{"a": 1}})
 		if r.Status != http.StatusInsufficientStorage || r.JSON["error"] != "insufficient_storage" ||
 			!strings.Contains(r.JSON["detail"].(string), "no space left on the database's disk") || r.Header.Get("Retry-After") == "" {
 			t.Fatalf("submit on a full disk: %d %s", r.Status, r.Body)
 		}
 	}
-	e.must(e.adminDo("GET", "/api/queue/"+id, nil), 200)
-	e.must(e.adminDo("GET", "/api/queue", nil), 200)
-	e.must(a.heartbeat("idle", nil, nil), 200)
-	ready := e.do("GET", "/readyz", nil, nil)
+	e.Job(id)
+	e.Must(e.Queue(""), 200)
+	e.Must(a.heartbeat("idle", nil, nil), 200)
+	ready := e.Do("GET", "/readyz", nil, nil)
 	if ready.Status != 503 || !strings.Contains(fmt.Sprint(ready.JSON["reason"]), "disk full") {
 		t.Fatalf("readyz on a full disk: %d %s", ready.Status, ready.Body)
 	}
@@ -323,16 +325,16 @@ func TestDiskFull(t *testing.T) {
 		t.Fatalf("disk_full gauge %v", m["simpletuner_disk_full"])
 	}
 	// The worker stays online past its heartbeat timeout: its beats count.
-	time.Sleep(2 * e.srv.options().HeartbeatTimeout)
-	if w := e.worker(a.id); w["status"] != "idle" {
+	time.Sleep(2 * e.srv.Options().HeartbeatTimeout)
+	if w := e.Worker(a.id); w["status"] != "idle" {
 		t.Fatalf("worker while the disk is full: %v", w["status"])
 	}
 	if n := strings.Count(e.logs.String(), "disk full: writes fail"); n != 1 {
 		t.Fatalf("%d disk-full log lines, want 1:\n%s", n, e.logs.String())
 	}
 	fd.full.Store(false)
-	testutil.Eventually(t, eventWait, "ready again", func() bool { return e.do("GET", "/readyz", nil, nil).Status == 200 })
-	e.submit(map[string]any{"target": "local"})
+	testutil.Eventually(t, eventWait, "ready again", func() bool { return e.Do("GET", "/readyz", nil, nil).Status == 200 })
+	e.Submit(map[string]any{"target": "local"})
 	if !strings.Contains(e.logs.String(), "disk has space again") {
 		t.Fatal("no recovery log line")
 	}
@@ -342,18 +344,18 @@ func TestDiskFull(t *testing.T) {
 func TestArtifactDiskFullIs507(t *testing.T) {
 	t.Parallel()
 	e := setup(t, backends["sqlite"](t))
-	err := e.srv.uploads.ArtifactError(&os.PathError{Op: "write", Path: "/srv/artifacts/.tmp/1", Err: syscall.ENOSPC})
+	err := e.srv.Uploads().ArtifactError(&os.PathError{Op: "write", Path: "/srv/artifacts/.tmp/1", Err: syscall.ENOSPC})
 	rec := &captureWriter{h: http.Header{}}
-	e.srv.errs.Write(rec, &http.Request{URL: &url.URL{Path: "/api/cloud/storage/out/x"}}, err)
+	e.srv.Errs().Write(rec, &http.Request{URL: &url.URL{Path: "/api/cloud/storage/out/x"}}, err)
 	if rec.status != 507 || !strings.Contains(rec.body.String(), "no space left on the disk that keeps artifacts") {
 		t.Fatalf("artifact disk full: %d %s", rec.status, rec.body.String())
 	}
 	// Everything but uploads works: the orchestrator stays in rotation.
-	if r := e.do("GET", "/readyz", nil, nil); r.Status != 200 || !strings.Contains(fmt.Sprint(r.JSON["degraded"]), "the artifacts' disk") {
+	if r := e.Do("GET", "/readyz", nil, nil); r.Status != 200 || !strings.Contains(fmt.Sprint(r.JSON["degraded"]), "the artifacts' disk") {
 		t.Fatalf("readyz with the artifacts' disk full: %d %s", r.Status, r.Body)
 	}
 	// The disk has room: the watcher's probe write succeeds and it recovers.
-	testutil.Eventually(t, eventWait, "space again", func() bool { _, degraded := e.srv.disk.Problem(); return degraded == "" })
+	testutil.Eventually(t, eventWait, "space again", func() bool { _, degraded := e.srv.Disk().Problem(); return degraded == "" })
 	if left := e.stored(); len(left) != 0 {
 		t.Fatalf("the probe left %v", left)
 	}
@@ -374,9 +376,9 @@ func (c *captureWriter) Write(b []byte) (int, error) { return c.body.Write(b) }
 func TestArtifactStoreUnreachableIs503(t *testing.T) {
 	t.Parallel()
 	e := setup(t, backends["sqlite"](t))
-	err := e.srv.uploads.ArtifactError(fmt.Errorf("%w: %w", artifacts.ErrUnavailable, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}))
+	err := e.srv.Uploads().ArtifactError(fmt.Errorf("%w: %w", artifacts.ErrUnavailable, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}))
 	rec := &captureWriter{h: http.Header{}}
-	e.srv.errs.Write(rec, &http.Request{URL: &url.URL{Path: "/api/queue/j_x/artifacts"}}, err)
+	e.srv.Errs().Write(rec, &http.Request{URL: &url.URL{Path: "/api/queue/j_x/artifacts"}}, err)
 	if rec.status != 503 || !strings.Contains(rec.body.String(), "the artifact store is unreachable") || strings.Contains(rec.body.String(), "database") {
 		t.Fatalf("artifact store down: %d %s", rec.status, rec.body.String())
 	}

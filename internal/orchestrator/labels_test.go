@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/placement"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -28,7 +29,7 @@ func manyLabels(n int) map[string]string {
 // an admin sets them or a worker reports them.
 func TestLabelLimits(t *testing.T) {
 	t.Parallel()
-	e := setup(t, backends["sqlite"](t), func(o *Options) { o.MaxBodyBytes = 4 << 20 })
+	e := setup(t, backends["sqlite"](t), func(o *orchestrator.Options) { o.MaxBodyBytes = 4 << 20 })
 	huge := "*" + strings.Repeat("a", 1<<20) + "b"
 	for _, c := range []struct {
 		labels map[string]string
@@ -41,7 +42,7 @@ func TestLabelLimits(t *testing.T) {
 		{manyLabels(protocol.MaxJobLabels + 1), "worker_labels"},
 	} {
 		began := time.Now()
-		r := e.adminDo("POST", "/api/queue/submit", map[string]any{"config": map[string]any{}, "worker_labels": c.labels})
+		r := e.AdminDo("POST", "/api/queue/submit", map[string]any{"config": map[string]any{}, "worker_labels": c.labels})
 		if r.Status != 422 || !strings.Contains(r.JSON["detail"].(string), c.want) {
 			t.Errorf("submit with %.40v…: got %d %.200s; want 422 naming %s", c.labels, r.Status, r.Body, c.want)
 		}
@@ -51,8 +52,8 @@ func TestLabelLimits(t *testing.T) {
 	for k, v := range manyLabels(protocol.MaxJobLabels - 1) {
 		at[k] = v
 	}
-	e.must(e.adminDo("POST", "/api/queue/submit", map[string]any{"config": map[string]any{}, "worker_labels": at}), 201)
-	if n := e.must(e.adminDo("GET", "/api/queue", nil), 200).JSON["total_pending"]; n != float64(1) {
+	e.Must(e.AdminDo("POST", "/api/queue/submit", map[string]any{"config": map[string]any{}, "worker_labels": at}), 201)
+	if n := e.Must(e.Queue(""), 200).JSON["total_pending"]; n != float64(1) {
 		t.Fatalf("queue holds %v jobs; only the one within the limits belongs there", n)
 	}
 
@@ -61,13 +62,13 @@ func TestLabelLimits(t *testing.T) {
 		{"rack": strings.Repeat("v", protocol.MaxLabelValue+1)},
 		{strings.Repeat("k", protocol.MaxLabelKey+1): "v"},
 	} {
-		r := e.adminDo("POST", "/api/admin/workers", map[string]any{"name": "w", "labels": labels})
+		r := e.AdminDo("POST", "/api/admin/workers", map[string]any{"name": "w", "labels": labels})
 		if r.Status != 422 || !strings.Contains(r.JSON["detail"].(string), `"labels"`) {
 			t.Errorf("create with %.40v…: %d %s", labels, r.Status, r.Body)
 		}
 	}
-	id, token := e.createWorker("w", "persistent", map[string]string{"site": "a"})
-	r := e.adminDo("PATCH", "/api/admin/workers/"+id, map[string]any{"labels": manyLabels(protocol.MaxLabels + 1)})
+	id, token := e.CreateWorker("w", "persistent", map[string]string{"site": "a"})
+	r := e.AdminDo("PATCH", "/api/admin/workers/"+id, map[string]any{"labels": manyLabels(protocol.MaxLabels + 1)})
 	if r.Status != 422 {
 		t.Errorf("patch over the limit: %d", r.Status)
 	}
@@ -76,7 +77,7 @@ func TestLabelLimits(t *testing.T) {
 	if r.Status != 422 || !strings.Contains(r.JSON["detail"].(string), `field "labels"`) || !strings.Contains(r.JSON["detail"].(string), "at most") {
 		t.Fatalf("register with a reported label over the limit: %d %s", r.Status, r.Body)
 	}
-	if got := e.worker(id); got["status"] != "connecting" || len(got["labels"].(map[string]any)) != 1 {
+	if got := e.Worker(id); got["status"] != "connecting" || len(got["labels"].(map[string]any)) != 1 {
 		t.Fatalf("the refused registration changed the worker: %v", got)
 	}
 }
@@ -124,27 +125,27 @@ func TestHeartbeatsAnsweredDuringSlowPasses(t *testing.T) {
 	// never held against them: sixty keep-alive loops would load the very
 	// store the test times, and on a loaded machine a first pass can take
 	// longer than any scaled-down heartbeat timeout.
-	e := setup(t, backends["sqlite"](t), func(o *Options) {
+	e := setup(t, backends["sqlite"](t), func(o *orchestrator.Options) {
 		o.SchedulerInterval = time.Hour
 		o.HeartbeatTimeout = time.Hour
 	})
 	job, worker := matchWorstCase()
 	for range 150 {
-		e.submit(map[string]any{"worker_labels": job.WorkerLabels})
+		e.Submit(map[string]any{"worker_labels": job.WorkerLabels})
 	}
 	var agents []*agent
 	for i := range 60 {
 		name := fmt.Sprintf("slow-%02d", i)
-		id, token := e.createWorker(name, "persistent", worker.Labels)
+		id, token := e.CreateWorker(name, "persistent", worker.Labels)
 		a := e.newAgent(id, token, 2)
-		e.must(a.register(map[string]any{"name": name}), 200)
+		e.Must(a.register(map[string]any{"name": name}), 200)
 		a.connect()
 		agents = append(agents, a)
 	}
 	type span struct{ from, to time.Time }
 	pass := func() span {
 		from := time.Now()
-		e.srv.sched.Pass(context.Background())
+		e.srv.Scheduler().Pass(context.Background())
 		return span{from, time.Now()}
 	}
 	first := pass() // after the passes the agents' streams woke
@@ -176,7 +177,7 @@ func TestHeartbeatsAnsweredDuringSlowPasses(t *testing.T) {
 		for deadline := time.Now().Add(d); time.Now().Before(deadline); {
 			a := agents[rand.IntN(len(agents))]
 			from := time.Now()
-			e.must(a.heartbeat("idle", nil, nil), 200)
+			e.Must(a.heartbeat("idle", nil, nil), 200)
 			beats = append(beats, span{from, time.Now()})
 		}
 		return beats
@@ -207,7 +208,7 @@ func TestHeartbeatsAnsweredDuringSlowPasses(t *testing.T) {
 	}
 	t.Logf("%d heartbeats beside %d passes; the slowest took %s (bound %s; alone at most %s)", len(beats), len(ran),
 		slowest.Round(time.Millisecond), bound.Round(time.Millisecond), alone.Round(time.Millisecond))
-	if st := e.worker(agents[0].id)["status"]; st != "idle" {
+	if st := e.Worker(agents[0].id)["status"]; st != "idle" {
 		t.Errorf("a worker that matches no job is %v", st)
 	}
 }
@@ -218,7 +219,7 @@ func TestHeartbeatsAnsweredDuringSlowPasses(t *testing.T) {
 func TestControlCharactersRefused(t *testing.T) {
 	t.Parallel()
 	e := setup(t, backends["sqlite"](t))
-	id, token := e.createWorker("w", "persistent", nil)
+	id, token := e.CreateWorker("w", "persistent", nil)
 	a := e.newAgent(id, token, 2)
 	esc := "x\x1b]0;owned\x07"
 	for _, c := range []struct {
@@ -236,14 +237,14 @@ func TestControlCharactersRefused(t *testing.T) {
 			t.Errorf("register %q: %d %s; want 422 naming %s", c.body, r.Status, r.Body, c.field)
 		}
 	}
-	if r := e.adminDo("POST", "/api/admin/workers", map[string]any{"name": esc}); r.Status != 422 {
+	if r := e.AdminDo("POST", "/api/admin/workers", map[string]any{"name": esc}); r.Status != 422 {
 		t.Errorf("create: %d %s", r.Status, r.Body)
 	}
-	if r := e.adminDo("PATCH", "/api/admin/workers/"+id, map[string]any{"name": esc}); r.Status != 422 {
+	if r := e.AdminDo("PATCH", "/api/admin/workers/"+id, map[string]any{"name": esc}); r.Status != 422 {
 		t.Errorf("rename: %d %s", r.Status, r.Body)
 	}
-	if r := e.adminDo("POST", "/api/admin/tokens", map[string]any{"name": esc, "scopes": []string{"*"}}); r.Status != 422 {
+	if r := e.AdminDo("POST", "/api/admin/tokens", map[string]any{"name": esc, "scopes": []string{"*"}}); r.Status != 422 {
 		t.Errorf("token name: %d %s", r.Status, r.Body)
 	}
-	e.must(a.register(map[string]any{"name": "wörker ☃", "labels": map[string]string{"zone": "eu-west"}}), 200)
+	e.Must(a.register(map[string]any{"name": "wörker ☃", "labels": map[string]string{"zone": "eu-west"}}), 200)
 }

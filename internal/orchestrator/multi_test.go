@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store/postgres"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
@@ -71,7 +72,7 @@ func TestTwoInstancesOnePostgres(t *testing.T) {
 	}
 	var ids []string
 	for i := range jobs {
-		ids = append(ids, envs[i%2].submit(map[string]any{})) // half submitted on each instance
+		ids = append(ids, envs[i%2].Submit(map[string]any{})) // half submitted on each instance
 	}
 	for range jobs {
 		select {
@@ -82,9 +83,9 @@ func TestTwoInstancesOnePostgres(t *testing.T) {
 	}
 	for _, id := range ids {
 		if runs[id] != 1 {
-			t.Errorf("job %s ran %d times; its attempts: %v", id, runs[id], envs[0].job(id)["attempts"])
+			t.Errorf("job %s ran %d times; its attempts: %v", id, runs[id], envs[0].Job(id)["attempts"])
 		}
-		if s := envs[0].job(id)["status"]; s != "completed" {
+		if s := envs[0].Job(id)["status"]; s != "completed" {
 			t.Errorf("job %s is %v", id, s)
 		}
 	}
@@ -92,7 +93,7 @@ func TestTwoInstancesOnePostgres(t *testing.T) {
 
 // twoReplicas starts alpha and beta on one new PostgreSQL database and
 // returns them with the database URL.
-func twoReplicas(t *testing.T, mutate func(name string, o *Options)) (alpha, beta *env, url string) {
+func twoReplicas(t *testing.T, mutate func(name string, o *orchestrator.Options)) (alpha, beta *env, url string) {
 	t.Helper()
 	url = pgtest.Start(t)
 	var envs []*env
@@ -165,21 +166,21 @@ func cutListeners(t *testing.T, url string) (undo func()) {
 // closes the stream; the old token never sees the job.
 func TestRotatedTokenGetsNoDispatchOnAReplicaThatMissedTheNotification(t *testing.T) {
 	t.Parallel()
-	alpha, beta, url := twoReplicas(t, func(name string, o *Options) {
+	alpha, beta, url := twoReplicas(t, func(name string, o *orchestrator.Options) {
 		o.RecheckInterval = time.Hour // only the check at dispatch can help
 		o.SchedulerInterval = 100 * time.Millisecond
 		o.HeartbeatTimeout = time.Hour
 	})
 	// The agent sends no heartbeats: a refused one would close its stream
 	// too, before the dispatch check this test is about.
-	id, token := beta.createWorker("w", "persistent", nil)
+	id, token := beta.CreateWorker("w", "persistent", nil)
 	a := beta.newAgent(id, token, 2)
-	beta.must(a.register(map[string]any{"name": "w"}), 200)
+	beta.Must(a.register(map[string]any{"name": "w"}), 200)
 	a.connect()
 	undo := cutListeners(t, url)
 	defer undo()
-	alpha.must(alpha.adminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
-	jobID := alpha.submit(map[string]any{"hf_token": "hf_secret_for_the_right_worker"})
+	alpha.Must(alpha.AdminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
+	jobID := alpha.Submit(map[string]any{"hf_token": "hf_secret_for_the_right_worker"})
 	select {
 	case <-a.closed:
 	case ev := <-a.events:
@@ -193,7 +194,7 @@ func TestRotatedTokenGetsNoDispatchOnAReplicaThatMissedTheNotification(t *testin
 	// was being detached may show in the job read just after it went back
 	// to the queue, not yet withdrawn.
 	testutil.Eventually(t, eventWait, "the attempts withdrawn", func() bool {
-		j = alpha.job(jobID)
+		j = alpha.Job(jobID)
 		atts, _ := j["attempts"].([]any)
 		if j["status"] != "queued" || len(atts) == 0 {
 			return false
@@ -225,11 +226,11 @@ func TestRotatedTokenGetsNoDispatchOnAReplicaThatMissedTheNotification(t *testin
 // stream it opened.
 func TestRotatedTokenLosesItsStreamOnAReplicaThatMissedTheNotification(t *testing.T) {
 	t.Parallel()
-	alpha, beta, url := twoReplicas(t, func(name string, o *Options) { o.RecheckInterval = 200 * time.Millisecond })
+	alpha, beta, url := twoReplicas(t, func(name string, o *orchestrator.Options) { o.RecheckInterval = 200 * time.Millisecond })
 	a := beta.startAgent("w", nil, nil)
 	undo := cutListeners(t, url)
 	defer undo()
-	alpha.must(alpha.adminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
+	alpha.Must(alpha.AdminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
 	select {
 	case <-a.closed:
 	case <-time.After(10 * time.Second):
@@ -237,6 +238,6 @@ func TestRotatedTokenLosesItsStreamOnAReplicaThatMissedTheNotification(t *testin
 	}
 	undo()
 	testutil.Eventually(t, eventWait, "the worker shown disconnected", func() bool {
-		return alpha.worker(a.id)["connected"] == false
+		return alpha.Worker(a.id)["connected"] == false
 	})
 }

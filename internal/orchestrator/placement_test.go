@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"encoding/json"
@@ -18,19 +18,19 @@ func TestLockedLabelsPinPlacement(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
 		e := setup(t, open(t))
-		r := e.must(e.adminDo("POST", "/api/admin/workers", map[string]any{"name": "general", "labels_locked": true,
+		r := e.Must(e.AdminDo("POST", "/api/admin/workers", map[string]any{"name": "general", "labels_locked": true,
 			"labels": map[string]string{"pool": "general"}}), 201)
 		if r.JSON["labels_locked"] != true {
 			t.Fatalf("create reply: %s", r.Body)
 		}
 		thief := e.newAgent(r.JSON["worker_id"].(string), r.JSON["token"].(string), 2)
-		e.must(thief.register(map[string]any{"labels": map[string]string{"pool": "secure", "tier": "secure"}}), 200)
+		e.Must(thief.register(map[string]any{"labels": map[string]string{"pool": "secure", "tier": "secure"}}), 200)
 		thief.connect()
 		thief.keepAlive(thief.held)
-		if got := e.worker(thief.id); got["labels_locked"] != true || len(got["labels"].(map[string]any)) != 1 {
+		if got := e.Worker(thief.id); got["labels_locked"] != true || len(got["labels"].(map[string]any)) != 1 {
 			t.Fatalf("locked worker shows %v", got)
 		}
-		job := e.submit(map[string]any{"worker_labels": map[string]string{"tier": "secure"}, "hf_token": "hf_for_secure_only"})
+		job := e.Submit(map[string]any{"worker_labels": map[string]string{"tier": "secure"}, "hf_token": "hf_for_secure_only"})
 		thief.noEvent("job_submit", 600*time.Millisecond)
 
 		secure := e.startAgent("secure", map[string]string{"tier": "secure"}, nil)
@@ -39,9 +39,9 @@ func TestLockedLabelsPinPlacement(t *testing.T) {
 		}
 
 		// Unlocking lets reported labels count again from the next registration.
-		e.must(e.adminDo("PATCH", "/api/admin/workers/"+thief.id, map[string]any{"labels_locked": false}), 200)
-		e.must(thief.register(map[string]any{"labels": map[string]string{"tier": "secure"}}), 200)
-		if got := e.worker(thief.id)["labels"].(map[string]any); got["tier"] != "secure" {
+		e.Must(e.AdminDo("PATCH", "/api/admin/workers/"+thief.id, map[string]any{"labels_locked": false}), 200)
+		e.Must(thief.register(map[string]any{"labels": map[string]string{"tier": "secure"}}), 200)
+		if got := e.Worker(thief.id)["labels"].(map[string]any); got["tier"] != "secure" {
 			t.Fatalf("unlocked worker's labels %v", got)
 		}
 	})
@@ -54,14 +54,14 @@ func TestReportedChangesAreAudited(t *testing.T) {
 	t.Parallel()
 	st := backends["sqlite"](t)
 	e := setup(t, st)
-	id, token := e.createWorker("w", "persistent", map[string]string{"site": "a"})
+	id, token := e.CreateWorker("w", "persistent", map[string]string{"site": "a"})
 	a := e.newAgent(id, token, 2)
 	gpus := func(n int) map[string]any { return map[string]any{"count": n, "vram_gb": 80, "name": "H100"} }
-	e.must(a.register(map[string]any{"labels": map[string]string{"gpu": "h100"}, "gpu_info": gpus(8)}), 200)
-	e.must(a.register(map[string]any{"labels": map[string]string{"gpu": "h100"}, "gpu_info": gpus(8)}), 200) // no change
-	e.must(a.register(map[string]any{"labels": map[string]string{"gpu": "b200", "site": "z"}, "gpu_info": gpus(16)}), 200)
-	e.must(e.adminDo("PATCH", "/api/admin/workers/"+id, map[string]any{"labels_locked": true}), 200)
-	e.must(a.register(map[string]any{"labels": map[string]string{"secure": "yes"}, "gpu_info": gpus(16)}), 200)
+	e.Must(a.register(map[string]any{"labels": map[string]string{"gpu": "h100"}, "gpu_info": gpus(8)}), 200)
+	e.Must(a.register(map[string]any{"labels": map[string]string{"gpu": "h100"}, "gpu_info": gpus(8)}), 200) // no change
+	e.Must(a.register(map[string]any{"labels": map[string]string{"gpu": "b200", "site": "z"}, "gpu_info": gpus(16)}), 200)
+	e.Must(e.AdminDo("PATCH", "/api/admin/workers/"+id, map[string]any{"labels_locked": true}), 200)
+	e.Must(a.register(map[string]any{"labels": map[string]string{"secure": "yes"}, "gpu_info": gpus(16)}), 200)
 
 	_, all := auditCount(t, st)
 	var regs []map[string]json.RawMessage
@@ -113,20 +113,20 @@ func TestReportedChangesAreAudited(t *testing.T) {
 func TestLockedWorkerInventory(t *testing.T) {
 	t.Parallel()
 	e := setup(t, backends["sqlite"](t))
-	r := e.must(e.adminDo("POST", "/api/admin/workers", map[string]any{"name": "small", "labels_locked": true,
+	r := e.Must(e.AdminDo("POST", "/api/admin/workers", map[string]any{"name": "small", "labels_locked": true,
 		"labels": map[string]string{"pool": "general"}}), 201)
 	a := e.newAgent(r.JSON["worker_id"].(string), r.JSON["token"].(string), 2)
 	gpus := func(n int, gb float64) map[string]any {
 		return map[string]any{"count": n, "vram_gb": gb, "name": "GPU"}
 	}
-	e.must(a.register(map[string]any{"gpu_info": gpus(1, 24)}), 200) // the first report after the lock
-	e.must(a.register(map[string]any{"gpu_info": gpus(8, 80)}), 200) // a thief's boast
+	e.Must(a.register(map[string]any{"gpu_info": gpus(1, 24)}), 200) // the first report after the lock
+	e.Must(a.register(map[string]any{"gpu_info": gpus(8, 80)}), 200) // a thief's boast
 	a.connect()
 	a.keepAlive(a.held)
-	if g := e.worker(a.id)["gpu_count"]; g != float64(1) {
+	if g := e.Worker(a.id)["gpu_count"]; g != float64(1) {
 		t.Fatalf("the locked worker shows %v GPUs after reporting 8", g)
 	}
-	big := e.submit(map[string]any{"gpu_count": 8, "hf_token": "hf_for_big_only"})
+	big := e.Submit(map[string]any{"gpu_count": 8, "hf_token": "hf_for_big_only"})
 	a.noEvent("job_submit", 600*time.Millisecond)
 	recs, _ := e.st.ListAuditNewest(t.Context(), store.AuditFilter{Action: "worker.register"})
 	if len(recs) == 0 || !containsJSON(recs[0].Details, "gpu_info_ignored", `{"count":8,"name":"GPU","vram_gb":80}`) {
@@ -135,12 +135,12 @@ func TestLockedWorkerInventory(t *testing.T) {
 	if !strings.Contains(e.logs.String(), "reports a larger GPU inventory than it had") {
 		t.Error("the ignored inventory is not logged")
 	}
-	e.must(a.register(map[string]any{"gpu_info": gpus(0, 0)}), 200) // lost its GPU: taken
-	if g := e.worker(a.id)["gpu_count"]; g != float64(0) {
+	e.Must(a.register(map[string]any{"gpu_info": gpus(0, 0)}), 200) // lost its GPU: taken
+	if g := e.Worker(a.id)["gpu_count"]; g != float64(0) {
 		t.Fatalf("a smaller report was not taken: %v", g)
 	}
-	e.must(e.adminDo("PATCH", "/api/admin/workers/"+a.id, map[string]any{"labels_locked": false}), 200)
-	e.must(a.register(map[string]any{"gpu_info": gpus(8, 80)}), 200)
+	e.Must(e.AdminDo("PATCH", "/api/admin/workers/"+a.id, map[string]any{"labels_locked": false}), 200)
+	e.Must(a.register(map[string]any{"gpu_info": gpus(8, 80)}), 200)
 	a.connect()
 	if ev := a.next("job_submit", eventWait); ev["job_id"] != big {
 		t.Fatalf("after unlocking, the worker got %v", ev)
@@ -155,27 +155,27 @@ func TestWorkersAreCreatedLocked(t *testing.T) {
 	e := setup(t, backends["sqlite"](t))
 	gpus := func(n int) map[string]any { return map[string]any{"count": n, "vram_gb": 80, "name": "GPU"} }
 
-	r := e.must(e.adminDo("POST", "/api/admin/workers", map[string]any{"name": "plain",
+	r := e.Must(e.AdminDo("POST", "/api/admin/workers", map[string]any{"name": "plain",
 		"labels": map[string]string{"pool": "general"}}), 201)
 	if r.JSON["labels_locked"] != true {
 		t.Fatalf("a worker created without labels_locked: %s", r.Body)
 	}
 	a := e.newAgent(r.JSON["worker_id"].(string), r.JSON["token"].(string), 2)
-	e.must(a.register(map[string]any{"labels": map[string]string{"tier": "secure"}, "gpu_info": gpus(1)}), 200)
-	e.must(a.register(map[string]any{"labels": map[string]string{"tier": "secure"}, "gpu_info": gpus(8)}), 200)
-	w := e.worker(a.id)
+	e.Must(a.register(map[string]any{"labels": map[string]string{"tier": "secure"}, "gpu_info": gpus(1)}), 200)
+	e.Must(a.register(map[string]any{"labels": map[string]string{"tier": "secure"}, "gpu_info": gpus(8)}), 200)
+	w := e.Worker(a.id)
 	if l := w["labels"].(map[string]any); w["labels_locked"] != true || len(l) != 1 || l["pool"] != "general" || w["gpu_count"] != float64(1) {
 		t.Fatalf("the default worker took its reports: locked %v, labels %v, %v GPUs", w["labels_locked"], l, w["gpu_count"])
 	}
 
-	r = e.must(e.adminDo("POST", "/api/admin/workers", map[string]any{"name": "trusted", "labels_locked": false}), 201)
+	r = e.Must(e.AdminDo("POST", "/api/admin/workers", map[string]any{"name": "trusted", "labels_locked": false}), 201)
 	if r.JSON["labels_locked"] != false {
 		t.Fatalf("a worker created with labels_locked false: %s", r.Body)
 	}
 	b := e.newAgent(r.JSON["worker_id"].(string), r.JSON["token"].(string), 2)
-	e.must(b.register(map[string]any{"labels": map[string]string{"tier": "secure"}, "gpu_info": gpus(1)}), 200)
-	e.must(b.register(map[string]any{"labels": map[string]string{"tier": "secure"}, "gpu_info": gpus(8)}), 200)
-	if w := e.worker(b.id); w["labels"].(map[string]any)["tier"] != "secure" || w["gpu_count"] != float64(8) {
+	e.Must(b.register(map[string]any{"labels": map[string]string{"tier": "secure"}, "gpu_info": gpus(1)}), 200)
+	e.Must(b.register(map[string]any{"labels": map[string]string{"tier": "secure"}, "gpu_info": gpus(8)}), 200)
+	if w := e.Worker(b.id); w["labels"].(map[string]any)["tier"] != "secure" || w["gpu_count"] != float64(8) {
 		t.Fatalf("the unlocked worker: labels %v, %v GPUs", w["labels"], w["gpu_count"])
 	}
 }
@@ -192,17 +192,17 @@ func TestAdminWorkersScopeReachesJobSecrets(t *testing.T) {
 	t.Parallel()
 	e := setup(t, backends["sqlite"](t))
 	token := func(scope string) map[string]string {
-		r := e.must(e.adminDo("POST", "/api/admin/tokens", map[string]any{"name": scope, "scopes": []string{scope}}), 201)
+		r := e.Must(e.AdminDo("POST", "/api/admin/tokens", map[string]any{"name": scope, "scopes": []string{scope}}), 201)
 		return map[string]string{"Authorization": "Bearer " + r.JSON["token"].(string)}
 	}
-	job := e.submit(map[string]any{"hf_token": "hf_job_secret"})
-	view := e.must(e.do("GET", "/api/queue/"+job, token("queue.view"), nil), 200)
+	job := e.Submit(map[string]any{"hf_token": "hf_job_secret"})
+	view := e.Must(e.Do("GET", "/api/queue/"+job, token("queue.view"), nil), 200)
 	if strings.Contains(string(view.Body), "hf_job_secret") {
 		t.Fatalf("queue.view shows the job's hf_token: %s", view.Body)
 	}
-	w := e.must(e.do("POST", "/api/admin/workers", token("admin.workers"), map[string]any{"name": "made", "worker_type": "persistent"}), 201)
+	w := e.Must(e.Do("POST", "/api/admin/workers", token("admin.workers"), map[string]any{"name": "made", "worker_type": "persistent"}), 201)
 	a := e.newAgent(w.JSON["worker_id"].(string), w.JSON["token"].(string), 2)
-	e.must(a.register(map[string]any{"name": "made"}), 200)
+	e.Must(a.register(map[string]any{"name": "made"}), 200)
 	a.connect()
 	a.keepAlive(a.held)
 	if ev := a.next("job_submit", eventWait); ev["job_id"] != job || ev["hf_token"] != "hf_job_secret" {

@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"context"
@@ -29,7 +29,7 @@ func TestReadyzAnswersWhileThePingHangs(t *testing.T) {
 	defer close(st.release)
 	e := setup(t, st)
 	began := time.Now()
-	e.must(e.do("GET", "/readyz", nil, nil), 503)
+	e.Must(e.Do("GET", "/readyz", nil, nil), 503)
 	if took := time.Since(began); took > 4*time.Second {
 		t.Errorf("/readyz answered after %s", took)
 	}

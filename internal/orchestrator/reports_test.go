@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"strings"
@@ -16,37 +16,37 @@ func TestReportsUseTheWorkersGPUsAndSession(t *testing.T) {
 	t.Parallel()
 	e := setup(t, backends["sqlite"](t))
 	a := e.startAgent("gpu-box", nil, map[string]any{"name": "NVIDIA A100", "count": 2, "vram_gb": 80})
-	jobID := e.submit(map[string]any{})
+	jobID := e.Submit(map[string]any{})
 	ev := a.next(protocol.EventJobSubmit, eventWait)
 	if ev["job_id"] != jobID {
 		t.Fatalf("dispatched %v, want %s", ev["job_id"], jobID)
 	}
-	e.must(a.report(jobID, "starting", map[string]any{"attempt": 1}), 200)
+	e.Must(a.report(jobID, "starting", map[string]any{"attempt": 1}), 200)
 	conds := []map[string]any{
 		{"index": 1, "uuid": "GPU-1", "state": "unhealthy", "reason": "XID 79 (fell off the bus)", "since": "2030-01-01T00:00:00Z"},
 		{"index": 7, "uuid": "GPU-7", "state": "unhealthy", "reason": "not in the inventory", "since": "2030-01-01T00:00:00Z"},
 	}
-	e.must(a.report(jobID, "completed", map[string]any{"attempt": 1, "gpu_conditions": conds}), 200)
-	if st := e.job(jobID)["status"]; st != "completed" {
+	e.Must(a.report(jobID, "completed", map[string]any{"attempt": 1, "gpu_conditions": conds}), 200)
+	if st := e.Job(jobID)["status"]; st != "completed" {
 		t.Fatalf("job %s after its report", st)
 	}
-	got, _ := e.worker(a.id)["gpu_conditions"].([]any)
+	got, _ := e.Worker(a.id)["gpu_conditions"].([]any)
 	if len(got) != 1 || got[0].(map[string]any)["index"] != 1.0 {
 		t.Fatalf("conditions kept from the terminal report: %v; want GPU 1's alone", got)
 	}
 
-	id, token := e.createWorker("twin", "persistent", nil)
+	id, token := e.CreateWorker("twin", "persistent", nil)
 	as := func(sess string) map[string]string {
 		return map[string]string{"X-Worker-Token": token, protocol.HeaderWorkerSession: sess}
 	}
 	first, second := strings.Repeat("a", 32), strings.Repeat("b", 32)
-	e.must(e.do("POST", "/api/workers/register", as(first), map[string]any{"name": "twin", "persistent": true, "protocol": 2}), 200)
-	e.must(e.do("POST", "/api/workers/heartbeat", as(first), map[string]any{"worker_id": id, "status": "idle"}), 200)
+	e.Must(e.Do("POST", "/api/workers/register", as(first), map[string]any{"name": "twin", "persistent": true, "protocol": 2}), 200)
+	e.Must(e.Do("POST", "/api/workers/heartbeat", as(first), map[string]any{"worker_id": id, "status": "idle"}), 200)
 	for _, path := range []string{"/api/workers/job/j_none/status", "/api/workers/job/j_none/logs"} {
-		r := e.must(e.do("POST", path, as(second), map[string]any{"status": "running"}), 409)
+		r := e.Must(e.Do("POST", path, as(second), map[string]any{"status": "running"}), 409)
 		if r.JSON["error"] != protocol.CodeSessionActive {
 			t.Errorf("%s from a second installation: %s", path, r.Body)
 		}
 	}
-	e.must(e.do("POST", "/api/workers/job/j_none/status", as(first), map[string]any{"status": "running"}), 404)
+	e.Must(e.Do("POST", "/api/workers/job/j_none/status", as(first), map[string]any{"status": "running"}), 404)
 }

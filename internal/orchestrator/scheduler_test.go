@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
@@ -25,13 +26,13 @@ type slotAgent struct {
 
 func (e *env) startSlotAgent(name string, gpus int) *slotAgent {
 	e.t.Helper()
-	id, token := e.createWorker(name, "persistent", nil)
+	id, token := e.CreateWorker(name, "persistent", nil)
 	a := &slotAgent{agent: e.newAgent(id, token, 2), running: map[string]int{}}
 	var devices []map[string]any
 	for i := range gpus {
 		devices = append(devices, map[string]any{"index": i, "uuid": fmt.Sprintf("GPU-%s-%d", name, i), "name": "H100", "memory_mib": 81559})
 	}
-	e.must(a.register(map[string]any{"name": name, "capabilities": map[string]any{"max_jobs": gpus},
+	e.Must(a.register(map[string]any{"name": name, "capabilities": map[string]any{"max_jobs": gpus},
 		"gpu_info": map[string]any{"name": "H100", "count": gpus, "vram_gb": 80, "devices": devices}}), 200)
 	a.connect()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -49,7 +50,7 @@ func (e *env) startSlotAgent(name string, gpus int) *slotAgent {
 			}
 			a.mu.Unlock()
 			body, _ := json.Marshal(map[string]any{"worker_id": a.id, "status": "idle", "running": running})
-			req, _ := http.NewRequestWithContext(ctx, "POST", e.url+"/api/workers/heartbeat", bytes.NewReader(body))
+			req, _ := http.NewRequestWithContext(ctx, "POST", e.URL+"/api/workers/heartbeat", bytes.NewReader(body))
 			req.Header.Set("X-Worker-Token", a.token)
 			if res, err := http.DefaultClient.Do(req); err == nil {
 				res.Body.Close()
@@ -72,7 +73,7 @@ func (a *slotAgent) take() (string, []int) {
 	a.mu.Lock()
 	a.running[job] = int(ev["attempt"].(float64))
 	a.mu.Unlock()
-	a.e.must(a.report(job, "starting", map[string]any{"attempt": a.running[job]}), 200)
+	a.e.Must(a.report(job, "starting", map[string]any{"attempt": a.running[job]}), 200)
 	var gpus []int
 	list, _ := ev["gpus"].([]any)
 	for _, g := range list {
@@ -88,7 +89,7 @@ func (a *slotAgent) finish(job string) {
 	a.mu.Lock()
 	n := a.running[job]
 	a.mu.Unlock()
-	a.e.must(a.report(job, "completed", map[string]any{"attempt": n}), 200)
+	a.e.Must(a.report(job, "completed", map[string]any{"attempt": n}), 200)
 	a.mu.Lock()
 	delete(a.running, job)
 	a.mu.Unlock()
@@ -97,7 +98,7 @@ func (a *slotAgent) finish(job string) {
 // patientHeartbeats keeps a worker whose keep-alive loop is starved on a
 // loaded machine from being taken for lost: placement tests expect their
 // workers to stay.
-func patientHeartbeats(o *Options) { o.HeartbeatTimeout = 10 * time.Second }
+func patientHeartbeats(o *orchestrator.Options) { o.HeartbeatTimeout = 10 * time.Second }
 
 func gpuJobBody(gpus, priority int) map[string]any {
 	return map[string]any{"gpu_count": gpus, "priority": priority}
@@ -110,24 +111,24 @@ func TestSchedulerBestFit(t *testing.T) {
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
 		e := setup(t, open(t), patientHeartbeats)
 		a := e.startSlotAgent("a", 8)
-		six := e.submit(gpuJobBody(6, 10))
+		six := e.Submit(gpuJobBody(6, 10))
 		if job, gpus := a.take(); job != six || len(gpus) != 6 {
 			t.Fatalf("a got %s on %v, want %s on six GPUs", job, gpus, six)
 		}
 		b := e.startSlotAgent("b", 8)
 
 		// a has 2 free, b 8: the 2-GPU job fills a.
-		two := e.submit(gpuJobBody(2, 10))
+		two := e.Submit(gpuJobBody(2, 10))
 		if job, gpus := a.take(); job != two || !slices.Equal(gpus, []int{6, 7}) {
 			t.Fatalf("a got %s on %v, want %s on [6 7]", job, gpus, two)
 		}
 		b.noEvent("job_submit", 300*time.Millisecond)
-		if w := e.worker(a.id); w["status"] != "busy" || w["gpus_free"] != float64(0) || w["running_jobs"] != float64(2) {
+		if w := e.Worker(a.id); w["status"] != "busy" || w["gpus_free"] != float64(0) || w["running_jobs"] != float64(2) {
 			t.Errorf("full worker a: status %v, gpus_free %v, running_jobs %v", w["status"], w["gpus_free"], w["running_jobs"])
 		}
 
 		// The 8-GPU job still has a whole machine.
-		eight := e.submit(gpuJobBody(8, 10))
+		eight := e.Submit(gpuJobBody(8, 10))
 		if job, gpus := b.take(); job != eight || len(gpus) != 8 {
 			t.Fatalf("b got %s on %v, want %s on eight GPUs", job, gpus, eight)
 		}
@@ -135,11 +136,11 @@ func TestSchedulerBestFit(t *testing.T) {
 		// Freed GPUs are given again: a keeps its six-GPU job and takes a
 		// 1-GPU one, left partial with one GPU free.
 		a.finish(two)
-		one := e.submit(gpuJobBody(1, 10))
+		one := e.Submit(gpuJobBody(1, 10))
 		if job, gpus := a.take(); job != one || len(gpus) != 1 {
 			t.Fatalf("a got %s on %v after its 2-GPU job ended, want %s on one GPU", job, gpus, one)
 		}
-		if w := e.worker(a.id); w["status"] != "partial" || w["gpus_free"] != float64(1) {
+		if w := e.Worker(a.id); w["status"] != "partial" || w["gpus_free"] != float64(1) {
 			t.Errorf("worker a with one GPU free: status %v, gpus_free %v", w["status"], w["gpus_free"])
 		}
 	})
@@ -153,37 +154,37 @@ func TestDrainWorkerRunningSeveralJobs(t *testing.T) {
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
 		e := setup(t, open(t), patientHeartbeats)
 		w := e.startSlotAgent("quad", 4)
-		first := e.submit(gpuJobBody(1, 10))
+		first := e.Submit(gpuJobBody(1, 10))
 		w.take()
-		second := e.submit(gpuJobBody(1, 10))
+		second := e.Submit(gpuJobBody(1, 10))
 		w.take()
-		e.must(e.adminDo("POST", "/api/admin/workers/"+w.id+"/drain", nil), 200)
+		e.Must(e.AdminDo("POST", "/api/admin/workers/"+w.id+"/drain", nil), 200)
 		w.next("drain", eventWait)
-		third := e.submit(gpuJobBody(1, 10))
+		third := e.Submit(gpuJobBody(1, 10))
 		w.noEvent("job_submit", 500*time.Millisecond)
-		if st := e.worker(w.id); st["status"] != "draining" || st["running_jobs"] != float64(2) || st["gpus_free"] != float64(2) {
+		if st := e.Worker(w.id); st["status"] != "draining" || st["running_jobs"] != float64(2) || st["gpus_free"] != float64(2) {
 			t.Fatalf("draining worker: status %v, running_jobs %v, gpus_free %v", st["status"], st["running_jobs"], st["gpus_free"])
 		}
 		for _, id := range []string{first, second} {
-			if j := e.job(id); j["status"] != "running" {
+			if j := e.Job(id); j["status"] != "running" {
 				t.Fatalf("job %s on the draining worker: %v", id, j["status"])
 			}
 		}
 		w.finish(first)
 		w.finish(second)
 		w.noEvent("job_submit", 500*time.Millisecond)
-		if st := e.worker(w.id); st["status"] != "draining" || st["running_jobs"] != float64(0) {
+		if st := e.Worker(w.id); st["status"] != "draining" || st["running_jobs"] != float64(0) {
 			t.Fatalf("drained worker: status %v, running_jobs %v", st["status"], st["running_jobs"])
 		}
 		for _, id := range []string{first, second} {
-			if j := e.job(id); j["status"] != "completed" {
+			if j := e.Job(id); j["status"] != "completed" {
 				t.Fatalf("job %s after finishing on the draining worker: %v", id, j["status"])
 			}
 		}
-		if j := e.job(third); j["status"] != "queued" {
+		if j := e.Job(third); j["status"] != "queued" {
 			t.Fatalf("job submitted during the drain: %v", j["status"])
 		}
-		e.must(e.adminDo("POST", "/api/admin/workers/"+w.id+"/resume", nil), 200)
+		e.Must(e.AdminDo("POST", "/api/admin/workers/"+w.id+"/resume", nil), 200)
 		if job, _ := w.take(); job != third {
 			t.Fatalf("after resume the worker got %s, want %s", job, third)
 		}
@@ -199,21 +200,21 @@ func TestSchedulerReservationAgainstStarvation(t *testing.T) {
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
 		e := setup(t, open(t), patientHeartbeats)
 		w := e.startSlotAgent("quad", 4)
-		first := e.submit(gpuJobBody(1, 1))
+		first := e.Submit(gpuJobBody(1, 1))
 		if job, _ := w.take(); job != first {
 			t.Fatalf("got %s, want %s", job, first)
 		}
 
-		big := e.submit(gpuJobBody(4, 50))
+		big := e.Submit(gpuJobBody(4, 50))
 		var smalls []string
 		for range 3 {
-			smalls = append(smalls, e.submit(gpuJobBody(1, 1)))
+			smalls = append(smalls, e.Submit(gpuJobBody(1, 1)))
 		}
 		w.noEvent("job_submit", 400*time.Millisecond)
 		testutil.Eventually(t, eventWait, "the waiting reasons", func() bool {
-			small := e.job(smalls[0])
+			small := e.Job(smalls[0])
 			detail, _ := small["waiting_detail"].(string)
-			return e.job(big)["waiting_reason"] == "gpus_busy" && small["waiting_reason"] == "reserved_for" && strings.Contains(detail, big)
+			return e.Job(big)["waiting_reason"] == "gpus_busy" && small["waiting_reason"] == "reserved_for" && strings.Contains(detail, big)
 		})
 
 		w.finish(first)
@@ -222,7 +223,7 @@ func TestSchedulerReservationAgainstStarvation(t *testing.T) {
 			t.Fatalf("after the 1-GPU job ended the worker got %s on %v, want %s on all four", job, gpus, big)
 		}
 		w.noEvent("job_submit", 300*time.Millisecond)
-		if r := e.job(smalls[0])["waiting_reason"]; r != "gpus_busy" {
+		if r := e.Job(smalls[0])["waiting_reason"]; r != "gpus_busy" {
 			t.Errorf("a 1-GPU job behind the running 4-GPU job waits for %v, want gpus_busy", r)
 		}
 
@@ -250,15 +251,15 @@ func TestPartialWorkerThatVanishesGoesOffline(t *testing.T) {
 	t.Parallel()
 	e := setup(t, backends["sqlite"](t))
 	w := e.startSlotAgent("quad", 4)
-	job := e.submit(gpuJobBody(1, 10))
+	job := e.Submit(gpuJobBody(1, 10))
 	if got, _ := w.take(); got != job {
 		t.Fatalf("got %s, want %s", got, job)
 	}
-	testutil.Eventually(t, eventWait, "the worker partly busy", func() bool { return e.worker(w.id)["status"] == "partial" })
+	testutil.Eventually(t, eventWait, "the worker partly busy", func() bool { return e.Worker(w.id)["status"] == "partial" })
 	w.silence()
 	testutil.Eventually(t, eventWait, "the silent worker offline and its job requeued", func() bool {
-		j := e.job(job)
-		return e.worker(w.id)["status"] == "offline" && j["status"] == "queued" && j["retries_used"] == float64(1)
+		j := e.Job(job)
+		return e.Worker(w.id)["status"] == "offline" && j["status"] == "queued" && j["retries_used"] == float64(1)
 	})
 }
 
@@ -269,9 +270,9 @@ func TestSchedulerLooksPastTheFirstPage(t *testing.T) {
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
 		e := setup(t, open(t), patientHeartbeats)
 		for range 40 {
-			e.submit(map[string]any{"priority": 10, "worker_labels": map[string]string{"pool": "nowhere"}})
+			e.Submit(map[string]any{"priority": 10, "worker_labels": map[string]string{"pool": "nowhere"}})
 		}
-		want := e.submit(map[string]any{"priority": 1})
+		want := e.Submit(map[string]any{"priority": 1})
 		w := e.startAgent("here", map[string]string{"pool": "here"}, nil)
 		if ev := w.next("job_submit", eventWait); ev["job_id"] != want {
 			t.Fatalf("the worker got %v, want %s", ev["job_id"], want)
@@ -289,17 +290,17 @@ func TestSchedulerReservationBehindTheFirstPage(t *testing.T) {
 		w := e.startSlotAgent("quad", 4)
 		var first []string
 		for range 2 {
-			e.submit(gpuJobBody(1, 1))
+			e.Submit(gpuJobBody(1, 1))
 			job, _ := w.take()
 			first = append(first, job)
 		}
-		big := e.submit(gpuJobBody(4, 40))
-		small := e.submit(gpuJobBody(1, 1))
+		big := e.Submit(gpuJobBody(4, 40))
+		small := e.Submit(gpuJobBody(1, 1))
 		testutil.Eventually(t, eventWait, "the small job held back for the big one", func() bool {
-			return e.job(small)["waiting_reason"] == "reserved_for"
+			return e.Job(small)["waiting_reason"] == "reserved_for"
 		})
 		for range 20 { // ahead of the big job in the queue, and for no worker
-			e.submit(map[string]any{"priority": 50, "gpu_count": 1, "worker_labels": map[string]string{"pool": "nowhere"}})
+			e.Submit(map[string]any{"priority": 50, "gpu_count": 1, "worker_labels": map[string]string{"pool": "nowhere"}})
 		}
 		w.finish(first[0])
 		w.noEvent("job_submit", 400*time.Millisecond)
@@ -321,30 +322,30 @@ func TestSubmitWithoutGPUCountReachesTheGPUs(t *testing.T) {
 		e := setup(t, open(t), patientHeartbeats)
 		a := e.startSlotAgent("a", 2)
 
-		r := e.must(e.adminDo("POST", "/api/queue/submit", map[string]any{"config": map[string]any{"model_type": "lora"}}), 201)
+		r := e.Must(e.AdminDo("POST", "/api/queue/submit", map[string]any{"config": map[string]any{"model_type": "lora"}}), 201)
 		whole := r.JSON["job_id"].(string)
 		if r.JSON["gpu_allocation"] != "whole worker" || r.JSON["whole_worker"] != true || r.JSON["gpu_count"] != nil {
 			t.Fatalf("submit reply for a job without a GPU count: %s", r.Body)
 		}
-		if v := e.job(whole); v["gpu_allocation"] != "whole worker" || v["gpu_count"] != nil {
+		if v := e.Job(whole); v["gpu_allocation"] != "whole worker" || v["gpu_count"] != nil {
 			t.Fatalf("job view: gpu_allocation %v gpu_count %v", v["gpu_allocation"], v["gpu_count"])
 		}
 		if job, gpus := a.take(); job != whole || !slices.Equal(gpus, []int{0, 1}) {
 			t.Fatalf("a got %s on %v, want %s on both GPUs", job, gpus, whole)
 		}
-		if w := e.worker(a.id); w["status"] != "busy" {
+		if w := e.Worker(a.id); w["status"] != "busy" {
 			t.Fatalf("a worker held whole is %v, want busy", w["status"])
 		}
 
 		// Nothing runs beside a whole-worker job, not even one without GPUs.
-		cpu := e.must(e.adminDo("POST", "/api/queue/submit", map[string]any{"config": map[string]any{"model_type": "lora"}, "gpu_count": 0}), 201)
+		cpu := e.Must(e.AdminDo("POST", "/api/queue/submit", map[string]any{"config": map[string]any{"model_type": "lora"}, "gpu_count": 0}), 201)
 		if cpu.JSON["gpu_allocation"] != "no GPU (CPU only)" {
 			t.Fatalf("submit reply for gpu_count 0: %s", cpu.Body)
 		}
 		cpuJob := cpu.JSON["job_id"].(string)
 		a.noEvent("job_submit", 300*time.Millisecond)
 		testutil.Eventually(t, eventWait, "the CPU job's waiting reason", func() bool {
-			return e.job(cpuJob)["waiting_reason"] == "workers_busy"
+			return e.Job(cpuJob)["waiting_reason"] == "workers_busy"
 		})
 		a.finish(whole)
 		if job, gpus := a.take(); job != cpuJob || len(gpus) != 0 {
@@ -352,8 +353,8 @@ func TestSubmitWithoutGPUCountReachesTheGPUs(t *testing.T) {
 		}
 
 		// The config's process count: one GPU, beside the CPU job.
-		one := e.submit(map[string]any{"config": map[string]any{"model_type": "lora", "--num_processes": 1}})
-		if v := e.job(one); v["gpu_allocation"] != "1 GPU" || v["gpu_count"] != float64(1) {
+		one := e.Submit(map[string]any{"config": map[string]any{"model_type": "lora", "--num_processes": 1}})
+		if v := e.Job(one); v["gpu_allocation"] != "1 GPU" || v["gpu_count"] != float64(1) {
 			t.Fatalf("job with --num_processes 1: gpu_allocation %v gpu_count %v", v["gpu_allocation"], v["gpu_count"])
 		}
 		if job, gpus := a.take(); job != one || len(gpus) != 1 {
@@ -361,9 +362,9 @@ func TestSubmitWithoutGPUCountReachesTheGPUs(t *testing.T) {
 		}
 
 		// A whole-worker job waits while the worker runs others, and says so.
-		next := e.submit(map[string]any{})
+		next := e.Submit(map[string]any{})
 		testutil.Eventually(t, eventWait, "the whole-worker job's waiting reason", func() bool {
-			v := e.job(next)
+			v := e.Job(next)
 			return v["waiting_reason"] == "gpus_busy" && strings.Contains(v["waiting_detail"].(string), "whole worker")
 		})
 		a.finish(cpuJob)
@@ -373,7 +374,7 @@ func TestSubmitWithoutGPUCountReachesTheGPUs(t *testing.T) {
 		}
 
 		// A process count that is not one is refused, naming the field.
-		bad := e.must(e.adminDo("POST", "/api/queue/submit", map[string]any{"config": map[string]any{"--num_processes": "auto"}}), 422)
+		bad := e.Must(e.AdminDo("POST", "/api/queue/submit", map[string]any{"config": map[string]any{"--num_processes": "auto"}}), 422)
 		if !strings.Contains(string(bad.Body), `config.--num_processes`) {
 			t.Fatalf("refusal of a bad process count: %s", bad.Body)
 		}

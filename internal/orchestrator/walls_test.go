@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"bytes"
@@ -9,11 +9,13 @@ import (
 	"testing"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/orchtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
 // withWalledTeams configures the teams alpha and bravo, and mod's changes.
-func withWalledTeams(mod ...func(*config.Orchestrator)) func(*Options) {
+func withWalledTeams(mod ...func(*config.Orchestrator)) func(*orchestrator.Options) {
 	return withTeams(append([]func(*config.Orchestrator){func(c *config.Orchestrator) {
 		c.Teams = []config.TeamConfig{{Name: "alpha", Share: 1}, {Name: "bravo", Share: 1}}
 	}}, mod...)...)
@@ -22,15 +24,15 @@ func withWalledTeams(mod ...func(*config.Orchestrator)) func(*Options) {
 // scopedToken creates an admin token of team with scopes.
 func (e *env) scopedToken(name, team string, scopes ...string) string {
 	e.t.Helper()
-	r := e.must(e.adminDo("POST", "/api/admin/tokens", map[string]any{"name": name, "scopes": scopes, "team": team}), 201)
+	r := e.Must(e.AdminDo("POST", "/api/admin/tokens", map[string]any{"name": name, "scopes": scopes, "team": team}), 201)
 	return r.JSON["token"].(string)
 }
 
 // as makes a request with token. A body it cannot read whole within
 // eventWait (a log follow let through the wall streams on) fails the test.
-func (e *env) as(token, method, path string) resp {
+func (e *env) as(token, method, path string) orchtest.Reply {
 	e.t.Helper()
-	req, _ := http.NewRequest(method, e.url+path, nil)
+	req, _ := http.NewRequest(method, e.URL+path, nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	res, err := (&http.Client{Timeout: eventWait}).Do(req)
 	if err != nil {
@@ -41,7 +43,7 @@ func (e *env) as(token, method, path string) resp {
 	if err != nil {
 		e.t.Fatalf("%s %s: HTTP %d, reading the body: %v", method, path, res.StatusCode, err)
 	}
-	r := resp{Status: res.StatusCode, Header: res.Header, Body: data}
+	r := orchtest.Reply{Status: res.StatusCode, Header: res.Header, Body: data}
 	_ = json.Unmarshal(data, &r.JSON)
 	return r
 }
@@ -57,8 +59,8 @@ func TestTeamsAreWalledOff(t *testing.T) {
 		e := setup(t, open(t), withWalledTeams())
 		alpha := e.scopedToken("alpha-ci", "alpha", "queue.view", "queue.submit", "queue.cancel")
 		bravo := e.scopedToken("bravo-ci", "bravo", "queue.view", "queue.submit", "queue.cancel")
-		bravoJob := e.must(e.submitAs(bravo, nil), 201).JSON["job_id"].(string)
-		alphaJob := e.must(e.submitAs(alpha, nil), 201).JSON["job_id"].(string)
+		bravoJob := e.Must(e.submitAs(bravo, nil), 201).JSON["job_id"].(string)
+		alphaJob := e.Must(e.submitAs(alpha, nil), 201).JSON["job_id"].(string)
 
 		paths := []struct{ method, path string }{
 			{"GET", "/api/queue/%s"},
@@ -79,35 +81,35 @@ func TestTeamsAreWalledOff(t *testing.T) {
 			}
 		}
 		// The fleet reaches the job on every path.
-		e.must(e.adminDo("GET", "/api/queue/"+bravoJob, nil), 200)
-		e.must(e.adminDo("GET", "/api/queue/"+bravoJob+"/logs", nil), 200)
-		e.must(e.adminDo("GET", "/api/queue/"+bravoJob+"/artifacts", nil), 200)
-		if r := e.adminDo("GET", "/api/queue/"+bravoJob+"/artifacts/output/model.safetensors", nil); r.Status != 404 ||
+		e.Job(bravoJob)
+		e.Must(e.AdminDo("GET", "/api/queue/"+bravoJob+"/logs", nil), 200)
+		e.Must(e.AdminDo("GET", "/api/queue/"+bravoJob+"/artifacts", nil), 200)
+		if r := e.AdminDo("GET", "/api/queue/"+bravoJob+"/artifacts/output/model.safetensors", nil); r.Status != 404 ||
 			!bytes.Contains(r.Body, []byte("artifact not found")) {
 			t.Errorf("fleet artifact GET: HTTP %d %s, want the artifact's own 404", r.Status, r.Body)
 		}
-		if f, status := e.follow(e.admin, bravoJob); status != 200 {
+		if f, status := e.follow(e.Admin, bravoJob); status != 200 {
 			t.Errorf("fleet log follow: HTTP %d", status)
 		} else {
 			f.close()
 		}
 
 		// Lists and usage keep to the caller's team; the fleet's has both.
-		list := e.must(e.as(alpha, "GET", "/api/queue"), 200).JSON
+		list := e.Must(e.as(alpha, "GET", "/api/queue"), 200).JSON
 		if ids := jobIDsOf(list); len(ids) != 1 || ids[0] != alphaJob || list["total"] != float64(1) {
 			t.Errorf("alpha's list: %v", list)
 		}
-		if ids := jobIDsOf(e.must(e.adminDo("GET", "/api/queue", nil), 200).JSON); len(ids) != 2 {
+		if ids := jobIDsOf(e.Must(e.Queue(""), 200).JSON); len(ids) != 2 {
 			t.Errorf("fleet list: %v", ids)
 		}
-		usage := e.must(e.as(alpha, "GET", "/api/admin/usage"), 200).JSON
+		usage := e.Must(e.as(alpha, "GET", "/api/admin/usage"), 200).JSON
 		for _, row := range usage["teams"].([]any) {
 			if team := row.(map[string]any)["team"]; team != "alpha" {
 				t.Errorf("alpha's usage shows team %v", team)
 			}
 		}
-		e.must(e.as(alpha, "GET", "/api/queue/"+alphaJob), 200)
-		e.must(e.adminDo("POST", "/api/queue/"+bravoJob+"/cancel", nil), 200)
+		e.Must(e.as(alpha, "GET", "/api/queue/"+alphaJob), 200)
+		e.Must(e.Cancel(bravoJob), 200)
 	})
 }
 
@@ -119,29 +121,29 @@ func TestOnlyALeadCancelsATeammatesJob(t *testing.T) {
 		ann := e.scopedToken("ann", "alpha", "queue.view", "queue.submit", "queue.cancel")
 		bob := e.scopedToken("bob", "alpha", "queue.view", "queue.submit", "queue.cancel")
 		lead := e.scopedToken("lead", "alpha", "queue.*")
-		annsJob := e.must(e.submitAs(ann, nil), 201).JSON["job_id"].(string)
-		bobsJob := e.must(e.submitAs(bob, nil), 201).JSON["job_id"].(string)
+		annsJob := e.Must(e.submitAs(ann, nil), 201).JSON["job_id"].(string)
+		bobsJob := e.Must(e.submitAs(bob, nil), 201).JSON["job_id"].(string)
 
 		if r := e.as(bob, "POST", "/api/queue/"+annsJob+"/cancel"); r.Status != 403 {
 			t.Fatalf("a member cancelling a teammate's job: HTTP %d %s, want 403", r.Status, r.Body)
 		}
-		if st := e.job(annsJob)["status"]; st != "queued" {
+		if st := e.Job(annsJob)["status"]; st != "queued" {
 			t.Fatalf("the refused cancel changed the job: %v", st)
 		}
-		e.must(e.as(bob, "POST", "/api/queue/"+bobsJob+"/cancel"), 200)
-		e.must(e.as(lead, "POST", "/api/queue/"+annsJob+"/cancel"), 200)
+		e.Must(e.as(bob, "POST", "/api/queue/"+bobsJob+"/cancel"), 200)
+		e.Must(e.as(lead, "POST", "/api/queue/"+annsJob+"/cancel"), 200)
 	})
 }
 
 // visibility = "all" opens reads across teams, not cancels.
 func TestVisibilityAllOpensReadsOnly(t *testing.T) {
 	t.Parallel()
-	e := setup(t, backends["sqlite"](t), withWalledTeams(), func(o *Options) { o.Visibility = "all" })
+	e := setup(t, backends["sqlite"](t), withWalledTeams(), func(o *orchestrator.Options) { o.Visibility = "all" })
 	alpha := e.scopedToken("alpha-ci", "alpha", "queue.*")
 	bravo := e.scopedToken("bravo-ci", "bravo", "queue.*")
-	bravoJob := e.must(e.submitAs(bravo, nil), 201).JSON["job_id"].(string)
-	e.must(e.as(alpha, "GET", "/api/queue/"+bravoJob), 200)
-	if ids := jobIDsOf(e.must(e.as(alpha, "GET", "/api/queue"), 200).JSON); len(ids) != 1 {
+	bravoJob := e.Must(e.submitAs(bravo, nil), 201).JSON["job_id"].(string)
+	e.Must(e.as(alpha, "GET", "/api/queue/"+bravoJob), 200)
+	if ids := jobIDsOf(e.Must(e.as(alpha, "GET", "/api/queue"), 200).JSON); len(ids) != 1 {
 		t.Fatalf("alpha's list under visibility all: %v", ids)
 	}
 	if r := e.as(alpha, "POST", "/api/queue/"+bravoJob+"/cancel"); r.Status != 403 {

@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
@@ -69,7 +70,7 @@ func (h *hookReceiver) types(jobID string) []string {
 }
 
 // withWebhooks lets webhooks reach loopback receivers, and retries fast.
-func withWebhooks(o *Options) {
+func withWebhooks(o *orchestrator.Options) {
 	o.Webhooks.Guard = spec.Guard{AllowLocal: true}
 	o.Webhooks.PollInterval = 20 * time.Millisecond
 	o.Webhooks.BackoffMin, o.Webhooks.BackoffMax = 5*time.Millisecond, 50*time.Millisecond
@@ -77,7 +78,7 @@ func withWebhooks(o *Options) {
 
 func (e *env) subscribe(h *hookReceiver, events ...string) map[string]any {
 	e.t.Helper()
-	r := e.must(e.adminDo("POST", "/api/admin/webhooks", map[string]any{"name": "hook", "url": h.srv.URL + "/in", "events": events}), 201)
+	r := e.Must(e.AdminDo("POST", "/api/admin/webhooks", map[string]any{"name": "hook", "url": h.srv.URL + "/in", "events": events}), 201)
 	h.mu.Lock()
 	h.secret = r.JSON["secret"].(string)
 	h.mu.Unlock()
@@ -93,12 +94,12 @@ func TestWebhookAPI(t *testing.T) {
 	if !strings.HasPrefix(secret, "whsec_") || created["name"] != "hook" || created["source"] != "api" || created["format"] != "json" {
 		t.Fatalf("created %v", created)
 	}
-	list := e.must(e.adminDo("GET", "/api/admin/webhooks", nil), 200)
+	list := e.Must(e.AdminDo("GET", "/api/admin/webhooks", nil), 200)
 	if strings.Contains(string(list.Body), secret) || !strings.Contains(string(list.Body), `"events":["job.failed","worker.*"]`) ||
 		!strings.Contains(string(list.Body), `"gpu.unhealthy"`) {
 		t.Fatalf("list %s", list.Body)
 	}
-	one := e.must(e.adminDo("GET", "/api/admin/webhooks/hook", nil), 200)
+	one := e.Must(e.AdminDo("GET", "/api/admin/webhooks/hook", nil), 200)
 	if one.JSON["id"] != created["id"] || strings.Contains(string(one.Body), secret) {
 		t.Fatalf("by name: %s", one.Body)
 	}
@@ -113,14 +114,14 @@ func TestWebhookAPI(t *testing.T) {
 		{map[string]any{"name": "x", "url": "https://h.example/", "events": []string{"*"}, "format": "xml"}, `field \"format\"`},
 		{map[string]any{"name": "x", "url": "https://h.example/", "events": "*"}, `field \"events\" must be an array`},
 	} {
-		r := e.adminDo("POST", "/api/admin/webhooks", tc.body)
+		r := e.AdminDo("POST", "/api/admin/webhooks", tc.body)
 		if r.Status != 422 || !strings.Contains(string(r.Body), tc.want) {
 			t.Errorf("%v: HTTP %d %s, want 422 with %s", tc.body, r.Status, r.Body, tc.want)
 		}
 	}
-	e.must(e.adminDo("GET", "/api/admin/webhooks/nope", nil), 404)
-	e.must(e.adminDo("GET", "/api/admin/webhooks/hook/deliveries?state=lost", nil), 422)
-	e.must(e.adminDo("GET", "/api/admin/webhooks/hook/deliveries?before=x", nil), 422)
+	e.Must(e.AdminDo("GET", "/api/admin/webhooks/nope", nil), 404)
+	e.Must(e.AdminDo("GET", "/api/admin/webhooks/hook/deliveries?state=lost", nil), 422)
+	e.Must(e.AdminDo("GET", "/api/admin/webhooks/hook/deliveries?before=x", nil), 422)
 
 	// The scope: queue.view alone may not see subscriptions.
 	tok, token, err := adminapi.NewAdminToken("viewer", []string{auth.ScopeQueueView})
@@ -130,17 +131,17 @@ func TestWebhookAPI(t *testing.T) {
 	if err := e.st.CreateAdminToken(context.Background(), tok, nil); err != nil {
 		t.Fatal(err)
 	}
-	e.must(e.do("GET", "/api/admin/webhooks", map[string]string{"Authorization": "Bearer " + token}, nil), 403)
+	e.Must(e.Do("GET", "/api/admin/webhooks", map[string]string{"Authorization": "Bearer " + token}, nil), 403)
 
 	// A subscription from the configuration cannot be deleted here.
 	if err := e.st.SyncConfigWebhooks(context.Background(), []store.Webhook{{ID: "wh_cfg", Name: "cfg", URL: "https://c.example/",
 		Events: []string{"*"}, Format: "json", Secret: "0123456789abcdef"}}, func(string, store.Webhook) *audit.Record { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	e.must(e.adminDo("DELETE", "/api/admin/webhooks/cfg", nil), 409)
-	e.must(e.adminDo("DELETE", "/api/admin/webhooks/hook", nil), 200)
-	e.must(e.adminDo("GET", "/api/admin/webhooks/hook", nil), 404)
-	recs := e.must(e.adminDo("GET", "/api/admin/audit?action=webhook.", nil), 200)
+	e.Must(e.AdminDo("DELETE", "/api/admin/webhooks/cfg", nil), 409)
+	e.Must(e.AdminDo("DELETE", "/api/admin/webhooks/hook", nil), 200)
+	e.Must(e.AdminDo("GET", "/api/admin/webhooks/hook", nil), 404)
+	recs := e.Must(e.AdminDo("GET", "/api/admin/audit?action=webhook.", nil), 200)
 	if !strings.Contains(string(recs.Body), "webhook.create") || !strings.Contains(string(recs.Body), "webhook.delete") ||
 		strings.Contains(string(recs.Body), secret) || strings.Contains(string(recs.Body), "/in") {
 		t.Fatalf("audit %s", recs.Body)
@@ -157,10 +158,10 @@ func TestWebhookJobLife(t *testing.T) {
 		h := newHookReceiver(t)
 		e.subscribe(h, "*")
 		a := e.startAgent("box", nil, nil)
-		done := e.submit(map[string]any{})
+		done := e.Submit(map[string]any{})
 		a.next("job_submit", eventWait)
-		e.must(a.report(done, "starting", map[string]any{"attempt": 1}), 200)
-		e.must(a.report(done, "completed", map[string]any{"attempt": 1}), 200)
+		e.Must(a.report(done, "starting", map[string]any{"attempt": 1}), 200)
+		e.Must(a.report(done, "completed", map[string]any{"attempt": 1}), 200)
 		life := []string{spec.JobQueued, spec.JobStarted, spec.JobCompleted}
 		testutil.Eventually(t, eventWait, "the job's events", func() bool { return len(h.types(done)) >= len(life) })
 		if got := h.types(done); !slices.Equal(got, life) {
@@ -174,9 +175,9 @@ func TestWebhookJobLife(t *testing.T) {
 			}
 		}
 
-		lost := e.submit(map[string]any{})
+		lost := e.Submit(map[string]any{})
 		a.next("job_submit", eventWait)
-		e.must(a.report(lost, "starting", map[string]any{"attempt": 1}), 200)
+		e.Must(a.report(lost, "starting", map[string]any{"attempt": 1}), 200)
 		a.silence()
 		testutil.Eventually(t, eventWait, "the worker's and the lost job's events", func() bool {
 			return slices.Contains(h.types(""), spec.WorkerOffline) && slices.Contains(h.types(lost), spec.JobRequeued)
@@ -190,11 +191,11 @@ func TestWebhookJobLife(t *testing.T) {
 			}
 		}
 		var metrics strings.Builder
-		e.srv.writeMetrics(context.Background(), &metrics)
+		e.srv.WriteMetrics(context.Background(), &metrics)
 		if !strings.Contains(metrics.String(), "simpletuner_webhook_deliveries_total ") {
 			t.Fatalf("metrics:\n%s", metrics.String())
 		}
-		d := e.must(e.adminDo("GET", "/api/admin/webhooks/hook/deliveries?limit=2&payload=1", nil), 200)
+		d := e.Must(e.AdminDo("GET", "/api/admin/webhooks/hook/deliveries?limit=2&payload=1", nil), 200)
 		ds, _ := d.JSON["deliveries"].([]any)
 		if len(ds) != 2 || d.JSON["next"] == nil || !strings.Contains(string(d.Body), `"payload":{"id":"evt_`) {
 			t.Fatalf("deliveries %s", d.Body)
@@ -211,10 +212,10 @@ func TestWebhookGPUFence(t *testing.T) {
 	a := e.startAgent("box", nil, nil)
 	cond := []map[string]any{{"index": 1, "uuid": "GPU-1", "state": "unhealthy", "reason": "XID 79 (fell off the bus)", "since": "2030-01-01T00:00:00Z"}}
 	for range 2 {
-		e.must(a.heartbeat("idle", nil, map[string]any{"gpu_conditions": cond}), 200)
+		e.Must(a.heartbeat("idle", nil, map[string]any{"gpu_conditions": cond}), 200)
 	}
 	testutil.Eventually(t, eventWait, "gpu.unhealthy", func() bool { return len(h.types("")) >= 1 })
-	d := e.must(e.adminDo("GET", "/api/admin/webhooks/hook/deliveries", nil), 200)
+	d := e.Must(e.AdminDo("GET", "/api/admin/webhooks/hook/deliveries", nil), 200)
 	if d.JSON["count"] != float64(1) {
 		t.Fatalf("deliveries %s", d.Body)
 	}
@@ -227,10 +228,10 @@ func TestWebhookGPUFence(t *testing.T) {
 // With server.public_url the events' links are absolute.
 func TestWebhookLinksUsePublicURL(t *testing.T) {
 	t.Parallel()
-	e := setup(t, backends["sqlite"](t), withWebhooks, func(o *Options) { o.PublicURL = "https://orch.example" })
+	e := setup(t, backends["sqlite"](t), withWebhooks, func(o *orchestrator.Options) { o.PublicURL = "https://orch.example" })
 	h := newHookReceiver(t)
 	e.subscribe(h, "job.queued")
-	id := e.submit(map[string]any{})
+	id := e.Submit(map[string]any{})
 	testutil.Eventually(t, eventWait, "job.queued", func() bool { return len(h.types(id)) == 1 })
 	if l := h.events()[0].Job.Links; l.Dashboard != "https://orch.example/ui/jobs/"+id || l.Logs != "https://orch.example/api/queue/"+id+"/logs" {
 		t.Fatalf("links %+v", l)
@@ -243,7 +244,7 @@ func TestWebhookLinksUsePublicURL(t *testing.T) {
 func TestWebhookGPUFlapsAreCoalesced(t *testing.T) {
 	t.Parallel()
 	const window = time.Second
-	e := setup(t, backends["sqlite"](t), withWebhooks, func(o *Options) { o.Webhooks.GPUEventWindow = window })
+	e := setup(t, backends["sqlite"](t), withWebhooks, func(o *orchestrator.Options) { o.Webhooks.GPUEventWindow = window })
 	h := newHookReceiver(t)
 	e.subscribe(h, "gpu.*")
 	a := e.startAgent("box", nil, map[string]any{"name": "A100", "count": 4, "vram_gb": 80})
@@ -260,9 +261,9 @@ func TestWebhookGPUFlapsAreCoalesced(t *testing.T) {
 		if beat%2 == 1 {
 			conds = []map[string]any{}
 		}
-		e.must(a.heartbeat("idle", nil, map[string]any{"gpu_conditions": conds}), 200)
+		e.Must(a.heartbeat("idle", nil, map[string]any{"gpu_conditions": conds}), 200)
 	}
-	e.must(a.heartbeat("idle", nil, map[string]any{"gpu_conditions": fence("XID 79, final")}), 200)
+	e.Must(a.heartbeat("idle", nil, map[string]any{"gpu_conditions": fence("XID 79, final")}), 200)
 
 	last := func() map[int]string {
 		out := map[int]string{}

@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"context"
@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/orchtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
@@ -25,9 +27,9 @@ func TestUpstreamAgentReplay(t *testing.T) {
 		// The replay heartbeats only where the script says: a loaded machine
 		// must not make the worker look lost between two steps.
 		e := setup(t, open(t), patientHeartbeats)
-		id, token := e.createWorker("gpu-worker-1", "ephemeral", map[string]string{"location": "dc-a"})
+		id, token := e.CreateWorker("gpu-worker-1", "ephemeral", map[string]string{"location": "dc-a"})
 		a := e.newAgent(id, token, 1)
-		r := e.must(a.register(nil), 200)
+		r := e.Must(a.register(nil), 200)
 		if r.JSON["worker_id"] != id || !strings.Contains(r.JSON["sse_url"].(string), "/api/workers/stream") ||
 			r.JSON["resume_job"] != nil || r.JSON["abandon_job"] != nil {
 			t.Fatalf("register reply: %s", r.Body)
@@ -36,9 +38,9 @@ func TestUpstreamAgentReplay(t *testing.T) {
 			t.Fatalf("protocol-1 client got protocol-2 fields: %s", r.Body)
 		}
 		a.connect()
-		e.must(a.heartbeat("idle", nil, nil), 200)
+		e.Must(a.heartbeat("idle", nil, nil), 200)
 
-		jobID := e.submit(map[string]any{"config": map[string]any{"--model_type": "lora"}, "target": "worker"})
+		jobID := e.Submit(map[string]any{"config": map[string]any{"--model_type": "lora"}, "target": "worker"})
 		ev := a.next("job_submit", eventWait)
 		if ev["job_id"] != jobID {
 			t.Fatalf("job_submit for %v, want %s", ev["job_id"], jobID)
@@ -54,23 +56,23 @@ func TestUpstreamAgentReplay(t *testing.T) {
 		if ev["provider"] == "kubeflow" {
 			t.Fatal("provider must not be kubeflow")
 		}
-		e.must(a.report(jobID, "starting", nil), 200)
-		e.must(a.report(jobID, "training", nil), 200)
-		e.must(a.heartbeat("busy", jobID, nil), 200)
-		if got := e.job(jobID)["status"]; got != "running" {
+		e.Must(a.report(jobID, "starting", nil), 200)
+		e.Must(a.report(jobID, "training", nil), 200)
+		e.Must(a.heartbeat("busy", jobID, nil), 200)
+		if got := e.Job(jobID)["status"]; got != "running" {
 			t.Fatalf("job is %v, want running", got)
 		}
-		e.must(a.report(jobID, "completed", map[string]any{"progress": map[string]any{"step": 10}}), 200)
-		e.must(a.report(jobID, "completed", nil), 200) // idempotent
-		if got := e.job(jobID)["status"]; got != "completed" {
+		e.Must(a.report(jobID, "completed", map[string]any{"progress": map[string]any{"step": 10}}), 200)
+		e.Must(a.report(jobID, "completed", nil), 200) // idempotent
+		if got := e.Job(jobID)["status"]; got != "completed" {
 			t.Fatalf("job is %v, want completed", got)
 		}
-		q := e.must(e.do("GET", "/api/workers/queue?worker_id="+id, a.hdr(), nil), 200)
+		q := e.Must(e.Do("GET", "/api/workers/queue?worker_id="+id, a.hdr(), nil), 200)
 		if q.JSON["has_jobs"] != false {
 			t.Fatalf("queue check: %s", q.Body)
 		}
-		e.must(e.do("POST", "/api/workers/disconnect", a.hdr(), map[string]any{"worker_id": id}), 200)
-		w := e.worker(id)
+		e.Must(e.Do("POST", "/api/workers/disconnect", a.hdr(), map[string]any{"worker_id": id}), 200)
+		w := e.Worker(id)
 		if w["status"] != "offline" || w["connected"] != false {
 			t.Fatalf("after disconnect: %v", w)
 		}
@@ -88,7 +90,7 @@ func TestRegisterErrors(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
 		e := setup(t, open(t))
-		id, token := e.createWorker("w", "persistent", nil)
+		id, token := e.CreateWorker("w", "persistent", nil)
 		cases := []struct {
 			name    string
 			headers map[string]string
@@ -106,16 +108,16 @@ func TestRegisterErrors(t *testing.T) {
 			{"too large", map[string]string{"X-Worker-Token": token}, `{"name":"` + strings.Repeat("a", 2<<20) + `"}`, 413, "request_too_large"},
 		}
 		for _, c := range cases {
-			r := e.do("POST", "/api/workers/register", c.headers, c.body)
+			r := e.Do("POST", "/api/workers/register", c.headers, c.body)
 			if r.Status != c.status || r.JSON["error"] != c.code || r.JSON["detail"] == "" {
 				t.Errorf("%s: got %d %s, want %d %s", c.name, r.Status, r.Body, c.status, c.code)
 			}
 		}
-		if r := e.do("POST", "/api/workers/register", map[string]string{"X-Worker-Token": token}, `{"name": 5}`); !strings.Contains(r.JSON["detail"].(string), `"name"`) {
+		if r := e.Do("POST", "/api/workers/register", map[string]string{"X-Worker-Token": token}, `{"name": 5}`); !strings.Contains(r.JSON["detail"].(string), `"name"`) {
 			t.Errorf("422 must name the field: %s", r.Body)
 		}
 		// Nothing changed: the worker is still as created.
-		if w := e.worker(id); w["status"] != "connecting" || w["name"] != "w" {
+		if w := e.Worker(id); w["status"] != "connecting" || w["name"] != "w" {
 			t.Fatalf("rejected requests changed the worker: %v", w)
 		}
 	})
@@ -126,27 +128,27 @@ func TestHeartbeatNeverUndoesDrainOrStoresUnknownStatus(t *testing.T) {
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
 		e := setup(t, open(t))
 		a := e.startAgent("w1", nil, nil)
-		e.must(a.heartbeat("training", nil, nil), 200)
-		if got := e.worker(a.id)["status"]; got != "idle" {
+		e.Must(a.heartbeat("training", nil, nil), 200)
+		if got := e.Worker(a.id)["status"]; got != "idle" {
 			t.Fatalf("unknown heartbeat status stored: %v", got)
 		}
-		e.must(e.adminDo("POST", "/api/admin/workers/"+a.id+"/drain", nil), 200)
+		e.Must(e.AdminDo("POST", "/api/admin/workers/"+a.id+"/drain", nil), 200)
 		a.next("drain", eventWait)
-		r := e.must(a.heartbeat("idle", nil, nil), 200)
+		r := e.Must(a.heartbeat("idle", nil, nil), 200)
 		if r.JSON["drain"] != true {
 			t.Fatalf("heartbeat reply must repeat the drain: %s", r.Body)
 		}
-		if got := e.worker(a.id)["status"]; got != "draining" {
+		if got := e.Worker(a.id)["status"]; got != "draining" {
 			t.Fatalf("heartbeat undid drain: %v", got)
 		}
-		e.must(e.adminDo("POST", "/api/admin/workers/"+a.id+"/resume", nil), 200)
-		if got := e.worker(a.id)["status"]; got != "idle" {
+		e.Must(e.AdminDo("POST", "/api/admin/workers/"+a.id+"/resume", nil), 200)
+		if got := e.Worker(a.id)["status"]; got != "idle" {
 			t.Fatalf("resume: %v", got)
 		}
-		e.must(e.adminDo("POST", "/api/admin/workers/"+a.id+"/resume", nil), 409)
+		e.Must(e.AdminDo("POST", "/api/admin/workers/"+a.id+"/resume", nil), 409)
 		// Mismatched worker id.
-		other, _ := e.createWorker("w2", "persistent", nil)
-		if r := e.do("POST", "/api/workers/heartbeat", a.hdr(), map[string]any{"worker_id": other, "status": "idle"}); r.Status != 400 {
+		other, _ := e.CreateWorker("w2", "persistent", nil)
+		if r := e.Do("POST", "/api/workers/heartbeat", a.hdr(), map[string]any{"worker_id": other, "status": "idle"}); r.Status != 400 {
 			t.Fatalf("mismatch: %d", r.Status)
 		}
 	})
@@ -158,12 +160,12 @@ func TestResumeCoversTrainingAndAbandonsOthers(t *testing.T) {
 		e := setup(t, open(t))
 		a := e.startAgent("w1", nil, nil)
 		a.protocol = 1
-		jobID := e.submit(map[string]any{})
+		jobID := e.Submit(map[string]any{})
 		a.next("job_submit", eventWait)
-		e.must(a.report(jobID, "starting", nil), 200)
-		e.must(a.report(jobID, "training", nil), 200)
+		e.Must(a.report(jobID, "starting", nil), 200)
+		e.Must(a.report(jobID, "training", nil), 200)
 		// The stream drops and the agent re-registers, still training.
-		r := e.must(a.register(map[string]any{"current_job_id": jobID}), 200)
+		r := e.Must(a.register(map[string]any{"current_job_id": jobID}), 200)
 		rj, _ := r.JSON["resume_job"].(map[string]any)
 		if rj == nil || rj["job_id"] != jobID || r.JSON["abandon_job"] != nil {
 			t.Fatalf("training job not resumed: %s", r.Body)
@@ -171,16 +173,16 @@ func TestResumeCoversTrainingAndAbandonsOthers(t *testing.T) {
 		// Registering closed the old stream; the agent opens its new one
 		// (without it, a late heartbeat shows the worker disconnected).
 		a.connect()
-		if w := e.worker(a.id); w["status"] != "busy" || w["current_job_id"] != jobID {
+		if w := e.Worker(a.id); w["status"] != "busy" || w["current_job_id"] != jobID {
 			t.Fatalf("resumed worker must be busy with its job: %v", w)
 		}
-		e.must(a.report(jobID, "completed", nil), 200)
+		e.Must(a.report(jobID, "completed", nil), 200)
 		// Reporting a finished job on registration → abandon.
-		r = e.must(a.register(map[string]any{"current_job_id": jobID}), 200)
+		r = e.Must(a.register(map[string]any{"current_job_id": jobID}), 200)
 		if r.JSON["abandon_job"] != jobID || r.JSON["resume_job"] != nil {
 			t.Fatalf("finished job must be abandoned: %s", r.Body)
 		}
-		if got := e.job(jobID)["status"]; got != "completed" {
+		if got := e.Job(jobID)["status"]; got != "completed" {
 			t.Fatalf("abandon overwrote a terminal job: %v", got)
 		}
 	})
@@ -199,10 +201,10 @@ func TestReplacedStreamCleanupKeepsSuccessor(t *testing.T) {
 			t.Fatal("replaced stream was not closed")
 		}
 		time.Sleep(100 * time.Millisecond) // let the old handler's cleanup run
-		if !e.srv.hub.Connected(a.id) || e.worker(a.id)["connected"] != true {
+		if !e.srv.Hub().Connected(a.id) || e.Worker(a.id)["connected"] != true {
 			t.Fatal("old stream's cleanup unregistered the new one")
 		}
-		jobID := e.submit(map[string]any{})
+		jobID := e.Submit(map[string]any{})
 		if ev := a.next("job_submit", eventWait); ev["job_id"] != jobID {
 			t.Fatal("new stream got no job")
 		}
@@ -214,7 +216,7 @@ func TestTokenRotationAndDeleteCloseStream(t *testing.T) {
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
 		e := setup(t, open(t))
 		a := e.startAgent("w1", nil, nil)
-		r := e.must(e.adminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
+		r := e.Must(e.AdminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
 		newToken := r.JSON["token"].(string)
 		if cmd := r.JSON["connection_command"].(string); !strings.HasPrefix(cmd, adminapi.ConnectionPrompt) || strings.Contains(cmd, newToken) {
 			t.Fatalf("connection_command: %s", r.Body)
@@ -228,18 +230,18 @@ func TestTokenRotationAndDeleteCloseStream(t *testing.T) {
 			t.Fatalf("old token still works: %d", r.Status)
 		}
 		a.token = newToken
-		e.must(a.register(nil), 200)
+		e.Must(a.register(nil), 200)
 		a.connect()
 		a.keepAlive(a.held)
 		// Delete refuses a live worker, force closes its stream with shutdown.
-		e.must(e.adminDo("DELETE", "/api/admin/workers/"+a.id, nil), 409)
-		e.must(e.adminDo("DELETE", "/api/admin/workers/"+a.id+"?force=true", nil), 200)
+		e.Must(e.AdminDo("DELETE", "/api/admin/workers/"+a.id, nil), 409)
+		e.Must(e.AdminDo("DELETE", "/api/admin/workers/"+a.id+"?force=true", nil), 200)
 		select {
 		case <-a.closed:
 		case <-time.After(5 * time.Second):
 			t.Fatal("stream still open 5 s after delete")
 		}
-		e.must(e.adminDo("GET", "/api/admin/workers/"+a.id, nil), 404)
+		e.Must(e.AdminDo("GET", "/api/admin/workers/"+a.id, nil), 404)
 		if r := a.heartbeat("idle", nil, nil); r.Status != 401 {
 			t.Fatalf("deleted worker revived by heartbeat: %d", r.Status)
 		}
@@ -250,26 +252,26 @@ func TestAdminWorkersAPI(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
 		e := setup(t, open(t))
-		idA, _ := e.createWorker("a", "persistent", map[string]string{"gpu_type": "a100"})
+		idA, _ := e.CreateWorker("a", "persistent", map[string]string{"gpu_type": "a100"})
 		e.startAgent("b", nil, nil)
-		list := e.must(e.adminDo("GET", "/api/admin/workers", nil), 200)
+		list := e.Must(e.AdminDo("GET", "/api/admin/workers", nil), 200)
 		if list.JSON["total"] != float64(2) {
 			t.Fatalf("list: %s", list.Body)
 		}
 		for status, want := range map[string]float64{"idle": 1, "connecting": 1, "busy": 0} {
-			r := e.must(e.adminDo("GET", "/api/admin/workers?status="+status, nil), 200)
+			r := e.Must(e.AdminDo("GET", "/api/admin/workers?status="+status, nil), 200)
 			if r.JSON["total"] != want {
 				t.Errorf("status=%s: total %v, want %v", status, r.JSON["total"], want)
 			}
 		}
-		if r := e.must(e.adminDo("GET", "/api/admin/workers?status_filter=idle", nil), 200); r.JSON["total"] != float64(1) {
+		if r := e.Must(e.AdminDo("GET", "/api/admin/workers?status_filter=idle", nil), 200); r.JSON["total"] != float64(1) {
 			t.Errorf("status_filter: %s", r.Body)
 		}
-		e.must(e.adminDo("GET", "/api/admin/workers?status=bogus", nil), 422)
-		e.must(e.adminDo("POST", "/api/admin/workers", map[string]any{"worker_type": "persistent"}), 422)
-		e.must(e.adminDo("POST", "/api/admin/workers", map[string]any{"name": "x", "worker_type": "spot"}), 422)
-		e.must(e.adminDo("POST", "/api/admin/workers", map[string]any{"name": "x", "labels": map[string]any{"k": 1}}), 422)
-		p := e.must(e.adminDo("PATCH", "/api/admin/workers/"+idA, map[string]any{"name": "a2", "labels": map[string]string{"team": "nlp"}}), 200)
+		e.Must(e.AdminDo("GET", "/api/admin/workers?status=bogus", nil), 422)
+		e.Must(e.AdminDo("POST", "/api/admin/workers", map[string]any{"worker_type": "persistent"}), 422)
+		e.Must(e.AdminDo("POST", "/api/admin/workers", map[string]any{"name": "x", "worker_type": "spot"}), 422)
+		e.Must(e.AdminDo("POST", "/api/admin/workers", map[string]any{"name": "x", "labels": map[string]any{"k": 1}}), 422)
+		p := e.Must(e.AdminDo("PATCH", "/api/admin/workers/"+idA, map[string]any{"name": "a2", "labels": map[string]string{"team": "nlp"}}), 200)
 		if p.JSON["name"] != "a2" || p.JSON["labels"].(map[string]any)["team"] != "nlp" {
 			t.Fatalf("patch: %s", p.Body)
 		}
@@ -278,11 +280,11 @@ func TestAdminWorkersAPI(t *testing.T) {
 			if path == "/api/admin/workers/w_nope" {
 				method = "GET"
 			}
-			if r := e.adminDo(method, path, nil); r.Status != 404 || r.JSON["error"] != "not_found" {
+			if r := e.AdminDo(method, path, nil); r.Status != 404 || r.JSON["error"] != "not_found" {
 				t.Errorf("%s %s: %d %s", method, path, r.Status, r.Body)
 			}
 		}
-		e.must(e.adminDo("DELETE", "/api/admin/workers/"+idA, nil), 200) // never connected → deletable
+		e.Must(e.AdminDo("DELETE", "/api/admin/workers/"+idA, nil), 200) // never connected → deletable
 	})
 }
 
@@ -294,31 +296,31 @@ func TestDeleteWorkerOutOfTouch(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
 		e := setup(t, open(t))
-		id, _ := e.createWorker("new", "persistent", nil)
+		id, _ := e.CreateWorker("new", "persistent", nil)
 		path := "/api/admin/workers/" + id
-		if r := e.must(e.adminDo("POST", path+"/drain", nil), 200); r.JSON["status"] != "draining" {
+		if r := e.Must(e.AdminDo("POST", path+"/drain", nil), 200); r.JSON["status"] != "draining" {
 			t.Fatalf("drain: %s", r.Body)
 		}
-		if r := e.must(e.adminDo("POST", path+"/resume", nil), 200); r.JSON["status"] != "connecting" {
+		if r := e.Must(e.AdminDo("POST", path+"/resume", nil), 200); r.JSON["status"] != "connecting" {
 			t.Fatalf("resume of a worker that never connected: %s", r.Body)
 		}
-		if r := e.must(e.adminDo("GET", path, nil), 200); r.JSON["status"] != "connecting" {
+		if r := e.Must(e.AdminDo("GET", path, nil), 200); r.JSON["status"] != "connecting" {
 			t.Fatalf("after resume: %s", r.Body)
 		}
-		e.must(e.adminDo("POST", path+"/drain", nil), 200)
-		e.must(e.adminDo("DELETE", path, nil), 200)
+		e.Must(e.AdminDo("POST", path+"/drain", nil), 200)
+		e.Must(e.AdminDo("DELETE", path, nil), 200)
 
 		a := e.startAgent("away", nil, nil)
 		path = "/api/admin/workers/" + a.id
-		e.must(e.adminDo("POST", path+"/drain", nil), 200)
-		r := e.must(e.adminDo("DELETE", path, nil), 409)
+		e.Must(e.AdminDo("POST", path+"/drain", nil), 200)
+		r := e.Must(e.AdminDo("DELETE", path, nil), 409)
 		if d := r.JSON["detail"].(string); !strings.Contains(d, "draining and in touch") || strings.Contains(d, "?force") {
 			t.Errorf("refusal: %s", d)
 		}
 		a.silence()
 		a.cancel()
 		testutil.Eventually(t, eventWait, "the drained worker deletable once out of touch", func() bool {
-			return e.adminDo("DELETE", path, nil).Status == 200
+			return e.AdminDo("DELETE", path, nil).Status == 200
 		})
 	})
 }
@@ -337,9 +339,9 @@ func TestTypeMismatchLoggedOnlyForAWorkersOwnType(t *testing.T) {
 		{"adopts", map[string]any{"isolation": "cgroup"}, false},
 		{"owns", map[string]any{"isolation": "cgroup", "own_type": true}, true},
 	} {
-		id, token := e.createWorker(c.name, "persistent", nil)
+		id, token := e.CreateWorker(c.name, "persistent", nil)
 		before := strings.Count(e.logs.String(), warning)
-		e.must(e.newAgent(id, token, 2).register(map[string]any{"name": c.name, "persistent": false, "capabilities": c.caps}), 200)
+		e.Must(e.newAgent(id, token, 2).register(map[string]any{"name": c.name, "persistent": false, "capabilities": c.caps}), 200)
 		if warned := strings.Count(e.logs.String(), warning) > before; warned != c.warn {
 			t.Errorf("%s: warned %v, want %v\n%s", c.name, warned, c.warn, e.logs.String())
 		}
@@ -352,15 +354,15 @@ func TestWorkerNamesAreUnique(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
 		e := setup(t, open(t))
-		first, _ := e.createWorker("gpu-1", "persistent", nil)
-		r := e.must(e.adminDo("POST", "/api/admin/workers", map[string]any{"name": " gpu-1 "}), 409)
+		first, _ := e.CreateWorker("gpu-1", "persistent", nil)
+		r := e.Must(e.AdminDo("POST", "/api/admin/workers", map[string]any{"name": " gpu-1 "}), 409)
 		if d := r.JSON["detail"].(string); !strings.Contains(d, first) || !strings.Contains(d, `"gpu-1"`) {
 			t.Errorf("create with a taken name: %s", d)
 		}
-		second, _ := e.createWorker("gpu-2", "persistent", nil)
-		e.must(e.adminDo("PATCH", "/api/admin/workers/"+second, map[string]any{"name": "gpu-1"}), 409)
-		e.must(e.adminDo("PATCH", "/api/admin/workers/"+first, map[string]any{"name": "gpu-1"}), 200) // its own name
-		list := e.must(e.adminDo("GET", "/api/admin/workers", nil), 200)
+		second, _ := e.CreateWorker("gpu-2", "persistent", nil)
+		e.Must(e.AdminDo("PATCH", "/api/admin/workers/"+second, map[string]any{"name": "gpu-1"}), 409)
+		e.Must(e.AdminDo("PATCH", "/api/admin/workers/"+first, map[string]any{"name": "gpu-1"}), 200) // its own name
+		list := e.Must(e.AdminDo("GET", "/api/admin/workers", nil), 200)
 		if list.JSON["total"] != float64(2) {
 			t.Fatalf("workers: %s", list.Body)
 		}
@@ -370,32 +372,32 @@ func TestWorkerNamesAreUnique(t *testing.T) {
 func TestAdminAuthScopesAndRateLimit(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
-		e := setup(t, open(t), func(o *Options) { o.AuthFailuresPerMinute = 3 })
-		if r := e.do("GET", "/api/admin/workers", nil, nil); r.Status != 401 || r.JSON["error"] != "unauthorized" {
+		e := setup(t, open(t), func(o *orchestrator.Options) { o.AuthFailuresPerMinute = 3 })
+		if r := e.Do("GET", "/api/admin/workers", nil, nil); r.Status != 401 || r.JSON["error"] != "unauthorized" {
 			t.Fatalf("no credential: %d %s", r.Status, r.Body)
 		}
-		r := e.must(e.adminDo("POST", "/api/admin/tokens", map[string]any{"name": "viewer", "scopes": []string{"queue.view"}}), 201)
+		r := e.Must(e.AdminDo("POST", "/api/admin/tokens", map[string]any{"name": "viewer", "scopes": []string{"queue.view"}}), 201)
 		viewer := r.JSON["token"].(string)
-		if r := e.do("GET", "/api/queue", map[string]string{"X-API-Key": viewer}, nil); r.Status != 200 {
+		if r := e.Do("GET", "/api/queue", map[string]string{"X-API-Key": viewer}, nil); r.Status != 200 {
 			t.Fatalf("viewer on queue: %d", r.Status)
 		}
-		if r := e.do("GET", "/api/admin/workers", map[string]string{"X-API-Key": viewer}, nil); r.Status != 403 || !strings.Contains(r.JSON["detail"].(string), "admin.workers") {
+		if r := e.Do("GET", "/api/admin/workers", map[string]string{"X-API-Key": viewer}, nil); r.Status != 403 || !strings.Contains(r.JSON["detail"].(string), "admin.workers") {
 			t.Fatalf("viewer on admin: %d %s", r.Status, r.Body)
 		}
-		e.must(e.adminDo("POST", "/api/admin/tokens", map[string]any{"name": "bad", "scopes": []string{"root"}}), 422)
+		e.Must(e.AdminDo("POST", "/api/admin/tokens", map[string]any{"name": "bad", "scopes": []string{"root"}}), 422)
 		// Failures from one address are limited; a valid credential still passes.
-		var last resp
+		var last orchtest.Reply
 		for range 6 {
-			last = e.do("GET", "/api/admin/workers", map[string]string{"Authorization": "Bearer sta_wrong"}, nil)
+			last = e.Do("GET", "/api/admin/workers", map[string]string{"Authorization": "Bearer sta_wrong"}, nil)
 		}
 		if last.Status != 429 || last.Header.Get("Retry-After") == "" {
 			t.Fatalf("want 429 with Retry-After, got %d %v", last.Status, last.Header)
 		}
-		e.must(e.adminDo("GET", "/api/admin/workers", nil), 200)
+		e.Must(e.AdminDo("GET", "/api/admin/workers", nil), 200)
 		// Revoked tokens stop working.
 		id := r.JSON["id"].(string)
-		e.must(e.adminDo("DELETE", "/api/admin/tokens/"+id, nil), 200)
-		if r := e.do("GET", "/api/queue", map[string]string{"X-API-Key": viewer}, nil); r.Status != 401 && r.Status != 429 {
+		e.Must(e.AdminDo("DELETE", "/api/admin/tokens/"+id, nil), 200)
+		if r := e.Do("GET", "/api/queue", map[string]string{"X-API-Key": viewer}, nil); r.Status != 401 && r.Status != 429 {
 			t.Fatalf("revoked token: %d", r.Status)
 		}
 	})
@@ -406,17 +408,17 @@ func TestAuditChainAndNoTokenInLogs(t *testing.T) {
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
 		e := setup(t, open(t))
 		a := e.startAgent("w1", nil, nil)
-		jobID := e.submit(map[string]any{"hf_token": "hf_secretvalue123"})
+		jobID := e.Submit(map[string]any{"hf_token": "hf_secretvalue123"})
 		ev := a.next("job_submit", eventWait)
-		e.must(a.report(jobID, "starting", nil), 200)
-		e.must(a.report(jobID, "completed", nil), 200)
-		rot := e.must(e.adminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
-		e.do("POST", "/api/workers/register", map[string]string{"X-Worker-Token": "wt_badbadbad"}, map[string]any{"name": "x"})
+		e.Must(a.report(jobID, "starting", nil), 200)
+		e.Must(a.report(jobID, "completed", nil), 200)
+		rot := e.Must(e.AdminDo("POST", "/api/admin/workers/"+a.id+"/token", nil), 200)
+		e.Do("POST", "/api/workers/register", map[string]string{"X-Worker-Token": "wt_badbadbad"}, map[string]any{"name": "x"})
 		testutil.Eventually(t, eventWait, "the failure audited", func() bool {
-			return strings.Contains(string(e.must(e.adminDo("GET", "/api/admin/audit?limit=1000", nil), 200).Body), `"auth.failure"`)
+			return strings.Contains(string(e.Must(e.AdminDo("GET", "/api/admin/audit?limit=1000", nil), 200).Body), `"auth.failure"`)
 		})
 
-		r := e.must(e.adminDo("GET", "/api/admin/audit?limit=1000", nil), 200)
+		r := e.Must(e.AdminDo("GET", "/api/admin/audit?limit=1000", nil), 200)
 		var body struct{ Records []audit.Record }
 		if err := json.Unmarshal(r.Body, &body); err != nil {
 			t.Fatal(err)
@@ -435,8 +437,8 @@ func TestAuditChainAndNoTokenInLogs(t *testing.T) {
 			}
 		}
 		// Secrets appear nowhere: not in logs, audit or job views.
-		job := e.must(e.adminDo("GET", "/api/queue/"+jobID, nil), 200)
-		secrets := []string{a.token, rot.JSON["token"].(string), e.admin, ev["upload_token"].(string), "hf_secretvalue123"}
+		job := e.Must(e.AdminDo("GET", "/api/queue/"+jobID, nil), 200)
+		secrets := []string{a.token, rot.JSON["token"].(string), e.Admin, ev["upload_token"].(string), "hf_secretvalue123"}
 		for _, s := range secrets {
 			for where, text := range map[string]string{"log": e.logs.String(), "audit": string(r.Body), "job": string(job.Body)} {
 				if strings.Contains(text, s) {
@@ -452,13 +454,13 @@ func TestHealthzReadyzMetrics(t *testing.T) {
 	forEachStore(t, func(t *testing.T, open func(t testing.TB) store.Store) {
 		st := open(t)
 		e := setup(t, st)
-		h := e.must(e.do("GET", "/healthz", nil, nil), 200)
+		h := e.Must(e.Do("GET", "/healthz", nil, nil), 200)
 		if h.JSON["status"] != "ok" || h.JSON["version"] != version.Version || h.JSON["store"] != st.Kind() {
 			t.Errorf("healthz: %s; want the version %q and the store %q", h.Body, version.Version, st.Kind())
 		}
-		e.must(e.do("GET", "/readyz", nil, nil), 200)
+		e.Must(e.Do("GET", "/readyz", nil, nil), 200)
 		rec := &testutil.Buffer{}
-		e.srv.writeMetrics(context.Background(), rec)
+		e.srv.WriteMetrics(context.Background(), rec)
 		buildInfo := fmt.Sprintf("simpletuner_build_info{version=%q,store=%q} 1\n", version.Version, st.Kind())
 		for _, m := range []string{"simpletuner_queue_depth", "simpletuner_workers{status=\"idle\"}", "simpletuner_dispatch_latency_seconds_bucket",
 			"simpletuner_heartbeats_total", "simpletuner_stale_attempt_rejections_total", "simpletuner_sse_connections", "simpletuner_auth_failures_total",
@@ -468,7 +470,7 @@ func TestHealthzReadyzMetrics(t *testing.T) {
 			}
 		}
 		e.srv.BeginShutdown()
-		if r := e.do("GET", "/readyz", nil, nil); r.Status != http.StatusServiceUnavailable {
+		if r := e.Do("GET", "/readyz", nil, nil); r.Status != http.StatusServiceUnavailable {
 			t.Fatalf("readyz while stopping: %d", r.Status)
 		}
 	})
@@ -482,22 +484,22 @@ func TestWorkerOwnDrainStopsDispatch(t *testing.T) {
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
 		e := setup(t, open(t))
 		a := e.startAgent("w1", nil, nil)
-		e.must(a.heartbeat("draining", nil, nil), 200)
-		if got := e.worker(a.id)["status"]; got != "draining" {
+		e.Must(a.heartbeat("draining", nil, nil), 200)
+		if got := e.Worker(a.id)["status"]; got != "draining" {
 			t.Fatalf("status after a draining heartbeat: %v", got)
 		}
-		job := e.submit(map[string]any{})
+		job := e.Submit(map[string]any{})
 		a.noEvent("job_submit", 500*time.Millisecond)
-		if st := e.job(job)["status"]; st != "queued" {
+		if st := e.Job(job)["status"]; st != "queued" {
 			t.Fatalf("a job went to a worker draining on its own: %v", st)
 		}
-		r := e.must(e.adminDo("GET", "/api/admin/audit?action=worker.drain&target="+a.id, nil), 200)
+		r := e.Must(e.AdminDo("GET", "/api/admin/audit?action=worker.drain&target="+a.id, nil), 200)
 		if recs := r.JSON["records"].([]any); len(recs) != 1 || recs[0].(map[string]any)["actor"] != "worker:"+a.id {
 			t.Fatalf("worker.drain audit: %v", recs)
 		}
 		a.silence() // the agent's own heartbeats would bring it back
-		e.must(e.do("POST", "/api/workers/disconnect", a.hdr(), map[string]any{"worker_id": a.id}), 200)
-		testutil.Eventually(t, eventWait, "the drained worker offline once it left", func() bool { return e.worker(a.id)["status"] == "offline" })
+		e.Must(e.Do("POST", "/api/workers/disconnect", a.hdr(), map[string]any{"worker_id": a.id}), 200)
+		testutil.Eventually(t, eventWait, "the drained worker offline once it left", func() bool { return e.Worker(a.id)["status"] == "offline" })
 	})
 }
 
@@ -507,19 +509,19 @@ func TestQueueCheckSeesOnlyJobsThatFit(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
 		e := setup(t, open(t))
-		id, token := e.createWorker("leaving", "ephemeral", map[string]string{"zone": "eu-west"})
+		id, token := e.CreateWorker("leaving", "ephemeral", map[string]string{"zone": "eu-west"})
 		a := e.newAgent(id, token, 2)
-		e.must(a.register(nil), 200) // no stream: nothing is dispatched to it
+		e.Must(a.register(nil), 200) // no stream: nothing is dispatched to it
 		check := func() any {
 			t.Helper()
-			return e.must(e.do("GET", "/api/workers/queue?worker_id="+id, a.hdr(), nil), 200).JSON["has_jobs"]
+			return e.Must(e.Do("GET", "/api/workers/queue?worker_id="+id, a.hdr(), nil), 200).JSON["has_jobs"]
 		}
-		e.submit(map[string]any{"worker_labels": map[string]string{"zone": "us-*"}})
-		e.submit(map[string]any{"worker_labels": map[string]string{"zone": "eu-*"}, "gpu_count": 4})
+		e.Submit(map[string]any{"worker_labels": map[string]string{"zone": "us-*"}})
+		e.Submit(map[string]any{"worker_labels": map[string]string{"zone": "eu-*"}, "gpu_count": 4})
 		if got := check(); got != false {
 			t.Fatalf("has_jobs %v with only jobs for other zones or more GPUs", got)
 		}
-		e.submit(map[string]any{"worker_labels": map[string]string{"zone": "eu-*"}})
+		e.Submit(map[string]any{"worker_labels": map[string]string{"zone": "eu-*"}})
 		if got := check(); got != true {
 			t.Fatalf("has_jobs %v with a queued job for its zone", got)
 		}
@@ -530,16 +532,16 @@ func TestQueueCheckSeesOnlyJobsThatFit(t *testing.T) {
 // a job_submit handed over right before a shutdown must not be lost.
 func TestQueuedEventSurvivesClose(t *testing.T) {
 	t.Parallel()
-	e := setup(t, backends["sqlite"](t), func(o *Options) { o.SchedulerInterval = time.Hour })
+	e := setup(t, backends["sqlite"](t), func(o *orchestrator.Options) { o.SchedulerInterval = time.Hour })
 	for i := range 20 {
-		id, token := e.createWorker(fmt.Sprintf("w%d", i), "persistent", nil)
+		id, token := e.CreateWorker(fmt.Sprintf("w%d", i), "persistent", nil)
 		a := e.newAgent(id, token, 2)
-		e.must(a.register(nil), 200)
+		e.Must(a.register(nil), 200)
 		a.connect()
-		if !e.srv.hub.Send(id, protocol.EventDrain, protocol.DrainEvent{Type: protocol.EventDrain, Reason: fmt.Sprint(i)}) {
+		if !e.srv.Hub().Send(id, protocol.EventDrain, protocol.DrainEvent{Type: protocol.EventDrain, Reason: fmt.Sprint(i)}) {
 			t.Fatal("send failed")
 		}
-		e.srv.hub.Close(id, "shutting down")
+		e.srv.Hub().Close(id, "shutting down")
 		if ev := a.next(protocol.EventDrain, 5*time.Second); ev["reason"] != fmt.Sprint(i) {
 			t.Fatalf("got %v", ev)
 		}

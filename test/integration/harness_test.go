@@ -62,29 +62,21 @@ func startOrch(t *testing.T, st store.Store, opt orchestrator.Options, admin str
 	return &orch{Orch: orchtest.Serve(t, st, srv, srv.Handler(), admin), t: t, st: st, srv: srv, logs: logs}
 }
 
+// createWorker makes a persistent worker; orchtest's leaves its labels
+// unlocked, so the tests' workers report their own labels and inventory.
 func (o *orch) createWorker(name string) (id, token string) {
 	o.t.Helper()
-	// Unlocked: the tests' workers report their own labels and inventory.
-	code, r := o.API("POST", "/api/admin/workers", map[string]any{"name": name, "worker_type": "persistent", "labels_locked": false})
-	if code != 201 && code != 200 {
-		o.t.Fatalf("create worker: %d %v", code, r)
-	}
-	return r["worker_id"].(string), r["token"].(string)
+	return o.CreateWorker(name, "persistent", nil)
 }
 
 func (o *orch) submit(config map[string]any) string {
 	o.t.Helper()
-	code, r := o.API("POST", "/api/queue/submit", map[string]any{"config": config})
-	if code != 201 {
-		o.t.Fatalf("submit: %d %v", code, r)
-	}
-	return r["job_id"].(string)
+	return o.Submit(map[string]any{"config": config})
 }
 
 func (o *orch) job(id string) map[string]any {
 	o.t.Helper()
-	_, r := o.API("GET", "/api/queue/"+id, nil)
-	return r
+	return o.Job(id)
 }
 
 func (o *orch) heartbeats() int64 { return o.srv.Metrics().Heartbeats.Load() }

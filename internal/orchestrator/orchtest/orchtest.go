@@ -1,9 +1,11 @@
 // Package orchtest runs a real orchestrator in process for tests: its loops
 // running over a real store, its API (or the API with the dashboard mounted)
-// on a loopback HTTP server, an admin token with every scope. The
-// orchestrator's own tests, the dashboard's and the integration tests start
-// it the same way. It does not import the orchestrator, so that the
-// orchestrator's package tests can use it too.
+// on a loopback HTTP server, an admin token with every scope, and typed
+// calls of its API (api.go). The orchestrator's own tests (the external
+// package orchestrator_test), the dashboard's, the checkpoint keeper's and
+// the integration tests start it the same way, with the same timers
+// (Timers). It takes the server through the small Server interface rather
+// than importing the orchestrator.
 package orchtest
 
 import (

@@ -36,21 +36,79 @@ func Main(m *testing.M) { main(m, "") }
 // MainWithFaultHooks is Main for the fault suite: the daemons are built with
 // the test hooks it drives (build tag faulthooks), which release builds lack.
 func MainWithFaultHooks(m *testing.M) {
-	defaultTimers = faultTimers
+	timers = FaultTimers
 	main(m, "faulthooks")
 }
 
-// The heartbeat timeout and self-fence limit a test gets unless it names its
-// own. The suites whose tests run in parallel take the longer pair, so that a
-// loaded machine (the race detector, another suite on the same cores) does
-// not lose a live worker; the fault scenarios, which run one at a time, time
-// their partitions and jobs against the shorter one.
-type timers struct{ heartbeatTimeout, selfFenceAfter string }
+// TimerSet is the timers of an e2e orchestrator and its workerds, as their
+// TOML files set them: the orchestrator's [workers] and [jobs], and
+// workerd's [worker] and [job]. A test that needs another value sets it in
+// OrchOptions or WorkerSpec, saying why.
+type TimerSet struct {
+	// orchestratord [workers]
+	HeartbeatInterval   time.Duration
+	HeartbeatTimeout    time.Duration
+	HealthCheckInterval time.Duration
+	StartupGrace        time.Duration
+	AckTimeout          time.Duration
+	PingInterval        time.Duration
+	// orchestratord [jobs]
+	SchedulerInterval   time.Duration
+	CancelGrace         time.Duration
+	CancelReportTimeout time.Duration
+	// workerd [worker] and [job]
+	SelfFenceAfter    time.Duration
+	ReconnectMax      time.Duration
+	WorkerCancelGrace time.Duration
+}
 
-var (
-	defaultTimers = timers{heartbeatTimeout: "3s", selfFenceAfter: "2s"}
-	faultTimers   = timers{heartbeatTimeout: "1500ms", selfFenceAfter: "1s"}
-)
+// Timers are the timers of the suites whose tests run in parallel (test/e2e):
+// the loops tick fast, so a test sees a change soon, and the deadlines are
+// long enough that a loaded machine (the race detector, another suite on the
+// same cores) does not lose a live worker.
+//
+// The heartbeat timeout stays above workerd's self-fence: a worker whose
+// heartbeats go unanswered stops its job once self_fence_after has passed,
+// before the orchestrator declares it lost and runs the job elsewhere, so two
+// attempts of a job never train at once. workerd keeps its limit below the
+// timeout the orchestrator announces by max(heartbeat interval, a quarter of
+// the timeout) in any case (3 s and 200 ms allow 2.25 s); the 2 s here keeps
+// that margin without relying on the correction, which would log a warning.
+var Timers = TimerSet{
+	HeartbeatInterval:   200 * time.Millisecond,
+	HeartbeatTimeout:    3 * time.Second,
+	HealthCheckInterval: 200 * time.Millisecond,
+	// After a start no worker is judged lost within it: its workerds
+	// reconnect first.
+	StartupGrace:      3 * time.Second,
+	AckTimeout:        3 * time.Second,
+	PingInterval:      500 * time.Millisecond,
+	SchedulerInterval: 200 * time.Millisecond,
+	// Long enough for the demo trainer to leave on SIGTERM.
+	CancelGrace:         time.Second,
+	CancelReportTimeout: 2 * time.Second,
+	SelfFenceAfter:      2 * time.Second,
+	// A worker cut off comes back soon after the orchestrator does.
+	ReconnectMax:      300 * time.Millisecond,
+	WorkerCancelGrace: time.Second,
+}
+
+// FaultTimers are Timers with the shorter heartbeat pair of the fault
+// scenarios (test/e2e/faults), which run one at a time and time their
+// partitions and jobs against it. The self-fence stays below the heartbeat
+// timeout for the same reason as in Timers (1.5 s and 200 ms allow 1.125 s).
+var FaultTimers = func() TimerSet {
+	ts := Timers
+	ts.HeartbeatTimeout, ts.SelfFenceAfter = 1500*time.Millisecond, time.Second
+	return ts
+}()
+
+// timers are the timers in effect: Timers, or FaultTimers under
+// MainWithFaultHooks.
+var timers = Timers
+
+// dur is a duration as the daemons' TOML reads it.
+func dur(d time.Duration) string { return d.String() }
 
 func main(m *testing.M, tags string) {
 	dir, err := os.MkdirTemp("", "simpletuner-e2e-bin")
@@ -170,7 +228,7 @@ func (p *Proc) Kill9() {
 }
 
 // OrchOptions scales an orchestrator. Zero values take the e2e defaults
-// (heartbeat timeout from defaultTimers, ack timeout 3 s, …).
+// (the timers in effect, Timers or FaultTimers).
 type OrchOptions struct {
 	DBURL             string // "" → SQLite in the state dir
 	DBTimeout         string // [database] timeout; "" → built-in default
@@ -282,17 +340,18 @@ ack_timeout = %q
 ping_interval = %q
 [jobs]
 max_retries = %d
-cancel_grace = "1s"
-cancel_report_timeout = "2s"
+cancel_grace = %q
+cancel_report_timeout = %q
 scheduler_interval = %q
 %s[log]
 level = %q
 [metrics]
 listen = %q
 %s`, port, dir, extraServer, tlsSection, o.DBURL, extraDB, stateDir, dir,
-		or(o.HeartbeatInterval, "200ms"), or(o.HeartbeatTimeout, defaultTimers.heartbeatTimeout), or(o.HealthCheck, "200ms"),
-		or(o.StartupGrace, "3s"), or(o.AckTimeout, "3s"), or(o.PingInterval, "500ms"),
-		maxRetries, or(o.SchedulerInterval, "200ms"), extraJobs, or(o.LogLevel, "debug"), metrics, o.ExtraTOML)
+		or(o.HeartbeatInterval, dur(timers.HeartbeatInterval)), or(o.HeartbeatTimeout, dur(timers.HeartbeatTimeout)),
+		or(o.HealthCheck, dur(timers.HealthCheckInterval)), or(o.StartupGrace, dur(timers.StartupGrace)),
+		or(o.AckTimeout, dur(timers.AckTimeout)), or(o.PingInterval, dur(timers.PingInterval)),
+		maxRetries, dur(timers.CancelGrace), dur(timers.CancelReportTimeout), or(o.SchedulerInterval, dur(timers.SchedulerInterval)), extraJobs, or(o.LogLevel, "debug"), metrics, o.ExtraTOML)
 }
 
 // StartOrchestrator starts an orchestrator with the e2e timers on dbURL ("" → SQLite).
@@ -527,7 +586,7 @@ type WorkerSpec struct {
 	Labels         map[string]string
 	URL            string   // "" → the orchestrator's
 	Command        []string // nil → demo-trainer
-	SelfFenceAfter string   // "" → defaultTimers.selfFenceAfter
+	SelfFenceAfter string   // "" → the timers' SelfFenceAfter
 	LogLimitBytes  int64    // 0 → built-in default
 	NoWait         bool     // do not wait for the worker to be idle
 	// NoPersistentKey leaves worker.persistent out of the file: the worker
@@ -536,7 +595,7 @@ type WorkerSpec struct {
 	URLPath         string // appended to the orchestrator's URL (a misconfiguration)
 	// OrchestratorTOML holds extra lines for [orchestrator] (ca_file, cert_file…).
 	OrchestratorTOML string
-	CancelGrace      string // [job] cancel_grace; "" → 1s
+	CancelGrace      string // [job] cancel_grace; "" → the timers' WorkerCancelGrace
 	JobTOML          string // extra lines for [job]
 	// ID and Token name a worker created beforehand (e.g. by simpletunerctl);
 	// empty: StartWorker creates one through the admin API.
@@ -619,13 +678,14 @@ token_file = "%s/token"
 name = %q
 %sstate_dir = %q
 self_fence_after = %q
-reconnect_max = "300ms"
+reconnect_max = %q
 [job]
 command = %s
 cancel_grace = %q
 %s%s[log]
 level = "debug"
-`, url+s.URLPath, w.Dir, s.OrchestratorTOML, s.Name, persistent, stateDir, or(s.SelfFenceAfter, defaultTimers.selfFenceAfter), cmdJSON, or(s.CancelGrace, "1s"), extraJob, gpuTOML)), 0o600)
+`, url+s.URLPath, w.Dir, s.OrchestratorTOML, s.Name, persistent, stateDir, or(s.SelfFenceAfter, dur(timers.SelfFenceAfter)), dur(timers.ReconnectMax), cmdJSON,
+		or(s.CancelGrace, dur(timers.WorkerCancelGrace)), extraJob, gpuTOML)), 0o600)
 	w.Restart()
 	return w
 }
