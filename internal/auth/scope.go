@@ -15,11 +15,11 @@ const (
 	// ScopeAdminPeople: the people who sign in through an identity
 	// provider: list them, disable and enable them, set their memberships.
 	ScopeAdminPeople = "admin.people"
-	ScopeQueueSubmit   = "queue.submit"
-	ScopeQueueView     = "queue.view"
-	ScopeQueueCancel   = "queue.cancel"
-	ScopeQueueManage   = "queue.manage"
-	ScopeAll           = "*"
+	ScopeQueueSubmit = "queue.submit"
+	ScopeQueueView   = "queue.view"
+	ScopeQueueCancel = "queue.cancel"
+	ScopeQueueManage = "queue.manage"
+	ScopeAll         = "*"
 )
 
 // Principal kinds.
