@@ -82,33 +82,41 @@ func testPersonSecondSignInUpdates(t *testing.T, s store.Store) {
 }
 
 func testPersonConcurrentFirstSignIns(t *testing.T, s store.Store) {
-	const n = 8
-	var wg sync.WaitGroup
-	ids := make([]string, n)
-	createdCount := make([]bool, n)
-	errs := make([]error, n)
-	for i := range n {
-		wg.Go(func() {
-			p, created, err := s.RecordSignIn(t.Context(), store.Person{ID: protocol.NewPersonID(), Provider: "oidc",
-				Issuer: "https://idp.example.com", Subject: "carol", LastSignIn: at(time.Duration(i) * time.Second)}, nil)
-			ids[i], createdCount[i], errs[i] = p.ID, created, err
-		})
-	}
-	wg.Wait()
-	made := 0
-	for i := range n {
-		noErr(t, errs[i], fmt.Sprintf("sign-in %d", i))
-		if ids[i] != ids[0] {
-			t.Fatalf("sign-in %d got person %s, sign-in 0 %s", i, ids[i], ids[0])
+	// Several rounds, each with every sign-in let go at once, so that the
+	// first sign-ins of a subject do overlap.
+	const rounds, n = 5, 8
+	for round := range rounds {
+		sub := fmt.Sprintf("carol-%d", round)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		ids := make([]string, n)
+		created := make([]bool, n)
+		errs := make([]error, n)
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				p, c, err := s.RecordSignIn(t.Context(), store.Person{ID: protocol.NewPersonID(), Provider: "oidc",
+					Issuer: "https://idp.example.com", Subject: sub, LastSignIn: at(time.Duration(i) * time.Second)}, nil)
+				ids[i], created[i], errs[i] = p.ID, c, err
+			})
 		}
-		if createdCount[i] {
-			made++
+		close(start)
+		wg.Wait()
+		made := 0
+		for i := range n {
+			noErr(t, errs[i], fmt.Sprintf("round %d, sign-in %d", round, i))
+			if ids[i] != ids[0] {
+				t.Fatalf("round %d: sign-in %d got person %s, sign-in 0 %s", round, i, ids[i], ids[0])
+			}
+			if created[i] {
+				made++
+			}
 		}
+		equal(t, made, 1, fmt.Sprintf("round %d: sign-ins that created the person", round))
 	}
-	equal(t, made, 1, "sign-ins that created the person")
 	_, total, err := s.ListPeople(t.Context(), store.PeopleFilter{})
 	noErr(t, err, "ListPeople")
-	equal(t, total, 1, "people")
+	equal(t, total, rounds, "people")
 }
 
 func testPersonDisableRevokesEverything(t *testing.T, s store.Store) {
