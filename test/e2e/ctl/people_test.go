@@ -125,18 +125,22 @@ func TestPeopleCommands(t *testing.T) {
 	viewer.secrets = append(c.secrets, viewerToken)
 	mustContain(t, "without admin.people", viewer.want(4, "people", "list").Stderr, "admin.people")
 
-	// Every simpletunerctl people command docs/auth.md shows ran here, as printed.
-	doc, err := os.ReadFile("../../../docs/auth.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	shown := regexp.MustCompile(`(?m)^simpletunerctl people .*$`).FindAllString(string(doc), -1)
-	if len(shown) < 3 {
-		t.Fatalf("docs/auth.md shows %d simpletunerctl people commands; is the extraction broken?", len(shown))
-	}
-	for _, line := range shown {
-		if !ran[strings.TrimSpace(line)] {
-			t.Errorf("docs/auth.md shows %q, which this test does not run", line)
+	// Every simpletunerctl people command that docs/auth.md and README.md
+	// show ran here, as printed (less the README's comments).
+	shownIn := regexp.MustCompile(`(?m)^\s*(simpletunerctl people [^#\n]*)`)
+	for _, file := range []string{"docs/auth.md", "README.md"} {
+		doc, err := os.ReadFile(filepath.Join("../../..", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		shown := shownIn.FindAllStringSubmatch(string(doc), -1)
+		if len(shown) < 2 {
+			t.Fatalf("%s shows %d simpletunerctl people commands; is the extraction broken?", file, len(shown))
+		}
+		for _, m := range shown {
+			if line := strings.TrimSpace(m[1]); !ran[line] {
+				t.Errorf("%s shows %q, which this test does not run", file, line)
+			}
 		}
 	}
 }
