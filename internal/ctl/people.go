@@ -24,10 +24,15 @@ func (a *app) peopleCommand() *cobra.Command {
 		a.peopleListCommand(), a.peopleDisableCommand(), a.peopleEnableCommand())
 }
 
-// allPeople lists every person, oldest first, raw and decoded.
-func (a *app) allPeople(ctx context.Context) ([]api.Person, []json.RawMessage, error) {
+// allPeople lists every person (of team, when set), oldest first, raw and
+// decoded.
+func (a *app) allPeople(ctx context.Context, team string) ([]api.Person, []json.RawMessage, error) {
+	q := url.Values{}
+	if team != "" {
+		q.Set("team", team)
+	}
 	var raws []json.RawMessage
-	err := a.eachPage(ctx, "/api/admin/people", url.Values{}, "people", 1000, func(items []json.RawMessage) bool {
+	err := a.eachPage(ctx, "/api/admin/people", q, "people", 1000, func(items []json.RawMessage) bool {
 		raws = append(raws, items...)
 		return false
 	})
@@ -47,7 +52,7 @@ func (a *app) completePeople(cmd *cobra.Command, args []string, _ string) ([]cob
 	if len(args) > 0 || a.prepare() != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	ps, _, err := a.allPeople(cmd.Context())
+	ps, _, err := a.allPeople(cmd.Context(), "")
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
@@ -59,12 +64,13 @@ func (a *app) completePeople(cmd *cobra.Command, args []string, _ string) ([]cob
 }
 
 func (a *app) peopleListCommand() *cobra.Command {
-	return &cobra.Command{
+	var team string
+	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the people who signed in, with the memberships they hold now",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ps, raws, err := a.allPeople(cmd.Context())
+			ps, raws, err := a.allPeople(cmd.Context(), team)
 			if err != nil {
 				return err
 			}
@@ -78,6 +84,10 @@ func (a *app) peopleListCommand() *cobra.Command {
 					Total  int               `json:"total"`
 				}{raws, len(raws)})
 			}
+			if len(ps) == 0 && team != "" {
+				_, err := fmt.Fprintf(a.out(), "nobody holds a role in team %s\n", team)
+				return err
+			}
 			if len(ps) == 0 {
 				_, err := fmt.Fprintln(a.out(), "no people have signed in")
 				return err
@@ -85,6 +95,9 @@ func (a *app) peopleListCommand() *cobra.Command {
 			return a.renderer().people(a.out(), ps)
 		},
 	}
+	cmd.Flags().StringVar(&team, "team", "", "only the people who hold a role in this team now")
+	_ = cmd.RegisterFlagCompletionFunc("team", a.completeTeams)
+	return cmd
 }
 
 func (a *app) peopleDisableCommand() *cobra.Command {

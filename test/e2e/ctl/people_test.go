@@ -84,6 +84,9 @@ func TestPeopleCommands(t *testing.T) {
 	mustContain(t, "people list", r.Stdout, "ID", "USERNAME", "MEMBERSHIPS", "p_4k2m9x7q1z3a", "ada", "nlp:member", "active")
 	r = admin("people", "list", "-o", "wide")
 	mustContain(t, "people list -o wide", r.Stdout, "ada@example.com", "oidc", "nlp:member")
+	mustContain(t, "people list --team nlp", admin("people", "list", "--team", "nlp").Stdout, "p_4k2m9x7q1z3a", "nlp:member")
+	mustContain(t, "people list --team default", c.ok("people", "list", "--team", "default").Stdout, "nobody holds a role in team default")
+	mustContain(t, "people list --team robotics", c.want(1, "people", "list", "--team", "robotics").Stderr, `unknown team "robotics"`)
 	var list struct {
 		People []struct {
 			ID          string `json:"id"`
