@@ -31,10 +31,12 @@ type Membership struct {
 	Role string `json:"role"`
 }
 
-// PeopleQuery pages GET /api/admin/people.
+// PeopleQuery pages GET /api/admin/people; Team, when set, keeps the
+// people who hold a role in that team now.
 type PeopleQuery struct {
 	Limit  int
 	Offset int
+	Team   string
 }
 
 // PersonList is GET /api/admin/people.

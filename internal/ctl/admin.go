@@ -25,6 +25,7 @@ func (a *app) adminCommands() []*cobra.Command {
 		group("tokens", "List, create and revoke admin tokens", a.tokensListCommand(), a.tokensCreateCommand(), a.tokensRevokeCommand()),
 		a.auditCommand(),
 		a.webhooksCommand(),
+		a.peopleCommand(),
 		a.usageCommand(),
 		a.whoamiCommand(),
 		a.statusCommand(),

@@ -97,6 +97,8 @@ func renderCases(t *testing.T) []renderCase {
 	readFixture(t, "deliveries.json", &deliveries)
 	var usage api.Usage
 	readFixture(t, "usage.json", &usage)
+	var people api.PersonList
+	readFixture(t, "people.json", &people)
 	me := api.Whoami{Kind: "admin", ID: "tok_bbcdefghijkl", Name: "ci", Scopes: []string{"queue.submit", "queue.view"},
 		Actor: "admin:tok_bbcdefghijkl", Team: "nlp", MaxPriority: 10}
 	return []renderCase{
@@ -113,6 +115,7 @@ func renderCases(t *testing.T) []renderCase {
 		{"deliveries", func(r renderer, w *bytes.Buffer) error { return r.deliveries(w, deliveries.Deliveries) }},
 		{"usage", func(r renderer, w *bytes.Buffer) error { return r.usage(w, usage) }},
 		{"whoami", func(r renderer, w *bytes.Buffer) error { return r.whoami(w, me) }},
+		{"people", func(r renderer, w *bytes.Buffer) error { return r.people(w, people.People) }},
 	}
 }
 

@@ -65,6 +65,8 @@ var stateColours = map[string]string{
 	"delivered": green, "pending": yellow,
 	// health
 	"ready": green, "not ready": red, "ok": green, "FAIL": red, "revoked": dimmed,
+	// people
+	"disabled": dimmed,
 }
 
 // State colours a job, worker or health state.

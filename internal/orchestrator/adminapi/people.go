@@ -42,6 +42,7 @@ func (a *API) peopleRoutes() []web.Route {
 
 func peopleQuery(_ http.ResponseWriter, r *http.Request, _ httprouter.Params) (q api.PeopleQuery, err error) {
 	q.Limit, q.Offset, err = page(r, 100, 1000)
+	q.Team = strings.TrimSpace(r.URL.Query().Get("team"))
 	return q, err
 }
 
@@ -65,6 +66,9 @@ func (a *API) People(ctx context.Context, q api.PeopleQuery) (api.PersonList, er
 	if _, err := authorize(ctx, auth.ScopeAdminPeople); err != nil {
 		return api.PersonList{}, err
 	}
+	if q.Team != "" {
+		return a.peopleInTeam(ctx, q)
+	}
 	ps, total, err := a.store.ListPeople(ctx, store.PeopleFilter{Limit: q.Limit, Offset: q.Offset})
 	if err != nil {
 		return api.PersonList{}, err
@@ -72,6 +76,36 @@ func (a *API) People(ctx context.Context, q api.PeopleQuery) (api.PersonList, er
 	out := api.PersonList{People: make([]api.Person, 0, len(ps)), Total: total}
 	for _, p := range ps {
 		out.People = append(out.People, a.personView(p))
+	}
+	return out, nil
+}
+
+// peopleInTeam is a page of the people who hold a role in q.Team now. What
+// they hold comes from [[auth.groups]] and the overrides, not from a column
+// of the store, so every person is read and the page is cut here.
+func (a *API) peopleInTeam(ctx context.Context, q api.PeopleQuery) (api.PersonList, error) {
+	team := auth.NormalTeam(q.Team)
+	if team != auth.DefaultTeam && !a.options().Teams.Known(team) {
+		return api.PersonList{}, web.Invalid("query parameter \"team\": unknown team %q; the teams are %s", q.Team, a.knownTeams())
+	}
+	ps, _, err := a.store.ListPeople(ctx, store.PeopleFilter{})
+	if err != nil {
+		return api.PersonList{}, err
+	}
+	var in []api.Person
+	for _, p := range ps {
+		v := a.personView(p)
+		if slices.ContainsFunc(v.Memberships, func(m api.Membership) bool { return m.Team != "" && auth.NormalTeam(m.Team) == team }) {
+			in = append(in, v)
+		}
+	}
+	out := api.PersonList{People: []api.Person{}, Total: len(in)}
+	end := len(in)
+	if q.Limit > 0 {
+		end = min(end, q.Offset+q.Limit)
+	}
+	if q.Offset < end {
+		out.People = append(out.People, in[q.Offset:end]...)
 	}
 	return out, nil
 }

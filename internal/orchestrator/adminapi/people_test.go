@@ -183,3 +183,57 @@ func auditActions(t *testing.T, st store.Store) []string {
 	}
 	return out
 }
+
+// ?team= keeps the people who hold a role in the team now, from their
+// groups and overrides, and pages them; an unknown team is 422.
+func TestPeopleListByTeam(t *testing.T) {
+	a, st, ada := newPeopleAPI(t)
+	ctx := WithCaller(t.Context(), peopleAdmin)
+	var ids []string
+	for _, sub := range []string{"bob", "cy", "di"} {
+		p, _, err := st.RecordSignIn(t.Context(), store.Person{ID: protocol.NewPersonID(), Provider: "oidc", Issuer: "https://idp.example.com",
+			Subject: sub, Username: sub, LastSignIn: time.Now()}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, p.ID)
+	}
+	// Bob is put in vision by an override, Cy in nlp; Ada leaves nlp for vision.
+	for id, ms := range map[string][]api.Membership{
+		ids[0]: {{Team: "vision", Role: "viewer"}},
+		ids[1]: {{Team: "nlp", Role: "lead"}},
+		ada.ID: {{Team: "nlp", Role: "none"}, {Team: "vision", Role: "member"}},
+	} {
+		if _, err := a.SetMemberships(ctx, api.SetMemberships{ID: id, Memberships: &ms}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := func(l api.PersonList) (out []string) {
+		for _, p := range l.People {
+			out = append(out, p.Username)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		q     api.PeopleQuery
+		want  []string
+		total int
+	}{
+		{api.PeopleQuery{Team: "vision", Limit: 10}, []string{"ada", "bob"}, 2},
+		{api.PeopleQuery{Team: "vision", Limit: 1, Offset: 1}, []string{"bob"}, 2},
+		{api.PeopleQuery{Team: "vision", Limit: 10, Offset: 5}, nil, 2},
+		{api.PeopleQuery{Team: "nlp", Limit: 10}, []string{"cy"}, 1},
+		{api.PeopleQuery{Team: "default", Limit: 10}, nil, 0},
+		{api.PeopleQuery{Limit: 10}, []string{"ada", "bob", "cy", "di"}, 4},
+	} {
+		got, err := a.People(ctx, tc.q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(names(got), tc.want) || got.Total != tc.total {
+			t.Errorf("People(%+v) = %v (total %d), want %v (total %d)", tc.q, names(got), got.Total, tc.want, tc.total)
+		}
+	}
+	_, err := a.People(ctx, api.PeopleQuery{Team: "robotics", Limit: 10})
+	wantAPIError(t, err, http.StatusUnprocessableEntity, `query parameter "team": unknown team "robotics"`)
+}
