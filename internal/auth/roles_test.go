@@ -9,6 +9,15 @@ func TestRoles(t *testing.T) {
 	tok := func(team string, scopes ...string) Principal {
 		return Principal{Kind: KindAdminToken, ID: "t", Team: team, Scopes: scopes}
 	}
+	// person holds the scopes of their memberships' roles, as
+	// identity.PrincipalOf makes them.
+	person := func(ms ...Membership) Principal {
+		p := Principal{Kind: KindPerson, ID: "p_x", Memberships: ms}
+		for _, m := range ms {
+			p.Scopes = append(p.Scopes, RoleScopes(m.Role, m.Team)...)
+		}
+		return p
+	}
 	cases := []struct {
 		name  string
 		p     Principal
@@ -30,6 +39,13 @@ func TestRoles(t *testing.T) {
 		{"no team is default", tok("", ScopeQueueView), "", false, true, RoleViewer, []string{"default"}},
 		{"no team matches default by name", tok("", ScopeQueueView), "default", false, true, RoleViewer, []string{"default"}},
 		{"default team token and legacy job", tok("default", ScopeQueueView), "", false, true, RoleViewer, []string{"default"}},
+		{"person lead in one team", person(Membership{"alpha", RoleLead}, Membership{"bravo", RoleViewer}), "alpha", false, true, RoleLead, []string{"alpha", "bravo"}},
+		{"person viewer in another", person(Membership{"alpha", RoleLead}, Membership{"bravo", RoleViewer}), "bravo", false, true, RoleViewer, []string{"alpha", "bravo"}},
+		{"person outside a team", person(Membership{"alpha", RoleMember}), "charlie", false, false, RoleNone, []string{"alpha"}},
+		{"person in default and a legacy job", person(Membership{"default", RoleMember}), "", false, true, RoleMember, []string{"default"}},
+		{"person in no team", person(), "default", false, false, RoleNone, []string{}},
+		{"person team admin", person(Membership{"alpha", RoleAdmin}), "alpha", false, true, RoleAdmin, []string{"alpha"}},
+		{"person fleet admin", person(Membership{"", RoleAdmin}), "bravo", true, true, RoleAdmin, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -48,10 +64,19 @@ func TestRoles(t *testing.T) {
 			if got, want := c.p.HasIn(c.team, ScopeQueueView), c.in && c.p.Has(ScopeQueueView); got != want {
 				t.Errorf("HasIn(%q, view) = %v, want %v", c.team, got, want)
 			}
+			if got, want := c.p.HasIn(c.team, ScopeQueueManage), c.role >= RoleLead; got != want {
+				t.Errorf("HasIn(%q, manage) = %v, want %v", c.team, got, want)
+			}
 		})
 	}
 	if RoleViewer >= RoleMember || RoleMember >= RoleLead || RoleLead >= RoleAdmin {
 		t.Fatal("roles out of order")
+	}
+	if r, ok := ParseRole("lead"); !ok || r != RoleLead {
+		t.Fatalf("ParseRole(lead) = %v, %v", r, ok)
+	}
+	if _, ok := ParseRole("owner"); ok {
+		t.Fatal("ParseRole accepted an unknown role")
 	}
 	if RoleLead.String() != "lead" {
 		t.Fatalf("RoleLead.String() = %q", RoleLead.String())

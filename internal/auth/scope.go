@@ -12,21 +12,26 @@ const (
 	ScopeAdminAudit   = "admin.audit"
 	// ScopeAdminWebhooks: webhook subscriptions and their delivery logs.
 	ScopeAdminWebhooks = "admin.webhooks"
-	ScopeQueueSubmit   = "queue.submit"
-	ScopeQueueView     = "queue.view"
-	ScopeQueueCancel   = "queue.cancel"
-	ScopeQueueManage   = "queue.manage"
-	ScopeAll           = "*"
+	// ScopeAdminPeople: the people who sign in through an identity
+	// provider: list them, disable and enable them, set their memberships.
+	ScopeAdminPeople = "admin.people"
+	ScopeQueueSubmit = "queue.submit"
+	ScopeQueueView   = "queue.view"
+	ScopeQueueCancel = "queue.cancel"
+	ScopeQueueManage = "queue.manage"
+	ScopeAll         = "*"
 )
 
 // Principal kinds.
 const (
 	KindAdminToken = "admin_token"
 	KindLocal      = "local"
+	// KindPerson is someone signed in through an identity provider.
+	KindPerson = "person"
 )
 
 var allScopes = []string{
-	ScopeAdminWorkers, ScopeAdminAudit, ScopeAdminWebhooks,
+	ScopeAdminWorkers, ScopeAdminAudit, ScopeAdminWebhooks, ScopeAdminPeople,
 	ScopeQueueSubmit, ScopeQueueView, ScopeQueueCancel, ScopeQueueManage,
 	ScopeAll,
 }
@@ -54,9 +59,9 @@ func ValidScope(s string) bool {
 
 // Principal is an authenticated caller.
 type Principal struct {
-	Kind   string   // KindAdminToken or KindLocal
-	ID     string   // admin token id, or "uid=N" for a local caller
-	Name   string   // token name, or "uid=N"
+	Kind   string   // KindAdminToken, KindLocal or KindPerson
+	ID     string   // admin token id, "uid=N" for a local caller, or the person's "p_…"
+	Name   string   // token name, "uid=N", or the person's name
 	Scopes []string // granted scopes; "*" and "family.*" are wildcards
 	// Team is the team of the jobs the caller submits: its token's, or ""
 	// (the default team) for a token without one and the admin socket.
@@ -64,6 +69,14 @@ type Principal struct {
 	// MaxPriority is the highest priority the caller's token was granted
 	// for its jobs; nil leaves the caller its team's max_priority.
 	MaxPriority *int
+	// Memberships are a person's roles, one per team (Team "" with
+	// RoleAdmin: the whole fleet); nil for tokens and the socket, whose
+	// role follows from their scopes. A person's Scopes are those of
+	// every membership's role and their Extra scopes together.
+	Memberships []Membership
+	// Extra are scopes a person holds beyond their roles ([[auth.groups]]
+	// scopes), in every team they are in.
+	Extra []string
 }
 
 // TeamOrDefault is the caller's team, "default" when it has none.
@@ -89,13 +102,16 @@ func (p Principal) Has(scope string) bool {
 	return false
 }
 
-// Actor names p in audit records: "admin:<token id>" or "local:uid=N".
+// Actor names p in audit records: "admin:<token id>", "local:uid=N" or
+// "person:<person id>".
 func (p Principal) Actor() string {
 	switch p.Kind {
 	case KindAdminToken:
 		return "admin:" + p.ID
 	case KindLocal:
 		return "local:" + p.ID
+	case KindPerson:
+		return "person:" + p.ID
 	case "":
 		return "anonymous"
 	default:

@@ -8,7 +8,7 @@ import (
 func TestScopes(t *testing.T) {
 	t.Parallel()
 	all := AllScopes()
-	if len(all) != 8 || !slices.Contains(all, ScopeAll) {
+	if len(all) != 9 || !slices.Contains(all, ScopeAll) || !slices.Contains(all, ScopeAdminPeople) {
 		t.Fatalf("AllScopes() = %v", all)
 	}
 	all[0] = "mutated"

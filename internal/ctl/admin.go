@@ -69,8 +69,8 @@ func (a *app) tokensCreateCommand() *cobra.Command {
 		Short: "Create an admin token and print it (once)",
 		Long: `Create an admin token. The token alone goes to standard output, once, so that
 it can be captured: TOKEN=$(simpletunerctl tokens create --name ci --scope queue.submit).
-Scopes: admin.workers, admin.audit, admin.webhooks, queue.submit, queue.view,
-queue.cancel, queue.manage, * (everything). --team puts the token's jobs in a
+Scopes: admin.workers, admin.audit, admin.webhooks, admin.people, queue.submit,
+queue.view, queue.cancel, queue.manage, * (everything). --team puts the token's jobs in a
 team of [[teams]] (its share and limits); without it, the default team.
 --max-priority lets the token submit jobs of priorities up to N (0 to 50) in
 place of its team's max_priority (the default priority, 10, unless [[teams]]
@@ -122,7 +122,7 @@ says otherwise); a token with scope * may give any priority.`,
 	cmd.Flags().StringVar(&team, "team", "", "the team of [[teams]] the token's jobs belong to (default: the default team)")
 	cmd.Flags().IntVar(&maxPriority, "max-priority", 0, "the highest priority the token's jobs may have, 0 to 50 (default: its team's max_priority)")
 	_ = cmd.RegisterFlagCompletionFunc("team", a.completeTeams)
-	_ = cmd.RegisterFlagCompletionFunc("scope", cobra.FixedCompletions([]string{"admin.workers", "admin.audit", "admin.webhooks", "queue.submit",
+	_ = cmd.RegisterFlagCompletionFunc("scope", cobra.FixedCompletions([]string{"admin.workers", "admin.audit", "admin.webhooks", "admin.people", "queue.submit",
 		"queue.view", "queue.cancel", "queue.manage", "*"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }

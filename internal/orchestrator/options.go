@@ -63,6 +63,8 @@ type Options struct {
 	Teams fairshare.Policy
 	// Visibility is [auth] visibility: whose jobs a token reads.
 	Visibility string
+	// Groups are [[auth.groups]]: what people's provider groups grant.
+	Groups []config.GroupMapping
 
 	// followFallback replaces defaultFollowFallback when set: tests that
 	// count store reads put the fallback look out of their way.
@@ -117,6 +119,7 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 		Webhooks:   webhook.OptionsFrom(cfg),
 		Teams:      fairshare.PolicyFrom(cfg),
 		Visibility: cfg.Auth.Visibility,
+		Groups:     cfg.Auth.Groups,
 	}
 }
 
@@ -195,6 +198,6 @@ func (o Options) apiOptions(adminSocketPath string) adminapi.Options {
 		MaxBodyBytes: o.MaxBodyBytes, ConfigsDir: o.ConfigsDir, PublicURL: o.PublicURL,
 		AdminSocketPath: adminSocketPath, MaxRetries: o.MaxRetries,
 		MaxLogFollowers: o.MaxLogFollowers, StreamWriteTimeout: o.StreamWriteTimeout, RecheckInterval: o.RecheckInterval,
-		FollowFallback: o.followFallback, Teams: o.Teams, Visibility: o.Visibility,
+		FollowFallback: o.followFallback, Teams: o.Teams, Visibility: o.Visibility, Groups: o.Groups,
 	}
 }

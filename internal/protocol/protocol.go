@@ -497,5 +497,9 @@ func NewJobID() string { return newID("j_") }
 // base32 characters.
 func NewTokenID() string { return newID("tok_") }
 
+// NewPersonID returns a person's id: "p_" followed by 12 lowercase base32
+// characters.
+func NewPersonID() string { return newID("p_") }
+
 // Time formats t as RFC 3339 in UTC, the way every timestamp goes on the wire.
 func Time(t time.Time) string { return t.UTC().Format(time.RFC3339) }

@@ -359,8 +359,12 @@ type AdminToken struct {
 	// MaxPriority is the highest priority the token's jobs may have, as the
 	// admin who created it granted; nil leaves it its team's max_priority.
 	MaxPriority *int
-	CreatedAt   time.Time
-	RevokedAt   *time.Time
+	// PersonID is the person the token belongs to ("" for a service
+	// token): disabling them revokes it. CreateAdminToken refuses one for
+	// a disabled person with ErrPersonDisabled.
+	PersonID  string
+	CreatedAt time.Time
+	RevokedAt *time.Time
 }
 
 // ActiveAttempt is a job's attempt out on a worker, as fair share and
@@ -623,6 +627,9 @@ type Store interface {
 
 	// Sign-ins in progress with an identity provider.
 	AuthFlows
+
+	// People who sign in through an identity provider.
+	People
 }
 
 // FleetGPUs counts the GPUs of st's workers that are not offline, from

@@ -19,6 +19,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/fairshare"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/gpuhistory"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/liveness"
@@ -152,6 +153,8 @@ type Options struct {
 	// Visibility is whose jobs a token reads: "team", "all" (reads only),
 	// or "" (team when teams are configured, else all).
 	Visibility string
+	// Groups are [[auth.groups]]: what the people's provider groups grant.
+	Groups []config.GroupMapping
 }
 
 // API is the admin and queue API.

@@ -34,7 +34,7 @@ func (a *API) Routes() []web.Route {
 		}
 		getJob(w, req, ps)
 	}
-	return []web.Route{
+	return append([]web.Route{
 		web.NewRoute("GET", "/api/admin/workers", "", httpCall(a, workers, ok, workersQuery, a.Workers)),
 		web.NewRoute("POST", "/api/admin/workers", "", httpCall(a, workers, http.StatusCreated, jsonBody[api.CreateWorker](a), a.CreateWorker)),
 		web.NewRoute("GET", "/api/admin/workers/:id", "", httpCall(a, workers, ok, workerRef, a.Worker)),
@@ -72,5 +72,5 @@ func (a *API) Routes() []web.Route {
 		web.NewRoute("GET", "/api/queue/:job_id/artifacts", "", httpCall(a, auth.ScopeQueueView, ok, artifactsQuery, a.Artifacts)),
 		web.NewRoute("GET", "/api/queue/:job_id/artifacts/*path", "GET /api/queue/{job_id}/artifacts/{path}", a.admin(auth.ScopeQueueView, a.downloadArtifact)),
 		web.NewRoute("HEAD", "/api/queue/:job_id/artifacts/*path", "HEAD /api/queue/{job_id}/artifacts/{path}", a.admin(auth.ScopeQueueView, a.downloadArtifact)),
-	}
+	}, a.peopleRoutes()...)
 }

@@ -17,6 +17,7 @@ type Store interface {
 	TokenStore
 	AuditReader
 	TeamReader
+	PeopleStore
 }
 
 // JobStore is what the queue calls read of jobs (views, counts, logs, the

@@ -13,7 +13,7 @@ import (
 // sessionCols joins each session to its admin token, so one read tells the
 // dashboard both whether the session exists and whether its token still works.
 const sessionCols = `s.id_hash, s.token_id, s.created_at, s.last_seen, s.peer_ip, s.user_agent,
-	t.id, t.name, t.scopes, t.hash, t.created_at, t.revoked_at, t.team, t.max_priority`
+	t.id, t.name, t.scopes, t.hash, t.created_at, t.revoked_at, t.team, t.max_priority, t.person_id`
 
 // CreateDashboardSession stores a new session for a live admin token.
 func (s *Store) CreateDashboardSession(ctx context.Context, sess store.DashboardSession, rec *audit.Record) error {
@@ -45,12 +45,10 @@ func (s *Store) CreateDashboardSession(ctx context.Context, sess store.Dashboard
 // GetDashboardSession returns a session with its token as it is now.
 func (s *Store) GetDashboardSession(ctx context.Context, idHash string) (store.DashboardSession, error) {
 	var d store.DashboardSession
-	t := &d.Token
 	err := s.reader().queryRow(ctx, `SELECT `+sessionCols+` FROM dashboard_sessions s
-		JOIN admin_tokens t ON t.id = s.token_id WHERE s.id_hash = ?`, idHash).Scan(
-		&d.IDHash, &d.TokenID, timeCol{&d.CreatedAt}, timeCol{&d.LastSeen}, &d.PeerIP, &d.UserAgent,
-		&t.ID, &t.Name, jsonCol{&t.Scopes}, &t.Hash, timeCol{&t.CreatedAt}, nullTimeCol{&t.RevokedAt}, &t.Team,
-		nullIntCol{&t.MaxPriority})
+		JOIN admin_tokens t ON t.id = s.token_id WHERE s.id_hash = ?`, idHash).Scan(append([]any{
+		&d.IDHash, &d.TokenID, timeCol{&d.CreatedAt}, timeCol{&d.LastSeen}, &d.PeerIP, &d.UserAgent},
+		tokenDest(&d.Token)...)...)
 	return d, noRows(err, "dashboard session", idHash[:min(8, len(idHash))]+"…")
 }
 

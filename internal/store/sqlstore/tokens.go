@@ -9,13 +9,38 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
-const tokenCols = `id, name, scopes, hash, created_at, revoked_at, team, max_priority`
+const tokenCols = `id, name, scopes, hash, created_at, revoked_at, team, max_priority, person_id`
 
 func scanToken(r scanner) (store.AdminToken, error) {
 	var t store.AdminToken
-	err := r.Scan(&t.ID, &t.Name, jsonCol{&t.Scopes}, &t.Hash, timeCol{&t.CreatedAt}, nullTimeCol{&t.RevokedAt}, &t.Team,
-		nullIntCol{&t.MaxPriority})
+	err := r.Scan(tokenDest(&t)...)
 	return t, err
+}
+
+// tokenDest is where a row of tokenCols scans into t.
+func tokenDest(t *store.AdminToken) []any {
+	return []any{&t.ID, &t.Name, jsonCol{&t.Scopes}, &t.Hash, timeCol{&t.CreatedAt}, nullTimeCol{&t.RevokedAt}, &t.Team,
+		nullIntCol{&t.MaxPriority}, nullStringCol{&t.PersonID}}
+}
+
+// nullStringCol scans text that may be NULL ("").
+type nullStringCol struct{ p *string }
+
+func (c nullStringCol) Scan(src any) error {
+	b, ok, err := textOf(src)
+	*c.p = string(b)
+	if !ok {
+		*c.p = ""
+	}
+	return err
+}
+
+// nullIfEmpty binds "" as NULL.
+func nullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 // CreateAdminToken stores a new token (its hash, never the token).
@@ -32,8 +57,13 @@ func (s *Store) CreateAdminToken(ctx context.Context, t store.AdminToken, rec *a
 		return err
 	}
 	return s.write(ctx, func(c conn) error {
-		if _, err := c.exec(ctx, `INSERT INTO admin_tokens (`+tokenCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-			t.ID, t.Name, sc, t.Hash, s.tv(now(t.CreatedAt)), s.ntv(t.RevokedAt), t.Team, t.MaxPriority); err != nil {
+		if t.PersonID != "" {
+			if err := s.personLive(ctx, c, t.PersonID); err != nil {
+				return err
+			}
+		}
+		if _, err := c.exec(ctx, `INSERT INTO admin_tokens (`+tokenCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			t.ID, t.Name, sc, t.Hash, s.tv(now(t.CreatedAt)), s.ntv(t.RevokedAt), t.Team, t.MaxPriority, nullIfEmpty(t.PersonID)); err != nil {
 			return err
 		}
 		return s.appendAudit(ctx, c, rec)
