@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"os"
@@ -30,7 +30,7 @@ func TestPeopleDocRequestsRun(t *testing.T) {
 		if r[3] != "" {
 			body = strings.TrimSpace(r[3])
 		}
-		if got := e.adminDo(r[1], r[2], body); got.Status/100 != 2 {
+		if got := e.AdminDo(r[1], r[2], body); got.Status/100 != 2 {
 			t.Errorf("docs/auth.md: %s %s: HTTP %d: %s", r[1], r[2], got.Status, got.Body)
 		}
 	}

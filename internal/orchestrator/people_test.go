@@ -1,4 +1,4 @@
-package orchestrator
+package orchestrator_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/fairshare"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -19,7 +20,7 @@ const docPersonID = "p_4k2m9x7q1z3a"
 
 // withPeople configures the teams nlp and vision and maps the group
 // ml-eng to member of nlp.
-func withPeople(o *Options) {
+func withPeople(o *orchestrator.Options) {
 	cfg := config.DefaultOrchestrator()
 	cfg.Teams = []config.TeamConfig{{Name: "nlp", Share: 1}, {Name: "vision", Share: 1}}
 	o.Teams = fairshare.PolicyFrom(cfg)
@@ -60,52 +61,52 @@ func TestPeopleAPI(t *testing.T) {
 		person := e.signedInPerson()
 		as := func(token string) map[string]string { return map[string]string{"Authorization": "Bearer " + token} }
 		people := e.token("people-admin", auth.ScopeAdminPeople)
-		e.must(e.do("GET", "/api/auth/whoami", as(person), nil), 200)
+		e.Must(e.Do("GET", "/api/auth/whoami", as(person), nil), 200)
 
 		// Another admin scope is not enough.
-		e.must(e.do("GET", "/api/admin/people", as(e.token("ops", "admin.workers", "queue.*")), nil), 403)
+		e.Must(e.Do("GET", "/api/admin/people", as(e.token("ops", "admin.workers", "queue.*")), nil), 403)
 
-		list := e.must(e.do("GET", "/api/admin/people?limit=10", as(people), nil), 200).JSON
+		list := e.Must(e.Do("GET", "/api/admin/people?limit=10", as(people), nil), 200).JSON
 		if list["total"] != 1.0 || len(list["people"].([]any)) != 1 {
 			t.Fatalf("people: %v", list)
 		}
-		shown := e.must(e.do("GET", "/api/admin/people/"+docPersonID, as(people), nil), 200).JSON
+		shown := e.Must(e.Do("GET", "/api/admin/people/"+docPersonID, as(people), nil), 200).JSON
 		if got := jsonText(shown["memberships"]); got != `[{"role":"member","team":"nlp"},{"role":"viewer","team":"vision"}]` ||
 			shown["overrides"] != nil || shown["disabled_at"] != nil {
 			t.Fatalf("person: %v", shown)
 		}
-		e.must(e.do("GET", "/api/admin/people/p_missing", as(people), nil), 404)
+		e.Must(e.Do("GET", "/api/admin/people/p_missing", as(people), nil), 404)
 
-		bad := e.must(e.do("PUT", "/api/admin/people/"+docPersonID+"/memberships", as(people),
+		bad := e.Must(e.Do("PUT", "/api/admin/people/"+docPersonID+"/memberships", as(people),
 			`{"memberships": [{"team": "nlp", "role": "lead"}, {"team": "robotics", "role": "member"}]}`), 422)
 		if d := bad.JSON["detail"].(string); !strings.Contains(d, `field "memberships[1].team": unknown team "robotics"`) {
 			t.Fatalf("refusal: %s", d)
 		}
-		if got := e.must(e.do("GET", "/api/admin/people/"+docPersonID, as(people), nil), 200).JSON["overrides"]; got != nil {
+		if got := e.Must(e.Do("GET", "/api/admin/people/"+docPersonID, as(people), nil), 200).JSON["overrides"]; got != nil {
 			t.Fatalf("a refused change set overrides %v", got)
 		}
 
-		ok := e.must(e.do("PUT", "/api/admin/people/"+docPersonID+"/memberships", as(people),
+		ok := e.Must(e.Do("PUT", "/api/admin/people/"+docPersonID+"/memberships", as(people),
 			`{"memberships": [{"team": "nlp", "role": "lead"}]}`), 200).JSON
 		if got := jsonText(ok["memberships"]); got != `[{"role":"lead","team":"nlp"},{"role":"viewer","team":"vision"}]` {
 			t.Fatalf("memberships with an override: %s", got)
 		}
 
-		off := e.must(e.do("POST", "/api/admin/people/"+docPersonID+"/disable", as(people), nil), 200).JSON
+		off := e.Must(e.Do("POST", "/api/admin/people/"+docPersonID+"/disable", as(people), nil), 200).JSON
 		if off["tokens_revoked"] != 1.0 || off["sessions_ended"] != 1.0 || off["person"].(map[string]any)["disabled_at"] == nil {
 			t.Fatalf("disable: %v", off)
 		}
-		e.must(e.do("GET", "/api/auth/whoami", as(person), nil), 401)
+		e.Must(e.Do("GET", "/api/auth/whoami", as(person), nil), 401)
 		if _, err := e.st.GetDashboardSession(t.Context(), "ada-session"); err == nil {
 			t.Fatal("the disabled person's dashboard session is still there")
 		}
-		on := e.must(e.do("POST", "/api/admin/people/"+docPersonID+"/enable", as(people), nil), 200).JSON
+		on := e.Must(e.Do("POST", "/api/admin/people/"+docPersonID+"/enable", as(people), nil), 200).JSON
 		if on["disabled_at"] != nil {
 			t.Fatalf("enable: %v", on)
 		}
-		e.must(e.do("GET", "/api/auth/whoami", as(person), nil), 401) // revoked stays revoked
+		e.Must(e.Do("GET", "/api/auth/whoami", as(person), nil), 401) // revoked stays revoked
 
-		recs := e.must(e.adminDo("GET", "/api/admin/audit?target="+docPersonID, nil), 200).JSON["records"].([]any)
+		recs := e.Must(e.AdminDo("GET", "/api/admin/audit?target="+docPersonID, nil), 200).JSON["records"].([]any)
 		var actions []string
 		for _, r := range recs {
 			actions = append(actions, r.(map[string]any)["action"].(string))
