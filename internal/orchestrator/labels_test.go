@@ -52,7 +52,7 @@ func TestLabelLimits(t *testing.T) {
 	for k, v := range manyLabels(protocol.MaxJobLabels - 1) {
 		at[k] = v
 	}
-	e.Must(e.AdminDo("POST", "/api/queue/submit", map[string]any{"config": map[string]any{}, "worker_labels": at}), 201)
+	e.Submit(map[string]any{"config": map[string]any{}, "worker_labels": at})
 	if n := e.Must(e.Queue(""), 200).JSON["total_pending"]; n != float64(1) {
 		t.Fatalf("queue holds %v jobs; only the one within the limits belongs there", n)
 	}

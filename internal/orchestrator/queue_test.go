@@ -42,8 +42,8 @@ func TestSubmitValidation(t *testing.T) {
 	t.Parallel()
 	e := setup(t, backends["sqlite"](t))
 	os.WriteFile(filepath.Join(e.srv.Options().ConfigsDir, "flat.json"), []byte(`{"a":1}`), 0o644)
-	e.Must(e.AdminDo("POST", "/api/queue/submit", map[string]any{"config_name": "flat"}), 201)
-	e.Must(e.AdminDo("POST", "/api/queue/submit", map[string]any{"config_name": "flat.json"}), 201)
+	e.Submit(map[string]any{"config_name": "flat"})
+	e.Submit(map[string]any{"config_name": "flat.json"})
 	for _, c := range []struct {
 		body   any
 		status int

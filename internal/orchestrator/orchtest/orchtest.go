@@ -9,10 +9,7 @@
 package orchtest
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -83,23 +80,10 @@ func AdminToken(t testing.TB, st store.Store, name string, scopes ...string) str
 	return token
 }
 
-// API calls the API as the admin and decodes the JSON reply into a map.
+// API calls the API as the admin and returns the status and the reply
+// decoded as a JSON object: AdminDo for a test that needs no more.
 func (o *Orch) API(method, path string, body any) (int, map[string]any) {
 	o.T.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, o.URL+path, rd)
-	req.Header.Set("Authorization", "Bearer "+o.Admin)
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		o.T.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer res.Body.Close()
-	var out map[string]any
-	_ = json.NewDecoder(res.Body).Decode(&out)
-	return res.StatusCode, out
+	r := o.AdminDo(method, path, body)
+	return r.Status, r.JSON
 }
