@@ -52,6 +52,15 @@ func stopsOnDrain(opt *worker.Options) { opt.DrainTimeout = time.Millisecond }
 
 var stepLine = regexp.MustCompile(`(?m)^step (\d+)/(\d+) `)
 
+// drainedJob is a job that checkpoints every 5 steps and is still training
+// when the test drains its worker: long enough (10 s) that a loaded machine,
+// slow to keep its first checkpoints, does not see it finish first.
+const drainedJobSteps = 200
+
+func drainedJob() map[string]any {
+	return map[string]any{"steps": drainedJobSteps, "step_seconds": 0.05, "checkpointing_steps": 5, "output_dir": "out"}
+}
+
 // The worker running a job stops (its job is requeued); the retry, on
 // another worker, gets the newest checkpoint back and the trainer goes on
 // from its step; what it trains again is only what attempt 1 trained past it.
@@ -62,7 +71,7 @@ func TestRetryResumesFromCheckpoint(t *testing.T) {
 		idA, tokenA := o.createWorker("a")
 		a := startWorker(t, o.URL, tokenA, keepCheckpoints, stopsOnDrain)
 		o.connected(idA)
-		jobID := o.submit(map[string]any{"steps": 40, "step_seconds": 0.05, "checkpointing_steps": 5, "output_dir": "out"})
+		jobID := o.submit(drainedJob())
 		var kept float64
 		testutil.Eventually(t, 20*time.Second, "a checkpoint at step 10 or later kept", func() bool {
 			cp, _ := o.job(jobID)["checkpoint"].(map[string]any)
@@ -74,11 +83,11 @@ func TestRetryResumesFromCheckpoint(t *testing.T) {
 		idB, tokenB := o.createWorker("b")
 		startWorker(t, o.URL, tokenB, keepCheckpoints)
 		o.connected(idB)
-		testutil.Eventually(t, 30*time.Second, "the retry completed", func() bool { return o.job(jobID)["status"] == "completed" })
+		testutil.Eventually(t, 60*time.Second, "the retry completed", func() bool { return o.job(jobID)["status"] == "completed" })
 
 		j := o.job(jobID)
 		cp := j["checkpoint"].(map[string]any)
-		if at := attempts(j); len(at) != 2 || at[1]["worker_id"] != idB || cp["attempt"] != float64(2) || cp["name"] != "checkpoint-40" {
+		if at := attempts(j); len(at) != 2 || at[1]["worker_id"] != idB || cp["attempt"] != float64(2) || cp["name"] != fmt.Sprintf("checkpoint-%d", drainedJobSteps) {
 			t.Fatalf("job: attempts %v, checkpoint %v", at, cp)
 		}
 		log := o.logText(jobID)
@@ -100,7 +109,7 @@ func TestRetryResumesFromCheckpoint(t *testing.T) {
 		for _, sm := range stepLine.FindAllStringSubmatch(log[:strings.Index(log, "resumed from")], -1) {
 			lastOfFirst = atoi(sm[1])
 		}
-		if n := len(stepLine.FindAllString(log, -1)); n != 40+lastOfFirst-resumed {
+		if n := len(stepLine.FindAllString(log, -1)); n != drainedJobSteps+lastOfFirst-resumed {
 			t.Errorf("%d steps trained in all; attempt 1 reached %d and the retry resumed at %d", n, lastOfFirst, resumed)
 		}
 		// The outputs were uploaded with the completed end.
@@ -116,7 +125,7 @@ func TestWorkerWithCheckpointsOffStartsAfresh(t *testing.T) {
 	forEachStore(t, func(t *testing.T, open func(*testing.T) store.Store) {
 		o := startOrch(t, open(t), fastOptions(t), "")
 		o.withArtifacts()
-		job2 := o.submit(map[string]any{"steps": 40, "step_seconds": 0.05, "checkpointing_steps": 5, "output_dir": "out"})
+		job2 := o.submit(drainedJob())
 		idC, tokenC := o.createWorker("c")
 		c := startWorker(t, o.URL, tokenC, keepCheckpoints, stopsOnDrain)
 		o.connected(idC)
@@ -126,8 +135,8 @@ func TestWorkerWithCheckpointsOffStartsAfresh(t *testing.T) {
 		idD, tokenD := o.createWorker("d")
 		startWorker(t, o.URL, tokenD)
 		o.connected(idD)
-		testutil.Eventually(t, 30*time.Second, "the retry completed", func() bool { return o.job(job2)["status"] == "completed" })
-		if log := o.logText(job2); strings.Contains(log, "resumed from") || strings.Count(log, "step 1/40 ") != 2 {
+		testutil.Eventually(t, 60*time.Second, "the retry completed", func() bool { return o.job(job2)["status"] == "completed" })
+		if log := o.logText(job2); strings.Contains(log, "resumed from") || strings.Count(log, fmt.Sprintf("step 1/%d ", drainedJobSteps)) != 2 {
 			t.Errorf("a worker with checkpoints off resumed:\n%s", log)
 		}
 	})
