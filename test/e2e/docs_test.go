@@ -482,7 +482,11 @@ type docsFixture struct {
 }
 
 func newDocsFixture(t *testing.T) *docsFixture {
-	o := StartOrchestratorWith(t, OrchOptions{ExtraTOML: "[[teams]]\nname = \"nlp\"\nshare = 1\n[[teams]]\nname = \"vision\"\nshare = 2\n"})
+	// The person the people commands name exists: only a sign-in makes one.
+	stateDir := filepath.Join(t.TempDir(), "state")
+	SeedPerson(t, stateDir, DocPersonID, "ada")
+	o := StartOrchestratorWith(t, OrchOptions{StateDir: stateDir,
+		ExtraTOML: "[[teams]]\nname = \"nlp\"\nshare = 1\n[[teams]]\nname = \"vision\"\nshare = 2\n"})
 	d := &docsFixture{t: t, o: o, home: t.TempDir(), dir: t.TempDir()}
 	// A job that ended, so that following its log ends too.
 	d.jobID = o.Submit(map[string]any{"steps": 1}, nil)

@@ -7,12 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
-	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
-	"github.com/simpletuner/simpletuner-orchestration/internal/store"
-	"github.com/simpletuner/simpletuner-orchestration/internal/store/sqlite"
 	. "github.com/simpletuner/simpletuner-orchestration/test/e2e/e2etest"
 )
 
@@ -28,37 +23,12 @@ team = "nlp"
 role = "member"
 `
 
-// seedPerson records, in the database the orchestrator will open, a
-// person's sign-in and an admin token of theirs, as a sign-in would.
-func seedPerson(t *testing.T, stateDir, id, username string) (token string) {
-	t.Helper()
-	ctx := t.Context()
-	st, err := sqlite.Open(ctx, filepath.Join(stateDir, "orchestrator.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	_, _, err = st.RecordSignIn(ctx, store.Person{ID: id, Provider: "oidc", Issuer: "https://idp.example.com",
-		Subject: "sub-" + username, Username: username, Email: username + "@example.com", Name: username,
-		Groups: []string{"ml-eng"}, LastSignIn: time.Now()}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	token = auth.NewAdminToken()
-	err = st.CreateAdminToken(ctx, store.AdminToken{ID: protocol.NewTokenID(), Name: username, Scopes: []string{auth.ScopeQueueView},
-		Hash: auth.Hash(token), PersonID: id, CreatedAt: time.Now()}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return token
-}
-
 // simpletunerctl people: list the people with what they hold, disable one
 // (their token is refused on its next use), enable them again.
 func TestPeopleCommands(t *testing.T) {
 	t.Parallel()
 	stateDir := filepath.Join(t.TempDir(), "state")
-	adaToken := seedPerson(t, stateDir, "p_4k2m9x7q1z3a", "ada")
+	adaToken := SeedPerson(t, stateDir, DocPersonID, "ada")
 	o := StartOrchestratorWith(t, OrchOptions{StateDir: stateDir, ExtraTOML: peopleTOML})
 	c := overTCP(t, o)
 	c.secrets = append(c.secrets, adaToken)

@@ -98,7 +98,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	}
 
 	h.Fault("SIGHUP: heartbeat_timeout 1.5s→3s, health_check_interval 200ms→300ms, ping_interval 500ms→700ms, log level info→debug")
-	valid := rewrite(`heartbeat_timeout = "1500ms"`, `heartbeat_timeout = "3s"`, `health_check_interval = "200ms"`, `health_check_interval = "300ms"`,
+	valid := rewrite(`heartbeat_timeout = "1.5s"`, `heartbeat_timeout = "3s"`, `health_check_interval = "200ms"`, `health_check_interval = "300ms"`,
 		`ping_interval = "500ms"`, `ping_interval = "700ms"`, `level = "info"`, `level = "debug"`)
 	o.P.Signal(syscall.SIGHUP)
 	hbLine := lineOf(valid, "heartbeat_timeout =")
