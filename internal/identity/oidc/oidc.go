@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -104,7 +105,7 @@ func New(cfg Config, flows store.AuthFlows) (*Provider, error) {
 	if len(cfg.Scopes) == 0 {
 		cfg.Scopes = DefaultScopes
 	}
-	if !contains(cfg.Scopes, gooidc.ScopeOpenID) {
+	if !slices.Contains(cfg.Scopes, gooidc.ScopeOpenID) {
 		cfg.Scopes = append([]string{gooidc.ScopeOpenID}, cfg.Scopes...)
 	}
 	if cfg.GroupsClaim == "" {
@@ -125,15 +126,6 @@ func orDefault(d, def time.Duration) time.Duration {
 		return def
 	}
 	return d
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // Issuer is the provider's issuer URL as configured.
