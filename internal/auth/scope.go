@@ -59,10 +59,13 @@ func ValidScope(s string) bool {
 
 // Principal is an authenticated caller.
 type Principal struct {
-	Kind   string   // KindAdminToken, KindLocal or KindPerson
-	ID     string   // admin token id, "uid=N" for a local caller, or the person's "p_…"
-	Name   string   // token name, "uid=N", or the person's name
-	Scopes []string // granted scopes; "*" and "family.*" are wildcards
+	Kind string // KindAdminToken, KindLocal or KindPerson
+	ID   string // admin token id, "uid=N" for a local caller, or the person's "p_…"
+	Name string // token name, "uid=N", or the person's name
+	// TokenID is the admin token the caller presented (a person's: their
+	// session's or login's); "" on the admin socket.
+	TokenID string
+	Scopes  []string // granted scopes; "*" and "family.*" are wildcards
 	// Team is the team of the jobs the caller submits: its token's, or ""
 	// (the default team) for a token without one and the admin socket.
 	Team string

@@ -10,6 +10,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/webhook/spec"
 )
 
@@ -45,6 +46,7 @@ type API interface {
 	WebhookDeliveries(ctx context.Context, q api.DeliveriesQuery) (api.DeliveryPage, error)
 	Usage(ctx context.Context, q api.UsageQuery) (api.Usage, error)
 	AdminByToken(r *http.Request, token, route string) (auth.Principal, error)
+	TokenPrincipal(ctx context.Context, t store.AdminToken) (auth.Principal, error)
 }
 
 // as is r's context carrying the session's caller.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/identity"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
@@ -97,11 +98,20 @@ func (d *Dashboard) loadSession(r *http.Request, touch bool) (*session, error) {
 	}
 	now := d.opt.Now()
 	why := ""
+	var principal auth.Principal
 	switch {
 	case ds.Token.RevokedAt != nil:
 		why = "token revoked"
 	case now.Sub(ds.LastSeen) > d.opt.IdleTimeout:
 		why = "idle"
+	default:
+		principal, err = d.opt.API.TokenPrincipal(r.Context(), ds.Token)
+		switch {
+		case errors.Is(err, identity.ErrDisabled) || errors.Is(err, store.ErrNotFound):
+			why = "person disabled"
+		case err != nil:
+			return nil, err
+		}
 	}
 	if why != "" {
 		rec := audit.New("admin:"+ds.TokenID, auth.PeerKey(r.RemoteAddr), "dashboard.session_end", "admin_token", ds.TokenID,
@@ -116,10 +126,7 @@ func (d *Dashboard) loadSession(r *http.Request, touch bool) (*session, error) {
 			d.opt.Log.Warn("dashboard: recording session activity failed", "err", err)
 		}
 	}
-	t := ds.Token
-	return &session{id: c.Value, idHash: hash, csrf: csrfToken(c.Value),
-		principal: auth.Principal{Kind: auth.KindAdminToken, ID: t.ID, Name: t.Name, Scopes: t.Scopes, Team: t.Team,
-			MaxPriority: t.MaxPriority}}, nil
+	return &session{id: c.Value, idHash: hash, csrf: csrfToken(c.Value), principal: principal}, nil
 }
 
 // safeNext keeps a post-sign-in destination inside the dashboard.
@@ -337,7 +344,7 @@ func (d *Dashboard) signin(w http.ResponseWriter, r *http.Request) {
 
 // signout ends the session on the server and in the browser.
 func (d *Dashboard) signout(w http.ResponseWriter, r *http.Request, s *session) {
-	rec := audit.New(s.principal.Actor(), auth.PeerKey(r.RemoteAddr), "dashboard.signout", "admin_token", s.principal.ID, audit.Success, nil)
+	rec := audit.New(s.principal.Actor(), auth.PeerKey(r.RemoteAddr), "dashboard.signout", "admin_token", s.principal.TokenID, audit.Success, nil)
 	if err := d.opt.Sessions.DeleteDashboardSession(r.Context(), s.idHash, &rec); err != nil && !errors.Is(err, store.ErrNotFound) {
 		d.errorPage(w, r, s, http.StatusServiceUnavailable, "Signing out failed; try again.")
 		return

@@ -122,3 +122,32 @@ func jsonText(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// A person's token acts as the person is now, not as the token was made:
+// their groups' roles, then an admin's override, hold from the next
+// request on.
+func TestPersonTokenActsAsThePersonNow(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		e := setup(t, open(t), withPeople)
+		person := map[string]string{"Authorization": "Bearer " + e.signedInPerson()}
+		me := e.Must(e.Do("GET", "/api/auth/whoami", person, nil), 200).JSON
+		if me["kind"] != auth.KindPerson || me["id"] != docPersonID || me["team"] != "nlp" ||
+			jsonText(me["scopes"]) != `["queue.cancel","queue.submit","queue.view"]` {
+			t.Fatalf("whoami as the person: %v", me)
+		}
+		submit := `{"config": {}}`
+		job := e.Must(e.Do("POST", "/api/queue/submit", person, submit), 201).JSON
+		if got := e.Must(e.AdminDo("GET", "/api/queue/"+job["job_id"].(string), nil), 200).JSON["team"]; got != "nlp" {
+			t.Fatalf("the person's job went to team %v, want nlp", got)
+		}
+
+		e.Must(e.AdminDo("PUT", "/api/admin/people/"+docPersonID+"/memberships",
+			`{"memberships": [{"team": "nlp", "role": "none"}]}`), 200)
+		me = e.Must(e.Do("GET", "/api/auth/whoami", person, nil), 200).JSON
+		if me["team"] != "vision" || jsonText(me["scopes"]) != `["queue.view"]` {
+			t.Fatalf("whoami after nlp was taken away: %v", me)
+		}
+		e.Must(e.Do("POST", "/api/queue/submit", person, submit), 403)
+	})
+}

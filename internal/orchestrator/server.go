@@ -23,6 +23,8 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/config"
+	"github.com/simpletuner/simpletuner-orchestration/internal/identity"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/authn"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/diskfull"
@@ -121,7 +123,8 @@ func New(st store.Store, opt Options, log *slog.Logger) *Server {
 	opt = opt.withDefaults()
 	s.opt.Store(&opt)
 	s.authn = &authn.Authenticator{Store: st, Log: log, Metrics: s.metrics, Options: func() authn.Options { return s.options().authnOptions() },
-		Limiter: auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now)}
+		Limiter:  auth.NewFailureLimiter(opt.AuthFailuresPerMinute, time.Now),
+		Resolver: identity.Resolver{People: st, Groups: func() []config.GroupMapping { return s.options().Groups }}}
 	s.webhooks = webhook.New(st, opt.webhookOptions(), log)
 	s.retention = &retention.Keeper{Store: st, Artifacts: s.artifacts.Load, Log: log,
 		Options: func() retention.Options { return s.options().Retention }, StartupGrace: func() time.Duration { return s.options().StartupGrace },

@@ -47,6 +47,10 @@ type Authenticator interface {
 	// StillAllowed checks again, for a long-lived reply, that r's
 	// credential still grants scope.
 	StillAllowed(ctx context.Context, r *http.Request, p auth.Principal, scope string) (bool, error)
+	// TokenPrincipal is the caller a valid admin token stands for: itself,
+	// or the person it belongs to as they are now (identity.ErrDisabled
+	// when disabled).
+	TokenPrincipal(ctx context.Context, t store.AdminToken) (auth.Principal, error)
 }
 
 // ErrorWriter answers a failed call as the protocol's error reply
@@ -216,6 +220,12 @@ func (a *API) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 // under route like those of the API's.
 func (a *API) AdminByToken(r *http.Request, token, route string) (auth.Principal, error) {
 	return a.auth.AdminByToken(r, token, route)
+}
+
+// TokenPrincipal is the caller a valid admin token stands for (the
+// dashboard's session reads it on every request).
+func (a *API) TokenPrincipal(ctx context.Context, t store.AdminToken) (auth.Principal, error) {
+	return a.auth.TokenPrincipal(ctx, t)
 }
 
 // APIError is what a call that failed with err answers (see

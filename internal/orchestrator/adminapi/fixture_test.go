@@ -38,6 +38,9 @@ func (idleEngine) Authenticate(http.ResponseWriter, *http.Request) (auth.Princip
 func (idleEngine) AdminByToken(*http.Request, string, string) (auth.Principal, error) {
 	return auth.Principal{}, errNoEngine
 }
+func (idleEngine) TokenPrincipal(_ context.Context, t store.AdminToken) (auth.Principal, error) {
+	return auth.Principal{Kind: auth.KindAdminToken, ID: t.ID, TokenID: t.ID, Name: t.Name, Scopes: t.Scopes, Team: t.Team}, nil
+}
 func (idleEngine) StillAllowed(context.Context, *http.Request, auth.Principal, string) (bool, error) {
 	return false, nil
 }

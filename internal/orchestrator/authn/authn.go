@@ -17,6 +17,7 @@ import (
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
+	"github.com/simpletuner/simpletuner-orchestration/internal/identity"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/authfail"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/metrics"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/web"
@@ -49,6 +50,9 @@ type Authenticator struct {
 	Limiter *auth.FailureLimiter
 	Metrics *metrics.Metrics
 	Options func() Options
+	// Resolver says who a valid admin token stands for: itself, or the
+	// person it belongs to as they are now.
+	Resolver identity.Resolver
 
 	// failures gathers failed authentications for the audit log.
 	failures authfail.Gatherer
@@ -283,8 +287,16 @@ func (a *Authenticator) adminByToken(ctx context.Context, c Presenter, token str
 	if err != nil || t.RevokedAt != nil || !auth.Equal(t.Hash, hash) {
 		return auth.Principal{}, a.Refused(c, token, protocol.CodeUnauthorized, "invalid admin token: "+why(token, auth.KindAdmin))
 	}
-	return auth.Principal{Kind: auth.KindAdminToken, ID: t.ID, Name: t.Name, Scopes: t.Scopes, Team: t.Team,
-		MaxPriority: t.MaxPriority}, nil
+	p, err := a.Resolver.Principal(ctx, t)
+	if errors.Is(err, identity.ErrDisabled) || errors.Is(err, store.ErrNotFound) {
+		return auth.Principal{}, a.Refused(c, token, protocol.CodeUnauthorized, "invalid admin token: the person it belongs to is disabled")
+	}
+	return p, err
+}
+
+// TokenPrincipal is the caller a valid admin token stands for (Resolver).
+func (a *Authenticator) TokenPrincipal(ctx context.Context, t store.AdminToken) (auth.Principal, error) {
+	return a.Resolver.Principal(ctx, t)
 }
 
 // adminToken is the admin token a request presents, "" when none.
@@ -312,7 +324,7 @@ func (a *Authenticator) StillAllowed(ctx context.Context, r *http.Request, p aut
 			return false, nil
 		}
 		return a.localAllowed(peer), nil
-	case auth.KindAdminToken:
+	case auth.KindAdminToken, auth.KindPerson:
 		token, err := adminToken(r)
 		if err != nil || token == "" {
 			return false, nil
@@ -325,8 +337,17 @@ func (a *Authenticator) StillAllowed(ctx context.Context, r *http.Request, p aut
 		if err != nil {
 			return true, err
 		}
-		now := auth.Principal{Kind: auth.KindAdminToken, ID: t.ID, Scopes: t.Scopes}
-		return t.RevokedAt == nil && auth.Equal(t.Hash, hash) && t.ID == p.ID && now.Has(scope), nil
+		if t.RevokedAt != nil || !auth.Equal(t.Hash, hash) || t.ID != p.TokenID {
+			return false, nil
+		}
+		now, err := a.Resolver.Principal(ctx, t)
+		if errors.Is(err, identity.ErrDisabled) || errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return true, err
+		}
+		return now.Has(scope), nil
 	}
 	return false, nil
 }
