@@ -33,7 +33,12 @@ func TestWatchdogFreeze(t *testing.T) {
 	const watchdogTimeout = 2 * time.Second
 	n := testutil.ListenNotify(t)
 	freeze := filepath.Join(t.TempDir(), "freeze")
-	o := StartOrchestratorWith(t, OrchOptions{Metrics: true, Env: []string{
+	// The running jobs are to ride out the freeze and the restart. Under
+	// the fault timers a worker fences its job after 1.125 s without an
+	// acknowledged heartbeat, less than a SIGABRT and a restart take on a
+	// loaded machine: this scenario's heartbeat timeout leaves the workers
+	// 15 s, longer than that outage.
+	o := StartOrchestratorWith(t, OrchOptions{Metrics: true, HeartbeatTimeout: "20s", Env: []string{
 		"NOTIFY_SOCKET=" + n.Path, "WATCHDOG_USEC=" + "2000000", "SIMPLETUNER_ORCHESTRATORD_TEST_FREEZE=" + freeze}})
 	h := NewHistory(t, o)
 	for _, name := range []string{"a", "b"} {
@@ -70,7 +75,9 @@ func TestWatchdogFreeze(t *testing.T) {
 		}
 		return false
 	})
-	if st := o.Ready(); st == 0 {
+	// /readyz pings the database for at most 2 s and then answers 503: a
+	// client that waited only those 2 s could give up just before it.
+	if st := o.ReadyWithin(10 * time.Second); st == 0 {
 		t.Errorf("the frozen orchestrator no longer answers /readyz at all")
 	}
 	h.Fault("watchdog fired: SIGABRT, unfreeze, restart")
