@@ -236,11 +236,12 @@ func TestEveryCommandOverTCP(t *testing.T) {
 		t.Fatalf("audit verify -o json: %v %v", err, verdict)
 	}
 
-	// rotate: a new token, printed once; delete needs --force while connected.
-	r = c.ok("worker", "rotate", "gpu-a")
-	mustContain(t, "rotate", r.Stdout, "new token for worker "+w.ID, "token (shown only once): wt_")
+	// delete needs --force while connected (asked before the rotation, which
+	// closes the worker's stream); rotate: a new token, printed once.
 	r = c.want(1, "worker", "delete", "gpu-a")
 	mustContain(t, "delete busy worker", r.Stderr, "only a worker with no live connection can be deleted")
+	r = c.ok("worker", "rotate", "gpu-a")
+	mustContain(t, "rotate", r.Stdout, "new token for worker "+w.ID, "token (shown only once): wt_")
 	mustContain(t, "delete --force", c.ok("worker", "delete", "gpu-a", "--force").Stdout, "deleted")
 	c.want(3, "worker", "drain", "gpu-a")
 

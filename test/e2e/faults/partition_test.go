@@ -8,13 +8,16 @@ import (
 	. "github.com/simpletuner/simpletuner-orchestration/test/e2e/e2etest"
 )
 
-// A partition shorter than the heartbeat timeout (1.5 s) and the worker's
-// self-fence (1 s): nothing is requeued, the job completes on attempt 1.
+// A partition shorter than the heartbeat timeout and the worker's self-fence:
+// nothing is requeued, the job completes on attempt 1. The scenario's timers
+// (4 s, fence 3 s) leave the 600 ms cut a wide margin: on a loaded machine a
+// heartbeat can wait several hundred milliseconds for its answer before the
+// cut, and that wait counts toward the fence as much as the cut does.
 func TestPartitionShorterThanTimeout(t *testing.T) {
-	o := StartOrchestratorWith(t, OrchOptions{Metrics: true})
+	o := StartOrchestratorWith(t, OrchOptions{Metrics: true, HeartbeatTimeout: "4s"})
 	h := NewHistory(t, o)
 	px := NewProxy(t, strings.TrimPrefix(o.URL, "http://"))
-	o.StartWorker(WorkerSpec{Name: "flaky", Persistent: true, URL: px.URL(), Command: h.WrapperCommand()})
+	o.StartWorker(WorkerSpec{Name: "flaky", Persistent: true, URL: px.URL(), SelfFenceAfter: "3s", Command: h.WrapperCommand()})
 	_, id := h.Submit(trainFor(3), nil)
 	o.WaitJob(id, "running", 20*time.Second)
 	h.Fault("partition worker for 600ms")
