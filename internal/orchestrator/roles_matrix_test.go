@@ -361,3 +361,63 @@ func TestFollowEndsWhenThePersonLeavesTheJobsTeam(t *testing.T) {
 		}
 	})
 }
+
+// A running job of alpha with an artifact and a checkpoint: alpha's viewer
+// reads all of it, while to bravo's lead (a person) and bravo's lead token
+// every path that names it answers byte for byte as an unknown id does,
+// and bravo's lists never mention it.
+func TestTeamWallHoldsForPeopleAndTokens(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		m := newMatrix(t, open(t))
+		a := m.quietAgent("w")
+		up := a.take(m.job)["upload_token"].(string)
+		m.Must(m.put(up, "output/model.safetensors", strings.NewReader("weights"), 7), 200)
+		m.Must(m.commit(up, m.uploadCheckpoint(up, "checkpoint-10", 10, map[string][]byte{"model.safetensors": []byte("w")})), 201)
+
+		viewer := m.creds[viewerA]
+		if cp, _ := m.Must(m.as(viewer, "GET", "/api/queue/"+m.job), 200).JSON["checkpoint"].(map[string]any); cp["name"] != "checkpoint-10" {
+			t.Fatalf("alpha's viewer does not see the checkpoint: %v", cp)
+		}
+		if r := m.Must(m.as(viewer, "GET", "/api/queue/"+m.job+"/artifacts/output/model.safetensors"), 200); string(r.Body) != "weights" {
+			t.Fatalf("alpha's viewer reads the artifact as %q", r.Body)
+		}
+		m.Must(m.as(viewer, "HEAD", "/api/queue/"+m.job+"/artifacts/output/model.safetensors"), 200)
+		if f, status := m.follow(viewer, m.job); status != 200 {
+			t.Fatalf("alpha's viewer follows the log: HTTP %d", status)
+		} else {
+			f.close()
+		}
+
+		outsiders := map[string]string{"bravo's lead": m.creds[leadB], "bravo's lead token": m.scopedToken("bravo-lead", "bravo", "queue.*")}
+		paths := []struct{ method, path string }{
+			{"GET", "/api/queue/%s"},
+			{"GET", "/api/queue/%s/logs"},
+			{"GET", "/api/queue/%s/logs?follow=1"},
+			{"GET", "/api/queue/%s/artifacts"},
+			{"GET", "/api/queue/%s/artifacts/output/model.safetensors"},
+			{"HEAD", "/api/queue/%s/artifacts/output/model.safetensors"},
+			{"POST", "/api/queue/%s/cancel"},
+		}
+		for who, token := range outsiders {
+			for _, p := range paths {
+				unknown := m.as(token, p.method, fmt.Sprintf(p.path, unknownJob))
+				got := m.as(token, p.method, fmt.Sprintf(p.path, m.job))
+				want := bytes.ReplaceAll(unknown.Body, []byte(unknownJob), []byte(m.job))
+				if unknown.Status != 404 || got.Status != 404 || !bytes.Equal(got.Body, want) {
+					t.Errorf("%s: %s %s of alpha's job: HTTP %d %q; an unknown id: HTTP %d %q",
+						who, p.method, p.path, got.Status, got.Body, unknown.Status, unknown.Body)
+				}
+			}
+			for _, list := range []string{"/api/queue", "/api/queue?status=running", "/api/admin/usage"} {
+				body := m.Must(m.as(token, "GET", list), 200).Body
+				if bytes.Contains(body, []byte(m.job)) || bytes.Contains(body, []byte("checkpoint-10")) || bytes.Contains(body, []byte(`"alpha"`)) {
+					t.Errorf("%s: %s shows alpha's job: %s", who, list, body)
+				}
+			}
+		}
+		if st := m.Job(m.job)["status"]; st != "running" {
+			t.Fatalf("the refused cancels changed the job: %v", st)
+		}
+	})
+}
