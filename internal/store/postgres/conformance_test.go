@@ -36,3 +36,12 @@ func BenchmarkJobCycle(b *testing.B) {
 	defer s.Close()
 	storetest.BenchJobCycle(b, s)
 }
+
+func BenchmarkTeamList(b *testing.B) {
+	s, err := postgres.OpenWith(b.Context(), pgtest.Start(b), postgres.Options{Timeout: 10 * time.Second}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	storetest.BenchTeamList(b, s)
+}

@@ -37,3 +37,12 @@ func BenchmarkWorkerTokenLookup(b *testing.B) {
 	defer s.Close()
 	storetest.BenchWorkerTokenLookup(b, s)
 }
+
+func BenchmarkTeamList(b *testing.B) {
+	s, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "orchestrator.db"), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	storetest.BenchTeamList(b, s)
+}
