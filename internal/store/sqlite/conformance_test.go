@@ -44,5 +44,6 @@ func BenchmarkTeamList(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
+	storetest.InsertTeamJobs(b, s, storetest.TeamListJobs)
 	storetest.BenchTeamList(b, s)
 }

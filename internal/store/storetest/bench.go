@@ -81,8 +81,8 @@ func BenchWorkerTokenLookup(b *testing.B, s store.Store) {
 	}
 }
 
-// TeamListJobs is how many jobs BenchTeamList lists from, and teamListShare
-// how they are spread: of every 20 jobs, 1 is alpha's, 3 bravo's, 6
+// TeamListJobs is how many jobs InsertTeamJobs inserts for BenchTeamList,
+// and teamListShare how they are spread: of every 20 jobs, 1 is alpha's, 3 bravo's, 6
 // charlie's and 10 delta's.
 const TeamListJobs = 20000
 
@@ -93,10 +93,9 @@ var teamListShare = [20]string{"alpha", "bravo", "bravo", "bravo",
 // BenchTeamList compares the first page of GET /api/queue (50 jobs, newest
 // first, with the total) as the fleet's admin reads it (every team) with
 // what a member walled into their teams reads: a small team, a large one,
-// and two teams together.
+// and two teams together. InsertTeamJobs fills the store first.
 func BenchTeamList(b *testing.B, s store.Store) {
 	ctx := b.Context()
-	insertTeamJobs(b, s, TeamListJobs)
 	for _, c := range []struct {
 		name  string
 		teams []string
@@ -121,10 +120,10 @@ func BenchTeamList(b *testing.B, s store.Store) {
 	}
 }
 
-// insertTeamJobs inserts n queued jobs spread over the teams of
+// InsertTeamJobs inserts n queued jobs spread over the teams of
 // teamListShare, from several writers at once (the engines commit
 // concurrent writes together).
-func insertTeamJobs(b *testing.B, s store.Store, n int) {
+func InsertTeamJobs(b *testing.B, s store.Store, n int) {
 	const writers = 16
 	errs := make(chan error, writers)
 	for w := range writers {
