@@ -52,6 +52,7 @@ var matrixGroups = []config.GroupMapping{
 	{Group: "bravo-viewers", Team: "bravo", Role: "viewer"},
 	{Group: "bravo-leads", Team: "bravo", Role: "lead"},
 	{Group: "fleet-admins", Role: "admin"},
+	{Group: "ops", Team: "alpha", Role: "viewer", Scopes: []string{auth.ScopeAdminWorkers}},
 }
 
 // matrix is an orchestrator with the teams alpha and bravo, a credential
@@ -427,5 +428,36 @@ func TestTeamWallHoldsForPeopleAndTokens(t *testing.T) {
 		if st := m.Job(m.job)["status"]; st != "running" {
 			t.Fatalf("the refused cancels changed the job: %v", st)
 		}
+	})
+}
+
+// A person acts in each team with that team's role: a lead of alpha who is a
+// viewer of bravo cancels any of alpha's jobs but only reads bravo's; the
+// extra scopes of a group mapping hold beside the role, and no further.
+func TestAPersonActsInEachTeamWithItsRole(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, open func(testing.TB) store.Store) {
+		m := newMatrix(t, open(t))
+		both := m.person("alpha-leads", "bravo-viewers")
+		bravoJob := m.Must(m.submitAs(m.scopedToken("bravo-ci", "bravo", "queue.submit"), nil), 201).JSON["job_id"].(string)
+
+		m.Must(m.as(both, "GET", "/api/queue/"+bravoJob), 200)
+		if r := m.as(both, "POST", "/api/queue/"+bravoJob+"/cancel"); r.Status != 403 {
+			t.Fatalf("a viewer of bravo cancelling bravo's job: HTTP %d %s, want 403", r.Status, r.Body)
+		}
+		if st := m.Job(bravoJob)["status"]; st != "queued" {
+			t.Fatalf("the refused cancel changed bravo's job: %v", st)
+		}
+		m.Must(m.as(both, "POST", "/api/queue/"+m.job+"/cancel"), 200)
+		if ids := jobIDsOf(m.Must(m.as(both, "GET", "/api/queue"), 200).JSON); len(ids) != 2 {
+			t.Fatalf("the list of a person in alpha and bravo: %v", ids)
+		}
+
+		ops := m.person("ops")
+		m.Must(m.as(ops, "GET", "/api/admin/workers"), 200)
+		m.Must(m.as(ops, "GET", "/api/queue/"+m.job), 200)
+		m.Must(m.as(ops, "GET", "/api/queue/"+bravoJob), 404)
+		m.Must(m.as(ops, "GET", "/api/admin/audit"), 403)
+		m.Must(m.as(ops, "POST", "/api/queue/"+bravoJob+"/cancel"), 403)
 	})
 }
