@@ -6,7 +6,7 @@ override VERSION := $(shell VERSION='$(VERSION)' ./packaging/version.sh)
 LDFLAGS  := -s -w -X github.com/simpletuner/simpletuner-orchestration/internal/version.Version=$(VERSION)
 BIN      := bin
 
-.PHONY: all build test lint demo bench bench-base bench-launch-ab bench-teams bench-slurm bench-slurm-teams faults package man completions clean minio gpu-check bench-bundle
+.PHONY: all build test lint demo bench bench-base bench-launch-ab bench-teams bench-team-list bench-slurm bench-slurm-teams faults package man completions clean minio gpu-check bench-bundle
 
 all: build
 
@@ -109,6 +109,12 @@ bench-slurm:
 # and MariaDB), with QOS preemption and without. See docs/performance.md.
 bench-teams:
 	$(GO) run ./test/bench -gpus-only -gpu-teams
+
+# The first page of GET /api/queue from 20,000 jobs of four teams, as the
+# fleet's admin and as members walled into their teams, in the store on
+# SQLite and PostgreSQL. See docs/performance.md.
+bench-team-list:
+	$(GO) test -run '^$$' -bench TeamList -benchtime 200x ./internal/store/sqlite/ ./internal/store/postgres/
 
 bench-slurm-teams:
 	TEAMS=1 PREEMPT=1 ./test/bench/slurm/run.sh

@@ -45,8 +45,8 @@ type Authenticator interface {
 	// its headers (the dashboard's sign-in form), as Authenticate would.
 	AdminByToken(r *http.Request, token, route string) (auth.Principal, error)
 	// StillAllowed checks again, for a long-lived reply, that r's
-	// credential still grants scope.
-	StillAllowed(ctx context.Context, r *http.Request, p auth.Principal, scope string) (bool, error)
+	// credential still grants scope, and returns the caller as it is now.
+	StillAllowed(ctx context.Context, r *http.Request, p auth.Principal, scope string) (auth.Principal, bool, error)
 	// TokenPrincipal is the caller a valid admin token stands for: itself,
 	// or the person it belongs to as they are now (identity.ErrDisabled
 	// when disabled).

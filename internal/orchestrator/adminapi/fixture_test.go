@@ -41,8 +41,8 @@ func (idleEngine) AdminByToken(*http.Request, string, string) (auth.Principal, e
 func (idleEngine) TokenPrincipal(_ context.Context, t store.AdminToken) (auth.Principal, error) {
 	return auth.Principal{Kind: auth.KindAdminToken, ID: t.ID, TokenID: t.ID, Name: t.Name, Scopes: t.Scopes, Team: t.Team}, nil
 }
-func (idleEngine) StillAllowed(context.Context, *http.Request, auth.Principal, string) (bool, error) {
-	return false, nil
+func (idleEngine) StillAllowed(_ context.Context, _ *http.Request, p auth.Principal, _ string) (auth.Principal, bool, error) {
+	return p, false, nil
 }
 func (idleEngine) Write(w http.ResponseWriter, _ *http.Request, err error) {
 	ae := api.ErrorOf(err)

@@ -246,19 +246,22 @@ func (a *API) followLog(w http.ResponseWriter, r *http.Request, j store.Job, p a
 		case <-fallback.C:
 			look = true
 		case <-recheck.C:
-			ok, err := a.auth.StillAllowed(ctx, r, p, auth.ScopeQueueView)
+			now, ok, err := a.auth.StillAllowed(ctx, r, p, auth.ScopeQueueView)
 			if err != nil {
 				// The store cannot say; it cannot serve the log either.
 				a.log.Debug("log follow: could not re-check the credential", "job_id", j.ID, "err", err)
 				continue
 			}
-			if !ok {
+			// A person may have left the job's team while keeping
+			// queue.view through another team's role.
+			if !ok || !a.sees(a.CallerOf(r, now), j.Team) {
 				a.log.Info("log follow ended: the credential is no longer valid", "job_id", j.ID, "by", key)
 				fmt.Fprintf(&ls.buf, "event: error\ndata: {\"error\":%q,\"detail\":%q}\n\n", protocol.CodeUnauthorized,
 					"the credential that opened this stream was revoked or lost its rights")
 				ls.write()
 				return nil
 			}
+			p = now
 		}
 		opt = a.options()
 	}

@@ -314,42 +314,44 @@ func adminToken(r *http.Request) (string, error) {
 
 // StillAllowed checks again, for a long-lived response, that the credential
 // the request presented still grants scope: the admin token is not revoked,
-// the admin-socket user is still root or in the admin group. An error means
-// the store could not say; the caller decides whether to carry on.
-func (a *Authenticator) StillAllowed(ctx context.Context, r *http.Request, p auth.Principal, scope string) (bool, error) {
+// the admin-socket user is still root or in the admin group. It returns the
+// caller as it is now (a person's roles may have changed since the request
+// began), for the caller to re-check what it may see. An error means the
+// store could not say; the caller decides whether to carry on.
+func (a *Authenticator) StillAllowed(ctx context.Context, r *http.Request, p auth.Principal, scope string) (auth.Principal, bool, error) {
 	switch p.Kind {
 	case auth.KindLocal:
 		peer, ok := peerOf(r)
 		if !ok {
-			return false, nil
+			return p, false, nil
 		}
-		return a.localAllowed(peer), nil
+		return p, a.localAllowed(peer), nil
 	case auth.KindAdminToken, auth.KindPerson:
 		token, err := adminToken(r)
 		if err != nil || token == "" {
-			return false, nil
+			return p, false, nil
 		}
 		hash := auth.Hash(token)
 		t, err := a.Store.GetAdminTokenByHash(ctx, hash)
 		if errors.Is(err, store.ErrNotFound) {
-			return false, nil
+			return p, false, nil
 		}
 		if err != nil {
-			return true, err
+			return p, true, err
 		}
 		if t.RevokedAt != nil || !auth.Equal(t.Hash, hash) || t.ID != p.TokenID {
-			return false, nil
+			return p, false, nil
 		}
 		now, err := a.Resolver.Principal(ctx, t)
 		if errors.Is(err, identity.ErrDisabled) || errors.Is(err, store.ErrNotFound) {
-			return false, nil
+			return p, false, nil
 		}
 		if err != nil {
-			return true, err
+			return p, true, err
 		}
-		return now.Has(scope), nil
+		return now, now.Has(scope), nil
 	}
-	return false, nil
+	return p, false, nil
 }
 
 // why explains a refused credential from its shape where the shape shows it,

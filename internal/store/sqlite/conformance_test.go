@@ -37,3 +37,13 @@ func BenchmarkWorkerTokenLookup(b *testing.B) {
 	defer s.Close()
 	storetest.BenchWorkerTokenLookup(b, s)
 }
+
+func BenchmarkTeamList(b *testing.B) {
+	s, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "orchestrator.db"), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	storetest.InsertTeamJobs(b, s, storetest.TeamListJobs)
+	storetest.BenchTeamList(b, s)
+}

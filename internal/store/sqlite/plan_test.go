@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
+	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store/sqlstore"
 )
 
@@ -91,4 +93,30 @@ func queryPlan(t *testing.T, s *Store, query string, args ...any) string {
 		t.Fatal(err)
 	}
 	return strings.Join(plan, "\n")
+}
+
+// A team member's list of jobs (the teams they may see) reads, for the page
+// and for the count, the ranges of jobs_by_team that hold their teams' jobs,
+// never every team's jobs; one team's page reads the index in order, and
+// several teams' merge one bounded range per team.
+func TestTeamListReadsItsIndex(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	for _, f := range []store.JobFilter{
+		{Teams: []string{"nlp"}, Limit: 50},
+		{Teams: []string{"nlp"}, Limit: 50, Newest: true, AfterSeq: 100},
+		{Teams: []string{"nlp", "vision"}, Limit: 50},
+		{Teams: []string{"default"}, Limit: 50},
+		{Teams: []string{"nlp"}, Statuses: []protocol.JobStatus{protocol.JobQueued, protocol.JobRunning}, Limit: 50},
+	} {
+		lq, largs, cq, cargs := s.JobListQueries(f)
+		list, count := queryPlan(t, s, lq, largs...), queryPlan(t, s, cq, cargs...)
+		if !strings.Contains(list, "jobs_by_team (team=?") || strings.Contains(list, "SCAN jobs") ||
+			(len(f.Teams) == 1 && len(f.Statuses) == 0 && f.Teams[0] != "default" && strings.Contains(list, "TEMP B-TREE")) {
+			t.Errorf("list of %+v, plan:\n%s", f, list)
+		}
+		if !strings.Contains(count, "jobs_by_team (team=?)") || strings.Contains(count, "SCAN jobs") {
+			t.Errorf("count of %+v, plan:\n%s", f, count)
+		}
+	}
 }

@@ -65,8 +65,19 @@ func (s *Store) listQuery(f store.JobFilter) (string, []any) {
 	if f.WorkerID != "" && len(statuses) == 0 {
 		statuses = everyStatus
 	}
-	// branch is one index range: one status (or none), one worker (or any).
-	branch := func(cols string, st protocol.JobStatus, limit int64) (string, []any) {
+	if len(statuses) == 0 {
+		statuses = []protocol.JobStatus{""}
+	}
+	// One branch per status and per team, each one index range in seq
+	// order: jobs_by_team or jobs_by_status hold one team's or one
+	// status's jobs in seq order, not several's.
+	teams := []string{""}
+	if f.Teams != nil {
+		teams = teamValues(f.Teams)
+	}
+	// branch is one index range: one status (or none), one worker (or any),
+	// one team (or any, when the filter names none).
+	branch := func(cols string, st protocol.JobStatus, team string, limit int64) (string, []any) {
 		var conds []string
 		var args []any
 		if st != "" {
@@ -76,8 +87,7 @@ func (s *Store) listQuery(f store.JobFilter) (string, []any) {
 			conds, args = append(conds, "worker_id = ?"), append(args, f.WorkerID)
 		}
 		if f.Teams != nil {
-			cond, targs := teamsCond(f.Teams)
-			conds, args = append(conds, cond), append(args, targs...)
+			conds, args = append(conds, "team = ?"), append(args, team)
 		}
 		if f.AfterSeq > 0 {
 			conds, args = append(conds, "seq "+cmp+" ?"), append(args, f.AfterSeq)
@@ -89,12 +99,12 @@ func (s *Store) listQuery(f store.JobFilter) (string, []any) {
 		return `SELECT ` + cols + ` FROM jobs` + where + ` ORDER BY seq ` + dir + ` LIMIT ?`, append(args, limit)
 	}
 	limit := limitArg(f.Limit)
-	if len(statuses) <= 1 {
-		st := protocol.JobStatus("")
-		if len(statuses) == 1 {
-			st = statuses[0]
-		}
-		q, args := branch(jobCols, st, limit)
+	if f.Teams != nil && len(teams) == 0 {
+		// No team keeps no job.
+		return `SELECT ` + jobCols + ` FROM jobs WHERE 1 = 0 LIMIT ? OFFSET ?`, []any{limit, f.Offset}
+	}
+	if len(statuses) == 1 && len(teams) == 1 {
+		q, args := branch(jobCols, statuses[0], teams[0], limit)
 		return q + ` OFFSET ?`, append(args, f.Offset)
 	}
 	// Each branch needs at most offset+limit rows for the merged page.
@@ -104,26 +114,37 @@ func (s *Store) listQuery(f store.JobFilter) (string, []any) {
 	}
 	var parts []string
 	var args []any
-	for i, st := range statuses {
-		q, a := branch("seq", st, per)
-		parts = append(parts, fmt.Sprintf(`SELECT seq FROM (%s) AS b%d`, q, i))
-		args = append(args, a...)
+	for _, st := range statuses {
+		for _, team := range teams {
+			q, a := branch("seq", st, team, per)
+			parts = append(parts, fmt.Sprintf(`SELECT seq FROM (%s) AS b%d`, q, len(parts)))
+			args = append(args, a...)
+		}
 	}
 	q := `SELECT ` + jobCols + ` FROM jobs WHERE seq IN (SELECT seq FROM (` + strings.Join(parts, ` UNION ALL `) +
 		`) AS u ORDER BY seq ` + dir + ` LIMIT ? OFFSET ?) ORDER BY seq ` + dir
 	return q, append(args, limit, f.Offset)
 }
 
-// teamsCond keeps the jobs of teams: "team IN (...)", with "" for the
-// default team's jobs from before teams. No team keeps no job.
+// teamValues are the values of jobs.team that hold teams' jobs: "" too
+// for the default team's jobs from before teams.
+func teamValues(teams []string) []string {
+	var out []string
+	for _, t := range teams {
+		out = append(out, t)
+		if t == "default" {
+			out = append(out, "")
+		}
+	}
+	return out
+}
+
+// teamsCond keeps the jobs of teams: "team IN (...)". No team keeps no job.
 func teamsCond(teams []string) (string, []any) {
 	var marks []string
 	var args []any
-	for _, t := range teams {
+	for _, t := range teamValues(teams) {
 		marks, args = append(marks, "?"), append(args, t)
-		if t == "default" {
-			marks, args = append(marks, "?"), append(args, "")
-		}
 	}
 	if len(marks) == 0 {
 		return "1 = 0", nil
@@ -132,8 +153,17 @@ func teamsCond(teams []string) (string, []any) {
 }
 
 // countOfTeams counts the jobs of f's teams in f's statuses. Unlike
-// countOf it reads the rows: the per-status counters are not kept by team.
+// countOf it reads the rows (jobs_by_team): the per-status counters are not
+// kept by team.
 func (s *Store) countOfTeams(ctx context.Context, f store.JobFilter) (int, error) {
+	q, args := teamCountQuery(f)
+	var n int
+	err := s.reader().queryRow(ctx, q, args...).Scan(&n)
+	return n, err
+}
+
+// teamCountQuery builds countOfTeams' statement.
+func teamCountQuery(f store.JobFilter) (string, []any) {
 	cond, args := teamsCond(f.Teams)
 	q := `SELECT COUNT(*) FROM jobs WHERE ` + cond
 	if sts := dedupe(f.Statuses); len(sts) > 0 {
@@ -143,9 +173,16 @@ func (s *Store) countOfTeams(ctx context.Context, f store.JobFilter) (int, error
 		}
 		q += ` AND status IN (` + strings.Join(marks, ", ") + `)`
 	}
-	var n int
-	err := s.reader().queryRow(ctx, q, args...).Scan(&n)
-	return n, err
+	return q, args
+}
+
+// JobListQueries are the statements ListJobs runs for f, in the engine's
+// placeholders: the page and, for a list of teams, the count. Exported for
+// the engines' query plan tests.
+func (s *Store) JobListQueries(f store.JobFilter) (list string, listArgs []any, count string, countArgs []any) {
+	list, listArgs = s.listQuery(f)
+	count, countArgs = teamCountQuery(f)
+	return s.d.rebind(list), listArgs, s.d.rebind(count), countArgs
 }
 
 func dedupe(sts []protocol.JobStatus) []protocol.JobStatus {

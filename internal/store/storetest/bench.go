@@ -80,3 +80,67 @@ func BenchWorkerTokenLookup(b *testing.B, s store.Store) {
 		})
 	}
 }
+
+// TeamListJobs is how many jobs InsertTeamJobs inserts for BenchTeamList,
+// and teamListShare how they are spread: of every 20 jobs, 1 is alpha's, 3 bravo's, 6
+// charlie's and 10 delta's.
+const TeamListJobs = 20000
+
+var teamListShare = [20]string{"alpha", "bravo", "bravo", "bravo",
+	"charlie", "charlie", "charlie", "charlie", "charlie", "charlie",
+	"delta", "delta", "delta", "delta", "delta", "delta", "delta", "delta", "delta", "delta"}
+
+// BenchTeamList compares the first page of GET /api/queue (50 jobs, newest
+// first, with the total) as the fleet's admin reads it (every team) with
+// what a member walled into their teams reads: a small team, a large one,
+// and two teams together. InsertTeamJobs fills the store first.
+func BenchTeamList(b *testing.B, s store.Store) {
+	ctx := b.Context()
+	for _, c := range []struct {
+		name  string
+		teams []string
+	}{
+		{"fleet", nil},
+		{"team=alpha(5%)", []string{"alpha"}},
+		{"team=delta(50%)", []string{"delta"}},
+		{"teams=alpha+bravo(20%)", []string{"alpha", "bravo"}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				page, total, err := s.ListJobs(ctx, store.JobFilter{Teams: c.teams, Limit: 50, Newest: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(page) != 50 || total < 50 {
+					b.Fatalf("a page of %d jobs of %d", len(page), total)
+				}
+			}
+		})
+	}
+}
+
+// InsertTeamJobs inserts n queued jobs spread over the teams of
+// teamListShare, from several writers at once (the engines commit
+// concurrent writes together).
+func InsertTeamJobs(b *testing.B, s store.Store, n int) {
+	const writers = 16
+	errs := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			var err error
+			for i := w; i < n && err == nil; i += writers {
+				_, err = s.InsertJob(b.Context(), store.Job{ID: protocol.NewJobID(), ConfigName: "bench",
+					Config: json.RawMessage(`{"steps":1}`), Target: protocol.TargetAuto, GPUCount: 1, MaxRetries: 3,
+					Status: protocol.JobQueued, Team: teamListShare[i%len(teamListShare)], SubmittedBy: "admin:bench",
+					CreatedAt: time.Now()}, nil)
+			}
+			errs <- err
+		}()
+	}
+	for range writers {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+}

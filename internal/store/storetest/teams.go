@@ -51,6 +51,41 @@ func testListJobsOfTeams(t *testing.T, s store.Store) {
 			}
 		}
 	}
+
+	// Pages of several teams, by cursor in both orders and by offset,
+	// merge the teams' jobs in submission order.
+	later := newJob(t, s, teamJob("nlp", 0))
+	newJob(t, s, teamJob("vision", 0))
+	latest := newJob(t, s, teamJob("", 0))
+	all := []string{legacy.ID, nlp.ID, later.ID, latest.ID}
+	for _, newest := range []bool{false, true} {
+		want := slices.Clone(all)
+		if newest {
+			slices.Reverse(want)
+		}
+		var got []string
+		var after int64
+		for range len(all) + 1 {
+			page, _, err := s.ListJobs(t.Context(), store.JobFilter{Teams: []string{"default", "nlp"}, Limit: 1, Newest: newest, AfterSeq: after})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page) == 0 {
+				break
+			}
+			got, after = append(got, page[0].ID), page[0].Seq
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("pages newest %v: %v, want %v", newest, got, want)
+		}
+	}
+	page, total, err := s.ListJobs(t.Context(), store.JobFilter{Teams: []string{"default", "nlp"}, Limit: 2, Offset: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page) != 2 || page[0].ID != nlp.ID || page[1].ID != later.ID || total != 4 {
+		t.Errorf("offset 1 limit 2: %v (total %d)", page, total)
+	}
 }
 
 func teamJob(team string, priority int) func(*store.Job) {
