@@ -230,10 +230,14 @@ func (a *API) AdminByToken(r *http.Request, token, route string) (auth.Principal
 
 // PasswordLimited refuses a password sign-in from a client that failed too
 // often (see Authenticator).
-func (a *API) PasswordLimited(r *http.Request, route string) error { return a.auth.PasswordLimited(r, route) }
+func (a *API) PasswordLimited(r *http.Request, route string) error {
+	return a.auth.PasswordLimited(r, route)
+}
 
 // PasswordRefused counts and audits a wrong password of a sign-in under route.
-func (a *API) PasswordRefused(r *http.Request, route string) error { return a.auth.PasswordRefused(r, route) }
+func (a *API) PasswordRefused(r *http.Request, route string) error {
+	return a.auth.PasswordRefused(r, route)
+}
 
 // TokenPrincipal is the caller a valid admin token stands for (the
 // dashboard's session reads it on every request).
