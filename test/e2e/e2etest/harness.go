@@ -248,12 +248,12 @@ type OrchOptions struct {
 	// PublicURL sets server.public_url to the orchestrator's own address
 	// (the OIDC redirect URI defaults to it).
 	PublicURL bool
-	Metrics           bool   // serve /metrics on a free port (Orch.MetricsURL)
-	LogLevel          string
-	Env               []string // extra environment of the orchestrator process
-	StateDir          string   // "" → <dir>/state
-	ExtraTOML         string   // appended to the file (whole tables, e.g. "[artifacts]\ndir = …")
-	JobsTOML          string   // extra lines for [jobs] (preemption, min_runtime…)
+	Metrics   bool // serve /metrics on a free port (Orch.MetricsURL)
+	LogLevel  string
+	Env       []string // extra environment of the orchestrator process
+	StateDir  string   // "" → <dir>/state
+	ExtraTOML string   // appended to the file (whole tables, e.g. "[artifacts]\ndir = …")
+	JobsTOML  string   // extra lines for [jobs] (preemption, min_runtime…)
 	// TLS serves the API over HTTPS; with ClientCAFile, client certificates
 	// are required (the harness then presents HarnessCert).
 	TLS *TLSOptions
