@@ -307,16 +307,22 @@ func TestSingleSignOnProviderDownAtStart(t *testing.T) {
 	}
 }
 
-// The binding cookie: short-lived, Lax (the provider's redirect back is
+// The link starts a sign-in at the provider and sets the binding cookie:
+// the sign-in's state, short-lived, Lax (the provider's redirect back is
 // cross-site), only for /ui/auth/.
-func TestSingleSignOnBindingCookie(t *testing.T) {
+func TestSingleSignOnStart(t *testing.T) {
 	t.Parallel()
 	ps := newPeopleSite(t, openSQLite(t), false)
 	b := ps.browser()
-	p := b.get("/ui/auth/oidc/start?next=%2Fui%2Fqueue")
-	b.must(p, http.StatusSeeOther)
+	// As docs/auth.md shows it.
+	p := b.must(b.get("/ui/auth/oidc/start?next=/ui/queue"), http.StatusSeeOther)
+	to, err := url.Parse(p.Location())
+	state := to.Query().Get("state")
+	if err != nil || !strings.HasPrefix(p.Location(), ps.op.URL+"/authorize?") || state == "" {
+		t.Fatalf("start sent the browser to %q", p.Location())
+	}
 	c := p.Header.Get("Set-Cookie")
-	for _, want := range []string{oidcCookie + "=", "Path=/ui/auth/", "Max-Age=600", "HttpOnly", "SameSite=Lax"} {
+	for _, want := range []string{oidcCookie + "=" + state, "Path=/ui/auth/", "Max-Age=600", "HttpOnly", "SameSite=Lax"} {
 		if !strings.Contains(c, want) {
 			t.Fatalf("binding cookie %q lacks %q", c, want)
 		}
