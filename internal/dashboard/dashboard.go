@@ -56,6 +56,8 @@ type SessionStore interface {
 	AppendAudit(ctx context.Context, rec audit.Record) error
 	// CreateAdminToken makes the token a person's session acts with.
 	CreateAdminToken(ctx context.Context, t store.AdminToken, rec *audit.Record) error
+	// RevokeAdminToken ends that token when its session is signed out.
+	RevokeAdminToken(ctx context.Context, id string, rec *audit.Record) error
 }
 
 // Options configure a Dashboard.

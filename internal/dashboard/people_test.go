@@ -146,6 +146,22 @@ func auditActions(t *testing.T, st store.Store, action string) []audit.Record {
 	return recs
 }
 
+// sessionTokens are the person's session tokens, revoked or live.
+func sessionTokens(t *testing.T, st store.Store, personID string, revoked bool) []store.AdminToken {
+	t.Helper()
+	all, err := st.ListAdminTokens(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []store.AdminToken
+	for _, tk := range all {
+		if tk.PersonID == personID && tk.Name == sessionTokenName && (tk.RevokedAt != nil) == revoked {
+			out = append(out, tk)
+		}
+	}
+	return out
+}
+
 // A person signs in with single sign-on: the callback answers a page that
 // moves on by itself, the session is the person (name and role in the
 // header) and sees only their team's jobs; disabled by an admin, their
@@ -192,6 +208,16 @@ func TestSingleSignOn(t *testing.T) {
 			}
 			if recs := auditActions(t, st, "auth.sign_in"); len(recs) != 1 || recs[0].Outcome != audit.Success || recs[0].TargetID != personID {
 				t.Fatalf("sign-in audit: %+v", recs)
+			}
+
+			// Signing out ends the session's own token; signing in again makes a new one.
+			b.must(b.post("/ui/signout", nil), http.StatusSeeOther)
+			if revoked := sessionTokens(t, st, personID, true); len(revoked) != 1 {
+				t.Fatalf("revoked session tokens after sign-out: %+v", revoked)
+			}
+			b.must(ps.sso(b, "/ui/queue", "alice", "alice-password"), 200)
+			if live := sessionTokens(t, st, personID, false); len(live) != 1 {
+				t.Fatalf("live session tokens after signing in again: %+v", live)
 			}
 
 			// Disabled through the API: the next page load asks to sign in again.

@@ -34,6 +34,9 @@ type session struct {
 	idHash    string
 	principal auth.Principal
 	csrf      string
+	// ownToken: the token was made for this session (a person's sign-in
+	// through a provider) and ends with it.
+	ownToken bool
 }
 
 // Can reports whether the session's token holds scope (templates hide what
@@ -140,7 +143,8 @@ func (d *Dashboard) loadSession(r *http.Request, touch bool) (*session, error) {
 			d.opt.Log.Warn("dashboard: recording session activity failed", "err", err)
 		}
 	}
-	return &session{id: c.Value, idHash: hash, csrf: csrfToken(c.Value), principal: principal}, nil
+	return &session{id: c.Value, idHash: hash, csrf: csrfToken(c.Value), principal: principal,
+		ownToken: ds.Token.PersonID != "" && ds.Token.Name == sessionTokenName}, nil
 }
 
 // safeNext keeps a post-sign-in destination inside the dashboard.
@@ -395,6 +399,12 @@ func (d *Dashboard) signout(w http.ResponseWriter, r *http.Request, s *session) 
 	if err := d.opt.Sessions.DeleteDashboardSession(r.Context(), s.idHash, &rec); err != nil && !errors.Is(err, store.ErrNotFound) {
 		d.errorPage(w, r, s, http.StatusServiceUnavailable, "Signing out failed; try again.")
 		return
+	}
+	// A token made for this session has no other holder: it ends too.
+	if s.ownToken {
+		if err := d.opt.Sessions.RevokeAdminToken(r.Context(), s.principal.TokenID, nil); err != nil && !errors.Is(err, store.ErrNotFound) {
+			d.opt.Log.Warn("dashboard: revoking a signed-out session's token failed", "err", err)
+		}
 	}
 	http.SetCookie(w, d.cookie(r, sessionCookie, "", Prefix, -1))
 	http.Redirect(w, r, Prefix+"signin?signed_out=1", http.StatusSeeOther)
