@@ -190,7 +190,7 @@ func TestSingleSignOn(t *testing.T) {
 			b.must(done, 200)
 			contains(t, done, `<meta http-equiv="refresh" content="0;url=/ui/queue">`, `href="/ui/queue"`)
 			q := b.must(b.get("/ui/queue"), 200)
-			contains(t, q, `id="signed-in-as">Alice Liddell<`, "member in alpha", ours)
+			contains(t, q, "Signed in as <strong>Alice Liddell</strong>", "member in alpha", ours)
 			lacks(t, q, theirs)
 
 			tokens, err := st.ListAdminTokens(context.Background())
@@ -390,7 +390,7 @@ func TestLDAPSignIn(t *testing.T) {
 	if ok.Status != http.StatusSeeOther || ok.Location() != "/ui/queue" {
 		t.Fatalf("directory sign-in: %d %q %s", ok.Status, ok.Location(), ok.Body)
 	}
-	contains(t, b.must(b.get("/ui/queue"), 200), `id="signed-in-as">Ada Lovelace<`, "lead in alpha")
+	contains(t, b.must(b.get("/ui/queue"), 200), "Signed in as <strong>Ada Lovelace</strong>", "lead in alpha")
 
 	// Refused before the directory: a form without this page's token.
 	other := ps.browser()

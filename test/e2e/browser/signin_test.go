@@ -92,7 +92,7 @@ role = "lead"
 	if p := b.path(); p != "/ui/queue" {
 		t.Fatalf("back from the provider at %s", p)
 	}
-	if name, roles := b.text(`#signed-in-as`), b.text(`#signed-in-roles`); name != "Alice Liddell" || !strings.Contains(roles, "member in alpha") {
+	if name, roles := b.text(`form.signout strong`), b.text(`#signed-in-roles`); name != "Alice Liddell" || !strings.Contains(roles, "member in alpha") {
 		t.Fatalf("header: %q %q", name, roles)
 	}
 	queue := b.text(`#queue-live`)
@@ -121,8 +121,8 @@ role = "lead"
 	d := newTab(t, o.URL, 1280, 900)
 	d.open("/ui/signin")
 	d.run(chromedp.SendKeys(css(`#username`), "ada"), chromedp.SendKeys(css(`#password`), "analytical engine"),
-		chromedp.Submit(css(`#password`)), chromedp.WaitVisible(css(`#signed-in-as`)))
-	d.waitText(`#signed-in-as`, "Ada Lovelace", 5*time.Second)
+		chromedp.Submit(css(`#password`)), chromedp.WaitVisible(css(`form.signout strong`)))
+	d.waitText(`form.signout strong`, "Ada Lovelace", 5*time.Second)
 	d.waitText(`#signed-in-roles`, "lead in alpha", 5*time.Second)
 	d.noProblems()
 }
