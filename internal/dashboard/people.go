@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
@@ -251,15 +252,24 @@ func (d *Dashboard) personSignIn(w http.ResponseWriter, r *http.Request, res ide
 // (a wrong password, a provider's refusal); refusals of a known person are
 // audited where the sign-in is recorded.
 func (d *Dashboard) auditSignInFailure(r *http.Request, provider, user, reason string) {
-	detail := map[string]string{"provider": provider, "reason": reason}
+	// The reason may carry the provider's own words: keep them short.
+	detail := map[string]string{"provider": provider, "reason": clip(reason, 256)}
 	if user != "" {
-		if len(user) > 128 {
-			user = user[:128]
-		}
-		detail["username"] = user
+		detail["username"] = clip(user, 128)
 	}
 	rec := audit.New("anonymous", auth.PeerKey(r.RemoteAddr), "auth.sign_in", "person", "", audit.Failure, detail)
 	if err := d.opt.Sessions.AppendAudit(r.Context(), rec); err != nil {
 		d.opt.Log.Warn("audit write failed", "action", "auth.sign_in", "err", err)
 	}
+}
+
+// clip keeps at most n bytes of s, cut at a character boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
