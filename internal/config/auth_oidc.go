@@ -37,6 +37,9 @@ type OIDCConfig struct {
 	// RedirectURL is this orchestrator's callback as registered with the
 	// provider; "" is server.public_url + OIDCCallbackPath.
 	RedirectURL string `toml:"redirect_url"`
+	// DisplayName names the provider on the dashboard's sign-in link
+	// ("Sign in with <display_name>").
+	DisplayName string `toml:"display_name"`
 }
 
 // Enabled reports whether OIDC sign-in is configured.
@@ -55,7 +58,7 @@ func (c *Orchestrator) OIDCRedirectURL() string {
 }
 
 func defaultOIDC() OIDCConfig {
-	return OIDCConfig{Scopes: []string{"openid", "profile", "email"}, GroupsClaim: "groups"}
+	return OIDCConfig{Scopes: []string{"openid", "profile", "email"}, GroupsClaim: "groups", DisplayName: "single sign-on"}
 }
 
 // refusedKeys are keys the file may not hold, with what to do instead.
@@ -120,6 +123,9 @@ func (l *loader) validateOIDC(c *Orchestrator) {
 	}
 	if strings.TrimSpace(d.GroupsClaim) == "" {
 		l.errf("auth.oidc.groups_claim", "must not be empty (the claim holding the person's groups, \"groups\" by default)")
+	}
+	if strings.TrimSpace(d.DisplayName) == "" {
+		l.errf("auth.oidc.display_name", "must not be empty (the name on the dashboard's sign-in link)")
 	}
 	l.oidcRedirect(c)
 }

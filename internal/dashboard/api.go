@@ -46,6 +46,8 @@ type API interface {
 	WebhookDeliveries(ctx context.Context, q api.DeliveriesQuery) (api.DeliveryPage, error)
 	Usage(ctx context.Context, q api.UsageQuery) (api.Usage, error)
 	AdminByToken(r *http.Request, token, route string) (auth.Principal, error)
+	PasswordLimited(r *http.Request, route string) error
+	PasswordRefused(r *http.Request, route string) error
 	TokenPrincipal(ctx context.Context, t store.AdminToken) (auth.Principal, error)
 }
 

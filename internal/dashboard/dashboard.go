@@ -9,7 +9,9 @@
 //
 // The dashboard holds no authority of its own: a signed-in browser has a
 // server-side session (in the store, so it survives restarts and is shared by
-// replicas) that stands for the admin token it was opened with. Every read and
+// replicas) that stands for the admin token it was opened with: one a
+// person typed in, or one made for the session of a person who signed in
+// through an identity provider (OpenID Connect, LDAP). Every read and
 // action is a call of the orchestrator's API (package api's requests and
 // replies), made in process as that token's caller, so the API decides what
 // the token may do exactly as it does for curl.
@@ -52,6 +54,10 @@ type SessionStore interface {
 	DeleteDashboardSession(ctx context.Context, idHash string, rec *audit.Record) error
 	DeleteIdleDashboardSessions(ctx context.Context, seenBefore time.Time) (int, error)
 	AppendAudit(ctx context.Context, rec audit.Record) error
+	// CreateAdminToken makes the token a person's session acts with.
+	CreateAdminToken(ctx context.Context, t store.AdminToken, rec *audit.Record) error
+	// RevokeAdminToken ends that token when its session is signed out.
+	RevokeAdminToken(ctx context.Context, id string, rec *audit.Record) error
 }
 
 // Options configure a Dashboard.
@@ -73,6 +79,13 @@ type Options struct {
 	// listener (a TLS proxy in front: server.public_url); nil: as requests
 	// arrive.
 	PublicURL *url.URL
+	// OIDC, when set, offers single sign-on with an OpenID provider under
+	// the name OIDCName; LDAP, when set, a directory user name and
+	// password. People records their sign-ins (needed by either).
+	OIDC     OIDC
+	OIDCName string
+	LDAP     LDAP
+	People   SignIns
 	// Version is shown in the footer.
 	Version string
 	Log     *slog.Logger
@@ -103,6 +116,9 @@ func New(opt Options) (*Dashboard, error) {
 	}
 	if opt.Now == nil {
 		opt.Now = time.Now
+	}
+	if opt.OIDCName == "" {
+		opt.OIDCName = "single sign-on"
 	}
 	static, err := fs.Sub(files, "static")
 	if err != nil {

@@ -31,6 +31,9 @@ func (d *Dashboard) routes() {
 	handle("GET "+Prefix+"static/{hash}/{file}", d.serveStatic)
 	handle("GET "+Prefix+"signin", d.signinForm)
 	handle("POST "+Prefix+"signin", d.signin)
+	handle("POST "+Prefix+"signin/ldap", d.ldapSignin)
+	handle("GET "+Prefix+"auth/oidc/start", d.oidcStart)
+	handle("GET "+Prefix+"auth/oidc/callback", d.oidcCallback)
 	handle("POST "+Prefix+"signout", d.action(d.signout))
 
 	handle("GET "+Prefix+"{$}", d.page(d.overview))

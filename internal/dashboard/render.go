@@ -20,7 +20,7 @@ import (
 // pageTemplate is one page: the shared layout plus the page's own file.
 type pageTemplate struct{ t *template.Template }
 
-var pageNames = []string{"signin", "error", "overview", "workers", "worker", "token", "delete", "queue", "job", "audit", "webhooks", "webhook", "usage"}
+var pageNames = []string{"signin", "signedin", "error", "overview", "workers", "worker", "token", "delete", "queue", "job", "audit", "webhooks", "webhook", "usage"}
 
 func (d *Dashboard) parseTemplates() (map[string]*pageTemplate, error) {
 	funcs := template.FuncMap{

@@ -34,6 +34,9 @@ type session struct {
 	idHash    string
 	principal auth.Principal
 	csrf      string
+	// ownToken: the token was made for this session (a person's sign-in
+	// through a provider) and ends with it.
+	ownToken bool
 }
 
 // Can reports whether the session's token holds scope (templates hide what
@@ -42,6 +45,20 @@ func (s *session) Can(scope string) bool { return s.principal.Has(scope) }
 
 // Name is the token's name.
 func (s *session) Name() string { return s.principal.Name }
+
+// Roles says what a person is in each team ("lead in ml, viewer in
+// default"); "" for a token, whose scopes say it.
+func (s *session) Roles() string {
+	var parts []string
+	for _, m := range s.principal.Memberships {
+		if m.Team == "" {
+			parts = append(parts, m.Role.String()+" of the fleet")
+			continue
+		}
+		parts = append(parts, m.Role.String()+" in "+m.Team)
+	}
+	return strings.Join(parts, ", ")
+}
 
 // CSRF is the session's form token.
 func (s *session) CSRF() string { return s.csrf }
@@ -126,7 +143,8 @@ func (d *Dashboard) loadSession(r *http.Request, touch bool) (*session, error) {
 			d.opt.Log.Warn("dashboard: recording session activity failed", "err", err)
 		}
 	}
-	return &session{id: c.Value, idHash: hash, csrf: csrfToken(c.Value), principal: principal}, nil
+	return &session{id: c.Value, idHash: hash, csrf: csrfToken(c.Value), principal: principal,
+		ownToken: ds.Token.PersonID != "" && ds.Token.Name == sessionTokenName}, nil
 }
 
 // safeNext keeps a post-sign-in destination inside the dashboard.
@@ -269,16 +287,41 @@ func (d *Dashboard) signinForm(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, safeNext(r.URL.Query().Get("next")), http.StatusSeeOther)
 		return
 	}
-	d.renderSignin(w, r, http.StatusOK, "", r.URL.Query().Get("expired") == "1")
+	d.renderSignin(w, r, http.StatusOK, signinPage{Expired: r.URL.Query().Get("expired") == "1"})
 }
 
-func (d *Dashboard) renderSignin(w http.ResponseWriter, r *http.Request, status int, tokenErr string, expired bool) {
+// signinPage is what the sign-in page shows besides its forms: which of
+// them failed and why, or a problem that concerns no form (single sign-on).
+type signinPage struct {
+	Next       string // where to go afterwards; "" is the request's next
+	Expired    bool
+	TokenError string
+	LDAPError  string
+	Username   string // kept in the LDAP form after a failure
+	Problem    string
+}
+
+func (d *Dashboard) renderSignin(w http.ResponseWriter, r *http.Request, status int, p signinPage) {
 	formToken := randomID()
 	http.SetCookie(w, d.cookie(r, signinCookie, formToken, Prefix+"signin", 3600))
 	w.Header().Set("Cache-Control", "no-store")
+	next := p.Next
+	if next == "" {
+		next = r.FormValue("next")
+	}
 	d.render(w, r, status, "signin", map[string]any{
-		"Next": safeNext(r.FormValue("next")), "FormToken": formToken, "Error": tokenErr, "Expired": expired,
+		"Next": safeNext(next), "FormToken": formToken, "Error": p.TokenError, "Expired": p.Expired,
+		"LDAP": d.opt.LDAP != nil, "LDAPError": p.LDAPError, "Username": p.Username, "Problem": p.Problem,
+		"OIDCName": d.opt.OIDCName, "OIDC": d.opt.OIDC != nil,
 	}, nil)
+}
+
+// signinFormValid checks, before any credential, that a sign-in form came
+// from this dashboard's page in this browser: same origin, and the form
+// token of the page's cookie.
+func (d *Dashboard) signinFormValid(r *http.Request) bool {
+	fc, err := r.Cookie(signinCookie)
+	return d.sameOrigin(r) && err == nil && hmac.Equal([]byte(fc.Value), []byte(r.PostFormValue("form_token")))
 }
 
 // signin exchanges an admin token for a session. The token is checked by the
@@ -289,20 +332,18 @@ func (d *Dashboard) signin(w http.ResponseWriter, r *http.Request) {
 	// checked; only what needs no body is checked first (the form's origin
 	// and cookie), and the body is kept small: a token, a form token, a path.
 	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
-	fc, err := r.Cookie(signinCookie)
-	if !d.sameOrigin(r) || err != nil || !hmac.Equal([]byte(fc.Value), []byte(r.PostFormValue("form_token"))) {
-		d.renderSignin(w, r, http.StatusForbidden, "The sign-in form expired or did not come from this page. Please try again.", false)
+	if !d.signinFormValid(r) {
+		d.renderSignin(w, r, http.StatusForbidden, signinPage{TokenError: "The sign-in form expired or did not come from this page. Please try again."})
 		return
 	}
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	if token == "" {
-		d.renderSignin(w, r, http.StatusUnprocessableEntity, "Enter an admin token (it starts with sta_).", false)
+		d.renderSignin(w, r, http.StatusUnprocessableEntity, signinPage{TokenError: "Enter an admin token (it starts with sta_)."})
 		return
 	}
 	// A refused token is counted and audited by the API, in aggregate with
 	// every other failed authentication of this client, under this route.
 	who, err := d.opt.API.AdminByToken(r, token, "POST "+Prefix+"signin")
-	ip := auth.PeerKey(r.RemoteAddr)
 	if err != nil {
 		fail := d.failure(err, "sign-in")
 		msg := "That token is not a valid admin token (unknown, revoked or mistyped)."
@@ -313,33 +354,43 @@ func (d *Dashboard) signin(w http.ResponseWriter, r *http.Request) {
 		default:
 			msg = "Signing in failed: " + fail.Detail
 		}
-		d.renderSignin(w, r, fail.Status, msg, false)
+		d.renderSignin(w, r, fail.Status, signinPage{TokenError: msg})
 		return
 	}
+	if err := d.startSession(w, r, who, map[string]string{"name": who.Name}); err != nil {
+		d.renderSignin(w, r, http.StatusServiceUnavailable, signinPage{TokenError: "Could not start a session; try again shortly."})
+		return
+	}
+	http.SetCookie(w, d.cookie(r, signinCookie, "", Prefix+"signin", -1))
+	http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
+}
+
+// startSession opens a session for the admin token who presented (a
+// person's: the one made for this session) and sets its cookie.
+func (d *Dashboard) startSession(w http.ResponseWriter, r *http.Request, who auth.Principal, details map[string]string) error {
 	id := randomID()
 	now := d.opt.Now().UTC()
-	rec := audit.New("admin:"+who.ID, ip, "dashboard.signin", "admin_token", who.ID, audit.Success, map[string]string{"name": who.Name})
+	ip := auth.PeerKey(r.RemoteAddr)
+	rec := audit.New(who.Actor(), ip, "dashboard.signin", "admin_token", who.TokenID, audit.Success, details)
 	ua := r.UserAgent()
 	if len(ua) > 256 {
 		ua = ua[:256]
 	}
-	err = d.opt.Sessions.CreateDashboardSession(r.Context(), store.DashboardSession{
-		IDHash: hashID(id), TokenID: who.ID, CreatedAt: now, LastSeen: now, PeerIP: ip, UserAgent: ua}, &rec)
+	err := d.opt.Sessions.CreateDashboardSession(r.Context(), store.DashboardSession{
+		IDHash: hashID(id), TokenID: who.TokenID, CreatedAt: now, LastSeen: now, PeerIP: ip, UserAgent: ua}, &rec)
 	if err != nil {
 		d.opt.Log.Error("dashboard: creating a session failed", "err", err)
-		d.renderSignin(w, r, http.StatusServiceUnavailable, "Could not start a session; try again shortly.", false)
-		return
+		return err
 	}
 	// Sign-ins clear out sessions that went idle, so the table stays small
 	// without a background loop.
 	if _, err := d.opt.Sessions.DeleteIdleDashboardSessions(r.Context(), now.Add(-d.opt.IdleTimeout)); err != nil {
 		d.opt.Log.Warn("dashboard: removing idle sessions failed", "err", err)
 	}
-	d.opt.Log.Info("dashboard sign-in", "token_id", who.ID, "peer", ip)
-	http.SetCookie(w, d.cookie(r, signinCookie, "", Prefix+"signin", -1))
+	d.opt.Log.Info("dashboard sign-in", "token_id", who.TokenID, "peer", ip)
 	// No MaxAge: the cookie lives with the browser session; the server decides expiry.
 	http.SetCookie(w, d.cookie(r, sessionCookie, id, Prefix, 0))
-	http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
+	return nil
 }
 
 // signout ends the session on the server and in the browser.
@@ -348,6 +399,12 @@ func (d *Dashboard) signout(w http.ResponseWriter, r *http.Request, s *session) 
 	if err := d.opt.Sessions.DeleteDashboardSession(r.Context(), s.idHash, &rec); err != nil && !errors.Is(err, store.ErrNotFound) {
 		d.errorPage(w, r, s, http.StatusServiceUnavailable, "Signing out failed; try again.")
 		return
+	}
+	// A token made for this session has no other holder: it ends too.
+	if s.ownToken {
+		if err := d.opt.Sessions.RevokeAdminToken(r.Context(), s.principal.TokenID, nil); err != nil && !errors.Is(err, store.ErrNotFound) {
+			d.opt.Log.Warn("dashboard: revoking a signed-out session's token failed", "err", err)
+		}
 	}
 	http.SetCookie(w, d.cookie(r, sessionCookie, "", Prefix, -1))
 	http.Redirect(w, r, Prefix+"signin?signed_out=1", http.StatusSeeOther)

@@ -142,6 +142,21 @@ func start(o Options) (*Server, error) {
 	return s, nil
 }
 
+// AllowRedirect registers one more redirect URI for clientID: for a client
+// whose address is known only once the provider runs (an orchestrator
+// configured with this provider's issuer).
+func (s *Server) AllowRedirect(clientID, uri string) {
+	s.st.mu.Lock()
+	defer s.st.mu.Unlock()
+	c, ok := s.st.clients[clientID]
+	if !ok {
+		panic("oidctest: no client " + clientID)
+	}
+	updated := c.Client
+	updated.RedirectURIs = append(append([]string(nil), updated.RedirectURIs...), uri)
+	s.st.clients[clientID] = &client{Client: updated, s: s.st}
+}
+
 // SetDown makes every request answer 503 (true) or be served again (false).
 func (s *Server) SetDown(down bool) { s.down.Store(down) }
 

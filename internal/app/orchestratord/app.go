@@ -199,7 +199,12 @@ func (a *App) Start(ctx context.Context) (err error) {
 	api := a.srv.Handler()
 	// The web dashboard lives under /ui/ on the API listeners (not the admin
 	// socket) and acts only through the orchestrator's API, called in process.
-	dash, err := dashboard.New(dashboard.Options{API: a.srv.API(), HTTP: api, Sessions: st, PublicURL: cfg.PublicURL(), Version: version.Version, Log: a.log})
+	dopt := dashboard.Options{API: a.srv.API(), HTTP: api, Sessions: st, PublicURL: cfg.PublicURL(), Version: version.Version, Log: a.log}
+	err = a.signInProviders(cfg, st, &dopt)
+	var dash *dashboard.Dashboard
+	if err == nil {
+		dash, err = dashboard.New(dopt)
+	}
 	if err != nil {
 		closeAll(listeners)
 		_ = st.Close()
@@ -363,6 +368,8 @@ func restartKeys(running, next *config.Orchestrator) []string {
 		{"database", running.Database, next.Database},
 		{"paths.state_dir", running.Paths.StateDir, next.Paths.StateDir},
 		{"auth.failures_per_minute", running.Auth.FailuresPerMinute, next.Auth.FailuresPerMinute},
+		{"auth.oidc", oidcWhat(running), oidcWhat(next)},
+		{"auth.ldap", running.Auth.LDAP, next.Auth.LDAP},
 		{"log.format", running.Log.Format, next.Log.Format},
 		{"metrics.listen", running.Metrics.Listen, next.Metrics.Listen},
 		{"artifacts (backend, dir, s3_*)", artifactsWhere(running), artifactsWhere(next)},

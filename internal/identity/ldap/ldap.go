@@ -32,16 +32,16 @@ var (
 	// ErrInvalid is every refusal that is about the credentials: a wrong
 	// password, an unknown or ambiguous user name, a malformed one. They
 	// read the same so that a caller learns nothing about which it was.
-	ErrInvalid = errors.New("invalid user name or password")
+	ErrInvalid = identity.ErrInvalidCredentials
 	// ErrBusy: max_concurrent sign-ins are in flight already.
-	ErrBusy = errors.New("too many sign-ins in progress; try again shortly")
+	ErrBusy = identity.ErrBusy
 	// ErrUnavailable: the directory could not be reached or failed; the
 	// wrapped error says how (it never holds the password).
-	ErrUnavailable = errors.New("the LDAP directory is unavailable")
+	ErrUnavailable = identity.ErrDirectoryUnavailable
 	// ErrThrottled: too many recent failures for this user name; the
 	// directory is not asked until they age out, which slows password
 	// spraying and keeps a directory's own lockout from tripping.
-	ErrThrottled = errors.New("too many failed sign-ins for this user name; try again later")
+	ErrThrottled = identity.ErrThrottled
 )
 
 // Authenticator checks user names and passwords against one directory.

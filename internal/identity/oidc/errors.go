@@ -1,22 +1,23 @@
 package oidc
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/identity"
 )
 
 var (
 	// ErrProviderUnavailable: the identity provider could not be reached
 	// or answered with a server error (discovery, token endpoint). The
 	// wrapped error says how; it never holds a code or a token.
-	ErrProviderUnavailable = errors.New("the identity provider is unavailable")
+	ErrProviderUnavailable = identity.ErrProviderUnavailable
 	// ErrState: the state that came back names no sign-in in progress: it
 	// was never issued here, was used already or has expired. Start again.
-	ErrState = errors.New("this sign-in is unknown, was already used or has expired; start again")
+	ErrState = identity.ErrState
 	// ErrTokenInvalid is what every *TokenError is.
-	ErrTokenInvalid = errors.New("the identity provider's answer was refused")
+	ErrTokenInvalid = identity.ErrTokenInvalid
 	// ErrDenied is what every *DeniedError is.
-	ErrDenied = errors.New("the identity provider did not sign you in")
+	ErrDenied = identity.ErrDenied
 )
 
 // TokenError: the provider answered, but what it sent cannot be trusted:

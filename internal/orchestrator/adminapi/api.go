@@ -44,6 +44,12 @@ type Authenticator interface {
 	// AdminByToken authenticates an admin token a request carries outside
 	// its headers (the dashboard's sign-in form), as Authenticate would.
 	AdminByToken(r *http.Request, token, route string) (auth.Principal, error)
+	// PasswordLimited and PasswordRefused count a password sign-in (the
+	// dashboard's LDAP form) with the client's failed credentials:
+	// PasswordLimited refuses a client over the limit (429),
+	// PasswordRefused counts and audits one wrong password.
+	PasswordLimited(r *http.Request, route string) error
+	PasswordRefused(r *http.Request, route string) error
 	// StillAllowed checks again, for a long-lived reply, that r's
 	// credential still grants scope, and returns the caller as it is now.
 	StillAllowed(ctx context.Context, r *http.Request, p auth.Principal, scope string) (auth.Principal, bool, error)
@@ -220,6 +226,17 @@ func (a *API) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 // under route like those of the API's.
 func (a *API) AdminByToken(r *http.Request, token, route string) (auth.Principal, error) {
 	return a.auth.AdminByToken(r, token, route)
+}
+
+// PasswordLimited refuses a password sign-in from a client that failed too
+// often (see Authenticator).
+func (a *API) PasswordLimited(r *http.Request, route string) error {
+	return a.auth.PasswordLimited(r, route)
+}
+
+// PasswordRefused counts and audits a wrong password of a sign-in under route.
+func (a *API) PasswordRefused(r *http.Request, route string) error {
+	return a.auth.PasswordRefused(r, route)
 }
 
 // TokenPrincipal is the caller a valid admin token stands for (the

@@ -38,6 +38,8 @@ func (idleEngine) Authenticate(http.ResponseWriter, *http.Request) (auth.Princip
 func (idleEngine) AdminByToken(*http.Request, string, string) (auth.Principal, error) {
 	return auth.Principal{}, errNoEngine
 }
+func (idleEngine) PasswordLimited(*http.Request, string) error { return nil }
+func (idleEngine) PasswordRefused(*http.Request, string) error { return errNoEngine }
 func (idleEngine) TokenPrincipal(_ context.Context, t store.AdminToken) (auth.Principal, error) {
 	return auth.Principal{Kind: auth.KindAdminToken, ID: t.ID, TokenID: t.ID, Name: t.Name, Scopes: t.Scopes, Team: t.Team}, nil
 }

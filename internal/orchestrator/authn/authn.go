@@ -294,6 +294,23 @@ func (a *Authenticator) adminByToken(ctx context.Context, c Presenter, token str
 	return p, err
 }
 
+// PasswordLimited refuses (429) a password sign-in (the dashboard's LDAP
+// form) from a client that has failed too often, with tokens or passwords:
+// they share one count per client.
+func (a *Authenticator) PasswordLimited(r *http.Request, route string) error {
+	c := PresenterOf(r)
+	c.route = route
+	return a.Limited(c, "", false)
+}
+
+// PasswordRefused counts a refused password as a refused token is counted
+// and audited (in aggregate, under route): 401, or 429 once over the limit.
+func (a *Authenticator) PasswordRefused(r *http.Request, route string) error {
+	c := PresenterOf(r)
+	c.route = route
+	return a.Refused(c, "", protocol.CodeUnauthorized, "invalid user name or password")
+}
+
 // TokenPrincipal is the caller a valid admin token stands for (Resolver).
 func (a *Authenticator) TokenPrincipal(ctx context.Context, t store.AdminToken) (auth.Principal, error) {
 	return a.Resolver.Principal(ctx, t)

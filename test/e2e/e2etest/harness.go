@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
+	"github.com/simpletuner/simpletuner-orchestration/internal/slapdtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
@@ -139,6 +140,7 @@ func main(m *testing.M, tags string) {
 	}
 	code := m.Run()
 	pgtest.Stop()
+	slapdtest.Stop()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -243,12 +245,15 @@ type OrchOptions struct {
 	LogLimitBytes     int64  // 0 → built-in default
 	MaxBodyBytes      int64  // 0 → built-in default
 	BodyTimeout       string // [server] body_timeout; "" → built-in default
-	Metrics           bool   // serve /metrics on a free port (Orch.MetricsURL)
-	LogLevel          string
-	Env               []string // extra environment of the orchestrator process
-	StateDir          string   // "" → <dir>/state
-	ExtraTOML         string   // appended to the file (whole tables, e.g. "[artifacts]\ndir = …")
-	JobsTOML          string   // extra lines for [jobs] (preemption, min_runtime…)
+	// PublicURL sets server.public_url to the orchestrator's own address
+	// (the OIDC redirect URI defaults to it).
+	PublicURL bool
+	Metrics   bool // serve /metrics on a free port (Orch.MetricsURL)
+	LogLevel  string
+	Env       []string // extra environment of the orchestrator process
+	StateDir  string   // "" → <dir>/state
+	ExtraTOML string   // appended to the file (whole tables, e.g. "[artifacts]\ndir = …")
+	JobsTOML  string   // extra lines for [jobs] (preemption, min_runtime…)
 	// TLS serves the API over HTTPS; with ClientCAFile, client certificates
 	// are required (the harness then presents HarnessCert).
 	TLS *TLSOptions
@@ -318,6 +323,9 @@ func orchestratorTOML(dir string, port, metricsPort int, o OrchOptions) string {
 	}
 	if o.BodyTimeout != "" {
 		extraServer += fmt.Sprintf("body_timeout = %q\n", o.BodyTimeout)
+	}
+	if o.PublicURL {
+		extraServer += fmt.Sprintf("public_url = \"http://127.0.0.1:%d\"\n", port)
 	}
 	stateDir := o.StateDir
 	if stateDir == "" {
