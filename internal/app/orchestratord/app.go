@@ -180,6 +180,13 @@ func (a *App) Start(ctx context.Context) (err error) {
 	a.log.Info("database ready", "store", desc)
 	a.srv = orchestrator.New(st, orchestrator.OptionsFrom(cfg), a.log)
 	a.srv.SetAdminSocketPath(cfg.Server.AdminSocket)
+	providers, err := signInProviders(cfg, st)
+	if err != nil {
+		closeAll(listeners)
+		_ = st.Close()
+		return err
+	}
+	a.srv.SetSignInProviders(providers)
 	arts, err := OpenArtifacts(ctx, cfg)
 	if err != nil {
 		closeAll(listeners)

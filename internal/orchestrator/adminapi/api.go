@@ -159,6 +159,14 @@ type Options struct {
 	Visibility string
 	// Groups are [[auth.groups]]: what the people's provider groups grant.
 	Groups []config.GroupMapping
+	// LoginTokenTTL is how long a command-line login lasts; CLIClientID
+	// the OpenID provider's client it signs in with ("" none).
+	LoginTokenTTL time.Duration
+	CLIClientID   string
+	// PeopleTokens lets people create tokens of their own, lasting at
+	// most PersonalTokenMaxTTL.
+	PeopleTokens        bool
+	PersonalTokenMaxTTL time.Duration
 }
 
 // API is the admin and queue API.
@@ -182,6 +190,8 @@ type API struct {
 	followers followers
 	// recent holds the last full count of the jobs that ended lately.
 	recent recentEnds
+	// providers are the identity providers people sign in with.
+	providers providersBox
 }
 
 // New is the API over deps, with opt as the orchestrator fills it: its
