@@ -108,7 +108,9 @@ func codeIDToken(t *testing.T, op *oidctest.Server) string {
 	return raw
 }
 
-func bearer(token string) map[string]string { return map[string]string{"Authorization": "Bearer " + token} }
+func bearer(token string) map[string]string {
+	return map[string]string{"Authorization": "Bearer " + token}
+}
 
 // An ID token from the command line's device sign-in is exchanged once for
 // a login token that acts as the person (whoami names them, their team

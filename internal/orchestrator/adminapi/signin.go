@@ -66,7 +66,9 @@ type SignInLimiter interface {
 const usedIDTokenFlow = "oidc-id-token-used"
 
 // providersBox holds the providers, set once the daemon has built them.
-type providersBox struct{ p atomic.Pointer[SignInProviders] }
+type providersBox struct {
+	p atomic.Pointer[SignInProviders]
+}
 
 // SetSignInProviders tells the API which providers people sign in with.
 func (a *API) SetSignInProviders(p SignInProviders) { a.providers.p.Store(&p) }
