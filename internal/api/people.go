@@ -78,6 +78,8 @@ type SignInProviders struct {
 type OIDCProvider struct {
 	Issuer   string `json:"issuer"`
 	ClientID string `json:"client_id"`
+	// Scopes are those to ask for ([auth.oidc] scopes).
+	Scopes []string `json:"scopes"`
 }
 
 // OIDCExchange is POST /api/auth/oidc/exchange: an ID token the provider

@@ -124,7 +124,7 @@ func TestOIDCExchange(t *testing.T) {
 		e.srv.SetSignInProviders(adminapi.SignInProviders{OIDC: oidcProvider(t, op, e.st)})
 
 		providers := e.Must(e.Do("GET", "/api/auth/providers", nil, nil), 200).JSON
-		if jsonText(providers) != `{"ldap":false,"oidc":{"client_id":"simpletunerctl","issuer":"`+op.URL+`"}}` {
+		if jsonText(providers) != `{"ldap":false,"oidc":{"client_id":"simpletunerctl","issuer":"`+op.URL+`","scopes":["openid","profile","email"]}}` {
 			t.Fatalf("providers: %v", providers)
 		}
 

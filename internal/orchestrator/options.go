@@ -69,6 +69,7 @@ type Options struct {
 	// shape people's command-line logins and tokens ([auth]).
 	LoginTokenTTL       time.Duration
 	CLIClientID         string
+	OIDCScopes          []string
 	PeopleTokens        bool
 	PersonalTokenMaxTTL time.Duration
 
@@ -129,6 +130,7 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 
 		LoginTokenTTL:       cfg.Auth.LoginTokenTTL.Duration,
 		CLIClientID:         cfg.Auth.OIDC.CLIClientID,
+		OIDCScopes:          cfg.Auth.OIDC.Scopes,
 		PeopleTokens:        cfg.Auth.PeopleTokens,
 		PersonalTokenMaxTTL: cfg.Auth.PersonalTokenMaxTTL.Duration,
 	}
@@ -216,7 +218,7 @@ func (o Options) apiOptions(adminSocketPath string) adminapi.Options {
 		AdminSocketPath: adminSocketPath, MaxRetries: o.MaxRetries,
 		MaxLogFollowers: o.MaxLogFollowers, StreamWriteTimeout: o.StreamWriteTimeout, RecheckInterval: o.RecheckInterval,
 		FollowFallback: o.followFallback, Teams: o.Teams, Visibility: o.Visibility, Groups: o.Groups,
-		LoginTokenTTL: o.LoginTokenTTL, CLIClientID: o.CLIClientID, PeopleTokens: o.PeopleTokens,
+		LoginTokenTTL: o.LoginTokenTTL, CLIClientID: o.CLIClientID, OIDCScopes: o.OIDCScopes, PeopleTokens: o.PeopleTokens,
 		PersonalTokenMaxTTL: o.PersonalTokenMaxTTL,
 	}
 }

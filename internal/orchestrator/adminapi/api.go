@@ -163,6 +163,8 @@ type Options struct {
 	// the OpenID provider's client it signs in with ("" none).
 	LoginTokenTTL time.Duration
 	CLIClientID   string
+	// OIDCScopes are [auth.oidc] scopes, which the command line asks for too.
+	OIDCScopes []string
 	// PeopleTokens lets people create tokens of their own, lasting at
 	// most PersonalTokenMaxTTL.
 	PeopleTokens        bool

@@ -96,7 +96,11 @@ func (a *API) Providers() api.SignInProviders {
 	p := a.signInProviders()
 	out := api.SignInProviders{LDAP: p.LDAP != nil}
 	if id := a.options().CLIClientID; p.OIDC != nil && id != "" {
-		out.OIDC = &api.OIDCProvider{Issuer: p.OIDC.Issuer(), ClientID: id}
+		scopes := a.options().OIDCScopes
+		if len(scopes) == 0 {
+			scopes = oidc.DefaultScopes
+		}
+		out.OIDC = &api.OIDCProvider{Issuer: p.OIDC.Issuer(), ClientID: id, Scopes: scopes}
 	}
 	return out
 }
