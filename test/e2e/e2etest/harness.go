@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/pgtest"
+	"github.com/simpletuner/simpletuner-orchestration/internal/slapdtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
@@ -139,6 +140,7 @@ func main(m *testing.M, tags string) {
 	}
 	code := m.Run()
 	pgtest.Stop()
+	slapdtest.Stop()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
