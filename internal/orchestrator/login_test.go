@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -306,4 +308,33 @@ func TestPersonalTokens(t *testing.T) {
 		// The token made before still works.
 		e.Must(e.Do("GET", "/api/auth/whoami", bearer(made["token"].(string)), nil), 200)
 	})
+}
+
+// authRequest is a request of the command line's sign-in that docs/auth.md
+// shows: "METHOD /api/auth/…" and, on the next line, its JSON body.
+var authRequest = regexp.MustCompile(`(?m)^(GET|POST|PUT|PATCH|DELETE) (/api/auth/\S*)\n(\{.*\}\n)?`)
+
+// Every /api/auth request docs/auth.md shows runs as printed, with a
+// person's token, and succeeds.
+func TestLoginDocRequestsRun(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../docs/auth.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := authRequest.FindAllStringSubmatch(string(b), -1)
+	if len(reqs) < 1 {
+		t.Fatal("docs/auth.md shows no /api/auth request; is the extraction broken?")
+	}
+	e := setup(t, backends["sqlite"](t), withPeople)
+	person := bearer(e.signedInPerson())
+	for _, r := range reqs {
+		var body any
+		if r[3] != "" {
+			body = strings.TrimSpace(r[3])
+		}
+		if got := e.Do(r[1], r[2], person, body); got.Status/100 != 2 {
+			t.Errorf("docs/auth.md: %s %s: HTTP %d: %s", r[1], r[2], got.Status, got.Body)
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,7 +55,7 @@ func TestLoginDeviceFlow(t *testing.T) {
 	o := StartOrchestratorWith(t, OrchOptions{ExtraTOML: oidcTOML(t, op)})
 	c := newCtl(t, map[string]string{"SIMPLETUNER_URL": o.URL})
 
-	login := c.start("login", "--no-browser")
+	login := c.start("login")
 	var code string
 	testutil.Eventually(t, time.Minute, "the user code on standard error", func() bool {
 		_, stderr := login.output()
@@ -101,6 +102,28 @@ func TestLoginDeviceFlow(t *testing.T) {
 	c.want(4, "whoami") // revoked at the orchestrator
 	delete(c.env, "SIMPLETUNER_ADMIN_TOKEN")
 	mustContain(t, "logout again", c.ok("logout").Stderr, "Not logged in to "+o.URL)
+	docsShowOnly(t, "simpletunerctl login", "simpletunerctl whoami", "simpletunerctl logout",
+		"simpletunerctl login --ldap --username alice --password-stdin")
+}
+
+// docsShowOnly fails unless every simpletunerctl login, logout and whoami
+// line docs/auth.md shows is one of ran, the lines these tests run as
+// printed.
+func docsShowOnly(t *testing.T, ran ...string) {
+	t.Helper()
+	doc, err := os.ReadFile("../../../docs/auth.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := regexp.MustCompile(`(?m)^(simpletunerctl (login|logout|whoami)\b.*)$`).FindAllStringSubmatch(string(doc), -1)
+	if len(shown) < 3 {
+		t.Fatalf("docs/auth.md shows %d login commands; is the extraction broken?", len(shown))
+	}
+	for _, m := range shown {
+		if !slices.Contains(ran, m[1]) {
+			t.Errorf("docs/auth.md shows %q, which the login tests do not run", m[1])
+		}
+	}
 }
 
 func isDone(b *background) bool {
