@@ -2,6 +2,7 @@ package ctle2e
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -201,4 +202,47 @@ base_dn = %q
 		return last.Code == 4
 	})
 	mustContain(t, "token_expired", last.Stderr, "this token expired at", "run simpletunerctl login to get a new one")
+}
+
+var authURLRE = regexp.MustCompile(`To sign in, open (http\S+)`)
+
+// simpletunerctl login --loopback: the provider sends the browser back to
+// a listener of simpletunerctl on 127.0.0.1 (code with PKCE); the test
+// plays the browser.
+func TestLoginLoopback(t *testing.T) {
+	t.Parallel()
+	op := oidctest.Start(t)
+	o := StartOrchestratorWith(t, OrchOptions{ExtraTOML: oidcTOML(t, op)})
+	c := newCtl(t, map[string]string{"SIMPLETUNER_URL": o.URL})
+
+	login := c.start("login", "--loopback", "--no-browser")
+	var authURL string
+	testutil.Eventually(t, time.Minute, "the sign-in address on standard error", func() bool {
+		_, stderr := login.output()
+		if m := authURLRE.FindStringSubmatch(stderr); m != nil {
+			authURL = m[1]
+		}
+		return authURL != "" || isDone(login)
+	})
+	if authURL == "" {
+		_, stderr := login.output()
+		t.Fatalf("login printed no address:\n%s", stderr)
+	}
+	back, err := op.SignIn(t.Context(), authURL, "alice", "alice-password")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Hostname() != "127.0.0.1" || back.Path != "/callback" || back.Query().Get("code") == "" {
+		t.Fatalf("sent back to %s", back)
+	}
+	resp, err := http.Get(back.String()) // the browser arriving back
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if rc := login.wait(t, time.Minute); rc != 0 {
+		_, stderr := login.output()
+		t.Fatalf("login exited %d:\n%s", rc, stderr)
+	}
+	mustContain(t, "whoami", c.ok("whoami").Stdout, "Alice Liddell", "nlp:member", "login (oidc)")
 }
