@@ -108,21 +108,24 @@ func TestLoginDeviceFlow(t *testing.T) {
 }
 
 // docsShowOnly fails unless every simpletunerctl login, logout and whoami
-// line docs/auth.md shows is one of ran, the lines these tests run as
-// printed.
+// line docs/auth.md and README.md show (less the README's comments) is one
+// of ran, the lines these tests run as printed.
 func docsShowOnly(t *testing.T, ran ...string) {
 	t.Helper()
-	doc, err := os.ReadFile("../../../docs/auth.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	shown := regexp.MustCompile(`(?m)^(simpletunerctl (login|logout|whoami)\b.*)$`).FindAllStringSubmatch(string(doc), -1)
-	if len(shown) < 3 {
-		t.Fatalf("docs/auth.md shows %d login commands; is the extraction broken?", len(shown))
-	}
-	for _, m := range shown {
-		if !slices.Contains(ran, m[1]) {
-			t.Errorf("docs/auth.md shows %q, which the login tests do not run", m[1])
+	shownIn := regexp.MustCompile(`(?m)^\s*(simpletunerctl (login|logout|whoami)\b[^#\n]*)`)
+	for _, file := range []string{"docs/auth.md", "README.md"} {
+		doc, err := os.ReadFile(filepath.Join("../../..", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		shown := shownIn.FindAllStringSubmatch(string(doc), -1)
+		if len(shown) < 3 {
+			t.Fatalf("%s shows %d login commands; is the extraction broken?", file, len(shown))
+		}
+		for _, m := range shown {
+			if line := strings.TrimSpace(m[1]); !slices.Contains(ran, line) {
+				t.Errorf("%s shows %q, which the login tests do not run", file, line)
+			}
 		}
 	}
 }
