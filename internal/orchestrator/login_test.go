@@ -338,3 +338,30 @@ func TestLoginDocRequestsRun(t *testing.T) {
 		}
 	}
 }
+
+// A log follow opened with a token that expires ends within the re-check
+// interval after it expires, and the token cannot open another.
+func TestFollowEndsWhenTheTokenExpires(t *testing.T) {
+	t.Parallel()
+	e := setup(t, backends["sqlite"](t), func(o *orchestrator.Options) { o.RecheckInterval = 100 * time.Millisecond })
+	_, id := e.startedJob()
+	expires := time.Now().Add(3 * time.Second)
+	token := auth.NewAdminToken()
+	if err := e.st.CreateAdminToken(context.Background(), store.AdminToken{ID: protocol.NewTokenID(), Name: "viewer",
+		Scopes: []string{auth.ScopeQueueView}, Hash: auth.Hash(token), CreatedAt: time.Now(), ExpiresAt: &expires}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f, status := e.follow(token, id)
+	if status != 200 || f.ended(300*time.Millisecond) {
+		t.Fatalf("the stream ended before the token expired (status %d)", status)
+	}
+	if !f.ended(eventWait) {
+		t.Fatal("the stream outlived its expired token")
+	}
+	if time.Now().Before(expires) {
+		t.Fatal("the stream ended before the token expired")
+	}
+	if _, status := e.follow(token, id); status != 401 {
+		t.Fatalf("a new follow with the expired token: %d", status)
+	}
+}
