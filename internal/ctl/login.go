@@ -413,6 +413,9 @@ func (a *app) loginToken(u string, file *ctlconf.File) (string, error) {
 		return "", err
 	}
 	renewed, err := a.renew(ctx, cl, *e)
+	if errors.As(err, new(*loginExpiredError)) && a.env.Now().Before(e.ExpiresAt) {
+		return e.Token, nil // cannot renew it yet; it still works for a moment
+	}
 	if err != nil {
 		return "", err
 	}
