@@ -41,10 +41,18 @@ type loginOptions struct {
 const renewBefore = time.Minute
 
 // loginExpiredError: the login ran out and cannot be renewed here.
-type loginExpiredError struct{ at time.Time }
+type loginExpiredError struct {
+	at time.Time
+	// refresh is why renewing with the refresh token failed, if it did.
+	refresh error
+}
 
 func (e *loginExpiredError) Error() string {
-	return fmt.Sprintf("your login expired at %s; run simpletunerctl login", e.at.UTC().Format(time.RFC3339))
+	msg := fmt.Sprintf("your login expired at %s; run simpletunerctl login", e.at.UTC().Format(time.RFC3339))
+	if e.refresh != nil {
+		msg += fmt.Sprintf(" (renewing it failed: %v)", e.refresh)
+	}
+	return msg
 }
 
 func (a *app) loginCommands() []*cobra.Command {
@@ -426,13 +434,16 @@ func (a *app) loginToken(u string, file *ctlconf.File) (string, error) {
 }
 
 func (a *app) renew(ctx context.Context, cl *client.Client, e ctlconf.Login) (ctlconf.Login, error) {
+	var refreshErr error
 	if e.RefreshToken != "" {
-		if renewed, err := refresh(ctx, cl, e); err == nil {
+		renewed, err := refresh(ctx, cl, e)
+		if err == nil {
 			return renewed, nil
 		}
+		refreshErr = err
 	}
 	if !a.env.StdinTTY {
-		return ctlconf.Login{}, &loginExpiredError{at: e.ExpiresAt}
+		return ctlconf.Login{}, &loginExpiredError{at: e.ExpiresAt, refresh: refreshErr}
 	}
 	a.note("Your login to %s expired at %s; signing in again.", e.URL, e.ExpiresAt.Local().Format("2006-01-02 15:04 MST"))
 	return a.signIn(ctx, cl, e.URL, loginOptions{ldap: e.Provider == "ldap", username: e.Username})

@@ -257,3 +257,48 @@ func TestLoginLoopback(t *testing.T) {
 	}
 	mustContain(t, "whoami", c.ok("whoami").Stdout, "Alice Liddell", "nlp:member", "login (oidc)")
 }
+
+// A login that runs out is renewed with the provider's refresh token: a
+// new ID token, exchanged again, without asking the person.
+func TestLoginRefresh(t *testing.T) {
+	t.Parallel()
+	op := oidctest.Start(t, oidctest.Options{Clients: []oidctest.Client{
+		{ID: oidctest.ClientID, Secret: oidctest.ClientSecret, RedirectURIs: []string{oidctest.RedirectURI}},
+		{ID: oidctest.CLIClientID, Public: true, Device: true, Refresh: true, RedirectURIs: []string{"http://127.0.0.1/callback"}},
+	}})
+	o := StartOrchestratorWith(t, OrchOptions{ExtraTOML: "[auth]\nlogin_token_ttl = \"1s\"\n" + oidcTOML(t, op)})
+	c := newCtl(t, map[string]string{"SIMPLETUNER_URL": o.URL})
+
+	login := c.start("login")
+	var code string
+	testutil.Eventually(t, time.Minute, "the user code on standard error", func() bool {
+		_, stderr := login.output()
+		if m := userCodeRE.FindStringSubmatch(stderr); m != nil {
+			code = m[1]
+		}
+		return code != "" || isDone(login)
+	})
+	if err := op.ApproveDevice(t.Context(), code, "alice", "alice-password"); err != nil {
+		t.Fatal(err)
+	}
+	if rc := login.wait(t, time.Minute); rc != 0 {
+		_, stderr := login.output()
+		t.Fatalf("login exited %d:\n%s", rc, stderr)
+	}
+	path := filepath.Join(c.env["HOME"], ".config", "simpletuner", "login.toml")
+	first, err := ctlconf.LoadLogins(path)
+	if err != nil || len(first.Logins) != 1 || first.Logins[0].RefreshToken == "" {
+		t.Fatalf("login.toml after login: %+v %v", first, err)
+	}
+	c.secrets = append(c.secrets, first.Logins[0].Token, first.Logins[0].RefreshToken)
+
+	// The login lasts a second, well within the minute before its end at
+	// which it is renewed: whoami renews it first.
+	r := c.ok("whoami")
+	mustContain(t, "whoami after renewal", r.Stdout, "Alice Liddell", "nlp:member")
+	renewed, err := ctlconf.LoadLogins(path)
+	if err != nil || len(renewed.Logins) != 1 || renewed.Logins[0].Token == first.Logins[0].Token ||
+		renewed.Logins[0].RefreshToken == first.Logins[0].RefreshToken {
+		t.Fatalf("login.toml after renewal: %+v %v\nbefore: %+v\nwhoami: %s", renewed, err, first, r)
+	}
+}
