@@ -245,6 +245,28 @@ func TestLDAPLogin(t *testing.T) {
 		e.Must(e.Do("POST", "/api/auth/ldap/login", nil, map[string]string{"username": "alice", "password": "wrong"}), 429)
 		// Over the limit, even the right password waits.
 		e.Must(e.Do("POST", "/api/auth/ldap/login", nil, map[string]string{"username": "alice", "password": "wonder land"}), 429)
+
+		// The failures are audited with the route, never the password.
+		e.srv.Authn().FlushFailures(context.Background())
+		recs, err := e.st.ListAudit(context.Background(), 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var failures, signIns int
+		for _, r := range recs {
+			if strings.Contains(string(r.Details), "wonder") || strings.Contains(string(r.Details), "wrong") {
+				t.Errorf("an audit record holds a password: %s", r.Details)
+			}
+			switch {
+			case r.Action == "auth.failure" && strings.Contains(string(r.Details), "POST /api/auth/ldap/login"):
+				failures++
+			case r.Action == "auth.sign_in" && r.Outcome == "success":
+				signIns++
+			}
+		}
+		if failures != 1 || signIns != 1 {
+			t.Errorf("%d auth.failure records naming the route (want 1), %d sign-ins (want 1)", failures, signIns)
+		}
 	})
 }
 
