@@ -332,6 +332,10 @@ type Token struct {
 	MaxPriority *int    `json:"max_priority"`
 	CreatedAt   string  `json:"created_at"`
 	RevokedAt   *string `json:"revoked_at"`
+	// PersonID is the person a person's token belongs to ("" for a
+	// service token); ExpiresAt is when it stops working (null: never).
+	PersonID  string  `json:"person_id,omitempty"`
+	ExpiresAt *string `json:"expires_at"`
 }
 
 // TokenList is GET /api/admin/tokens.
@@ -426,6 +430,24 @@ type Whoami struct {
 	// MaxPriority is the highest priority the caller may give a job: its
 	// token's grant, else its team's max_priority; 50 with scope "*".
 	MaxPriority int `json:"max_priority"`
+	// Person is who a person's token stands for; null for a service token
+	// and the admin socket.
+	Person *PersonSummary `json:"person"`
+	// Memberships are a person's roles now, one per team; [] otherwise.
+	Memberships []Membership `json:"memberships"`
+	// TokenID is the admin token presented ("" on the admin socket), and
+	// ExpiresAt when it stops working (null: never).
+	TokenID   string  `json:"token_id"`
+	ExpiresAt *string `json:"expires_at"`
+}
+
+// PersonSummary names a person.
+type PersonSummary struct {
+	ID       string `json:"id"`
+	Username string `json:"username"`
+	Name     string `json:"name"`
+	Email    string `json:"email"`
+	Provider string `json:"provider"`
 }
 
 // UsageQuery asks GET /api/admin/usage for the GPU-hours of the days

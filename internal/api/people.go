@@ -63,3 +63,60 @@ type PersonDisabled struct {
 	TokensRevoked int    `json:"tokens_revoked"`
 	SessionsEnded int    `json:"sessions_ended"`
 }
+
+// SignInProviders is GET /api/auth/providers: how people may sign in here.
+type SignInProviders struct {
+	// OIDC is the single sign-on simpletunerctl login uses; null when
+	// the command line cannot sign in with it.
+	OIDC *OIDCProvider `json:"oidc"`
+	// LDAP: a directory user name and password are taken.
+	LDAP bool `json:"ldap"`
+}
+
+// OIDCProvider is the OpenID provider and the public client the command
+// line signs in with.
+type OIDCProvider struct {
+	Issuer   string `json:"issuer"`
+	ClientID string `json:"client_id"`
+	// Scopes are those to ask for ([auth.oidc] scopes).
+	Scopes []string `json:"scopes"`
+}
+
+// OIDCExchange is POST /api/auth/oidc/exchange: an ID token the provider
+// issued to the command line's client, exchanged once for a login token.
+type OIDCExchange struct {
+	IDToken string `json:"id_token"`
+}
+
+// LDAPLogin is POST /api/auth/ldap/login.
+type LDAPLogin struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+// Login answers a sign-in from the command line: a token that lasts until
+// ExpiresAt, shown only here, and who it stands for.
+type Login struct {
+	Token       string        `json:"token"`
+	TokenID     string        `json:"token_id"`
+	ExpiresAt   string        `json:"expires_at"`
+	Person      PersonSummary `json:"person"`
+	Memberships []Membership  `json:"memberships"`
+}
+
+// CreatePersonalToken is POST /api/auth/tokens: a person's own token,
+// acting as them. ExpiresIn is a duration ("720h", "30d"); empty is
+// [auth] personal_token_max_ttl, the most it may be.
+type CreatePersonalToken struct {
+	Name      string `json:"name"`
+	ExpiresIn string `json:"expires_in,omitempty"`
+}
+
+// PersonalToken answers CreatePersonalToken: the token is shown only here.
+type PersonalToken struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	PersonID  string `json:"person_id"`
+	ExpiresAt string `json:"expires_at"`
+	Token     string `json:"token"`
+}

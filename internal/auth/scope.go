@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Scopes an admin token can hold.
@@ -65,7 +66,9 @@ type Principal struct {
 	// TokenID is the admin token the caller presented (a person's: their
 	// session's or login's); "" on the admin socket.
 	TokenID string
-	Scopes  []string // granted scopes; "*" and "family.*" are wildcards
+	// TokenExpiresAt is when that token stops working; nil never.
+	TokenExpiresAt *time.Time
+	Scopes         []string // granted scopes; "*" and "family.*" are wildcards
 	// Team is the team of the jobs the caller submits: its token's, or ""
 	// (the default team) for a token without one and the admin socket.
 	Team string

@@ -40,6 +40,9 @@ type OIDCConfig struct {
 	// DisplayName names the provider on the dashboard's sign-in link
 	// ("Sign in with <display_name>").
 	DisplayName string `toml:"display_name"`
+	// CLIClientID is the provider's public client (no secret) that
+	// simpletunerctl login signs in with; "" turns that login off.
+	CLIClientID string `toml:"cli_client_id"`
 }
 
 // Enabled reports whether OIDC sign-in is configured.
@@ -103,6 +106,7 @@ func (l *loader) validateOIDC(c *Orchestrator) {
 	if !d.Enabled() {
 		for _, k := range []struct{ key, val string }{
 			{"auth.oidc.client_id", d.ClientID}, {"auth.oidc.client_secret_file", d.ClientSecretFile}, {"auth.oidc.redirect_url", d.RedirectURL},
+			{"auth.oidc.cli_client_id", d.CLIClientID},
 		} {
 			if k.val != "" {
 				l.errf(k.key, "is set but auth.oidc.issuer is empty (OIDC sign-in is off without it)")

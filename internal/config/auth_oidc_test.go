@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 const oidcOK = "[auth.oidc]\nissuer = \"https://login.example.com/oauth2/default\"\nclient_id = \"0oa1b2c3\"\nredirect_url = \"https://tuner.example.com/ui/auth/oidc/callback\"\n"
@@ -87,6 +88,9 @@ func TestOIDCConfigErrors(t *testing.T) {
 		{oidcOK + secret + "scopes = [\"profile\", \"email\"]\n", "o.toml:6: key auth.oidc.scopes: [\"profile\" \"email\"] must include \"openid\""},
 		{oidcOK + secret + "groups_claim = \"\"\n", "o.toml:6: key auth.oidc.groups_claim: must not be empty"},
 		{"[auth.oidc]\nclient_id = \"c\"\n", "o.toml:2: key auth.oidc.client_id: is set but auth.oidc.issuer is empty"},
+		{"[auth.oidc]\ncli_client_id = \"ctl\"\n", "o.toml:2: key auth.oidc.cli_client_id: is set but auth.oidc.issuer is empty"},
+		{"[auth]\nlogin_token_ttl = \"0s\"\n", "o.toml:2: key auth.login_token_ttl: must be greater than 0"},
+		{"[auth]\npersonal_token_max_ttl = \"0s\"\n", "o.toml:2: key auth.personal_token_max_ttl: must be greater than 0"},
 		{"[auth.oidc]\nissuerr = \"https://x\"\n", "o.toml:2: key auth.oidc.issuerr: unknown key (did you mean auth.oidc.issuer?)"},
 	} {
 		_, _, err := loadO(t, tc.toml, env())
@@ -106,5 +110,25 @@ func TestOIDCLoopbackIssuer(t *testing.T) {
 		"client_secret_file = \"" + secretFile(t, "x", 0o600) + "\"\n"
 	if _, _, err := loadO(t, toml, env()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The command-line login's keys load with their defaults and as set.
+func TestLoginKeys(t *testing.T) {
+	t.Parallel()
+	c, _, err := loadO(t, "", env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := c.Auth; a.LoginTokenTTL.Duration != 12*time.Hour || !a.PeopleTokens || a.PersonalTokenMaxTTL.Duration != 90*24*time.Hour {
+		t.Errorf("defaults: ttl %v, people_tokens %v, max %v", a.LoginTokenTTL, a.PeopleTokens, a.PersonalTokenMaxTTL)
+	}
+	c, _, err = loadO(t, oidcOK+"client_secret_file = \""+secretFile(t, "x", 0o600)+"\"\ncli_client_id = \"simpletunerctl\"\n\n"+
+		"[auth]\nlogin_token_ttl = \"2h\"\npeople_tokens = false\n", env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := c.Auth; a.LoginTokenTTL.Duration != 2*time.Hour || a.PeopleTokens || a.OIDC.CLIClientID != "simpletunerctl" {
+		t.Errorf("set: ttl %v, people_tokens %v, cli_client_id %q", a.LoginTokenTTL, a.PeopleTokens, a.OIDC.CLIClientID)
 	}
 }

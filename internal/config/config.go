@@ -265,6 +265,13 @@ type AuthConfig struct {
 	// "all" (every team's; writes stay within the team), or "" (team when
 	// any [[teams]] is configured, else all).
 	Visibility string `toml:"visibility"`
+	// LoginTokenTTL is how long the token of a simpletunerctl login lasts.
+	LoginTokenTTL Duration `toml:"login_token_ttl"`
+	// PeopleTokens lets a person create long-lived tokens of their own
+	// (POST /api/auth/tokens); false allows only logins and sessions.
+	PeopleTokens bool `toml:"people_tokens"`
+	// PersonalTokenMaxTTL bounds the life of a person's own token.
+	PersonalTokenMaxTTL Duration `toml:"personal_token_max_ttl"`
 	// LDAP is [auth.ldap]: sign-in against a directory (off without url).
 	LDAP LDAPConfig `toml:"ldap"`
 	// OIDC is [auth.oidc]: sign-in with an OpenID provider (off without issuer).
@@ -565,6 +572,9 @@ func DefaultOrchestrator() *Orchestrator {
 			RecheckInterval:      D(10 * time.Second),
 			FailureAuditInterval: D(time.Minute),
 			FailureAuditMaxPeers: 100,
+			LoginTokenTTL:        D(12 * time.Hour),
+			PeopleTokens:         true,
+			PersonalTokenMaxTTL:  D(90 * day),
 			LDAP:                 defaultLDAP(),
 			OIDC:                 defaultOIDC(),
 			Groups:               []GroupMapping{},

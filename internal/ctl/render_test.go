@@ -114,7 +114,7 @@ func renderCases(t *testing.T) []renderCase {
 		{"webhook", func(r renderer, w *bytes.Buffer) error { return r.webhook(w, hooks.Webhooks[1], deliveries.Deliveries) }},
 		{"deliveries", func(r renderer, w *bytes.Buffer) error { return r.deliveries(w, deliveries.Deliveries) }},
 		{"usage", func(r renderer, w *bytes.Buffer) error { return r.usage(w, usage) }},
-		{"whoami", func(r renderer, w *bytes.Buffer) error { return r.whoami(w, me) }},
+		{"whoami", func(r renderer, w *bytes.Buffer) error { return r.whoami(w, me, "") }},
 		{"people", func(r renderer, w *bytes.Buffer) error { return r.people(w, people.People) }},
 	}
 }

@@ -90,12 +90,29 @@ func (r renderer) usageDays(w io.Writer, teams []api.TeamUsage) error {
 	return t.Write(w)
 }
 
-func (r renderer) whoami(w io.Writer, me api.Whoami) error {
-	return writeKV(w, [][2]string{
-		{"Name", me.Name}, {"Kind", me.Kind}, {"ID", me.ID}, {"Actor", me.Actor},
+// whoami shows the caller; source is where the token came from ("" when
+// not known).
+func (r renderer) whoami(w io.Writer, me api.Whoami, source string) error {
+	rows := [][2]string{{"Name", me.Name}, {"Kind", me.Kind}, {"ID", me.ID}}
+	if p := me.Person; p != nil {
+		rows = append(rows, [2]string{"User name", p.Username}, [2]string{"Email", p.Email}, [2]string{"Provider", p.Provider})
+		roles := make([]string, 0, len(me.Memberships))
+		for _, m := range me.Memberships {
+			roles = append(roles, first(m.Team, "fleet")+":"+m.Role)
+		}
+		rows = append(rows, [2]string{"Roles", strings.Join(roles, ", ")})
+	}
+	rows = append(rows, [][2]string{{"Actor", me.Actor},
 		{"Team", first(me.Team, "default")}, {"Scopes", strings.Join(me.Scopes, ", ")},
 		{"Max priority", strconv.Itoa(me.MaxPriority)},
-	})
+	}...)
+	if source != "" {
+		rows = append(rows, [2]string{"Token", source})
+	}
+	if me.ExpiresAt != nil {
+		rows = append(rows, [2]string{"Expires", *me.ExpiresAt})
+	}
+	return writeKV(w, rows)
 }
 
 // hours is GPU-hours to a tenth.

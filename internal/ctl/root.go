@@ -43,6 +43,11 @@ type Env struct {
 	StdoutTTY bool
 	// Socket is the admin socket tried when no URL is configured.
 	Socket string
+	// StdinTTY: standard input is a terminal, so login may ask for a user
+	// name and password (ReadPassword reads one without echo) and an
+	// expired login is asked for again.
+	StdinTTY     bool
+	ReadPassword func() (string, error)
 }
 
 // app holds the global flags and what they resolve to.
@@ -56,6 +61,8 @@ type app struct {
 	format output.Format
 	style  output.Styler
 	cl     *client.Client
+	// tokenSource says where the token in use came from, for whoami.
+	tokenSource string
 }
 
 // Main runs simpletunerctl with args (without the program name) and returns
@@ -163,6 +170,8 @@ func exitCode(err error) int {
 		return ExitUsage
 	case errors.As(err, &nf):
 		return ExitNotFound
+	case errors.As(err, new(*loginExpiredError)):
+		return ExitAuth
 	case errors.As(err, &ae):
 		switch ae.Status {
 		case 404:
@@ -220,7 +229,7 @@ Exit status: 0 ok, 1 the operation failed, 2 usage, 3 not found, 4 not authorise
 		c.GroupID = "workers"
 		root.AddCommand(c)
 	}
-	for _, c := range a.adminCommands() {
+	for _, c := range append(a.adminCommands(), a.loginCommands()...) {
 		c.GroupID = "admin"
 		root.AddCommand(c)
 	}
@@ -380,7 +389,7 @@ func (a *app) client() (*client.Client, error) {
 		file = &ctlconf.File{}
 	}
 	url := chooseURL(a.env.Socket, a.url, a.env.Getenv("SIMPLETUNER_URL"), file.URL)
-	token, err := a.token(file)
+	token, err := a.token(file, url)
 	if err != nil {
 		return nil, err
 	}
@@ -409,7 +418,9 @@ func chooseURL(socket string, configured ...string) string {
 	return client.DefaultURL
 }
 
-func (a *app) token(file *ctlconf.File) (string, error) {
+// token is the admin token to send: --token-file, SIMPLETUNER_ADMIN_TOKEN,
+// ctl.toml's token_file or token, else the login for url in login.toml.
+func (a *app) token(file *ctlconf.File, url string) (string, error) {
 	readFile := func(p, what string) (string, error) {
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -426,13 +437,21 @@ func (a *app) token(file *ctlconf.File) (string, error) {
 	}
 	switch {
 	case a.tokenFile != "":
+		a.tokenSource = "--token-file"
 		return readFile(a.tokenFile, "--token-file")
 	case a.env.Getenv("SIMPLETUNER_ADMIN_TOKEN") != "":
+		a.tokenSource = "SIMPLETUNER_ADMIN_TOKEN"
 		return strings.TrimSpace(a.env.Getenv("SIMPLETUNER_ADMIN_TOKEN")), nil
 	case file.TokenFile != "":
+		a.tokenSource = "token_file in " + file.Path
 		return readFile(file.TokenFile, "token_file in "+file.Path)
+	case file.Token != "":
+		a.tokenSource = "token in " + file.Path
+		return file.Token, nil
+	case strings.HasPrefix(url, "unix:"):
+		return "", nil
 	}
-	return file.Token, nil
+	return a.loginToken(strings.TrimSuffix(url, "/"), file)
 }
 
 func first(vals ...string) string {

@@ -104,7 +104,7 @@ func (a *app) completeTeams(cmd *cobra.Command, _ []string, _ string) ([]cobra.C
 func (a *app) whoamiCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "whoami",
-		Short: "Show the credential in use: its name, scopes and team",
+		Short: "Show the credential in use: who it is, roles, scopes, team and expiry",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := a.client()
@@ -119,7 +119,7 @@ func (a *app) whoamiCommand() *cobra.Command {
 			if a.format == output.JSONFormat {
 				return output.WriteJSON(a.out(), raw)
 			}
-			return a.renderer().whoami(a.out(), me)
+			return a.renderer().whoami(a.out(), me, a.tokenSource)
 		},
 	}
 }

@@ -32,15 +32,15 @@ type Resolver struct {
 // person: ErrDisabled when they are disabled.
 func (r Resolver) Principal(ctx context.Context, t store.AdminToken) (auth.Principal, error) {
 	if t.PersonID == "" {
-		return auth.Principal{Kind: auth.KindAdminToken, ID: t.ID, TokenID: t.ID, Name: t.Name, Scopes: t.Scopes,
-			Team: t.Team, MaxPriority: t.MaxPriority}, nil
+		return auth.Principal{Kind: auth.KindAdminToken, ID: t.ID, TokenID: t.ID, TokenExpiresAt: t.ExpiresAt, Name: t.Name,
+			Scopes: t.Scopes, Team: t.Team, MaxPriority: t.MaxPriority}, nil
 	}
 	p, err := r.People.GetPerson(ctx, t.PersonID)
 	if err != nil {
 		return auth.Principal{}, fmt.Errorf("the person of admin token %s: %w", t.ID, err)
 	}
 	out, err := PrincipalOf(p, r.groups())
-	out.TokenID = t.ID
+	out.TokenID, out.TokenExpiresAt = t.ID, t.ExpiresAt
 	return out, err
 }
 

@@ -52,6 +52,9 @@ type Client struct {
 	RedirectURIs []string
 	Public       bool // a native application without a secret (simpletunerctl)
 	Device       bool // may use the device flow
+	// Refresh: sign-ins asking for offline_access get a refresh token,
+	// which gives new tokens (a new ID token among them) once.
+	Refresh bool
 }
 
 // Defaults a test can sign in with.
@@ -118,6 +121,8 @@ func start(o Options) (*Server, error) {
 		CryptoKey:      sha256.Sum256([]byte(s.URL)),
 		CodeMethodS256: true,
 		AuthMethodPost: true,
+		// Only clients registered with Refresh get refresh tokens.
+		GrantTypeRefreshToken: true,
 		DeviceAuthorization: op.DeviceAuthorizationConfig{
 			Lifetime: 5 * time.Minute, PollInterval: time.Second, UserFormPath: "/device", UserCode: op.UserCodeBase20,
 		},

@@ -96,6 +96,9 @@ func (c *client) GrantTypes() []oidc.GrantType {
 	if c.Device {
 		g = append(g, oidc.GrantTypeDeviceCode)
 	}
+	if c.Refresh {
+		g = append(g, oidc.GrantTypeRefreshToken)
+	}
 	return g
 }
 

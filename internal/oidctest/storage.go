@@ -26,6 +26,7 @@ type storage struct {
 	requests  map[string]*authRequest
 	codes     map[string]string // code → request id
 	tokens    map[string]accessToken
+	refreshes map[string]*refreshRequest              // by refresh token; each is used once
 	devices   map[string]*op.DeviceAuthorizationState // by device code
 	userCodes map[string]string                       // user code → device code
 
@@ -47,7 +48,7 @@ type accessToken struct {
 
 func newStorage(clients []Client, users []User) (*storage, error) {
 	s := &storage{clients: map[string]*client{}, users: map[string]User{}, requests: map[string]*authRequest{},
-		codes: map[string]string{}, tokens: map[string]accessToken{}, devices: map[string]*op.DeviceAuthorizationState{},
+		codes: map[string]string{}, tokens: map[string]accessToken{}, refreshes: map[string]*refreshRequest{}, devices: map[string]*op.DeviceAuthorizationState{},
 		userCodes: map[string]string{}, lifetime: 5 * time.Minute}
 	for _, c := range clients {
 		s.clients[c.ID] = &client{Client: c, s: s}
@@ -180,14 +181,53 @@ func (s *storage) CreateAccessToken(_ context.Context, req op.TokenRequest) (str
 	return id, t.expires, nil
 }
 
-var errNoRefresh = errors.New("this test provider issues no refresh tokens")
-
-func (s *storage) CreateAccessAndRefreshTokens(context.Context, op.TokenRequest, string) (string, string, time.Time, error) {
-	return "", "", time.Time{}, errNoRefresh
+// refreshRequest is what a refresh token was issued for.
+type refreshRequest struct {
+	subject, clientID string
+	scopes            []string
+	amr               []string
+	authTime          time.Time
 }
 
-func (s *storage) TokenRequestByRefreshToken(context.Context, string) (op.RefreshTokenRequest, error) {
-	return nil, errNoRefresh
+func (r *refreshRequest) GetAMR() []string                 { return r.amr }
+func (r *refreshRequest) GetAudience() []string            { return []string{r.clientID} }
+func (r *refreshRequest) GetAuthTime() time.Time           { return r.authTime }
+func (r *refreshRequest) GetClientID() string              { return r.clientID }
+func (r *refreshRequest) GetScopes() []string              { return r.scopes }
+func (r *refreshRequest) GetSubject() string               { return r.subject }
+func (r *refreshRequest) SetCurrentScopes(scopes []string) { r.scopes = scopes }
+
+// CreateAccessAndRefreshTokens issues an access token and a new refresh
+// token; the one presented (when refreshing) is used up.
+func (s *storage) CreateAccessAndRefreshTokens(ctx context.Context, req op.TokenRequest, current string) (string, string, time.Time, error) {
+	id, expires, err := s.CreateAccessToken(ctx, req)
+	if err != nil {
+		return "", "", time.Time{}, err
+	}
+	r := &refreshRequest{subject: req.GetSubject(), scopes: req.GetScopes(), amr: []string{"pwd"}, authTime: time.Now()}
+	if c, ok := req.(interface{ GetClientID() string }); ok {
+		r.clientID = c.GetClientID()
+	}
+	if d, ok := req.(*op.DeviceAuthorizationState); ok {
+		r.clientID = d.ClientID
+	}
+	refresh := randomID()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.refreshes, current)
+	s.refreshes[refresh] = r
+	return id, refresh, expires, nil
+}
+
+func (s *storage) TokenRequestByRefreshToken(_ context.Context, refresh string) (op.RefreshTokenRequest, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.refreshes[refresh]
+	if !ok {
+		return nil, op.ErrInvalidRefreshToken
+	}
+	copied := *r
+	return &copied, nil
 }
 
 func (s *storage) TerminateSession(context.Context, string, string) error { return nil }

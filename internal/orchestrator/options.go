@@ -65,6 +65,13 @@ type Options struct {
 	Visibility string
 	// Groups are [[auth.groups]]: what people's provider groups grant.
 	Groups []config.GroupMapping
+	// LoginTokenTTL, CLIClientID, PeopleTokens and PersonalTokenMaxTTL
+	// shape people's command-line logins and tokens ([auth]).
+	LoginTokenTTL       time.Duration
+	CLIClientID         string
+	OIDCScopes          []string
+	PeopleTokens        bool
+	PersonalTokenMaxTTL time.Duration
 
 	// followFallback replaces defaultFollowFallback when set: tests that
 	// count store reads put the fallback look out of their way.
@@ -120,6 +127,12 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 		Teams:      fairshare.PolicyFrom(cfg),
 		Visibility: cfg.Auth.Visibility,
 		Groups:     cfg.Auth.Groups,
+
+		LoginTokenTTL:       cfg.Auth.LoginTokenTTL.Duration,
+		CLIClientID:         cfg.Auth.OIDC.CLIClientID,
+		OIDCScopes:          cfg.Auth.OIDC.Scopes,
+		PeopleTokens:        cfg.Auth.PeopleTokens,
+		PersonalTokenMaxTTL: cfg.Auth.PersonalTokenMaxTTL.Duration,
 	}
 }
 
@@ -155,6 +168,12 @@ func (o Options) withDefaults() Options {
 	}
 	if len(o.Teams.Teams) == 0 {
 		o.Teams = def.Teams
+	}
+	if o.LoginTokenTTL <= 0 {
+		o.LoginTokenTTL = def.LoginTokenTTL
+	}
+	if o.PersonalTokenMaxTTL <= 0 {
+		o.PersonalTokenMaxTTL = def.PersonalTokenMaxTTL
 	}
 	return o
 }
@@ -199,5 +218,7 @@ func (o Options) apiOptions(adminSocketPath string) adminapi.Options {
 		AdminSocketPath: adminSocketPath, MaxRetries: o.MaxRetries,
 		MaxLogFollowers: o.MaxLogFollowers, StreamWriteTimeout: o.StreamWriteTimeout, RecheckInterval: o.RecheckInterval,
 		FollowFallback: o.followFallback, Teams: o.Teams, Visibility: o.Visibility, Groups: o.Groups,
+		LoginTokenTTL: o.LoginTokenTTL, CLIClientID: o.CLIClientID, OIDCScopes: o.OIDCScopes, PeopleTokens: o.PeopleTokens,
+		PersonalTokenMaxTTL: o.PersonalTokenMaxTTL,
 	}
 }

@@ -157,6 +157,10 @@ func (s *Server) wireEngine(st store.Store, opt Options, log *slog.Logger) {
 	s.sched.Init(opt.schedulerOptions())
 }
 
+// SetSignInProviders tells the API which identity providers people sign in
+// with from the command line; call it before serving.
+func (s *Server) SetSignInProviders(p adminapi.SignInProviders) { s.api.SetSignInProviders(p) }
+
 // API is the admin and queue API, for callers in process (the dashboard).
 func (s *Server) API() *adminapi.API { return s.api }
 

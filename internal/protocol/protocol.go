@@ -471,6 +471,10 @@ const (
 	CodeInternal      = "internal"
 )
 
+// CodeTokenExpired (HTTP 401): the admin token was valid but its life
+// (a command-line login, a person's own token) has run out; log in again.
+const CodeTokenExpired = "token_expired"
+
 // CodeInsufficientStorage (HTTP 507): a write found the disk it needs full.
 const CodeInsufficientStorage = "insufficient_storage"
 

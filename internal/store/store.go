@@ -365,6 +365,9 @@ type AdminToken struct {
 	PersonID  string
 	CreatedAt time.Time
 	RevokedAt *time.Time
+	// ExpiresAt is when the token stops working (a command-line login, a
+	// person's own token); nil never.
+	ExpiresAt *time.Time
 }
 
 // ActiveAttempt is a job's attempt out on a worker, as fair share and

@@ -37,6 +37,7 @@ var docPrograms = []string{"simpletunerctl", "simpletuner-orchestratord", "simpl
 // prepared first (see prepare).
 var parseOnlyCommands = map[string]string{
 	"download": "needs an artifact a training run uploaded",
+	"login":    "needs an identity provider and a person confirming the sign-in (test/e2e/ctl/login_test.go runs it)",
 }
 
 // Flags that make a command run until interrupted or until a job that no

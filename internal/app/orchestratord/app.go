@@ -180,6 +180,13 @@ func (a *App) Start(ctx context.Context) (err error) {
 	a.log.Info("database ready", "store", desc)
 	a.srv = orchestrator.New(st, orchestrator.OptionsFrom(cfg), a.log)
 	a.srv.SetAdminSocketPath(cfg.Server.AdminSocket)
+	providers, err := newIdentityProviders(cfg, st)
+	if err != nil {
+		closeAll(listeners)
+		_ = st.Close()
+		return err
+	}
+	a.srv.SetSignInProviders(providers.forAPI())
 	arts, err := OpenArtifacts(ctx, cfg)
 	if err != nil {
 		closeAll(listeners)
@@ -200,11 +207,8 @@ func (a *App) Start(ctx context.Context) (err error) {
 	// The web dashboard lives under /ui/ on the API listeners (not the admin
 	// socket) and acts only through the orchestrator's API, called in process.
 	dopt := dashboard.Options{API: a.srv.API(), HTTP: api, Sessions: st, PublicURL: cfg.PublicURL(), Version: version.Version, Log: a.log}
-	err = a.signInProviders(cfg, st, &dopt)
-	var dash *dashboard.Dashboard
-	if err == nil {
-		dash, err = dashboard.New(dopt)
-	}
+	a.forDashboard(providers, cfg, st, &dopt)
+	dash, err := dashboard.New(dopt)
 	if err != nil {
 		closeAll(listeners)
 		_ = st.Close()

@@ -277,12 +277,8 @@ func redactURLError(err error) error {
 func (p *Provider) verify(ctx context.Context, op *gooidc.Provider, raw, nonce string) (identity.Result, error) {
 	v := op.Verifier(&gooidc.Config{ClientID: p.cfg.ClientID, Now: func() time.Time { return p.cfg.Now().Add(-p.cfg.ClockSkew) }})
 	idt, err := v.Verify(p.ctx(ctx), raw)
-	if err != nil && strings.Contains(err.Error(), "fetching keys") {
-		// go-oidc says so only in words: the keys could not be read.
-		return identity.Result{}, fmt.Errorf("%w: reading its signing keys: %v", ErrProviderUnavailable, err)
-	}
 	if err != nil {
-		return identity.Result{}, &TokenError{Reason: verifyReason(err), Err: err}
+		return identity.Result{}, verifyError(err)
 	}
 	if subtle.ConstantTimeCompare([]byte(idt.Nonce), []byte(nonce)) != 1 {
 		return identity.Result{}, &TokenError{Reason: "the ID token's nonce is not the one this sign-in asked for"}
@@ -298,6 +294,21 @@ func (p *Provider) verify(ctx context.Context, op *gooidc.Provider, raw, nonce s
 	if idt.Subject == "" {
 		return identity.Result{}, &TokenError{Reason: "the ID token names no subject"}
 	}
+	return p.result(idt, claims), nil
+}
+
+// verifyError sorts a failed verification: keys that could not be read
+// are the provider being unavailable, anything else a refused token.
+func verifyError(err error) error {
+	if strings.Contains(err.Error(), "fetching keys") {
+		// go-oidc says so only in words: the keys could not be read.
+		return fmt.Errorf("%w: reading its signing keys: %v", ErrProviderUnavailable, err)
+	}
+	return &TokenError{Reason: verifyReason(err), Err: err}
+}
+
+// result is the person a verified ID token names.
+func (p *Provider) result(idt *gooidc.IDToken, claims map[string]any) identity.Result {
 	return identity.Result{
 		Provider: ProviderName,
 		Issuer:   idt.Issuer,
@@ -306,7 +317,7 @@ func (p *Provider) verify(ctx context.Context, op *gooidc.Provider, raw, nonce s
 		Email:    str(claims["email"]),
 		Name:     str(claims["name"]),
 		Groups:   identity.Claim(claims, p.cfg.GroupsClaim),
-	}, nil
+	}
 }
 
 func str(v any) string {

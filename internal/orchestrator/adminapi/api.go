@@ -165,6 +165,16 @@ type Options struct {
 	Visibility string
 	// Groups are [[auth.groups]]: what the people's provider groups grant.
 	Groups []config.GroupMapping
+	// LoginTokenTTL is how long a command-line login lasts; CLIClientID
+	// the OpenID provider's client it signs in with ("" none).
+	LoginTokenTTL time.Duration
+	CLIClientID   string
+	// OIDCScopes are [auth.oidc] scopes, which the command line asks for too.
+	OIDCScopes []string
+	// PeopleTokens lets people create tokens of their own, lasting at
+	// most PersonalTokenMaxTTL.
+	PeopleTokens        bool
+	PersonalTokenMaxTTL time.Duration
 }
 
 // API is the admin and queue API.
@@ -188,6 +198,8 @@ type API struct {
 	followers followers
 	// recent holds the last full count of the jobs that ended lately.
 	recent recentEnds
+	// providers are the identity providers people sign in with.
+	providers providersBox
 }
 
 // New is the API over deps, with opt as the orchestrator fills it: its

@@ -29,8 +29,17 @@ func (a *API) Whoami(ctx context.Context, _ struct{}) (api.Whoami, error) {
 		scopes = []string{}
 	}
 	limit, _ := priorityLimit(c, a.options().Teams.Team(c.TeamOrDefault()))
-	return api.Whoami{Kind: c.Kind, ID: c.ID, Name: c.Name, Scopes: scopes, Actor: c.Actor(), Team: c.TeamOrDefault(),
-		MaxPriority: limit}, nil
+	out := api.Whoami{Kind: c.Kind, ID: c.ID, Name: c.Name, Scopes: scopes, Actor: c.Actor(), Team: c.TeamOrDefault(),
+		MaxPriority: limit, Memberships: membershipsOf(c.Principal), TokenID: c.TokenID, ExpiresAt: timePtr(c.TokenExpiresAt)}
+	if c.Kind == auth.KindPerson {
+		p, err := a.store.GetPerson(ctx, c.ID)
+		if err != nil {
+			return api.Whoami{}, err
+		}
+		s := personSummary(p)
+		out.Person = &s
+	}
+	return out, nil
 }
 
 // maxConfigNames bounds the configs listing.

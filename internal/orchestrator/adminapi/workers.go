@@ -524,7 +524,8 @@ func (a *API) Tokens(ctx context.Context, _ struct{}) (api.TokenList, error) {
 	out := api.TokenList{Tokens: make([]api.Token, 0, len(ts))}
 	for _, t := range ts {
 		out.Tokens = append(out.Tokens, api.Token{ID: t.ID, Name: t.Name, Scopes: t.Scopes, Team: teamName(t.Team),
-			MaxPriority: t.MaxPriority, CreatedAt: protocol.Time(t.CreatedAt), RevokedAt: timePtr(t.RevokedAt)})
+			MaxPriority: t.MaxPriority, CreatedAt: protocol.Time(t.CreatedAt), RevokedAt: timePtr(t.RevokedAt), PersonID: t.PersonID,
+			ExpiresAt: timePtr(t.ExpiresAt)})
 	}
 	return out, nil
 }

@@ -163,6 +163,32 @@ func (a *Authenticator) Refused(c Presenter, token, code, detail string) error {
 	return web.Errorf(http.StatusUnauthorized, code, "%s", detail)
 }
 
+// SignInLimited refuses (429) a client past the failure limit before a
+// sign-in with a password or an ID token asks anyone about it.
+func (a *Authenticator) SignInLimited(r *http.Request) error {
+	c := PresenterOf(r)
+	wait, blocked := a.Limiter.Blocked(c.key)
+	if !blocked {
+		return nil
+	}
+	a.failures.Note(c.key, c.ip, c.route, "", true)
+	return a.tooMany(c, wait)
+}
+
+// SignInFailed counts a refused sign-in toward r's client's limit and the
+// failure audit; it returns refusal, or 429 once the client is over.
+func (a *Authenticator) SignInFailed(r *http.Request, refusal error) error {
+	c := PresenterOf(r)
+	a.Limiter.Fail(c.key)
+	a.Metrics.AuthFailures.Add(1)
+	wait, blocked := a.Limiter.Blocked(c.key)
+	a.failures.Note(c.key, c.ip, c.route, "", blocked)
+	if blocked {
+		return a.tooMany(c, wait)
+	}
+	return refusal
+}
+
 // routeOf names the endpoint of a request without the ids in its path, so
 // that failures on many jobs count as one route.
 func routeOf(r *http.Request) string {
@@ -287,6 +313,11 @@ func (a *Authenticator) adminByToken(ctx context.Context, c Presenter, token str
 	if err != nil || t.RevokedAt != nil || !auth.Equal(t.Hash, hash) {
 		return auth.Principal{}, a.Refused(c, token, protocol.CodeUnauthorized, "invalid admin token: "+why(token, auth.KindAdmin))
 	}
+	if Expired(t, time.Now()) {
+		// Not counted as a failure: the holder had the token rightly, and
+		// a command line that runs on with it must not lock its address out.
+		return auth.Principal{}, ExpiredError(*t.ExpiresAt)
+	}
 	p, err := a.Resolver.Principal(ctx, t)
 	if errors.Is(err, identity.ErrDisabled) || errors.Is(err, store.ErrNotFound) {
 		return auth.Principal{}, a.Refused(c, token, protocol.CodeUnauthorized, "invalid admin token: the person it belongs to is disabled")
@@ -309,6 +340,17 @@ func (a *Authenticator) PasswordRefused(r *http.Request, route string) error {
 	c := PresenterOf(r)
 	c.route = route
 	return a.Refused(c, "", protocol.CodeUnauthorized, "invalid user name or password")
+}
+
+// Expired reports whether t's life has run out by now.
+func Expired(t store.AdminToken, now time.Time) bool {
+	return t.ExpiresAt != nil && !now.Before(*t.ExpiresAt)
+}
+
+// ExpiredError is the 401 of a token that expired at when.
+func ExpiredError(when time.Time) error {
+	return web.Errorf(http.StatusUnauthorized, protocol.CodeTokenExpired,
+		"this token expired at %s; run simpletunerctl login to get a new one", when.UTC().Format(time.RFC3339))
 }
 
 // TokenPrincipal is the caller a valid admin token stands for (Resolver).
@@ -356,7 +398,7 @@ func (a *Authenticator) StillAllowed(ctx context.Context, r *http.Request, p aut
 		if err != nil {
 			return p, true, err
 		}
-		if t.RevokedAt != nil || !auth.Equal(t.Hash, hash) || t.ID != p.TokenID {
+		if t.RevokedAt != nil || !auth.Equal(t.Hash, hash) || t.ID != p.TokenID || Expired(t, time.Now()) {
 			return p, false, nil
 		}
 		now, err := a.Resolver.Principal(ctx, t)

@@ -13,7 +13,7 @@ import (
 // sessionCols joins each session to its admin token, so one read tells the
 // dashboard both whether the session exists and whether its token still works.
 const sessionCols = `s.id_hash, s.token_id, s.created_at, s.last_seen, s.peer_ip, s.user_agent,
-	t.id, t.name, t.scopes, t.hash, t.created_at, t.revoked_at, t.team, t.max_priority, t.person_id`
+	t.id, t.name, t.scopes, t.hash, t.created_at, t.revoked_at, t.team, t.max_priority, t.person_id, t.expires_at`
 
 // CreateDashboardSession stores a new session for a live admin token.
 func (s *Store) CreateDashboardSession(ctx context.Context, sess store.DashboardSession, rec *audit.Record) error {

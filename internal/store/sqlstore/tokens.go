@@ -9,7 +9,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
 
-const tokenCols = `id, name, scopes, hash, created_at, revoked_at, team, max_priority, person_id`
+const tokenCols = `id, name, scopes, hash, created_at, revoked_at, team, max_priority, person_id, expires_at`
 
 func scanToken(r scanner) (store.AdminToken, error) {
 	var t store.AdminToken
@@ -20,7 +20,7 @@ func scanToken(r scanner) (store.AdminToken, error) {
 // tokenDest is where a row of tokenCols scans into t.
 func tokenDest(t *store.AdminToken) []any {
 	return []any{&t.ID, &t.Name, jsonCol{&t.Scopes}, &t.Hash, timeCol{&t.CreatedAt}, nullTimeCol{&t.RevokedAt}, &t.Team,
-		nullIntCol{&t.MaxPriority}, nullStringCol{&t.PersonID}}
+		nullIntCol{&t.MaxPriority}, nullStringCol{&t.PersonID}, nullTimeCol{&t.ExpiresAt}}
 }
 
 // nullStringCol scans text that may be NULL ("").
@@ -62,8 +62,9 @@ func (s *Store) CreateAdminToken(ctx context.Context, t store.AdminToken, rec *a
 				return err
 			}
 		}
-		if _, err := c.exec(ctx, `INSERT INTO admin_tokens (`+tokenCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			t.ID, t.Name, sc, t.Hash, s.tv(now(t.CreatedAt)), s.ntv(t.RevokedAt), t.Team, t.MaxPriority, nullIfEmpty(t.PersonID)); err != nil {
+		if _, err := c.exec(ctx, `INSERT INTO admin_tokens (`+tokenCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			t.ID, t.Name, sc, t.Hash, s.tv(now(t.CreatedAt)), s.ntv(t.RevokedAt), t.Team, t.MaxPriority, nullIfEmpty(t.PersonID),
+			s.ntv(t.ExpiresAt)); err != nil {
 			return err
 		}
 		return s.appendAudit(ctx, c, rec)

@@ -21,7 +21,9 @@ func testAdminTokens(t *testing.T, s store.Store) {
 	maxPriority := 30
 	a := store.AdminToken{ID: "tok_a", Name: "ci", Scopes: []string{"jobs:write", "workers:read"}, Hash: "ha", CreatedAt: at(time.Second),
 		MaxPriority: &maxPriority}
-	b := store.AdminToken{ID: "tok_b", Name: "ops", Scopes: []string{}, Hash: "hb", CreatedAt: t0}
+	// b expires (a command-line login); a never does.
+	expires := at(12 * time.Hour)
+	b := store.AdminToken{ID: "tok_b", Name: "ops", Scopes: []string{}, Hash: "hb", CreatedAt: t0, ExpiresAt: &expires}
 	noErr(t, s.CreateAdminToken(ctx, a, rec("token.create")), "CreateAdminToken")
 	noErr(t, s.CreateAdminToken(ctx, b, nil), "CreateAdminToken")
 	wantErr(t, s.CreateAdminToken(ctx, store.AdminToken{ID: "tok_a", Hash: "hc"}, nil), store.ErrDuplicate, "same id")
