@@ -17,14 +17,14 @@ const (
 	ScopeAdminPeople = "admin.people"
 	// ScopeAdminApprovals: the approval rules (list, create, change, delete).
 	ScopeAdminApprovals = "admin.approvals"
-	ScopeQueueSubmit = "queue.submit"
-	ScopeQueueView   = "queue.view"
-	ScopeQueueCancel = "queue.cancel"
-	ScopeQueueManage = "queue.manage"
+	ScopeQueueSubmit    = "queue.submit"
+	ScopeQueueView      = "queue.view"
+	ScopeQueueCancel    = "queue.cancel"
+	ScopeQueueManage    = "queue.manage"
 	// ScopeQueueApprove: approve or reject the team's jobs held by an
 	// approval rule.
 	ScopeQueueApprove = "queue.approve"
-	ScopeAll         = "*"
+	ScopeAll          = "*"
 )
 
 // Principal kinds.

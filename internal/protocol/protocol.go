@@ -60,12 +60,12 @@ const (
 	// of its team (or an admin) approves it into the queue or rejects it.
 	JobPendingApproval JobStatus = "pending_approval"
 	JobQueued          JobStatus = "queued"
-	JobDispatched JobStatus = "dispatched"
-	JobRunning    JobStatus = "running"
-	JobCanceling  JobStatus = "canceling"
-	JobCompleted  JobStatus = "completed"
-	JobFailed     JobStatus = "failed"
-	JobCancelled  JobStatus = "cancelled"
+	JobDispatched      JobStatus = "dispatched"
+	JobRunning         JobStatus = "running"
+	JobCanceling       JobStatus = "canceling"
+	JobCompleted       JobStatus = "completed"
+	JobFailed          JobStatus = "failed"
+	JobCancelled       JobStatus = "cancelled"
 )
 
 // Terminal reports whether a job in this state can never change again.
