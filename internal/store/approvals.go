@@ -8,9 +8,10 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 )
 
-// Where an approval rule comes from.
+// Where an approval rule comes from: the store keeps those made through
+// the API; those of [[approval_rules]] live in the configuration.
 const (
-	RuleFromConfig = "config" // [[approval_rules]]: re-synced at start and reload, read-only through the API
+	RuleFromConfig = "config"
 	RuleFromAPI    = "api"
 )
 
@@ -111,8 +112,8 @@ type Approvals interface {
 	// (YYYY-MM-DD, UTC). Every insert of a job counts.
 	SubmitCounts(ctx context.Context, actor, day string) (ever, onDay int, err error)
 
-	// ListApprovalRules lists the rules in the order they are checked:
-	// the configuration's first, then the API's, each by position.
+	// ListApprovalRules lists the rules made through the API in the order
+	// they are checked (by position).
 	ListApprovalRules(ctx context.Context) ([]ApprovalRule, error)
 	GetApprovalRule(ctx context.Context, idOrName string) (ApprovalRule, error)
 	// CreateApprovalRule stores an API rule at the end of the order (its
@@ -122,7 +123,4 @@ type Approvals interface {
 	// one transaction (fn may run more than once; see Store).
 	UpdateApprovalRule(ctx context.Context, id string, fn func(*ApprovalRule) (*audit.Record, error)) (ApprovalRule, error)
 	DeleteApprovalRule(ctx context.Context, id string, rec *audit.Record) error
-	// SyncConfigApprovalRules makes the configuration's rules exactly rs,
-	// in their order, keeping the IDs of those whose names stay.
-	SyncConfigApprovalRules(ctx context.Context, rs []ApprovalRule, rec func(action string, r ApprovalRule) *audit.Record) error
 }

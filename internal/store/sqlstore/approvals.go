@@ -3,11 +3,8 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -279,8 +276,8 @@ func scanRule(r scanner) (store.ApprovalRule, error) {
 	return a, err
 }
 
-// ruleOrder checks the configuration's rules before the API's.
-const ruleOrder = ` ORDER BY CASE WHEN source = 'config' THEN 0 ELSE 1 END, position, id`
+// ruleOrder is the order the rules are checked in.
+const ruleOrder = ` ORDER BY position, id`
 
 func (s *Store) listRules(ctx context.Context, c conn, where string, args ...any) ([]store.ApprovalRule, error) {
 	rows, err := c.query(ctx, `SELECT `+ruleCols+` FROM approval_rules`+where+ruleOrder, args...)
@@ -391,69 +388,4 @@ func (s *Store) DeleteApprovalRule(ctx context.Context, id string, rec *audit.Re
 		}
 		return s.appendAudit(ctx, c, rec)
 	})
-}
-
-// SyncConfigApprovalRules makes the configuration's rules exactly rs.
-func (s *Store) SyncConfigApprovalRules(ctx context.Context, rs []store.ApprovalRule, rec func(string, store.ApprovalRule) *audit.Record) error {
-	return s.write(ctx, func(c conn) error {
-		have, err := s.listRules(ctx, c, " WHERE source = ?", store.RuleFromConfig)
-		if err != nil {
-			return err
-		}
-		var recs []*audit.Record
-		note := func(action string, r store.ApprovalRule) {
-			if rec == nil {
-				return
-			}
-			if a := rec(action, r); a != nil {
-				recs = append(recs, a)
-			}
-		}
-		for i, r := range rs {
-			r.Source, r.Position, r.Conditions = store.RuleFromConfig, i+1, storedRaw(r.Conditions)
-			if r.Approver == "" {
-				r.Approver = "lead"
-			}
-			k := slices.IndexFunc(have, func(h store.ApprovalRule) bool { return h.Name == r.Name })
-			if k < 0 {
-				r.ID, r.CreatedAt = NewRuleID(), normTime(now(r.CreatedAt))
-				if err := s.insertRule(ctx, c, r); err != nil {
-					if s.d.IsUnique(err) {
-						return fmt.Errorf("approval rule %q: the name is taken by a rule made through the API: %w", r.Name, store.ErrDuplicate)
-					}
-					return err
-				}
-				note("approval.rule_create", r)
-				continue
-			}
-			old := have[k]
-			have = slices.Delete(have, k, k+1)
-			if old.Position == r.Position && sameJSON(old.Conditions, r.Conditions) && old.Approver == r.Approver {
-				continue
-			}
-			if _, err := c.exec(ctx, `UPDATE approval_rules SET position = ?, conditions = ?, approver = ? WHERE id = ?`,
-				r.Position, rawArg(r.Conditions, "{}"), r.Approver, old.ID); err != nil {
-				return err
-			}
-			r.ID = old.ID
-			note("approval.rule_update", r)
-		}
-		for _, gone := range have {
-			if _, err := c.exec(ctx, `DELETE FROM approval_rules WHERE id = ?`, gone.ID); err != nil {
-				return err
-			}
-			note("approval.rule_delete", gone)
-		}
-		return s.appendAudits(ctx, c, recs)
-	})
-}
-
-// sameJSON reports whether two JSON texts hold the same value (PostgreSQL
-// stores jsonb in its own spelling).
-func sameJSON(a, b []byte) bool {
-	var x, y any
-	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
-		return string(a) == string(b)
-	}
-	return reflect.DeepEqual(x, y)
 }

@@ -22,7 +22,6 @@ var approvalTests = []test{
 	{"ApprovalRequestsByTeam", testApprovalRequestsByTeam},
 	{"SubmitCountsEveryInsert", testSubmitCountsEveryInsert},
 	{"ApprovalRules", testApprovalRules},
-	{"SyncConfigApprovalRules", testSyncConfigApprovalRules},
 }
 
 // held inserts a job held for approval by rule "big".
@@ -254,39 +253,6 @@ func testApprovalRules(t *testing.T, s store.Store) {
 	rs, err := s.ListApprovalRules(t.Context())
 	noErr(t, err, "list")
 	equal(t, len(rs), 1, "rules left")
-}
-
-func testSyncConfigApprovalRules(t *testing.T, s store.Store) {
-	_, err := s.CreateApprovalRule(t.Context(), store.ApprovalRule{Name: "api-rule", Conditions: json.RawMessage(`{"first_job":true}`)}, nil)
-	noErr(t, err, "create")
-	var actions []string
-	note := func(action string, r store.ApprovalRule) *audit.Record {
-		actions = append(actions, action+" "+r.Name)
-		return rec(action)
-	}
-	cfg := []store.ApprovalRule{{Name: "b", Conditions: json.RawMessage(`{"gpus_over":1}`)}, {Name: "a", Conditions: json.RawMessage(`{"team":["x"]}`)}}
-	noErr(t, s.SyncConfigApprovalRules(t.Context(), cfg, note), "sync")
-	names := func() []string {
-		rs, err := s.ListApprovalRules(t.Context())
-		noErr(t, err, "list")
-		out := []string{}
-		for _, r := range rs {
-			out = append(out, r.Name+"/"+r.Source)
-		}
-		return out
-	}
-	equal(t, names(), []string{"b/config", "a/config", "api-rule/api"}, "config rules first, in file order")
-	first, _ := s.GetApprovalRule(t.Context(), "b")
-	// The same again changes nothing (in either engine's JSON spelling).
-	actions = nil
-	noErr(t, s.SyncConfigApprovalRules(t.Context(), cfg, note), "sync again")
-	equal(t, len(actions), 0, "changes of a sync with nothing new")
-	noErr(t, s.SyncConfigApprovalRules(t.Context(), cfg[:1], note), "sync without a")
-	equal(t, names(), []string{"b/config", "api-rule/api"}, "a removed")
-	again, _ := s.GetApprovalRule(t.Context(), "b")
-	equal(t, again.ID, first.ID, "a kept rule keeps its id")
-	err = s.SyncConfigApprovalRules(t.Context(), []store.ApprovalRule{{Name: "api-rule"}}, note)
-	wantErr(t, err, store.ErrDuplicate, "a config rule named as an API rule")
 }
 
 func sameJSONText(raw json.RawMessage, want string) bool {
