@@ -220,7 +220,13 @@ func (r Rule) Check(teams []string) error {
 		}
 	}
 	if c.Team != "" && c.Team != "default" && !slices.Contains(teams, c.Team) {
-		bad("team: %q is not a [[teams]] name (teams: %s)", c.Team, strings.Join(append([]string{"default"}, teams...), ", "))
+		known := []string{"default"}
+		for _, t := range teams {
+			if !slices.Contains(known, t) {
+				known = append(known, t)
+			}
+		}
+		bad("team: %q is not a [[teams]] name (teams: %s)", c.Team, strings.Join(known, ", "))
 	}
 	if c == (Conditions{SecondsPerStep: c.SecondsPerStep}) {
 		bad("set at least one condition (gpus_over, whole_worker, gpu_hours_over, config_glob, first_job, team, jobs_per_day_over)")

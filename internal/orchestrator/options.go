@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/approval"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/authn"
@@ -65,6 +66,8 @@ type Options struct {
 	Visibility string
 	// Groups are [[auth.groups]]: what people's provider groups grant.
 	Groups []config.GroupMapping
+	// ApprovalRules are [[approval_rules]].
+	ApprovalRules []approval.Rule
 
 	// followFallback replaces defaultFollowFallback when set: tests that
 	// count store reads put the fallback look out of their way.
@@ -120,7 +123,18 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 		Teams:      fairshare.PolicyFrom(cfg),
 		Visibility: cfg.Auth.Visibility,
 		Groups:     cfg.Auth.Groups,
+
+		ApprovalRules: approvalRulesFrom(cfg.ApprovalRules),
 	}
+}
+
+// approvalRulesFrom is [[approval_rules]] as the approval package reads it.
+func approvalRulesFrom(entries []config.ApprovalRuleConfig) []approval.Rule {
+	out := make([]approval.Rule, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, e.Rule())
+	}
+	return out
 }
 
 // withDefaults fills the settings this file's loops and streams cannot do
@@ -199,5 +213,6 @@ func (o Options) apiOptions(adminSocketPath string) adminapi.Options {
 		AdminSocketPath: adminSocketPath, MaxRetries: o.MaxRetries,
 		MaxLogFollowers: o.MaxLogFollowers, StreamWriteTimeout: o.StreamWriteTimeout, RecheckInterval: o.RecheckInterval,
 		FollowFallback: o.followFallback, Teams: o.Teams, Visibility: o.Visibility, Groups: o.Groups,
+		ApprovalRules: o.ApprovalRules,
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
+	"github.com/simpletuner/simpletuner-orchestration/internal/approval"
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
@@ -159,6 +160,9 @@ type Options struct {
 	Visibility string
 	// Groups are [[auth.groups]]: what the people's provider groups grant.
 	Groups []config.GroupMapping
+	// ApprovalRules are [[approval_rules]], checked at submit before the
+	// rules made through the API.
+	ApprovalRules []approval.Rule
 }
 
 // API is the admin and queue API.

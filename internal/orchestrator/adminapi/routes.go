@@ -72,5 +72,5 @@ func (a *API) Routes() []web.Route {
 		web.NewRoute("GET", "/api/queue/:job_id/artifacts", "", httpCall(a, auth.ScopeQueueView, ok, artifactsQuery, a.Artifacts)),
 		web.NewRoute("GET", "/api/queue/:job_id/artifacts/*path", "GET /api/queue/{job_id}/artifacts/{path}", a.admin(auth.ScopeQueueView, a.downloadArtifact)),
 		web.NewRoute("HEAD", "/api/queue/:job_id/artifacts/*path", "HEAD /api/queue/{job_id}/artifacts/{path}", a.admin(auth.ScopeQueueView, a.downloadArtifact)),
-	}, a.peopleRoutes()...)
+	}, append(a.peopleRoutes(), a.approvalRoutes()...)...)
 }

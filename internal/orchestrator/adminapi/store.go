@@ -18,6 +18,7 @@ type Store interface {
 	AuditReader
 	TeamReader
 	PeopleStore
+	ApprovalStore
 }
 
 // JobStore is what the queue calls read of jobs (views, counts, logs, the
