@@ -80,8 +80,8 @@ func (a *API) approvalRoutes() []web.Route {
 	return []web.Route{
 		web.NewRoute("GET", "/api/approvals/requests", "", list),
 		web.NewRoute("GET", "/api/approvals/requests/:id", "GET /api/approvals/requests/{id}", byID),
-		web.NewRoute("GET", "/api/approvals/requests/:id/:action", "GET /api/approvals/requests/{pending/count,job/{job_id}}", getTwo),
-		web.NewRoute("POST", "/api/approvals/requests/:id/:action", "POST /api/approvals/requests/{id}/{approve,reject}", postTwo),
+		web.NewRoute("GET", "/api/approvals/requests/:id/:action", "GET /api/approvals/requests/pending/count", getTwo),
+		web.NewRoute("POST", "/api/approvals/requests/:id/:action", "POST /api/approvals/requests/{id}/approve", postTwo),
 		web.NewRoute("POST", "/api/queue/:job_id/approve", "", httpCall(a, approve, ok, a.decisionBody(jobApprovalRef), a.Approve)),
 		web.NewRoute("POST", "/api/queue/:job_id/reject", "", httpCall(a, approve, ok, a.decisionBody(jobApprovalRef), a.Reject)),
 		web.NewRoute("GET", "/api/approvals/rules", "", httpCall(a, view, ok, noRequest, a.ApprovalRules)),
