@@ -42,7 +42,7 @@ func scopedToken(t *testing.T, o *Orch, name, team string, scopes ...string) str
 // approval across a restart of the orchestrator; another team's lead cannot
 // find it, the member cannot approve it, their lead does and it runs to the
 // end; a second job is rejected and ends cancelled with the reason. Each step
-// reaches the webhook subscriber, and the audit chain holds.
+// reaches the webhook subscriber (at least once), and the audit chain holds.
 func TestApprovalsEndToEnd(t *testing.T) {
 	t.Parallel()
 	for _, engine := range []string{"sqlite", "postgres"} {
@@ -104,8 +104,13 @@ func TestApprovalsEndToEnd(t *testing.T) {
 				id:     {spec.JobApprovalRequested, spec.JobApproved, spec.JobQueued, spec.JobStarted, spec.JobCompleted},
 				second: {spec.JobApprovalRequested, spec.JobRejected, spec.JobCancelled},
 			}
-			hooks := rc.WaitAccepted(8, 60*time.Second)
-			OnceEach(t, hooks)
+			// At least once: an event delivered just before the kill may come
+			// again after it, with the same ID, which receivers drop.
+			var hooks []Hook
+			Eventually(t, 60*time.Second, "every event delivered", func() bool {
+				hooks = uniqueEvents(rc.Accepted())
+				return len(hooks) >= 8
+			})
 			for jobID, events := range want {
 				if got := ByJob(hooks)[jobID]; !slices.Equal(got, events) {
 					t.Errorf("events of %s: %v, want %v", jobID, got, events)
@@ -121,4 +126,17 @@ func TestApprovalsEndToEnd(t *testing.T) {
 			}
 		})
 	}
+}
+
+// uniqueEvents keeps the first delivery of each event ID.
+func uniqueEvents(hs []Hook) []Hook {
+	seen := map[string]bool{}
+	var out []Hook
+	for _, h := range hs {
+		if !seen[h.EventID] {
+			seen[h.EventID] = true
+			out = append(out, h)
+		}
+	}
+	return out
 }
