@@ -117,6 +117,12 @@ func testRejectCancelsWithTheReason(t *testing.T, s store.Store) {
 	}
 	equal(t, nj, getJob(t, s, j.ID), "rejected job as stored")
 	checkCounts(t, s, "after the rejection")
+	// Retention deletes the request with its job.
+	n, err := s.DeleteJobs(t.Context(), []string{j.ID}, at(2*time.Hour))
+	noErr(t, err, "DeleteJobs")
+	equal(t, n, 1, "jobs deleted")
+	_, err = s.GetApprovalRequest(t.Context(), r.ID)
+	wantErr(t, err, store.ErrNotFound, "request of a deleted job")
 }
 
 func testCancelHeldJobCancelsItsRequest(t *testing.T, s store.Store) {
