@@ -79,6 +79,8 @@ var flashes = map[string]string{
 	"labels":          "Labels saved.",
 	"deleted":         "Worker deleted.",
 	"cancel":          "Cancel requested.",
+	"approved":        "Approved: the job is queued.",
+	"rejected":        "Rejected: the job is cancelled.",
 	"gpu_cleared":     "GPU cleared: the worker takes it back into use.",
 	"webhook_deleted": "Webhook deleted.",
 }
