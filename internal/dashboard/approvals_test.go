@@ -34,7 +34,8 @@ func TestJobPageApprovesAndRejects(t *testing.T) {
 
 	b := s.browser()
 	b.mustSignIn(s.admin)
-	contains(t, b.must(b.get("/ui/jobs/"+first), 200), "pending_approval", `action="/ui/jobs/`+first+`/approve"`, "Reject")
+	contains(t, b.must(b.get("/ui/jobs/"+first), 200), "pending_approval", "waiting for approval (rule big-jobs): asks for 2 GPUs, more than 1",
+		`action="/ui/jobs/`+first+`/approve"`, "Reject")
 	p := b.must(b.post("/ui/jobs/"+first+"/approve", url.Values{"notes": {"fine"}}), http.StatusSeeOther)
 	contains(t, b.must(b.get(p.Location()), 200), "Approved: the job is queued.", "queued")
 

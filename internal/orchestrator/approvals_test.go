@@ -59,8 +59,8 @@ func TestApprovalHoldsAJobUntilALeadApproves(t *testing.T) {
 			t.Fatalf("one GPU is not held: %v", r)
 		}
 		job, id := e.held(e.member)
-		if st := e.Job(job)["status"]; st != "pending_approval" {
-			t.Fatalf("held job is %v", st)
+		if j := e.Job(job); j["status"] != "pending_approval" || j["error_message"] != "waiting for approval (rule big): asks for 2 GPUs, more than 1" {
+			t.Fatalf("held job: %v, %v", j["status"], j["error_message"])
 		}
 		if r := e.Must(e.as(e.member, "GET", "/api/queue?status=blocked"), 200).JSON; len(jobIDsOf(r)) != 1 {
 			t.Fatalf("status=blocked lists %v", r)
@@ -107,8 +107,8 @@ func TestApprovalHoldsAJobUntilALeadApproves(t *testing.T) {
 		if r["success"] != true || r["status"] != "queued" || r["approved_by"] != "admin:"+tokenID(e.env, "alpha-lead") || r["job_id"] != job {
 			t.Fatalf("approve: %v", r)
 		}
-		if st := e.Job(job)["status"]; st != "queued" {
-			t.Fatalf("approved job is %v", st)
+		if j := e.Job(job); j["status"] != "queued" || j["error_message"] != nil {
+			t.Fatalf("approved job: %v, %v", j["status"], j["error_message"])
 		}
 		if r := e.as(e.lead, "POST", approve); r.Status != 409 || !strings.Contains(string(r.Body), "already approved") {
 			t.Fatalf("approving again: HTTP %d %s", r.Status, r.Body)

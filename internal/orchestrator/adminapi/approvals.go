@@ -199,6 +199,9 @@ func (a *API) allApprovalRules(ctx context.Context) ([]approval.Rule, error) {
 
 // submitHeld stores a job an approval rule holds, with its request.
 func (a *API) submitHeld(ctx context.Context, c Caller, j store.Job, req store.ApprovalRequest, rec audit.Record) (api.Submitted, error) {
+	// Its error line says why it waits, wherever the job is shown; an
+	// approval clears it.
+	j.Error = fmt.Sprintf("waiting for approval (rule %s): %s", req.RuleName, req.Reason)
 	j, req, err := a.store.InsertHeldJob(ctx, j, req, &rec)
 	if err != nil {
 		return api.Submitted{}, err
