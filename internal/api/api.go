@@ -261,6 +261,10 @@ type Submitted struct {
 	GPUAllocation string   `json:"gpu_allocation"`
 	Warning       string   `json:"warning,omitempty"`
 	Warnings      []string `json:"warnings,omitempty"`
+	// RequiresApproval: an approval rule held the job (status
+	// pending_approval); Approval says which and why.
+	RequiresApproval bool            `json:"requires_approval,omitempty"`
+	Approval         *SubmitApproval `json:"approval,omitempty"`
 }
 
 // JobAction answers a cancel: the job's status afterwards.

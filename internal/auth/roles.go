@@ -9,7 +9,7 @@ const (
 	RoleNone   Role = iota
 	RoleViewer      // reads the team's jobs, logs and artifacts
 	RoleMember      // submits jobs, cancels its own
-	RoleLead        // cancels any of the team's jobs
+	RoleLead        // cancels any of the team's jobs, approves or rejects held ones
 	RoleAdmin       // the whole fleet
 )
 
@@ -41,7 +41,7 @@ type Membership struct {
 
 // RoleScopes are the scopes role grants within a team: a viewer reads, a
 // member also submits and cancels their own jobs, a lead manages the
-// team's; an admin of a team holds every queue scope there, and the admin
+// team's and approves or rejects those an approval rule holds; an admin of a team holds every queue scope there, and the admin
 // of the fleet (team "") every scope.
 func RoleScopes(role Role, team string) []string {
 	switch role {
@@ -50,7 +50,7 @@ func RoleScopes(role Role, team string) []string {
 	case RoleMember:
 		return []string{ScopeQueueView, ScopeQueueSubmit, ScopeQueueCancel}
 	case RoleLead:
-		return []string{ScopeQueueView, ScopeQueueSubmit, ScopeQueueCancel, ScopeQueueManage}
+		return []string{ScopeQueueView, ScopeQueueSubmit, ScopeQueueCancel, ScopeQueueManage, ScopeQueueApprove}
 	case RoleAdmin:
 		if team == "" {
 			return []string{ScopeAll}

@@ -67,6 +67,11 @@ func TestRoles(t *testing.T) {
 			if got, want := c.p.HasIn(c.team, ScopeQueueManage), c.role >= RoleLead; got != want {
 				t.Errorf("HasIn(%q, manage) = %v, want %v", c.team, got, want)
 			}
+			if c.p.Kind == KindPerson {
+				if got, want := c.p.HasIn(c.team, ScopeQueueApprove), c.role >= RoleLead; got != want {
+					t.Errorf("HasIn(%q, approve) = %v, want %v", c.team, got, want)
+				}
+			}
 		})
 	}
 	if RoleViewer >= RoleMember || RoleMember >= RoleLead || RoleLead >= RoleAdmin {

@@ -16,11 +16,16 @@ const (
 	// ScopeAdminPeople: the people who sign in through an identity
 	// provider: list them, disable and enable them, set their memberships.
 	ScopeAdminPeople = "admin.people"
-	ScopeQueueSubmit = "queue.submit"
-	ScopeQueueView   = "queue.view"
-	ScopeQueueCancel = "queue.cancel"
-	ScopeQueueManage = "queue.manage"
-	ScopeAll         = "*"
+	// ScopeAdminApprovals: the approval rules (list, create, change, delete).
+	ScopeAdminApprovals = "admin.approvals"
+	ScopeQueueSubmit    = "queue.submit"
+	ScopeQueueView      = "queue.view"
+	ScopeQueueCancel    = "queue.cancel"
+	ScopeQueueManage    = "queue.manage"
+	// ScopeQueueApprove: approve or reject the team's jobs held by an
+	// approval rule.
+	ScopeQueueApprove = "queue.approve"
+	ScopeAll          = "*"
 )
 
 // Principal kinds.
@@ -32,8 +37,8 @@ const (
 )
 
 var allScopes = []string{
-	ScopeAdminWorkers, ScopeAdminAudit, ScopeAdminWebhooks, ScopeAdminPeople,
-	ScopeQueueSubmit, ScopeQueueView, ScopeQueueCancel, ScopeQueueManage,
+	ScopeAdminWorkers, ScopeAdminAudit, ScopeAdminWebhooks, ScopeAdminPeople, ScopeAdminApprovals,
+	ScopeQueueSubmit, ScopeQueueView, ScopeQueueCancel, ScopeQueueManage, ScopeQueueApprove,
 	ScopeAll,
 }
 

@@ -8,7 +8,8 @@ import (
 func TestScopes(t *testing.T) {
 	t.Parallel()
 	all := AllScopes()
-	if len(all) != 9 || !slices.Contains(all, ScopeAll) || !slices.Contains(all, ScopeAdminPeople) {
+	if len(all) != 11 || !slices.Contains(all, ScopeAll) || !slices.Contains(all, ScopeAdminPeople) ||
+		!slices.Contains(all, ScopeQueueApprove) || !slices.Contains(all, ScopeAdminApprovals) {
 		t.Fatalf("AllScopes() = %v", all)
 	}
 	all[0] = "mutated"
@@ -26,6 +27,8 @@ func TestScopes(t *testing.T) {
 		{ScopeQueueView, true},
 		{ScopeQueueCancel, true},
 		{ScopeQueueManage, true},
+		{ScopeQueueApprove, true},
+		{ScopeAdminApprovals, true},
 		{ScopeAll, true},
 		{"queue.*", true},
 		{"admin.*", true},

@@ -145,6 +145,9 @@ type Orchestrator struct {
 	// Teams are the teams that share the fleet ([[teams]]); a token
 	// without one is in DefaultTeam.
 	Teams []TeamConfig `toml:"teams"`
+	// ApprovalRules hold matching jobs at submit until they are approved
+	// ([[approval_rules]]).
+	ApprovalRules []ApprovalRuleConfig `toml:"approval_rules"`
 
 	origins map[string]string // key → where it was set (file:line, variable, flag)
 }

@@ -140,6 +140,7 @@ func (c *Orchestrator) validate(l *loader) {
 	l.validateOIDC(c)
 	l.validateGroups(c)
 	l.validateTeams(c)
+	l.validateApprovalRules(c)
 }
 
 func (l *loader) validateArtifacts(a ArtifactsConfig) {

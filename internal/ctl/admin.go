@@ -26,6 +26,7 @@ func (a *app) adminCommands() []*cobra.Command {
 		a.auditCommand(),
 		a.webhooksCommand(),
 		a.peopleCommand(),
+		a.approvalsCommand(),
 		a.usageCommand(),
 		a.whoamiCommand(),
 		a.statusCommand(),

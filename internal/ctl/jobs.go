@@ -234,6 +234,9 @@ func (a *app) submit(ctx context.Context, body api.Submit, wait, quiet bool, pol
 		if reply.GPUAllocation != "" {
 			gets = "; it gets " + reply.GPUAllocation
 		}
+		if reply.Approval != nil {
+			pos = fmt.Sprintf(", request %d: rule %s, %s", reply.Approval.RequestID, reply.Approval.Rule, reply.Approval.Reason)
+		}
 		fmt.Fprintf(a.out(), "submitted job %s (%s%s%s)\n", reply.JobID, reply.Status, pos, gets)
 	}
 	if !wait {

@@ -292,7 +292,7 @@ func TestUnknownCommandSuggests(t *testing.T) {
 		{[]string{"-o", "json", "jbos"}, `simpletunerctl: unknown command "jbos"; did you mean "job" or "jobs"?`},
 		{[]string{"tokens", "creat", "--name", "x"}, `simpletunerctl tokens: unknown command "creat"; did you mean "create"?`},
 		{[]string{"worker", "drian", "w1"}, `simpletunerctl worker: unknown command "drian"; did you mean "drain"?`},
-		{[]string{"frobnicate"}, `simpletunerctl: unknown command "frobnicate"; commands: artifacts, audit,`},
+		{[]string{"frobnicate"}, `simpletunerctl: unknown command "frobnicate"; commands: approvals, artifacts, audit,`},
 	} {
 		r := runMain(t, nil, "", c.args...)
 		if r.code != ExitUsage || r.stdout != "" || !strings.HasPrefix(r.stderr, c.want) {

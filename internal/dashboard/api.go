@@ -36,6 +36,8 @@ type API interface {
 	Configs(ctx context.Context, _ struct{}) (api.ConfigList, error)
 	Submit(ctx context.Context, req api.Submit) (api.Submitted, error)
 	CancelJob(ctx context.Context, ref api.JobRef) (api.JobAction, error)
+	Approve(ctx context.Context, d api.ApprovalDecision) (api.ApprovalDecided, error)
+	Reject(ctx context.Context, d api.ApprovalDecision) (api.ApprovalDecided, error)
 	Audit(ctx context.Context, q api.AuditQuery) (api.AuditPage, error)
 	VerifyAudit(ctx context.Context, _ struct{}) (api.AuditVerdict, error)
 	WriteJobLog(ctx context.Context, id string, w io.Writer) error

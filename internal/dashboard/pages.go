@@ -57,6 +57,8 @@ func (d *Dashboard) routes() {
 	handle("GET "+Prefix+"live/jobs/{id}", d.live(d.jobLive))
 	handle("GET "+Prefix+"jobs/{id}/log", d.live(d.jobLog))
 	handle("POST "+Prefix+"jobs/{id}/cancel", d.action(d.cancelJob))
+	handle("POST "+Prefix+"jobs/{id}/approve", d.action(d.decideJob(d.opt.API.Approve, "approved")))
+	handle("POST "+Prefix+"jobs/{id}/reject", d.action(d.decideJob(d.opt.API.Reject, "rejected")))
 
 	handle("GET "+Prefix+"audit", d.page(d.audit))
 	handle("GET "+Prefix+"audit/verify", d.page(d.verifyAudit))
@@ -520,6 +522,20 @@ func (d *Dashboard) cancelJob(w http.ResponseWriter, r *http.Request, s *session
 		return
 	}
 	http.Redirect(w, r, Prefix+"jobs/"+url.PathEscape(id)+"?ok=cancel", http.StatusSeeOther)
+}
+
+// decideJob approves or rejects a held job (the API checks who may).
+func (d *Dashboard) decideJob(call func(context.Context, api.ApprovalDecision) (api.ApprovalDecided, error), done string) handler {
+	return func(w http.ResponseWriter, r *http.Request, s *session) {
+		id := r.PathValue("id")
+		dec := api.ApprovalDecision{Ref: api.ApprovalRef{JobID: id}, Notes: r.PostFormValue("notes"), Reason: r.PostFormValue("reason")}
+		if _, err := call(d.as(r, s), dec); err != nil {
+			res := d.failure(err, "decide on job")
+			d.jobWithError(w, r, s, res.Status, res.Detail)
+			return
+		}
+		http.Redirect(w, r, Prefix+"jobs/"+url.PathEscape(id)+"?ok="+done, http.StatusSeeOther)
+	}
 }
 
 // ---- audit

@@ -79,6 +79,8 @@ var flashes = map[string]string{
 	"labels":          "Labels saved.",
 	"deleted":         "Worker deleted.",
 	"cancel":          "Cancel requested.",
+	"approved":        "Approved: the job is queued.",
+	"rejected":        "Rejected: the job is cancelled.",
 	"gpu_cleared":     "GPU cleared: the worker takes it back into use.",
 	"webhook_deleted": "Webhook deleted.",
 }
@@ -120,7 +122,7 @@ func (d *Dashboard) apiErrorPage(w http.ResponseWriter, r *http.Request, s *sess
 	d.errorPage(w, r, s, res.Status, msg)
 }
 
-var jobStatuses = []string{"queued", "dispatched", "running", "canceling", "completed", "failed", "cancelled"}
+var jobStatuses = []string{"pending_approval", "queued", "dispatched", "running", "canceling", "completed", "failed", "cancelled"}
 
 // ago writes an RFC 3339 time as "12 s ago" (empty for none).
 func (d *Dashboard) ago(v any) string {

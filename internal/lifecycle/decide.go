@@ -194,12 +194,35 @@ func OnCancel(j Job) (s Step, ok bool, err error) {
 		return Step{}, false, fmt.Errorf("job %s is %s: %w", j.ID, j.Status, ErrFinished)
 	case j.Status == protocol.JobQueued:
 		return Step{To: protocol.JobCancelled, By: Cancel, Error: text("cancelled before it started")}, true, nil
+	case j.Status == protocol.JobPendingApproval:
+		return Step{To: protocol.JobCancelled, By: Cancel, Error: text("cancelled while it waited for approval")}, true, nil
 	case j.Status == protocol.JobCanceling && j.PreemptedBy != "":
 		return Step{To: protocol.JobCanceling, By: Cancel}, true, nil // cancelled, not requeued
 	case j.Status == protocol.JobCanceling:
 		return Step{}, false, nil
 	}
 	return Step{To: protocol.JobCanceling, By: Cancel}, true, nil
+}
+
+// ErrNotHeld is returned by OnApprove and OnReject for a job no approval
+// rule holds.
+var ErrNotHeld = errors.New("the job is not waiting for approval")
+
+// OnApprove answers a lead's approval of a held job: it joins the queue.
+func OnApprove(j Job) (Step, error) {
+	if j.Status != protocol.JobPendingApproval {
+		return Step{}, fmt.Errorf("job %s is %s: %w", j.ID, j.Status, ErrNotHeld)
+	}
+	return Step{To: protocol.JobQueued, By: Approve, Error: text("")}, nil
+}
+
+// OnReject answers a lead's rejection of a held job: it ends cancelled,
+// its error naming who rejected it and why.
+func OnReject(j Job, by, reason string) (Step, error) {
+	if j.Status != protocol.JobPendingApproval {
+		return Step{}, fmt.Errorf("job %s is %s: %w", j.ID, j.Status, ErrNotHeld)
+	}
+	return Step{To: protocol.JobCancelled, By: Reject, Error: text("rejected by %s: %s", by, reason)}, nil
 }
 
 // OnPreempt answers the scheduler's choice of a victim: a running job moves

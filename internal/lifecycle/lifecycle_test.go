@@ -68,7 +68,7 @@ func TestTerminalStatesHaveNoMoveOut(t *testing.T) {
 		if !m.From.Valid() || !m.To.Valid() {
 			t.Errorf("move with an unknown state: %+v", m)
 		}
-		if m.To.Terminal() && m.Ends == "" && m.From != protocol.JobQueued {
+		if m.To.Terminal() && m.Ends == "" && m.From != protocol.JobQueued && m.From != protocol.JobPendingApproval {
 			t.Errorf("a move into a terminal state must end the attempt: %+v", m)
 		}
 	}
@@ -118,7 +118,48 @@ func TestDecisionsStayInTheTable(t *testing.T) {
 				t.Errorf("cancel of a %s job: err %v", st, err)
 			}
 			try("cancel", s, ok)
+			held := st == protocol.JobPendingApproval
+			s, err = OnApprove(j)
+			if held != (err == nil) || (err != nil && !errors.Is(err, ErrNotHeld)) {
+				t.Errorf("approval of a %s job: err %v", st, err)
+			}
+			try("approve", s, err == nil)
+			s, err = OnReject(j, "person:p_lead", "too big")
+			if held != (err == nil) || (err != nil && !errors.Is(err, ErrNotHeld)) {
+				t.Errorf("rejection of a %s job: err %v", st, err)
+			}
+			try("reject", s, err == nil)
 		}
+	}
+}
+
+// A held job is approved into the queue or rejected with who and why; a
+// cancel ends it at once, as a queued job's does. Nothing else moves it.
+func TestHeldJobMoves(t *testing.T) {
+	j := Job{ID: "j_x", Status: protocol.JobPendingApproval}
+	if s, err := OnApprove(j); err != nil || s.To != protocol.JobQueued || s.By != Approve || s.Error == nil || *s.Error != "" {
+		t.Fatalf("approve: %+v %v", s, err)
+	}
+	s, err := OnReject(j, "person:p_lead", "asks for 8 GPUs for a test")
+	if err != nil || s.To != protocol.JobCancelled || s.By != Reject || *s.Error != "rejected by person:p_lead: asks for 8 GPUs for a test" {
+		t.Fatalf("reject: %+v %v", s, err)
+	}
+	if s, ok, err := OnCancel(j); err != nil || !ok || s.To != protocol.JobCancelled || s.By != Cancel {
+		t.Fatalf("cancel: %+v %v %v", s, ok, err)
+	}
+	if j.Status.Terminal() || j.Status.Active() || !j.Status.Valid() {
+		t.Fatal("pending_approval must be valid, neither terminal nor active")
+	}
+	for _, to := range Successors(protocol.JobPendingApproval) {
+		if to != protocol.JobQueued && to != protocol.JobCancelled {
+			t.Errorf("a held job may move to %s", to)
+		}
+	}
+	if _, ok := OnPreempt(j); ok {
+		t.Error("a held job was preempted")
+	}
+	if _, ok := OnDeadline(j, time.Now()); ok {
+		t.Error("a held job met a deadline")
 	}
 }
 

@@ -36,10 +36,14 @@ const (
 	// Preempt: the scheduler takes the attempt's GPUs back for a job of a
 	// team under its share of the fleet, or of higher priority.
 	Preempt Cause = "preempt"
+	// Approve and Reject: a lead of the job's team (or an admin) decides on
+	// a job an approval rule held at submit.
+	Approve Cause = "approve"
+	Reject  Cause = "reject"
 )
 
 // Causes lists every cause, in the order the documentation shows them.
-var Causes = []Cause{Claim, Report, Loss, Deadline, Cancel, Preempt}
+var Causes = []Cause{Claim, Report, Loss, Deadline, Cancel, Preempt, Approve, Reject}
 
 // Who names who brings a cause about, for the documentation.
 func (c Cause) Who() string {
@@ -56,6 +60,8 @@ func (c Cause) Who() string {
 		return "a user (scope queue.cancel)"
 	case Preempt:
 		return "the scheduler, for a waiting job of a team under its share or of higher priority ([jobs] preemption)"
+	case Approve, Reject:
+		return "a lead of the job's team or an admin (scope queue.approve), for a job an approval rule held"
 	}
 	return string(c)
 }
@@ -76,13 +82,17 @@ type Move struct {
 
 // States lists every job state, in lifecycle order.
 var States = []protocol.JobStatus{
-	protocol.JobQueued, protocol.JobDispatched, protocol.JobRunning, protocol.JobCanceling,
+	protocol.JobPendingApproval, protocol.JobQueued, protocol.JobDispatched, protocol.JobRunning, protocol.JobCanceling,
 	protocol.JobCompleted, protocol.JobFailed, protocol.JobCancelled,
 }
 
 // Moves is the whole lifecycle: a move not listed here never happens. A
 // terminal state has no move out.
 var Moves = []Move{
+	{From: protocol.JobPendingApproval, To: protocol.JobQueued, By: Approve, Why: "approved: it joins the queue"},
+	{From: protocol.JobPendingApproval, To: protocol.JobCancelled, By: Reject, Why: "rejected (the error names who and why)"},
+	{From: protocol.JobPendingApproval, To: protocol.JobCancelled, By: Cancel, Why: "cancelled while it waited for approval"},
+
 	{From: protocol.JobQueued, To: protocol.JobDispatched, By: Claim, Why: "claimed for a worker: attempt n+1 begins"},
 	{From: protocol.JobQueued, To: protocol.JobCancelled, By: Cancel, Why: "cancelled before any attempt"},
 

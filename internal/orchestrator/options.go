@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/approval"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/adminapi"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/authn"
@@ -72,6 +73,8 @@ type Options struct {
 	OIDCScopes          []string
 	PeopleTokens        bool
 	PersonalTokenMaxTTL time.Duration
+	// ApprovalRules are [[approval_rules]].
+	ApprovalRules []approval.Rule
 
 	// followFallback replaces defaultFollowFallback when set: tests that
 	// count store reads put the fallback look out of their way.
@@ -133,7 +136,17 @@ func OptionsFrom(cfg *config.Orchestrator) Options {
 		OIDCScopes:          cfg.Auth.OIDC.Scopes,
 		PeopleTokens:        cfg.Auth.PeopleTokens,
 		PersonalTokenMaxTTL: cfg.Auth.PersonalTokenMaxTTL.Duration,
+		ApprovalRules:       approvalRulesFrom(cfg.ApprovalRules),
 	}
+}
+
+// approvalRulesFrom is [[approval_rules]] as the approval package reads it.
+func approvalRulesFrom(entries []config.ApprovalRuleConfig) []approval.Rule {
+	out := make([]approval.Rule, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, e.Rule())
+	}
+	return out
 }
 
 // withDefaults fills the settings this file's loops and streams cannot do
@@ -220,5 +233,6 @@ func (o Options) apiOptions(adminSocketPath string) adminapi.Options {
 		FollowFallback: o.followFallback, Teams: o.Teams, Visibility: o.Visibility, Groups: o.Groups,
 		LoginTokenTTL: o.LoginTokenTTL, CLIClientID: o.CLIClientID, OIDCScopes: o.OIDCScopes, PeopleTokens: o.PeopleTokens,
 		PersonalTokenMaxTTL: o.PersonalTokenMaxTTL,
+		ApprovalRules:       o.ApprovalRules,
 	}
 }

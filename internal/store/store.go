@@ -633,6 +633,9 @@ type Store interface {
 
 	// People who sign in through an identity provider.
 	People
+
+	// Approval rules and the requests of the jobs they hold.
+	Approvals
 }
 
 // FleetGPUs counts the GPUs of st's workers that are not offline, from

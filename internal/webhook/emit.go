@@ -23,7 +23,10 @@ type Emitter struct {
 	gpus *gpuGate
 }
 
-var _ store.Outbox = (*Emitter)(nil)
+var (
+	_ store.Outbox         = (*Emitter)(nil)
+	_ store.ApprovalOutbox = (*Emitter)(nil)
+)
 
 // NewEmitter returns an Emitter that calls wake when events were committed.
 func NewEmitter(wake func()) *Emitter {
@@ -64,6 +67,26 @@ func (e *Emitter) CheckpointKept(j store.Job, c store.Checkpoint) []store.Outbox
 // JobInserted: job.queued.
 func (e *Emitter) JobInserted(j store.Job) []store.OutboxEvent {
 	return []store.OutboxEvent{e.job(spec.JobQueued, j, j.CreatedAt, nil)}
+}
+
+// JobHeld: job.approval_requested, for a job an approval rule held.
+func (e *Emitter) JobHeld(j store.Job, r store.ApprovalRequest) []store.OutboxEvent {
+	return []store.OutboxEvent{e.job(spec.JobApprovalRequested, j, j.CreatedAt, func(i *JobInfo) { i.Approval = approvalInfo(r) })}
+}
+
+// ApprovalDecided: job.approved then job.queued, or job.rejected then
+// job.cancelled.
+func (e *Emitter) ApprovalDecided(before, after store.Job, r store.ApprovalRequest) []store.OutboxEvent {
+	at := after.UpdatedAt
+	with := func(i *JobInfo) { i.Approval = approvalInfo(r) }
+	if after.Status == protocol.JobQueued {
+		return []store.OutboxEvent{e.job(spec.JobApproved, after, at, with), e.job(spec.JobQueued, after, at, nil)}
+	}
+	return []store.OutboxEvent{e.job(spec.JobRejected, after, at, with), e.job(spec.JobCancelled, after, at, nil)}
+}
+
+func approvalInfo(r store.ApprovalRequest) *ApprovalInfo {
+	return &ApprovalInfo{RequestID: r.ID, Rule: r.RuleName, Reason: r.Reason, Status: r.Status, By: r.ReviewedBy, Notes: r.ReviewNotes}
 }
 
 // terminal maps an end state to its event.

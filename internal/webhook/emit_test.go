@@ -281,3 +281,50 @@ func FuzzCheck(f *testing.F) {
 		}
 	})
 }
+
+// A held job makes job.approval_requested naming the rule; a decision
+// makes job.approved then job.queued, or job.rejected then job.cancelled.
+func TestApprovalEvents(t *testing.T) {
+	t.Parallel()
+	e := NewEmitter(nil)
+	j := store.Job{ID: "j_1", Team: "nlp", ConfigName: "big", SubmittedBy: "person:p_m", Status: protocol.JobPendingApproval,
+		Error: "", CreatedAt: t0, UpdatedAt: t0}
+	r := store.ApprovalRequest{ID: 7, JobID: "j_1", RuleName: "gpus", Reason: "asks for 2 GPUs, more than 1", Status: store.ApprovalPending}
+	es := e.JobHeld(j, r)
+	if got := types(es); !slices.Equal(got, []string{spec.JobApprovalRequested}) || es[0].Team != "nlp" || es[0].Key != JobKey("j_1") {
+		t.Fatalf("held: %v", got)
+	}
+	p := payloadOf(t, es[0])
+	if a := p.Job.Approval; a == nil || a.RequestID != 7 || a.Rule != "gpus" || a.Reason != r.Reason || p.Job.Status != "pending_approval" {
+		t.Fatalf("held payload %+v", p.Job)
+	}
+	if got := SlackText(p); !strings.Contains(got, "waits for approval (rule gpus): asks for 2 GPUs, more than 1") {
+		t.Fatalf("slack: %s", got)
+	}
+
+	approved := j
+	approved.Status, approved.UpdatedAt = protocol.JobQueued, t0.Add(time.Minute)
+	r.Status, r.ReviewedBy, r.ReviewNotes = store.ApprovalApproved, "person:p_lead", "ok"
+	es = e.ApprovalDecided(j, approved, r)
+	if got := types(es); !slices.Equal(got, []string{spec.JobApproved, spec.JobQueued}) {
+		t.Fatalf("approved: %v", got)
+	}
+	if a := payloadOf(t, es[0]).Job.Approval; a.By != "person:p_lead" || a.Status != "approved" {
+		t.Fatalf("approved payload %+v", a)
+	}
+
+	rejected := j
+	rejected.Status, rejected.Error = protocol.JobCancelled, "rejected by person:p_lead: too big"
+	r.Status, r.ReviewNotes = store.ApprovalRejected, "too big"
+	es = e.ApprovalDecided(j, rejected, r)
+	if got := types(es); !slices.Equal(got, []string{spec.JobRejected, spec.JobCancelled}) {
+		t.Fatalf("rejected: %v", got)
+	}
+	p = payloadOf(t, es[0])
+	if p.Job.Approval.Notes != "too big" || p.Job.Error != rejected.Error {
+		t.Fatalf("rejected payload %+v", p.Job)
+	}
+	if got := SlackText(p); !strings.Contains(got, "was rejected by person:p_lead: too big") {
+		t.Fatalf("slack: %s", got)
+	}
+}

@@ -45,7 +45,21 @@ type JobInfo struct {
 	Error   string `json:"error,omitempty"`
 	// Reason says why a job went back to the queue.
 	Reason string `json:"reason,omitempty"`
-	Links  Links  `json:"links"`
+	// Approval is the job's approval request, in the approval events.
+	Approval *ApprovalInfo `json:"approval,omitempty"`
+	Links    Links         `json:"links"`
+}
+
+// ApprovalInfo is a held job's approval request as an event finds it.
+type ApprovalInfo struct {
+	RequestID int64  `json:"request_id"`
+	Rule      string `json:"rule"`
+	// Reason says what matched the rule; a rejection's reason is in
+	// Notes.
+	Reason string `json:"reason"`
+	Status string `json:"status"`
+	By     string `json:"by,omitempty"`
+	Notes  string `json:"notes,omitempty"`
 }
 
 // Links point at the job in the orchestrator's API and dashboard: absolute

@@ -50,12 +50,28 @@ func jobText(p Payload) string {
 		return fmt.Sprintf(":no_entry_sign: %s was cancelled", name)
 	case spec.JobRequeued, spec.JobPreempted:
 		return fmt.Sprintf(":repeat: %s is back in the queue: %s", name, slackEscape(j.Reason))
+	case spec.JobApprovalRequested:
+		return fmt.Sprintf(":raised_hand: %s by %s waits for approval (rule %s): %s", name, slackEscape(j.SubmittedBy),
+			slackEscape(approvalField(j, func(a *ApprovalInfo) string { return a.Rule })), slackEscape(approvalField(j, func(a *ApprovalInfo) string { return a.Reason })))
+	case spec.JobApproved:
+		return fmt.Sprintf(":thumbsup: %s was approved by %s", name, slackEscape(approvalField(j, func(a *ApprovalInfo) string { return a.By })))
+	case spec.JobRejected:
+		return fmt.Sprintf(":thumbsdown: %s was rejected by %s: %s", name, slackEscape(approvalField(j, func(a *ApprovalInfo) string { return a.By })),
+			slackEscape(approvalField(j, func(a *ApprovalInfo) string { return a.Notes })))
 	case spec.CheckpointSaved:
 		if p.Checkpoint != nil {
 			return fmt.Sprintf(":floppy_disk: %s saved a checkpoint: %s", name, slackEscape(p.Checkpoint.Path))
 		}
 	}
 	return fmt.Sprintf("%s: %s", name, slackEscape(p.Type))
+}
+
+// approvalField reads one field of a job event's approval ("" without one).
+func approvalField(j *JobInfo, f func(*ApprovalInfo) string) string {
+	if j.Approval == nil {
+		return ""
+	}
+	return f(j.Approval)
 }
 
 // took is " after 2h13m" when the job's start and end are known.

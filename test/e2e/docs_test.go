@@ -487,7 +487,8 @@ func newDocsFixture(t *testing.T) *docsFixture {
 	stateDir := filepath.Join(t.TempDir(), "state")
 	SeedPerson(t, stateDir, DocPersonID, "ada")
 	o := StartOrchestratorWith(t, OrchOptions{StateDir: stateDir,
-		ExtraTOML: "[[teams]]\nname = \"nlp\"\nshare = 1\n[[teams]]\nname = \"vision\"\nshare = 2\n"})
+		ExtraTOML: "[[teams]]\nname = \"nlp\"\nshare = 1\n[[teams]]\nname = \"vision\"\nshare = 2\n" +
+			"[[approval_rules]]\nname = \"big-jobs\"\ngpus_over = 4\n"})
 	d := &docsFixture{t: t, o: o, home: t.TempDir(), dir: t.TempDir()}
 	// A job that ended, so that following its log ends too.
 	d.jobID = o.Submit(map[string]any{"steps": 1}, nil)
@@ -559,8 +560,12 @@ func (d *docsFixture) prepare(path string, positional []string) {
 		}
 	}
 	job := d.jobID
-	if path == "cancel" {
+	switch path {
+	case "cancel":
 		job = d.o.Submit(map[string]any{"steps": 1}, nil)
+	case "approvals approve", "approvals reject":
+		// A job the fixture's rule (more than 4 GPUs) holds.
+		job = d.o.Submit(map[string]any{"steps": 1}, map[string]any{"gpu_count": 8})
 	}
 	d.substitutions = strings.NewReplacer(
 		"$job", job, "$id", job, "j_abc123", job, "w_abc123", workers["gpu-worker-1"],

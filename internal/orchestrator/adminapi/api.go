@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/api"
+	"github.com/simpletuner/simpletuner-orchestration/internal/approval"
 	"github.com/simpletuner/simpletuner-orchestration/internal/artifacts"
 	"github.com/simpletuner/simpletuner-orchestration/internal/auth"
 	"github.com/simpletuner/simpletuner-orchestration/internal/config"
@@ -175,6 +176,9 @@ type Options struct {
 	// most PersonalTokenMaxTTL.
 	PeopleTokens        bool
 	PersonalTokenMaxTTL time.Duration
+	// ApprovalRules are [[approval_rules]], checked at submit before the
+	// rules made through the API.
+	ApprovalRules []approval.Rule
 }
 
 // API is the admin and queue API.

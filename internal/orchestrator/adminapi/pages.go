@@ -111,9 +111,11 @@ func parseJobList(in api.JobsQuery) (jobListQuery, error) {
 			f.Statuses = []protocol.JobStatus{protocol.JobQueued}
 		case "active":
 			f.Statuses = protocol.ActiveJobStatuses()
+		case "blocked": // SimpleTuner's name for a job waiting for approval
+			f.Statuses = []protocol.JobStatus{protocol.JobPendingApproval}
 		default:
 			if !protocol.JobStatus(st).Valid() {
-				return out, web.Invalid("query parameter \"status\" must be a job status (queued, dispatched, running, canceling, completed, failed, cancelled), pending or active; got %q", st)
+				return out, web.Invalid("query parameter \"status\" must be a job status (pending_approval, queued, dispatched, running, canceling, completed, failed, cancelled), pending, active or blocked; got %q", st)
 			}
 			f.Statuses = []protocol.JobStatus{protocol.JobStatus(st)}
 		}

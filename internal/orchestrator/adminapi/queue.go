@@ -121,9 +121,17 @@ func (a *API) Submit(ctx context.Context, req api.Submit) (api.Submitted, error)
 	j.Team = team.Name
 	now := time.Now().UTC()
 	j.CreatedAt, j.UpdatedAt = now, now
-	rec := audit.New(c.Actor(), c.IP, "job.submit", "job", j.ID, audit.Success,
-		map[string]any{"config_name": j.ConfigName, "target": j.Target, "priority": j.Priority, "worker_labels": j.WorkerLabels,
-			"gpus": protocol.GPUAllocation(j.GPUCount, j.WholeWorker), "team": j.Team})
+	details := map[string]any{"config_name": j.ConfigName, "target": j.Target, "priority": j.Priority, "worker_labels": j.WorkerLabels,
+		"gpus": protocol.GPUAllocation(j.GPUCount, j.WholeWorker), "team": j.Team}
+	held, err := a.approvalFor(ctx, j)
+	if err != nil {
+		return api.Submitted{}, err
+	}
+	if held != nil {
+		details["approval_rule"] = held.RuleName
+		return a.submitHeld(ctx, c, j, *held, audit.New(c.Actor(), c.IP, "job.submit", "job", j.ID, audit.Success, details))
+	}
+	rec := audit.New(c.Actor(), c.IP, "job.submit", "job", j.ID, audit.Success, details)
 	// The insert returns a zero job when it refuses: the message names the
 	// team of the job as submitted.
 	inserted, err := a.store.InsertTeamJob(ctx, j, team.MaxQueued, &rec)

@@ -3,6 +3,7 @@ package adminapi
 import (
 	"context"
 	"net/http"
+	"slices"
 
 	"github.com/julienschmidt/httprouter"
 
@@ -72,5 +73,5 @@ func (a *API) Routes() []web.Route {
 		web.NewRoute("GET", "/api/queue/:job_id/artifacts", "", httpCall(a, auth.ScopeQueueView, ok, artifactsQuery, a.Artifacts)),
 		web.NewRoute("GET", "/api/queue/:job_id/artifacts/*path", "GET /api/queue/{job_id}/artifacts/{path}", a.admin(auth.ScopeQueueView, a.downloadArtifact)),
 		web.NewRoute("HEAD", "/api/queue/:job_id/artifacts/*path", "HEAD /api/queue/{job_id}/artifacts/{path}", a.admin(auth.ScopeQueueView, a.downloadArtifact)),
-	}, append(a.peopleRoutes(), a.signInRoutes()...)...)
+	}, slices.Concat(a.peopleRoutes(), a.signInRoutes(), a.approvalRoutes())...)
 }

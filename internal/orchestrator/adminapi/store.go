@@ -19,6 +19,7 @@ type Store interface {
 	TeamReader
 	PeopleStore
 	SignInStore
+	ApprovalStore
 }
 
 // JobStore is what the queue calls read of jobs (views, counts, logs, the

@@ -92,7 +92,7 @@ func (m *Mover) moveJob(ctx context.Context, jobID string, decide decideFunc) (s
 // afterMove does the in-memory follow-ups of a job change.
 func (m *Mover) afterMove(before, after store.Job, t *store.JobTransition) {
 	m.LogFeed.Moved(after.ID)
-	if after.Status == protocol.JobQueued && before.Status != protocol.JobQueued {
+	if after.Status == protocol.JobQueued && before.Status != protocol.JobQueued && before.Status != protocol.JobPendingApproval {
 		m.Metrics.Requeues.Add(1)
 	}
 	if t.EndAttempt != "" {

@@ -41,6 +41,44 @@ func (s *Store) InsertJob(ctx context.Context, j store.Job, rec *audit.Record) (
 // InsertTeamJob is InsertJob within the team's queue limit (maxQueued > 0),
 // counted in the same transaction.
 func (s *Store) InsertTeamJob(ctx context.Context, j store.Job, maxQueued int, rec *audit.Record) (store.Job, error) {
+	j = prepareJob(j)
+	var emitted bool
+	err := s.write(ctx, func(c conn) error {
+		if maxQueued > 0 {
+			n, err := s.countQueuedOfTeam(ctx, c, j.Team)
+			if err != nil {
+				return err
+			}
+			if n >= maxQueued {
+				return fmt.Errorf("team %q has %d jobs queued, its max_queued is %d: %w", j.Team, n, maxQueued, store.ErrQueueFull)
+			}
+		}
+		if err := s.insertJobRow(ctx, c, &j); err != nil {
+			return err
+		}
+		var err error
+		if emitted, err = s.emitJob(ctx, c, store.Job{}, j, nil); err != nil {
+			return err
+		}
+		if err := s.countSubmit(ctx, c, j); err != nil {
+			return err
+		}
+		if err := s.countMove(ctx, c, "", j.Status); err != nil {
+			return err
+		}
+		return s.appendAudit(ctx, c, rec)
+	})
+	s.committed(emitted, err)
+	if err != nil {
+		return store.Job{}, err
+	}
+	return j, nil
+}
+
+// prepareJob fills a new job's defaults. The job handed back is the one
+// stored, as a read would return it, and shares no memory with the
+// caller's.
+func prepareJob(j store.Job) store.Job {
 	if j.Team == "" {
 		j.Team = "default"
 	}
@@ -54,8 +92,6 @@ func (s *Store) InsertTeamJob(ctx context.Context, j store.Job, maxQueued int, r
 	if j.UpdatedAt.IsZero() {
 		j.UpdatedAt = j.CreatedAt
 	}
-	// The job handed back is the one stored, as a read would return it, and
-	// shares no memory with the caller's.
 	j.UpdatedAt = normTime(j.UpdatedAt)
 	j.StartedAt, j.EndedAt = normTimePtr(j.StartedAt), normTimePtr(j.EndedAt)
 	j.AckDeadline, j.CancelDeadline = normTimePtr(j.AckDeadline), normTimePtr(j.CancelDeadline)
@@ -67,45 +103,23 @@ func (s *Store) InsertTeamJob(ctx context.Context, j store.Job, maxQueued int, r
 	if j.WorkerLabels == nil {
 		j.WorkerLabels = map[string]string{}
 	}
-	var emitted bool
-	err := s.write(ctx, func(c conn) error {
-		if maxQueued > 0 {
-			n, err := s.countQueuedOfTeam(ctx, c, j.Team)
-			if err != nil {
-				return err
-			}
-			if n >= maxQueued {
-				return fmt.Errorf("team %q has %d jobs queued, its max_queued is %d: %w", j.Team, n, maxQueued, store.ErrQueueFull)
-			}
-		}
-		args := []any{j.ID, j.ConfigName, rawArg(j.Config, "{}"), rawArg(j.Dataloader, nil), j.HFToken,
-			j.Target, labelsArg(j.WorkerLabels), j.GPUCount, j.MinVRAMGB, j.Priority, j.MaxRetries,
-			j.RetriesUsed, j.TimeoutSeconds, j.Status, j.Attempt, j.WorkerID, j.Error,
-			rawArg(j.Progress, nil), j.SubmittedBy, s.tv(j.CreatedAt), s.tv(j.UpdatedAt),
-			s.ntv(j.StartedAt), s.ntv(j.EndedAt), s.ntv(j.AckDeadline), s.ntv(j.CancelDeadline), j.WholeWorker,
-			j.NoCheckpoints, j.Team, j.PreemptedBy}
-		// seq comes from the engine: the column list is jobCols with seq moved last.
-		err := c.queryRow(ctx, `INSERT INTO jobs (id, config_name, config, dataloader, hf_token, target,
-			worker_labels, gpu_count, min_vram_gb, priority, max_retries, retries_used, timeout_seconds,
-			status, attempt, worker_id, error, progress, submitted_by, created_at, updated_at, started_at,
-			ended_at, ack_deadline, cancel_deadline, whole_worker, no_checkpoints, team, preempted_by, seq) VALUES (`+placeholders(len(args))+`, `+s.d.NextSeq+`)
-			RETURNING seq`, args...).Scan(&j.Seq)
-		if err != nil {
-			return err
-		}
-		if emitted, err = s.emitJob(ctx, c, store.Job{}, j, nil); err != nil {
-			return err
-		}
-		if err := s.countMove(ctx, c, "", j.Status); err != nil {
-			return err
-		}
-		return s.appendAudit(ctx, c, rec)
-	})
-	s.committed(emitted, err)
-	if err != nil {
-		return store.Job{}, err
-	}
-	return j, nil
+	return j
+}
+
+// insertJobRow writes j's row and sets its Seq.
+func (s *Store) insertJobRow(ctx context.Context, c conn, j *store.Job) error {
+	args := []any{j.ID, j.ConfigName, rawArg(j.Config, "{}"), rawArg(j.Dataloader, nil), j.HFToken,
+		j.Target, labelsArg(j.WorkerLabels), j.GPUCount, j.MinVRAMGB, j.Priority, j.MaxRetries,
+		j.RetriesUsed, j.TimeoutSeconds, j.Status, j.Attempt, j.WorkerID, j.Error,
+		rawArg(j.Progress, nil), j.SubmittedBy, s.tv(j.CreatedAt), s.tv(j.UpdatedAt),
+		s.ntv(j.StartedAt), s.ntv(j.EndedAt), s.ntv(j.AckDeadline), s.ntv(j.CancelDeadline), j.WholeWorker,
+		j.NoCheckpoints, j.Team, j.PreemptedBy}
+	// seq comes from the engine: the column list is jobCols with seq moved last.
+	return c.queryRow(ctx, `INSERT INTO jobs (id, config_name, config, dataloader, hf_token, target,
+		worker_labels, gpu_count, min_vram_gb, priority, max_retries, retries_used, timeout_seconds,
+		status, attempt, worker_id, error, progress, submitted_by, created_at, updated_at, started_at,
+		ended_at, ack_deadline, cancel_deadline, whole_worker, no_checkpoints, team, preempted_by, seq) VALUES (`+placeholders(len(args))+`, `+s.d.NextSeq+`)
+		RETURNING seq`, args...).Scan(&j.Seq)
 }
 
 func (s *Store) getJob(ctx context.Context, c conn, id string, lock bool) (store.Job, error) {

@@ -11,7 +11,7 @@ import (
 
 // everyStatus is every job status: a list by worker alone reads one index
 // range per status and merges them.
-var everyStatus = []protocol.JobStatus{protocol.JobQueued, protocol.JobDispatched, protocol.JobRunning,
+var everyStatus = []protocol.JobStatus{protocol.JobPendingApproval, protocol.JobQueued, protocol.JobDispatched, protocol.JobRunning,
 	protocol.JobCanceling, protocol.JobCompleted, protocol.JobFailed, protocol.JobCancelled}
 
 // ListJobs returns a page of jobs in Seq order (descending with Newest)

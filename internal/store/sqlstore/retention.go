@@ -108,7 +108,7 @@ func (s *Store) DeleteJobs(ctx context.Context, ids []string, before time.Time) 
 			return err
 		}
 		del := keys(ok)
-		for _, table := range []string{"job_logs", "job_log_attempts", "job_log_state", "attempts"} {
+		for _, table := range []string{"job_logs", "job_log_attempts", "job_log_state", "attempts", "approval_requests"} {
 			if err := deleteJobRows(ctx, c, table, del); err != nil {
 				return err
 			}
@@ -138,6 +138,7 @@ const (
 		la AS (DELETE FROM job_log_attempts WHERE job_id IN (SELECT id FROM j)),
 		ls AS (DELETE FROM job_log_state WHERE job_id IN (SELECT id FROM j)),
 		a AS (DELETE FROM attempts WHERE job_id IN (SELECT id FROM j)),
+		ar AS (DELETE FROM approval_requests WHERE job_id IN (SELECT id FROM j)),
 		d AS (DELETE FROM jobs WHERE id IN (SELECT id FROM j) RETURNING status)
 		SELECT status, COUNT(*) FROM d GROUP BY status`
 	deleteLogsCTE = `WITH j AS (` + finishedIn + `),

@@ -11,7 +11,6 @@ import (
 
 // TransitionJob applies t if the job is still where the caller saw it.
 func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store.Job, error) {
-	at := now(t.Now)
 	var out store.Job
 	var emitted bool
 	err := s.write(ctx, func(c conn) error {
@@ -19,6 +18,21 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 		if err != nil {
 			return err
 		}
+		out, emitted, err = s.transitionIn(ctx, c, j, t, func(before, after store.Job) (bool, error) {
+			return s.emitJob(ctx, c, before, after, &t)
+		})
+		return err
+	})
+	s.committed(emitted, err)
+	return out, err
+}
+
+// transitionIn applies t to j, read locked in c's transaction; emit makes
+// the move's events.
+func (s *Store) transitionIn(ctx context.Context, c conn, j store.Job, t store.JobTransition,
+	emit func(before, after store.Job) (bool, error)) (out store.Job, emitted bool, err error) {
+	at := now(t.Now)
+	err = func() error {
 		if err := checkTransition(j, t); err != nil {
 			return err
 		}
@@ -113,7 +127,12 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 				return err
 			}
 		}
-		if emitted, err = s.emitJob(ctx, c, j, out, &t); err != nil {
+		if j.Status == protocol.JobPendingApproval && t.By == lifecycle.Cancel {
+			if err := s.cancelApprovalRequest(ctx, c, j.ID, t.Audit, at); err != nil {
+				return err
+			}
+		}
+		if emitted, err = emit(j, out); err != nil {
 			return err
 		}
 		// The counts, like the audit head, are locked last: see counts.go.
@@ -121,9 +140,8 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 			return err
 		}
 		return s.appendAudit(ctx, c, t.Audit)
-	})
-	s.committed(emitted, err)
-	return out, err
+	}()
+	return out, emitted, err
 }
 
 // checkTransition is the compare half of the compare-and-set.

@@ -19,6 +19,9 @@ var lifecycleTests = []test{
 func inState(t *testing.T, s store.Store, st protocol.JobStatus) (store.Worker, store.Job) {
 	t.Helper()
 	w := newWorker(t, s)
+	if st == protocol.JobPendingApproval {
+		return w, newJob(t, s, func(j *store.Job) { j.Status = st })
+	}
 	j := newJob(t, s)
 	if st == protocol.JobQueued {
 		return w, j

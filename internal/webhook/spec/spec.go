@@ -25,6 +25,11 @@ const (
 	// team's job (or one of higher priority) and the job is back in the
 	// queue.
 	JobPreempted = "job.preempted"
+	// JobApprovalRequested: an approval rule held the job at submit;
+	// JobApproved and JobRejected: a lead (or an admin) decided on it.
+	JobApprovalRequested = "job.approval_requested"
+	JobApproved          = "job.approved"
+	JobRejected          = "job.rejected"
 	// CheckpointSaved: a complete checkpoint of the job was kept.
 	CheckpointSaved = "checkpoint.saved"
 	WorkerOffline   = "worker.offline"
@@ -47,6 +52,9 @@ var Events = []Event{
 	{JobCancelled, "the job was cancelled"},
 	{JobRequeued, "an attempt ended and the job is back in the queue (the reason says why: worker lost, GPU fault, not acknowledged)"},
 	{JobPreempted, "the job's attempt was stopped to make room for another team's job (or one of higher priority); the job is back in the queue"},
+	{JobApprovalRequested, "an approval rule held the job at submit: it waits for a lead of its team (or an admin) to approve it (approval names the rule and why)"},
+	{JobApproved, "the held job was approved (approval.by names who); job.queued follows"},
+	{JobRejected, "the held job was rejected (approval.by and approval.reason say who and why); job.cancelled follows"},
 	{CheckpointSaved, "a complete checkpoint of the job was kept (every file checked): a retry resumes from it"},
 	{WorkerOffline, "a worker went offline"},
 	{WorkerOnline, "an offline worker is back"},
