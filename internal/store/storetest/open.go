@@ -22,7 +22,8 @@ var Kinds = []string{"sqlite", "postgres"}
 // Opener opens a fresh, empty, migrated store of one kind.
 type Opener func(t testing.TB) store.Store
 
-// Open opens a fresh store of the given kind; it fails t on error.
+// Open opens a fresh store of the given kind, closed when t ends; it fails
+// t on error.
 func Open(t testing.TB, kind string) store.Store {
 	t.Helper()
 	var st store.Store
@@ -38,6 +39,11 @@ func Open(t testing.TB, kind string) store.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A store left open keeps its PostgreSQL connections (idle ones for
+	// minutes): across a package's tests they would exhaust the cluster's
+	// max_connections. The test's other cleanups (a server using the store)
+	// were registered later and so run first.
+	t.Cleanup(func() { _ = st.Close() })
 	return st
 }
 
