@@ -52,33 +52,44 @@ func Load(path string) (*File, error) {
 	if path == "" {
 		return nil, nil
 	}
+	data, found, err := readPrivate(path, "an admin token")
+	if !found || err != nil {
+		return nil, err
+	}
+	return Parse(path, data)
+}
+
+// readPrivate reads a file that may hold tokens (holds says what): a
+// regular file that no one but its owner may read, of at most 1 MiB.
+// found is false when there is no such file.
+func readPrivate(path, holds string) (data []byte, found bool, err error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, false, fmt.Errorf("%s: %w", path, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, false, fmt.Errorf("%s: %w", path, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
+		return nil, false, fmt.Errorf("%s is not a regular file", path)
 	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("%s is accessible by group or others (mode %04o) and may hold an admin token; "+
-			"refusing to use it: run chmod 600 %s", path, perm, path)
+		return nil, false, fmt.Errorf("%s is accessible by group or others (mode %04o) and may hold %s; "+
+			"refusing to use it: run chmod 600 %s", path, perm, holds, path)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, 1<<20+1))
+	data, err = io.ReadAll(io.LimitReader(f, 1<<20+1))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, false, fmt.Errorf("%s: %w", path, err)
 	}
 	if len(data) > 1<<20 {
-		return nil, fmt.Errorf("%s is larger than 1 MiB; it is not a simpletunerctl settings file", path)
+		return nil, false, fmt.Errorf("%s is larger than 1 MiB; it is not a simpletunerctl file", path)
 	}
-	return Parse(path, data)
+	return data, true, nil
 }
 
 // Parse decodes ctl.toml content; errors name the file and line.

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -57,25 +55,12 @@ func LoadLogins(path string) (*Logins, error) {
 	if path == "" {
 		return out, nil
 	}
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
+	data, found, err := readPrivate(path, "login tokens")
+	if err != nil {
+		return nil, err
+	}
+	if !found {
 		return out, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if perm := fi.Mode().Perm(); !fi.Mode().IsRegular() || perm&0o077 != 0 {
-		return nil, fmt.Errorf("%s is not a regular file of mode 0600 (it is %v) and holds login tokens; "+
-			"refusing to use it: run chmod 600 %s", path, fi.Mode(), path)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, 1<<20))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if _, err := toml.Decode(string(data), out); err != nil {
 		return nil, fmt.Errorf("%s: %v (delete it and run simpletunerctl login again)", path, err)

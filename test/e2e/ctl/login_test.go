@@ -57,18 +57,7 @@ func TestLoginDeviceFlow(t *testing.T) {
 	c := newCtl(t, map[string]string{"SIMPLETUNER_URL": o.URL})
 
 	login := c.start("login")
-	var code string
-	testutil.Eventually(t, time.Minute, "the user code on standard error", func() bool {
-		_, stderr := login.output()
-		if m := userCodeRE.FindStringSubmatch(stderr); m != nil {
-			code = m[1]
-		}
-		return code != "" || isDone(login)
-	})
-	if code == "" {
-		_, stderr := login.output()
-		t.Fatalf("login printed no code:\n%s", stderr)
-	}
+	code := printed(t, login, userCodeRE, "the user code")
 	if err := op.ApproveDevice(t.Context(), code, "alice", "alice-password"); err != nil {
 		t.Fatal(err)
 	}
@@ -128,6 +117,26 @@ func docsShowOnly(t *testing.T, ran ...string) {
 			}
 		}
 	}
+}
+
+// printed waits for a running login to print what re's first group
+// matches on standard error (what), and returns it; a login that ends
+// without printing it fails the test.
+func printed(t *testing.T, login *background, re *regexp.Regexp, what string) string {
+	t.Helper()
+	var got string
+	testutil.Eventually(t, time.Minute, what+" on standard error", func() bool {
+		_, stderr := login.output()
+		if m := re.FindStringSubmatch(stderr); m != nil {
+			got = m[1]
+		}
+		return got != "" || isDone(login)
+	})
+	if got == "" {
+		_, stderr := login.output()
+		t.Fatalf("login printed no %s:\n%s", what, stderr)
+	}
+	return got
 }
 
 func isDone(b *background) bool {
@@ -227,18 +236,7 @@ func TestLoginLoopback(t *testing.T) {
 	c := newCtl(t, map[string]string{"SIMPLETUNER_URL": o.URL})
 
 	login := c.start("login", "--loopback", "--no-browser")
-	var authURL string
-	testutil.Eventually(t, time.Minute, "the sign-in address on standard error", func() bool {
-		_, stderr := login.output()
-		if m := authURLRE.FindStringSubmatch(stderr); m != nil {
-			authURL = m[1]
-		}
-		return authURL != "" || isDone(login)
-	})
-	if authURL == "" {
-		_, stderr := login.output()
-		t.Fatalf("login printed no address:\n%s", stderr)
-	}
+	authURL := printed(t, login, authURLRE, "the sign-in address")
 	back, err := op.SignIn(t.Context(), authURL, "alice", "alice-password")
 	if err != nil {
 		t.Fatal(err)
@@ -270,14 +268,7 @@ func TestLoginRefresh(t *testing.T) {
 	c := newCtl(t, map[string]string{"SIMPLETUNER_URL": o.URL})
 
 	login := c.start("login")
-	var code string
-	testutil.Eventually(t, time.Minute, "the user code on standard error", func() bool {
-		_, stderr := login.output()
-		if m := userCodeRE.FindStringSubmatch(stderr); m != nil {
-			code = m[1]
-		}
-		return code != "" || isDone(login)
-	})
+	code := printed(t, login, userCodeRE, "the user code")
 	if err := op.ApproveDevice(t.Context(), code, "alice", "alice-password"); err != nil {
 		t.Fatal(err)
 	}
