@@ -232,6 +232,28 @@ func TestRevokedTokenEndsItsSessions(t *testing.T) {
 	b.must(b.signIn(ops, "/ui/"), http.StatusUnauthorized)
 }
 
+// A session opened with a token that expires (a person's command-line
+// login pasted into the form) ends when the token does, however busy.
+func TestSessionEndsWhenItsTokenExpires(t *testing.T) {
+	t.Parallel()
+	s := newSite(t, openSQLite(t))
+	token := auth.NewAdminToken()
+	expires := s.clock.Now().Add(10 * time.Minute)
+	if err := s.st.CreateAdminToken(t.Context(), store.AdminToken{ID: protocol.NewTokenID(), Name: "login", Scopes: []string{auth.ScopeAll},
+		Hash: auth.Hash(token), CreatedAt: time.Now(), ExpiresAt: &expires}, nil); err != nil {
+		t.Fatal(err)
+	}
+	b := s.browser()
+	b.mustSignIn(token)
+	for range 2 {
+		s.clock.Advance(4 * time.Minute)
+		b.must(b.get("/ui/workers"), 200)
+	}
+	s.clock.Advance(4 * time.Minute)
+	b.must(b.get("/ui/workers"), http.StatusSeeOther)
+	contains(t, b.must(b.get("/ui/signin?expired=1"), 200), "Your session ended")
+}
+
 // Sessions live in the store: a restarted orchestrator, or a second replica
 // on the same PostgreSQL, knows them.
 func TestSessionsSurviveRestartAndAreShared(t *testing.T) {

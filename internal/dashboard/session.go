@@ -98,7 +98,7 @@ var errNoSession = errors.New("no session")
 func (d *Dashboard) touchEvery() time.Duration { return min(time.Minute, d.opt.IdleTimeout/10) }
 
 // loadSession finds the browser's session and checks, on every request, that
-// it is not idle and that its token is not revoked. touch records activity
+// it is not idle and that its token is neither revoked nor expired. touch records activity
 // (live updates do not: an open tab nobody looks at still expires).
 func (d *Dashboard) loadSession(r *http.Request, touch bool) (*session, error) {
 	c, err := r.Cookie(sessionCookie)
@@ -119,6 +119,8 @@ func (d *Dashboard) loadSession(r *http.Request, touch bool) (*session, error) {
 	switch {
 	case ds.Token.RevokedAt != nil:
 		why = "token revoked"
+	case ds.Token.ExpiresAt != nil && !now.Before(*ds.Token.ExpiresAt):
+		why = "token expired"
 	case now.Sub(ds.LastSeen) > d.opt.IdleTimeout:
 		why = "idle"
 	default:
