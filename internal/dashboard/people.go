@@ -59,6 +59,11 @@ const (
 	sessionTokenName = "dashboard session"
 )
 
+// PersonSessionMaxAge is how long a person's dashboard session lasts at
+// most, however busy: its token expires then, and they sign in again
+// (the provider may ask for nothing if its own session is still on).
+const PersonSessionMaxAge = 12 * time.Hour
+
 // oidcStart sends the browser to the identity provider (a link on the
 // sign-in page: a form could not redirect off this origin under the
 // page's form-action policy).
@@ -231,8 +236,9 @@ func (d *Dashboard) personSignIn(w http.ResponseWriter, r *http.Request, res ide
 		d.opt.Log.Error("dashboard: recording a sign-in failed", "err", err)
 		return http.StatusServiceUnavailable, "Could not record the sign-in; try again shortly."
 	}
+	expires := now.Add(PersonSessionMaxAge)
 	tok := store.AdminToken{ID: protocol.NewTokenID(), Name: sessionTokenName, Scopes: who.Scopes, Team: who.Team,
-		Hash: auth.Hash(auth.NewAdminToken()), PersonID: person.ID, CreatedAt: now}
+		Hash: auth.Hash(auth.NewAdminToken()), PersonID: person.ID, CreatedAt: now, ExpiresAt: &expires}
 	err = d.opt.Sessions.CreateAdminToken(r.Context(), tok, nil)
 	if errors.Is(err, store.ErrPersonDisabled) {
 		return http.StatusForbidden, "Your account is disabled on this orchestrator. Ask an administrator to enable it."

@@ -166,6 +166,24 @@ func sessionTokens(t *testing.T, st store.Store, personID string, revoked bool) 
 // moves on by itself, the session is the person (name and role in the
 // header) and sees only their team's jobs; disabled by an admin, their
 // next page load lands on the sign-in page and signing in again is refused.
+// A person's session lasts PersonSessionMaxAge however busy: its token
+// expires, and the next page asks them to sign in again.
+func TestSingleSignOnSessionHasAnEnd(t *testing.T) {
+	t.Parallel()
+	ps := newPeopleSite(t, openSQLite(t), false)
+	b := ps.browser()
+	b.must(ps.sso(b, "/ui/queue", "alice", "alice-password"), 200)
+	const step = 20 * time.Minute // within the idle timeout
+	for elapsed := step; elapsed < PersonSessionMaxAge; elapsed += step {
+		ps.clock.Advance(step)
+		b.must(b.get("/ui/queue"), 200)
+	}
+	ps.clock.Advance(step)
+	if p := b.get("/ui/queue"); p.Status != http.StatusSeeOther || !strings.HasPrefix(p.Location(), "/ui/signin?") {
+		t.Fatalf("after %s: %d %q", PersonSessionMaxAge, p.Status, p.Location())
+	}
+}
+
 func TestSingleSignOn(t *testing.T) {
 	t.Parallel()
 	for _, engine := range []string{"sqlite", "postgres"} {
