@@ -62,7 +62,7 @@ func TestPrincipalOf(t *testing.T) {
 	if p.Kind != auth.KindPerson || p.Actor() != "person:p_abcdefghijkl" || p.Name != "Ada Lovelace" {
 		t.Fatalf("principal %+v, actor %q", p, p.Actor())
 	}
-	wantScopes := []string{"admin.audit", "queue.cancel", "queue.manage", "queue.submit", "queue.view"}
+	wantScopes := []string{"admin.audit", "queue.approve", "queue.cancel", "queue.manage", "queue.submit", "queue.view"}
 	if !reflect.DeepEqual(p.Scopes, wantScopes) || p.Team != "ml" {
 		t.Fatalf("scopes %v team %q; want %v, ml", p.Scopes, p.Team, wantScopes)
 	}
