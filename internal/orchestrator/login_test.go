@@ -22,6 +22,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/slapdtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 // withLogin maps the test provider's group ml-team (Alice's) and the
@@ -246,31 +247,36 @@ func TestLDAPLogin(t *testing.T) {
 		// Over the limit, even the right password waits.
 		e.Must(e.Do("POST", "/api/auth/ldap/login", nil, map[string]string{"username": "alice", "password": "wonder land"}), 429)
 
-		// The failures are audited with the route, never the password.
+		// The failures are audited with the route, never the password. They
+		// are gathered per audit interval, so they may be split over more
+		// than one record, and the background flush may still be writing
+		// some while the test flushes the rest: wait for all four (two
+		// refused, one refused at the limit, one turned away over it).
 		e.srv.Authn().FlushFailures(context.Background())
-		recs, err := e.st.ListAudit(context.Background(), 0, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The failures of one client are gathered per audit interval, so
-		// they may be split over more than one record: count them all.
 		var failures, signIns int
-		for _, r := range recs {
-			if strings.Contains(string(r.Details), "wonder") || strings.Contains(string(r.Details), "wrong") {
-				t.Errorf("an audit record holds a password: %s", r.Details)
+		testutil.Eventually(t, eventWait, "4 failures audited on the route", func() bool {
+			recs, err := e.st.ListAudit(context.Background(), 0, 1000)
+			if err != nil {
+				t.Fatal(err)
 			}
-			switch {
-			case r.Action == "auth.failure":
-				var d struct{ Routes map[string]int }
-				if err := json.Unmarshal(r.Details, &d); err != nil {
-					t.Fatal(err)
+			failures, signIns = 0, 0
+			for _, r := range recs {
+				if strings.Contains(string(r.Details), "wonder") || strings.Contains(string(r.Details), "wrong") {
+					t.Fatalf("an audit record holds a password: %s", r.Details)
 				}
-				failures += d.Routes["POST /api/auth/ldap/login"]
-			case r.Action == "auth.sign_in" && r.Outcome == "success":
-				signIns++
+				switch {
+				case r.Action == "auth.failure":
+					var d struct{ Routes map[string]int }
+					if err := json.Unmarshal(r.Details, &d); err != nil {
+						t.Fatal(err)
+					}
+					failures += d.Routes["POST /api/auth/ldap/login"]
+				case r.Action == "auth.sign_in" && r.Outcome == "success":
+					signIns++
+				}
 			}
-		}
-		// Two refused, one refused at the limit, one turned away over it.
+			return failures >= 4
+		})
 		if failures != 4 || signIns != 1 {
 			t.Errorf("%d failures audited on the route (want 4), %d sign-ins (want 1)", failures, signIns)
 		}
