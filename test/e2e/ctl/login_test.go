@@ -56,16 +56,7 @@ func TestLoginDeviceFlow(t *testing.T) {
 	o := StartOrchestratorWith(t, OrchOptions{ExtraTOML: oidcTOML(t, op)})
 	c := newCtl(t, map[string]string{"SIMPLETUNER_URL": o.URL})
 
-	login := c.start("login")
-	code := printed(t, login, userCodeRE, "the user code")
-	if err := op.ApproveDevice(t.Context(), code, "alice", "alice-password"); err != nil {
-		t.Fatal(err)
-	}
-	if rc := login.wait(t, time.Minute); rc != 0 {
-		_, stderr := login.output()
-		t.Fatalf("login exited %d:\n%s", rc, stderr)
-	}
-	_, stderr := login.output()
+	stderr := deviceLogin(t, c, op)
 	mustContain(t, "login", stderr, "To sign in, open "+op.URL+"/device", "Logged in to "+o.URL+" as Alice Liddell until")
 
 	path := filepath.Join(c.env["HOME"], ".config", "simpletuner", "login.toml")
@@ -117,6 +108,24 @@ func docsShowOnly(t *testing.T, ran ...string) {
 			}
 		}
 	}
+}
+
+// deviceLogin runs simpletunerctl login by the device grant, confirming
+// the code it prints at the provider as alice, and returns what it wrote
+// on standard error; a login that fails fails the test.
+func deviceLogin(t *testing.T, c *ctl, op *oidctest.Server) string {
+	t.Helper()
+	login := c.start("login")
+	code := printed(t, login, userCodeRE, "the user code")
+	if err := op.ApproveDevice(t.Context(), code, "alice", "alice-password"); err != nil {
+		t.Fatal(err)
+	}
+	if rc := login.wait(t, time.Minute); rc != 0 {
+		_, stderr := login.output()
+		t.Fatalf("login exited %d:\n%s", rc, stderr)
+	}
+	_, stderr := login.output()
+	return stderr
 }
 
 // printed waits for a running login to print what re's first group
@@ -267,15 +276,7 @@ func TestLoginRefresh(t *testing.T) {
 	o := StartOrchestratorWith(t, OrchOptions{ExtraTOML: "[auth]\nlogin_token_ttl = \"1s\"\n" + oidcTOML(t, op)})
 	c := newCtl(t, map[string]string{"SIMPLETUNER_URL": o.URL})
 
-	login := c.start("login")
-	code := printed(t, login, userCodeRE, "the user code")
-	if err := op.ApproveDevice(t.Context(), code, "alice", "alice-password"); err != nil {
-		t.Fatal(err)
-	}
-	if rc := login.wait(t, time.Minute); rc != 0 {
-		_, stderr := login.output()
-		t.Fatalf("login exited %d:\n%s", rc, stderr)
-	}
+	deviceLogin(t, c, op)
 	path := filepath.Join(c.env["HOME"], ".config", "simpletuner", "login.toml")
 	first, err := ctlconf.LoadLogins(path)
 	if err != nil || len(first.Logins) != 1 || first.Logins[0].RefreshToken == "" {
