@@ -75,13 +75,7 @@ func (s *Store) InsertHeldJob(ctx context.Context, j store.Job, r store.Approval
 		if emitted, err = s.emitHeld(ctx, c, j, r); err != nil {
 			return err
 		}
-		if err := s.countSubmit(ctx, c, j); err != nil {
-			return err
-		}
-		if err := s.countMove(ctx, c, "", j.Status); err != nil {
-			return err
-		}
-		return s.appendAudit(ctx, c, rec)
+		return s.countNewJob(ctx, c, j, rec)
 	})
 	s.committed(emitted, err)
 	if err != nil {

@@ -60,19 +60,26 @@ func (s *Store) InsertTeamJob(ctx context.Context, j store.Job, maxQueued int, r
 		if emitted, err = s.emitJob(ctx, c, store.Job{}, j, nil); err != nil {
 			return err
 		}
-		if err := s.countSubmit(ctx, c, j); err != nil {
-			return err
-		}
-		if err := s.countMove(ctx, c, "", j.Status); err != nil {
-			return err
-		}
-		return s.appendAudit(ctx, c, rec)
+		return s.countNewJob(ctx, c, j, rec)
 	})
 	s.committed(emitted, err)
 	if err != nil {
 		return store.Job{}, err
 	}
 	return j, nil
+}
+
+// countNewJob counts a job just inserted (its submitter's day, its
+// status) and appends the submit's audit record, in the insert's
+// transaction.
+func (s *Store) countNewJob(ctx context.Context, c conn, j store.Job, rec *audit.Record) error {
+	if err := s.countSubmit(ctx, c, j); err != nil {
+		return err
+	}
+	if err := s.countMove(ctx, c, "", j.Status); err != nil {
+		return err
+	}
+	return s.appendAudit(ctx, c, rec)
 }
 
 // prepareJob fills a new job's defaults. The job handed back is the one
