@@ -20,7 +20,7 @@ func TestRotatingABusyWorkersTokenKeepsItsJob(t *testing.T) {
 	o := StartOrchestratorWith(t, OrchOptions{HeartbeatTimeout: "10s"})
 	w := o.StartWorker(WorkerSpec{Name: "rotated", Persistent: true, SelfFenceAfter: "5s"})
 	id := o.Submit(slowJob(4), nil)
-	Eventually(t, 20*time.Second, "job running", func() bool { return len(JobProcs(id)) > 0 })
+	o.WaitTraining(id, 20*time.Second)
 
 	tokenFile := filepath.Join(w.Dir, "token")
 	ctl := exec.Command(filepath.Join(BinDir, "simpletunerctl"), "worker", "rotate", w.ID, "--credential", tokenFile, "--force")

@@ -537,6 +537,18 @@ func (o *Orch) Job(id string) map[string]any {
 	return m
 }
 
+// WaitTraining waits until the orchestrator knows the job's attempt started
+// (running: the worker acknowledged it) and its trainer's process exists.
+// A fault injected after it meets a job that has started on both sides; a
+// trainer process alone may still be unacknowledged, and then losing its
+// worker withdraws the attempt instead of losing it.
+func (o *Orch) WaitTraining(id string, timeout time.Duration) {
+	o.T.Helper()
+	Eventually(o.T, timeout, "job "+id+" training and acknowledged", func() bool {
+		return len(JobProcs(id)) > 0 && o.Job(id)["status"] == "running"
+	})
+}
+
 // WaitJob waits until the job has status.
 func (o *Orch) WaitJob(id, status string, timeout time.Duration) map[string]any {
 	o.T.Helper()
