@@ -574,7 +574,7 @@ func TestQueueSubmitJobPageAndCancel(t *testing.T) {
 	req.Header.Set("X-Worker-Token", token)
 	req.Header.Set("X-Attempt", "1")
 	req.Header.Set("X-Log-Offset", "0")
-	if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != 200 {
+	if res, err := testutil.Client.Do(req); err != nil || res.StatusCode != 200 {
 		t.Fatalf("ship log: %v %v", res, err)
 	}
 	p = b.must(b.get("/ui/jobs/"+running), 200)

@@ -23,6 +23,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store/postgres"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store/sqlite"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -141,7 +142,7 @@ func (p page) Location() string { return p.Header.Get("Location") }
 
 func (s *site) browser() *browser {
 	jar, _ := cookiejar.New(nil)
-	return &browser{t: s.t, s: s, origin: s.hs.URL, c: &http.Client{Jar: jar, Timeout: 20 * time.Second,
+	return &browser{t: s.t, s: s, origin: s.hs.URL, c: &http.Client{Jar: jar, Timeout: 20 * time.Second, Transport: testutil.Client.Transport,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
 

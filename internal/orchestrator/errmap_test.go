@@ -142,7 +142,7 @@ func TestConnectionCommandIsSafe(t *testing.T) {
 		req, _ := http.NewRequest("POST", e.URL+"/api/admin/workers", strings.NewReader(fmt.Sprintf(`{"name": "w%d"}`, created)))
 		req.Host = host
 		req.Header.Set("Authorization", "Bearer "+e.Admin)
-		res, err := http.DefaultClient.Do(req)
+		res, err := testutil.Client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -81,7 +81,7 @@ func (ta *testApp) submit(t *testing.T, bodyLen int) int {
 	body := `{"config": {"pad": "` + strings.Repeat("x", bodyLen) + `"}}`
 	req, _ := http.NewRequest("POST", ta.url+"/api/queue/submit", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+ta.admin)
-	res, err := http.DefaultClient.Do(req)
+	res, err := testutil.Client.Do(req)
 	if err != nil {
 		t.Error(err)
 		return 0

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 // The API calls that tests make over and over, typed: each builds the
@@ -47,7 +49,7 @@ func (o *Orch) Do(method, path string, headers map[string]string, body any) Repl
 // written exactly as given) and reads the reply.
 func (o *Orch) Send(req *http.Request) Reply {
 	o.T.Helper()
-	res, err := http.DefaultClient.Do(req)
+	res, err := testutil.Client.Do(req)
 	if err != nil {
 		o.T.Fatalf("%s %s: %v", req.Method, req.URL, err)
 	}
