@@ -62,6 +62,11 @@ func (d Dependency) Unmet() string {
 	return fmt.Sprintf("dependency %s %s; this job needed it to %s", d.JobID, ended, whenText(d.When))
 }
 
+// Awaited describes a pending d, for a waiting job's detail.
+func (d Dependency) Awaited() string {
+	return fmt.Sprintf("%s to %s (%s now)", d.JobID, whenText(d.When), d.Status)
+}
+
 func whenText(when string) string {
 	switch when {
 	case AfterOK:

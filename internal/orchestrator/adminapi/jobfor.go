@@ -117,4 +117,7 @@ func (a *API) redactView(ctx context.Context, c Caller, v *api.Job) {
 	for i := range v.Attempts {
 		hide(v.Attempts[i].Error)
 	}
+	for i := range v.DependsOn {
+		hide(&v.DependsOn[i].JobID)
+	}
 }
