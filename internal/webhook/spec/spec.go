@@ -31,8 +31,8 @@ const (
 	// JobReleased: every job it depended on ended as it asked; the
 	// waiting job joined the queue.
 	JobReleased = "job.released"
-	JobApproved          = "job.approved"
-	JobRejected          = "job.rejected"
+	JobApproved = "job.approved"
+	JobRejected = "job.rejected"
 	// CheckpointSaved: a complete checkpoint of the job was kept.
 	CheckpointSaved = "checkpoint.saved"
 	WorkerOffline   = "worker.offline"
