@@ -40,6 +40,7 @@ func (d *Dashboard) parseTemplates() (map[string]*pageTemplate, error) {
 		"query":       func(kv ...string) template.URL { return template.URL(queryString(kv...)) },
 		"statuses":    func() []string { return jobStatuses },
 		"join":        strings.Join,
+		"hasPrefix":   strings.HasPrefix,
 		"split":       func(s string) []string { return strings.Split(s, ",") },
 		"origin":      spec.Origin,
 		"hours":       hours,
