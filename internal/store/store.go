@@ -42,6 +42,9 @@ var (
 	// ErrDependencyUnmet: a job submitted depends on a job that already
 	// ended in a way that can never meet the dependency.
 	ErrDependencyUnmet = errors.New("the dependency can never be met")
+	// ErrTooManyDependents: MaxDependents jobs already wait for the job
+	// a submit names.
+	ErrTooManyDependents = errors.New("that is the most one job may have")
 )
 
 // GPUInfo is a worker's gpu_info as it reported it (Raw, a JSON object, "{}"
@@ -90,6 +93,11 @@ func (c *gpuInfoMemo) parse(raw json.RawMessage) protocol.GPUSummary {
 	g.Devices = slices.Clone(g.Devices)
 	return g
 }
+
+// MaxDependents bounds the jobs that may wait for one job: its end moves
+// them all in its own transaction, which holds the database's writer (on
+// SQLite) for about a millisecond per waiting job.
+const MaxDependents = 1000
 
 // Worker is a registered (or admin-created) worker.
 type Worker struct {
@@ -516,8 +524,9 @@ type Store interface {
 	// InsertJob stores a new job. A queued job with DependsOn is stored
 	// waiting, or queued when every job it depends on already ended as
 	// asked; it is refused, changing nothing, with ErrNotFound when one of
-	// them does not exist and with ErrDependencyUnmet when one already
-	// ended otherwise and HoldUnmet is not set (the error names which).
+	// them does not exist, with ErrDependencyUnmet when one already ended
+	// otherwise and HoldUnmet is not set, and with ErrTooManyDependents
+	// when MaxDependents jobs already wait for one (the error names which).
 	InsertJob(ctx context.Context, j Job, rec *audit.Record) (Job, error)
 	// InsertTeamJob is InsertJob refusing with ErrQueueFull, and changing
 	// nothing, when maxQueued > 0 and j's team already has that many jobs

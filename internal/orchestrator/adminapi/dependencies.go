@@ -79,7 +79,7 @@ func (a *API) readDependencies(ctx context.Context, c Caller, req api.Submit, j 
 // dependencyInsertError is the reply to an insert the store refused over a
 // dependency: one that ended (or was deleted) since the checks above.
 func dependencyInsertError(err error) error {
-	if errors.Is(err, store.ErrDependencyUnmet) || errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, store.ErrDependencyUnmet) || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrTooManyDependents) {
 		return web.Invalid("%v", err)
 	}
 	return err

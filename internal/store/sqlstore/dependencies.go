@@ -44,6 +44,16 @@ func (s *Store) resolveDependencies(ctx context.Context, c conn, j *store.Job) e
 			return fmt.Errorf("depends_on[%d]: %w", i, err)
 		}
 		d.State, d.Status = lifecycle.DependencyState(d.When, st), st
+		if d.State == lifecycle.DependencyPending {
+			var waiting int
+			if err := c.queryRow(ctx, `SELECT COUNT(*) FROM job_dependencies WHERE depends_on = ? AND state = ''`, d.JobID).Scan(&waiting); err != nil {
+				return err
+			}
+			if waiting >= store.MaxDependents {
+				return fmt.Errorf("depends_on[%d]: job %s already has %d jobs waiting for it: %w",
+					i, d.JobID, waiting, store.ErrTooManyDependents)
+			}
+		}
 		if d.State == lifecycle.DependencyUnmet && !j.HoldUnmet {
 			return fmt.Errorf("depends_on[%d]: job %s already ended %s, so a dependency with \"when\": %q can never be met: %w",
 				i, d.JobID, st, d.When, store.ErrDependencyUnmet)
@@ -99,30 +109,38 @@ func (s *Store) dependencies(ctx context.Context, c conn, jobID string) ([]lifec
 // can never be met (which settles their own dependents in turn). The moves
 // go into f.
 func (s *Store) settleDependents(ctx context.Context, c conn, ended store.Job, f *followUps) error {
-	rows, err := c.query(ctx, `SELECT job_id, when_ended FROM job_dependencies WHERE depends_on = ? AND state = ''`, ended.ID)
+	// One statement marks them all: the conditions the end meets, as the
+	// lifecycle says, are met, every other one unmet.
+	var met []any
+	for _, w := range lifecycle.Whens {
+		if lifecycle.DependencyState(w, ended.Status) == lifecycle.DependencyMet {
+			met = append(met, w)
+		}
+	}
+	rows, err := c.query(ctx, `UPDATE job_dependencies SET state = CASE WHEN when_ended IN (`+placeholders(len(met))+`)
+		THEN ? ELSE ? END WHERE depends_on = ? AND state = '' RETURNING job_id`,
+		append(met, lifecycle.DependencyMet, lifecycle.DependencyUnmet, ended.ID)...)
 	if err != nil {
 		return err
 	}
-	type pending struct{ jobID, when string }
-	var found []pending
+	var waiting []string
 	for rows.Next() {
-		var p pending
-		if err := rows.Scan(&p.jobID, &p.when); err != nil {
+		var id string
+		if err := rows.Scan(&id); err != nil {
 			rows.Close()
 			return err
 		}
-		found = append(found, p)
+		waiting = append(waiting, id)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	for _, p := range found {
-		if _, err := c.exec(ctx, `UPDATE job_dependencies SET state = ? WHERE job_id = ? AND depends_on = ?`,
-			lifecycle.DependencyState(p.when, ended.Status), p.jobID, ended.ID); err != nil {
-			return err
-		}
-		if err := s.settleWaiting(ctx, c, p.jobID, ended.UpdatedAt, f); err != nil {
+	// In one order, so that two ends settling the same jobs cannot
+	// deadlock.
+	slices.Sort(waiting)
+	for _, id := range waiting {
+		if err := s.settleWaiting(ctx, c, id, ended.UpdatedAt, f); err != nil {
 			return err
 		}
 	}

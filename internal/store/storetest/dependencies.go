@@ -22,6 +22,7 @@ var dependencyTests = []test{
 	{"DependencyCountsTowardMaxQueued", testDependencyCountsTowardMaxQueued},
 	{"DependencyEndRacesSubmit", testDependencyEndRacesSubmit},
 	{"DependencyRowsGoWithTheJob", testDependencyRowsGoWithTheJob},
+	{"DependentsBounded", testDependentsBounded},
 }
 
 // after is a submit's dependencies on ids, all with condition when.
@@ -325,4 +326,32 @@ func testDependencyRowsGoWithTheJob(t *testing.T, s store.Store) {
 	if deps, _, err = s.Dependencies(t.Context(), w.ID); err != nil || len(deps) != 0 {
 		t.Fatalf("dependencies of a deleted job: %v %v", deps, err)
 	}
+}
+
+// At most MaxDependents jobs wait for one job; its end moves them all,
+// and then it may be depended on again (by jobs that are queued at once).
+func testDependentsBounded(t *testing.T, s store.Store) {
+	dep := newJob(t, s)
+	j := store.Job{Config: []byte(`{}`), Target: protocol.TargetAuto, Status: protocol.JobQueued, CreatedAt: t0}
+	after(lifecycle.AfterAny, false, dep.ID)(&j)
+	for range store.MaxDependents {
+		j.ID = protocol.NewJobID()
+		if _, err := s.InsertJob(t.Context(), j, nil); err != nil {
+			t.Fatalf("insert: %v", err)
+		}
+	}
+	j.ID = protocol.NewJobID()
+	_, err := s.InsertJob(t.Context(), j, nil)
+	wantErr(t, err, store.ErrTooManyDependents, "one waiting job too many")
+	if !strings.Contains(err.Error(), "depends_on[0]: job "+dep.ID+" already has 1000 jobs waiting for it") {
+		t.Fatalf("error %q", err)
+	}
+	ended(t, s, dep, protocol.JobCancelled)
+	if q, err := s.ListQueued(t.Context(), nil, store.MaxDependents+10); err != nil || len(q) != store.MaxDependents {
+		t.Fatalf("%d jobs queued after the end (%v), want %d", len(q), err, store.MaxDependents)
+	}
+	if got := newJob(t, s, after(lifecycle.AfterAny, false, dep.ID)); got.Status != protocol.JobQueued {
+		t.Fatalf("a job after the end: %s", got.Status)
+	}
+	checkCounts(t, s, "after a thousand released")
 }
