@@ -29,6 +29,9 @@ func TestDependentJobRunsAfterItsDependency(t *testing.T) {
 		if r["status"] != "waiting" || r["queue_position"] != float64(0) {
 			t.Fatalf("submit of a dependent job: %v", r)
 		}
+		if log := string(e.Must(e.AdminDo("GET", "/api/admin/audit?action=job.submit", nil), 200).Body); !strings.Contains(log, `"depends_on":[{"job_id":"`+first+`","when":"ok"}]`) {
+			t.Fatalf("the submit's audit record does not name its dependency: %s", log)
+		}
 		a := e.startAgent("w", nil, oneGPU)
 		a.take(first)
 		j := e.Job(second)

@@ -127,7 +127,11 @@ func (a *API) Submit(ctx context.Context, req api.Submit) (api.Submitted, error)
 	details := map[string]any{"config_name": j.ConfigName, "target": j.Target, "priority": j.Priority, "worker_labels": j.WorkerLabels,
 		"gpus": protocol.GPUAllocation(j.GPUCount, j.WholeWorker), "team": j.Team}
 	if len(j.DependsOn) > 0 {
-		details["depends_on"] = j.DependsOn
+		deps := make([]api.Dependency, len(j.DependsOn))
+		for i, d := range j.DependsOn {
+			deps[i] = api.Dependency{JobID: d.JobID, When: d.When}
+		}
+		details["depends_on"] = deps
 	}
 	held, err := a.approvalFor(ctx, j)
 	if err != nil {
