@@ -60,12 +60,12 @@ func (a *API) readDependencies(ctx context.Context, c Caller, req api.Submit, j 
 			return web.Invalid("field %q: job %s is named twice", field+".job_id", d.JobID)
 		}
 		seen[d.JobID] = true
-		dep, err := a.store.GetJob(ctx, d.JobID)
-		if errors.Is(err, store.ErrNotFound) || (err == nil && !a.sees(c, dep.Team)) {
-			return web.Invalid("field %q: no job %s", field+".job_id", d.JobID)
-		}
+		dep, found, err := a.visibleJob(ctx, c, d.JobID)
 		if err != nil {
 			return err
+		}
+		if !found {
+			return web.Invalid("field %q: no job %s", field+".job_id", d.JobID)
 		}
 		if lifecycle.DependencyState(when, dep.Status) == lifecycle.DependencyUnmet && !j.HoldUnmet {
 			return web.Invalid("field %q: job %s already ended %s, so \"when\": %q can never be met (\"on_unmet\": %q keeps the job waiting all the same)",
