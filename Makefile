@@ -6,7 +6,7 @@ override VERSION := $(shell VERSION='$(VERSION)' ./packaging/version.sh)
 LDFLAGS  := -s -w -X github.com/simpletuner/simpletuner-orchestration/internal/version.Version=$(VERSION)
 BIN      := bin
 
-.PHONY: all build test lint demo bench bench-base bench-launch-ab bench-teams bench-team-list bench-slurm bench-slurm-teams faults package man completions clean minio gpu-check bench-bundle
+.PHONY: all build test lint demo bench bench-base bench-launch-ab bench-teams bench-team-list bench-dependencies bench-slurm bench-slurm-teams faults package man completions clean minio gpu-check bench-bundle
 
 all: build
 
@@ -115,6 +115,11 @@ bench-teams:
 # SQLite and PostgreSQL. See docs/performance.md.
 bench-team-list:
 	$(GO) test -run '^$$' -bench TeamList -benchtime 200x ./internal/store/sqlite/ ./internal/store/postgres/
+
+# The end of a job that 100 and 1,000 (the most) waiting jobs depend on: one
+# transaction moves them all (docs/performance.md).
+bench-dependencies:
+	$(GO) test -run '^$$' -bench ReleaseDependents -benchtime 3x ./internal/store/sqlite/ ./internal/store/postgres/
 
 bench-slurm-teams:
 	TEAMS=1 PREEMPT=1 ./test/bench/slurm/run.sh

@@ -179,10 +179,15 @@ type Job struct {
 	CompletedAt *string         `json:"completed_at"`
 	Config      json.RawMessage `json:"config,omitempty"`
 	Attempts    []Attempt       `json:"attempts,omitempty"`
-	// WaitingReason and WaitingDetail say why a queued job has not started
-	// (GET /api/queue/{id}, and lists asked with waiting=1).
+	// WaitingReason and WaitingDetail say why a queued or waiting job has
+	// not started (GET /api/queue/{id}, and lists asked with waiting=1).
 	WaitingReason string `json:"waiting_reason,omitempty"`
 	WaitingDetail string `json:"waiting_detail,omitempty"`
+	// DependsOn are the jobs this one waits or waited for (GET
+	// /api/queue/{id} only); OnUnmet is "hold" when it keeps waiting on
+	// one that can never be met.
+	DependsOn []DependencyView `json:"depends_on,omitempty"`
+	OnUnmet   string           `json:"on_unmet,omitempty"`
 	// Checkpoints is false for a job submitted with checkpoints off.
 	Checkpoints bool `json:"checkpoints"`
 	// Checkpoint is the newest complete checkpoint kept in the job's
@@ -247,6 +252,29 @@ type Submit struct {
 	// Checkpoints false keeps none of the job's checkpoints in its
 	// artifacts, and its retries start afresh.
 	Checkpoints *bool `json:"checkpoints,omitempty"`
+	// DependsOn are jobs this one waits for (status waiting) before it
+	// joins the queue. OnUnmet says what happens when one of them ends in
+	// a way that can never meet its condition: "cancel" (the default) ends
+	// this job cancelled, "hold" keeps it waiting until someone cancels it.
+	DependsOn []Dependency `json:"depends_on,omitempty"`
+	OnUnmet   string       `json:"on_unmet,omitempty"`
+}
+
+// Dependency is a job another waits for, and how it must end: "ok" (it
+// completed, the default), "failed" or "any".
+type Dependency struct {
+	JobID string `json:"job_id"`
+	When  string `json:"when,omitempty"`
+}
+
+// DependencyView is a dependency as GET /api/queue/{id} shows it: its
+// state is "pending" until the job depended on ends, then "met" or "unmet";
+// status is that job's now ("" once retention deleted it).
+type DependencyView struct {
+	JobID  string `json:"job_id"`
+	When   string `json:"when"`
+	State  string `json:"state"`
+	Status string `json:"status"`
 }
 
 // Submitted answers Submit: what GPUs the job gets, where it is in the

@@ -39,6 +39,8 @@ func (a *app) submitCommand() *cobra.Command {
 		pollEvery          time.Duration
 		dataloaderFile     string
 		hfTokenFile        string
+		afterJobs          []string
+		onUnmet            string
 	)
 	cmd := &cobra.Command{
 		Use:   "submit [CONFIG_NAME | --config FILE | -]",
@@ -46,10 +48,16 @@ func (a *app) submitCommand() *cobra.Command {
 		Long: `Queue a training job: a config by name (from the orchestrator's configs directory),
 a JSON config file (--config FILE), or a JSON config on standard input (-).
 
+With --after JOB, the job waits (status waiting) until JOB ends and joins
+the queue if it ended as asked: JOB or JOB:ok when it completed, JOB:failed
+when it failed, JOB:any however it ended. When it can never be, the job is
+cancelled, or with --on-unmet hold kept waiting until you cancel it.
+
 With --wait, simpletunerctl waits until the job ends and exits 0 when it
 completed, 1 when it failed or was cancelled.`,
 		Example: `  simpletunerctl submit my-lora --label gpu_type='a100*' --gpus 2 --wait
   simpletunerctl submit --config run.json --priority 30
+  simpletunerctl submit evaluate --after j_3kq9x2m4a7bd --after j_8fw2n5c1p0te:any
   jq '.steps = 100' run.json | simpletunerctl submit -`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -117,6 +125,11 @@ completed, 1 when it failed or was cancelled.`,
 				}
 				body.WorkerLabels = m
 			}
+			deps, err := parseAfter(afterJobs)
+			if err != nil {
+				return err
+			}
+			body.DependsOn, body.OnUnmet = deps, onUnmet
 			return a.submit(cmd.Context(), body, wait, quiet, pollEvery)
 		},
 	}
@@ -132,12 +145,29 @@ completed, 1 when it failed or was cancelled.`,
 	f.StringVar(&dataloaderFile, "dataloader", "", "JSON file with the dataloader config")
 	f.StringVar(&hfTokenFile, "hf-token-file", "", "file holding a Hugging Face token for the job")
 	f.BoolVar(&noCheckpoints, "no-checkpoints", false, "keep none of the job's checkpoints in its artifacts: a retry starts afresh")
+	f.StringArrayVar(&afterJobs, "after", nil, "wait for this job to end first: JOB[:ok|any|failed] (repeatable; ok by default)")
+	f.StringVar(&onUnmet, "on-unmet", "", "when an --after job ends otherwise: cancel (the default) or hold (keep waiting)")
 	f.BoolVar(&wait, "wait", false, "wait for the job to end; exit 0 if it completed, 1 otherwise")
 	f.BoolVarP(&quiet, "quiet", "q", false, "print only the job id")
 	f.DurationVar(&pollEvery, "poll", time.Second, "with --wait, how often to ask for the job's state")
 	_ = f.MarkHidden("poll")
 	_ = cmd.RegisterFlagCompletionFunc("target", cobra.FixedCompletions([]string{"worker", "local", "auto"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("on-unmet", cobra.FixedCompletions([]string{"cancel", "hold"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
+}
+
+// parseAfter reads --after values: JOB, or JOB:ok, JOB:any, JOB:failed.
+// The orchestrator checks the condition; only the shape is checked here.
+func parseAfter(values []string) ([]api.Dependency, error) {
+	var out []api.Dependency
+	for _, v := range values {
+		id, when, _ := strings.Cut(v, ":")
+		if id == "" {
+			return nil, usagef("--after %q: give a job id, optionally followed by :ok, :any or :failed", v)
+		}
+		out = append(out, api.Dependency{JobID: id, When: when})
+	}
+	return out, nil
 }
 
 // readJSONObject reads a JSON object from path ("-" or "" with stdin given: standard input).
@@ -234,8 +264,15 @@ func (a *app) submit(ctx context.Context, body api.Submit, wait, quiet bool, pol
 		if reply.GPUAllocation != "" {
 			gets = "; it gets " + reply.GPUAllocation
 		}
-		if reply.Approval != nil {
+		switch {
+		case reply.Approval != nil:
 			pos = fmt.Sprintf(", request %d: rule %s, %s", reply.Approval.RequestID, reply.Approval.Rule, reply.Approval.Reason)
+		case reply.Status == string(protocol.JobWaiting):
+			ids := make([]string, len(body.DependsOn))
+			for i, d := range body.DependsOn {
+				ids[i] = d.JobID
+			}
+			pos = " for " + strings.Join(ids, ", ")
 		}
 		fmt.Fprintf(a.out(), "submitted job %s (%s%s%s)\n", reply.JobID, reply.Status, pos, gets)
 	}

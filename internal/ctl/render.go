@@ -285,7 +285,7 @@ func (r renderer) jobs(w io.Writer, js []Job) error {
 				vram = trimFloat(j.MinVRAMGB) + "GB"
 			}
 			note := deref(j.Error)
-			if j.Status == "queued" {
+			if j.Status == "queued" || j.Status == "waiting" {
 				note = first(j.WaitingDetail, j.WaitingReason)
 			}
 			t.Row(j.JobID, r.style.State(j.Status), strconv.Itoa(j.Priority), first(j.Team, "default"), configText(j), j.Target, gpusText(j), vram,
@@ -309,6 +309,23 @@ func waitingText(j Job) string {
 	return detail + " (" + reason + ")"
 }
 
+// dependenciesText lists the jobs j waits or waited for, each with its
+// condition and state: "j_a ok: met, j_b any: pending (running)".
+func dependenciesText(j Job) string {
+	parts := make([]string, 0, len(j.DependsOn))
+	for _, d := range j.DependsOn {
+		p := d.JobID + " " + d.When + ": " + d.State
+		if d.State == "pending" && d.Status != "" {
+			p += " (" + d.Status + ")"
+		}
+		parts = append(parts, p)
+	}
+	if j.OnUnmet == "hold" && len(parts) > 0 {
+		parts = append(parts, "held if one is never met")
+	}
+	return strings.Join(parts, ", ")
+}
+
 func (r renderer) job(w io.Writer, j Job) error {
 	var req []string
 	if j.MinVRAMGB > 0 {
@@ -329,6 +346,7 @@ func (r renderer) job(w io.Writer, j Job) error {
 		{"Job", j.JobID},
 		{"Status", r.style.State(j.Status)},
 		{"Waiting", waitingText(j)},
+		{"Depends on", dependenciesText(j)},
 		{"Config", configText(j)},
 		{"Target", j.Target},
 		{"Priority", strconv.Itoa(j.Priority)},

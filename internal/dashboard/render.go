@@ -40,6 +40,7 @@ func (d *Dashboard) parseTemplates() (map[string]*pageTemplate, error) {
 		"query":       func(kv ...string) template.URL { return template.URL(queryString(kv...)) },
 		"statuses":    func() []string { return jobStatuses },
 		"join":        strings.Join,
+		"hasPrefix":   strings.HasPrefix,
 		"split":       func(s string) []string { return strings.Split(s, ",") },
 		"origin":      spec.Origin,
 		"hours":       hours,
@@ -122,7 +123,7 @@ func (d *Dashboard) apiErrorPage(w http.ResponseWriter, r *http.Request, s *sess
 	d.errorPage(w, r, s, res.Status, msg)
 }
 
-var jobStatuses = []string{"pending_approval", "queued", "dispatched", "running", "canceling", "completed", "failed", "cancelled"}
+var jobStatuses = []string{"pending_approval", "waiting", "queued", "dispatched", "running", "canceling", "completed", "failed", "cancelled"}
 
 // ago writes an RFC 3339 time as "12 s ago" (empty for none).
 func (d *Dashboard) ago(v any) string {

@@ -196,6 +196,8 @@ func OnCancel(j Job) (s Step, ok bool, err error) {
 		return Step{To: protocol.JobCancelled, By: Cancel, Error: text("cancelled before it started")}, true, nil
 	case j.Status == protocol.JobPendingApproval:
 		return Step{To: protocol.JobCancelled, By: Cancel, Error: text("cancelled while it waited for approval")}, true, nil
+	case j.Status == protocol.JobWaiting:
+		return Step{To: protocol.JobCancelled, By: Cancel, Error: text("cancelled while it waited for its dependencies")}, true, nil
 	case j.Status == protocol.JobCanceling && j.PreemptedBy != "":
 		return Step{To: protocol.JobCanceling, By: Cancel}, true, nil // cancelled, not requeued
 	case j.Status == protocol.JobCanceling:
@@ -208,10 +210,14 @@ func OnCancel(j Job) (s Step, ok bool, err error) {
 // rule holds.
 var ErrNotHeld = errors.New("the job is not waiting for approval")
 
-// OnApprove answers a lead's approval of a held job: it joins the queue.
-func OnApprove(j Job) (Step, error) {
+// OnApprove answers a lead's approval of a held job: it joins the queue,
+// or, when it depends on other jobs, waits for them.
+func OnApprove(j Job, dependsOnJobs bool) (Step, error) {
 	if j.Status != protocol.JobPendingApproval {
 		return Step{}, fmt.Errorf("job %s is %s: %w", j.ID, j.Status, ErrNotHeld)
+	}
+	if dependsOnJobs {
+		return Step{To: protocol.JobWaiting, By: Approve, Error: text("")}, nil
 	}
 	return Step{To: protocol.JobQueued, By: Approve, Error: text("")}, nil
 }

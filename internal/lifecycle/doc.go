@@ -10,7 +10,7 @@ import (
 // holds exactly this text, so the page cannot drift from the code.
 func Markdown() string {
 	var b strings.Builder
-	b.WriteString("```mermaid\nstateDiagram-v2\n    [*] --> queued: submit\n    [*] --> pending_approval: submit (held by an approval rule)\n")
+	b.WriteString("```mermaid\nstateDiagram-v2\n    [*] --> queued: submit\n    [*] --> pending_approval: submit (held by an approval rule)\n    [*] --> waiting: submit (depends on jobs still to end)\n")
 	type edge struct{ from, to string }
 	labels := map[edge][]string{}
 	var order []edge

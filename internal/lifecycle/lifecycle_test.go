@@ -68,8 +68,9 @@ func TestTerminalStatesHaveNoMoveOut(t *testing.T) {
 		if !m.From.Valid() || !m.To.Valid() {
 			t.Errorf("move with an unknown state: %+v", m)
 		}
-		if m.To.Terminal() && m.Ends == "" && m.From != protocol.JobQueued && m.From != protocol.JobPendingApproval {
-			t.Errorf("a move into a terminal state must end the attempt: %+v", m)
+		// Only an active job has an attempt out to end.
+		if m.To.Terminal() && (m.Ends == "") == m.From.Active() {
+			t.Errorf("a move into a terminal state must end the attempt if and only if one is out: %+v", m)
 		}
 	}
 }
@@ -119,7 +120,7 @@ func TestDecisionsStayInTheTable(t *testing.T) {
 			}
 			try("cancel", s, ok)
 			held := st == protocol.JobPendingApproval
-			s, err = OnApprove(j)
+			s, err = OnApprove(j, false)
 			if held != (err == nil) || (err != nil && !errors.Is(err, ErrNotHeld)) {
 				t.Errorf("approval of a %s job: err %v", st, err)
 			}
@@ -137,7 +138,10 @@ func TestDecisionsStayInTheTable(t *testing.T) {
 // cancel ends it at once, as a queued job's does. Nothing else moves it.
 func TestHeldJobMoves(t *testing.T) {
 	j := Job{ID: "j_x", Status: protocol.JobPendingApproval}
-	if s, err := OnApprove(j); err != nil || s.To != protocol.JobQueued || s.By != Approve || s.Error == nil || *s.Error != "" {
+	if s, err := OnApprove(j, true); err != nil || s.To != protocol.JobWaiting || s.By != Approve {
+		t.Fatalf("approve of a job with dependencies: %+v %v", s, err)
+	}
+	if s, err := OnApprove(j, false); err != nil || s.To != protocol.JobQueued || s.By != Approve || s.Error == nil || *s.Error != "" {
 		t.Fatalf("approve: %+v %v", s, err)
 	}
 	s, err := OnReject(j, "person:p_lead", "asks for 8 GPUs for a test")
@@ -151,7 +155,7 @@ func TestHeldJobMoves(t *testing.T) {
 		t.Fatal("pending_approval must be valid, neither terminal nor active")
 	}
 	for _, to := range Successors(protocol.JobPendingApproval) {
-		if to != protocol.JobQueued && to != protocol.JobCancelled {
+		if to != protocol.JobQueued && to != protocol.JobWaiting && to != protocol.JobCancelled {
 			t.Errorf("a held job may move to %s", to)
 		}
 	}

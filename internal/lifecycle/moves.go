@@ -40,10 +40,13 @@ const (
 	// a job an approval rule held at submit.
 	Approve Cause = "approve"
 	Reject  Cause = "reject"
+	// Dependency: a job this one depends on ended, so its dependencies are
+	// now all met, or one can never be.
+	DependsOn Cause = "dependency"
 )
 
 // Causes lists every cause, in the order the documentation shows them.
-var Causes = []Cause{Claim, Report, Loss, Deadline, Cancel, Preempt, Approve, Reject}
+var Causes = []Cause{Claim, Report, Loss, Deadline, Cancel, Preempt, Approve, Reject, DependsOn}
 
 // Who names who brings a cause about, for the documentation.
 func (c Cause) Who() string {
@@ -62,6 +65,8 @@ func (c Cause) Who() string {
 		return "the scheduler, for a waiting job of a team under its share or of higher priority ([jobs] preemption)"
 	case Approve, Reject:
 		return "a lead of the job's team or an admin (scope queue.approve), for a job an approval rule held"
+	case DependsOn:
+		return "the end of a job it depends on, in the same transaction"
 	}
 	return string(c)
 }
@@ -82,7 +87,7 @@ type Move struct {
 
 // States lists every job state, in lifecycle order.
 var States = []protocol.JobStatus{
-	protocol.JobPendingApproval, protocol.JobQueued, protocol.JobDispatched, protocol.JobRunning, protocol.JobCanceling,
+	protocol.JobPendingApproval, protocol.JobWaiting, protocol.JobQueued, protocol.JobDispatched, protocol.JobRunning, protocol.JobCanceling,
 	protocol.JobCompleted, protocol.JobFailed, protocol.JobCancelled,
 }
 
@@ -90,8 +95,13 @@ var States = []protocol.JobStatus{
 // terminal state has no move out.
 var Moves = []Move{
 	{From: protocol.JobPendingApproval, To: protocol.JobQueued, By: Approve, Why: "approved: it joins the queue"},
+	{From: protocol.JobPendingApproval, To: protocol.JobWaiting, By: Approve, Why: "approved, and it depends on other jobs: it waits for them"},
 	{From: protocol.JobPendingApproval, To: protocol.JobCancelled, By: Reject, Why: "rejected (the error names who and why)"},
 	{From: protocol.JobPendingApproval, To: protocol.JobCancelled, By: Cancel, Why: "cancelled while it waited for approval"},
+
+	{From: protocol.JobWaiting, To: protocol.JobQueued, By: DependsOn, Why: "every job it depends on ended as it asked: it joins the queue"},
+	{From: protocol.JobWaiting, To: protocol.JobCancelled, By: DependsOn, Why: "a job it depends on ended otherwise, so it can never run (the error names that job)"},
+	{From: protocol.JobWaiting, To: protocol.JobCancelled, By: Cancel, Why: "cancelled while it waited for its dependencies"},
 
 	{From: protocol.JobQueued, To: protocol.JobDispatched, By: Claim, Why: "claimed for a worker: attempt n+1 begins"},
 	{From: protocol.JobQueued, To: protocol.JobCancelled, By: Cancel, Why: "cancelled before any attempt"},

@@ -59,13 +59,16 @@ const (
 	// JobPendingApproval: an approval rule held the job at submit; a lead
 	// of its team (or an admin) approves it into the queue or rejects it.
 	JobPendingApproval JobStatus = "pending_approval"
-	JobQueued          JobStatus = "queued"
-	JobDispatched      JobStatus = "dispatched"
-	JobRunning         JobStatus = "running"
-	JobCanceling       JobStatus = "canceling"
-	JobCompleted       JobStatus = "completed"
-	JobFailed          JobStatus = "failed"
-	JobCancelled       JobStatus = "cancelled"
+	// JobWaiting: the job waits for the jobs it depends on to end; it
+	// joins the queue when every dependency ended the way it asked.
+	JobWaiting    JobStatus = "waiting"
+	JobQueued     JobStatus = "queued"
+	JobDispatched JobStatus = "dispatched"
+	JobRunning    JobStatus = "running"
+	JobCanceling  JobStatus = "canceling"
+	JobCompleted  JobStatus = "completed"
+	JobFailed     JobStatus = "failed"
+	JobCancelled  JobStatus = "cancelled"
 )
 
 // Terminal reports whether a job in this state can never change again.
@@ -84,7 +87,7 @@ func ActiveJobStatuses() []JobStatus { return []JobStatus{JobDispatched, JobRunn
 
 // Valid reports whether s is a known job status.
 func (s JobStatus) Valid() bool {
-	return s == JobPendingApproval || s == JobQueued || s.Active() || s.Terminal()
+	return s == JobPendingApproval || s == JobWaiting || s == JobQueued || s.Active() || s.Terminal()
 }
 
 // AttemptOutcome records how one dispatch of a job ended.

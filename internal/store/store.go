@@ -39,6 +39,12 @@ var (
 	// ErrDiskFull: the database could not write for lack of space (the
 	// error also wraps the engine's own).
 	ErrDiskFull = errors.New("the database's disk is full")
+	// ErrDependencyUnmet: a job submitted depends on a job that already
+	// ended in a way that can never meet the dependency.
+	ErrDependencyUnmet = errors.New("the dependency can never be met")
+	// ErrTooManyDependents: MaxDependents jobs already wait for the job
+	// a submit names.
+	ErrTooManyDependents = errors.New("that is the most one job may have")
 )
 
 // GPUInfo is a worker's gpu_info as it reported it (Raw, a JSON object, "{}"
@@ -87,6 +93,11 @@ func (c *gpuInfoMemo) parse(raw json.RawMessage) protocol.GPUSummary {
 	g.Devices = slices.Clone(g.Devices)
 	return g
 }
+
+// MaxDependents bounds the jobs that may wait for one job: its end moves
+// them all in its own transaction, which holds the database's writer (on
+// SQLite) for about a millisecond per waiting job.
+const MaxDependents = 1000
 
 // Worker is a registered (or admin-created) worker.
 type Worker struct {
@@ -215,7 +226,13 @@ type Job struct {
 	// PreemptedBy is set while the current attempt is being preempted: the
 	// job it makes room for and why ("j_… (team nlp under its share)").
 	// The attempt then ends preempted and the job is requeued.
-	PreemptedBy    string
+	PreemptedBy string
+	// DependsOn are the jobs this one waits for (their JobID and When),
+	// and HoldUnmet whether it keeps waiting when one of them can never
+	// be met instead of ending cancelled. The inserts store them; reads of
+	// a job leave them empty (Dependencies reads them).
+	DependsOn      []lifecycle.Dependency
+	HoldUnmet      bool
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 	StartedAt      *time.Time // current attempt acknowledged
@@ -503,12 +520,24 @@ type Store interface {
 	SetWorkerTokenHash(ctx context.Context, id, hash string, rec *audit.Record) error
 	DeleteWorker(ctx context.Context, id string, rec *audit.Record) error
 	// Jobs.
+	//
+	// InsertJob stores a new job. A queued job with DependsOn is stored
+	// waiting, or queued when every job it depends on already ended as
+	// asked; it is refused, changing nothing, with ErrNotFound when one of
+	// them does not exist, with ErrDependencyUnmet when one already ended
+	// otherwise and HoldUnmet is not set, and with ErrTooManyDependents
+	// when MaxDependents jobs already wait for one (the error names which).
 	InsertJob(ctx context.Context, j Job, rec *audit.Record) (Job, error)
 	// InsertTeamJob is InsertJob refusing with ErrQueueFull, and changing
 	// nothing, when maxQueued > 0 and j's team already has that many jobs
 	// queued. (Two replicas submitting at the same moment may each see
 	// room for one more.)
 	InsertTeamJob(ctx context.Context, j Job, maxQueued int, rec *audit.Record) (Job, error)
+	// Dependencies reads the jobs jobID waits for, in the order its submit
+	// named them, each with its state and the status of the job depended
+	// on ("" when it no longer exists), and whether the job is held when
+	// one can never be met. A job with none has an empty list.
+	Dependencies(ctx context.Context, jobID string) ([]lifecycle.Dependency, bool, error)
 	GetJob(ctx context.Context, id string) (Job, error)
 	// ListJobs returns a page of jobs and how many match the filter in all,
 	// from per-status counts kept with every change; with a WorkerID the

@@ -74,13 +74,17 @@ func (e *Emitter) JobHeld(j store.Job, r store.ApprovalRequest) []store.OutboxEv
 	return []store.OutboxEvent{e.job(spec.JobApprovalRequested, j, j.CreatedAt, func(i *JobInfo) { i.Approval = approvalInfo(r) })}
 }
 
-// ApprovalDecided: job.approved then job.queued, or job.rejected then
+// ApprovalDecided: job.approved then job.queued (or job.approved alone for
+// a job that now waits for its dependencies), or job.rejected then
 // job.cancelled.
 func (e *Emitter) ApprovalDecided(before, after store.Job, r store.ApprovalRequest) []store.OutboxEvent {
 	at := after.UpdatedAt
 	with := func(i *JobInfo) { i.Approval = approvalInfo(r) }
-	if after.Status == protocol.JobQueued {
+	switch after.Status {
+	case protocol.JobQueued:
 		return []store.OutboxEvent{e.job(spec.JobApproved, after, at, with), e.job(spec.JobQueued, after, at, nil)}
+	case protocol.JobWaiting: // job.released follows when its dependencies are met
+		return []store.OutboxEvent{e.job(spec.JobApproved, after, at, with)}
 	}
 	return []store.OutboxEvent{e.job(spec.JobRejected, after, at, with), e.job(spec.JobCancelled, after, at, nil)}
 }
@@ -98,7 +102,7 @@ var terminal = map[protocol.JobStatus]string{
 
 // JobMoved: job.started when an attempt is acknowledged; job.completed,
 // failed or cancelled at the end; job.requeued when an attempt ends with
-// the job back in the queue. A move that acknowledges and ends an attempt
+// the job back in the queue; job.released when a waiting job joins it. A move that acknowledges and ends an attempt
 // at once (a job that finished before its start was reported) makes both,
 // started first. Claims, cancels under way and progress make none.
 func (e *Emitter) JobMoved(before, after store.Job, t *store.JobTransition) []store.OutboxEvent {
@@ -113,6 +117,8 @@ func (e *Emitter) JobMoved(before, after store.Job, t *store.JobTransition) []st
 	switch {
 	case terminal[after.Status] != "":
 		out = append(out, e.job(terminal[after.Status], after, at, func(i *JobInfo) { i.Outcome = outcome }))
+	case after.Status == protocol.JobQueued && before.Status == protocol.JobWaiting:
+		out = append(out, e.job(spec.JobReleased, after, at, nil))
 	case after.Status == protocol.JobQueued && before.Status != protocol.JobQueued:
 		name := spec.JobRequeued
 		if t.EndAttempt == protocol.OutcomePreempted {

@@ -111,6 +111,16 @@ func TestJobEvents(t *testing.T) {
 					t.Fatalf("%+v", j)
 				}
 			}},
+		{name: "released", before: at(job, protocol.JobWaiting, func(j *store.Job) { j.Attempt, j.WorkerID = 0, "" }),
+			after: at(job, protocol.JobQueued, func(j *store.Job) { j.Attempt, j.WorkerID = 0, "" }),
+			step:  lifecycle.Step{To: protocol.JobQueued, By: lifecycle.DependsOn},
+			want:  []string{spec.JobReleased}},
+		{name: "dependency unmet", before: at(job, protocol.JobWaiting, func(j *store.Job) { j.Attempt, j.WorkerID = 0, "" }),
+			after: at(job, protocol.JobCancelled, func(j *store.Job) {
+				j.Attempt, j.WorkerID, j.Error = 0, "", "dependency j_0 ended failed; this job needed it to complete"
+			}),
+			step: lifecycle.Step{To: protocol.JobCancelled, By: lifecycle.DependsOn},
+			want: []string{spec.JobCancelled}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			es := e.JobMoved(tc.before, tc.after, &store.JobTransition{Step: tc.step})

@@ -204,7 +204,7 @@ func (a *API) submitHeld(ctx context.Context, c Caller, j store.Job, req store.A
 	j.Error = fmt.Sprintf("waiting for approval (rule %s): %s", req.RuleName, req.Reason)
 	j, req, err := a.store.InsertHeldJob(ctx, j, req, &rec)
 	if err != nil {
-		return api.Submitted{}, err
+		return api.Submitted{}, dependencyInsertError(err)
 	}
 	a.log.Info("job submitted and held for approval", "job_id", j.ID, "config_name", j.ConfigName, "team", j.Team,
 		"rule", req.RuleName, "request_id", req.ID, "by", c.Actor())

@@ -58,12 +58,12 @@ func (a *API) visibleTeams(c Caller) []string {
 // act on it. Cancelling takes the job's team and, below a lead (queue.manage),
 // the caller's own job.
 func (a *API) jobFor(ctx context.Context, c Caller, id, scope string) (store.Job, error) {
-	j, err := a.store.GetJob(ctx, id)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && !a.sees(c, j.Team)) {
-		return store.Job{}, jobNotFound(id)
-	}
+	j, found, err := a.visibleJob(ctx, c, id)
 	if err != nil {
 		return store.Job{}, err
+	}
+	if !found {
+		return store.Job{}, jobNotFound(id)
 	}
 	if !c.Has(scope) {
 		return store.Job{}, web.Errorf(http.StatusForbidden, protocol.CodeForbidden, "this credential lacks the scope %q", scope)
@@ -81,6 +81,16 @@ func (a *API) jobFor(ctx context.Context, c Caller, id, scope string) (store.Job
 			"job %s was submitted by another credential; cancelling a teammate's job takes the scope %q", j.ID, auth.ScopeQueueManage)
 	}
 	return j, nil
+}
+
+// visibleJob reads job id as c may know of it: a job of a team c may not
+// see is as absent as one that does not exist (found false).
+func (a *API) visibleJob(ctx context.Context, c Caller, id string) (j store.Job, found bool, err error) {
+	j, err = a.store.GetJob(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && !a.sees(c, j.Team)) {
+		return store.Job{}, false, nil
+	}
+	return j, err == nil, err
 }
 
 // jobIDPattern finds job ids in the sentences of waiting_detail and
@@ -116,5 +126,8 @@ func (a *API) redactView(ctx context.Context, c Caller, v *api.Job) {
 	hide(v.Error)
 	for i := range v.Attempts {
 		hide(v.Attempts[i].Error)
+	}
+	for i := range v.DependsOn {
+		hide(&v.DependsOn[i].JobID)
 	}
 }

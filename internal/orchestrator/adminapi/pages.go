@@ -115,7 +115,7 @@ func parseJobList(in api.JobsQuery) (jobListQuery, error) {
 			f.Statuses = []protocol.JobStatus{protocol.JobPendingApproval}
 		default:
 			if !protocol.JobStatus(st).Valid() {
-				return out, web.Invalid("query parameter \"status\" must be a job status (pending_approval, queued, dispatched, running, canceling, completed, failed, cancelled), pending, active or blocked; got %q", st)
+				return out, web.Invalid("query parameter \"status\" must be a job status (pending_approval, waiting, queued, dispatched, running, canceling, completed, failed, cancelled), pending, active or blocked; got %q", st)
 			}
 			f.Statuses = []protocol.JobStatus{protocol.JobStatus(st)}
 		}
@@ -196,6 +196,13 @@ func (a *API) Jobs(ctx context.Context, q api.JobsQuery) (api.JobList, error) {
 	factsRead := false
 	for _, j := range jobs {
 		v := newJobView(j)
+		if lq.waiting && j.Status == protocol.JobWaiting {
+			deps, _, err := a.store.Dependencies(ctx, j.ID)
+			if err != nil {
+				return api.JobList{}, err
+			}
+			v.WaitingReason, v.WaitingDetail = dependencyWait(deps)
+		}
 		if lq.waiting && j.Status == protocol.JobQueued {
 			if !factsRead {
 				if facts, err = a.workerFacts(ctx); err != nil {

@@ -119,10 +119,20 @@ func (a *API) Submit(ctx context.Context, req api.Submit) (api.Submitted, error)
 		return api.Submitted{}, err
 	}
 	j.Team = team.Name
+	if err := a.readDependencies(ctx, c, req, &j); err != nil {
+		return api.Submitted{}, err
+	}
 	now := time.Now().UTC()
 	j.CreatedAt, j.UpdatedAt = now, now
 	details := map[string]any{"config_name": j.ConfigName, "target": j.Target, "priority": j.Priority, "worker_labels": j.WorkerLabels,
 		"gpus": protocol.GPUAllocation(j.GPUCount, j.WholeWorker), "team": j.Team}
+	if len(j.DependsOn) > 0 {
+		deps := make([]api.Dependency, len(j.DependsOn))
+		for i, d := range j.DependsOn {
+			deps[i] = api.Dependency{JobID: d.JobID, When: d.When}
+		}
+		details["depends_on"] = deps
+	}
 	held, err := a.approvalFor(ctx, j)
 	if err != nil {
 		return api.Submitted{}, err
@@ -140,18 +150,19 @@ func (a *API) Submit(ctx context.Context, req api.Submit) (api.Submitted, error)
 			"team %q already has %d jobs queued, its max_queued; submit again when some have started", j.Team, team.MaxQueued)
 	}
 	if err != nil {
-		return api.Submitted{}, err
+		return api.Submitted{}, dependencyInsertError(err)
 	}
 	j = inserted
-	a.log.Info("job submitted", "job_id", j.ID, "config_name", j.ConfigName, "target", j.Target,
+	a.log.Info("job submitted", "job_id", j.ID, "status", j.Status, "config_name", j.ConfigName, "target", j.Target,
 		"gpus", protocol.GPUAllocation(j.GPUCount, j.WholeWorker), "team", j.Team, "by", c.Actor())
-	a.events.WakeSchedulers()
-	pos, err := a.store.QueuePosition(ctx, j.Priority, j.Seq)
-	if err != nil {
-		return api.Submitted{}, err
-	}
-	reply := api.Submitted{Success: true, JobID: j.ID, Status: string(j.Status), QueuePosition: pos,
+	reply := api.Submitted{Success: true, JobID: j.ID, Status: string(j.Status),
 		GPUCount: gpuCountView(j), WholeWorker: j.WholeWorker, GPUAllocation: protocol.GPUAllocation(j.GPUCount, j.WholeWorker)}
+	if j.Status == protocol.JobQueued { // a waiting job is not in the queue yet
+		a.events.WakeSchedulers()
+		if reply.QueuePosition, err = a.store.QueuePosition(ctx, j.Priority, j.Seq); err != nil {
+			return api.Submitted{}, err
+		}
+	}
 	// Accepted all the same: a larger worker may be added later.
 	if largest := a.workers.LargestWorker(); j.GPUCount > largest {
 		reply.Warning = fmt.Sprintf("no worker can run this job yet: it asks for %d GPUs; the largest worker has %d", j.GPUCount, largest)
@@ -259,10 +270,17 @@ func (a *API) Job(ctx context.Context, ref api.JobRef) (api.Job, error) {
 	for _, at := range attempts {
 		v.Attempts = append(v.Attempts, newAttemptView(at))
 	}
-	if j.Status == protocol.JobQueued {
+	deps, _, err := a.dependencyViews(ctx, &v)
+	if err != nil {
+		return api.Job{}, err
+	}
+	switch j.Status {
+	case protocol.JobQueued:
 		if v.WaitingReason, v.WaitingDetail, err = a.waiting(ctx, j); err != nil {
 			return api.Job{}, err
 		}
+	case protocol.JobWaiting:
+		v.WaitingReason, v.WaitingDetail = dependencyWait(deps)
 	}
 	if v.Checkpoint, v.CheckpointsKept, err = a.uploads.LatestCheckpoint(ctx, j); err != nil {
 		return api.Job{}, err

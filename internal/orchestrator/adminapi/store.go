@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
+	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
 )
@@ -34,6 +35,7 @@ type JobStore interface {
 	CountJobsIn(ctx context.Context, statuses []protocol.JobStatus) (map[protocol.JobStatus]int, error)
 	CountJobsEndedBetween(ctx context.Context, from, to time.Time) (map[protocol.JobStatus]int, error)
 	InsertTeamJob(ctx context.Context, j store.Job, maxQueued int, rec *audit.Record) (store.Job, error)
+	Dependencies(ctx context.Context, jobID string) ([]lifecycle.Dependency, bool, error)
 }
 
 // WorkerStore is what the worker calls read and change of workers.

@@ -95,8 +95,9 @@ func (m *Mover) afterMove(before, after store.Job, t *store.JobTransition) {
 	if after.Status == protocol.JobQueued && before.Status != protocol.JobQueued && before.Status != protocol.JobPendingApproval {
 		m.Metrics.Requeues.Add(1)
 	}
-	if t.EndAttempt != "" {
-		// The worker is free (or the job is back in the queue): schedule again.
+	if t.EndAttempt != "" || after.Status.Terminal() {
+		// The worker is free, the job is back in the queue, or its end
+		// released the jobs that waited on it: schedule again.
 		m.Notify.WakeSchedulers()
 	}
 }

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -50,4 +51,19 @@ func BenchmarkTeamList(b *testing.B) {
 		b.Fatal(err)
 	}
 	storetest.BenchTeamList(b, s)
+}
+
+// BenchmarkReleaseDependents: the end of a job that 100, or the most (1,000),
+// waiting jobs depend on (make bench-dependencies).
+func BenchmarkReleaseDependents(b *testing.B) {
+	for _, n := range []int{100, store.MaxDependents} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			s, err := postgres.OpenWith(b.Context(), pgtest.Start(b), postgres.Options{Timeout: 10 * time.Second}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			storetest.BenchReleaseDependents(b, s, n)
+		})
+	}
 }

@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -46,4 +47,19 @@ func BenchmarkTeamList(b *testing.B) {
 	defer s.Close()
 	storetest.InsertTeamJobs(b, s, storetest.TeamListJobs)
 	storetest.BenchTeamList(b, s)
+}
+
+// BenchmarkReleaseDependents: the end of a job that 100, or the most (1,000),
+// waiting jobs depend on (make bench-dependencies).
+func BenchmarkReleaseDependents(b *testing.B) {
+	for _, n := range []int{100, store.MaxDependents} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			s, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "orchestrator.db"), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			storetest.BenchReleaseDependents(b, s, n)
+		})
+	}
 }

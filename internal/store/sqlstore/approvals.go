@@ -62,7 +62,13 @@ func (s *Store) InsertHeldJob(ctx context.Context, j store.Job, r store.Approval
 	}
 	var emitted bool
 	err := s.write(ctx, func(c conn) error {
+		if err := s.resolveDependencies(ctx, c, &j); err != nil {
+			return err
+		}
 		if err := s.insertJobRow(ctx, c, &j); err != nil {
+			return err
+		}
+		if err := s.writeDependencies(ctx, c, j); err != nil {
 			return err
 		}
 		if err := c.queryRow(ctx, `INSERT INTO approval_requests (job_id, team, rule_id, rule_name, reason, gpu_hours,
@@ -81,7 +87,7 @@ func (s *Store) InsertHeldJob(ctx context.Context, j store.Job, r store.Approval
 	if err != nil {
 		return store.Job{}, store.ApprovalRequest{}, err
 	}
-	return j, r, nil
+	return asRead(j), r, nil
 }
 
 func nullFloat(f *float64) any {
@@ -125,7 +131,11 @@ func (s *Store) DecideApproval(ctx context.Context, d store.ApprovalDecision) (s
 		if err != nil {
 			return err
 		}
-		step, err := decisionStep(j, d)
+		deps, _, err := s.dependencies(ctx, c, j.ID)
+		if err != nil {
+			return err
+		}
+		step, err := decisionStep(j, d, len(deps) > 0)
 		if err != nil {
 			return err
 		}
@@ -158,11 +168,11 @@ func (s *Store) DecideApproval(ctx context.Context, d store.ApprovalDecision) (s
 }
 
 // decisionStep is the lifecycle's move for a decision on j.
-func decisionStep(j store.Job, d store.ApprovalDecision) (lifecycle.Step, error) {
+func decisionStep(j store.Job, d store.ApprovalDecision, dependsOnJobs bool) (lifecycle.Step, error) {
 	var step lifecycle.Step
 	var err error
 	if d.Approve {
-		step, err = lifecycle.OnApprove(j.Facts())
+		step, err = lifecycle.OnApprove(j.Facts(), dependsOnJobs)
 	} else {
 		step, err = lifecycle.OnReject(j.Facts(), d.By, d.Reason)
 	}

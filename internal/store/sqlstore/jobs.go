@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -53,7 +54,13 @@ func (s *Store) InsertTeamJob(ctx context.Context, j store.Job, maxQueued int, r
 				return fmt.Errorf("team %q has %d jobs queued, its max_queued is %d: %w", j.Team, n, maxQueued, store.ErrQueueFull)
 			}
 		}
+		if err := s.resolveDependencies(ctx, c, &j); err != nil {
+			return err
+		}
 		if err := s.insertJobRow(ctx, c, &j); err != nil {
+			return err
+		}
+		if err := s.writeDependencies(ctx, c, j); err != nil {
 			return err
 		}
 		var err error
@@ -66,7 +73,13 @@ func (s *Store) InsertTeamJob(ctx context.Context, j store.Job, maxQueued int, r
 	if err != nil {
 		return store.Job{}, err
 	}
-	return j, nil
+	return asRead(j), nil
+}
+
+// asRead is j as a read returns it: reads leave the dependencies out.
+func asRead(j store.Job) store.Job {
+	j.DependsOn, j.HoldUnmet = nil, false
+	return j
 }
 
 // countNewJob counts a job just inserted (its submitter's day, its
@@ -106,6 +119,7 @@ func prepareJob(j store.Job) store.Job {
 	if j.Config == nil {
 		j.Config = json.RawMessage("{}")
 	}
+	j.DependsOn = slices.Clone(j.DependsOn)
 	j.WorkerLabels = maps.Clone(j.WorkerLabels)
 	if j.WorkerLabels == nil {
 		j.WorkerLabels = map[string]string{}

@@ -28,7 +28,7 @@ func (s *Store) CountQueuedOfTeam(ctx context.Context, team string) (int, error)
 
 func (s *Store) countQueuedOfTeam(ctx context.Context, c conn, team string) (int, error) {
 	var n int
-	err := c.queryRow(ctx, `SELECT COUNT(*) FROM jobs WHERE status = ? AND team = ?`, protocol.JobQueued, team).Scan(&n)
+	err := c.queryRow(ctx, `SELECT COUNT(*) FROM jobs WHERE status IN (?, ?) AND team = ?`, protocol.JobQueued, protocol.JobWaiting, team).Scan(&n)
 	return n, err
 }
 

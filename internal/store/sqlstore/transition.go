@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/simpletuner/simpletuner-orchestration/internal/audit"
 	"github.com/simpletuner/simpletuner-orchestration/internal/lifecycle"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
@@ -28,9 +29,52 @@ func (s *Store) TransitionJob(ctx context.Context, t store.JobTransition) (store
 }
 
 // transitionIn applies t to j, read locked in c's transaction; emit makes
-// the move's events.
+// the move's events. The jobs that waited on j move with it when its move
+// settles them, in the same transaction.
 func (s *Store) transitionIn(ctx context.Context, c conn, j store.Job, t store.JobTransition,
-	emit func(before, after store.Job) (bool, error)) (out store.Job, emitted bool, err error) {
+	emit func(before, after store.Job) (bool, error)) (store.Job, bool, error) {
+	var f followUps
+	out, err := s.moveIn(ctx, c, j, t, emit, &f)
+	if err != nil {
+		return out, f.emitted, err
+	}
+	// The counts, like the audit head, are locked last (see counts.go), and
+	// once for every move the transaction made, in their one order.
+	deltas := map[protocol.JobStatus]int64{}
+	f.count(deltas, j.Status, t.To)
+	for _, m := range f.moves {
+		f.count(deltas, m.from, m.to)
+	}
+	if err := s.countAdd(ctx, c, deltas); err != nil {
+		return out, f.emitted, err
+	}
+	recs := f.audits
+	if t.Audit != nil {
+		recs = append([]*audit.Record{t.Audit}, recs...)
+	}
+	return out, f.emitted, s.appendAudits(ctx, c, recs)
+}
+
+// followUps are the moves a transition caused in other jobs (the jobs
+// that waited on it), counted and audited with it.
+type followUps struct {
+	moves   []struct{ from, to protocol.JobStatus }
+	audits  []*audit.Record
+	emitted bool
+}
+
+func (f *followUps) count(deltas map[protocol.JobStatus]int64, from, to protocol.JobStatus) {
+	if from != to {
+		deltas[from]--
+		deltas[to]++
+	}
+}
+
+// moveIn is transitionIn without the counts and the audit: it changes the
+// job's rows, makes its events and settles the jobs waiting on it, adding
+// their moves to f.
+func (s *Store) moveIn(ctx context.Context, c conn, j store.Job, t store.JobTransition,
+	emit func(before, after store.Job) (bool, error), f *followUps) (out store.Job, err error) {
 	at := now(t.Now)
 	err = func() error {
 		if err := checkTransition(j, t); err != nil {
@@ -132,16 +176,21 @@ func (s *Store) transitionIn(ctx context.Context, c conn, j store.Job, t store.J
 				return err
 			}
 		}
-		if emitted, err = emit(j, out); err != nil {
+		emitted, err := emit(j, out)
+		if err != nil {
 			return err
 		}
-		// The counts, like the audit head, are locked last: see counts.go.
-		if err := s.countMove(ctx, c, j.Status, t.To); err != nil {
-			return err
+		f.emitted = f.emitted || emitted
+		switch {
+		case t.To.Terminal():
+			return s.settleDependents(ctx, c, out, f)
+		case t.To == protocol.JobWaiting:
+			// Approved after its dependencies ended: they may be met already.
+			return s.settleWaiting(ctx, c, j.ID, at, f)
 		}
-		return s.appendAudit(ctx, c, t.Audit)
+		return nil
 	}()
-	return out, emitted, err
+	return out, err
 }
 
 // checkTransition is the compare half of the compare-and-set.

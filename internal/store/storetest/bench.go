@@ -144,3 +144,30 @@ func InsertTeamJobs(b *testing.B, s store.Store, n int) {
 		}
 	}
 }
+
+// BenchReleaseDependents measures the end of a job that n waiting jobs
+// depend on: the one transaction that cancels it and moves each of them
+// to the queue (their counts, audit records and events with it). One
+// op is one such end, so ns/op is how long a cancel (or a worker's final
+// report) of a job with n dependents takes.
+func BenchReleaseDependents(b *testing.B, s store.Store, n int) {
+	ctx := b.Context()
+	for b.Loop() {
+		b.StopTimer()
+		dep, err := s.InsertJob(ctx, store.Job{Config: json.RawMessage(`{}`), SubmittedBy: "admin:bench"}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for range n {
+			if _, err := s.InsertJob(ctx, store.Job{Config: json.RawMessage(`{}`), SubmittedBy: "admin:bench",
+				DependsOn: []lifecycle.Dependency{{JobID: dep.ID, When: lifecycle.AfterAny}}}, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		if _, err := s.TransitionJob(ctx, store.JobTransition{JobID: dep.ID, From: protocol.JobQueued,
+			Step: lifecycle.Step{To: protocol.JobCancelled, By: lifecycle.Cancel}, Audit: rec("job.transition")}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

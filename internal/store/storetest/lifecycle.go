@@ -19,7 +19,7 @@ var lifecycleTests = []test{
 func inState(t *testing.T, s store.Store, st protocol.JobStatus) (store.Worker, store.Job) {
 	t.Helper()
 	w := newWorker(t, s)
-	if st == protocol.JobPendingApproval {
+	if st == protocol.JobPendingApproval || st == protocol.JobWaiting {
 		return w, newJob(t, s, func(j *store.Job) { j.Status = st })
 	}
 	j := newJob(t, s)

@@ -26,7 +26,7 @@ type test struct {
 // Run runs the suite; open returns a new, empty store (Run closes it).
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	var all []test
-	for _, group := range [][]test{workerTests, jobTests, claimTests, transitionTests, lifecycleTests, logTests, auditTests, tokenTests, notifyTests, attemptTests, dashboardTests, gpuTests, historyTests, checkpointTests, webhookTests, subscriptionTests, teamTests, authFlowTests, peopleTests, approvalTests} {
+	for _, group := range [][]test{workerTests, jobTests, claimTests, transitionTests, lifecycleTests, logTests, auditTests, tokenTests, notifyTests, attemptTests, dashboardTests, gpuTests, historyTests, checkpointTests, webhookTests, subscriptionTests, teamTests, authFlowTests, peopleTests, approvalTests, dependencyTests} {
 		all = append(all, group...)
 	}
 	for _, tc := range all {

@@ -28,8 +28,11 @@ const (
 	// JobApprovalRequested: an approval rule held the job at submit;
 	// JobApproved and JobRejected: a lead (or an admin) decided on it.
 	JobApprovalRequested = "job.approval_requested"
-	JobApproved          = "job.approved"
-	JobRejected          = "job.rejected"
+	// JobReleased: every job it depended on ended as it asked; the
+	// waiting job joined the queue.
+	JobReleased = "job.released"
+	JobApproved = "job.approved"
+	JobRejected = "job.rejected"
 	// CheckpointSaved: a complete checkpoint of the job was kept.
 	CheckpointSaved = "checkpoint.saved"
 	WorkerOffline   = "worker.offline"
@@ -52,6 +55,7 @@ var Events = []Event{
 	{JobCancelled, "the job was cancelled"},
 	{JobRequeued, "an attempt ended and the job is back in the queue (the reason says why: worker lost, GPU fault, not acknowledged)"},
 	{JobPreempted, "the job's attempt was stopped to make room for another team's job (or one of higher priority); the job is back in the queue"},
+	{JobReleased, "every job the waiting job depended on ended as it asked (depends_on): it joined the queue"},
 	{JobApprovalRequested, "an approval rule held the job at submit: it waits for a lead of its team (or an admin) to approve it (approval names the rule and why)"},
 	{JobApproved, "the held job was approved (approval.by names who); job.queued follows"},
 	{JobRejected, "the held job was rejected (approval.by and approval.reason say who and why); job.cancelled follows"},
