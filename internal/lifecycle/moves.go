@@ -40,7 +40,7 @@ const (
 	// a job an approval rule held at submit.
 	Approve Cause = "approve"
 	Reject  Cause = "reject"
-	// Dependency: a job this one depends on ended, so its dependencies are
+	// DependsOn: a job this one depends on ended, so its dependencies are
 	// now all met, or one can never be.
 	DependsOn Cause = "dependency"
 )

@@ -140,7 +140,7 @@ func (s *Store) settleDependents(ctx context.Context, c conn, ended store.Job, f
 	// deadlock.
 	slices.Sort(waiting)
 	for _, id := range waiting {
-		if err := s.settleWaiting(ctx, c, id, ended.UpdatedAt, f); err != nil {
+		if _, err := s.settleWaiting(ctx, c, id, ended.UpdatedAt, f); err != nil {
 			return err
 		}
 	}
@@ -148,22 +148,22 @@ func (s *Store) settleDependents(ctx context.Context, c conn, ended store.Job, f
 }
 
 // settleWaiting moves the waiting job id if its dependencies now say so,
-// adding the move to f.
-func (s *Store) settleWaiting(ctx context.Context, c conn, id string, at time.Time, f *followUps) error {
+// adding the move to f, and returns the job as moved (nil when it stays).
+func (s *Store) settleWaiting(ctx context.Context, c conn, id string, at time.Time, f *followUps) (*store.Job, error) {
 	j, err := s.getJob(ctx, c, id, true)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && j.Status != protocol.JobWaiting) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	deps, hold, err := s.dependencies(ctx, c, id)
 	if err != nil || len(deps) == 0 {
-		return err
+		return nil, err
 	}
 	step, ok := lifecycle.OnDependencies(j.Facts(), deps, hold)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	reason := *step.Error
 	if reason == "" {
@@ -174,8 +174,8 @@ func (s *Store) settleWaiting(ctx context.Context, c conn, id string, at time.Ti
 	t := store.JobTransition{JobID: id, ExpectAttempt: j.Attempt, From: j.Status, Step: step, Now: at, Audit: &rec}
 	f.moves = append(f.moves, struct{ from, to protocol.JobStatus }{j.Status, step.To})
 	f.audits = append(f.audits, &rec)
-	_, err = s.moveIn(ctx, c, j, t, func(before, after store.Job) (bool, error) {
+	moved, err := s.moveIn(ctx, c, j, t, func(before, after store.Job) (bool, error) {
 		return s.emitJob(ctx, c, before, after, &t)
 	}, f)
-	return err
+	return &moved, err
 }

@@ -41,9 +41,9 @@ func (s *Store) transitionIn(ctx context.Context, c conn, j store.Job, t store.J
 	// The counts, like the audit head, are locked last (see counts.go), and
 	// once for every move the transaction made, in their one order.
 	deltas := map[protocol.JobStatus]int64{}
-	f.count(deltas, j.Status, t.To)
+	countInto(deltas, j.Status, t.To)
 	for _, m := range f.moves {
-		f.count(deltas, m.from, m.to)
+		countInto(deltas, m.from, m.to)
 	}
 	if err := s.countAdd(ctx, c, deltas); err != nil {
 		return out, f.emitted, err
@@ -63,7 +63,8 @@ type followUps struct {
 	emitted bool
 }
 
-func (f *followUps) count(deltas map[protocol.JobStatus]int64, from, to protocol.JobStatus) {
+// countInto adds a move from → to to deltas.
+func countInto(deltas map[protocol.JobStatus]int64, from, to protocol.JobStatus) {
 	if from != to {
 		deltas[from]--
 		deltas[to]++
@@ -185,8 +186,13 @@ func (s *Store) moveIn(ctx context.Context, c conn, j store.Job, t store.JobTran
 		case t.To.Terminal():
 			return s.settleDependents(ctx, c, out, f)
 		case t.To == protocol.JobWaiting:
-			// Approved after its dependencies ended: they may be met already.
-			return s.settleWaiting(ctx, c, j.ID, at, f)
+			// Approved after its dependencies ended: they may be met
+			// already, and then the caller gets the job as it ends up.
+			settled, err := s.settleWaiting(ctx, c, j.ID, at, f)
+			if settled != nil {
+				out = *settled
+			}
+			return err
 		}
 		return nil
 	}()

@@ -245,9 +245,9 @@ func testDependencyApproval(t *testing.T, s store.Store) {
 	j2, r2 := held(t, s, after(lifecycle.AfterOK, false, dep2.ID))
 	ended(t, s, dep2, protocol.JobCompleted)
 	wantStatus(t, s, j2.ID, protocol.JobPendingApproval, "held job after its dependency completed")
-	_, _, err = s.DecideApproval(t.Context(), store.ApprovalDecision{RequestID: r2.ID, Approve: true, By: "person:p_lead", At: at(time.Minute)})
+	nj, _, err = s.DecideApproval(t.Context(), store.ApprovalDecision{RequestID: r2.ID, Approve: true, By: "person:p_lead", At: at(time.Minute)})
 	noErr(t, err, "approve")
-	wantStatus(t, s, j2.ID, protocol.JobQueued, "approved after its dependency completed")
+	equal(t, nj, wantStatus(t, s, j2.ID, protocol.JobQueued, "approved after its dependency completed"), "the job DecideApproval returned")
 	checkCounts(t, s, "after the approvals")
 }
 
