@@ -132,7 +132,7 @@ func TestTeamLimits(t *testing.T) {
 		e.Must(e.submitAs(flood, map[string]any{"gpu_count": 1}), 201)
 	}
 	r = e.submitAs(flood, map[string]any{"gpu_count": 1})
-	if r.Status != http.StatusTooManyRequests || !strings.Contains(r.JSON["detail"].(string), `team "flood" already has 2 jobs queued, its max_queued`) {
+	if r.Status != http.StatusTooManyRequests || !strings.Contains(r.JSON["detail"].(string), `team "flood" already has 2 jobs queued or waiting, its max_queued`) {
 		t.Fatalf("over max_queued: %d %s", r.Status, r.Body)
 	}
 	// With one GPU held, the next flood job waits with its team's reason.

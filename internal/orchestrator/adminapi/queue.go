@@ -147,7 +147,7 @@ func (a *API) Submit(ctx context.Context, req api.Submit) (api.Submitted, error)
 	inserted, err := a.store.InsertTeamJob(ctx, j, team.MaxQueued, &rec)
 	if errors.Is(err, store.ErrQueueFull) {
 		return api.Submitted{}, web.Errorf(http.StatusTooManyRequests, protocol.CodeRateLimited,
-			"team %q already has %d jobs queued, its max_queued; submit again when some have started", j.Team, team.MaxQueued)
+			"team %q already has %d jobs queued or waiting, its max_queued; submit again when some have started", j.Team, team.MaxQueued)
 	}
 	if err != nil {
 		return api.Submitted{}, dependencyInsertError(err)

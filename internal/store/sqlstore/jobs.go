@@ -51,7 +51,7 @@ func (s *Store) InsertTeamJob(ctx context.Context, j store.Job, maxQueued int, r
 				return err
 			}
 			if n >= maxQueued {
-				return fmt.Errorf("team %q has %d jobs queued, its max_queued is %d: %w", j.Team, n, maxQueued, store.ErrQueueFull)
+				return fmt.Errorf("team %q has %d jobs queued or waiting, its max_queued is %d: %w", j.Team, n, maxQueued, store.ErrQueueFull)
 			}
 		}
 		if err := s.resolveDependencies(ctx, c, &j); err != nil {
