@@ -19,6 +19,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/protocol"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 // The callers of the role matrix, in the order of its columns.
@@ -146,7 +147,7 @@ func (m *matrix) submitted() string {
 // call makes a request as who and returns the status and the body.
 func (m *matrix) call(who int, method, path, body string) (int, []byte) {
 	m.t.Helper()
-	base, client := m.URL, &http.Client{Timeout: eventWait}
+	base, client := m.URL, &http.Client{Timeout: eventWait, Transport: testutil.Client.Transport}
 	if who == adminSock {
 		base, client = "http://local", m.sock
 	}

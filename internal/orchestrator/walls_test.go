@@ -12,6 +12,7 @@ import (
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator"
 	"github.com/simpletuner/simpletuner-orchestration/internal/orchestrator/orchtest"
 	"github.com/simpletuner/simpletuner-orchestration/internal/store"
+	"github.com/simpletuner/simpletuner-orchestration/internal/testutil"
 )
 
 // withWalledTeams configures the teams alpha and bravo, and mod's changes.
@@ -34,7 +35,7 @@ func (e *env) as(token, method, path string) orchtest.Reply {
 	e.t.Helper()
 	req, _ := http.NewRequest(method, e.URL+path, nil)
 	req.Header.Set("Authorization", "Bearer "+token)
-	res, err := (&http.Client{Timeout: eventWait}).Do(req)
+	res, err := (&http.Client{Timeout: eventWait, Transport: testutil.Client.Transport}).Do(req)
 	if err != nil {
 		e.t.Fatalf("%s %s: %v", method, path, err)
 	}

@@ -479,7 +479,11 @@ func (o *Orch) ReadyWithin(timeout time.Duration) int {
 	return res.StatusCode
 }
 
-var client = &http.Client{Timeout: 30 * time.Second}
+// client has a transport of its own: an httptest.Server's Close (a webhook
+// receiver's, in another test) closes http.DefaultTransport's idle
+// connections, and a POST about to reuse one then fails instead of being
+// retried.
+var client = &http.Client{Timeout: 30 * time.Second, Transport: http.DefaultTransport.(*http.Transport).Clone()}
 
 // Do sends an admin request; status 0 means no answer.
 func (o *Orch) Do(method, path string, body any) (int, map[string]any) {
