@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -381,4 +382,36 @@ func BurnCPU(t testing.TB, n int) {
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	}
+}
+
+// FreezeJob stops (SIGSTOP) pids and every process of job jobID, scanning
+// again until no process of the job is left running: a process forked
+// between a scan and the stops (a trainer its wrapper starts just then)
+// is caught by the next scan. It returns every pid it stopped, to thaw.
+func FreezeJob(jobID string, pids ...int) []int {
+	frozen := map[int]bool{}
+	stop := func(pid int) {
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+		frozen[pid] = true
+	}
+	for _, pid := range pids {
+		stop(pid)
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		running := false
+		for pid, jp := range scanJobProcs(nil) {
+			if jp.job == jobID && !jp.stopped {
+				running = true
+				stop(pid) // again, for one whose stop is not yet in its state
+			}
+		}
+		if !running {
+			break
+		}
+	}
+	out := make([]int, 0, len(frozen))
+	for pid := range frozen {
+		out = append(out, pid)
+	}
+	return out
 }

@@ -103,13 +103,7 @@ func TestWorkerHostVanishes(t *testing.T) {
 	h.Fault("host vanishes: network black-holed (no FIN/RST), workerd and the job frozen")
 	px.SetCut(true)
 	vanished := time.Now()
-	frozen := []int{lost.P.Pid()}
-	for pid := range JobProcs(id) {
-		frozen = append(frozen, pid)
-	}
-	for _, pid := range frozen {
-		_ = syscall.Kill(pid, syscall.SIGSTOP)
-	}
+	frozen := FreezeJob(id, lost.P.Pid())
 	var offlineAfter time.Duration
 	Eventually(t, 20*time.Second, "the vanished worker offline", func() bool {
 		if o.Worker(lost.ID)["status"] == "offline" {
