@@ -172,7 +172,7 @@ func (s *Store) settleWaiting(ctx context.Context, c conn, id string, at time.Ti
 	rec := audit.New("system", "", "job.transition", "job", id, audit.Success,
 		map[string]any{"from": j.Status, "to": step.To, "attempt": j.Attempt, "cause": step.By, "reason": reason})
 	t := store.JobTransition{JobID: id, ExpectAttempt: j.Attempt, From: j.Status, Step: step, Now: at, Audit: &rec}
-	f.moves = append(f.moves, struct{ from, to protocol.JobStatus }{j.Status, step.To})
+	f.moves = append(f.moves, statusMove{j.Status, step.To})
 	f.audits = append(f.audits, &rec)
 	moved, err := s.moveIn(ctx, c, j, t, func(before, after store.Job) (bool, error) {
 		return s.emitJob(ctx, c, before, after, &t)

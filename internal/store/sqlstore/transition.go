@@ -58,10 +58,13 @@ func (s *Store) transitionIn(ctx context.Context, c conn, j store.Job, t store.J
 // followUps are the moves a transition caused in other jobs (the jobs
 // that waited on it), counted and audited with it.
 type followUps struct {
-	moves   []struct{ from, to protocol.JobStatus }
+	moves   []statusMove
 	audits  []*audit.Record
 	emitted bool
 }
+
+// statusMove is one job's move from a status to another, for the counts.
+type statusMove struct{ from, to protocol.JobStatus }
 
 // countInto adds a move from → to to deltas.
 func countInto(deltas map[protocol.JobStatus]int64, from, to protocol.JobStatus) {
